@@ -1,0 +1,372 @@
+//! The data-device allocator: groups, the bitmap, reservations for delayed
+//! allocation, and deferred frees.
+//!
+//! Ordering rule 2 lives here: a freed extent stays marked in the bitmap until
+//! the partial segment that freed it is durable ([`DataSpace::release`]), so a
+//! crash can never leave a file pointing at blocks that another file has
+//! meanwhile overwritten.
+
+use crate::error::{DeviceRole, Error, Result};
+use crate::format::ifile::{GroupDesc, TableId};
+use crate::ifile::{Table, TableAccess};
+use crate::types::{DataBlock, GroupNo, Seq};
+
+/// Longest extent handed out at once.
+pub const MAX_EXTENT_BLOCKS: u32 = 32768;
+
+/// The data device's free space.
+#[derive(Debug, Clone)]
+pub struct DataSpace {
+    total: u64,
+    group_blocks: u32,
+    /// Free blocks and directory count per group.
+    pub groups: Table<GroupDesc>,
+    /// One bit per data block; set = in use (or freed but not yet durable).
+    pub bitmap: Table<u64>,
+    free: u64,
+    reserved: u64,
+    pending: Vec<(Seq, DataBlock, u32)>,
+    pending_blocks: u64,
+    cursor: Vec<u64>,
+}
+
+impl DataSpace {
+    /// A fresh data device of `total` blocks in groups of `group_blocks`;
+    /// block 0 (the superblock copy) is in use.
+    #[must_use]
+    pub fn new(total: u64, group_blocks: u32) -> DataSpace {
+        let groups = total.div_ceil(u64::from(group_blocks)) as usize;
+        let mut s = DataSpace {
+            total,
+            group_blocks,
+            groups: Table::new(TableId::GroupDesc, groups),
+            bitmap: Table::new(TableId::Bitmap, total.div_ceil(64) as usize),
+            free: 0,
+            reserved: 0,
+            pending: Vec::new(),
+            pending_blocks: 0,
+            cursor: vec![0; groups],
+        };
+        // Bits past the end of the device are permanently "in use".
+        let tail = total % 64;
+        if tail != 0 {
+            let last = s.bitmap.len() - 1;
+            s.bitmap.set(last, !0u64 << tail);
+        }
+        s.recount();
+        s.mark_used(DataBlock(0), 1);
+        s
+    }
+
+    /// Recomputes free counts from the bitmap (after loading it).
+    pub fn recount(&mut self) {
+        let mut free = 0;
+        for g in 0..self.groups.len() {
+            let (start, end) = self.group_range(GroupNo(g as u32));
+            let n = self.count_free(start, end);
+            free += n;
+            if self.groups.get(g).free_blocks != n as u32 {
+                self.groups.update(g, |d| d.free_blocks = n as u32);
+            }
+        }
+        self.free = free;
+    }
+
+    /// Both tables, for the checkpoint writer and loader.
+    pub fn tables_mut(&mut self) -> [&mut dyn TableAccess; 2] {
+        [&mut self.groups, &mut self.bitmap]
+    }
+
+    /// Blocks on the device.
+    #[must_use]
+    pub fn total_blocks(&self) -> u64 {
+        self.total
+    }
+
+    /// Blocks per group.
+    #[must_use]
+    pub fn group_blocks(&self) -> u32 {
+        self.group_blocks
+    }
+
+    /// Blocks neither in use nor reserved nor waiting for a durable free.
+    #[must_use]
+    pub fn available(&self) -> u64 {
+        self.free.saturating_sub(self.reserved)
+    }
+
+    /// Blocks free or about to be (pending frees count: they are freed by a
+    /// partial segment already sealed), minus reservations. What `df` shows.
+    #[must_use]
+    pub fn free_for_statfs(&self) -> u64 {
+        (self.free + self.pending_blocks).saturating_sub(self.reserved)
+    }
+
+    /// Blocks freed but not yet durable.
+    #[must_use]
+    pub fn pending_blocks(&self) -> u64 {
+        self.pending_blocks
+    }
+
+    /// Bitmap zeros (free blocks, reservations included).
+    #[must_use]
+    pub fn free_blocks(&self) -> u64 {
+        self.free
+    }
+
+    /// Reserves `n` blocks for data not yet allocated.
+    ///
+    /// # Errors
+    /// `NoSpace(Data)` when fewer than `n` blocks are available.
+    pub fn reserve(&mut self, n: u64) -> Result<()> {
+        if self.available() < n {
+            return Err(Error::NoSpace(DeviceRole::Data));
+        }
+        self.reserved += n;
+        Ok(())
+    }
+
+    /// Returns a reservation that will not be used.
+    pub fn unreserve(&mut self, n: u64) {
+        debug_assert!(self.reserved >= n, "unreserving {n} of {}", self.reserved);
+        self.reserved = self.reserved.saturating_sub(n);
+    }
+
+    /// Blocks reserved.
+    #[must_use]
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    /// The group a block belongs to.
+    #[must_use]
+    pub fn group_of(&self, b: DataBlock) -> GroupNo {
+        GroupNo((b.0 / u64::from(self.group_blocks)) as u32)
+    }
+
+    /// First block of a group.
+    #[must_use]
+    pub fn group_start(&self, g: GroupNo) -> DataBlock {
+        DataBlock(u64::from(g.0) * u64::from(self.group_blocks))
+    }
+
+    fn group_range(&self, g: GroupNo) -> (u64, u64) {
+        let start = u64::from(g.0) * u64::from(self.group_blocks);
+        (start, (start + u64::from(self.group_blocks)).min(self.total))
+    }
+
+    /// The group with the most free blocks (ties: fewest directories, then
+    /// lowest number); it is bound to a new directory.
+    pub fn bind_directory(&mut self) -> GroupNo {
+        let g = (0..self.groups.len())
+            .max_by_key(|&g| {
+                let d = self.groups.get(g);
+                (d.free_blocks, std::cmp::Reverse(d.directories), std::cmp::Reverse(g))
+            })
+            .unwrap_or(0);
+        self.groups.update(g, |d| d.directories = d.directories.saturating_add(1));
+        GroupNo(g as u32)
+    }
+
+    /// A directory bound to `g` went away.
+    pub fn unbind_directory(&mut self, g: GroupNo) {
+        if (g.0 as usize) < self.groups.len() {
+            self.groups.update(g.0 as usize, |d| d.directories = d.directories.saturating_sub(1));
+        }
+    }
+
+    fn bit(&self, b: u64) -> bool {
+        self.bitmap.get((b / 64) as usize) >> (b % 64) & 1 != 0
+    }
+
+    fn count_free(&self, start: u64, end: u64) -> u64 {
+        (start..end).filter(|&b| !self.bit(b)).count() as u64
+    }
+
+    fn set_bits(&mut self, start: u64, len: u64, used: bool) -> u64 {
+        let mut changed = 0;
+        for b in start..start + len {
+            if self.bit(b) != used {
+                self.bitmap.update((b / 64) as usize, |w| *w ^= 1 << (b % 64));
+                let g = self.group_of(DataBlock(b)).0 as usize;
+                self.groups.update(g, |d| {
+                    if used {
+                        d.free_blocks -= 1;
+                    } else {
+                        d.free_blocks += 1;
+                    }
+                });
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// Marks blocks in use (mkfs, roll-forward of an allocation). Returns how
+    /// many were free before.
+    pub fn mark_used(&mut self, start: DataBlock, len: u32) -> u64 {
+        let len = u64::from(len).min(self.total.saturating_sub(start.0));
+        let n = self.set_bits(start.0, len, true);
+        self.free -= n;
+        n
+    }
+
+    /// Marks blocks free at once (roll-forward of a free, which is durable by
+    /// definition). Returns how many were in use before.
+    pub fn mark_free(&mut self, start: DataBlock, len: u32) -> u64 {
+        let len = u64::from(len).min(self.total.saturating_sub(start.0));
+        let n = self.set_bits(start.0, len, false);
+        self.free += n;
+        n
+    }
+
+    /// Whether every block of the range is marked in use.
+    #[must_use]
+    pub fn all_used(&self, start: DataBlock, len: u32) -> bool {
+        start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total)
+            && (start.0..start.0 + u64::from(len)).all(|b| self.bit(b))
+    }
+
+    /// Frees blocks once partial segment `seq` is durable.
+    pub fn free_deferred(&mut self, start: DataBlock, len: u32, seq: Seq) {
+        self.pending.push((seq, start, len));
+        self.pending_blocks += u64::from(len);
+    }
+
+    /// Partial segments up to `durable` reached the disk: their frees may be reused.
+    pub fn release(&mut self, durable: Seq) {
+        let pending = std::mem::take(&mut self.pending);
+        for (seq, start, len) in pending {
+            if seq <= durable {
+                self.pending_blocks -= u64::from(len);
+                self.mark_free(start, len);
+            } else {
+                self.pending.push((seq, start, len));
+            }
+        }
+    }
+
+    /// Allocates a run of up to `want` free blocks, preferring `goal` and
+    /// what follows it, then the rest of the device. The caller holds a
+    /// reservation for them, which this consumes.
+    pub fn allocate(&mut self, goal: DataBlock, want: u64) -> Option<(DataBlock, u32)> {
+        let want = want.clamp(1, u64::from(MAX_EXTENT_BLOCKS));
+        let goal = if goal.0 >= self.total { 0 } else { goal.0 };
+        let start = self.find_free(goal, self.total).or_else(|| self.find_free(0, goal))?;
+        let mut len = 1;
+        while len < want && start + len < self.total && !self.bit(start + len) {
+            len += 1;
+        }
+        self.mark_used(DataBlock(start), len as u32);
+        self.reserved = self.reserved.saturating_sub(len);
+        let g = self.group_of(DataBlock(start)).0 as usize;
+        self.cursor[g] = start + len;
+        Some((DataBlock(start), len as u32))
+    }
+
+    /// Where a new file in group `g` should start looking: just after the
+    /// last allocation there, so that files created together lie together.
+    #[must_use]
+    pub fn group_goal(&self, g: GroupNo) -> DataBlock {
+        let (start, end) = self.group_range(g);
+        let c = self.cursor.get(g.0 as usize).copied().unwrap_or(0);
+        DataBlock(if (start..end).contains(&c) { c } else { start })
+    }
+
+    /// First free block in `from..to`, skipping full groups and words.
+    fn find_free(&self, from: u64, to: u64) -> Option<u64> {
+        let mut b = from;
+        while b < to {
+            let g = self.group_of(DataBlock(b));
+            if self.groups.get(g.0 as usize).free_blocks == 0 {
+                b = self.group_range(g).1;
+                continue;
+            }
+            let word = self.bitmap.get((b / 64) as usize) >> (b % 64);
+            if word == !0u64 >> (b % 64) {
+                b = (b / 64 + 1) * 64;
+                continue;
+            }
+            let off = u64::from((!word).trailing_zeros());
+            let found = b + off;
+            if found < to && found < self.total {
+                return Some(found);
+            }
+            b = (b / 64 + 1) * 64;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_space_has_block_zero_in_use() {
+        let s = DataSpace::new(1000, 256);
+        assert_eq!(s.free_blocks(), 999);
+        assert_eq!(s.groups.len(), 4);
+        assert_eq!(s.groups.get(3).free_blocks, 1000 - 768);
+    }
+
+    #[test]
+    fn sequential_allocations_are_contiguous() {
+        let mut s = DataSpace::new(10_000, 1024);
+        s.reserve(30).unwrap();
+        let (a, la) = s.allocate(DataBlock(1), 10).unwrap();
+        let (b, _) = s.allocate(DataBlock(a.0 + u64::from(la)), 20).unwrap();
+        assert_eq!((a, la), (DataBlock(1), 10));
+        assert_eq!(b, DataBlock(11));
+        assert_eq!(s.reserved(), 0);
+    }
+
+    #[test]
+    fn frees_wait_for_durability() {
+        let mut s = DataSpace::new(100, 64);
+        s.reserve(99).unwrap();
+        let (a, n) = s.allocate(DataBlock(0), 99).unwrap();
+        assert_eq!((a, n), (DataBlock(1), 99));
+        assert!(s.allocate(DataBlock(0), 1).is_none());
+        s.free_deferred(a, 10, Seq(5));
+        assert!(s.allocate(DataBlock(0), 1).is_none(), "reused before durable");
+        assert_eq!(s.free_for_statfs(), 10);
+        s.release(Seq(4));
+        assert!(s.allocate(DataBlock(0), 1).is_none());
+        s.release(Seq(5));
+        assert_eq!(s.allocate(DataBlock(0), 5), Some((a, 5)));
+    }
+
+    #[test]
+    fn reservations_are_bounded_by_free_space() {
+        let mut s = DataSpace::new(100, 64);
+        s.reserve(99).unwrap();
+        assert!(matches!(s.reserve(1), Err(Error::NoSpace(DeviceRole::Data))));
+        s.unreserve(9);
+        s.reserve(9).unwrap();
+    }
+
+    #[test]
+    fn directories_go_to_the_emptiest_group() {
+        let mut s = DataSpace::new(4096, 1024);
+        s.reserve(500).unwrap();
+        s.allocate(DataBlock(0), 500).unwrap();
+        let g = s.bind_directory();
+        assert_eq!(g, GroupNo(1));
+        assert_eq!(s.bind_directory(), GroupNo(2));
+        assert_eq!(s.bind_directory(), GroupNo(3));
+        assert_eq!(s.bind_directory(), GroupNo(1));
+    }
+
+    #[test]
+    fn bits_beyond_the_device_are_never_handed_out() {
+        let mut s = DataSpace::new(70, 64);
+        s.reserve(69).unwrap();
+        let mut got = 0;
+        while let Some((b, n)) = s.allocate(DataBlock(0), 100) {
+            assert!(b.0 + u64::from(n) <= 70);
+            got += n;
+        }
+        assert_eq!(got, 69);
+    }
+}

@@ -1,0 +1,60 @@
+//! The device layer: whole-block reads, writes and flushes.
+//!
+//! Everything above this module talks to a [`BlockDevice`]; the backends are a
+//! file or block device ([`FileDevice`]) and memory ([`MemoryDevice`]). Test
+//! harnesses stack their own implementations (recording, fault injection) on
+//! the same seam.
+
+mod file;
+mod memory;
+
+pub use file::FileDevice;
+pub use memory::MemoryDevice;
+
+use std::fmt;
+use std::io;
+
+use crate::types::BLOCK_SIZE;
+
+/// A device addressed in [`BLOCK_SIZE`] blocks.
+///
+/// Buffers are always a whole number of blocks. A write is not durable until a
+/// later [`BlockDevice::flush`] returns; until then any subset of the written
+/// sectors may be lost by a crash, which is exactly what the crash tests model.
+pub trait BlockDevice: Send + Sync + fmt::Debug {
+    /// Number of blocks the device holds.
+    fn block_count(&self) -> u64;
+
+    /// Reads `buf.len() / BLOCK_SIZE` blocks starting at `first`.
+    ///
+    /// # Errors
+    /// The operating system's error, or `InvalidInput` beyond the end.
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// Writes `buf.len() / BLOCK_SIZE` blocks starting at `first`.
+    ///
+    /// # Errors
+    /// The operating system's error, or `InvalidInput` beyond the end.
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()>;
+
+    /// Makes every completed write durable.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn flush(&self) -> io::Result<()>;
+}
+
+/// Checks that a request is block-aligned and inside a device of `count` blocks.
+pub(crate) fn check_range(count: u64, first: u64, len: usize) -> io::Result<()> {
+    if len % BLOCK_SIZE != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer is not a whole number of blocks"));
+    }
+    let blocks = (len / BLOCK_SIZE) as u64;
+    match first.checked_add(blocks) {
+        Some(end) if end <= count => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("blocks {first}..+{blocks} lie beyond the end of a {count}-block device"),
+        )),
+    }
+}

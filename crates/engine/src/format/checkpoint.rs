@@ -1,0 +1,196 @@
+//! A checkpoint record: one of the two slots at blocks 1 and 2.
+//!
+//! It says where the IFile was written (through its index blocks) and where the
+//! log continues, so that mount can load the IFile and roll forward from there.
+//! Slots are written alternately; mount takes the valid one with the highest
+//! number, so a torn newest slot falls back to the older one.
+
+use super::checksum;
+use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
+use super::ifile::TableId;
+use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
+
+/// `"DFCK"` little-endian.
+pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"DFCK");
+const CRC_OFFSET: usize = 4;
+const FIXED_LEN: usize = 112;
+const INDEX_ENTRY_LEN: usize = 16;
+/// Most IFile index blocks one checkpoint can name.
+pub const MAX_INDEX_BLOCKS: usize = (BLOCK_SIZE - FIXED_LEN) / INDEX_ENTRY_LEN;
+
+/// Where one IFile index block lives and which table blocks it lists.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct IndexRef {
+    /// The table it indexes.
+    pub table: TableId,
+    /// Number of the first table block it lists.
+    pub first: u32,
+    /// Its address.
+    pub address: MetaBlock,
+}
+
+/// Where the log continues after a checkpoint: the next partial segment is
+/// expected at `segment`/`offset` with sequence `seq`, and must name
+/// `prev_crc` as its predecessor's descriptor checksum.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LogPosition {
+    /// Sequence number of the next partial segment.
+    pub seq: Seq,
+    /// Segment it is written in.
+    pub segment: SegmentNo,
+    /// Block offset inside that segment.
+    pub offset: u32,
+    /// Segment the log moves to when this one is full.
+    pub next_segment: SegmentNo,
+    /// Descriptor checksum of the partial segment before it.
+    pub prev_crc: u32,
+}
+
+/// A decoded checkpoint.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Checkpoint {
+    /// Increases by one with every checkpoint; slot = number % 2.
+    pub number: u64,
+    /// When it was written.
+    pub time: Timestamp,
+    /// Where roll-forward starts.
+    pub log: LogPosition,
+    /// Entries in the inode map.
+    pub inode_count: u64,
+    /// Entries in the node map.
+    pub node_count: u64,
+    /// Free data blocks (a cross-check for the bitmaps).
+    pub free_data_blocks: u64,
+    /// Where the IFile is.
+    pub index: Vec<IndexRef>,
+}
+
+impl Checkpoint {
+    /// Encodes into one block.
+    ///
+    /// # Panics
+    /// With more than [`MAX_INDEX_BLOCKS`] index blocks; the IFile writer
+    /// refuses to grow that far, so more is a bug.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.index.len() <= MAX_INDEX_BLOCKS);
+        let mut w = Writer::with_capacity(BLOCK_SIZE);
+        w.u32(CHECKPOINT_MAGIC)
+            .u32(0)
+            .u16(super::superblock::FORMAT_MAJOR)
+            .u16(super::superblock::FORMAT_MINOR)
+            .u32(self.index.len() as u32)
+            .u64(self.number)
+            .timestamp(self.time)
+            .u32(0)
+            .u64(self.log.seq.0)
+            .u32(self.log.segment.0)
+            .u32(self.log.offset)
+            .u32(self.log.next_segment.0)
+            .u32(self.log.prev_crc)
+            .u64(self.inode_count)
+            .u64(self.node_count)
+            .u64(self.free_data_blocks)
+            .zeros(FIXED_LEN - 88);
+        debug_assert_eq!(w.len(), FIXED_LEN);
+        for e in &self.index {
+            w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
+        }
+        let mut block = w.into_inner();
+        block.resize(BLOCK_SIZE, 0);
+        checksum::seal(&mut block, CRC_OFFSET);
+        block
+    }
+
+    /// Decodes and validates a checkpoint slot.
+    ///
+    /// # Errors
+    /// Empty slot, bad checksum, unsupported version, or bad fields.
+    pub fn decode(block: &[u8]) -> DecodeResult<Checkpoint> {
+        let mut r = Reader::new(block);
+        if r.u32()? != CHECKPOINT_MAGIC {
+            bad!("no checkpoint in this slot (bad magic)");
+        }
+        if block.len() < BLOCK_SIZE || !checksum::verify(&block[..BLOCK_SIZE], CRC_OFFSET) {
+            bad!("checksum mismatch (torn write)");
+        }
+        r.u32()?;
+        let major = r.u16()?;
+        let _minor = r.u16()?;
+        if major != super::superblock::FORMAT_MAJOR {
+            bad!("checkpoint format {major} is not supported");
+        }
+        let n = r.u32()?;
+        let n = bounded(u64::from(n), "index block", MAX_INDEX_BLOCKS)?;
+        let number = r.u64()?;
+        let time = r.timestamp()?;
+        r.reserved(4)?;
+        let log = LogPosition {
+            seq: Seq(r.u64()?),
+            segment: SegmentNo(r.u32()?),
+            offset: r.u32()?,
+            next_segment: SegmentNo(r.u32()?),
+            prev_crc: r.u32()?,
+        };
+        let inode_count = r.u64()?;
+        let node_count = r.u64()?;
+        let free_data_blocks = r.u64()?;
+        r.reserved(FIXED_LEN - 88)?;
+        let mut index = Vec::with_capacity(n);
+        for _ in 0..n {
+            let code = r.u8()?;
+            let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
+            r.reserved(3)?;
+            index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
+        }
+        r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
+        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        Checkpoint {
+            number: 7,
+            time: Timestamp { sec: 100, nsec: 5 },
+            log: LogPosition {
+                seq: Seq(42),
+                segment: SegmentNo(3),
+                offset: 17,
+                next_segment: SegmentNo(4),
+                prev_crc: 0xDEAD_BEEF,
+            },
+            inode_count: 1000,
+            node_count: 12,
+            free_data_blocks: 99,
+            index: vec![
+                IndexRef { table: TableId::SegmentUsage, first: 0, address: MetaBlock(300) },
+                IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(301) },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        assert_eq!(Checkpoint::decode(&sample().encode()).unwrap(), sample());
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let block = sample().encode();
+        for bit in 0..BLOCK_SIZE * 8 {
+            let mut b = block.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(Checkpoint::decode(&b).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn truncated_and_empty_slots_are_errors() {
+        assert!(Checkpoint::decode(&sample().encode()[..64]).is_err());
+        assert!(Checkpoint::decode(&[0u8; BLOCK_SIZE]).is_err());
+    }
+}

@@ -1,0 +1,334 @@
+//! The superblock: block 0 of both devices.
+//!
+//! The two copies are identical except for `role`; each names the volume and
+//! both devices by UUID, so that a data device paired with the wrong meta-data
+//! device is refused before anything is read from it.
+
+use super::checksum;
+use super::codec::{DecodeResult, Reader, Writer, bad};
+use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Timestamp};
+
+/// `"DUAL"` little-endian.
+pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
+/// On-disk format version this library writes.
+pub const FORMAT_MAJOR: u16 = 1;
+/// Minor version: additions that older readers may ignore.
+pub const FORMAT_MINOR: u16 = 0;
+/// Feature bits this library understands, by class. None are defined yet.
+pub const KNOWN_COMPAT: u64 = 0;
+/// Unknown `ro_compat` bits force a read-only mount.
+pub const KNOWN_RO_COMPAT: u64 = 0;
+/// Unknown `incompat` bits refuse the mount.
+pub const KNOWN_INCOMPAT: u64 = 0;
+const CRC_OFFSET: usize = 4;
+/// Largest inline-data limit: an inode record must fit an inode block.
+pub const MAX_INLINE_DATA: u32 = 3072;
+/// The two checkpoint slots.
+pub const CHECKPOINT_SLOTS: [MetaBlock; 2] = [MetaBlock(1), MetaBlock(2)];
+
+/// Which device a superblock copy sits on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    /// The meta-data device.
+    Meta,
+    /// The data device.
+    Data,
+}
+
+/// The volume's geometry and identity.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Superblock {
+    /// Which device this copy sits on.
+    pub role: Role,
+    /// Format major version.
+    pub major: u16,
+    /// Format minor version.
+    pub minor: u16,
+    /// Features that older readers can ignore.
+    pub compat: u64,
+    /// Features that older readers may read but not write.
+    pub ro_compat: u64,
+    /// Features that older readers must not touch.
+    pub incompat: u64,
+    /// The volume.
+    pub volume_uuid: [u8; 16],
+    /// The meta-data device.
+    pub meta_uuid: [u8; 16],
+    /// The data device.
+    pub data_uuid: [u8; 16],
+    /// Blocks per log segment.
+    pub segment_blocks: u32,
+    /// Blocks of the meta-data device in use.
+    pub meta_blocks: u64,
+    /// Blocks of the data device in use.
+    pub data_blocks: u64,
+    /// Blocks per data group.
+    pub group_blocks: u32,
+    /// Number of data groups.
+    pub group_count: u32,
+    /// Number of log segments.
+    pub segment_count: u32,
+    /// Where segment 0 starts on the meta-data device.
+    pub first_segment_block: u64,
+    /// Files up to this many bytes keep their data in the inode.
+    pub inline_max: u32,
+    /// Key of the keyed hash used for directory and xattr names.
+    pub hash_key: [u8; 16],
+    /// When mkfs ran.
+    pub created: Timestamp,
+    /// A name for people, NUL-padded.
+    pub label: [u8; 64],
+}
+
+impl Superblock {
+    /// A 64-bit id of the volume, stored in every meta-data block header.
+    #[must_use]
+    pub fn volume_id(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.volume_uuid[..8]);
+        u64::from_le_bytes(b)
+    }
+
+    /// First block of segment `seg`.
+    #[must_use]
+    pub fn segment_start(&self, seg: SegmentNo) -> MetaBlock {
+        MetaBlock(self.first_segment_block + u64::from(seg.0) * u64::from(self.segment_blocks))
+    }
+
+    /// The segment containing meta block `b`, if it lies in the segment area.
+    #[must_use]
+    pub fn segment_of(&self, b: MetaBlock) -> Option<SegmentNo> {
+        let rel = b.0.checked_sub(self.first_segment_block)?;
+        let seg = rel / u64::from(self.segment_blocks);
+        (seg < u64::from(self.segment_count)).then_some(SegmentNo(seg as u32))
+    }
+
+    /// The label as text.
+    #[must_use]
+    pub fn label_str(&self) -> String {
+        let end = self.label.iter().position(|&b| b == 0).unwrap_or(self.label.len());
+        String::from_utf8_lossy(&self.label[..end]).into_owned()
+    }
+
+    /// Encodes into one block.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(BLOCK_SIZE);
+        w.u32(SUPER_MAGIC)
+            .u32(0)
+            .u16(self.major)
+            .u16(self.minor)
+            .u32(match self.role {
+                Role::Meta => 1,
+                Role::Data => 2,
+            })
+            .u64(self.compat)
+            .u64(self.ro_compat)
+            .u64(self.incompat)
+            .bytes(&self.volume_uuid)
+            .bytes(&self.meta_uuid)
+            .bytes(&self.data_uuid)
+            .u32(BLOCK_SIZE as u32)
+            .u32(self.segment_blocks)
+            .u64(self.meta_blocks)
+            .u64(self.data_blocks)
+            .u32(self.group_blocks)
+            .u32(self.group_count)
+            .u32(self.segment_count)
+            .u32(0)
+            .u64(self.first_segment_block)
+            .u64(CHECKPOINT_SLOTS[0].0)
+            .u64(CHECKPOINT_SLOTS[1].0)
+            .u32(self.inline_max)
+            .u32(255)
+            .bytes(&self.hash_key)
+            .timestamp(self.created)
+            .u32(0)
+            .bytes(&self.label);
+        let mut block = w.into_inner();
+        block.resize(BLOCK_SIZE, 0);
+        checksum::seal(&mut block, CRC_OFFSET);
+        block
+    }
+
+    /// Decodes and validates a superblock.
+    ///
+    /// # Errors
+    /// Not a DualFS superblock, a bad checksum, an unsupported version or
+    /// feature, or a geometry that does not add up.
+    pub fn decode(block: &[u8]) -> DecodeResult<Superblock> {
+        let mut r = Reader::new(block);
+        if r.u32()? != SUPER_MAGIC {
+            bad!("no DualFS superblock (bad magic)");
+        }
+        if block.len() < BLOCK_SIZE || !checksum::verify(&block[..BLOCK_SIZE], CRC_OFFSET) {
+            bad!("checksum mismatch");
+        }
+        r.u32()?;
+        let major = r.u16()?;
+        let minor = r.u16()?;
+        if major != FORMAT_MAJOR {
+            bad!("format version {major}.{minor} is not supported (this is {FORMAT_MAJOR}.{FORMAT_MINOR})");
+        }
+        let role = match r.u32()? {
+            1 => Role::Meta,
+            2 => Role::Data,
+            other => bad!("unknown device role {other}"),
+        };
+        let compat = r.u64()?;
+        let ro_compat = r.u64()?;
+        let incompat = r.u64()?;
+        if incompat & !KNOWN_INCOMPAT != 0 {
+            bad!("unknown incompatible features {:#x}", incompat & !KNOWN_INCOMPAT);
+        }
+        let volume_uuid = r.array()?;
+        let meta_uuid = r.array()?;
+        let data_uuid = r.array()?;
+        let block_size = r.u32()?;
+        if block_size as usize != BLOCK_SIZE {
+            bad!("block size {block_size} is not supported (only {BLOCK_SIZE})");
+        }
+        let segment_blocks = r.u32()?;
+        let meta_blocks = r.u64()?;
+        let data_blocks = r.u64()?;
+        let group_blocks = r.u32()?;
+        let group_count = r.u32()?;
+        let segment_count = r.u32()?;
+        r.reserved(4)?;
+        let first_segment_block = r.u64()?;
+        let slot_a = r.u64()?;
+        let slot_b = r.u64()?;
+        let inline_max = r.u32()?;
+        let max_name = r.u32()?;
+        let hash_key = r.array()?;
+        let created = r.timestamp()?;
+        r.reserved(4)?;
+        let label = r.array()?;
+        r.reserved(BLOCK_SIZE - r.position())?;
+
+        if [slot_a, slot_b] != [CHECKPOINT_SLOTS[0].0, CHECKPOINT_SLOTS[1].0] {
+            bad!("checkpoint slots at {slot_a} and {slot_b}, expected 1 and 2");
+        }
+        if max_name != 255 {
+            bad!("maximum name length {max_name} is not supported");
+        }
+        if !(16..=65536).contains(&segment_blocks) {
+            bad!("segment of {segment_blocks} blocks is out of range");
+        }
+        if first_segment_block < 3 {
+            bad!("segment area starts at block {first_segment_block}, inside the superblock area");
+        }
+        let seg_end = u64::from(segment_count)
+            .checked_mul(u64::from(segment_blocks))
+            .and_then(|n| n.checked_add(first_segment_block));
+        if segment_count < 4 || seg_end.is_none_or(|end| end > meta_blocks) {
+            bad!("{segment_count} segments of {segment_blocks} blocks do not fit {meta_blocks} blocks");
+        }
+        if group_blocks == 0 || group_blocks % 64 != 0 {
+            bad!("data group of {group_blocks} blocks is not a positive multiple of 64");
+        }
+        if data_blocks < 2 || u64::from(group_count) != data_blocks.div_ceil(u64::from(group_blocks)) {
+            bad!("{group_count} groups of {group_blocks} blocks do not cover {data_blocks} blocks");
+        }
+        if inline_max > MAX_INLINE_DATA {
+            bad!("inline limit {inline_max} exceeds {MAX_INLINE_DATA}");
+        }
+        Ok(Superblock {
+            role,
+            major,
+            minor,
+            compat,
+            ro_compat,
+            incompat,
+            volume_uuid,
+            meta_uuid,
+            data_uuid,
+            segment_blocks,
+            meta_blocks,
+            data_blocks,
+            group_blocks,
+            group_count,
+            segment_count,
+            first_segment_block,
+            inline_max,
+            hash_key,
+            created,
+            label,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn sample() -> Superblock {
+    Superblock {
+        role: Role::Meta,
+        major: FORMAT_MAJOR,
+        minor: FORMAT_MINOR,
+        compat: 0,
+        ro_compat: 0,
+        incompat: 0,
+        volume_uuid: [1; 16],
+        meta_uuid: [2; 16],
+        data_uuid: [3; 16],
+        segment_blocks: 256,
+        meta_blocks: 256 * 20,
+        data_blocks: 100_000,
+        group_blocks: 32768,
+        group_count: 4,
+        segment_count: 19,
+        first_segment_block: 256,
+        inline_max: 1024,
+        hash_key: [9; 16],
+        created: Timestamp { sec: 1, nsec: 2 },
+        label: [0; 64],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let sb = sample();
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let block = sample().encode();
+        for bit in 0..BLOCK_SIZE * 8 {
+            let mut b = block.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(Superblock::decode(&b).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn geometry_that_does_not_fit_is_refused() {
+        let mut sb = sample();
+        sb.segment_count = 100;
+        assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("do not fit"));
+        let mut sb = sample();
+        sb.group_count = 1;
+        assert!(Superblock::decode(&sb.encode()).is_err());
+        let mut sb = sample();
+        sb.incompat = 1 << 40;
+        assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("incompatible"));
+    }
+
+    #[test]
+    fn truncated_is_an_error() {
+        assert!(Superblock::decode(&sample().encode()[..200]).is_err());
+        assert!(Superblock::decode(&[]).is_err());
+    }
+
+    #[test]
+    fn segment_arithmetic() {
+        let sb = sample();
+        assert_eq!(sb.segment_start(SegmentNo(2)), MetaBlock(256 + 512));
+        assert_eq!(sb.segment_of(MetaBlock(256 + 511)), Some(SegmentNo(1)));
+        assert_eq!(sb.segment_of(MetaBlock(10)), None);
+        assert_eq!(sb.segment_of(MetaBlock(256 + 19 * 256)), None);
+    }
+}

@@ -1,0 +1,331 @@
+//! The IFile (paper §3.2, Figure 2): segment usage table, inode map and node
+//! map. (The data-group descriptors and bitmap are IFile tables too; their
+//! allocator lives in [`crate::data_space`].)
+//!
+//! The IFile is written only at checkpoints. Between checkpoints it changes
+//! through the same primitives whether a partial segment is being sealed or
+//! rolled forward: frees and orphan changes first (change records), then the
+//! placements of the blocks and inodes the partial segment carries. So every
+//! commit exercises the recovery path.
+
+pub mod table;
+
+use std::collections::BTreeSet;
+
+use crate::format::ifile::{IMAP_ORPHAN, IMAP_USED, ImapEntry, SegUsage, TableId};
+use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo, Seq};
+pub use table::{Table, TableAccess};
+
+/// Where segments sit on the meta-data device.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentGeometry {
+    /// First block of segment 0.
+    pub first_block: u64,
+    /// Blocks per segment.
+    pub blocks: u32,
+    /// Number of segments.
+    pub count: u32,
+}
+
+impl SegmentGeometry {
+    /// The segment holding `b`, if any.
+    #[must_use]
+    pub fn segment_of(&self, b: MetaBlock) -> Option<SegmentNo> {
+        let rel = b.0.checked_sub(self.first_block)?;
+        let s = rel / u64::from(self.blocks);
+        (s < u64::from(self.count)).then_some(SegmentNo(s as u32))
+    }
+
+    /// First block of `seg`.
+    #[must_use]
+    pub fn start(&self, seg: SegmentNo) -> MetaBlock {
+        MetaBlock(self.first_block + u64::from(seg.0) * u64::from(self.blocks))
+    }
+}
+
+/// The inode map, node map and segment usage table, with the free lists
+/// derived from them.
+#[derive(Debug, Clone)]
+pub struct IFile {
+    geometry: SegmentGeometry,
+    /// Live bytes and last write per segment.
+    pub segments: Table<SegUsage>,
+    /// Inode number to location and generation.
+    pub inodes: Table<ImapEntry>,
+    /// Node id to block address (0 = free).
+    pub nodes: Table<u64>,
+    free_inodes: BTreeSet<u64>,
+    free_nodes: BTreeSet<u64>,
+    used_inodes: u64,
+    used_nodes: u64,
+}
+
+impl IFile {
+    /// An empty IFile for a fresh volume: inode 0 and node 0 are reserved.
+    #[must_use]
+    pub fn new(geometry: SegmentGeometry) -> IFile {
+        let mut f = IFile {
+            geometry,
+            segments: Table::new(TableId::SegmentUsage, geometry.count as usize),
+            inodes: Table::new(TableId::InodeMap, 1),
+            nodes: Table::new(TableId::NodeMap, 1),
+            free_inodes: BTreeSet::new(),
+            free_nodes: BTreeSet::new(),
+            used_inodes: 0,
+            used_nodes: 0,
+        };
+        // Number 0 never names anything; keep it out of the free lists forever.
+        f.inodes.set(0, ImapEntry { flags: IMAP_USED, ..ImapEntry::default() });
+        f
+    }
+
+    /// Rebuilds the free lists and counters after the tables were loaded or
+    /// rolled forward.
+    pub fn rebuild_free_lists(&mut self) {
+        self.free_inodes = (1..self.inodes.len() as u64).filter(|&i| !self.inodes.get(i as usize).in_use()).collect();
+        self.used_inodes = (self.inodes.len() as u64 - 1) - self.free_inodes.len() as u64;
+        self.free_nodes = (1..self.nodes.len() as u64).filter(|&i| self.nodes.get(i as usize) == 0).collect();
+        self.used_nodes = (self.nodes.len() as u64 - 1) - self.free_nodes.len() as u64;
+    }
+
+    /// Segment geometry.
+    #[must_use]
+    pub fn geometry(&self) -> SegmentGeometry {
+        self.geometry
+    }
+
+    /// Inodes in use.
+    #[must_use]
+    pub fn used_inodes(&self) -> u64 {
+        self.used_inodes
+    }
+
+    /// Node ids in use.
+    #[must_use]
+    pub fn used_nodes(&self) -> u64 {
+        self.used_nodes
+    }
+
+    /// All three tables, for the checkpoint writer and loader.
+    pub fn tables_mut(&mut self) -> [&mut dyn TableAccess; 3] {
+        [&mut self.segments, &mut self.inodes, &mut self.nodes]
+    }
+
+    // ---- inode map ----
+
+    /// The inode-map entry of `ino`, if the number is in range.
+    #[must_use]
+    pub fn inode(&self, ino: InodeNo) -> Option<ImapEntry> {
+        (ino.0 < self.inodes.len() as u64).then(|| self.inodes.get(ino.0 as usize))
+    }
+
+    /// Takes a free inode number (the lowest) and returns it with its generation.
+    pub fn alloc_inode(&mut self) -> (InodeNo, u32) {
+        let n = match self.free_inodes.pop_first() {
+            Some(n) => n,
+            None => {
+                let n = self.inodes.len() as u64;
+                self.inodes.grow(n as usize + 1);
+                n
+            }
+        };
+        let generation = self.inodes.get(n as usize).generation;
+        self.inodes.set(n as usize, ImapEntry { address: MetaBlock(0), generation, flags: IMAP_USED, record_len: 0 });
+        self.used_inodes += 1;
+        (InodeNo(n), generation)
+    }
+
+    /// Releases `ino`; its next use gets `next_generation`.
+    pub fn free_inode(&mut self, ino: InodeNo, next_generation: u32) {
+        let Some(old) = self.inode(ino) else { return };
+        self.sub_live(old.address, u32::from(old.record_len));
+        self.inodes.set(ino.0 as usize, ImapEntry { generation: next_generation, ..ImapEntry::default() });
+        if old.in_use() && self.free_inodes.insert(ino.0) {
+            self.used_inodes -= 1;
+        }
+    }
+
+    /// Records that the newest copy of `ino` (generation `generation`,
+    /// `len` bytes) now lives in inode block `at`.
+    pub fn place_inode(&mut self, ino: InodeNo, generation: u32, at: MetaBlock, len: u16) {
+        if ino.0 >= self.inodes.len() as u64 {
+            // Roll-forward meets inodes allocated after the checkpoint.
+            let old_len = self.inodes.len() as u64;
+            self.inodes.grow(ino.0 as usize + 1);
+            self.free_inodes.extend(old_len..ino.0);
+        }
+        let old = self.inodes.get(ino.0 as usize);
+        self.sub_live(old.address, u32::from(old.record_len));
+        self.add_live(at, u32::from(len));
+        if !old.in_use() && self.free_inodes.remove(&ino.0) {
+            self.used_inodes += 1;
+        }
+        let flags = IMAP_USED | (old.flags & IMAP_ORPHAN);
+        self.inodes.set(ino.0 as usize, ImapEntry { address: at, generation, flags, record_len: len });
+    }
+
+    /// Adds `ino` to, or removes it from, the orphan list.
+    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
+        if ino.0 < self.inodes.len() as u64 {
+            self.inodes.update(ino.0 as usize, |e| {
+                if orphan && e.in_use() {
+                    e.flags |= IMAP_ORPHAN;
+                } else {
+                    e.flags &= !IMAP_ORPHAN;
+                }
+            });
+        }
+    }
+
+    /// Inodes on the orphan list.
+    #[must_use]
+    pub fn orphans(&self) -> Vec<InodeNo> {
+        (1..self.inodes.len())
+            .filter(|&i| self.inodes.get(i).flags & IMAP_ORPHAN != 0)
+            .map(|i| InodeNo(i as u64))
+            .collect()
+    }
+
+    // ---- node map ----
+
+    /// Where node `id` lives (0 = nowhere yet, or free).
+    #[must_use]
+    pub fn node_address(&self, id: NodeId) -> MetaBlock {
+        if id.0 < self.nodes.len() as u64 { MetaBlock(self.nodes.get(id.0 as usize)) } else { MetaBlock(0) }
+    }
+
+    /// Takes a free node id.
+    pub fn alloc_node(&mut self) -> NodeId {
+        let n = match self.free_nodes.pop_first() {
+            Some(n) => n,
+            None => {
+                let n = self.nodes.len() as u64;
+                self.nodes.grow(n as usize + 1);
+                n
+            }
+        };
+        self.used_nodes += 1;
+        NodeId(n)
+    }
+
+    /// Releases node `id`.
+    pub fn free_node(&mut self, id: NodeId) {
+        if id.0 == 0 || id.0 >= self.nodes.len() as u64 {
+            return;
+        }
+        let old = MetaBlock(self.nodes.get(id.0 as usize));
+        self.sub_live(old, BLOCK_BYTES as u32);
+        self.nodes.set(id.0 as usize, 0);
+        if self.free_nodes.insert(id.0) {
+            self.used_nodes -= 1;
+        }
+    }
+
+    /// Records that node `id` now lives at `at`.
+    pub fn place_node(&mut self, id: NodeId, at: MetaBlock) {
+        if id.0 >= self.nodes.len() as u64 {
+            let old_len = self.nodes.len() as u64;
+            self.nodes.grow(id.0 as usize + 1);
+            self.free_nodes.extend(old_len..id.0);
+        }
+        let old = MetaBlock(self.nodes.get(id.0 as usize));
+        self.sub_live(old, BLOCK_BYTES as u32);
+        self.add_live(at, BLOCK_BYTES as u32);
+        if self.free_nodes.remove(&id.0) {
+            self.used_nodes += 1;
+        }
+        self.nodes.set(id.0 as usize, at.0);
+    }
+
+    // ---- segment usage ----
+
+    /// The usage entry of `seg`.
+    #[must_use]
+    pub fn segment(&self, seg: SegmentNo) -> SegUsage {
+        self.segments.get(seg.0 as usize)
+    }
+
+    /// Records that partial segment `seq` was written into `seg`.
+    pub fn note_write(&mut self, seg: SegmentNo, seq: Seq) {
+        self.segments.update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
+    }
+
+    fn add_live(&mut self, at: MetaBlock, bytes: u32) {
+        if let Some(seg) = self.geometry.segment_of(at) {
+            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_add(bytes));
+        }
+    }
+
+    fn sub_live(&mut self, at: MetaBlock, bytes: u32) {
+        if at.0 == 0 {
+            return;
+        }
+        if let Some(seg) = self.geometry.segment_of(at) {
+            // Saturating: a corrupt image must not panic here; fsck reports
+            // any disagreement between this table and the live blocks.
+            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ifile() -> IFile {
+        let mut f = IFile::new(SegmentGeometry { first_block: 256, blocks: 256, count: 8 });
+        f.rebuild_free_lists();
+        f
+    }
+
+    #[test]
+    fn inode_numbers_are_reused_lowest_first_with_a_new_generation() {
+        let mut f = ifile();
+        let (a, ga) = f.alloc_inode();
+        let (b, _) = f.alloc_inode();
+        assert_eq!((a, b), (InodeNo(1), InodeNo(2)));
+        f.place_inode(a, ga, MetaBlock(300), 200);
+        assert_eq!(f.segment(SegmentNo(0)).live_bytes, 200);
+        f.free_inode(a, ga + 1);
+        assert_eq!(f.segment(SegmentNo(0)).live_bytes, 0);
+        assert_eq!(f.alloc_inode(), (InodeNo(1), ga + 1));
+        assert_eq!(f.used_inodes(), 2);
+    }
+
+    #[test]
+    fn moving_a_node_moves_its_live_bytes() {
+        let mut f = ifile();
+        let n = f.alloc_node();
+        f.place_node(n, MetaBlock(256 + 10));
+        f.place_node(n, MetaBlock(256 + 256 + 3));
+        assert_eq!(f.segment(SegmentNo(0)).live_bytes, 0);
+        assert_eq!(f.segment(SegmentNo(1)).live_bytes, 4096);
+        f.free_node(n);
+        assert_eq!(f.segment(SegmentNo(1)).live_bytes, 0);
+        assert_eq!(f.used_nodes(), 0);
+    }
+
+    #[test]
+    fn roll_forward_placements_grow_the_maps() {
+        let mut f = ifile();
+        f.place_inode(InodeNo(10), 0, MetaBlock(400), 150);
+        f.place_node(NodeId(7), MetaBlock(401));
+        f.rebuild_free_lists();
+        assert_eq!(f.used_inodes(), 1);
+        assert_eq!(f.used_nodes(), 1);
+        assert_eq!(f.alloc_inode().0, InodeNo(1));
+        assert_eq!(f.alloc_node(), NodeId(1));
+    }
+
+    #[test]
+    fn orphan_flag_survives_a_move() {
+        let mut f = ifile();
+        let (a, g) = f.alloc_inode();
+        f.place_inode(a, g, MetaBlock(300), 150);
+        f.set_orphan(a, true);
+        f.place_inode(a, g, MetaBlock(301), 150);
+        assert_eq!(f.orphans(), vec![a]);
+        f.set_orphan(a, false);
+        assert!(f.orphans().is_empty());
+    }
+}

@@ -1,0 +1,322 @@
+//! One IFile table in memory: its entries, which blocks changed since the
+//! last checkpoint, and where each block's durable copy lives.
+
+use std::collections::BTreeSet;
+
+use crate::format::codec::{DecodeResult, Reader, Writer, bad};
+use crate::format::ifile::{GroupDesc, ImapEntry, SegUsage, TableId};
+use crate::types::MetaBlock;
+
+/// A fixed-size IFile table entry.
+pub trait Entry: Copy + Default {
+    /// Appends the encoding.
+    fn encode(&self, w: &mut Writer);
+    /// Reads one entry.
+    ///
+    /// # Errors
+    /// A malformed entry.
+    fn decode(r: &mut Reader<'_>) -> DecodeResult<Self>;
+}
+
+impl Entry for SegUsage {
+    fn encode(&self, w: &mut Writer) {
+        SegUsage::encode(self, w);
+    }
+    fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        SegUsage::decode(r)
+    }
+}
+
+impl Entry for ImapEntry {
+    fn encode(&self, w: &mut Writer) {
+        ImapEntry::encode(self, w);
+    }
+    fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        ImapEntry::decode(r)
+    }
+}
+
+impl Entry for GroupDesc {
+    fn encode(&self, w: &mut Writer) {
+        GroupDesc::encode(self, w);
+    }
+    fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        GroupDesc::decode(r)
+    }
+}
+
+/// Bitmap words and node-map addresses.
+impl Entry for u64 {
+    fn encode(&self, w: &mut Writer) {
+        w.u64(*self);
+    }
+    fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
+        r.u64()
+    }
+}
+
+/// An IFile table.
+#[derive(Debug, Clone)]
+pub struct Table<E: Entry> {
+    id: TableId,
+    entries: Vec<E>,
+    dirty: BTreeSet<u32>,
+    /// Durable location of each block; `MetaBlock(0)` for blocks never written.
+    addresses: Vec<MetaBlock>,
+}
+
+impl<E: Entry> Table<E> {
+    /// A table of `len` default entries, all of them dirty.
+    #[must_use]
+    pub fn new(id: TableId, len: usize) -> Table<E> {
+        let mut t = Table { id, entries: vec![E::default(); len], dirty: BTreeSet::new(), addresses: Vec::new() };
+        t.addresses = vec![MetaBlock(0); t.block_count()];
+        t.dirty = (0..t.block_count() as u32).collect();
+        t
+    }
+
+    /// Which table this is.
+    #[must_use]
+    pub fn id(&self) -> TableId {
+        self.id
+    }
+
+    /// Entries per block.
+    #[must_use]
+    pub fn per_block(&self) -> usize {
+        self.id.per_block()
+    }
+
+    /// Number of entries.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table has no entries.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Blocks needed for the entries.
+    #[must_use]
+    pub fn block_count(&self) -> usize {
+        self.entries.len().div_ceil(self.per_block())
+    }
+
+    /// Entry `i`.
+    ///
+    /// # Panics
+    /// Out of range: callers index with numbers the table handed out.
+    #[must_use]
+    pub fn get(&self, i: usize) -> E {
+        self.entries[i]
+    }
+
+    /// All entries.
+    #[must_use]
+    pub fn entries(&self) -> &[E] {
+        &self.entries
+    }
+
+    /// Replaces entry `i` and marks its block dirty.
+    pub fn set(&mut self, i: usize, e: E) {
+        self.entries[i] = e;
+        self.dirty.insert((i / self.per_block()) as u32);
+    }
+
+    /// Modifies entry `i` in place and marks its block dirty.
+    pub fn update(&mut self, i: usize, f: impl FnOnce(&mut E)) {
+        f(&mut self.entries[i]);
+        self.dirty.insert((i / self.per_block()) as u32);
+    }
+
+    /// Grows the table to `len` default entries.
+    pub fn grow(&mut self, len: usize) {
+        if len <= self.entries.len() {
+            return;
+        }
+        let first_new = self.entries.len() / self.per_block();
+        self.entries.resize(len, E::default());
+        self.addresses.resize(self.block_count(), MetaBlock(0));
+        for b in first_new..self.block_count() {
+            self.dirty.insert(b as u32);
+        }
+    }
+
+    /// Blocks changed since the last checkpoint.
+    #[must_use]
+    pub fn dirty_blocks(&self) -> Vec<u32> {
+        self.dirty.iter().copied().collect()
+    }
+
+    /// Whether any block changed since the last checkpoint.
+    #[must_use]
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Marks block `b` for rewriting at the next checkpoint (the cleaner
+    /// moves IFile blocks this way).
+    pub fn mark_dirty(&mut self, b: u32) {
+        if (b as usize) < self.block_count() {
+            self.dirty.insert(b);
+        }
+    }
+
+    /// The payload of block `b`.
+    #[must_use]
+    pub fn encode_block(&self, b: u32) -> Vec<u8> {
+        let start = b as usize * self.per_block();
+        let end = (start + self.per_block()).min(self.entries.len());
+        let mut w = Writer::with_capacity((end - start) * self.id.entry_len());
+        for e in &self.entries[start..end] {
+            e.encode(&mut w);
+        }
+        w.into_inner()
+    }
+
+    /// Loads block `b` from its payload (at mount).
+    ///
+    /// # Errors
+    /// The payload's length disagrees with the table's, or an entry is malformed.
+    pub fn decode_block(&mut self, b: u32, payload: &[u8]) -> DecodeResult<()> {
+        let start = b as usize * self.per_block();
+        if start >= self.entries.len() {
+            bad!("{} block {b} lies beyond the table's {} entries", self.id.name(), self.entries.len());
+        }
+        let end = (start + self.per_block()).min(self.entries.len());
+        if payload.len() != (end - start) * self.id.entry_len() {
+            bad!("{} block {b} holds {} bytes, expected {}", self.id.name(), payload.len(), (end - start) * self.id.entry_len());
+        }
+        let mut r = Reader::new(payload);
+        for i in start..end {
+            self.entries[i] = E::decode(&mut r)?;
+        }
+        Ok(())
+    }
+
+    /// Where block `b` was last written.
+    #[must_use]
+    pub fn address(&self, b: u32) -> MetaBlock {
+        self.addresses[b as usize]
+    }
+
+    /// All block addresses.
+    #[must_use]
+    pub fn addresses(&self) -> &[MetaBlock] {
+        &self.addresses
+    }
+
+    /// Records where block `b` was written; it is clean again.
+    pub fn set_address(&mut self, b: u32, at: MetaBlock) {
+        self.addresses[b as usize] = at;
+        self.dirty.remove(&b);
+    }
+
+    /// Forgets that blocks are dirty (after a load, everything matches disk).
+    pub fn clear_dirty(&mut self) {
+        self.dirty.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Seq;
+
+    #[test]
+    fn blocks_round_trip_and_dirty_tracking_follows_sets() {
+        let mut t: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);
+        assert_eq!(t.block_count(), 3);
+        assert_eq!(t.dirty_blocks(), vec![0, 1, 2]);
+        for b in 0..3 {
+            t.set_address(b, MetaBlock(10 + u64::from(b)));
+        }
+        assert!(!t.is_dirty());
+        t.set(300, SegUsage { live_bytes: 4096, flags: 0, last_seq: Seq(3) });
+        assert_eq!(t.dirty_blocks(), vec![1]);
+        let p = t.encode_block(1);
+        let mut u: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);
+        u.decode_block(1, &p).unwrap();
+        assert_eq!(u.get(300), t.get(300));
+        assert!(u.decode_block(1, &p[..p.len() - 1]).is_err());
+        assert!(u.decode_block(7, &p).is_err());
+    }
+
+    #[test]
+    fn growth_dirties_only_new_blocks() {
+        let mut t: Table<u64> = Table::new(TableId::NodeMap, 10);
+        t.set_address(0, MetaBlock(5));
+        t.grow(2000);
+        assert_eq!(t.block_count(), 4);
+        assert_eq!(t.dirty_blocks(), vec![0, 1, 2, 3]);
+    }
+}
+
+/// What the checkpoint writer and the loader need from any table, whatever
+/// its entry type.
+pub trait TableAccess {
+    /// Which table.
+    fn table_id(&self) -> TableId;
+    /// Number of entries.
+    fn entry_count(&self) -> usize;
+    /// Number of blocks.
+    fn blocks(&self) -> usize;
+    /// Blocks changed since the last checkpoint.
+    fn dirty(&self) -> Vec<u32>;
+    /// Payload of block `b`.
+    fn encode(&self, b: u32) -> Vec<u8>;
+    /// Loads block `b`.
+    ///
+    /// # Errors
+    /// A malformed payload.
+    fn decode(&mut self, b: u32, payload: &[u8]) -> DecodeResult<()>;
+    /// Durable address of block `b`.
+    fn block_address(&self, b: u32) -> MetaBlock;
+    /// Records where block `b` now lives.
+    fn place(&mut self, b: u32, at: MetaBlock);
+    /// Marks block `b` for rewriting.
+    fn touch(&mut self, b: u32);
+    /// Resizes to `len` entries (at load).
+    fn resize(&mut self, len: usize);
+    /// Forgets dirtiness (after a load).
+    fn loaded(&mut self);
+}
+
+impl<E: Entry> TableAccess for Table<E> {
+    fn table_id(&self) -> TableId {
+        self.id
+    }
+    fn entry_count(&self) -> usize {
+        self.len()
+    }
+    fn blocks(&self) -> usize {
+        self.block_count()
+    }
+    fn dirty(&self) -> Vec<u32> {
+        self.dirty_blocks()
+    }
+    fn encode(&self, b: u32) -> Vec<u8> {
+        self.encode_block(b)
+    }
+    fn decode(&mut self, b: u32, payload: &[u8]) -> DecodeResult<()> {
+        self.decode_block(b, payload)
+    }
+    fn block_address(&self, b: u32) -> MetaBlock {
+        self.address(b)
+    }
+    fn place(&mut self, b: u32, at: MetaBlock) {
+        self.set_address(b, at);
+    }
+    fn touch(&mut self, b: u32) {
+        self.mark_dirty(b);
+    }
+    fn resize(&mut self, len: usize) {
+        self.grow(len);
+    }
+    fn loaded(&mut self) {
+        self.clear_dirty();
+    }
+}

@@ -1,0 +1,28 @@
+//! DualFS: a file system that keeps data and meta-data on two devices.
+//!
+//! The data device is cut into groups and written in place; the meta-data
+//! device is a log of partial segments holding the only copy of every piece
+//! of meta-data. See `docs/DESIGN.md` for the why and `docs/FORMAT.md` for the
+//! bytes. Layers, from the bottom:
+//!
+//! ```text
+//! device      BlockDevice: read/write/flush whole blocks
+//! format      on-disk structures: encode/decode/checksum
+//! data_space  data-device allocator: groups, extents, deferred frees
+//! ifile       inode map, node map, segment usage, group table, bitmap
+//! meta_log    block cache, partial segments, checkpoints, roll-forward
+//! namespace   inodes, directories, extent maps, xattrs (B-trees)
+//! volume      Volume: the POSIX-style API
+//! check       fsck: an independent walk of the whole volume
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod data_space;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod ifile;
+pub mod namespace;
+pub mod types;
+
+pub use error::{DeviceRole, Error, Result};

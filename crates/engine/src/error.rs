@@ -102,6 +102,9 @@ pub enum Error {
     /// The two devices do not belong together, or are not DualFS at all.
     #[error("{0}")]
     WrongVolume(String),
+    /// Seeking past the end of the file for data or a hole.
+    #[error("no such device or address (offset beyond the end of file)")]
+    NoSuchOffset,
     /// The device is in use or the volume busy.
     #[error("device or resource busy: {0}")]
     Busy(String),
@@ -135,11 +138,21 @@ impl Error {
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::WrongVolume(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
+            Error::NoSuchOffset => libc::ENXIO,
         }
     }
 
     /// A corruption error on the meta-data device.
-    pub(crate) fn corrupt_meta(structure: &'static str, block: u64, reason: impl Into<String>) -> Error {
-        Error::Corrupt { structure, device: DeviceRole::Meta, block, reason: reason.into() }
+    pub(crate) fn corrupt_meta(
+        structure: &'static str,
+        block: u64,
+        reason: impl Into<String>,
+    ) -> Error {
+        Error::Corrupt {
+            structure,
+            device: DeviceRole::Meta,
+            block,
+            reason: reason.into(),
+        }
     }
 }

@@ -22,7 +22,10 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod ifile;
+pub mod meta_log;
 pub mod namespace;
 pub mod types;
+pub mod volume;
 
 pub use error::{DeviceRole, Error, Result};
+pub use volume::Volume;

@@ -105,7 +105,10 @@ impl Timestamp {
     #[must_use]
     pub fn now() -> Timestamp {
         match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Timestamp::new(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
+            Ok(d) => Timestamp::new(
+                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                d.subsec_nanos(),
+            ),
             Err(e) => {
                 let d = e.duration();
                 let sec = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
@@ -227,6 +230,12 @@ mod tests {
 
     #[test]
     fn timestamp_folds_nanoseconds() {
-        assert_eq!(Timestamp::new(1, 2_500_000_000), Timestamp { sec: 3, nsec: 500_000_000 });
+        assert_eq!(
+            Timestamp::new(1, 2_500_000_000),
+            Timestamp {
+                sec: 3,
+                nsec: 500_000_000
+            }
+        );
     }
 }

@@ -107,7 +107,11 @@ pub struct BlockHeader {
 /// an oversized one is a bug, not bad input.
 #[must_use]
 pub fn seal_block(header: &BlockHeader, payload: &[u8]) -> Vec<u8> {
-    assert!(payload.len() <= PAYLOAD_LEN, "payload of {} bytes does not fit a block", payload.len());
+    assert!(
+        payload.len() <= PAYLOAD_LEN,
+        "payload of {} bytes does not fit a block",
+        payload.len()
+    );
     let mut w = Writer::with_capacity(BLOCK_SIZE);
     w.u32(BLOCK_MAGIC)
         .u32(0)
@@ -137,7 +141,11 @@ pub fn stored_crc(block: &[u8]) -> u32 {
 ///
 /// # Errors
 /// Bad checksum, magic, version, kind, address or volume, in that order of checking.
-pub fn open_block(block: &[u8], address: MetaBlock, volume_id: u64) -> DecodeResult<(BlockHeader, &[u8])> {
+pub fn open_block(
+    block: &[u8],
+    address: MetaBlock,
+    volume_id: u64,
+) -> DecodeResult<(BlockHeader, &[u8])> {
     if block.len() != BLOCK_SIZE {
         bad!("block is {} bytes, not {BLOCK_SIZE}", block.len());
     }
@@ -151,7 +159,9 @@ pub fn open_block(block: &[u8], address: MetaBlock, volume_id: u64) -> DecodeRes
     }
     r.u32()?;
     let code = r.u8()?;
-    let Some(kind) = BlockKind::from_code(code) else { bad!("unknown block kind {code}") };
+    let Some(kind) = BlockKind::from_code(code) else {
+        bad!("unknown block kind {code}")
+    };
     let format = r.u8()?;
     if format != BLOCK_FORMAT {
         bad!("block format {format} is not supported (expected {BLOCK_FORMAT})");
@@ -172,10 +182,16 @@ pub fn open_block(block: &[u8], address: MetaBlock, volume_id: u64) -> DecodeRes
         bad!("payload length {payload_len} exceeds {PAYLOAD_LEN}");
     }
     if header.volume_id != volume_id {
-        bad!("belongs to volume {:#018x}, not this one ({volume_id:#018x})", header.volume_id);
+        bad!(
+            "belongs to volume {:#018x}, not this one ({volume_id:#018x})",
+            header.volume_id
+        );
     }
     if header.address != address {
-        bad!("was written for block {} (misdirected write)", header.address.0);
+        bad!(
+            "was written for block {} (misdirected write)",
+            header.address.0
+        );
     }
     let payload = &block[HEADER_LEN..HEADER_LEN + payload_len as usize];
     Ok((header, payload))
@@ -193,7 +209,11 @@ pub fn open_block_of_kind(
 ) -> DecodeResult<(BlockHeader, &[u8])> {
     let (header, payload) = open_block(block, address, volume_id)?;
     if header.kind != expected {
-        bad!("holds a {} where a {} was expected", header.kind.name(), expected.name());
+        bad!(
+            "holds a {} where a {} was expected",
+            header.kind.name(),
+            expected.name()
+        );
     }
     Ok((header, payload))
 }

@@ -133,11 +133,19 @@ impl Descriptor {
         let mut i = 0;
         while i < self.blocks.len() {
             let owner = self.blocks[i].owner;
-            let run = self.blocks[i..].iter().take(u16::MAX as usize).take_while(|s| s.owner == owner).count();
+            let run = self.blocks[i..]
+                .iter()
+                .take(u16::MAX as usize)
+                .take_while(|s| s.owner == owner)
+                .count();
             n += 10 + run * 9;
             i += run;
         }
-        n += self.inode_blocks.iter().map(|b| 2 + b.len() * 14).sum::<usize>();
+        n += self
+            .inode_blocks
+            .iter()
+            .map(|b| 2 + b.len() * 14)
+            .sum::<usize>();
         n += self.changes.iter().map(Change::encoded_len).sum::<usize>();
         n
     }
@@ -180,7 +188,11 @@ impl Descriptor {
         let mut i = 0;
         while i < self.blocks.len() {
             let owner = self.blocks[i].owner;
-            let run = self.blocks[i..].iter().take(u16::MAX as usize).take_while(|s| s.owner == owner).count();
+            let run = self.blocks[i..]
+                .iter()
+                .take(u16::MAX as usize)
+                .take_while(|s| s.owner == owner)
+                .count();
             w.u64(owner.0).u16(run as u16);
             for s in &self.blocks[i..i + run] {
                 w.u8(s.kind.code()).u64(s.name);
@@ -232,10 +244,15 @@ impl Descriptor {
     /// # Errors
     /// Checksum mismatch or any malformed field.
     pub fn decode(payloads: &[&[u8]], max_blocks: usize) -> DecodeResult<(Descriptor, u32)> {
-        let Some(first) = payloads.first() else { bad!("no descriptor blocks") };
+        let Some(first) = payloads.first() else {
+            bad!("no descriptor blocks")
+        };
         let (crc, n) = Descriptor::peek(first)?;
         if n != payloads.len() {
-            bad!("stream needs {n} descriptor blocks, {} given", payloads.len());
+            bad!(
+                "stream needs {n} descriptor blocks, {} given",
+                payloads.len()
+            );
         }
         let mut all = Vec::with_capacity(n * PAYLOAD_LEN);
         for p in payloads {
@@ -278,7 +295,10 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         bad!("descriptor block count disagrees with its stream length");
     }
     if desc_blocks + n_blocks + n_inode_blocks > max_blocks {
-        bad!("{} blocks do not fit a segment of {max_blocks}", desc_blocks + n_blocks + n_inode_blocks);
+        bad!(
+            "{} blocks do not fit a segment of {max_blocks}",
+            desc_blocks + n_blocks + n_inode_blocks
+        );
     }
     let mut blocks = Vec::with_capacity(n_blocks);
     while blocks.len() < n_blocks {
@@ -290,10 +310,19 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         for _ in 0..run {
             let code = r.u8()?;
             let kind = match BlockKind::from_code(code) {
-                Some(k @ (BlockKind::Node | BlockKind::Blob | BlockKind::IFileTable | BlockKind::IFileIndex)) => k,
+                Some(
+                    k @ (BlockKind::Node
+                    | BlockKind::Blob
+                    | BlockKind::IFileTable
+                    | BlockKind::IFileIndex),
+                ) => k,
                 _ => bad!("summary names block kind {code}, which cannot be a body block"),
             };
-            blocks.push(Summary { kind, owner, name: r.u64()? });
+            blocks.push(Summary {
+                kind,
+                owner,
+                name: r.u64()?,
+            });
         }
     }
     let mut inode_blocks = Vec::with_capacity(n_inode_blocks);
@@ -304,7 +333,11 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         }
         let mut list = Vec::with_capacity(n);
         for _ in 0..n {
-            list.push(InodeSummary { ino: InodeNo(r.u64()?), generation: r.u32()?, len: r.u16()? });
+            list.push(InodeSummary {
+                ino: InodeNo(r.u64()?),
+                generation: r.u32()?,
+                len: r.u16()?,
+            });
         }
         inode_blocks.push(list);
     }
@@ -312,9 +345,18 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
     for _ in 0..n_changes {
         changes.push(match r.u8()? {
             1 => Change::NodeFree(NodeId(r.u64()?)),
-            2 => Change::InodeFree { ino: InodeNo(r.u64()?), generation: r.u32()? },
-            3 => Change::DataAlloc { start: DataBlock(r.u64()?), len: r.u32()? },
-            4 => Change::DataFree { start: DataBlock(r.u64()?), len: r.u32()? },
+            2 => Change::InodeFree {
+                ino: InodeNo(r.u64()?),
+                generation: r.u32()?,
+            },
+            3 => Change::DataAlloc {
+                start: DataBlock(r.u64()?),
+                len: r.u32()?,
+            },
+            4 => Change::DataFree {
+                start: DataBlock(r.u64()?),
+                len: r.u32()?,
+            },
             5 => Change::OrphanAdd(InodeNo(r.u64()?)),
             6 => Change::OrphanRemove(InodeNo(r.u64()?)),
             t => bad!("unknown change record {t}"),
@@ -353,20 +395,45 @@ mod tests {
             prev_crc: 0x1234_5678,
             body_crc: 0x9ABC_DEF0,
             blocks: (0..n_blocks)
-                .map(|i| Summary { kind: BlockKind::Node, owner: InodeNo(1 + i as u64 / 3), name: i as u64 + 100 })
+                .map(|i| Summary {
+                    kind: BlockKind::Node,
+                    owner: InodeNo(1 + i as u64 / 3),
+                    name: i as u64 + 100,
+                })
                 .collect(),
             inode_blocks: vec![
                 vec![
-                    InodeSummary { ino: InodeNo(1), generation: 0, len: 130 },
-                    InodeSummary { ino: InodeNo(2), generation: 5, len: 200 },
+                    InodeSummary {
+                        ino: InodeNo(1),
+                        generation: 0,
+                        len: 130,
+                    },
+                    InodeSummary {
+                        ino: InodeNo(2),
+                        generation: 5,
+                        len: 200,
+                    },
                 ],
-                vec![InodeSummary { ino: InodeNo(9), generation: 1, len: 136 }],
+                vec![InodeSummary {
+                    ino: InodeNo(9),
+                    generation: 1,
+                    len: 136,
+                }],
             ],
             changes: vec![
                 Change::NodeFree(NodeId(4)),
-                Change::InodeFree { ino: InodeNo(3), generation: 2 },
-                Change::DataAlloc { start: DataBlock(100), len: 8 },
-                Change::DataFree { start: DataBlock(50), len: 1 },
+                Change::InodeFree {
+                    ino: InodeNo(3),
+                    generation: 2,
+                },
+                Change::DataAlloc {
+                    start: DataBlock(100),
+                    len: 8,
+                },
+                Change::DataFree {
+                    start: DataBlock(50),
+                    len: 1,
+                },
                 Change::OrphanAdd(InodeNo(7)),
                 Change::OrphanRemove(InodeNo(7)),
             ],
@@ -406,7 +473,10 @@ mod tests {
     fn truncation_is_an_error() {
         let (payloads, _) = sample(5).encode();
         for n in 0..payloads[0].len() {
-            assert!(Descriptor::decode(&[&payloads[0][..n]], 100_000).is_err(), "prefix {n}");
+            assert!(
+                Descriptor::decode(&[&payloads[0][..n]], 100_000).is_err(),
+                "prefix {n}"
+            );
         }
     }
 

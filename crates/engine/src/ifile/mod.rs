@@ -75,16 +75,26 @@ impl IFile {
             used_nodes: 0,
         };
         // Number 0 never names anything; keep it out of the free lists forever.
-        f.inodes.set(0, ImapEntry { flags: IMAP_USED, ..ImapEntry::default() });
+        f.inodes.set(
+            0,
+            ImapEntry {
+                flags: IMAP_USED,
+                ..ImapEntry::default()
+            },
+        );
         f
     }
 
     /// Rebuilds the free lists and counters after the tables were loaded or
     /// rolled forward.
     pub fn rebuild_free_lists(&mut self) {
-        self.free_inodes = (1..self.inodes.len() as u64).filter(|&i| !self.inodes.get(i as usize).in_use()).collect();
+        self.free_inodes = (1..self.inodes.len() as u64)
+            .filter(|&i| !self.inodes.get(i as usize).in_use())
+            .collect();
         self.used_inodes = (self.inodes.len() as u64 - 1) - self.free_inodes.len() as u64;
-        self.free_nodes = (1..self.nodes.len() as u64).filter(|&i| self.nodes.get(i as usize) == 0).collect();
+        self.free_nodes = (1..self.nodes.len() as u64)
+            .filter(|&i| self.nodes.get(i as usize) == 0)
+            .collect();
         self.used_nodes = (self.nodes.len() as u64 - 1) - self.free_nodes.len() as u64;
     }
 
@@ -130,7 +140,15 @@ impl IFile {
             }
         };
         let generation = self.inodes.get(n as usize).generation;
-        self.inodes.set(n as usize, ImapEntry { address: MetaBlock(0), generation, flags: IMAP_USED, record_len: 0 });
+        self.inodes.set(
+            n as usize,
+            ImapEntry {
+                address: MetaBlock(0),
+                generation,
+                flags: IMAP_USED,
+                record_len: 0,
+            },
+        );
         self.used_inodes += 1;
         (InodeNo(n), generation)
     }
@@ -139,7 +157,13 @@ impl IFile {
     pub fn free_inode(&mut self, ino: InodeNo, next_generation: u32) {
         let Some(old) = self.inode(ino) else { return };
         self.sub_live(old.address, u32::from(old.record_len));
-        self.inodes.set(ino.0 as usize, ImapEntry { generation: next_generation, ..ImapEntry::default() });
+        self.inodes.set(
+            ino.0 as usize,
+            ImapEntry {
+                generation: next_generation,
+                ..ImapEntry::default()
+            },
+        );
         if old.in_use() && self.free_inodes.insert(ino.0) {
             self.used_inodes -= 1;
         }
@@ -161,7 +185,15 @@ impl IFile {
             self.used_inodes += 1;
         }
         let flags = IMAP_USED | (old.flags & IMAP_ORPHAN);
-        self.inodes.set(ino.0 as usize, ImapEntry { address: at, generation, flags, record_len: len });
+        self.inodes.set(
+            ino.0 as usize,
+            ImapEntry {
+                address: at,
+                generation,
+                flags,
+                record_len: len,
+            },
+        );
     }
 
     /// Adds `ino` to, or removes it from, the orphan list.
@@ -191,7 +223,11 @@ impl IFile {
     /// Where node `id` lives (0 = nowhere yet, or free).
     #[must_use]
     pub fn node_address(&self, id: NodeId) -> MetaBlock {
-        if id.0 < self.nodes.len() as u64 { MetaBlock(self.nodes.get(id.0 as usize)) } else { MetaBlock(0) }
+        if id.0 < self.nodes.len() as u64 {
+            MetaBlock(self.nodes.get(id.0 as usize))
+        } else {
+            MetaBlock(0)
+        }
     }
 
     /// Takes a free node id.
@@ -247,12 +283,15 @@ impl IFile {
 
     /// Records that partial segment `seq` was written into `seg`.
     pub fn note_write(&mut self, seg: SegmentNo, seq: Seq) {
-        self.segments.update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
+        self.segments
+            .update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
     }
 
     fn add_live(&mut self, at: MetaBlock, bytes: u32) {
         if let Some(seg) = self.geometry.segment_of(at) {
-            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_add(bytes));
+            self.segments.update(seg.0 as usize, |u| {
+                u.live_bytes = u.live_bytes.saturating_add(bytes)
+            });
         }
     }
 
@@ -263,7 +302,9 @@ impl IFile {
         if let Some(seg) = self.geometry.segment_of(at) {
             // Saturating: a corrupt image must not panic here; fsck reports
             // any disagreement between this table and the live blocks.
-            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
+            self.segments.update(seg.0 as usize, |u| {
+                u.live_bytes = u.live_bytes.saturating_sub(bytes)
+            });
         }
     }
 }
@@ -273,7 +314,11 @@ mod tests {
     use super::*;
 
     fn ifile() -> IFile {
-        let mut f = IFile::new(SegmentGeometry { first_block: 256, blocks: 256, count: 8 });
+        let mut f = IFile::new(SegmentGeometry {
+            first_block: 256,
+            blocks: 256,
+            count: 8,
+        });
         f.rebuild_free_lists();
         f
     }

@@ -69,7 +69,12 @@ impl<E: Entry> Table<E> {
     /// A table of `len` default entries, all of them dirty.
     #[must_use]
     pub fn new(id: TableId, len: usize) -> Table<E> {
-        let mut t = Table { id, entries: vec![E::default(); len], dirty: BTreeSet::new(), addresses: Vec::new() };
+        let mut t = Table {
+            id,
+            entries: vec![E::default(); len],
+            dirty: BTreeSet::new(),
+            addresses: Vec::new(),
+        };
         t.addresses = vec![MetaBlock(0); t.block_count()];
         t.dirty = (0..t.block_count() as u32).collect();
         t
@@ -184,11 +189,20 @@ impl<E: Entry> Table<E> {
     pub fn decode_block(&mut self, b: u32, payload: &[u8]) -> DecodeResult<()> {
         let start = b as usize * self.per_block();
         if start >= self.entries.len() {
-            bad!("{} block {b} lies beyond the table's {} entries", self.id.name(), self.entries.len());
+            bad!(
+                "{} block {b} lies beyond the table's {} entries",
+                self.id.name(),
+                self.entries.len()
+            );
         }
         let end = (start + self.per_block()).min(self.entries.len());
         if payload.len() != (end - start) * self.id.entry_len() {
-            bad!("{} block {b} holds {} bytes, expected {}", self.id.name(), payload.len(), (end - start) * self.id.entry_len());
+            bad!(
+                "{} block {b} holds {} bytes, expected {}",
+                self.id.name(),
+                payload.len(),
+                (end - start) * self.id.entry_len()
+            );
         }
         let mut r = Reader::new(payload);
         for i in start..end {
@@ -218,40 +232,6 @@ impl<E: Entry> Table<E> {
     /// Forgets that blocks are dirty (after a load, everything matches disk).
     pub fn clear_dirty(&mut self) {
         self.dirty.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::types::Seq;
-
-    #[test]
-    fn blocks_round_trip_and_dirty_tracking_follows_sets() {
-        let mut t: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);
-        assert_eq!(t.block_count(), 3);
-        assert_eq!(t.dirty_blocks(), vec![0, 1, 2]);
-        for b in 0..3 {
-            t.set_address(b, MetaBlock(10 + u64::from(b)));
-        }
-        assert!(!t.is_dirty());
-        t.set(300, SegUsage { live_bytes: 4096, flags: 0, last_seq: Seq(3) });
-        assert_eq!(t.dirty_blocks(), vec![1]);
-        let p = t.encode_block(1);
-        let mut u: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);
-        u.decode_block(1, &p).unwrap();
-        assert_eq!(u.get(300), t.get(300));
-        assert!(u.decode_block(1, &p[..p.len() - 1]).is_err());
-        assert!(u.decode_block(7, &p).is_err());
-    }
-
-    #[test]
-    fn growth_dirties_only_new_blocks() {
-        let mut t: Table<u64> = Table::new(TableId::NodeMap, 10);
-        t.set_address(0, MetaBlock(5));
-        t.grow(2000);
-        assert_eq!(t.block_count(), 4);
-        assert_eq!(t.dirty_blocks(), vec![0, 1, 2, 3]);
     }
 }
 
@@ -318,5 +298,46 @@ impl<E: Entry> TableAccess for Table<E> {
     }
     fn loaded(&mut self) {
         self.clear_dirty();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Seq;
+
+    #[test]
+    fn blocks_round_trip_and_dirty_tracking_follows_sets() {
+        let mut t: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);
+        assert_eq!(t.block_count(), 3);
+        assert_eq!(t.dirty_blocks(), vec![0, 1, 2]);
+        for b in 0..3 {
+            t.set_address(b, MetaBlock(10 + u64::from(b)));
+        }
+        assert!(!t.is_dirty());
+        t.set(
+            300,
+            SegUsage {
+                live_bytes: 4096,
+                flags: 0,
+                last_seq: Seq(3),
+            },
+        );
+        assert_eq!(t.dirty_blocks(), vec![1]);
+        let p = t.encode_block(1);
+        let mut u: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);
+        u.decode_block(1, &p).unwrap();
+        assert_eq!(u.get(300), t.get(300));
+        assert!(u.decode_block(1, &p[..p.len() - 1]).is_err());
+        assert!(u.decode_block(7, &p).is_err());
+    }
+
+    #[test]
+    fn growth_dirties_only_new_blocks() {
+        let mut t: Table<u64> = Table::new(TableId::NodeMap, 10);
+        t.set_address(0, MetaBlock(5));
+        t.grow(2000);
+        assert_eq!(t.block_count(), 4);
+        assert_eq!(t.dirty_blocks(), vec![0, 1, 2, 3]);
     }
 }

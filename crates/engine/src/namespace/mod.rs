@@ -1,4 +1,101 @@
-//! The namespace: inodes, directories, extent maps and extended attributes,
-//! all built on one B-tree.
+//! The namespace: inodes, directories, extent maps, extended attributes and
+//! file data, all built on one B-tree and the meta-data log.
+//!
+//! [`Fs`] is the whole file system behind the volume lock. Its methods
+//! implement single steps of POSIX operations; [`crate::volume`] checks
+//! arguments, orders the steps, and decides when partial segments are sealed.
 
+pub mod blob;
 pub mod btree;
+pub mod dir;
+pub mod extents;
+pub mod file;
+pub mod inode;
+pub mod name;
+pub mod xattr;
+
+use std::collections::HashMap;
+
+pub use file::PageCache;
+pub use name::FileName;
+
+use crate::meta_log::Log;
+use crate::types::InodeNo;
+
+/// Tunables of a mounted volume.
+#[derive(Clone, Copy, Debug)]
+pub struct FsConfig {
+    /// Files up to this size keep their bytes in the inode.
+    pub inline_max: u32,
+    /// Dirty file data (bytes) that forces a commit.
+    pub dirty_data_limit: usize,
+    /// Decoded inodes and nodes kept in memory.
+    pub cache_budget: usize,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            inline_max: 1024,
+            dirty_data_limit: 64 << 20,
+            cache_budget: 262_144,
+        }
+    }
+}
+
+/// The file system behind the volume lock.
+#[derive(Debug)]
+pub struct Fs {
+    /// The meta-data log, IFile, allocator and cache.
+    pub log: Log,
+    /// Dirty file data.
+    pub pages: PageCache,
+    /// Tunables.
+    pub config: FsConfig,
+    /// References held from outside (open files, kernel lookups): an inode
+    /// with no links lives until they are gone.
+    refs: HashMap<InodeNo, u64>,
+}
+
+impl Fs {
+    /// Wraps a log.
+    #[must_use]
+    pub fn new(log: Log, config: FsConfig) -> Fs {
+        Fs {
+            log,
+            pages: PageCache::default(),
+            config,
+            refs: HashMap::new(),
+        }
+    }
+
+    /// Outside references to `ino`.
+    #[must_use]
+    pub fn refs(&self, ino: InodeNo) -> u64 {
+        self.refs.get(&ino).copied().unwrap_or(0)
+    }
+
+    /// Takes `n` references to `ino`.
+    pub fn take_refs(&mut self, ino: InodeNo, n: u64) {
+        *self.refs.entry(ino).or_default() += n;
+    }
+
+    /// Drops up to `n` references; returns how many remain.
+    pub fn drop_refs(&mut self, ino: InodeNo, n: u64) -> u64 {
+        let Some(r) = self.refs.get_mut(&ino) else {
+            return 0;
+        };
+        *r = r.saturating_sub(n);
+        let left = *r;
+        if left == 0 {
+            self.refs.remove(&ino);
+        }
+        left
+    }
+
+    /// Every inode with outside references.
+    #[must_use]
+    pub fn referenced(&self) -> Vec<InodeNo> {
+        self.refs.keys().copied().collect()
+    }
+}

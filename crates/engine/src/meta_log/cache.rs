@@ -1,0 +1,418 @@
+//! The meta-data cache: decoded inodes and nodes, with dirty tracking.
+//!
+//! Every piece of meta-data is read through here and modified here; a dirty
+//! object is written by the next partial segment. A clean object may be
+//! dropped only once the partial segment holding its newest copy is durable
+//! (before that the disk does not have it yet).
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::format::inode::InodeRecord;
+use crate::format::node::Node;
+use crate::types::{InodeNo, NodeId, Seq};
+
+/// A meta-data object named by a node id.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Object {
+    /// A B-tree node.
+    Node(Node),
+    /// A piece of a long value.
+    Blob(Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    value: T,
+    owner: InodeNo,
+    dirty: bool,
+    /// Encoded bytes this entry adds to the dirty total (inodes only).
+    charged: usize,
+    /// Partial segment holding the newest written copy.
+    written: Seq,
+    touched: u64,
+}
+
+/// Decoded meta-data objects by name.
+#[derive(Debug, Default)]
+pub struct MetaCache {
+    inodes: HashMap<InodeNo, Entry<InodeRecord>>,
+    nodes: HashMap<NodeId, Entry<Object>>,
+    dirty_inodes: BTreeSet<InodeNo>,
+    dirty_nodes: BTreeSet<NodeId>,
+    dirty_inode_bytes: usize,
+    max_dirty_record: usize,
+    clock: u64,
+}
+
+/// Mutable access to a cached inode. When it goes out of scope the dirty
+/// byte count is brought up to date, so that the log always knows exactly
+/// how large the next partial segment would be.
+#[derive(Debug)]
+pub struct InodeGuard<'a> {
+    entry: &'a mut Entry<InodeRecord>,
+    bytes: &'a mut usize,
+    max: &'a mut usize,
+}
+
+impl std::ops::Deref for InodeGuard<'_> {
+    type Target = InodeRecord;
+    fn deref(&self) -> &InodeRecord {
+        &self.entry.value
+    }
+}
+
+impl std::ops::DerefMut for InodeGuard<'_> {
+    fn deref_mut(&mut self) -> &mut InodeRecord {
+        &mut self.entry.value
+    }
+}
+
+impl Drop for InodeGuard<'_> {
+    fn drop(&mut self) {
+        let len = self.entry.value.encoded_len();
+        *self.bytes = *self.bytes - self.entry.charged + len;
+        self.entry.charged = len;
+        *self.max = (*self.max).max(len);
+    }
+}
+
+impl MetaCache {
+    /// An empty cache.
+    #[must_use]
+    pub fn new() -> MetaCache {
+        MetaCache::default()
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    // ---- inodes ----
+
+    /// A cached inode.
+    pub fn inode(&mut self, ino: InodeNo) -> Option<&InodeRecord> {
+        let t = self.tick();
+        self.inodes.get_mut(&ino).map(|e| {
+            e.touched = t;
+            &e.value
+        })
+    }
+
+    /// Whether `ino` is cached.
+    #[must_use]
+    pub fn has_inode(&self, ino: InodeNo) -> bool {
+        self.inodes.contains_key(&ino)
+    }
+
+    /// A cached inode, to be modified: it becomes dirty.
+    pub fn inode_mut(&mut self, ino: InodeNo) -> Option<InodeGuard<'_>> {
+        let t = self.tick();
+        let e = self.inodes.get_mut(&ino)?;
+        e.touched = t;
+        if !e.dirty {
+            e.dirty = true;
+            e.charged = 0;
+            self.dirty_inodes.insert(ino);
+        }
+        Some(InodeGuard {
+            entry: e,
+            bytes: &mut self.dirty_inode_bytes,
+            max: &mut self.max_dirty_record,
+        })
+    }
+
+    /// Caches an inode read from disk, unless a newer copy is already cached.
+    pub fn insert_clean_inode(&mut self, rec: InodeRecord) {
+        let t = self.tick();
+        self.inodes.entry(rec.ino).or_insert(Entry {
+            value: rec,
+            owner: InodeNo(0),
+            dirty: false,
+            charged: 0,
+            written: Seq(0),
+            touched: t,
+        });
+    }
+
+    /// Caches a new inode as dirty.
+    pub fn insert_dirty_inode(&mut self, rec: InodeRecord) {
+        let ino = rec.ino;
+        self.remove_inode(ino);
+        let t = self.tick();
+        self.inodes.insert(
+            ino,
+            Entry {
+                value: rec,
+                owner: InodeNo(0),
+                dirty: false,
+                charged: 0,
+                written: Seq(0),
+                touched: t,
+            },
+        );
+        drop(self.inode_mut(ino));
+    }
+
+    /// Forgets an inode that was freed; it will not be written.
+    pub fn remove_inode(&mut self, ino: InodeNo) {
+        if let Some(e) = self.inodes.remove(&ino) {
+            self.dirty_inode_bytes -= e.charged;
+        }
+        self.dirty_inodes.remove(&ino);
+    }
+
+    /// Dirty inodes, by number.
+    #[must_use]
+    pub fn dirty_inodes(&self) -> Vec<InodeNo> {
+        self.dirty_inodes.iter().copied().collect()
+    }
+
+    /// Number of dirty inodes.
+    #[must_use]
+    pub fn dirty_inode_count(&self) -> usize {
+        self.dirty_inodes.len()
+    }
+
+    /// Encoded bytes of all dirty inodes.
+    #[must_use]
+    pub fn dirty_inode_bytes(&self) -> usize {
+        debug_assert_eq!(
+            self.dirty_inode_bytes,
+            self.dirty_inodes
+                .iter()
+                .filter_map(|i| self.inodes.get(i))
+                .map(|e| e.value.encoded_len())
+                .sum::<usize>()
+        );
+        self.dirty_inode_bytes
+    }
+
+    /// The largest dirty inode record since the last seal.
+    #[must_use]
+    pub fn max_dirty_record(&self) -> usize {
+        self.max_dirty_record
+    }
+
+    /// A dirty inode's record, for sealing.
+    #[must_use]
+    pub fn peek_inode(&self, ino: InodeNo) -> Option<&InodeRecord> {
+        self.inodes.get(&ino).map(|e| &e.value)
+    }
+
+    // ---- nodes ----
+
+    /// A cached object.
+    pub fn object(&mut self, id: NodeId) -> Option<&Object> {
+        let t = self.tick();
+        self.nodes.get_mut(&id).map(|e| {
+            e.touched = t;
+            &e.value
+        })
+    }
+
+    /// A cached object, to be modified: it becomes dirty.
+    pub fn object_mut(&mut self, id: NodeId) -> Option<&mut Object> {
+        let t = self.tick();
+        let e = self.nodes.get_mut(&id)?;
+        e.touched = t;
+        e.dirty = true;
+        self.dirty_nodes.insert(id);
+        Some(&mut e.value)
+    }
+
+    /// Owner of a cached object.
+    #[must_use]
+    pub fn owner(&self, id: NodeId) -> Option<InodeNo> {
+        self.nodes.get(&id).map(|e| e.owner)
+    }
+
+    /// Caches an object read from disk.
+    pub fn insert_clean_object(&mut self, id: NodeId, owner: InodeNo, obj: Object) {
+        let t = self.tick();
+        self.nodes.entry(id).or_insert(Entry {
+            value: obj,
+            owner,
+            dirty: false,
+            charged: 0,
+            written: Seq(0),
+            touched: t,
+        });
+    }
+
+    /// Caches a new object as dirty.
+    pub fn insert_dirty_object(&mut self, id: NodeId, owner: InodeNo, obj: Object) {
+        let t = self.tick();
+        self.nodes.insert(
+            id,
+            Entry {
+                value: obj,
+                owner,
+                dirty: true,
+                charged: 0,
+                written: Seq(0),
+                touched: t,
+            },
+        );
+        self.dirty_nodes.insert(id);
+    }
+
+    /// Forgets a freed object.
+    pub fn remove_object(&mut self, id: NodeId) {
+        self.nodes.remove(&id);
+        self.dirty_nodes.remove(&id);
+    }
+
+    /// Dirty objects with their owners, grouped by owner.
+    #[must_use]
+    pub fn dirty_objects(&self) -> Vec<(InodeNo, NodeId)> {
+        let mut v: Vec<(InodeNo, NodeId)> = self
+            .dirty_nodes
+            .iter()
+            .filter_map(|id| self.nodes.get(id).map(|e| (e.owner, *id)))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Number of dirty objects.
+    #[must_use]
+    pub fn dirty_object_count(&self) -> usize {
+        self.dirty_nodes.len()
+    }
+
+    /// A cached object, for sealing.
+    #[must_use]
+    pub fn peek_object(&self, id: NodeId) -> Option<&Object> {
+        self.nodes.get(&id).map(|e| &e.value)
+    }
+
+    /// Marks an object dirty so it is rewritten (the cleaner moves live
+    /// blocks this way).
+    pub fn touch_object(&mut self, id: NodeId) -> bool {
+        match self.nodes.get_mut(&id) {
+            Some(e) => {
+                e.dirty = true;
+                self.dirty_nodes.insert(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    // ---- sealing and eviction ----
+
+    /// After sealing partial segment `seq`: everything that was dirty is now
+    /// written there.
+    pub fn mark_sealed(&mut self, inodes: &[InodeNo], objects: &[NodeId], seq: Seq) {
+        for i in inodes {
+            if let Some(e) = self.inodes.get_mut(i) {
+                e.dirty = false;
+                e.written = seq;
+                self.dirty_inode_bytes -= e.charged;
+                e.charged = 0;
+            }
+            self.dirty_inodes.remove(i);
+        }
+        if self.dirty_inodes.is_empty() {
+            self.max_dirty_record = 0;
+        }
+        for id in objects {
+            if let Some(e) = self.nodes.get_mut(id) {
+                e.dirty = false;
+                e.written = seq;
+            }
+            self.dirty_nodes.remove(id);
+        }
+    }
+
+    /// Number of cached objects and inodes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inodes.len() + self.nodes.len()
+    }
+
+    /// Whether nothing is cached.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.inodes.is_empty() && self.nodes.is_empty()
+    }
+
+    /// Drops the least recently used clean entries whose newest copy is
+    /// durable, until at most `budget` entries remain.
+    pub fn evict(&mut self, budget: usize, durable: Seq) {
+        if self.len() <= budget {
+            return;
+        }
+        let excess = self.len() - budget / 4 * 3;
+        let mut victims: Vec<(u64, bool, u64)> = self
+            .inodes
+            .iter()
+            .filter(|(_, e)| !e.dirty && e.written <= durable)
+            .map(|(k, e)| (e.touched, true, k.0))
+            .chain(
+                self.nodes
+                    .iter()
+                    .filter(|(_, e)| !e.dirty && e.written <= durable)
+                    .map(|(k, e)| (e.touched, false, k.0)),
+            )
+            .collect();
+        if victims.len() > excess {
+            victims.select_nth_unstable(excess);
+            victims.truncate(excess);
+        }
+        for (_, is_inode, k) in victims {
+            if is_inode {
+                self.inodes.remove(&InodeNo(k));
+            } else {
+                self.nodes.remove(&NodeId(k));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::node::TreeKind;
+
+    fn rec(i: u64) -> InodeRecord {
+        InodeRecord {
+            ino: InodeNo(i),
+            mode: libc::S_IFREG,
+            ..InodeRecord::default()
+        }
+    }
+
+    #[test]
+    fn dirty_tracking_and_sealing() {
+        let mut c = MetaCache::new();
+        c.insert_clean_inode(rec(1));
+        c.insert_dirty_inode(rec(2));
+        assert_eq!(c.dirty_inodes(), vec![InodeNo(2)]);
+        c.inode_mut(InodeNo(1)).unwrap().size = 5;
+        assert_eq!(c.dirty_inodes(), vec![InodeNo(1), InodeNo(2)]);
+        c.insert_dirty_object(
+            NodeId(3),
+            InodeNo(2),
+            Object::Node(Node::leaf(TreeKind::Directory)),
+        );
+        c.mark_sealed(&[InodeNo(1), InodeNo(2)], &[NodeId(3)], Seq(7));
+        assert!(c.dirty_inodes().is_empty() && c.dirty_objects().is_empty());
+    }
+
+    #[test]
+    fn eviction_spares_dirty_and_undurable_entries() {
+        let mut c = MetaCache::new();
+        for i in 1..=100 {
+            c.insert_clean_inode(rec(i));
+        }
+        c.insert_dirty_inode(rec(200));
+        c.insert_dirty_inode(rec(201));
+        c.mark_sealed(&[InodeNo(201)], &[], Seq(9));
+        c.evict(10, Seq(8));
+        assert!(c.has_inode(InodeNo(200)), "dirty entry evicted");
+        assert!(c.has_inode(InodeNo(201)), "entry not yet durable evicted");
+        assert!(c.len() <= 10);
+    }
+}

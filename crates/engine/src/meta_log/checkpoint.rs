@@ -1,0 +1,378 @@
+//! Checkpoints: writing the IFile into the log and pointing a slot at it,
+//! and loading it back at mount.
+//!
+//! Only IFile blocks that changed since the previous checkpoint are written,
+//! with the index blocks that list them. The slot is written last and
+//! alternates between two places, so a torn slot write leaves the previous
+//! checkpoint intact (ordering rule 2: the segments the previous checkpoint
+//! needs stay pinned until the new slot is durable).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::Log;
+use super::seal::{Body, SealedPs};
+use crate::device::BlockDevice;
+use crate::error::{DeviceRole, Error, Result};
+use crate::format::block::{self, BlockKind};
+use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLOCKS};
+use crate::format::descriptor::{PsKind, Summary};
+use crate::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
+use crate::format::superblock::CHECKPOINT_SLOTS;
+use crate::ifile::TableAccess;
+use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
+
+/// The newest checkpoint known durable, and what it keeps alive.
+#[derive(Debug, Clone, Default)]
+pub struct DurableCheckpoint {
+    /// Its number.
+    pub number: u64,
+    /// Where its roll-forward starts.
+    pub log: LogPosition,
+    /// Segments holding its IFile and index blocks, with how many.
+    pub pins: HashMap<SegmentNo, u32>,
+    /// Its index blocks by (table, chunk).
+    pub index: BTreeMap<(TableId, u32), MetaBlock>,
+}
+
+impl Default for LogPosition {
+    fn default() -> Self {
+        LogPosition {
+            seq: crate::types::Seq(1),
+            segment: SegmentNo(0),
+            offset: 0,
+            next_segment: SegmentNo(1),
+            prev_crc: 0,
+        }
+    }
+}
+
+/// A checkpoint ready to be written: its partial segments, then its slot.
+#[derive(Debug)]
+pub struct SealedCheckpoint {
+    parts: Vec<SealedPs>,
+    slot: MetaBlock,
+    record: Checkpoint,
+    index: BTreeMap<(TableId, u32), MetaBlock>,
+}
+
+impl SealedCheckpoint {
+    /// The checkpoint record.
+    #[must_use]
+    pub fn record(&self) -> &Checkpoint {
+        &self.record
+    }
+
+    /// Writes the IFile partial segments, then the slot, each made durable.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn write(&self, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Result<()> {
+        for p in &self.parts {
+            p.write(meta, data)?;
+        }
+        let block = self.record.encode();
+        meta.write_blocks(self.slot.0, &block)
+            .map_err(|source| Error::Io {
+                device: DeviceRole::Meta,
+                op: "write",
+                block: self.slot.0,
+                source,
+            })?;
+        meta.flush().map_err(|source| Error::Io {
+            device: DeviceRole::Meta,
+            op: "flush",
+            block: 0,
+            source,
+        })
+    }
+
+    /// Blocks written in all.
+    #[must_use]
+    pub fn blocks(&self) -> usize {
+        self.parts.iter().map(SealedPs::meta_blocks).sum::<usize>() + 1
+    }
+}
+
+/// Every table of the IFile, in on-disk order.
+fn tables(log: &mut Log) -> Vec<&mut dyn TableAccess> {
+    let [s, i, n] = log.ifile.tables_mut();
+    let [g, b] = log.space.tables_mut();
+    let mut v: Vec<&mut dyn TableAccess> = vec![s, g, b, i, n];
+    v.sort_by_key(|t| t.table_id());
+    v
+}
+
+impl Log {
+    /// Builds a checkpoint of the current IFile. The caller has committed
+    /// every dirty object first, so the IFile matches the log up to the head.
+    ///
+    /// # Errors
+    /// The IFile outgrew what a checkpoint can index, or no segment is left.
+    pub fn seal_checkpoint(&mut self, now: Timestamp) -> Result<SealedCheckpoint> {
+        debug_assert!(!self.has_dirty(), "checkpoint with dirty meta-data");
+        // Which table blocks changed, and which index chunks must follow them.
+        let mut dirty: Vec<(TableId, u32, Vec<u8>)> = Vec::new();
+        let mut chunks: BTreeSet<(TableId, u32)> = BTreeSet::new();
+        let mut wanted_chunks: BTreeSet<(TableId, u32)> = BTreeSet::new();
+        for t in tables(self) {
+            let id = t.table_id();
+            for b in t.dirty() {
+                dirty.push((id, b, t.encode(b)));
+                chunks.insert((id, b / INDEX_PER_BLOCK as u32));
+            }
+            for c in 0..t.blocks().div_ceil(INDEX_PER_BLOCK) {
+                wanted_chunks.insert((id, c as u32));
+            }
+        }
+        if wanted_chunks.len() > MAX_INDEX_BLOCKS {
+            return Err(Error::NoSpace(DeviceRole::Meta));
+        }
+        for c in &wanted_chunks {
+            if !self.ckpt.index.contains_key(c) {
+                chunks.insert(*c);
+            }
+        }
+
+        let mut parts = Vec::new();
+        let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
+        let cap = self.sb.segment_blocks as usize - 8;
+        let mut queue = dirty.into_iter();
+        loop {
+            let room_for_tables = if queue.len() + chunks.len() <= cap {
+                queue.len()
+            } else {
+                cap.min(queue.len())
+            };
+            let last = queue.len() == room_for_tables;
+            let batch: Vec<(TableId, u32, Vec<u8>)> =
+                queue.by_ref().take(room_for_tables).collect();
+            let index_now: Vec<(TableId, u32)> = if last {
+                chunks.iter().copied().collect()
+            } else {
+                Vec::new()
+            };
+            let mut bodies: Vec<Body> = batch
+                .iter()
+                .map(|(t, b, payload)| Body {
+                    summary: Summary {
+                        kind: BlockKind::IFileTable,
+                        owner: InodeNo(0),
+                        name: t.block_name(*b),
+                    },
+                    aux: 0,
+                    payload: payload.clone(),
+                })
+                .collect();
+            for (t, c) in &index_now {
+                bodies.push(Body {
+                    summary: Summary {
+                        kind: BlockKind::IFileIndex,
+                        owner: InodeNo(0),
+                        name: t.block_name(c * INDEX_PER_BLOCK as u32),
+                    },
+                    aux: 0,
+                    payload: Vec::new(),
+                });
+            }
+            if bodies.is_empty() {
+                break;
+            }
+            let batch_keys: Vec<(TableId, u32)> = batch.iter().map(|(t, b, _)| (*t, *b)).collect();
+            let (sealed, staged) =
+                self.write_ps_with(PsKind::Checkpoint, bodies, now, |log, first, bodies| {
+                    // Table blocks first: their addresses go into the index blocks that follow.
+                    for (i, (t, b)) in batch_keys.iter().enumerate() {
+                        let at = MetaBlock(first.0 + i as u64);
+                        for tab in tables(log) {
+                            if tab.table_id() == *t {
+                                tab.place(*b, at);
+                            }
+                        }
+                    }
+                    let mut staged = Vec::new();
+                    for (k, (t, c)) in index_now.iter().enumerate() {
+                        let i = batch_keys.len() + k;
+                        let at = MetaBlock(first.0 + i as u64);
+                        let addresses = tables(log)
+                            .into_iter()
+                            .find(|tab| tab.table_id() == *t)
+                            .map(|tab| {
+                                let start = (*c as usize) * INDEX_PER_BLOCK;
+                                let end = (start + INDEX_PER_BLOCK).min(tab.blocks());
+                                (start..end)
+                                    .map(|b| tab.block_address(b as u32))
+                                    .collect::<Vec<_>>()
+                            })
+                            .unwrap_or_default();
+                        bodies[i].payload = IndexBlock {
+                            table: *t,
+                            first: c * INDEX_PER_BLOCK as u32,
+                            addresses,
+                        }
+                        .encode();
+                        staged.push(((*t, *c), at));
+                    }
+                    staged
+                })?;
+            new_index.extend(staged);
+            parts.push(sealed);
+            if last {
+                break;
+            }
+        }
+        // The segments just written must show their last write too; the
+        // SUT blocks this dirties go into the next checkpoint, which is
+        // harmless: these segments stay pinned while this checkpoint is needed.
+        let mut index = self.ckpt.index.clone();
+        index.retain(|k, _| wanted_chunks.contains(k));
+        index.extend(new_index);
+        let record = Checkpoint {
+            number: self.ckpt.number + 1,
+            time: now,
+            log: self.head,
+            inode_count: self.ifile.inodes.len() as u64,
+            node_count: self.ifile.nodes.len() as u64,
+            free_data_blocks: self.space.free_blocks(),
+            index: index
+                .iter()
+                .map(|((t, c), a)| IndexRef {
+                    table: *t,
+                    first: c * INDEX_PER_BLOCK as u32,
+                    address: *a,
+                })
+                .collect(),
+        };
+        let slot = CHECKPOINT_SLOTS[(record.number % 2) as usize];
+        Ok(SealedCheckpoint {
+            parts,
+            slot,
+            record,
+            index,
+        })
+    }
+
+    /// Records that a checkpoint is durable: the previous one's IFile blocks
+    /// and roll-forward range are no longer needed.
+    pub fn complete_checkpoint(&mut self, c: &SealedCheckpoint) {
+        for p in &c.parts {
+            if let Some(seq) = p.seq {
+                self.durable = self.durable.max(seq);
+            }
+        }
+        self.ckpt.number = c.record.number;
+        self.ckpt.log = c.record.log;
+        self.ckpt.index = c.index.clone();
+        self.ckpt.pins = self.ifile_pins();
+        self.blocks_since_checkpoint = 0;
+        self.stats.checkpoints += 1;
+        self.space.release(self.durable);
+    }
+
+    /// Segments holding the current IFile's table and index blocks.
+    fn ifile_pins(&mut self) -> HashMap<SegmentNo, u32> {
+        let geometry = self.ifile.geometry();
+        let mut pins: HashMap<SegmentNo, u32> = HashMap::new();
+        let mut addrs: Vec<MetaBlock> = Vec::new();
+        for t in tables(self) {
+            addrs.extend((0..t.blocks() as u32).map(|b| t.block_address(b)));
+        }
+        addrs.extend(self.ckpt.index.values().copied());
+        for a in addrs {
+            if let Some(s) = geometry.segment_of(a) {
+                *pins.entry(s).or_default() += 1;
+            }
+        }
+        pins
+    }
+
+    /// Loads the IFile a checkpoint points at (mount).
+    ///
+    /// # Errors
+    /// An index or table block is missing, unreadable or corrupt.
+    pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint) -> Result<()> {
+        self.ifile.inodes.grow(c.inode_count as usize);
+        self.ifile.nodes.grow(c.node_count as usize);
+        let mut loaded: BTreeSet<(TableId, u32)> = BTreeSet::new();
+        let mut index = BTreeMap::new();
+        for r in &c.index {
+            let raw = self.read_meta(r.address, 1)?;
+            let (h, payload) =
+                block::open_block_of_kind(&raw, r.address, self.volume_id, BlockKind::IFileIndex)
+                    .map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
+            let ib = IndexBlock::decode(payload)
+                .map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
+            if ib.table != r.table || ib.first != r.first || h.name != r.table.block_name(r.first) {
+                return Err(Error::corrupt_meta(
+                    "IFile index block",
+                    r.address.0,
+                    "does not list the blocks the checkpoint names",
+                ));
+            }
+            index.insert((r.table, r.first / INDEX_PER_BLOCK as u32), r.address);
+            let geometry = self.ifile.geometry();
+            for (i, at) in ib.addresses.iter().enumerate() {
+                let b = ib.first + i as u32;
+                if geometry.segment_of(*at).is_none() {
+                    return Err(Error::corrupt_meta(
+                        "IFile index block",
+                        r.address.0,
+                        format!("table block {b} at {at:?} lies outside the log"),
+                    ));
+                }
+                let raw = self.read_meta(*at, 1)?;
+                let (h, payload) =
+                    block::open_block_of_kind(&raw, *at, self.volume_id, BlockKind::IFileTable)
+                        .map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
+                if h.name != r.table.block_name(b) {
+                    return Err(Error::corrupt_meta(
+                        r.table.name(),
+                        at.0,
+                        format!("holds another block than block {b}"),
+                    ));
+                }
+                let table = tables(self).into_iter().find(|t| t.table_id() == r.table);
+                let Some(table) = table else { continue };
+                if b as usize >= table.blocks() {
+                    return Err(Error::corrupt_meta(
+                        "IFile index block",
+                        r.address.0,
+                        format!("names block {b} beyond the {}", r.table.name()),
+                    ));
+                }
+                table
+                    .decode(b, payload)
+                    .map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
+                table.place(b, *at);
+                loaded.insert((r.table, b));
+            }
+        }
+        for t in tables(self) {
+            for b in 0..t.blocks() as u32 {
+                if !loaded.contains(&(t.table_id(), b)) {
+                    return Err(Error::corrupt_meta(
+                        "checkpoint",
+                        0,
+                        format!(
+                            "block {b} of the {} is missing from the checkpoint",
+                            t.table_id().name()
+                        ),
+                    ));
+                }
+            }
+            t.loaded();
+        }
+        self.ckpt = DurableCheckpoint {
+            number: c.number,
+            log: c.log,
+            pins: HashMap::new(),
+            index,
+        };
+        self.ckpt.pins = self.ifile_pins();
+        self.head = c.log;
+        self.durable = crate::types::Seq(c.log.seq.0.saturating_sub(1));
+        self.ifile.rebuild_free_lists();
+        self.space.recount();
+        Ok(())
+    }
+}

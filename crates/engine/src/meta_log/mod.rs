@@ -1,0 +1,433 @@
+//! The meta-data log: the only home of every piece of meta-data.
+//!
+//! [`Log`] owns the IFile, the data-space allocator and the meta-data cache,
+//! and turns dirty meta-data into partial segments ([`seal`]), partial
+//! segments into checkpoints ([`checkpoint`]), and, at mount, a checkpoint
+//! plus the partial segments after it back into a consistent IFile
+//! ([`recovery`]).
+//!
+//! The commit point of a file-system operation is the durability of the
+//! partial segment that holds its blocks; everything else in this module
+//! arranges for each operation to land whole in one of them.
+
+pub mod cache;
+pub mod checkpoint;
+pub mod mount;
+pub mod recovery;
+pub mod seal;
+pub mod segments;
+
+use std::sync::Arc;
+
+pub use cache::{InodeGuard, MetaCache, Object};
+use checkpoint::DurableCheckpoint;
+pub use seal::SealedPs;
+
+use crate::data_space::DataSpace;
+use crate::device::BlockDevice;
+use crate::error::{DeviceRole, Error, Result};
+use crate::format::block::{self, BlockKind, PAYLOAD_LEN};
+use crate::format::checkpoint::LogPosition;
+use crate::format::descriptor::Change;
+use crate::format::inode::InodeRecord;
+use crate::format::inode_block;
+use crate::format::node::Node;
+use crate::format::superblock::Superblock;
+use crate::ifile::IFile;
+use crate::namespace::btree::NodeStore;
+use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, NodeId, Seq};
+
+/// Most blocks one operation may add to the active partial segment. Every
+/// operation checks for this much room before it starts, which is what makes
+/// each operation land whole in one partial segment.
+pub const OP_MAX_BLOCKS: usize = 48;
+
+/// Counters for `inspect` and benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LogStats {
+    /// Partial segments written.
+    pub partial_segments: u64,
+    /// Blocks written to the meta-data device.
+    pub meta_blocks_written: u64,
+    /// Blocks written to the data device.
+    pub data_blocks_written: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+}
+
+/// The meta-data log and everything it keeps consistent.
+#[derive(Debug)]
+pub struct Log {
+    /// Geometry and identity of the volume.
+    pub sb: Superblock,
+    volume_id: u64,
+    meta: Arc<dyn BlockDevice>,
+    data: Arc<dyn BlockDevice>,
+    /// Inode map, node map, segment usage.
+    pub ifile: IFile,
+    /// Data-group descriptors, bitmap and the allocator.
+    pub space: DataSpace,
+    /// Decoded meta-data.
+    pub cache: MetaCache,
+    /// Where the next partial segment goes.
+    head: LogPosition,
+    /// Change records for the active partial segment.
+    changes: Vec<Change>,
+    change_bytes: usize,
+    /// Newest partial segment known durable.
+    durable: Seq,
+    ckpt: DurableCheckpoint,
+    blocks_since_checkpoint: u64,
+    /// Counters.
+    pub stats: LogStats,
+}
+
+impl Log {
+    /// The volume id stamped in every block.
+    #[must_use]
+    pub fn volume_id(&self) -> u64 {
+        self.volume_id
+    }
+
+    /// The meta-data device.
+    #[must_use]
+    pub fn meta_device(&self) -> &Arc<dyn BlockDevice> {
+        &self.meta
+    }
+
+    /// The data device.
+    #[must_use]
+    pub fn data_device(&self) -> &Arc<dyn BlockDevice> {
+        &self.data
+    }
+
+    /// Newest durable partial segment.
+    #[must_use]
+    pub fn durable(&self) -> Seq {
+        self.durable
+    }
+
+    /// Where the next partial segment goes.
+    #[must_use]
+    pub fn head(&self) -> LogPosition {
+        self.head
+    }
+
+    /// Log blocks written since the last checkpoint (what recovery would scan).
+    #[must_use]
+    pub fn blocks_since_checkpoint(&self) -> u64 {
+        self.blocks_since_checkpoint
+    }
+
+    /// Number of the newest durable checkpoint.
+    #[must_use]
+    pub fn checkpoint_number(&self) -> u64 {
+        self.ckpt.number
+    }
+
+    /// Reads `count` blocks of the meta-data device.
+    ///
+    /// # Errors
+    /// The device fails.
+    pub fn read_meta(&self, at: MetaBlock, count: usize) -> Result<Vec<u8>> {
+        read_blocks(self.meta.as_ref(), DeviceRole::Meta, at.0, count)
+    }
+
+    // ---- change records ----
+
+    /// Adds a change record to the active partial segment.
+    pub fn record(&mut self, c: Change) {
+        self.change_bytes += 13;
+        self.changes.push(c);
+    }
+
+    /// Whether there is anything to seal.
+    #[must_use]
+    pub fn has_dirty(&self) -> bool {
+        !self.changes.is_empty()
+            || self.cache.dirty_inode_count() > 0
+            || self.cache.dirty_object_count() > 0
+    }
+
+    /// An upper bound of the blocks the active partial segment would take if
+    /// sealed now.
+    #[must_use]
+    pub fn estimate_blocks(&self) -> usize {
+        let objects = self.cache.dirty_object_count();
+        let inodes = self.cache.dirty_inode_count();
+        let bytes = self.cache.dirty_inode_bytes() + inodes * 12;
+        // Records are packed in order; a block is closed only when the next
+        // record does not fit, so each loses less than the largest record.
+        let per_block = PAYLOAD_LEN - 2 - self.cache.max_dirty_record().max(1);
+        let inode_blocks = bytes.div_ceil(per_block) + usize::from(inodes > 0);
+        let desc_bytes = 68 + objects * 19 + inodes * 14 + inode_blocks * 2 + self.change_bytes;
+        objects + inode_blocks + desc_bytes.div_ceil(PAYLOAD_LEN)
+    }
+
+    /// Room the active partial segment may grow to.
+    #[must_use]
+    pub fn capacity_blocks(&self) -> usize {
+        let seg = self.sb.segment_blocks as usize;
+        let remaining = seg - self.head.offset as usize;
+        if remaining >= 2 * OP_MAX_BLOCKS {
+            remaining
+        } else {
+            seg
+        }
+    }
+
+    /// Whether the active partial segment must be sealed before another
+    /// operation may start.
+    #[must_use]
+    pub fn needs_seal(&self) -> bool {
+        self.estimate_blocks() + OP_MAX_BLOCKS > self.capacity_blocks()
+    }
+
+    // ---- inodes ----
+
+    /// Reads an inode (through the cache).
+    ///
+    /// # Errors
+    /// `NotFound` for a free inode number; I/O or corruption errors.
+    pub fn inode(&mut self, ino: InodeNo) -> Result<&InodeRecord> {
+        self.load_inode(ino)?;
+        self.cache.inode(ino).ok_or(Error::NotFound)
+    }
+
+    /// Reads an inode for modification.
+    ///
+    /// # Errors
+    /// As [`Log::inode`].
+    pub fn inode_mut(&mut self, ino: InodeNo) -> Result<InodeGuard<'_>> {
+        self.load_inode(ino)?;
+        self.cache.inode_mut(ino).ok_or(Error::NotFound)
+    }
+
+    fn load_inode(&mut self, ino: InodeNo) -> Result<()> {
+        if self.cache.has_inode(ino) {
+            return Ok(());
+        }
+        let entry = match self.ifile.inode(ino) {
+            Some(e) if e.in_use() && ino.0 != 0 => e,
+            _ => return Err(Error::NotFound),
+        };
+        if entry.address.0 == 0 {
+            return Err(Error::corrupt_meta(
+                "inode map",
+                0,
+                format!("inode {ino} is in use but has no location"),
+            ));
+        }
+        let block = self.read_meta(entry.address, 1)?;
+        let (_, payload) =
+            block::open_block_of_kind(&block, entry.address, self.volume_id, BlockKind::Inodes)
+                .map_err(|e| Error::corrupt_meta("inode block", entry.address.0, e.0))?;
+        let records = inode_block::decode_all(payload)
+            .map_err(|e| Error::corrupt_meta("inode block", entry.address.0, e.0))?;
+        let mut found = false;
+        // Neighbours written together are usually wanted together (a
+        // directory's files); keep every record still live in this block.
+        for rec in records {
+            let live = self
+                .ifile
+                .inode(rec.ino)
+                .is_some_and(|e| e.in_use() && e.address == entry.address);
+            if rec.ino == ino {
+                if rec.generation != entry.generation {
+                    return Err(Error::corrupt_meta(
+                        "inode block",
+                        entry.address.0,
+                        format!(
+                            "inode {ino} has generation {} but the inode map says {}",
+                            rec.generation, entry.generation
+                        ),
+                    ));
+                }
+                found = true;
+            }
+            if live {
+                self.cache.insert_clean_inode(rec);
+            }
+        }
+        if !found {
+            return Err(Error::corrupt_meta(
+                "inode block",
+                entry.address.0,
+                format!("inode {ino} is not in the block the inode map names"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes a free inode number, caches `rec` under it as dirty, and returns it.
+    pub fn create_inode(&mut self, mut rec: InodeRecord) -> InodeNo {
+        let (ino, generation) = self.ifile.alloc_inode();
+        rec.ino = ino;
+        rec.generation = generation;
+        self.cache.insert_dirty_inode(rec);
+        ino
+    }
+
+    /// Releases an inode whose blocks are already gone.
+    ///
+    /// # Errors
+    /// The inode cannot be read.
+    pub fn destroy_inode(&mut self, ino: InodeNo) -> Result<()> {
+        let generation = self.inode(ino)?.generation.wrapping_add(1);
+        self.cache.remove_inode(ino);
+        self.ifile.free_inode(ino, generation);
+        self.record(Change::InodeFree { ino, generation });
+        Ok(())
+    }
+
+    /// Puts `ino` on the orphan list or takes it off.
+    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
+        self.ifile.set_orphan(ino, orphan);
+        self.record(if orphan {
+            Change::OrphanAdd(ino)
+        } else {
+            Change::OrphanRemove(ino)
+        });
+    }
+
+    // ---- nodes and blobs ----
+
+    /// Reads an object (through the cache).
+    ///
+    /// # Errors
+    /// A free node id, or I/O or corruption errors.
+    pub fn object(&mut self, id: NodeId) -> Result<&Object> {
+        self.load_object(id)?;
+        self.cache.object(id).ok_or(Error::NotFound)
+    }
+
+    /// Reads an object for modification.
+    ///
+    /// # Errors
+    /// As [`Log::object`].
+    pub fn object_mut(&mut self, id: NodeId) -> Result<&mut Object> {
+        self.load_object(id)?;
+        self.cache.object_mut(id).ok_or(Error::NotFound)
+    }
+
+    fn load_object(&mut self, id: NodeId) -> Result<()> {
+        if self.cache.peek_object(id).is_some() {
+            return Ok(());
+        }
+        let at = self.ifile.node_address(id);
+        if at.0 == 0 {
+            return Err(Error::corrupt_meta(
+                "node map",
+                0,
+                format!("node {id} is referenced but not allocated"),
+            ));
+        }
+        let raw = self.read_meta(at, 1)?;
+        let (h, payload) = block::open_block(&raw, at, self.volume_id)
+            .map_err(|e| Error::corrupt_meta("meta-data block", at.0, e.0))?;
+        if h.name != id.0 {
+            return Err(Error::corrupt_meta(
+                "meta-data block",
+                at.0,
+                format!("holds node {} where node {id} was expected", h.name),
+            ));
+        }
+        let obj = match h.kind {
+            BlockKind::Node => Object::Node(
+                Node::decode(payload, h.aux)
+                    .map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?,
+            ),
+            BlockKind::Blob => Object::Blob(payload.to_vec()),
+            other => {
+                return Err(Error::corrupt_meta(
+                    "meta-data block",
+                    at.0,
+                    format!("node {id} is a {}", other.name()),
+                ));
+            }
+        };
+        self.cache.insert_clean_object(id, h.owner, obj);
+        Ok(())
+    }
+
+    /// Names a new object owned by `owner`; it is written with the next partial segment.
+    pub fn create_object(&mut self, owner: InodeNo, obj: Object) -> NodeId {
+        let id = self.ifile.alloc_node();
+        self.cache.insert_dirty_object(id, owner, obj);
+        id
+    }
+
+    /// Releases an object.
+    pub fn free_object(&mut self, id: NodeId) {
+        self.cache.remove_object(id);
+        self.ifile.free_node(id);
+        self.record(Change::NodeFree(id));
+    }
+
+    /// The tree store through which B-trees owned by `owner` reach their nodes.
+    pub fn tree(&mut self, owner: InodeNo) -> TreeStore<'_> {
+        TreeStore { log: self, owner }
+    }
+}
+
+/// The B-tree's view of the log: nodes by id, through the cache.
+#[derive(Debug)]
+pub struct TreeStore<'a> {
+    log: &'a mut Log,
+    owner: InodeNo,
+}
+
+fn not_a_node(id: NodeId, at: MetaBlock) -> Error {
+    Error::corrupt_meta(
+        "meta-data block",
+        at.0,
+        format!("node {id} is a blob where a B-tree node was expected"),
+    )
+}
+
+impl NodeStore for TreeStore<'_> {
+    fn node(&mut self, id: NodeId) -> Result<&Node> {
+        let at = self.log.ifile.node_address(id);
+        match self.log.object(id)? {
+            Object::Node(n) => Ok(n),
+            Object::Blob(_) => Err(not_a_node(id, at)),
+        }
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
+        let at = self.log.ifile.node_address(id);
+        match self.log.object_mut(id)? {
+            Object::Node(n) => Ok(n),
+            Object::Blob(_) => Err(not_a_node(id, at)),
+        }
+    }
+
+    fn alloc(&mut self, node: Node) -> NodeId {
+        self.log.create_object(self.owner, Object::Node(node))
+    }
+
+    fn free(&mut self, id: NodeId) {
+        self.log.free_object(id);
+    }
+}
+
+/// Reads `count` blocks from `dev`, naming the device in errors.
+///
+/// # Errors
+/// The device fails.
+pub fn read_blocks(
+    dev: &dyn BlockDevice,
+    role: DeviceRole,
+    first: u64,
+    count: usize,
+) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; count * BLOCK_SIZE];
+    dev.read_blocks(first, &mut buf)
+        .map_err(|source| Error::Io {
+            device: role,
+            op: "read",
+            block: first,
+            source,
+        })?;
+    Ok(buf)
+}

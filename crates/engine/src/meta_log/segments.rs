@@ -1,0 +1,88 @@
+//! Which segments the log may write into, and the reserve kept for
+//! checkpoints and the cleaner.
+//!
+//! A segment may be (re)used only when all of these hold (ordering rule 2):
+//! - no live inode or block is left in it (segment usage says 0 bytes);
+//! - nothing in it was written since the newest durable checkpoint, whose
+//!   roll-forward would read it (its last sequence number is older);
+//! - it holds no block of that checkpoint's IFile;
+//! - it is neither the segment the log is writing nor the one reserved to follow.
+
+use super::Log;
+use crate::error::{DeviceRole, Error, Result};
+use crate::types::SegmentNo;
+
+/// Whether an operation grows meta-data or releases it. Releasing operations
+/// (unlink, rmdir, truncate) may dip into half of the reserve, so that a full
+/// meta-data device can always be emptied again.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OpKind {
+    /// Creates or enlarges meta-data.
+    Grow,
+    /// Mostly frees meta-data.
+    Shrink,
+}
+
+impl Log {
+    /// Whether segment `s` may be written into now.
+    #[must_use]
+    pub fn segment_is_free(&self, s: SegmentNo) -> bool {
+        let u = self.ifile.segment(s);
+        u.live_bytes == 0
+            && u.last_seq < self.ckpt.log.seq
+            && s != self.head.segment
+            && s != self.head.next_segment
+            && !self.ckpt.pins.contains_key(&s)
+    }
+
+    /// Number of segments that may be written into.
+    #[must_use]
+    pub fn free_segments(&self) -> u32 {
+        (0..self.sb.segment_count)
+            .filter(|&s| self.segment_is_free(SegmentNo(s)))
+            .count() as u32
+    }
+
+    /// The first free segment after the log's current one, in log order.
+    #[must_use]
+    pub fn pick_free_segment(&self) -> Option<SegmentNo> {
+        let n = self.sb.segment_count;
+        (1..=n)
+            .map(|i| SegmentNo((self.head.segment.0 + i) % n))
+            .find(|&s| self.segment_is_free(s))
+    }
+
+    /// Segments held back from ordinary operations: room for a checkpoint of
+    /// the whole IFile, plus two for the cleaner to make progress with.
+    #[must_use]
+    pub fn reserve_segments(&self) -> u32 {
+        let ifile_blocks: usize = self.ifile.segments.block_count()
+            + self.ifile.inodes.block_count()
+            + self.ifile.nodes.block_count()
+            + self.space.groups.block_count()
+            + self.space.bitmap.block_count();
+        let index_blocks = ifile_blocks.div_ceil(crate::format::ifile::INDEX_PER_BLOCK) + 5;
+        ((ifile_blocks + index_blocks).div_ceil(self.sb.segment_blocks as usize - 8) as u32) + 2
+    }
+
+    /// Checks that an operation of `kind` has room on the meta-data device.
+    ///
+    /// # Errors
+    /// `NoSpace(Meta)` when only the reserve is left.
+    pub fn check_meta_space(&self, kind: OpKind) -> Result<()> {
+        let needed = self.estimate_blocks() + super::OP_MAX_BLOCKS;
+        let remaining = (self.sb.segment_blocks - self.head.offset) as usize;
+        if needed <= remaining {
+            return Ok(());
+        }
+        let reserve = match kind {
+            OpKind::Grow => self.reserve_segments(),
+            OpKind::Shrink => self.reserve_segments().div_ceil(2),
+        };
+        if self.free_segments() > reserve {
+            Ok(())
+        } else {
+            Err(Error::NoSpace(DeviceRole::Meta))
+        }
+    }
+}

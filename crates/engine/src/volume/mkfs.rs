@@ -1,0 +1,180 @@
+//! Creating a volume: geometry, superblocks, the root directory and the
+//! first checkpoint.
+
+use std::sync::Arc;
+
+use super::{MkfsOptions, Volume};
+use crate::device::BlockDevice;
+use crate::error::{DeviceRole, Error, Result};
+use crate::format::superblock::{
+    CHECKPOINT_SLOTS, FORMAT_MAJOR, FORMAT_MINOR, MAX_INLINE_DATA, Role, SUPER_MAGIC, Superblock,
+};
+use crate::meta_log::{Log, read_blocks};
+use crate::namespace::inode::NewInode;
+use crate::namespace::{Fs, FsConfig};
+use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
+
+/// Fewest segments a meta-data device may have.
+pub const MIN_SEGMENTS: u32 = 16;
+/// Smallest data device, in blocks (1 MiB).
+pub const MIN_DATA_BLOCKS: u64 = 256;
+
+/// Names the file system a device already holds, if it recognises one.
+///
+/// # Errors
+/// The device cannot be read.
+pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
+    if dev.block_count() == 0 {
+        return Ok(None);
+    }
+    let head = read_blocks(dev, DeviceRole::Meta, 0, 1)?;
+    if head[..4] == SUPER_MAGIC.to_le_bytes() {
+        return Ok(Some("DualFS"));
+    }
+    if &head[..4] == b"XFSB" {
+        return Ok(Some("XFS"));
+    }
+    if head[1080..1082] == [0x53, 0xEF] {
+        return Ok(Some("ext2/3/4"));
+    }
+    if dev.block_count() > 16 {
+        let b = read_blocks(dev, DeviceRole::Meta, 16, 1)?;
+        if &b[64..72] == b"_BHRfS_M" {
+            return Ok(Some("btrfs"));
+        }
+    }
+    Ok(None)
+}
+
+impl Volume {
+    /// Formats `meta` and `data` as a new DualFS volume.
+    ///
+    /// # Errors
+    /// A device is too small or already holds a file system (unless
+    /// `force`), or I/O fails.
+    pub fn format(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        opts: &MkfsOptions,
+    ) -> Result<()> {
+        if !(128..=65536).contains(&opts.segment_blocks) {
+            return Err(Error::Invalid(
+                "segment size must be 128 to 65536 blocks (512 KiB to 256 MiB)",
+            ));
+        }
+        if opts.group_blocks < 64 || !opts.group_blocks.is_multiple_of(64) {
+            return Err(Error::Invalid(
+                "data group size must be a positive multiple of 64 blocks",
+            ));
+        }
+        if opts.inline_max > MAX_INLINE_DATA {
+            return Err(Error::Invalid(
+                "inline limit too large (at most 3072 bytes)",
+            ));
+        }
+        let seg = u64::from(opts.segment_blocks);
+        let meta_blocks = meta.block_count();
+        let segment_count = (meta_blocks.saturating_sub(seg) / seg).min(u64::from(u32::MAX)) as u32;
+        if segment_count < MIN_SEGMENTS {
+            return Err(Error::WrongVolume(format!(
+                "the meta-data device is too small: {} KiB holds {segment_count} segments of {} KiB, at least {MIN_SEGMENTS} are needed ({} KiB)",
+                meta_blocks * 4,
+                seg * 4,
+                (u64::from(MIN_SEGMENTS) + 1) * seg * 4
+            )));
+        }
+        let data_blocks = data.block_count();
+        if data_blocks < MIN_DATA_BLOCKS {
+            return Err(Error::WrongVolume(format!(
+                "the data device is too small: {} KiB, at least {} KiB are needed",
+                data_blocks * 4,
+                MIN_DATA_BLOCKS * 4
+            )));
+        }
+        if !opts.force {
+            for (dev, role) in [(&meta, DeviceRole::Meta), (&data, DeviceRole::Data)] {
+                if let Some(fs) = probe_existing(dev.as_ref())? {
+                    return Err(Error::Busy(format!(
+                        "the {role} already holds a {fs} file system (use --force to overwrite it)"
+                    )));
+                }
+            }
+        }
+        let mut label = [0u8; 64];
+        let l = opts.label.as_bytes();
+        label[..l.len().min(64)].copy_from_slice(&l[..l.len().min(64)]);
+        let sb = Superblock {
+            role: Role::Meta,
+            major: FORMAT_MAJOR,
+            minor: FORMAT_MINOR,
+            compat: 0,
+            ro_compat: 0,
+            incompat: 0,
+            volume_uuid: *uuid::Uuid::new_v4().as_bytes(),
+            meta_uuid: *uuid::Uuid::new_v4().as_bytes(),
+            data_uuid: *uuid::Uuid::new_v4().as_bytes(),
+            segment_blocks: opts.segment_blocks,
+            meta_blocks: seg + u64::from(segment_count) * seg,
+            data_blocks,
+            group_blocks: opts.group_blocks,
+            group_count: data_blocks.div_ceil(u64::from(opts.group_blocks)) as u32,
+            segment_count,
+            first_segment_block: seg,
+            inline_max: opts.inline_max,
+            hash_key: *uuid::Uuid::new_v4().as_bytes(),
+            created: opts.now,
+            label,
+        };
+        let io = |role: DeviceRole, op: &'static str, block: u64| {
+            move |source| Error::Io {
+                device: role,
+                op,
+                block,
+                source,
+            }
+        };
+        // Stale checkpoints of an earlier volume on the same device must not
+        // be mistaken for this one's.
+        let zero = vec![0u8; BLOCK_SIZE];
+        for slot in CHECKPOINT_SLOTS {
+            meta.write_blocks(slot.0, &zero)
+                .map_err(io(DeviceRole::Meta, "write", slot.0))?;
+        }
+        meta.write_blocks(0, &sb.encode())
+            .map_err(io(DeviceRole::Meta, "write", 0))?;
+        data.write_blocks(
+            0,
+            &Superblock {
+                role: Role::Data,
+                ..sb.clone()
+            }
+            .encode(),
+        )
+        .map_err(io(DeviceRole::Data, "write", 0))?;
+        data.flush().map_err(io(DeviceRole::Data, "flush", 0))?;
+        meta.flush().map_err(io(DeviceRole::Meta, "flush", 0))?;
+
+        let log = Log::fresh(sb, meta.clone(), data.clone());
+        let mut fs = Fs::new(log, FsConfig::default());
+        let root = fs.new_inode(
+            InodeNo::ROOT,
+            NewInode {
+                kind: FileKind::Directory,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+            },
+            opts.now,
+        )?;
+        debug_assert_eq!(root, InodeNo::ROOT);
+        if let Some(s) = fs.log.seal(Vec::new(), opts.now)? {
+            s.write(&meta, &data)?;
+            fs.log.complete(&s, usize::MAX);
+        }
+        let c = fs.log.seal_checkpoint(opts.now)?;
+        c.write(&meta, &data)?;
+        fs.log.complete_checkpoint(&c);
+        Ok(())
+    }
+}

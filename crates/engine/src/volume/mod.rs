@@ -1,0 +1,471 @@
+//! [`Volume`]: a mounted DualFS, with a POSIX-style API and no FUSE types.
+//!
+//! Concurrency: one lock (`fs`) guards every in-memory structure; operations
+//! hold it only while they compute. Writing a partial segment happens outside
+//! it, serialised by the `commit` lock, so readers and writers go on while
+//! the log is written. Lock order: `commit`, then `reuse`, then `fs`.
+//!
+//! Each mutating operation first makes sure the active partial segment has
+//! room for the most an operation can add ([`crate::meta_log::OP_MAX_BLOCKS`]);
+//! if not, it seals and writes it first. That is what makes every operation
+//! land whole in one partial segment, the transaction unit of the log.
+
+mod mkfs;
+mod ops;
+pub mod types;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Instant;
+
+pub use mkfs::probe_existing;
+pub use types::*;
+
+use crate::device::BlockDevice;
+use crate::error::{DeviceRole, Error, Result};
+use crate::meta_log::Log;
+use crate::meta_log::mount::OpenReport;
+use crate::meta_log::segments::OpKind;
+use crate::namespace::{Fs, FsConfig};
+use crate::types::{FileKind, InodeNo, Timestamp};
+
+/// Where time comes from: the wall clock, or a test's.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+#[derive(Debug, Default)]
+struct CommitState {
+    next_id: u64,
+}
+
+/// A mounted DualFS volume.
+pub struct Volume {
+    fs: Mutex<Fs>,
+    commit: Mutex<CommitState>,
+    /// Held shared by readers between resolving a read and finishing it, and
+    /// exclusively while freed data blocks are handed back to the allocator:
+    /// a block cannot be reused under a read that is still looking at it.
+    reuse: RwLock<()>,
+    options: MountOptions,
+    clock: Clock,
+    /// Set when a write failed: the reason; every later change is refused.
+    failed: Mutex<Option<String>>,
+    last_commit: Mutex<Instant>,
+    meta: Arc<dyn BlockDevice>,
+    data: Arc<dyn BlockDevice>,
+    open_report: OpenReport,
+    commits: AtomicU64,
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in another thread leaves the structures as they were between
+    // two statements of one operation; going on is no worse than stopping.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Volume {
+    /// Opens a volume: newest checkpoint, roll-forward, orphan cleanup, and
+    /// (unless read-only) a checkpoint if anything was recovered.
+    ///
+    /// # Errors
+    /// The devices are not a DualFS pair, a structure is corrupt, I/O fails.
+    pub fn open(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        options: MountOptions,
+    ) -> Result<Volume> {
+        Volume::open_with_clock(meta, data, options, Arc::new(Timestamp::now))
+    }
+
+    /// [`Volume::open`] with a given clock.
+    ///
+    /// # Errors
+    /// As [`Volume::open`].
+    pub fn open_with_clock(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        options: MountOptions,
+        clock: Clock,
+    ) -> Result<Volume> {
+        let (log, report) = Log::open(meta.clone(), data.clone())?;
+        let config = FsConfig {
+            inline_max: log.sb.inline_max,
+            dirty_data_limit: options.dirty_data_limit,
+            cache_budget: options.cache_budget,
+        };
+        let vol = Volume {
+            fs: Mutex::new(Fs::new(log, config)),
+            commit: Mutex::new(CommitState::default()),
+            reuse: RwLock::new(()),
+            options,
+            clock,
+            failed: Mutex::new(None),
+            last_commit: Mutex::new(Instant::now()),
+            meta,
+            data,
+            open_report: report,
+            commits: AtomicU64::new(0),
+        };
+        if !options.read_only {
+            let orphans = lock(&vol.fs).log.ifile.orphans();
+            for ino in &orphans {
+                vol.finish_orphan(*ino)?;
+            }
+            if vol.open_report.recovery.partial_segments > 0 || !orphans.is_empty() {
+                vol.checkpoint()?;
+            }
+        }
+        Ok(vol)
+    }
+
+    /// What opening found: checkpoint, fallback, roll-forward.
+    #[must_use]
+    pub fn open_report(&self) -> &OpenReport {
+        &self.open_report
+    }
+
+    /// The mount options.
+    #[must_use]
+    pub fn options(&self) -> &MountOptions {
+        &self.options
+    }
+
+    fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
+    /// Runs `f` with the file system locked, for inspection and checking.
+    pub fn with_fs<R>(&self, f: impl FnOnce(&mut Fs) -> R) -> R {
+        f(&mut lock(&self.fs))
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly("mounted read-only".into()));
+        }
+        if let Some(why) = lock(&self.failed).as_ref() {
+            return Err(Error::ReadOnly(format!(
+                "turned read-only after an error: {why}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Remembers a failure that leaves memory and disk out of step: from
+    /// now on the volume refuses changes.
+    fn fail(&self, e: &Error) {
+        let mut f = lock(&self.failed);
+        if f.is_none() {
+            log::error!("DualFS volume turned read-only: {e}");
+            *f = Some(e.to_string());
+        }
+    }
+
+    /// Runs one mutating step with room guaranteed in the active partial segment.
+    fn mutate<R>(
+        &self,
+        kind: OpKind,
+        mut f: impl FnMut(&mut Fs, Timestamp) -> Result<R>,
+    ) -> Result<R> {
+        let mut retried_space = false;
+        loop {
+            self.check_writable()?;
+            let res = {
+                let mut fs = lock(&self.fs);
+                if fs.log.needs_seal() {
+                    None
+                } else {
+                    Some(match fs.log.check_meta_space(kind) {
+                        Ok(()) => f(&mut fs, self.now()),
+                        Err(e) => Err(e),
+                    })
+                }
+            };
+            match res {
+                None => self.commit()?,
+                Some(Err(Error::NoSpace(dev))) if !retried_space => {
+                    // Frees waiting for a durable partial segment, and log
+                    // segments waiting for a checkpoint, come back after one.
+                    retried_space = true;
+                    if dev == DeviceRole::Meta {
+                        self.checkpoint()?;
+                    } else {
+                        self.commit()?;
+                    }
+                }
+                Some(Err(e @ (Error::Io { .. } | Error::Corrupt { .. }))) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+                Some(r) => return r,
+            }
+        }
+    }
+
+    /// Seals and writes everything dirty: all file data, then all meta-data,
+    /// in as many partial segments as it takes.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn commit(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        self.commit_locked(&mut c)
+    }
+
+    fn commit_locked(&self, c: &mut CommitState) -> Result<()> {
+        loop {
+            if self.options.read_only {
+                return Ok(());
+            }
+            if let Some(why) = lock(&self.failed).as_ref() {
+                return Err(Error::ReadOnly(format!(
+                    "turned read-only after an error: {why}"
+                )));
+            }
+            c.next_id += 1;
+            let id = c.next_id;
+            let (sealed, more) = {
+                let mut fs = lock(&self.fs);
+                let mut more = false;
+                for ino in fs.pages.dirty_files() {
+                    match fs.write_back(ino, usize::MAX) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            more = true;
+                            break;
+                        }
+                        Err(e) => {
+                            self.fail(&e);
+                            return Err(e);
+                        }
+                    }
+                }
+                let data = fs.pages.take_queued(id);
+                match fs.log.seal(data, self.now()) {
+                    Ok(s) => (s, more),
+                    Err(e) => {
+                        self.fail(&e);
+                        return Err(e);
+                    }
+                }
+            };
+            if let Some(s) = &sealed {
+                if let Err(e) = s.write(&self.meta, &self.data) {
+                    self.fail(&e);
+                    return Err(e);
+                }
+                let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+                let mut fs = lock(&self.fs);
+                let budget = fs.config.cache_budget;
+                fs.log.complete(s, budget);
+                fs.pages.drop_in_flight(id);
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            *lock(&self.last_commit) = Instant::now();
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Commits, then writes a checkpoint of the IFile.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        self.commit_locked(&mut c)?;
+        if self.options.read_only {
+            return Ok(());
+        }
+        let sealed = {
+            let mut fs = lock(&self.fs);
+            if fs.log.has_dirty() {
+                // Operations slipped in between the commit and here; they
+                // go into the next partial segment, not this checkpoint.
+                drop(fs);
+                self.commit_locked(&mut c)?;
+                fs = lock(&self.fs);
+                if fs.log.has_dirty() {
+                    return Ok(());
+                }
+            }
+            match fs.log.seal_checkpoint(self.now()) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        };
+        if let Err(e) = sealed.write(&self.meta, &self.data) {
+            self.fail(&e);
+            return Err(e);
+        }
+        let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+        lock(&self.fs).log.complete_checkpoint(&sealed);
+        Ok(())
+    }
+
+    /// Periodic work: seal the active partial segment once it is older than
+    /// the commit interval, checkpoint once enough log was written since
+    /// the last one. Called by a flusher thread (or a simulation's loop).
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn tick(&self) -> Result<()> {
+        if self.options.read_only || lock(&self.failed).is_some() {
+            return Ok(());
+        }
+        let (dirty, since_ckpt) = {
+            let fs = lock(&self.fs);
+            (
+                fs.log.has_dirty() || fs.pages.dirty_bytes() > 0,
+                fs.log.blocks_since_checkpoint(),
+            )
+        };
+        if dirty && lock(&self.last_commit).elapsed() >= self.options.commit_interval {
+            self.commit()?;
+        }
+        if since_ckpt >= self.options.checkpoint_blocks {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything durable and writes a final checkpoint, so that the
+    /// next open needs no roll-forward. Inodes still referenced are released.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn close(self) -> Result<()> {
+        if self.options.read_only || lock(&self.failed).is_some() {
+            return Ok(());
+        }
+        let referenced = lock(&self.fs).referenced();
+        for ino in referenced {
+            let n = lock(&self.fs).refs(ino);
+            self.forget(ino, n)?;
+        }
+        self.checkpoint()
+    }
+
+    /// Number of partial segments (or data-only flushes) written since open.
+    #[must_use]
+    pub fn commit_count(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    // ---- references and orphans ----
+
+    /// Takes `n` references to `ino` (kernel lookups, open files).
+    pub fn remember(&self, ino: InodeNo, n: u64) {
+        lock(&self.fs).take_refs(ino, n);
+    }
+
+    /// Drops `n` references; an inode with no links goes when the last one does.
+    ///
+    /// # Errors
+    /// Freeing the inode fails.
+    pub fn forget(&self, ino: InodeNo, n: u64) -> Result<()> {
+        let dead = {
+            let mut fs = lock(&self.fs);
+            let left = fs.drop_refs(ino, n);
+            left == 0 && fs.log.inode(ino).is_ok_and(|r| r.nlink == 0)
+        };
+        if dead {
+            self.delete_inode(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Frees an unlinked, unreferenced inode in bounded steps. If it takes
+    /// more than one, the inode goes on the orphan list first, so that
+    /// recovery finishes the job after a crash.
+    fn delete_inode(&self, ino: InodeNo) -> Result<()> {
+        let mut first = true;
+        loop {
+            let done = self.mutate(OpKind::Shrink, |fs, _| {
+                let done = fs.delete_step(ino)?;
+                if !done
+                    && first
+                    && fs
+                        .log
+                        .ifile
+                        .inode(ino)
+                        .is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN == 0)
+                {
+                    fs.log.set_orphan(ino, true);
+                }
+                Ok(done)
+            })?;
+            first = false;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Finishes what a crash interrupted for an inode on the orphan list:
+    /// frees it if it has no links, or trims it to its size.
+    fn finish_orphan(&self, ino: InodeNo) -> Result<()> {
+        let nlink = lock(&self.fs).log.inode(ino).map(|r| r.nlink)?;
+        if nlink == 0 {
+            return self.delete_inode(ino);
+        }
+        loop {
+            let done = self.mutate(OpKind::Shrink, |fs, _| {
+                let size = fs.log.inode(ino)?.size;
+                let done = fs.truncate_step(ino, size)?;
+                if done {
+                    fs.log.set_orphan(ino, false);
+                }
+                Ok(done)
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Drops one link of `ino` (the caller removed a name): frees it, or puts
+    /// it on the orphan list while it is still referenced.
+    fn drop_link(&self, ino: InodeNo) -> Result<()> {
+        let free_now = self.mutate(OpKind::Shrink, |fs, _| {
+            let rec = fs.log.inode(ino)?;
+            if rec.nlink > 0 {
+                return Ok(false);
+            }
+            if fs.refs(ino) > 0 {
+                fs.log.set_orphan(ino, true);
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        if free_now {
+            self.delete_inode(ino)
+        } else {
+            Ok(())
+        }
+    }
+
+    // ---- helpers shared by the operations ----
+
+    fn attr(fs: &mut Fs, ino: InodeNo) -> Result<Attr> {
+        Ok(Attr::from_record(fs.log.inode(ino)?))
+    }
+
+    fn kind_of(fs: &mut Fs, ino: InodeNo) -> Result<FileKind> {
+        let mode = fs.log.inode(ino)?.mode;
+        FileKind::from_mode(mode).ok_or_else(|| {
+            Error::corrupt_meta("inode", 0, format!("inode {ino} has mode {mode:#o}"))
+        })
+    }
+}

@@ -1,0 +1,855 @@
+//! The POSIX-style operations of [`Volume`].
+//!
+//! Each one validates everything it can before it changes anything, so that
+//! a refused operation leaves no trace; then it changes the namespace inside
+//! one `mutate` step, which lands whole in one partial segment.
+
+use super::{
+    Attr, Creds, FallocateMode, Listing, RenameFlags, SetAttr, StatFs, TimeSet, Volume, lock,
+};
+use crate::error::{Error, Result};
+use crate::format::inode::Body;
+use crate::meta_log::segments::OpKind;
+use crate::namespace::dir::DirEntry;
+use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
+use crate::namespace::inode::NewInode;
+use crate::namespace::name::NAME_MAX;
+use crate::namespace::xattr::SetMode;
+use crate::namespace::{FileName, Fs};
+use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
+
+/// Most hard links an inode may have (as ext4).
+pub const LINK_MAX: u32 = 65000;
+/// Longest symlink target (PATH_MAX minus the NUL).
+pub const SYMLINK_MAX: usize = 4095;
+
+const S_ISUID: u32 = 0o4000;
+const S_ISGID: u32 = 0o2000;
+const S_IXGRP: u32 = 0o0010;
+
+fn touch_dir(fs: &mut Fs, dir: InodeNo, now: Timestamp) -> Result<()> {
+    let mut d = fs.log.inode_mut(dir)?;
+    d.mtime = now;
+    d.ctime = now;
+    Ok(())
+}
+
+fn lookup_entry(fs: &mut Fs, dir: InodeNo, name: &FileName) -> Result<DirEntry> {
+    fs.dir_lookup(dir, name.as_bytes())?.ok_or(Error::NotFound)
+}
+
+/// Whether `dir` is `ancestor` or lies below it.
+fn is_within(fs: &mut Fs, mut dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
+    // Bounded: a parent chain cannot be longer than the number of inodes.
+    for _ in 0..=fs.log.ifile.used_inodes() {
+        if dir == ancestor {
+            return Ok(true);
+        }
+        if dir == InodeNo::ROOT {
+            return Ok(false);
+        }
+        dir = fs.log.inode(dir)?.parent;
+    }
+    Err(Error::corrupt_meta(
+        "inode",
+        0,
+        format!("the parent chain of directory {dir} loops"),
+    ))
+}
+
+impl Volume {
+    /// Finds `name` in directory `parent` (`.` and `..` included).
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDir`, `NameTooLong`.
+    pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        let mut fs = lock(&self.fs);
+        if Volume::kind_of(&mut fs, parent)? != FileKind::Directory {
+            return Err(Error::NotDir);
+        }
+        let ino = match name {
+            b"." => parent,
+            b".." => match fs.log.inode(parent)?.parent {
+                InodeNo(0) => InodeNo::ROOT,
+                p => p,
+            },
+            _ => fs.dir_lookup(parent, name)?.ok_or(Error::NotFound)?.ino,
+        };
+        Volume::attr(&mut fs, ino)
+    }
+
+    /// The attributes of `ino`.
+    ///
+    /// # Errors
+    /// `NotFound` for a free inode number.
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
+        Volume::attr(&mut lock(&self.fs), ino)
+    }
+
+    /// Changes attributes: mode, owner, size, times.
+    ///
+    /// # Errors
+    /// `FileTooBig`, `IsDir` for a directory's size, `NotFound`.
+    pub fn setattr(&self, ino: InodeNo, set: &SetAttr) -> Result<Attr> {
+        if let Some(size) = set.size {
+            if size > MAX_FILE_SIZE {
+                return Err(Error::FileTooBig);
+            }
+            match Volume::kind_of(&mut lock(&self.fs), ino)? {
+                FileKind::Regular => {}
+                FileKind::Directory => return Err(Error::IsDir),
+                _ => return Err(Error::Invalid("only regular files have a size to set")),
+            }
+            self.truncate(ino, size)?;
+        }
+        self.mutate(OpKind::Grow, |fs, now| {
+            let kind = Volume::kind_of(fs, ino)?;
+            let mut rec = fs.log.inode_mut(ino)?;
+            let mut changed = set.size.is_some();
+            if let Some(mode) = set.mode {
+                rec.mode = (rec.mode & !0o7777) | (mode & 0o7777);
+                changed = true;
+            }
+            let owner_change =
+                set.uid.is_some_and(|u| u != rec.uid) || set.gid.is_some_and(|g| g != rec.gid);
+            if set.uid.is_some() || set.gid.is_some() {
+                rec.uid = set.uid.unwrap_or(rec.uid);
+                rec.gid = set.gid.unwrap_or(rec.gid);
+                // chown(2): changing the owner of a non-directory drops its
+                // set-user-id bit, and its set-group-id bit when that bit
+                // means "set-gid" (group-executable) rather than locking.
+                if owner_change && kind != FileKind::Directory && set.mode.is_none() {
+                    rec.mode &= !S_ISUID;
+                    if rec.mode & S_IXGRP != 0 {
+                        rec.mode &= !S_ISGID;
+                    }
+                }
+                changed = true;
+            }
+            let resolve = |t: TimeSet| match t {
+                TimeSet::Now => now,
+                TimeSet::At(t) => t,
+            };
+            if let Some(t) = set.atime {
+                rec.atime = resolve(t);
+                changed = true;
+            }
+            if let Some(t) = set.mtime {
+                rec.mtime = resolve(t);
+                changed = true;
+            } else if set.size.is_some() {
+                rec.mtime = now;
+            }
+            if changed {
+                rec.ctime = set.ctime.unwrap_or(now);
+            } else if let Some(c) = set.ctime {
+                rec.ctime = c;
+            }
+            drop(rec);
+            Volume::attr(fs, ino)
+        })
+    }
+
+    /// Sets the size of a regular file, freeing what lies beyond in steps.
+    fn truncate(&self, ino: InodeNo, size: u64) -> Result<()> {
+        let mut first = true;
+        loop {
+            let done = self.mutate(OpKind::Shrink, |fs, _| {
+                let done = fs.truncate_step(ino, size)?;
+                let orphan = fs
+                    .log
+                    .ifile
+                    .inode(ino)
+                    .is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0);
+                if !done && first && !orphan {
+                    // Recovery trims whatever a crash leaves beyond the size.
+                    fs.log.set_orphan(ino, true);
+                } else if done && !first && orphan && fs.log.inode(ino)?.nlink > 0 {
+                    fs.log.set_orphan(ino, false);
+                }
+                Ok(done)
+            })?;
+            first = false;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Creates an inode of `kind` named `name` in `parent`, with `fill` to
+    /// set up its body.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        rdev: u64,
+        creds: Creds,
+        fill: impl FnOnce(&mut Fs, InodeNo) -> Result<()>,
+    ) -> Result<Attr> {
+        let name = FileName::new(name)?;
+        let mut fill = Some(fill);
+        let attr = self.mutate(OpKind::Grow, |fs, now| {
+            if Volume::kind_of(fs, parent)? != FileKind::Directory {
+                return Err(Error::NotDir);
+            }
+            let p = fs.log.inode(parent)?;
+            if p.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            if kind == FileKind::Directory && p.nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks);
+            }
+            // A set-group-id directory hands its group to what is created
+            // in it, and the bit itself to subdirectories.
+            let (gid, perm) = if p.mode & S_ISGID != 0 {
+                (
+                    p.gid,
+                    if kind == FileKind::Directory {
+                        perm | S_ISGID
+                    } else {
+                        perm
+                    },
+                )
+            } else {
+                (creds.gid, perm)
+            };
+            if fs.dir_lookup(parent, name.as_bytes())?.is_some() {
+                return Err(Error::Exists);
+            }
+            let ino = fs.new_inode(
+                parent,
+                NewInode {
+                    kind,
+                    perm,
+                    uid: creds.uid,
+                    gid,
+                    rdev,
+                },
+                now,
+            )?;
+            fill.take()
+                .ok_or(Error::Invalid("operation retried after a partial change"))?(
+                fs, ino
+            )?;
+            fs.dir_insert(parent, &name, ino, kind)?;
+            touch_dir(fs, parent, now)?;
+            if kind == FileKind::Directory {
+                fs.log.inode_mut(parent)?.nlink += 1;
+            }
+            Volume::attr(fs, ino)
+        })?;
+        self.remember(attr.ino, 1);
+        Ok(attr)
+    }
+
+    /// Creates a regular file. The new inode is remembered once (as a lookup).
+    ///
+    /// # Errors
+    /// `Exists`, `NotDir`, name errors, no space.
+    pub fn create(&self, parent: InodeNo, name: &[u8], perm: u32, creds: Creds) -> Result<Attr> {
+        self.make(parent, name, FileKind::Regular, perm, 0, creds, |_, _| {
+            Ok(())
+        })
+    }
+
+    /// Creates a directory. The new inode is remembered once.
+    ///
+    /// # Errors
+    /// `Exists`, `NotDir`, `TooManyLinks`, name errors, no space.
+    pub fn mkdir(&self, parent: InodeNo, name: &[u8], perm: u32, creds: Creds) -> Result<Attr> {
+        self.make(parent, name, FileKind::Directory, perm, 0, creds, |_, _| {
+            Ok(())
+        })
+    }
+
+    /// Creates a device node, fifo, socket or regular file. The new inode is remembered once.
+    ///
+    /// # Errors
+    /// `Invalid` for directories and symlinks; as [`Volume::create`].
+    pub fn mknod(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        rdev: u64,
+        creds: Creds,
+    ) -> Result<Attr> {
+        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
+            return Err(Error::Invalid("mknod cannot make directories or symlinks"));
+        }
+        let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            rdev
+        } else {
+            0
+        };
+        self.make(parent, name, kind, perm, rdev, creds, |_, _| Ok(()))
+    }
+
+    /// Creates a symbolic link to `target`. The new inode is remembered once.
+    ///
+    /// # Errors
+    /// `NameTooLong` for a target over 4095 bytes, `Invalid` for an empty one; as [`Volume::create`].
+    pub fn symlink(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        target: &[u8],
+        creds: Creds,
+    ) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Error::NameTooLong);
+        }
+        if target.contains(&0) {
+            return Err(Error::Invalid("symlink target contains NUL"));
+        }
+        self.make(
+            parent,
+            name,
+            FileKind::Symlink,
+            0o777,
+            0,
+            creds,
+            |fs, ino| {
+                let body = if target.len() <= fs.config.inline_max as usize {
+                    Body::Inline(target.to_vec())
+                } else {
+                    Body::Blob {
+                        len: target.len() as u32,
+                        nodes: fs.write_blob(ino, target),
+                    }
+                };
+                let mut rec = fs.log.inode_mut(ino)?;
+                rec.body = body;
+                rec.size = target.len() as u64;
+                Ok(())
+            },
+        )
+    }
+
+    /// The target of a symbolic link.
+    ///
+    /// # Errors
+    /// `NotSymlink`.
+    pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        let mut fs = lock(&self.fs);
+        if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
+            return Err(Error::NotSymlink);
+        }
+        match fs.log.inode(ino)?.body.clone() {
+            Body::Inline(t) => Ok(t),
+            Body::Blob { len, nodes } => fs.read_blob(&nodes, len),
+            _ => Err(Error::corrupt_meta(
+                "inode",
+                0,
+                format!("symlink {ino} has no target"),
+            )),
+        }
+    }
+
+    /// Adds the name `name` in `parent` for `ino`. The inode is remembered once.
+    ///
+    /// # Errors
+    /// `NotPermitted` for directories, `TooManyLinks`, `Exists`.
+    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        let name = FileName::new(name)?;
+        let attr = self.mutate(OpKind::Grow, |fs, now| {
+            let kind = Volume::kind_of(fs, ino)?;
+            if kind == FileKind::Directory {
+                return Err(Error::NotPermitted);
+            }
+            if Volume::kind_of(fs, parent)? != FileKind::Directory {
+                return Err(Error::NotDir);
+            }
+            if fs.log.inode(parent)?.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            let nlink = fs.log.inode(ino)?.nlink;
+            if nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks);
+            }
+            if fs.dir_lookup(parent, name.as_bytes())?.is_some() {
+                return Err(Error::Exists);
+            }
+            fs.dir_insert(parent, &name, ino, kind)?;
+            touch_dir(fs, parent, now)?;
+            let mut rec = fs.log.inode_mut(ino)?;
+            rec.nlink += 1;
+            rec.ctime = now;
+            drop(rec);
+            if nlink == 0 {
+                fs.log.set_orphan(ino, false);
+            }
+            Volume::attr(fs, ino)
+        })?;
+        self.remember(attr.ino, 1);
+        Ok(attr)
+    }
+
+    /// Removes a non-directory name.
+    ///
+    /// # Errors
+    /// `NotFound`, `IsDir`, `NotDir`.
+    pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let name = FileName::new(name)?;
+        let ino = self.mutate(OpKind::Shrink, |fs, now| {
+            let e = lookup_entry(fs, parent, &name)?;
+            if e.kind == FileKind::Directory {
+                return Err(Error::IsDir);
+            }
+            fs.dir_remove(parent, e.position)?;
+            touch_dir(fs, parent, now)?;
+            Volume::unlink_inode(fs, e.ino, now)?;
+            Ok(e.ino)
+        })?;
+        self.drop_link(ino)
+    }
+
+    /// One link of `ino` is gone: count it, and put an inode left with no
+    /// links on the orphan list in the same step, so a crash cannot leak it.
+    fn unlink_inode(fs: &mut Fs, ino: InodeNo, now: Timestamp) -> Result<()> {
+        let mut rec = fs.log.inode_mut(ino)?;
+        rec.nlink = rec.nlink.saturating_sub(1);
+        rec.ctime = now;
+        let gone = rec.nlink == 0;
+        drop(rec);
+        if gone {
+            fs.log.set_orphan(ino, true);
+        }
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDir`, `NotEmpty`.
+    pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let name = FileName::new(name)?;
+        let ino = self.mutate(OpKind::Shrink, |fs, now| {
+            let e = lookup_entry(fs, parent, &name)?;
+            if e.kind != FileKind::Directory {
+                return Err(Error::NotDir);
+            }
+            if !fs.dir_is_empty(e.ino)? {
+                return Err(Error::NotEmpty);
+            }
+            fs.dir_remove(parent, e.position)?;
+            touch_dir(fs, parent, now)?;
+            fs.log.inode_mut(parent)?.nlink -= 1;
+            let mut rec = fs.log.inode_mut(e.ino)?;
+            rec.nlink = 0;
+            rec.ctime = now;
+            drop(rec);
+            fs.log.set_orphan(e.ino, true);
+            Ok(e.ino)
+        })?;
+        self.drop_link(ino)
+    }
+
+    /// Renames `name` in `parent` to `new_name` in `new_parent`.
+    ///
+    /// # Errors
+    /// `NotFound`, `Exists` (noreplace), `Invalid` (a directory into
+    /// itself, exchange with noreplace), `NotDir`/`IsDir`/`NotEmpty` for
+    /// incompatible replacements.
+    pub fn rename(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        if flags.exchange && flags.noreplace {
+            return Err(Error::Invalid(
+                "RENAME_EXCHANGE and RENAME_NOREPLACE together",
+            ));
+        }
+        let name = FileName::new(name)?;
+        let new_name = FileName::new(new_name)?;
+        let replaced = self.mutate(OpKind::Grow, |fs, now| {
+            for d in [parent, new_parent] {
+                if Volume::kind_of(fs, d)? != FileKind::Directory {
+                    return Err(Error::NotDir);
+                }
+            }
+            let src = lookup_entry(fs, parent, &name)?;
+            let dst = fs.dir_lookup(new_parent, new_name.as_bytes())?;
+            if flags.exchange && dst.is_none() {
+                return Err(Error::NotFound);
+            }
+            if flags.noreplace && dst.is_some() {
+                return Err(Error::Exists);
+            }
+            if let Some(d) = &dst
+                && d.ino == src.ino
+            {
+                // Two names of one inode (or the same name): nothing to do.
+                return Ok(None);
+            }
+            if src.kind == FileKind::Directory && is_within(fs, new_parent, src.ino)? {
+                return Err(Error::Invalid("cannot move a directory into itself"));
+            }
+            if flags.exchange {
+                let dst = dst.ok_or(Error::NotFound)?;
+                if dst.kind == FileKind::Directory && is_within(fs, parent, dst.ino)? {
+                    return Err(Error::Invalid("cannot move a directory into itself"));
+                }
+                fs.dir_replace(parent, &src, dst.ino, dst.kind)?;
+                fs.dir_replace(new_parent, &dst, src.ino, src.kind)?;
+                Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
+                Volume::reparent(fs, dst.ino, dst.kind, new_parent, parent)?;
+                for i in [src.ino, dst.ino] {
+                    fs.log.inode_mut(i)?.ctime = now;
+                }
+                touch_dir(fs, parent, now)?;
+                touch_dir(fs, new_parent, now)?;
+                return Ok(None);
+            }
+            if let Some(d) = &dst {
+                match (
+                    src.kind == FileKind::Directory,
+                    d.kind == FileKind::Directory,
+                ) {
+                    (true, false) => return Err(Error::NotDir),
+                    (false, true) => return Err(Error::IsDir),
+                    (true, true) if !fs.dir_is_empty(d.ino)? => return Err(Error::NotEmpty),
+                    _ => {}
+                }
+            }
+            match &dst {
+                Some(d) => fs.dir_replace(new_parent, d, src.ino, src.kind)?,
+                None => {
+                    fs.dir_insert(new_parent, &new_name, src.ino, src.kind)?;
+                }
+            }
+            fs.dir_remove(parent, src.position)?;
+            Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
+            fs.log.inode_mut(src.ino)?.ctime = now;
+            touch_dir(fs, parent, now)?;
+            touch_dir(fs, new_parent, now)?;
+            if let Some(d) = &dst {
+                if d.kind == FileKind::Directory {
+                    fs.log.inode_mut(new_parent)?.nlink -= 1;
+                    let mut rec = fs.log.inode_mut(d.ino)?;
+                    rec.nlink = 0;
+                    rec.ctime = now;
+                    drop(rec);
+                    fs.log.set_orphan(d.ino, true);
+                } else {
+                    Volume::unlink_inode(fs, d.ino, now)?;
+                }
+                return Ok(Some(d.ino));
+            }
+            Ok(None)
+        })?;
+        match replaced {
+            Some(ino) => self.drop_link(ino),
+            None => Ok(()),
+        }
+    }
+
+    /// A directory moved from `from` to `to`: its `..` and both link counts follow.
+    fn reparent(
+        fs: &mut Fs,
+        ino: InodeNo,
+        kind: FileKind,
+        from: InodeNo,
+        to: InodeNo,
+    ) -> Result<()> {
+        if kind != FileKind::Directory || from == to {
+            return Ok(());
+        }
+        fs.log.inode_mut(ino)?.parent = to;
+        fs.log.inode_mut(from)?.nlink -= 1;
+        fs.log.inode_mut(to)?.nlink += 1;
+        Ok(())
+    }
+
+    /// Takes a reference for an open file (engine users without FUSE lookups).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn open_file(&self, ino: InodeNo) -> Result<()> {
+        lock(&self.fs).log.inode(ino)?;
+        self.remember(ino, 1);
+        Ok(())
+    }
+
+    /// Drops the reference of [`Volume::open_file`].
+    ///
+    /// # Errors
+    /// Freeing an unlinked inode fails.
+    pub fn release_file(&self, ino: InodeNo) -> Result<()> {
+        self.forget(ino, 1)
+    }
+
+    /// Reads up to `size` bytes at `offset`.
+    ///
+    /// # Errors
+    /// `IsDir`, `Invalid` for non-regular files; I/O errors.
+    pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
+        let _reuse = self
+            .reuse
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let plan = lock(&self.fs).read_plan(ino, offset, size)?;
+        let mut out = Vec::with_capacity(size);
+        for piece in plan {
+            match piece {
+                ReadPiece::Bytes(b) => out.extend_from_slice(&b),
+                ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
+                ReadPiece::Device { at, skip, len } => {
+                    let blocks = (skip + len).div_ceil(BLOCK_SIZE);
+                    let buf = crate::meta_log::read_blocks(
+                        self.data.as_ref(),
+                        crate::DeviceRole::Data,
+                        at.0,
+                        blocks,
+                    )?;
+                    out.extend_from_slice(&buf[skip..skip + len]);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset`; returns the bytes written.
+    ///
+    /// # Errors
+    /// `FileTooBig`, `NoSpace(Data)`, `IsDir`; I/O errors.
+    pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        let dirty = self.mutate(OpKind::Grow, |fs, now| {
+            fs.write(ino, offset, data)?;
+            if !data.is_empty() {
+                let mut rec = fs.log.inode_mut(ino)?;
+                rec.mtime = now;
+                rec.ctime = now;
+            }
+            Ok(fs.pages.dirty_bytes() > fs.config.dirty_data_limit)
+        })?;
+        if dirty {
+            self.commit()?;
+        }
+        Ok(data.len())
+    }
+
+    /// Lists `dir` from `offset` (0 = start; else a `next` of an earlier
+    /// entry), calling `visit` until it returns false. `.` and `..` come first.
+    ///
+    /// # Errors
+    /// `NotDir`; I/O and corruption errors.
+    pub fn readdir(
+        &self,
+        dir: InodeNo,
+        offset: u64,
+        visit: &mut dyn FnMut(Listing) -> bool,
+    ) -> Result<()> {
+        let mut fs = lock(&self.fs);
+        if Volume::kind_of(&mut fs, dir)? != FileKind::Directory {
+            return Err(Error::NotDir);
+        }
+        if offset == 0
+            && !visit(Listing {
+                name: b".".to_vec(),
+                ino: dir,
+                kind: FileKind::Directory,
+                next: 1,
+            })
+        {
+            return Ok(());
+        }
+        if offset <= 1 {
+            let parent = match fs.log.inode(dir)?.parent {
+                InodeNo(0) => InodeNo::ROOT,
+                p => p,
+            };
+            if !visit(Listing {
+                name: b"..".to_vec(),
+                ino: parent,
+                kind: FileKind::Directory,
+                next: 2,
+            }) {
+                return Ok(());
+            }
+        }
+        fs.dir_scan(dir, offset.max(2), &mut |e| {
+            visit(Listing {
+                name: e.name,
+                ino: e.ino,
+                kind: e.kind,
+                next: e.position + 1,
+            })
+        })
+    }
+
+    /// Space and inode figures.
+    #[must_use]
+    pub fn statfs(&self) -> StatFs {
+        let fs = lock(&self.fs);
+        let log = &fs.log;
+        let free_segments = u64::from(log.free_segments());
+        let total_data = log.space.total_blocks();
+        let free = log.space.free_for_statfs();
+        let used_inodes = log.ifile.used_inodes();
+        // The inode map grows on demand: what is left is as many inodes as
+        // the free meta-data space could hold.
+        let meta_free_bytes = free_segments.saturating_sub(u64::from(log.reserve_segments()))
+            * u64::from(log.sb.segment_blocks)
+            * crate::types::BLOCK_BYTES;
+        let ffree = meta_free_bytes / 256;
+        StatFs {
+            bsize: BLOCK_SIZE as u32,
+            blocks: total_data,
+            bfree: free,
+            bavail: free,
+            files: used_inodes + ffree,
+            ffree,
+            namelen: NAME_MAX as u32,
+            meta_segments: u64::from(log.sb.segment_count),
+            meta_free_segments: free_segments,
+        }
+    }
+
+    /// The value of an extended attribute.
+    ///
+    /// # Errors
+    /// `NoXattr`.
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        lock(&self.fs).xattr_get(ino, name)
+    }
+
+    /// Every extended attribute name.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+        lock(&self.fs).xattr_list(ino)
+    }
+
+    /// Sets an extended attribute.
+    ///
+    /// # Errors
+    /// `Exists`/`NoXattr` per `mode`, `XattrTooBig`, `NameTooLong`.
+    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
+        self.mutate(OpKind::Grow, |fs, now| {
+            fs.xattr_set(ino, name, value, mode)?;
+            fs.log.inode_mut(ino)?.ctime = now;
+            Ok(())
+        })
+    }
+
+    /// Removes an extended attribute.
+    ///
+    /// # Errors
+    /// `NoXattr`.
+    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        self.mutate(OpKind::Shrink, |fs, now| {
+            fs.xattr_remove(ino, name)?;
+            fs.log.inode_mut(ino)?.ctime = now;
+            Ok(())
+        })
+    }
+
+    /// Allocates, zeroes or deallocates a range of a regular file.
+    ///
+    /// # Errors
+    /// `Invalid` for an empty range, `NotSupported` for punching without
+    /// keeping the size, `FileTooBig`, `NoSpace(Data)`.
+    pub fn fallocate(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        len: u64,
+        mode: FallocateMode,
+    ) -> Result<()> {
+        if len == 0 {
+            return Err(Error::Invalid("fallocate of an empty range"));
+        }
+        if mode.punch_hole && !mode.keep_size {
+            return Err(Error::NotSupported);
+        }
+        let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        if Volume::kind_of(&mut lock(&self.fs), ino)? != FileKind::Regular {
+            return Err(
+                if Volume::kind_of(&mut lock(&self.fs), ino)? == FileKind::Directory {
+                    Error::IsDir
+                } else {
+                    Error::Invalid("fallocate needs a regular file")
+                },
+            );
+        }
+        if mode.punch_hole || mode.zero_range {
+            while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
+        }
+        if !mode.punch_hole {
+            while !self.mutate(OpKind::Grow, |fs, _| {
+                fs.preallocate_step(ino, offset, len, 8)
+            })? {}
+        }
+        self.mutate(OpKind::Grow, |fs, now| {
+            let mut rec = fs.log.inode_mut(ino)?;
+            if !mode.keep_size && !mode.punch_hole && end > rec.size {
+                rec.size = end;
+                rec.mtime = now;
+            }
+            if mode.punch_hole || mode.zero_range {
+                rec.mtime = now;
+            }
+            rec.ctime = now;
+            Ok(())
+        })
+    }
+
+    /// `SEEK_DATA` / `SEEK_HOLE`.
+    ///
+    /// # Errors
+    /// `NoSuchOffset` at or past the end of the file.
+    pub fn seek(&self, ino: InodeNo, offset: u64, whence: Whence) -> Result<u64> {
+        lock(&self.fs).seek(ino, offset, whence)
+    }
+
+    /// Makes `ino`'s data and the meta-data that reaches it durable.
+    ///
+    /// Everything dirty is committed with it (one log, one commit point);
+    /// taking the commit lock also waits for a commit already writing this
+    /// file's data.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn fsync(&self, ino: InodeNo) -> Result<()> {
+        lock(&self.fs).log.inode(ino)?;
+        self.commit()
+    }
+
+    /// Makes everything durable and writes a checkpoint.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn sync(&self) -> Result<()> {
+        self.checkpoint()
+    }
+
+    /// Whether a regular file keeps its bytes in its inode.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
+        Ok(matches!(
+            lock(&self.fs).log.inode(ino)?.body,
+            Body::Inline(_)
+        ))
+    }
+}

@@ -1,0 +1,230 @@
+//! The types of the engine API: what callers pass in and get back.
+
+use std::time::Duration;
+
+use crate::format::inode::InodeRecord;
+use crate::types::{BLOCK_BYTES, FileKind, InodeNo, Timestamp};
+
+/// Attributes of an inode, as `stat` shows them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: InodeNo,
+    /// Generation of the inode number (for NFS file handles).
+    pub generation: u32,
+    /// What it is.
+    pub kind: FileKind,
+    /// Permission bits including set-id and sticky (`0o7777`).
+    pub perm: u32,
+    /// Hard links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number.
+    pub rdev: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Space used, in 512-byte units.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timestamp,
+    /// Last modification.
+    pub mtime: Timestamp,
+    /// Last status change.
+    pub ctime: Timestamp,
+    /// Creation.
+    pub crtime: Timestamp,
+    /// Preferred I/O size.
+    pub blksize: u32,
+}
+
+impl Attr {
+    /// The attributes of a stored inode.
+    #[must_use]
+    pub fn from_record(r: &InodeRecord) -> Attr {
+        let kind = FileKind::from_mode(r.mode).unwrap_or(FileKind::Regular);
+        let size = match kind {
+            // A directory's size is its entry count, so that `ls -l` says
+            // something useful without a block-based layout to report.
+            FileKind::Directory => match &r.body {
+                crate::format::inode::Body::Tree(t) => t.count,
+                _ => 0,
+            },
+            _ => r.size,
+        };
+        Attr {
+            ino: r.ino,
+            generation: r.generation,
+            kind,
+            perm: r.mode & 0o7777,
+            nlink: r.nlink,
+            uid: r.uid,
+            gid: r.gid,
+            rdev: r.rdev,
+            size,
+            blocks: r.blocks * (BLOCK_BYTES / 512),
+            atime: r.atime,
+            mtime: r.mtime,
+            ctime: r.ctime,
+            crtime: r.crtime,
+            blksize: BLOCK_BYTES as u32,
+        }
+    }
+}
+
+/// A timestamp to set.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TimeSet {
+    /// The current time.
+    Now,
+    /// A given time.
+    At(Timestamp),
+}
+
+/// Which attributes `setattr` changes; `None` leaves one alone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct SetAttr {
+    /// New permission bits (`0o7777`).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate or extend).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeSet>,
+    /// New modification time.
+    pub mtime: Option<TimeSet>,
+    /// New change time (only ever set explicitly by privileged callers).
+    pub ctime: Option<Timestamp>,
+}
+
+/// Owner of a new inode.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Creds {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl Creds {
+    /// root:root.
+    pub const ROOT: Creds = Creds { uid: 0, gid: 0 };
+}
+
+/// `renameat2` flags.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct RenameFlags {
+    /// Fail with `EEXIST` rather than replace.
+    pub noreplace: bool,
+    /// Swap the two names.
+    pub exchange: bool,
+}
+
+/// `fallocate` modes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct FallocateMode {
+    /// Do not change the file size.
+    pub keep_size: bool,
+    /// Deallocate the range (requires `keep_size`).
+    pub punch_hole: bool,
+    /// Zero the range (deallocate, then allocate unwritten).
+    pub zero_range: bool,
+}
+
+/// Space and inode figures for `statfs`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StatFs {
+    /// Block size.
+    pub bsize: u32,
+    /// Data-device blocks.
+    pub blocks: u64,
+    /// Free data-device blocks.
+    pub bfree: u64,
+    /// Free data-device blocks for unprivileged users.
+    pub bavail: u64,
+    /// Inodes in use plus those that could still be created.
+    pub files: u64,
+    /// Inodes that could still be created (grows with the meta-data device's free space).
+    pub ffree: u64,
+    /// Longest name.
+    pub namelen: u32,
+    /// Meta-data device segments.
+    pub meta_segments: u64,
+    /// Free meta-data device segments.
+    pub meta_free_segments: u64,
+}
+
+/// How the volume is opened.
+#[derive(Clone, Copy, Debug)]
+pub struct MountOptions {
+    /// Refuse every change, and do not write even the recovery checkpoint.
+    pub read_only: bool,
+    /// Seal the active partial segment at least this often.
+    pub commit_interval: Duration,
+    /// Write a checkpoint after this many log blocks (bounds recovery time).
+    pub checkpoint_blocks: u64,
+    /// Dirty file data that forces a commit.
+    pub dirty_data_limit: usize,
+    /// Decoded inodes and nodes kept in memory.
+    pub cache_budget: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            commit_interval: Duration::from_secs(5),
+            checkpoint_blocks: 4096,
+            dirty_data_limit: 64 << 20,
+            cache_budget: 262_144,
+        }
+    }
+}
+
+/// How `mkfs` lays out a new volume.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    /// Blocks per log segment (default 256 = 1 MiB).
+    pub segment_blocks: u32,
+    /// Blocks per data group (default 32768 = 128 MiB).
+    pub group_blocks: u32,
+    /// Files up to this size live in the inode (default 1024).
+    pub inline_max: u32,
+    /// Overwrite devices that already hold a file system.
+    pub force: bool,
+    /// A name for people.
+    pub label: String,
+    /// Where time comes from (tests fix it).
+    pub now: Timestamp,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            segment_blocks: 256,
+            group_blocks: 32768,
+            inline_max: 1024,
+            force: false,
+            label: String::new(),
+            now: Timestamp::now(),
+        }
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Listing {
+    /// Name.
+    pub name: Vec<u8>,
+    /// Inode.
+    pub ino: InodeNo,
+    /// Kind.
+    pub kind: FileKind,
+    /// Offset to pass to continue after this entry.
+    pub next: u64,
+}

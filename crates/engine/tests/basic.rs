@@ -14,6 +14,11 @@ fn devices() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
     )
 }
 
+fn fsck(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) {
+    let r = dualfs_engine::check::check(meta.clone(), data.clone()).unwrap();
+    assert!(r.is_clean(), "fsck: {:#?}", r.problems);
+}
+
 fn mkfs(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) {
     let opts = MkfsOptions {
         segment_blocks: 128,
@@ -68,12 +73,14 @@ fn files_survive_close_and_reopen() {
     v.unlink(d.ino, b"big").unwrap();
     v.close().unwrap();
 
-    let v = Volume::open(meta, data, MountOptions::default()).unwrap();
+    fsck(&meta, &data);
+    let v = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap();
     let m = v.lookup(root, b"moved").unwrap();
     assert_eq!(v.read(m.ino, 0, 100).unwrap(), b"hello world");
     let d = v.lookup(root, b"dir").unwrap();
     assert!(matches!(v.lookup(d.ino, b"big"), Err(Error::NotFound)));
     v.close().unwrap();
+    fsck(&meta, &data);
 }
 
 #[test]
@@ -95,7 +102,8 @@ fn crash_without_close_rolls_forward() {
     }
     v.commit().unwrap();
     drop(v);
-    let v = Volume::open(meta, data, MountOptions::default()).unwrap();
+    fsck(&meta, &data);
+    let v = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap();
     assert!(v.open_report().recovery.partial_segments > 0);
     for i in 0..500u32 {
         let f = v.lookup(InodeNo::ROOT, format!("f{i}").as_bytes()).unwrap();
@@ -104,4 +112,6 @@ fn crash_without_close_rolls_forward() {
             vec![i as u8; (i as usize * 37) % 9000]
         );
     }
+    v.close().unwrap();
+    fsck(&meta, &data);
 }

@@ -34,7 +34,7 @@ use crate::format::inode_block;
 use crate::format::node::Node;
 use crate::format::superblock::Superblock;
 use crate::ifile::IFile;
-use crate::namespace::btree::NodeStore;
+use crate::namespace::btree::{NodeSource, NodeStore};
 use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, NodeId, Seq};
 
 /// Most blocks one operation may add to the active partial segment. Every
@@ -385,7 +385,7 @@ fn not_a_node(id: NodeId, at: MetaBlock) -> Error {
     )
 }
 
-impl NodeStore for TreeStore<'_> {
+impl NodeSource for TreeStore<'_> {
     fn node(&mut self, id: NodeId) -> Result<&Node> {
         let at = self.log.ifile.node_address(id);
         match self.log.object(id)? {
@@ -393,7 +393,9 @@ impl NodeStore for TreeStore<'_> {
             Object::Blob(_) => Err(not_a_node(id, at)),
         }
     }
+}
 
+impl NodeStore for TreeStore<'_> {
     fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
         let at = self.log.ifile.node_address(id);
         match self.log.object_mut(id)? {

@@ -20,14 +20,18 @@ use crate::format::node::{
 };
 use crate::types::NodeId;
 
-/// Where a tree's nodes live. The engine's implementation goes through the
-/// meta-data cache and the node map; tests use a plain map.
-pub trait NodeStore {
+/// Where a tree's nodes are read from.
+pub trait NodeSource {
     /// Reads a node.
     ///
     /// # Errors
     /// The node cannot be read or decoded.
     fn node(&mut self, id: NodeId) -> Result<&Node>;
+}
+
+/// Where a tree's nodes live and change. The engine's implementation goes
+/// through the meta-data cache and the node map; tests use a plain map.
+pub trait NodeStore: NodeSource {
     /// Reads a node for modification; it will be written with the next partial segment.
     ///
     /// # Errors
@@ -53,7 +57,7 @@ fn child_index(entries: &[(u64, NodeId)], key: u64) -> usize {
 ///
 /// # Errors
 /// A node cannot be read.
-pub fn get(store: &mut dyn NodeStore, root: Option<NodeId>, key: u64) -> Result<Option<Vec<u8>>> {
+pub fn get(store: &mut dyn NodeSource, root: Option<NodeId>, key: u64) -> Result<Option<Vec<u8>>> {
     let Some(mut id) = root else { return Ok(None) };
     loop {
         match &store.node(id)?.entries {
@@ -73,7 +77,7 @@ pub fn get(store: &mut dyn NodeStore, root: Option<NodeId>, key: u64) -> Result<
 /// # Errors
 /// A node cannot be read.
 pub fn scan(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     root: Option<NodeId>,
     from: u64,
     visit: &mut dyn FnMut(u64, &[u8]) -> bool,
@@ -116,7 +120,7 @@ pub fn scan(
 /// # Errors
 /// A node cannot be read.
 pub fn last_le(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     root: Option<NodeId>,
     key: u64,
 ) -> Result<Option<(u64, Vec<u8>)>> {
@@ -126,7 +130,7 @@ pub fn last_le(
     }
 }
 
-fn last_le_in(store: &mut dyn NodeStore, id: NodeId, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
+fn last_le_in(store: &mut dyn NodeSource, id: NodeId, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
     let children = match &store.node(id)?.entries {
         Entries::Leaf(e) => {
             let i = e.partition_point(|(k, _)| *k <= key);
@@ -442,7 +446,7 @@ pub type Checked = std::result::Result<Vec<(u64, Vec<u8>)>, String>;
 /// # Errors
 /// A node cannot be read, or a description of the first broken invariant.
 pub fn check(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     root: Option<NodeId>,
     tree: TreeKind,
     visit_node: &mut dyn FnMut(NodeId),
@@ -456,7 +460,7 @@ pub fn check(
 
 #[allow(clippy::too_many_arguments)]
 fn check_in(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     id: NodeId,
     tree: TreeKind,
     level: u16,
@@ -537,10 +541,13 @@ pub(crate) mod tests {
         next: u64,
     }
 
-    impl NodeStore for MapStore {
+    impl NodeSource for MapStore {
         fn node(&mut self, id: NodeId) -> Result<&Node> {
             self.nodes.get(&id).ok_or(crate::Error::NotFound)
         }
+    }
+
+    impl NodeStore for MapStore {
         fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
             self.nodes.get_mut(&id).ok_or(crate::Error::NotFound)
         }

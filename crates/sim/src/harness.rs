@@ -11,9 +11,7 @@ use std::sync::Arc;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{FileKind, InodeNo};
-use dualfs_engine::volume::{
-    Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr,
-};
+use dualfs_engine::volume::{Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};
@@ -30,12 +28,7 @@ pub enum Op {
     /// Make a symlink whose target has `len` bytes.
     Symlink { dir: u32, name: u8, len: u16 },
     /// Write `len` bytes of pattern `seed` at `offset`.
-    Write {
-        file: u32,
-        offset: u64,
-        len: u32,
-        seed: u8,
-    },
+    Write { file: u32, offset: u64, len: u32, seed: u8 },
     /// Set the size.
     Truncate { file: u32, size: u64 },
     /// Punch a hole.
@@ -45,22 +38,11 @@ pub enum Op {
     /// Remove a directory name.
     Rmdir { dir: u32, name: u8 },
     /// Rename; `flags`: 0 plain, 1 noreplace, 2 exchange.
-    Rename {
-        from: u32,
-        name: u8,
-        to: u32,
-        new_name: u8,
-        flags: u8,
-    },
+    Rename { from: u32, name: u8, to: u32, new_name: u8, flags: u8 },
     /// Add a hard link.
     Link { target: u32, dir: u32, name: u8 },
     /// Set an xattr of `len` bytes.
-    SetXattr {
-        target: u32,
-        name: u8,
-        len: u16,
-        seed: u8,
-    },
+    SetXattr { target: u32, name: u8, len: u16, seed: u8 },
     /// Remove an xattr.
     RemoveXattr { target: u32, name: u8 },
     /// Change permission bits.
@@ -82,9 +64,7 @@ fn name(n: u8) -> Vec<u8> {
 }
 
 fn pattern(seed: u8, offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| ((offset + i) as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    (0..len as u64).map(|i| ((offset + i) as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
 /// The engine under test and the model, side by side.
@@ -112,21 +92,10 @@ impl Harness {
     pub fn new(meta_blocks: u64, data_blocks: u64, options: MountOptions) -> Harness {
         let meta = Arc::new(MemoryDevice::new(meta_blocks));
         let data = Arc::new(MemoryDevice::new(data_blocks));
-        let mkfs = MkfsOptions {
-            segment_blocks: 128,
-            group_blocks: 4096,
-            ..MkfsOptions::default()
-        };
+        let mkfs = MkfsOptions { segment_blocks: 128, group_blocks: 4096, ..MkfsOptions::default() };
         Volume::format(meta.clone(), data.clone(), &mkfs).expect("mkfs");
         let vol = Volume::open(meta.clone(), data.clone(), options).expect("mount");
-        Harness {
-            meta,
-            data,
-            vol: Some(vol),
-            model: Model::default(),
-            held: Vec::new(),
-            options,
-        }
+        Harness { meta, data, vol: Some(vol), model: Model::default(), held: Vec::new(), options }
     }
 
     /// The mounted volume.
@@ -147,22 +116,13 @@ impl Harness {
     fn resolve(&self, path: &[Vec<u8>]) -> InodeNo {
         let mut ino = InodeNo::ROOT;
         for c in path {
-            ino = self
-                .vol()
-                .lookup(ino, c)
-                .unwrap_or_else(|e| panic!("lookup of {:?} failed: {e}", show(path)))
-                .ino;
+            ino = self.vol().lookup(ino, c).unwrap_or_else(|e| panic!("lookup of {:?} failed: {e}", show(path))).ino;
         }
         ino
     }
 
     fn pick(&self, sel: u32, pred: impl Fn(&Kind) -> bool) -> Option<(Vec<Vec<u8>>, Id, InodeNo)> {
-        let all: Vec<_> = self
-            .model
-            .paths()
-            .into_iter()
-            .filter(|(_, id)| pred(&self.model.nodes[id].kind))
-            .collect();
+        let all: Vec<_> = self.model.paths().into_iter().filter(|(_, id)| pred(&self.model.nodes[id].kind)).collect();
         if all.is_empty() {
             return None;
         }
@@ -172,9 +132,7 @@ impl Harness {
     }
 
     fn dir(&self, sel: u32) -> (Id, InodeNo) {
-        let (_, id, ino) = self
-            .pick(sel, |k| matches!(k, Kind::Dir(_)))
-            .expect("the root is a directory");
+        let (_, id, ino) = self.pick(sel, |k| matches!(k, Kind::Dir(_))).expect("the root is a directory");
         (id, ino)
     }
 
@@ -186,26 +144,19 @@ impl Harness {
         let held_ids: Vec<Id> = self.held.iter().map(|(i, _)| *i).collect();
         let held = move |id: Id| held_ids.contains(&id);
         let (got, want): (Result<(), i32>, Result<(), i32>) = match *op {
-            Op::Create { dir, name: n }
-            | Op::Mkdir { dir, name: n }
-            | Op::Mkfifo { dir, name: n } => {
+            Op::Create { dir, name: n } | Op::Mkdir { dir, name: n } | Op::Mkfifo { dir, name: n } => {
                 let (d, di) = self.dir(dir);
                 let nm = name(n);
                 let (got, want) = match op {
                     Op::Create { .. } => (
-                        self.vol()
-                            .create(di, &nm, 0o644, Creds::ROOT)
-                            .map(|a| a.ino),
+                        self.vol().create(di, &nm, 0o644, Creds::ROOT).map(|a| a.ino),
                         self.model.create(d, &nm, 0o644),
                     ),
-                    Op::Mkdir { .. } => (
-                        self.vol().mkdir(di, &nm, 0o755, Creds::ROOT).map(|a| a.ino),
-                        self.model.mkdir(d, &nm, 0o755),
-                    ),
+                    Op::Mkdir { .. } => {
+                        (self.vol().mkdir(di, &nm, 0o755, Creds::ROOT).map(|a| a.ino), self.model.mkdir(d, &nm, 0o755))
+                    }
                     _ => (
-                        self.vol()
-                            .mknod(di, &nm, FileKind::Fifo, 0o600, 0, Creds::ROOT)
-                            .map(|a| a.ino),
+                        self.vol().mknod(di, &nm, FileKind::Fifo, 0o600, 0, Creds::ROOT).map(|a| a.ino),
                         self.model.mkfifo(d, &nm, 0o600),
                     ),
                 };
@@ -221,17 +172,9 @@ impl Harness {
                 if let Ok(a) = &got {
                     self.vol().forget(a.ino, 1).map_err(|e| e.to_string())?;
                 }
-                (
-                    got.map(|_| ()).map_err(|e| e.errno()),
-                    self.model.symlink(d, &name(n), &target).map(|_| ()),
-                )
+                (got.map(|_| ()).map_err(|e| e.errno()), self.model.symlink(d, &name(n), &target).map(|_| ()))
             }
-            Op::Write {
-                file,
-                offset,
-                len,
-                seed,
-            } => {
+            Op::Write { file, offset, len, seed } => {
                 let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
                     return Ok(());
                 };
@@ -244,16 +187,7 @@ impl Harness {
                 let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
                     return Ok(());
                 };
-                let got = self
-                    .vol()
-                    .setattr(
-                        ino,
-                        &SetAttr {
-                            size: Some(size),
-                            ..SetAttr::default()
-                        },
-                    )
-                    .map(|_| ());
+                let got = self.vol().setattr(ino, &SetAttr { size: Some(size), ..SetAttr::default() }).map(|_| ());
                 self.model.truncate(id, size);
                 (errno(got), Ok(()))
             }
@@ -261,59 +195,28 @@ impl Harness {
                 let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
                     return Ok(());
                 };
-                let mode = FallocateMode {
-                    keep_size: true,
-                    punch_hole: true,
-                    zero_range: false,
-                };
+                let mode = FallocateMode { keep_size: true, punch_hole: true, zero_range: false };
                 let got = self.vol().fallocate(ino, offset, len.max(1), mode);
                 self.model.punch(id, offset, len.max(1));
                 (errno(got), Ok(()))
             }
             Op::Unlink { dir, name: n } => {
                 let (d, di) = self.dir(dir);
-                (
-                    errno(self.vol().unlink(di, &name(n))),
-                    self.model.unlink(d, &name(n), &held),
-                )
+                (errno(self.vol().unlink(di, &name(n))), self.model.unlink(d, &name(n), &held))
             }
             Op::Rmdir { dir, name: n } => {
                 let (d, di) = self.dir(dir);
-                (
-                    errno(self.vol().rmdir(di, &name(n))),
-                    self.model.rmdir(d, &name(n), &held),
-                )
+                (errno(self.vol().rmdir(di, &name(n))), self.model.rmdir(d, &name(n), &held))
             }
-            Op::Rename {
-                from,
-                name: n,
-                to,
-                new_name,
-                flags,
-            } => {
+            Op::Rename { from, name: n, to, new_name, flags } => {
                 let (f, fi) = self.dir(from);
                 let (t, ti) = self.dir(to);
-                let rf = RenameFlags {
-                    noreplace: flags % 3 == 1,
-                    exchange: flags % 3 == 2,
-                };
+                let rf = RenameFlags { noreplace: flags % 3 == 1, exchange: flags % 3 == 2 };
                 let got = self.vol().rename(fi, &name(n), ti, &name(new_name), rf);
-                let want = self.model.rename(
-                    f,
-                    &name(n),
-                    t,
-                    &name(new_name),
-                    rf.noreplace,
-                    rf.exchange,
-                    &held,
-                );
+                let want = self.model.rename(f, &name(n), t, &name(new_name), rf.noreplace, rf.exchange, &held);
                 (errno(got), want)
             }
-            Op::Link {
-                target,
-                dir,
-                name: n,
-            } => {
+            Op::Link { target, dir, name: n } => {
                 let Some((_, id, ino)) = self.pick(target, |k| !matches!(k, Kind::Dir(_))) else {
                     return Ok(());
                 };
@@ -322,17 +225,9 @@ impl Harness {
                 if let Ok(a) = &got {
                     self.vol().forget(a.ino, 1).map_err(|e| e.to_string())?;
                 }
-                (
-                    got.map(|_| ()).map_err(|e| e.errno()),
-                    self.model.link(id, d, &name(n)),
-                )
+                (got.map(|_| ()).map_err(|e| e.errno()), self.model.link(id, d, &name(n)))
             }
-            Op::SetXattr {
-                target,
-                name: n,
-                len,
-                seed,
-            } => {
+            Op::SetXattr { target, name: n, len, seed } => {
                 let Some((_, id, ino)) = self.pick(target, |_| true) else {
                     return Ok(());
                 };
@@ -347,27 +242,14 @@ impl Harness {
                     return Ok(());
                 };
                 let key = format!("user.k{}", n % 6).into_bytes();
-                (
-                    errno(self.vol().removexattr(ino, &key)),
-                    self.model.removexattr(id, &key),
-                )
+                (errno(self.vol().removexattr(ino, &key)), self.model.removexattr(id, &key))
             }
             Op::Chmod { target, mode } => {
-                let Some((_, id, ino)) = self.pick(target, |k| !matches!(k, Kind::Symlink(_)))
-                else {
+                let Some((_, id, ino)) = self.pick(target, |k| !matches!(k, Kind::Symlink(_))) else {
                     return Ok(());
                 };
                 let mode = u32::from(mode) & 0o7777;
-                let got = self
-                    .vol()
-                    .setattr(
-                        ino,
-                        &SetAttr {
-                            mode: Some(mode),
-                            ..SetAttr::default()
-                        },
-                    )
-                    .map(|_| ());
+                let got = self.vol().setattr(ino, &SetAttr { mode: Some(mode), ..SetAttr::default() }).map(|_| ());
                 self.model.chmod(id, mode);
                 (errno(got), Ok(()))
             }
@@ -443,14 +325,9 @@ impl Harness {
             if let Some(prev) = ids.insert(id, ino)
                 && prev != ino
             {
-                return Err(format!(
-                    "{}: one model node, two engine inodes",
-                    show(&path)
-                ));
+                return Err(format!("{}: one model node, two engine inodes", show(&path)));
             }
-            let a = v
-                .getattr(ino)
-                .map_err(|e| format!("{}: getattr: {e}", show(&path)))?;
+            let a = v.getattr(ino).map_err(|e| format!("{}: getattr: {e}", show(&path)))?;
             if a.perm != node.perm || a.nlink != node.nlink {
                 return Err(format!(
                     "{}: perm/nlink {:o}/{} vs model {:o}/{}",
@@ -481,15 +358,9 @@ impl Harness {
                             d.len()
                         ));
                     }
-                    let got = v
-                        .read(ino, 0, d.len() + 10)
-                        .map_err(|e| format!("{}: read: {e}", show(&path)))?;
+                    let got = v.read(ino, 0, d.len() + 10).map_err(|e| format!("{}: read: {e}", show(&path)))?;
                     if &got != d {
-                        let at = got
-                            .iter()
-                            .zip(d.iter())
-                            .position(|(a, b)| a != b)
-                            .unwrap_or(got.len().min(d.len()));
+                        let at = got.iter().zip(d.iter()).position(|(a, b)| a != b).unwrap_or(got.len().min(d.len()));
                         return Err(format!("{}: contents differ at byte {at}", show(&path)));
                     }
                 }
@@ -510,8 +381,7 @@ impl Harness {
                         true
                     })
                     .map_err(|e| e.to_string())?;
-                    let names: Vec<Vec<u8>> =
-                        listed.iter().skip(2).map(|l| l.name.clone()).collect();
+                    let names: Vec<Vec<u8>> = listed.iter().skip(2).map(|l| l.name.clone()).collect();
                     let mut sorted = names.clone();
                     sorted.sort();
                     sorted.dedup();
@@ -535,9 +405,7 @@ impl Harness {
         }
         for (id, ino) in &self.held {
             if let Kind::File(d) = &self.model.nodes[id].kind {
-                let got = v
-                    .read(*ino, 0, d.len() + 10)
-                    .map_err(|e| format!("held inode {ino}: {e}"))?;
+                let got = v.read(*ino, 0, d.len() + 10).map_err(|e| format!("held inode {ino}: {e}"))?;
                 if &got != d {
                     return Err(format!("held inode {ino}: contents differ"));
                 }
@@ -554,8 +422,8 @@ impl Harness {
         self.release_all()?;
         let v = self.vol.take().expect("mounted");
         v.close().map_err(|e| format!("close: {e}"))?;
-        let report = dualfs_engine::check::check(self.meta.clone(), self.data.clone())
-            .map_err(|e| format!("fsck: {e}"))?;
+        let report =
+            dualfs_engine::check::check(self.meta.clone(), self.data.clone()).map_err(|e| format!("fsck: {e}"))?;
         if !report.is_clean() {
             let list: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
             return Err(format!("fsck found:\n{}", list.join("\n")));
@@ -565,18 +433,9 @@ impl Harness {
 }
 
 fn show(path: &[Vec<u8>]) -> String {
-    format!(
-        "/{}",
-        path.iter()
-            .map(|c| String::from_utf8_lossy(c).into_owned())
-            .collect::<Vec<_>>()
-            .join("/")
-    )
+    format!("/{}", path.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("/"))
 }
 
 fn show_all(names: &[Vec<u8>]) -> Vec<String> {
-    names
-        .iter()
-        .map(|n| String::from_utf8_lossy(n).into_owned())
-        .collect()
+    names.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect()
 }

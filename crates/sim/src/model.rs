@@ -55,18 +55,9 @@ impl Default for Model {
         let mut nodes = BTreeMap::new();
         nodes.insert(
             ROOT,
-            Node {
-                kind: Kind::Dir(BTreeMap::new()),
-                perm: 0o755,
-                nlink: 2,
-                xattrs: BTreeMap::new(),
-                parent: ROOT,
-            },
+            Node { kind: Kind::Dir(BTreeMap::new()), perm: 0o755, nlink: 2, xattrs: BTreeMap::new(), parent: ROOT },
         );
-        Model {
-            nodes,
-            next: ROOT + 1,
-        }
+        Model { nodes, next: ROOT + 1 }
     }
 }
 
@@ -126,11 +117,7 @@ impl Model {
         self.next += 1;
         let is_dir = matches!(kind, Kind::Dir(_));
         // A set-group-id directory passes the bit on to new subdirectories.
-        let perm = if is_dir && self.node(dir).perm & 0o2000 != 0 {
-            perm | 0o2000
-        } else {
-            perm
-        };
+        let perm = if is_dir && self.node(dir).perm & 0o2000 != 0 { perm | 0o2000 } else { perm };
         self.nodes.insert(
             id,
             Node {
@@ -214,11 +201,7 @@ impl Model {
     /// Drops one link; a node with none goes unless `held`.
     fn unref(&mut self, id: Id, held: &dyn Fn(Id) -> bool) {
         let n = self.node_mut(id);
-        n.nlink = if matches!(n.kind, Kind::Dir(_)) {
-            0
-        } else {
-            n.nlink - 1
-        };
+        n.nlink = if matches!(n.kind, Kind::Dir(_)) { 0 } else { n.nlink - 1 };
         if n.nlink == 0 && !held(id) {
             self.nodes.remove(&id);
         }
@@ -355,9 +338,7 @@ impl Model {
 
     /// Sets an extended attribute.
     pub fn setxattr(&mut self, id: Id, name: &[u8], value: &[u8]) {
-        self.node_mut(id)
-            .xattrs
-            .insert(name.to_vec(), value.to_vec());
+        self.node_mut(id).xattrs.insert(name.to_vec(), value.to_vec());
     }
 
     /// Removes an extended attribute.
@@ -365,11 +346,7 @@ impl Model {
     /// # Errors
     /// `ENODATA`.
     pub fn removexattr(&mut self, id: Id, name: &[u8]) -> Result<(), Errno> {
-        self.node_mut(id)
-            .xattrs
-            .remove(name)
-            .map(|_| ())
-            .ok_or(libc::ENODATA)
+        self.node_mut(id).xattrs.remove(name).map(|_| ()).ok_or(libc::ENODATA)
     }
 
     /// Sets permission bits.

@@ -48,10 +48,7 @@ fn options() -> MountOptions {
 }
 
 fn cases() -> u32 {
-    std::env::var("DUALFS_MODEL_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(500)
+    std::env::var("DUALFS_MODEL_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(500)
 }
 
 proptest! {

@@ -109,9 +109,5 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
     let loaded = walk::load(&log, &mut problems);
     walk::check_namespace(&log, &loaded, &mut problems, &mut stats);
     walk::check_space(&log, &loaded, &mut problems, &mut stats);
-    Ok(CheckReport {
-        problems,
-        stats,
-        open,
-    })
+    Ok(CheckReport { problems, stats, open })
 }

@@ -19,18 +19,8 @@ use crate::namespace::btree::{self, NodeSource};
 use crate::namespace::name::{COLLISION_SLOTS, hash_position};
 use crate::types::{BLOCK_BYTES, DataBlock, FileKind, InodeNo, MetaBlock, NodeId};
 
-fn problem(
-    structure: &'static str,
-    ino: Option<InodeNo>,
-    block: Option<u64>,
-    message: impl Into<String>,
-) -> Problem {
-    Problem {
-        structure,
-        ino,
-        block,
-        message: message.into(),
-    }
+fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, message: impl Into<String>) -> Problem {
+    Problem { structure, ino, block, message: message.into() }
 }
 
 /// Reads every live inode record and node from the meta-data device.
@@ -43,12 +33,7 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             continue;
         }
         if e.address.0 == 0 {
-            problems.push(problem(
-                "inode map",
-                Some(InodeNo(i)),
-                None,
-                "in use but never written",
-            ));
+            problems.push(problem("inode map", Some(InodeNo(i)), None, "in use but never written"));
             continue;
         }
         by_block.entry(e.address).or_default().push(InodeNo(i));
@@ -57,11 +42,9 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
     blocks.sort_unstable();
     for (at, inos) in blocks {
         let records = log.read_meta(at, 1).and_then(|raw| {
-            let (_, payload) =
-                block::open_block_of_kind(&raw, at, log.volume_id(), BlockKind::Inodes)
-                    .map_err(|e| Error::corrupt_meta("inode block", at.0, e.0))?;
-            inode_block::decode_all(payload)
-                .map_err(|e| Error::corrupt_meta("inode block", at.0, e.0))
+            let (_, payload) = block::open_block_of_kind(&raw, at, log.volume_id(), BlockKind::Inodes)
+                .map_err(|e| Error::corrupt_meta("inode block", at.0, e.0))?;
+            inode_block::decode_all(payload).map_err(|e| Error::corrupt_meta("inode block", at.0, e.0))
         });
         let records = match records {
             Ok(r) => r,
@@ -73,22 +56,16 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
         for ino in inos {
             let e = log.ifile.inodes.get(ino.0 as usize);
             match records.iter().find(|r| r.ino == ino) {
-                None => problems.push(problem(
-                    "inode map",
-                    Some(ino),
-                    Some(at.0),
-                    "points at a block without the inode",
-                )),
+                None => {
+                    problems.push(problem("inode map", Some(ino), Some(at.0), "points at a block without the inode"))
+                }
                 Some(r) => {
                     if r.generation != e.generation {
                         problems.push(problem(
                             "inode",
                             Some(ino),
                             Some(at.0),
-                            format!(
-                                "generation {} but the inode map says {}",
-                                r.generation, e.generation
-                            ),
+                            format!("generation {} but the inode map says {}", r.generation, e.generation),
                         ));
                     }
                     if r.encoded_len() != usize::from(e.record_len) {
@@ -96,11 +73,7 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
                             "inode map",
                             Some(ino),
                             Some(at.0),
-                            format!(
-                                "record length {} but the record is {} bytes",
-                                e.record_len,
-                                r.encoded_len()
-                            ),
+                            format!("record length {} but the record is {} bytes", e.record_len, r.encoded_len()),
                         ));
                     }
                     loaded.inodes.insert(ino, r.clone());
@@ -125,16 +98,11 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             }
             let obj = match h.kind {
                 BlockKind::Node => Object::Node(
-                    Node::decode(payload, h.aux)
-                        .map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?,
+                    Node::decode(payload, h.aux).map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?,
                 ),
                 BlockKind::Blob => Object::Blob(payload.to_vec()),
                 k => {
-                    return Err(Error::corrupt_meta(
-                        "meta-data block",
-                        at.0,
-                        format!("node {id} is a {}", k.name()),
-                    ));
+                    return Err(Error::corrupt_meta("meta-data block", at.0, format!("node {id} is a {}", k.name())));
                 }
             };
             Ok((h.owner, obj))
@@ -159,11 +127,7 @@ impl NodeSource for Source<'_> {
     fn node(&mut self, id: NodeId) -> Result<&Node> {
         match self.loaded.nodes.get(&id) {
             Some((_, Object::Node(n))) => Ok(n),
-            Some((_, Object::Blob(_))) => Err(Error::corrupt_meta(
-                "B-tree node",
-                0,
-                format!("node {id} is a blob"),
-            )),
+            Some((_, Object::Blob(_))) => Err(Error::corrupt_meta("B-tree node", 0, format!("node {id} is a blob"))),
             None => Err(Error::corrupt_meta(
                 "B-tree node",
                 0,
@@ -200,32 +164,14 @@ impl Walk<'_> {
         if let Some((owner, _)) = self.loaded.nodes.get(&id)
             && *owner != ino
         {
-            self.problems.push(problem(
-                "node",
-                Some(ino),
-                None,
-                format!("node {id} says it belongs to inode {owner}"),
-            ));
+            self.problems.push(problem("node", Some(ino), None, format!("node {id} says it belongs to inode {owner}")));
         }
     }
 
     /// Checks a tree and returns its entries (empty on failure, with a problem).
-    fn tree(
-        &mut self,
-        ino: InodeNo,
-        t: &TreeRoot,
-        kind: TreeKind,
-        what: &'static str,
-    ) -> Vec<(u64, Vec<u8>)> {
+    fn tree(&mut self, ino: InodeNo, t: &TreeRoot, kind: TreeKind, what: &'static str) -> Vec<(u64, Vec<u8>)> {
         let mut seen = Vec::new();
-        let res = btree::check(
-            &mut Source {
-                loaded: self.loaded,
-            },
-            Some(t.root),
-            kind,
-            &mut |id| seen.push(id),
-        );
+        let res = btree::check(&mut Source { loaded: self.loaded }, Some(t.root), kind, &mut |id| seen.push(id));
         for id in seen {
             self.claim(id, ino);
         }
@@ -236,11 +182,7 @@ impl Walk<'_> {
                         what,
                         Some(ino),
                         None,
-                        format!(
-                            "holds {} entries, the inode says {}",
-                            entries.len(),
-                            t.count
-                        ),
+                        format!("holds {} entries, the inode says {}", entries.len(), t.count),
                     ));
                 }
                 entries
@@ -250,8 +192,7 @@ impl Walk<'_> {
                 Vec::new()
             }
             Err(e) => {
-                self.problems
-                    .push(problem(what, Some(ino), None, e.to_string()));
+                self.problems.push(problem(what, Some(ino), None, e.to_string()));
                 Vec::new()
             }
         }
@@ -263,21 +204,13 @@ impl Walk<'_> {
             self.claim(*id, ino);
             match self.loaded.nodes.get(id) {
                 Some((_, Object::Blob(b))) => total += b.len(),
-                _ => self.problems.push(problem(
-                    what,
-                    Some(ino),
-                    None,
-                    format!("blob node {id} missing or not a blob"),
-                )),
+                _ => {
+                    self.problems.push(problem(what, Some(ino), None, format!("blob node {id} missing or not a blob")))
+                }
             }
         }
         if total != len as usize {
-            self.problems.push(problem(
-                what,
-                Some(ino),
-                None,
-                format!("blob holds {total} bytes, expected {len}"),
-            ));
+            self.problems.push(problem(what, Some(ino), None, format!("blob holds {total} bytes, expected {len}")));
         }
     }
 
@@ -387,10 +320,7 @@ impl Walk<'_> {
                 }
             })();
             match parsed {
-                None => {
-                    self.problems
-                        .push(problem("xattr tree", Some(ino), None, "malformed entry"))
-                }
+                None => self.problems.push(problem("xattr tree", Some(ino), None, "malformed entry")),
                 Some((name, blob)) => {
                     if !names.insert(name.clone()) {
                         self.problems.push(problem(
@@ -410,19 +340,8 @@ impl Walk<'_> {
 }
 
 /// Reachability, link counts, directories, per-inode structure, node ownership.
-pub(super) fn check_namespace(
-    log: &Log,
-    loaded: &Loaded,
-    problems: &mut Vec<Problem>,
-    stats: &mut CheckStats,
-) {
-    let mut w = Walk {
-        log,
-        loaded,
-        problems,
-        node_owner: HashMap::new(),
-        extents: Vec::new(),
-    };
+pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, stats: &mut CheckStats) {
+    let mut w = Walk { log, loaded, problems, node_owner: HashMap::new(), extents: Vec::new() };
     let mut links: HashMap<InodeNo, u32> = HashMap::new();
     let mut subdirs: HashMap<InodeNo, u32> = HashMap::new();
     let mut reached: HashSet<InodeNo> = HashSet::new();
@@ -430,21 +349,11 @@ pub(super) fn check_namespace(
     match loaded.inodes.get(&root) {
         Some(r) if FileKind::from_mode(r.mode) == Some(FileKind::Directory) => {
             if r.parent != root {
-                w.problems.push(problem(
-                    "directory",
-                    Some(root),
-                    None,
-                    "the root's parent is not itself",
-                ));
+                w.problems.push(problem("directory", Some(root), None, "the root's parent is not itself"));
             }
         }
         _ => {
-            w.problems.push(problem(
-                "inode",
-                Some(root),
-                None,
-                "the root directory is missing or not a directory",
-            ));
+            w.problems.push(problem("inode", Some(root), None, "the root directory is missing or not a directory"));
             return;
         }
     }
@@ -458,12 +367,7 @@ pub(super) fn check_namespace(
             Body::Empty => Vec::new(),
             Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
             _ => {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    "body is neither empty nor a tree",
-                ));
+                w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
                 Vec::new()
             }
         };
@@ -472,24 +376,14 @@ pub(super) fn check_namespace(
             stats.entries += 1;
             let mut r = Reader::new(&v);
             let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("malformed entry at {pos:#x}"),
-                ));
+                w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
                 continue;
             };
             let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
             let ino = InodeNo(ino);
             let shown = String::from_utf8_lossy(&name).into_owned();
             if FileName::new(&name).is_err() {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("invalid name {shown:?}"),
-                ));
+                w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
             }
             let base = hash_position(&log.sb.hash_key, &name);
             if !(base..base + COLLISION_SLOTS).contains(&pos) {
@@ -501,12 +395,7 @@ pub(super) fn check_namespace(
                 ));
             }
             if !names.insert(name.clone()) {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} appears twice"),
-                ));
+                w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
             }
             let Some(target) = loaded.inodes.get(&ino) else {
                 w.problems.push(problem(
@@ -530,12 +419,7 @@ pub(super) fn check_namespace(
             if kind == Some(FileKind::Directory) {
                 *subdirs.entry(dir).or_default() += 1;
                 if !reached.insert(ino) {
-                    w.problems.push(problem(
-                        "directory",
-                        Some(ino),
-                        None,
-                        "directory has more than one name",
-                    ));
+                    w.problems.push(problem("directory", Some(ino), None, "directory has more than one name"));
                     continue;
                 }
                 if target.parent != dir {
@@ -557,10 +441,7 @@ pub(super) fn check_namespace(
     inos.sort_unstable();
     for &ino in inos {
         let rec = &loaded.inodes[&ino];
-        let orphan = log
-            .ifile
-            .inode(ino)
-            .is_some_and(|e| e.flags & IMAP_ORPHAN != 0);
+        let orphan = log.ifile.inode(ino).is_some_and(|e| e.flags & IMAP_ORPHAN != 0);
         stats.inodes += 1;
         stats.orphans += u64::from(orphan);
         let kind = FileKind::from_mode(rec.mode);
@@ -570,28 +451,16 @@ pub(super) fn check_namespace(
                 "inode",
                 Some(ino),
                 None,
-                format!(
-                    "in use (nlink {}) but not reachable from the root",
-                    rec.nlink
-                ),
+                format!("in use (nlink {}) but not reachable from the root", rec.nlink),
             ));
         }
         if orphan && rec.nlink == 0 && reached.contains(&ino) {
-            w.problems.push(problem(
-                "inode",
-                Some(ino),
-                None,
-                "has no links but a directory still names it",
-            ));
+            w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
         }
         match kind {
             Some(FileKind::Directory) => {
                 stats.directories += 1;
-                let want = if reached.contains(&ino) {
-                    2 + subdirs.get(&ino).copied().unwrap_or(0)
-                } else {
-                    0
-                };
+                let want = if reached.contains(&ino) { 2 + subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
                 if rec.nlink != want {
                     w.problems.push(problem(
                         "inode",
@@ -631,12 +500,9 @@ pub(super) fn check_namespace(
                     Body::Empty | Body::Extents(_) | Body::Tree(_) => {
                         stats.data_blocks += w.extents(ino, rec, orphan);
                     }
-                    Body::Blob { .. } => w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        "regular file with a blob body",
-                    )),
+                    Body::Blob { .. } => {
+                        w.problems.push(problem("inode", Some(ino), None, "regular file with a blob body"))
+                    }
                 }
             }
             Some(FileKind::Symlink) => {
@@ -647,44 +513,24 @@ pub(super) fn check_namespace(
                         let nodes = nodes.clone();
                         w.blob(ino, &nodes, *len, "symlink target");
                     }
-                    _ => w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        "symlink without a target of its size",
-                    )),
+                    _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
                 }
             }
             Some(FileKind::Directory) => {}
             _ => {
                 stats.special += 1;
                 if rec.body != Body::Empty {
-                    w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        "device, fifo or socket with a body",
-                    ));
+                    w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
                 }
             }
         }
         w.xattrs(ino, rec);
     }
 
-    let mut leaked: Vec<NodeId> = loaded
-        .nodes
-        .keys()
-        .filter(|id| !w.node_owner.contains_key(id))
-        .copied()
-        .collect();
+    let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
     leaked.sort_unstable();
     for id in leaked {
-        w.problems.push(problem(
-            "node",
-            None,
-            None,
-            format!("node {id} is allocated but nothing refers to it"),
-        ));
+        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
     }
     stats.nodes = loaded.nodes.len() as u64;
     let extents = std::mem::take(&mut w.extents);
@@ -692,10 +538,7 @@ pub(super) fn check_namespace(
 }
 
 /// No data block belongs to two files (or twice to one).
-fn check_extents_disjoint(
-    mut extents: Vec<(DataBlock, u32, InodeNo)>,
-    problems: &mut Vec<Problem>,
-) {
+fn check_extents_disjoint(mut extents: Vec<(DataBlock, u32, InodeNo)>, problems: &mut Vec<Problem>) {
     extents.sort_unstable();
     for pair in extents.windows(2) {
         let (a, b) = (pair[0], pair[1]);
@@ -704,22 +547,14 @@ fn check_extents_disjoint(
                 "extent map",
                 Some(b.2),
                 None,
-                format!(
-                    "data blocks from {} are also mapped by inode {}",
-                    b.0.0, a.2
-                ),
+                format!("data blocks from {} are also mapped by inode {}", b.0.0, a.2),
             ));
         }
     }
 }
 
 /// The bitmap, the group counts and the segment usage table against what is live.
-pub(super) fn check_space(
-    log: &Log,
-    loaded: &Loaded,
-    problems: &mut Vec<Problem>,
-    _stats: &mut CheckStats,
-) {
+pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, _stats: &mut CheckStats) {
     let total = log.sb.data_blocks;
     let words = total.div_ceil(64) as usize;
     let mut want = vec![0u64; words];
@@ -733,20 +568,11 @@ pub(super) fn check_space(
                 let _ = btree::scan(&mut Source { loaded }, Some(t.root), 0, &mut |k, v| {
                     let mut r = Reader::new(v);
                     if let (Ok(p), Ok(n)) = (r.u64(), r.u32()) {
-                        out.push(Extent {
-                            logical: k,
-                            physical: DataBlock(p),
-                            len: n,
-                            unwritten: false,
-                        });
+                        out.push(Extent { logical: k, physical: DataBlock(p), len: n, unwritten: false });
                     }
                     true
                 });
-                if FileKind::from_mode(rec.mode) == Some(FileKind::Regular) {
-                    out
-                } else {
-                    Vec::new()
-                }
+                if FileKind::from_mode(rec.mode) == Some(FileKind::Regular) { out } else { Vec::new() }
             }
             _ => Vec::new(),
         };
@@ -789,9 +615,8 @@ pub(super) fn check_space(
     for g in 0..log.space.groups.len() {
         let start = g as u64 * u64::from(log.sb.group_blocks);
         let end = (start + u64::from(log.sb.group_blocks)).min(total);
-        let free = (start..end)
-            .filter(|&b| log.space.bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0)
-            .count() as u32;
+        let free =
+            (start..end).filter(|&b| log.space.bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
         let said = log.space.groups.get(g).free_blocks;
         if said != free {
             problems.push(problem(
@@ -826,9 +651,7 @@ pub(super) fn check_space(
                 "segment usage",
                 None,
                 Some(geometry.start(crate::types::SegmentNo(s as u32)).0),
-                format!(
-                    "segment {s} says {have} live bytes, its live inodes and nodes hold {want}"
-                ),
+                format!("segment {s} says {have} live bytes, its live inodes and nodes hold {want}"),
             ));
         }
     }

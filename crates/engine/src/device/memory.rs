@@ -29,6 +29,13 @@ impl MemoryDevice {
         MemoryDevice { blocks: self.blocks, data: Mutex::new(self.lock().clone()) }
     }
 
+    /// A copy of the first `blocks` blocks (a truncated image).
+    #[must_use]
+    pub fn snapshot_truncated(&self, blocks: u64) -> MemoryDevice {
+        let data = self.lock().iter().filter(|(b, _)| **b < blocks).map(|(b, d)| (*b, d.clone())).collect();
+        MemoryDevice { blocks: blocks.min(self.blocks), data: Mutex::new(data) }
+    }
+
     /// Number of blocks ever written (the device's memory footprint).
     #[must_use]
     pub fn blocks_in_use(&self) -> usize {

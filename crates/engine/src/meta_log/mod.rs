@@ -175,8 +175,9 @@ impl Log {
     }
 
     /// Log blocks operations of `kind` may still fill: the rest of the
-    /// current segment, the reserved next one, and free segments beyond the
-    /// reserve.
+    /// current segment, and one segment for each free segment beyond the
+    /// reserve (moving into the reserved next segment takes a free one to
+    /// become the next after it).
     #[must_use]
     pub fn available_blocks(&self, kind: segments::OpKind) -> usize {
         let seg = self.sb.segment_blocks as usize;
@@ -185,7 +186,7 @@ impl Log {
             segments::OpKind::Shrink => self.reserve_segments().div_ceil(2),
         };
         let spare = self.free_segments_cached.saturating_sub(reserve) as usize;
-        (seg - self.head.offset as usize) + seg + spare * seg
+        (seg - self.head.offset as usize) + spare * seg
     }
 
     /// Whether the active commit group must be sealed before another

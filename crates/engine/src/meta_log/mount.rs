@@ -143,19 +143,18 @@ impl Log {
             }
         }
         slots.sort_by_key(|(c, _)| std::cmp::Reverse(c.number));
-        let mut fell_back = None;
         let mut last_err = None;
         for (i, (c, slot)) in slots.iter().enumerate() {
             let mut log = Log::fresh(sb.clone(), meta.clone(), data.clone());
             match log.load_checkpoint(c) {
                 Ok(()) => {
-                    // Once both slots have been written, an unreadable one
-                    // means its checkpoint (the newer one) was torn.
-                    if i > 0 {
-                        fell_back = last_err.as_ref().map(|e: &Error| e.to_string());
-                    } else if c.number > 1 {
-                        fell_back = slot_errors.first().cloned();
-                    }
+                    // A slot that does not decode for another reason than
+                    // being empty held a newer checkpoint whose write was torn.
+                    let fell_back = if i > 0 {
+                        last_err.as_ref().map(|e: &Error| e.to_string())
+                    } else {
+                        slot_errors.iter().find(|e| !e.contains("bad magic")).cloned()
+                    };
                     let recovery = log.roll_forward()?;
                     return Ok((log, OpenReport { checkpoint: c.number, fell_back, recovery }));
                 }

@@ -345,10 +345,21 @@ impl Volume {
         if dirty && lock(&self.last_commit).elapsed() >= self.options.commit_interval {
             self.commit()?;
         }
-        if since_ckpt >= self.options.checkpoint_blocks {
+        if since_ckpt >= self.checkpoint_interval_blocks() {
             self.checkpoint()?;
         }
         Ok(())
+    }
+
+    /// Log blocks between checkpoints: the mount option, but never more than
+    /// a quarter of the log, so that segments waiting for a checkpoint never
+    /// pile up on a small meta-data device.
+    fn checkpoint_interval_blocks(&self) -> u64 {
+        let log_blocks = {
+            let fs = lock(&self.fs);
+            u64::from(fs.log.sb.segment_count) * u64::from(fs.log.sb.segment_blocks)
+        };
+        self.options.checkpoint_blocks.min(log_blocks / 4).max(1)
     }
 
     /// Makes everything durable and writes a final checkpoint, so that the
@@ -357,9 +368,10 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn close(self) -> Result<()> {
-        if self.options.read_only || lock(&self.failed).is_some() {
+        if self.options.read_only {
             return Ok(());
         }
+        self.check_writable()?;
         let referenced = lock(&self.fs).referenced();
         for ino in referenced {
             let n = lock(&self.fs).refs(ino);

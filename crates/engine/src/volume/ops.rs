@@ -675,12 +675,11 @@ impl Volume {
         if end > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
-        if Volume::kind_of(&mut lock(&self.fs), ino)? != FileKind::Regular {
-            return Err(if Volume::kind_of(&mut lock(&self.fs), ino)? == FileKind::Directory {
-                Error::IsDir
-            } else {
-                Error::Invalid("fallocate needs a regular file")
-            });
+        let kind = Volume::kind_of(&mut lock(&self.fs), ino)?;
+        match kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid("fallocate needs a regular file")),
         }
         if mode.punch_hole || mode.zero_range {
             while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}

@@ -57,11 +57,29 @@ pub fn timestamp(t: SystemTime) -> Timestamp {
     }
 }
 
+/// A time fuser decoded from a kernel request (setattr).
+///
+/// fuser 0.18 turns the kernel's `(sec, nsec)` into `EPOCH - (-sec + nsec)`
+/// when `sec` is negative, where `EPOCH - (-sec) + nsec` is meant: a time
+/// before 1970 with a fraction of a second would be stored almost two
+/// seconds off. The duration before the epoch it builds is exactly
+/// `(-sec, nsec)`, so the kernel's numbers are read back from it. Times
+/// from 1970 on are decoded correctly and taken as they are.
+pub fn request_time(t: SystemTime) -> Timestamp {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(before) if !before.is_zero() => Timestamp {
+            sec: -i64::try_from(before.as_secs()).unwrap_or(i64::MAX),
+            nsec: before.subsec_nanos(),
+        },
+        _ => timestamp(t),
+    }
+}
+
 /// A `setattr` time: "now" is resolved by the engine's clock.
 pub fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(s) => TimeSet::At(timestamp(s)),
+        TimeOrNow::SpecificTime(s) => TimeSet::At(request_time(s)),
     }
 }
 
@@ -196,6 +214,23 @@ mod tests {
             let t = Timestamp { sec, nsec };
             assert_eq!(timestamp(system_time(t)), t, "{sec}.{nsec}");
         }
+    }
+
+    #[test]
+    fn request_times_before_1970_are_read_as_the_kernel_sent_them() {
+        // The kernel's (-2, 800_000_000) is 1.2 s before the epoch; fuser
+        // hands over EPOCH - 2.8 s.
+        let from_fuser = UNIX_EPOCH - Duration::new(2, 800_000_000);
+        assert_eq!(
+            request_time(from_fuser),
+            Timestamp {
+                sec: -2,
+                nsec: 800_000_000
+            }
+        );
+        let later = UNIX_EPOCH + Duration::new(5, 7);
+        assert_eq!(request_time(later), Timestamp { sec: 5, nsec: 7 });
+        assert_eq!(request_time(UNIX_EPOCH), Timestamp { sec: 0, nsec: 0 });
     }
 
     #[test]

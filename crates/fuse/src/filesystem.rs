@@ -56,6 +56,16 @@ fn creds(req: &Request) -> Creds {
     }
 }
 
+/// POSIX ACLs travel as these xattrs. Without FUSE_POSIX_ACL the kernel
+/// passes them through untouched, and a file system that accepted them
+/// would have to keep the mode bits in step (an ACL of three entries *is*
+/// a chmod: `cp -a` sets modes that way). The engine stores xattrs as
+/// opaque bytes, so the adapter says what a file system without ACL
+/// support says, EOPNOTSUPP, and tools fall back to chmod.
+fn is_acl(n: &OsStr) -> bool {
+    n.as_bytes().starts_with(b"system.posix_acl_")
+}
+
 /// Logs errors the kernel's caller will only see as an errno but an
 /// administrator must hear about (I/O, corruption, a volume gone read-only).
 fn report(op: &str, e: &Error) -> Errno {
@@ -271,7 +281,7 @@ impl Filesystem for DualFs {
             size,
             atime: atime.map(convert::time_set),
             mtime: mtime.map(convert::time_set),
-            ctime: ctime.map(convert::timestamp),
+            ctime: ctime.map(convert::request_time),
         };
         match self.vol.setattr(ino(node), &set) {
             Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
@@ -549,6 +559,9 @@ impl Filesystem for DualFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if is_acl(n) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let mode = match convert::xattr_mode(flags) {
             Ok(m) => m,
             Err(e) => return reply.error(e),
@@ -572,6 +585,9 @@ impl Filesystem for DualFs {
     }
 
     fn removexattr(&self, _req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if is_acl(n) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let r = self.vol.removexattr(ino(node), name(n));
         Self::reply_empty("removexattr", r, reply);
     }

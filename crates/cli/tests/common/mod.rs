@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -81,6 +81,9 @@ impl TestVolume {
             .prefix("dualfs-test")
             .tempdir()
             .expect("tempdir");
+        // Tests run programs as other users, who must reach the mount point.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod tempdir");
         let meta = dir.path().join("meta.img");
         let data = dir.path().join("data.img");
         let mnt = dir.path().join("mnt");
@@ -185,10 +188,7 @@ impl TestVolume {
     /// statvfs of the mount: (used blocks, used inodes).
     pub fn usage(&self) -> (u64, u64) {
         let s = nix::sys::statvfs::statvfs(&self.mnt).expect("statvfs");
-        (
-            u64::from(s.blocks()) - u64::from(s.blocks_free()),
-            u64::from(s.files()) - u64::from(s.files_free()),
-        )
+        (s.blocks() - s.blocks_free(), s.files() - s.files_free())
     }
 }
 

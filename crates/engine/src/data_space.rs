@@ -152,10 +152,7 @@ impl DataSpace {
 
     fn group_range(&self, g: GroupNo) -> (u64, u64) {
         let start = u64::from(g.0) * u64::from(self.group_blocks);
-        (
-            start,
-            (start + u64::from(self.group_blocks)).min(self.total),
-        )
+        (start, (start + u64::from(self.group_blocks)).min(self.total))
     }
 
     /// The group with the most free blocks (ties: fewest directories, then
@@ -164,24 +161,17 @@ impl DataSpace {
         let g = (0..self.groups.len())
             .max_by_key(|&g| {
                 let d = self.groups.get(g);
-                (
-                    d.free_blocks,
-                    std::cmp::Reverse(d.directories),
-                    std::cmp::Reverse(g),
-                )
+                (d.free_blocks, std::cmp::Reverse(d.directories), std::cmp::Reverse(g))
             })
             .unwrap_or(0);
-        self.groups
-            .update(g, |d| d.directories = d.directories.saturating_add(1));
+        self.groups.update(g, |d| d.directories = d.directories.saturating_add(1));
         GroupNo(g as u32)
     }
 
     /// A directory bound to `g` went away.
     pub fn unbind_directory(&mut self, g: GroupNo) {
         if (g.0 as usize) < self.groups.len() {
-            self.groups.update(g.0 as usize, |d| {
-                d.directories = d.directories.saturating_sub(1)
-            });
+            self.groups.update(g.0 as usize, |d| d.directories = d.directories.saturating_sub(1));
         }
     }
 
@@ -197,8 +187,7 @@ impl DataSpace {
         let mut changed = 0;
         for b in start..start + len {
             if self.bit(b) != used {
-                self.bitmap
-                    .update((b / 64) as usize, |w| *w ^= 1 << (b % 64));
+                self.bitmap.update((b / 64) as usize, |w| *w ^= 1 << (b % 64));
                 let g = self.group_of(DataBlock(b)).0 as usize;
                 self.groups.update(g, |d| {
                     if used {
@@ -234,10 +223,7 @@ impl DataSpace {
     /// Whether every block of the range is marked in use.
     #[must_use]
     pub fn all_used(&self, start: DataBlock, len: u32) -> bool {
-        start
-            .0
-            .checked_add(u64::from(len))
-            .is_some_and(|end| end <= self.total)
+        start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total)
             && (start.0..start.0 + u64::from(len)).all(|b| self.bit(b))
     }
 
@@ -266,9 +252,7 @@ impl DataSpace {
     pub fn allocate(&mut self, goal: DataBlock, want: u64) -> Option<(DataBlock, u32)> {
         let want = want.clamp(1, u64::from(MAX_EXTENT_BLOCKS));
         let goal = if goal.0 >= self.total { 0 } else { goal.0 };
-        let start = self
-            .find_free(goal, self.total)
-            .or_else(|| self.find_free(0, goal))?;
+        let start = self.find_free(goal, self.total).or_else(|| self.find_free(0, goal))?;
         let mut len = 1;
         while len < want && start + len < self.total && !self.bit(start + len) {
             len += 1;
@@ -345,10 +329,7 @@ mod tests {
         assert_eq!((a, n), (DataBlock(1), 99));
         assert!(s.allocate(DataBlock(0), 1).is_none());
         s.free_deferred(a, 10, Seq(5));
-        assert!(
-            s.allocate(DataBlock(0), 1).is_none(),
-            "reused before durable"
-        );
+        assert!(s.allocate(DataBlock(0), 1).is_none(), "reused before durable");
         assert_eq!(s.free_for_statfs(), 10);
         s.release(Seq(4));
         assert!(s.allocate(DataBlock(0), 1).is_none());
@@ -360,10 +341,7 @@ mod tests {
     fn reservations_are_bounded_by_free_space() {
         let mut s = DataSpace::new(100, 64);
         s.reserve(99).unwrap();
-        assert!(matches!(
-            s.reserve(1),
-            Err(Error::NoSpace(DeviceRole::Data))
-        ));
+        assert!(matches!(s.reserve(1), Err(Error::NoSpace(DeviceRole::Data))));
         s.unreserve(9);
         s.reserve(9).unwrap();
     }

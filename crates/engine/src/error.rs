@@ -143,16 +143,7 @@ impl Error {
     }
 
     /// A corruption error on the meta-data device.
-    pub(crate) fn corrupt_meta(
-        structure: &'static str,
-        block: u64,
-        reason: impl Into<String>,
-    ) -> Error {
-        Error::Corrupt {
-            structure,
-            device: DeviceRole::Meta,
-            block,
-            reason: reason.into(),
-        }
+    pub(crate) fn corrupt_meta(structure: &'static str, block: u64, reason: impl Into<String>) -> Error {
+        Error::Corrupt { structure, device: DeviceRole::Meta, block, reason: reason.into() }
     }
 }

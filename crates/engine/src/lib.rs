@@ -17,6 +17,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod data_space;
 pub mod device;
 pub mod error;

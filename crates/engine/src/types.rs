@@ -95,20 +95,14 @@ impl Timestamp {
     /// Builds a timestamp, folding an out-of-range nanosecond count into seconds.
     #[must_use]
     pub fn new(sec: i64, nsec: u32) -> Timestamp {
-        Timestamp {
-            sec: sec.saturating_add(i64::from(nsec / 1_000_000_000)),
-            nsec: nsec % 1_000_000_000,
-        }
+        Timestamp { sec: sec.saturating_add(i64::from(nsec / 1_000_000_000)), nsec: nsec % 1_000_000_000 }
     }
 
     /// The current wall-clock time.
     #[must_use]
     pub fn now() -> Timestamp {
         match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Timestamp::new(
-                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-                d.subsec_nanos(),
-            ),
+            Ok(d) => Timestamp::new(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
             Err(e) => {
                 let d = e.duration();
                 let sec = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
@@ -230,12 +224,6 @@ mod tests {
 
     #[test]
     fn timestamp_folds_nanoseconds() {
-        assert_eq!(
-            Timestamp::new(1, 2_500_000_000),
-            Timestamp {
-                sec: 3,
-                nsec: 500_000_000
-            }
-        );
+        assert_eq!(Timestamp::new(1, 2_500_000_000), Timestamp { sec: 3, nsec: 500_000_000 });
     }
 }

@@ -40,11 +40,7 @@ impl FileDevice {
         }
         // Seeking to the end gives the size of block devices as well as files.
         let bytes = file.seek(SeekFrom::End(0))?;
-        Ok(FileDevice {
-            file,
-            path: path.to_path_buf(),
-            blocks: bytes / BLOCK_BYTES,
-        })
+        Ok(FileDevice { file, path: path.to_path_buf(), blocks: bytes / BLOCK_BYTES })
     }
 
     /// The path this device was opened from.

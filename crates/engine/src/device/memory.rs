@@ -20,19 +20,13 @@ impl MemoryDevice {
     /// A zero-filled device of `blocks` blocks.
     #[must_use]
     pub fn new(blocks: u64) -> MemoryDevice {
-        MemoryDevice {
-            blocks,
-            data: Mutex::new(HashMap::new()),
-        }
+        MemoryDevice { blocks, data: Mutex::new(HashMap::new()) }
     }
 
     /// A copy of the current contents, as an independent device.
     #[must_use]
     pub fn snapshot(&self) -> MemoryDevice {
-        MemoryDevice {
-            blocks: self.blocks,
-            data: Mutex::new(self.lock().clone()),
-        }
+        MemoryDevice { blocks: self.blocks, data: Mutex::new(self.lock().clone()) }
     }
 
     /// Number of blocks ever written (the device's memory footprint).

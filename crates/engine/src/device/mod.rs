@@ -47,10 +47,7 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
 /// Checks that a request is block-aligned and inside a device of `count` blocks.
 pub(crate) fn check_range(count: u64, first: u64, len: usize) -> io::Result<()> {
     if !len.is_multiple_of(BLOCK_SIZE) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "buffer is not a whole number of blocks",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer is not a whole number of blocks"));
     }
     let blocks = (len / BLOCK_SIZE) as u64;
     match first.checked_add(blocks) {

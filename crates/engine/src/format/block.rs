@@ -107,11 +107,7 @@ pub struct BlockHeader {
 /// an oversized one is a bug, not bad input.
 #[must_use]
 pub fn seal_block(header: &BlockHeader, payload: &[u8]) -> Vec<u8> {
-    assert!(
-        payload.len() <= PAYLOAD_LEN,
-        "payload of {} bytes does not fit a block",
-        payload.len()
-    );
+    assert!(payload.len() <= PAYLOAD_LEN, "payload of {} bytes does not fit a block", payload.len());
     let mut w = Writer::with_capacity(BLOCK_SIZE);
     w.u32(BLOCK_MAGIC)
         .u32(0)
@@ -139,13 +135,13 @@ pub fn stored_crc(block: &[u8]) -> u32 {
 
 /// Checks a block read from `address` and returns its header and payload.
 ///
+/// The magic is looked at before the checksum only to tell "never written
+/// or overwritten by something else" from "damaged"; nothing else is
+/// trusted before the checksum verifies.
+///
 /// # Errors
-/// Bad checksum, magic, version, kind, address or volume, in that order of checking.
-pub fn open_block(
-    block: &[u8],
-    address: MetaBlock,
-    volume_id: u64,
-) -> DecodeResult<(BlockHeader, &[u8])> {
+/// Bad magic, checksum, version, kind, address or volume, in that order of checking.
+pub fn open_block(block: &[u8], address: MetaBlock, volume_id: u64) -> DecodeResult<(BlockHeader, &[u8])> {
     if block.len() != BLOCK_SIZE {
         bad!("block is {} bytes, not {BLOCK_SIZE}", block.len());
     }
@@ -159,9 +155,7 @@ pub fn open_block(
     }
     r.u32()?;
     let code = r.u8()?;
-    let Some(kind) = BlockKind::from_code(code) else {
-        bad!("unknown block kind {code}")
-    };
+    let Some(kind) = BlockKind::from_code(code) else { bad!("unknown block kind {code}") };
     let format = r.u8()?;
     if format != BLOCK_FORMAT {
         bad!("block format {format} is not supported (expected {BLOCK_FORMAT})");
@@ -182,16 +176,10 @@ pub fn open_block(
         bad!("payload length {payload_len} exceeds {PAYLOAD_LEN}");
     }
     if header.volume_id != volume_id {
-        bad!(
-            "belongs to volume {:#018x}, not this one ({volume_id:#018x})",
-            header.volume_id
-        );
+        bad!("belongs to volume {:#018x}, not this one ({volume_id:#018x})", header.volume_id);
     }
     if header.address != address {
-        bad!(
-            "was written for block {} (misdirected write)",
-            header.address.0
-        );
+        bad!("was written for block {} (misdirected write)", header.address.0);
     }
     let payload = &block[HEADER_LEN..HEADER_LEN + payload_len as usize];
     Ok((header, payload))
@@ -209,11 +197,7 @@ pub fn open_block_of_kind(
 ) -> DecodeResult<(BlockHeader, &[u8])> {
     let (header, payload) = open_block(block, address, volume_id)?;
     if header.kind != expected {
-        bad!(
-            "holds a {} where a {} was expected",
-            header.kind.name(),
-            expected.name()
-        );
+        bad!("holds a {} where a {} was expected", header.kind.name(), expected.name());
     }
     Ok((header, payload))
 }

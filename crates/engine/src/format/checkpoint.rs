@@ -139,26 +139,12 @@ impl Checkpoint {
         let mut index = Vec::with_capacity(n);
         for _ in 0..n {
             let code = r.u8()?;
-            let Some(table) = TableId::from_code(code) else {
-                bad!("unknown IFile table {code}")
-            };
+            let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
             r.reserved(3)?;
-            index.push(IndexRef {
-                table,
-                first: r.u32()?,
-                address: MetaBlock(r.u64()?),
-            });
+            index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
         }
         r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
-        Ok(Checkpoint {
-            number,
-            time,
-            log,
-            inode_count,
-            node_count,
-            free_data_blocks,
-            index,
-        })
+        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index })
     }
 }
 
@@ -181,16 +167,8 @@ mod tests {
             node_count: 12,
             free_data_blocks: 99,
             index: vec![
-                IndexRef {
-                    table: TableId::SegmentUsage,
-                    first: 0,
-                    address: MetaBlock(300),
-                },
-                IndexRef {
-                    table: TableId::InodeMap,
-                    first: 0,
-                    address: MetaBlock(301),
-                },
+                IndexRef { table: TableId::SegmentUsage, first: 0, address: MetaBlock(300) },
+                IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(301) },
             ],
         }
     }

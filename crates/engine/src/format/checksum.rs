@@ -29,12 +29,7 @@ pub fn verify(data: &[u8], field: usize) -> bool {
     if data.len() < field + 4 {
         return false;
     }
-    let stored = u32::from_le_bytes([
-        data[field],
-        data[field + 1],
-        data[field + 2],
-        data[field + 3],
-    ]);
+    let stored = u32::from_le_bytes([data[field], data[field + 1], data[field + 2], data[field + 3]]);
     stored == crc32c_without_field(data, field)
 }
 

@@ -61,11 +61,7 @@ impl<'a> Reader<'a> {
     /// Fewer than `n` bytes remain.
     pub fn bytes(&mut self, n: usize) -> DecodeResult<&'a [u8]> {
         if n > self.remaining() {
-            bad!(
-                "needs {n} bytes at offset {} but only {} remain",
-                self.pos,
-                self.remaining()
-            );
+            bad!("needs {n} bytes at offset {} but only {} remain", self.pos, self.remaining());
         }
         let out = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -162,9 +158,7 @@ impl Writer {
     /// An empty writer with room for `n` bytes.
     #[must_use]
     pub fn with_capacity(n: usize) -> Writer {
-        Writer {
-            buf: Vec::with_capacity(n),
-        }
+        Writer { buf: Vec::with_capacity(n) }
     }
 
     /// Bytes written so far.
@@ -244,12 +238,7 @@ mod tests {
     #[test]
     fn round_trip_of_every_width() {
         let mut w = Writer::new();
-        w.u8(1)
-            .u16(2)
-            .u32(3)
-            .u64(4)
-            .i64(-5)
-            .timestamp(Timestamp { sec: -6, nsec: 7 });
+        w.u8(1).u16(2).u32(3).u64(4).i64(-5).timestamp(Timestamp { sec: -6, nsec: 7 });
         let b = w.into_inner();
         let mut r = Reader::new(&b);
         assert_eq!(r.u8().unwrap(), 1);

@@ -80,7 +80,9 @@ pub enum Change {
 }
 
 impl Change {
-    fn encoded_len(&self) -> usize {
+    /// Bytes this record takes in a descriptor.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
         match self {
             Change::NodeFree(_) | Change::OrphanAdd(_) | Change::OrphanRemove(_) => 9,
             Change::InodeFree { .. } => 13,
@@ -89,11 +91,19 @@ impl Change {
     }
 }
 
+/// Descriptor flag: this partial segment ends a commit group. A group (one
+/// or more partial segments ending with this flag) is the unit roll-forward
+/// applies: a group whose last partial segment is missing or invalid is
+/// discarded whole.
+pub const PS_GROUP_END: u8 = 1;
+
 /// A decoded descriptor.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Descriptor {
     /// What the partial segment carries.
     pub kind: PsKind,
+    /// `PS_*` flags.
+    pub flags: u8,
     /// Its sequence number.
     pub seq: Seq,
     /// When it was sealed.
@@ -116,8 +126,18 @@ pub struct Descriptor {
     pub changes: Vec<Change>,
 }
 
-const FIXED_STREAM_LEN: usize = 60;
-const FIRST_PREFIX: usize = 8;
+/// Bytes of the stream before the summaries.
+pub const FIXED_STREAM_LEN: usize = 60;
+/// Bytes before the stream in the first descriptor block.
+pub const FIRST_PREFIX: usize = 8;
+/// Bytes of one summary inside a finfo run.
+pub const SUMMARY_LEN: usize = 9;
+/// Bytes of a finfo run's header.
+pub const FINFO_HEADER_LEN: usize = 10;
+/// Bytes of one inode-list entry.
+pub const INODE_SUMMARY_LEN: usize = 14;
+/// Bytes of an inode list's count.
+pub const INODE_LIST_HEADER_LEN: usize = 2;
 
 impl Descriptor {
     /// Body blocks (everything after the descriptor).
@@ -133,19 +153,11 @@ impl Descriptor {
         let mut i = 0;
         while i < self.blocks.len() {
             let owner = self.blocks[i].owner;
-            let run = self.blocks[i..]
-                .iter()
-                .take(u16::MAX as usize)
-                .take_while(|s| s.owner == owner)
-                .count();
-            n += 10 + run * 9;
+            let run = self.blocks[i..].iter().take(u16::MAX as usize).take_while(|s| s.owner == owner).count();
+            n += FINFO_HEADER_LEN + run * SUMMARY_LEN;
             i += run;
         }
-        n += self
-            .inode_blocks
-            .iter()
-            .map(|b| 2 + b.len() * 14)
-            .sum::<usize>();
+        n += self.inode_blocks.iter().map(|b| 2 + b.len() * 14).sum::<usize>();
         n += self.changes.iter().map(Change::encoded_len).sum::<usize>();
         n
     }
@@ -172,7 +184,8 @@ impl Descriptor {
             PsKind::Normal => 1,
             PsKind::Checkpoint => 2,
         })
-        .zeros(3)
+        .u8(self.flags)
+        .zeros(2)
         .u64(self.seq.0)
         .timestamp(self.time)
         .u32(self.segment.0)
@@ -188,11 +201,7 @@ impl Descriptor {
         let mut i = 0;
         while i < self.blocks.len() {
             let owner = self.blocks[i].owner;
-            let run = self.blocks[i..]
-                .iter()
-                .take(u16::MAX as usize)
-                .take_while(|s| s.owner == owner)
-                .count();
+            let run = self.blocks[i..].iter().take(u16::MAX as usize).take_while(|s| s.owner == owner).count();
             w.u64(owner.0).u16(run as u16);
             for s in &self.blocks[i..i + run] {
                 w.u8(s.kind.code()).u64(s.name);
@@ -244,15 +253,10 @@ impl Descriptor {
     /// # Errors
     /// Checksum mismatch or any malformed field.
     pub fn decode(payloads: &[&[u8]], max_blocks: usize) -> DecodeResult<(Descriptor, u32)> {
-        let Some(first) = payloads.first() else {
-            bad!("no descriptor blocks")
-        };
+        let Some(first) = payloads.first() else { bad!("no descriptor blocks") };
         let (crc, n) = Descriptor::peek(first)?;
         if n != payloads.len() {
-            bad!(
-                "stream needs {n} descriptor blocks, {} given",
-                payloads.len()
-            );
+            bad!("stream needs {n} descriptor blocks, {} given", payloads.len());
         }
         let mut all = Vec::with_capacity(n * PAYLOAD_LEN);
         for p in payloads {
@@ -280,7 +284,11 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         2 => PsKind::Checkpoint,
         k => bad!("unknown partial-segment kind {k}"),
     };
-    r.reserved(3)?;
+    let flags = r.u8()?;
+    if flags & !PS_GROUP_END != 0 {
+        bad!("unknown partial-segment flags {flags:#x}");
+    }
+    r.reserved(2)?;
     let seq = Seq(r.u64()?);
     let time = r.timestamp()?;
     let segment = SegmentNo(r.u32()?);
@@ -295,10 +303,7 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         bad!("descriptor block count disagrees with its stream length");
     }
     if desc_blocks + n_blocks + n_inode_blocks > max_blocks {
-        bad!(
-            "{} blocks do not fit a segment of {max_blocks}",
-            desc_blocks + n_blocks + n_inode_blocks
-        );
+        bad!("{} blocks do not fit a segment of {max_blocks}", desc_blocks + n_blocks + n_inode_blocks);
     }
     let mut blocks = Vec::with_capacity(n_blocks);
     while blocks.len() < n_blocks {
@@ -310,19 +315,10 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         for _ in 0..run {
             let code = r.u8()?;
             let kind = match BlockKind::from_code(code) {
-                Some(
-                    k @ (BlockKind::Node
-                    | BlockKind::Blob
-                    | BlockKind::IFileTable
-                    | BlockKind::IFileIndex),
-                ) => k,
+                Some(k @ (BlockKind::Node | BlockKind::Blob | BlockKind::IFileTable | BlockKind::IFileIndex)) => k,
                 _ => bad!("summary names block kind {code}, which cannot be a body block"),
             };
-            blocks.push(Summary {
-                kind,
-                owner,
-                name: r.u64()?,
-            });
+            blocks.push(Summary { kind, owner, name: r.u64()? });
         }
     }
     let mut inode_blocks = Vec::with_capacity(n_inode_blocks);
@@ -333,11 +329,7 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         }
         let mut list = Vec::with_capacity(n);
         for _ in 0..n {
-            list.push(InodeSummary {
-                ino: InodeNo(r.u64()?),
-                generation: r.u32()?,
-                len: r.u16()?,
-            });
+            list.push(InodeSummary { ino: InodeNo(r.u64()?), generation: r.u32()?, len: r.u16()? });
         }
         inode_blocks.push(list);
     }
@@ -345,18 +337,9 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
     for _ in 0..n_changes {
         changes.push(match r.u8()? {
             1 => Change::NodeFree(NodeId(r.u64()?)),
-            2 => Change::InodeFree {
-                ino: InodeNo(r.u64()?),
-                generation: r.u32()?,
-            },
-            3 => Change::DataAlloc {
-                start: DataBlock(r.u64()?),
-                len: r.u32()?,
-            },
-            4 => Change::DataFree {
-                start: DataBlock(r.u64()?),
-                len: r.u32()?,
-            },
+            2 => Change::InodeFree { ino: InodeNo(r.u64()?), generation: r.u32()? },
+            3 => Change::DataAlloc { start: DataBlock(r.u64()?), len: r.u32()? },
+            4 => Change::DataFree { start: DataBlock(r.u64()?), len: r.u32()? },
             5 => Change::OrphanAdd(InodeNo(r.u64()?)),
             6 => Change::OrphanRemove(InodeNo(r.u64()?)),
             t => bad!("unknown change record {t}"),
@@ -367,6 +350,7 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
     }
     Ok(Descriptor {
         kind,
+        flags,
         seq,
         time,
         segment,
@@ -387,6 +371,7 @@ mod tests {
     fn sample(n_blocks: usize) -> Descriptor {
         Descriptor {
             kind: PsKind::Normal,
+            flags: PS_GROUP_END,
             seq: Seq(12),
             time: Timestamp { sec: 99, nsec: 1 },
             segment: SegmentNo(4),
@@ -395,45 +380,20 @@ mod tests {
             prev_crc: 0x1234_5678,
             body_crc: 0x9ABC_DEF0,
             blocks: (0..n_blocks)
-                .map(|i| Summary {
-                    kind: BlockKind::Node,
-                    owner: InodeNo(1 + i as u64 / 3),
-                    name: i as u64 + 100,
-                })
+                .map(|i| Summary { kind: BlockKind::Node, owner: InodeNo(1 + i as u64 / 3), name: i as u64 + 100 })
                 .collect(),
             inode_blocks: vec![
                 vec![
-                    InodeSummary {
-                        ino: InodeNo(1),
-                        generation: 0,
-                        len: 130,
-                    },
-                    InodeSummary {
-                        ino: InodeNo(2),
-                        generation: 5,
-                        len: 200,
-                    },
+                    InodeSummary { ino: InodeNo(1), generation: 0, len: 130 },
+                    InodeSummary { ino: InodeNo(2), generation: 5, len: 200 },
                 ],
-                vec![InodeSummary {
-                    ino: InodeNo(9),
-                    generation: 1,
-                    len: 136,
-                }],
+                vec![InodeSummary { ino: InodeNo(9), generation: 1, len: 136 }],
             ],
             changes: vec![
                 Change::NodeFree(NodeId(4)),
-                Change::InodeFree {
-                    ino: InodeNo(3),
-                    generation: 2,
-                },
-                Change::DataAlloc {
-                    start: DataBlock(100),
-                    len: 8,
-                },
-                Change::DataFree {
-                    start: DataBlock(50),
-                    len: 1,
-                },
+                Change::InodeFree { ino: InodeNo(3), generation: 2 },
+                Change::DataAlloc { start: DataBlock(100), len: 8 },
+                Change::DataFree { start: DataBlock(50), len: 1 },
                 Change::OrphanAdd(InodeNo(7)),
                 Change::OrphanRemove(InodeNo(7)),
             ],
@@ -473,10 +433,7 @@ mod tests {
     fn truncation_is_an_error() {
         let (payloads, _) = sample(5).encode();
         for n in 0..payloads[0].len() {
-            assert!(
-                Descriptor::decode(&[&payloads[0][..n]], 100_000).is_err(),
-                "prefix {n}"
-            );
+            assert!(Descriptor::decode(&[&payloads[0][..n]], 100_000).is_err(), "prefix {n}");
         }
     }
 

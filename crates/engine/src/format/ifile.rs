@@ -26,13 +26,8 @@ pub enum TableId {
 
 impl TableId {
     /// Every table, in on-disk order.
-    pub const ALL: [TableId; 5] = [
-        TableId::SegmentUsage,
-        TableId::GroupDesc,
-        TableId::Bitmap,
-        TableId::InodeMap,
-        TableId::NodeMap,
-    ];
+    pub const ALL: [TableId; 5] =
+        [TableId::SegmentUsage, TableId::GroupDesc, TableId::Bitmap, TableId::InodeMap, TableId::NodeMap];
 
     /// The byte stored on disk.
     #[must_use]
@@ -86,15 +81,12 @@ impl TableId {
     }
 }
 
-/// Segment-usage flag: the segment holds the head of the log.
-pub const SEG_ACTIVE: u32 = 1;
-
 /// One segment-usage entry.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct SegUsage {
     /// Bytes of live inodes and blocks in the segment.
     pub live_bytes: u32,
-    /// `SEG_*` flags.
+    /// Flags; none are defined yet (written as 0).
     pub flags: u32,
     /// Sequence of the last partial segment written into it.
     pub last_seq: Seq,
@@ -110,11 +102,7 @@ impl SegUsage {
     /// # Errors
     /// Out of bytes.
     pub fn decode(r: &mut Reader<'_>) -> DecodeResult<SegUsage> {
-        Ok(SegUsage {
-            live_bytes: r.u32()?,
-            flags: r.u32()?,
-            last_seq: Seq(r.u64()?),
-        })
+        Ok(SegUsage { live_bytes: r.u32()?, flags: r.u32()?, last_seq: Seq(r.u64()?) })
     }
 }
 
@@ -146,22 +134,14 @@ impl ImapEntry {
     }
     /// Appends the 16-byte encoding.
     pub fn encode(&self, w: &mut Writer) {
-        w.u64(self.address.0)
-            .u32(self.generation)
-            .u16(self.flags)
-            .u16(self.record_len);
+        w.u64(self.address.0).u32(self.generation).u16(self.flags).u16(self.record_len);
     }
     /// Reads one entry.
     ///
     /// # Errors
     /// Out of bytes or unknown flags.
     pub fn decode(r: &mut Reader<'_>) -> DecodeResult<ImapEntry> {
-        let e = ImapEntry {
-            address: MetaBlock(r.u64()?),
-            generation: r.u32()?,
-            flags: r.u16()?,
-            record_len: r.u16()?,
-        };
+        let e = ImapEntry { address: MetaBlock(r.u64()?), generation: r.u32()?, flags: r.u16()?, record_len: r.u16()? };
         if e.flags & !IMAP_KNOWN != 0 {
             bad!("unknown inode-map flags {:#x}", e.flags);
         }
@@ -191,10 +171,7 @@ impl GroupDesc {
     /// # Errors
     /// Out of bytes.
     pub fn decode(r: &mut Reader<'_>) -> DecodeResult<GroupDesc> {
-        Ok(GroupDesc {
-            free_blocks: r.u32()?,
-            directories: r.u32()?,
-        })
+        Ok(GroupDesc { free_blocks: r.u32()?, directories: r.u32()? })
     }
 }
 
@@ -219,10 +196,7 @@ impl IndexBlock {
     pub fn encode(&self) -> Vec<u8> {
         debug_assert!(self.addresses.len() <= INDEX_PER_BLOCK);
         let mut w = Writer::with_capacity(PAYLOAD_LEN);
-        w.u8(self.table.code())
-            .zeros(3)
-            .u32(self.first)
-            .u32(self.addresses.len() as u32);
+        w.u8(self.table.code()).zeros(3).u32(self.first).u32(self.addresses.len() as u32);
         for a in &self.addresses {
             w.u64(a.0);
         }
@@ -236,9 +210,7 @@ impl IndexBlock {
     pub fn decode(payload: &[u8]) -> DecodeResult<IndexBlock> {
         let mut r = Reader::new(payload);
         let code = r.u8()?;
-        let Some(table) = TableId::from_code(code) else {
-            bad!("unknown IFile table {code}")
-        };
+        let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
         r.reserved(3)?;
         let first = r.u32()?;
         let n = r.u32()?;
@@ -250,11 +222,7 @@ impl IndexBlock {
         if r.remaining() != 0 {
             bad!("{} trailing bytes", r.remaining());
         }
-        Ok(IndexBlock {
-            table,
-            first,
-            addresses,
-        })
+        Ok(IndexBlock { table, first, addresses })
     }
 }
 
@@ -265,21 +233,9 @@ mod tests {
     #[test]
     fn entries_round_trip() {
         let mut w = Writer::new();
-        let s = SegUsage {
-            live_bytes: 5,
-            flags: SEG_ACTIVE,
-            last_seq: Seq(9),
-        };
-        let i = ImapEntry {
-            address: MetaBlock(7),
-            generation: 3,
-            flags: IMAP_USED | IMAP_ORPHAN,
-            record_len: 200,
-        };
-        let g = GroupDesc {
-            free_blocks: 11,
-            directories: 2,
-        };
+        let s = SegUsage { live_bytes: 5, flags: 0, last_seq: Seq(9) };
+        let i = ImapEntry { address: MetaBlock(7), generation: 3, flags: IMAP_USED | IMAP_ORPHAN, record_len: 200 };
+        let g = GroupDesc { free_blocks: 11, directories: 2 };
         s.encode(&mut w);
         i.encode(&mut w);
         g.encode(&mut w);
@@ -293,23 +249,13 @@ mod tests {
     #[test]
     fn bad_imap_flags_are_refused() {
         let mut w = Writer::new();
-        ImapEntry {
-            address: MetaBlock(1),
-            generation: 0,
-            flags: IMAP_ORPHAN,
-            record_len: 0,
-        }
-        .encode(&mut w);
+        ImapEntry { address: MetaBlock(1), generation: 0, flags: IMAP_ORPHAN, record_len: 0 }.encode(&mut w);
         assert!(ImapEntry::decode(&mut Reader::new(&w.into_inner())).is_err());
     }
 
     #[test]
     fn index_block_round_trip_and_truncation() {
-        let ib = IndexBlock {
-            table: TableId::NodeMap,
-            first: 4,
-            addresses: vec![MetaBlock(1), MetaBlock(99)],
-        };
+        let ib = IndexBlock { table: TableId::NodeMap, first: 4, addresses: vec![MetaBlock(1), MetaBlock(99)] };
         let p = ib.encode();
         assert_eq!(IndexBlock::decode(&p).unwrap(), ib);
         for n in 0..p.len() {

@@ -44,10 +44,7 @@ impl Extent {
 
     /// Appends the 21-byte encoding.
     pub fn encode(&self, w: &mut Writer) {
-        w.u64(self.logical)
-            .u64(self.physical.0)
-            .u32(self.len)
-            .u8(if self.unwritten { EXTENT_UNWRITTEN } else { 0 });
+        w.u64(self.logical).u64(self.physical.0).u32(self.len).u8(if self.unwritten { EXTENT_UNWRITTEN } else { 0 });
     }
 
     /// Reads one extent.
@@ -65,17 +62,10 @@ impl Extent {
         if flags & !EXTENT_UNWRITTEN != 0 {
             bad!("extent has unknown flags {flags:#x}");
         }
-        if logical.checked_add(u64::from(len)).is_none()
-            || physical.0.checked_add(u64::from(len)).is_none()
-        {
+        if logical.checked_add(u64::from(len)).is_none() || physical.0.checked_add(u64::from(len)).is_none() {
             bad!("extent at file block {logical} overflows");
         }
-        Ok(Extent {
-            logical,
-            physical,
-            len,
-            unwritten: flags & EXTENT_UNWRITTEN != 0,
-        })
+        Ok(Extent { logical, physical, len, unwritten: flags & EXTENT_UNWRITTEN != 0 })
     }
 }
 
@@ -127,10 +117,7 @@ impl Default for Xattrs {
 /// Encoded size of an inline xattr list.
 #[must_use]
 pub fn inline_xattrs_len(pairs: &[(Vec<u8>, Vec<u8>)]) -> usize {
-    2 + pairs
-        .iter()
-        .map(|(n, v)| 3 + n.len() + v.len())
-        .sum::<usize>()
+    2 + pairs.iter().map(|(n, v)| 3 + n.len() + v.len()).sum::<usize>()
 }
 
 /// An inode as stored.
@@ -314,23 +301,10 @@ impl InodeRecord {
             bad!("inode {ino} has unknown flags {flags:#x}");
         }
         if r.remaining() != body_len + xattr_len {
-            bad!(
-                "inode {ino}: body {body_len} + xattrs {xattr_len} bytes, but {} remain",
-                r.remaining()
-            );
+            bad!("inode {ino}: body {body_len} + xattrs {xattr_len} bytes, but {} remain", r.remaining());
         }
-        let body = decode_body(
-            &mut Reader::new(r.bytes(body_len)?),
-            body_kind,
-            body_len,
-            ino,
-        )?;
-        let xattrs = decode_xattrs(
-            &mut Reader::new(r.bytes(xattr_len)?),
-            xattr_kind,
-            xattr_len,
-            ino,
-        )?;
+        let body = decode_body(&mut Reader::new(r.bytes(body_len)?), body_kind, body_len, ino)?;
+        let xattrs = decode_xattrs(&mut Reader::new(r.bytes(xattr_len)?), xattr_kind, xattr_len, ino)?;
         Ok(InodeRecord {
             ino,
             generation,
@@ -375,10 +349,7 @@ fn decode_body(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Decode
             for _ in 0..len / EXTENT_LEN {
                 let e = Extent::decode(r)?;
                 if es.last().is_some_and(|p| p.logical_end() > e.logical) {
-                    bad!(
-                        "inode {ino}: extents out of order or overlapping at file block {}",
-                        e.logical
-                    );
+                    bad!("inode {ino}: extents out of order or overlapping at file block {}", e.logical);
                 }
                 es.push(e);
             }
@@ -430,10 +401,7 @@ fn decode_xattrs(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Deco
         other => bad!("inode {ino} has unknown xattr kind {other}"),
     };
     if r.remaining() != 0 {
-        bad!(
-            "inode {ino}: xattr area has {} trailing bytes",
-            r.remaining()
-        );
+        bad!("inode {ino}: xattr area has {} trailing bytes", r.remaining());
     }
     Ok(x)
 }
@@ -461,23 +429,10 @@ pub(crate) mod tests {
             group: GroupNo(2),
             parent: InodeNo(0),
             body: Body::Extents(vec![
-                Extent {
-                    logical: 0,
-                    physical: DataBlock(100),
-                    len: 3,
-                    unwritten: false,
-                },
-                Extent {
-                    logical: 5,
-                    physical: DataBlock(200),
-                    len: 1,
-                    unwritten: true,
-                },
+                Extent { logical: 0, physical: DataBlock(100), len: 3, unwritten: false },
+                Extent { logical: 5, physical: DataBlock(200), len: 1, unwritten: true },
             ]),
-            xattrs: Xattrs::Inline(vec![
-                (b"user.a".to_vec(), b"1".to_vec()),
-                (b"user.b".to_vec(), vec![]),
-            ]),
+            xattrs: Xattrs::Inline(vec![(b"user.a".to_vec(), b"1".to_vec()), (b"user.b".to_vec(), vec![])]),
         }
     }
 
@@ -492,30 +447,13 @@ pub(crate) mod tests {
         let mut bodies = vec![
             Body::Empty,
             Body::Inline(b"hello".to_vec()),
-            Body::Tree(TreeRoot {
-                root: NodeId(9),
-                count: 1000,
-            }),
-            Body::Blob {
-                len: 5000,
-                nodes: vec![NodeId(1), NodeId(2)],
-            },
+            Body::Tree(TreeRoot { root: NodeId(9), count: 1000 }),
+            Body::Blob { len: 5000, nodes: vec![NodeId(1), NodeId(2)] },
         ];
         bodies.push(sample(1).body);
         for body in bodies {
-            for xattrs in [
-                Xattrs::default(),
-                sample(1).xattrs,
-                Xattrs::Tree(TreeRoot {
-                    root: NodeId(3),
-                    count: 2,
-                }),
-            ] {
-                let rec = InodeRecord {
-                    body: body.clone(),
-                    xattrs,
-                    ..sample(7)
-                };
+            for xattrs in [Xattrs::default(), sample(1).xattrs, Xattrs::Tree(TreeRoot { root: NodeId(3), count: 2 })] {
+                let rec = InodeRecord { body: body.clone(), xattrs, ..sample(7) };
                 let b = enc(&rec);
                 assert_eq!(b.len(), rec.encoded_len());
                 assert_eq!(InodeRecord::decode(&b).unwrap(), rec);
@@ -535,24 +473,9 @@ pub(crate) mod tests {
     fn overlapping_extents_are_refused() {
         let mut rec = sample(3);
         rec.body = Body::Extents(vec![
-            Extent {
-                logical: 0,
-                physical: DataBlock(1),
-                len: 4,
-                unwritten: false,
-            },
-            Extent {
-                logical: 3,
-                physical: DataBlock(9),
-                len: 1,
-                unwritten: false,
-            },
+            Extent { logical: 0, physical: DataBlock(1), len: 4, unwritten: false },
+            Extent { logical: 3, physical: DataBlock(9), len: 1, unwritten: false },
         ]);
-        assert!(
-            InodeRecord::decode(&enc(&rec))
-                .unwrap_err()
-                .0
-                .contains("overlapping")
-        );
+        assert!(InodeRecord::decode(&enc(&rec)).unwrap_err().0.contains("overlapping"));
     }
 }

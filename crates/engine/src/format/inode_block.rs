@@ -33,10 +33,7 @@ pub fn fits(records: usize, bytes: usize, len: usize) -> bool {
 #[must_use]
 pub fn encode(records: &[&InodeRecord]) -> Vec<u8> {
     let total: usize = records.iter().map(|r| r.encoded_len()).sum();
-    assert!(
-        packed_len(records.len(), total) <= PAYLOAD_LEN,
-        "inode block overfull"
-    );
+    assert!(packed_len(records.len(), total) <= PAYLOAD_LEN, "inode block overfull");
     let mut w = Writer::with_capacity(PAYLOAD_LEN);
     w.u16(records.len() as u16);
     let mut offset = 2 + records.len() * TABLE_ENTRY_LEN;
@@ -58,11 +55,7 @@ pub fn encode(records: &[&InodeRecord]) -> Vec<u8> {
 pub fn table(payload: &[u8]) -> DecodeResult<Vec<(InodeNo, std::ops::Range<usize>)>> {
     let mut r = Reader::new(payload);
     let n = r.u16()?;
-    let n = bounded(
-        u64::from(n),
-        "inode record",
-        PAYLOAD_LEN / (TABLE_ENTRY_LEN + FIXED_LEN),
-    )?;
+    let n = bounded(u64::from(n), "inode record", PAYLOAD_LEN / (TABLE_ENTRY_LEN + FIXED_LEN))?;
     let mut out = Vec::with_capacity(n);
     let mut next = 2 + n * TABLE_ENTRY_LEN;
     for _ in 0..n {
@@ -76,10 +69,7 @@ pub fn table(payload: &[u8]) -> DecodeResult<Vec<(InodeNo, std::ops::Range<usize
         out.push((ino, offset..offset + len));
     }
     if next != payload.len() {
-        bad!(
-            "{} bytes after the last record",
-            payload.len() - next.min(payload.len())
-        );
+        bad!("{} bytes after the last record", payload.len() - next.min(payload.len()));
     }
     Ok(out)
 }
@@ -93,10 +83,7 @@ pub fn find(payload: &[u8], ino: InodeNo) -> DecodeResult<Option<InodeRecord>> {
         if i == ino {
             let rec = InodeRecord::decode(&payload[range])?;
             if rec.ino != ino {
-                bad!(
-                    "table names inode {ino} but the record is of inode {}",
-                    rec.ino
-                );
+                bad!("table names inode {ino} but the record is of inode {}", rec.ino);
             }
             return Ok(Some(rec));
         }
@@ -114,10 +101,7 @@ pub fn decode_all(payload: &[u8]) -> DecodeResult<Vec<InodeRecord>> {
         .map(|(ino, range)| {
             let rec = InodeRecord::decode(&payload[range])?;
             if rec.ino != ino {
-                bad!(
-                    "table names inode {ino} but the record is of inode {}",
-                    rec.ino
-                );
+                bad!("table names inode {ino} but the record is of inode {}", rec.ino);
             }
             Ok(rec)
         })

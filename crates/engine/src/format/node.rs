@@ -77,11 +77,7 @@ impl Node {
     /// An empty leaf.
     #[must_use]
     pub fn leaf(tree: TreeKind) -> Node {
-        Node {
-            tree,
-            level: 0,
-            entries: Entries::Leaf(Vec::new()),
-        }
+        Node { tree, level: 0, entries: Entries::Leaf(Vec::new()) }
     }
 
     /// Number of entries.
@@ -137,9 +133,7 @@ impl Node {
     pub fn decode(payload: &[u8], level: u16) -> DecodeResult<Node> {
         let mut r = Reader::new(payload);
         let code = r.u8()?;
-        let Some(tree) = TreeKind::from_code(code) else {
-            bad!("unknown tree kind {code}")
-        };
+        let Some(tree) = TreeKind::from_code(code) else { bad!("unknown tree kind {code}") };
         r.reserved(1)?;
         let n = usize::from(r.u16()?);
         if level > MAX_LEVEL {
@@ -188,11 +182,7 @@ impl Node {
         if r.remaining() != 0 {
             bad!("{} trailing bytes", r.remaining());
         }
-        Ok(Node {
-            tree,
-            level,
-            entries,
-        })
+        Ok(Node { tree, level, entries })
     }
 }
 
@@ -219,17 +209,10 @@ mod tests {
 
     #[test]
     fn out_of_order_keys_and_truncation_are_errors() {
-        let bad_order = Node {
-            tree: TreeKind::Xattrs,
-            level: 0,
-            entries: Entries::Leaf(vec![(5, vec![]), (1, vec![])]),
-        };
+        let bad_order =
+            Node { tree: TreeKind::Xattrs, level: 0, entries: Entries::Leaf(vec![(5, vec![]), (1, vec![])]) };
         assert!(Node::decode(&bad_order.encode(), 0).is_err());
-        let ok = Node {
-            tree: TreeKind::Xattrs,
-            level: 0,
-            entries: Entries::Leaf(vec![(1, b"xyz".to_vec())]),
-        };
+        let ok = Node { tree: TreeKind::Xattrs, level: 0, entries: Entries::Leaf(vec![(1, b"xyz".to_vec())]) };
         let p = ok.encode();
         for n in 0..p.len() {
             assert!(Node::decode(&p[..n], 0).is_err(), "prefix {n}");

@@ -106,11 +106,7 @@ impl Superblock {
     /// The label as text.
     #[must_use]
     pub fn label_str(&self) -> String {
-        let end = self
-            .label
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(self.label.len());
+        let end = self.label.iter().position(|&b| b == 0).unwrap_or(self.label.len());
         String::from_utf8_lossy(&self.label[..end]).into_owned()
     }
 
@@ -172,9 +168,7 @@ impl Superblock {
         let major = r.u16()?;
         let minor = r.u16()?;
         if major != FORMAT_MAJOR {
-            bad!(
-                "format version {major}.{minor} is not supported (this is {FORMAT_MAJOR}.{FORMAT_MINOR})"
-            );
+            bad!("format version {major}.{minor} is not supported (this is {FORMAT_MAJOR}.{FORMAT_MINOR})");
         }
         let role = match r.u32()? {
             1 => Role::Meta,
@@ -185,10 +179,7 @@ impl Superblock {
         let ro_compat = r.u64()?;
         let incompat = r.u64()?;
         if incompat & !KNOWN_INCOMPAT != 0 {
-            bad!(
-                "unknown incompatible features {:#x}",
-                incompat & !KNOWN_INCOMPAT
-            );
+            bad!("unknown incompatible features {:#x}", incompat & !KNOWN_INCOMPAT);
         }
         let volume_uuid = r.array()?;
         let meta_uuid = r.array()?;
@@ -221,7 +212,7 @@ impl Superblock {
         if max_name != 255 {
             bad!("maximum name length {max_name} is not supported");
         }
-        if !(16..=65536).contains(&segment_blocks) {
+        if !(128..=65536).contains(&segment_blocks) {
             bad!("segment of {segment_blocks} blocks is out of range");
         }
         if first_segment_block < 3 {
@@ -230,17 +221,13 @@ impl Superblock {
         let seg_end = u64::from(segment_count)
             .checked_mul(u64::from(segment_blocks))
             .and_then(|n| n.checked_add(first_segment_block));
-        if segment_count < 4 || seg_end.is_none_or(|end| end > meta_blocks) {
-            bad!(
-                "{segment_count} segments of {segment_blocks} blocks do not fit {meta_blocks} blocks"
-            );
+        if segment_count < 16 || seg_end.is_none_or(|end| end > meta_blocks) {
+            bad!("{segment_count} segments of {segment_blocks} blocks do not fit {meta_blocks} blocks");
         }
         if group_blocks == 0 || group_blocks % 64 != 0 {
             bad!("data group of {group_blocks} blocks is not a positive multiple of 64");
         }
-        if data_blocks < 2
-            || u64::from(group_count) != data_blocks.div_ceil(u64::from(group_blocks))
-        {
+        if data_blocks < 256 || u64::from(group_count) != data_blocks.div_ceil(u64::from(group_blocks)) {
             bad!("{group_count} groups of {group_blocks} blocks do not cover {data_blocks} blocks");
         }
         if inline_max > MAX_INLINE_DATA {
@@ -321,23 +308,13 @@ mod tests {
     fn geometry_that_does_not_fit_is_refused() {
         let mut sb = sample();
         sb.segment_count = 100;
-        assert!(
-            Superblock::decode(&sb.encode())
-                .unwrap_err()
-                .0
-                .contains("do not fit")
-        );
+        assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("do not fit"));
         let mut sb = sample();
         sb.group_count = 1;
         assert!(Superblock::decode(&sb.encode()).is_err());
         let mut sb = sample();
         sb.incompat = 1 << 40;
-        assert!(
-            Superblock::decode(&sb.encode())
-                .unwrap_err()
-                .0
-                .contains("incompatible")
-        );
+        assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("incompatible"));
     }
 
     #[test]

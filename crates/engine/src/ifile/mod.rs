@@ -55,6 +55,10 @@ pub struct IFile {
     /// Node id to block address (0 = free).
     pub nodes: Table<u64>,
     free_inodes: BTreeSet<u64>,
+    /// Inode numbers freed by the commit group being built: reused only in
+    /// a later group, so that no group both frees and reuses a number
+    /// (roll-forward then never confuses two lives of one inode).
+    freed_inodes: Vec<u64>,
     free_nodes: BTreeSet<u64>,
     used_inodes: u64,
     used_nodes: u64,
@@ -70,31 +74,23 @@ impl IFile {
             inodes: Table::new(TableId::InodeMap, 1),
             nodes: Table::new(TableId::NodeMap, 1),
             free_inodes: BTreeSet::new(),
+            freed_inodes: Vec::new(),
             free_nodes: BTreeSet::new(),
             used_inodes: 0,
             used_nodes: 0,
         };
         // Number 0 never names anything; keep it out of the free lists forever.
-        f.inodes.set(
-            0,
-            ImapEntry {
-                flags: IMAP_USED,
-                ..ImapEntry::default()
-            },
-        );
+        f.inodes.set(0, ImapEntry { flags: IMAP_USED, ..ImapEntry::default() });
         f
     }
 
     /// Rebuilds the free lists and counters after the tables were loaded or
     /// rolled forward.
     pub fn rebuild_free_lists(&mut self) {
-        self.free_inodes = (1..self.inodes.len() as u64)
-            .filter(|&i| !self.inodes.get(i as usize).in_use())
-            .collect();
+        self.free_inodes = (1..self.inodes.len() as u64).filter(|&i| !self.inodes.get(i as usize).in_use()).collect();
+        self.freed_inodes.clear();
         self.used_inodes = (self.inodes.len() as u64 - 1) - self.free_inodes.len() as u64;
-        self.free_nodes = (1..self.nodes.len() as u64)
-            .filter(|&i| self.nodes.get(i as usize) == 0)
-            .collect();
+        self.free_nodes = (1..self.nodes.len() as u64).filter(|&i| self.nodes.get(i as usize) == 0).collect();
         self.used_nodes = (self.nodes.len() as u64 - 1) - self.free_nodes.len() as u64;
     }
 
@@ -140,15 +136,7 @@ impl IFile {
             }
         };
         let generation = self.inodes.get(n as usize).generation;
-        self.inodes.set(
-            n as usize,
-            ImapEntry {
-                address: MetaBlock(0),
-                generation,
-                flags: IMAP_USED,
-                record_len: 0,
-            },
-        );
+        self.inodes.set(n as usize, ImapEntry { address: MetaBlock(0), generation, flags: IMAP_USED, record_len: 0 });
         self.used_inodes += 1;
         (InodeNo(n), generation)
     }
@@ -157,16 +145,16 @@ impl IFile {
     pub fn free_inode(&mut self, ino: InodeNo, next_generation: u32) {
         let Some(old) = self.inode(ino) else { return };
         self.sub_live(old.address, u32::from(old.record_len));
-        self.inodes.set(
-            ino.0 as usize,
-            ImapEntry {
-                generation: next_generation,
-                ..ImapEntry::default()
-            },
-        );
-        if old.in_use() && self.free_inodes.insert(ino.0) {
+        self.inodes.set(ino.0 as usize, ImapEntry { generation: next_generation, ..ImapEntry::default() });
+        if old.in_use() {
+            self.freed_inodes.push(ino.0);
             self.used_inodes -= 1;
         }
+    }
+
+    /// The commit group that freed inode numbers was sealed: they may be reused.
+    pub fn release_freed_inodes(&mut self) {
+        self.free_inodes.extend(self.freed_inodes.drain(..));
     }
 
     /// Records that the newest copy of `ino` (generation `generation`,
@@ -181,19 +169,12 @@ impl IFile {
         let old = self.inodes.get(ino.0 as usize);
         self.sub_live(old.address, u32::from(old.record_len));
         self.add_live(at, u32::from(len));
-        if !old.in_use() && self.free_inodes.remove(&ino.0) {
+        if !old.in_use() {
+            self.free_inodes.remove(&ino.0);
             self.used_inodes += 1;
         }
         let flags = IMAP_USED | (old.flags & IMAP_ORPHAN);
-        self.inodes.set(
-            ino.0 as usize,
-            ImapEntry {
-                address: at,
-                generation,
-                flags,
-                record_len: len,
-            },
-        );
+        self.inodes.set(ino.0 as usize, ImapEntry { address: at, generation, flags, record_len: len });
     }
 
     /// Adds `ino` to, or removes it from, the orphan list.
@@ -223,11 +204,7 @@ impl IFile {
     /// Where node `id` lives (0 = nowhere yet, or free).
     #[must_use]
     pub fn node_address(&self, id: NodeId) -> MetaBlock {
-        if id.0 < self.nodes.len() as u64 {
-            MetaBlock(self.nodes.get(id.0 as usize))
-        } else {
-            MetaBlock(0)
-        }
+        if id.0 < self.nodes.len() as u64 { MetaBlock(self.nodes.get(id.0 as usize)) } else { MetaBlock(0) }
     }
 
     /// Takes a free node id.
@@ -283,15 +260,12 @@ impl IFile {
 
     /// Records that partial segment `seq` was written into `seg`.
     pub fn note_write(&mut self, seg: SegmentNo, seq: Seq) {
-        self.segments
-            .update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
+        self.segments.update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
     }
 
     fn add_live(&mut self, at: MetaBlock, bytes: u32) {
         if let Some(seg) = self.geometry.segment_of(at) {
-            self.segments.update(seg.0 as usize, |u| {
-                u.live_bytes = u.live_bytes.saturating_add(bytes)
-            });
+            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_add(bytes));
         }
     }
 
@@ -302,9 +276,7 @@ impl IFile {
         if let Some(seg) = self.geometry.segment_of(at) {
             // Saturating: a corrupt image must not panic here; fsck reports
             // any disagreement between this table and the live blocks.
-            self.segments.update(seg.0 as usize, |u| {
-                u.live_bytes = u.live_bytes.saturating_sub(bytes)
-            });
+            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
         }
     }
 }
@@ -314,11 +286,7 @@ mod tests {
     use super::*;
 
     fn ifile() -> IFile {
-        let mut f = IFile::new(SegmentGeometry {
-            first_block: 256,
-            blocks: 256,
-            count: 8,
-        });
+        let mut f = IFile::new(SegmentGeometry { first_block: 256, blocks: 256, count: 8 });
         f.rebuild_free_lists();
         f
     }
@@ -333,8 +301,10 @@ mod tests {
         assert_eq!(f.segment(SegmentNo(0)).live_bytes, 200);
         f.free_inode(a, ga + 1);
         assert_eq!(f.segment(SegmentNo(0)).live_bytes, 0);
+        assert_eq!(f.alloc_inode().0, InodeNo(3), "reused before its free was sealed");
+        f.release_freed_inodes();
         assert_eq!(f.alloc_inode(), (InodeNo(1), ga + 1));
-        assert_eq!(f.used_inodes(), 2);
+        assert_eq!(f.used_inodes(), 3);
     }
 
     #[test]

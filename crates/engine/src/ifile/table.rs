@@ -69,12 +69,7 @@ impl<E: Entry> Table<E> {
     /// A table of `len` default entries, all of them dirty.
     #[must_use]
     pub fn new(id: TableId, len: usize) -> Table<E> {
-        let mut t = Table {
-            id,
-            entries: vec![E::default(); len],
-            dirty: BTreeSet::new(),
-            addresses: Vec::new(),
-        };
+        let mut t = Table { id, entries: vec![E::default(); len], dirty: BTreeSet::new(), addresses: Vec::new() };
         t.addresses = vec![MetaBlock(0); t.block_count()];
         t.dirty = (0..t.block_count() as u32).collect();
         t
@@ -189,11 +184,7 @@ impl<E: Entry> Table<E> {
     pub fn decode_block(&mut self, b: u32, payload: &[u8]) -> DecodeResult<()> {
         let start = b as usize * self.per_block();
         if start >= self.entries.len() {
-            bad!(
-                "{} block {b} lies beyond the table's {} entries",
-                self.id.name(),
-                self.entries.len()
-            );
+            bad!("{} block {b} lies beyond the table's {} entries", self.id.name(), self.entries.len());
         }
         let end = (start + self.per_block()).min(self.entries.len());
         if payload.len() != (end - start) * self.id.entry_len() {
@@ -315,14 +306,7 @@ mod tests {
             t.set_address(b, MetaBlock(10 + u64::from(b)));
         }
         assert!(!t.is_dirty());
-        t.set(
-            300,
-            SegUsage {
-                live_bytes: 4096,
-                flags: 0,
-                last_seq: Seq(3),
-            },
-        );
+        t.set(300, SegUsage { live_bytes: 4096, flags: 0, last_seq: Seq(3) });
         assert_eq!(t.dirty_blocks(), vec![1]);
         let p = t.encode_block(1);
         let mut u: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600);

@@ -115,11 +115,7 @@ impl MetaCache {
             e.charged = 0;
             self.dirty_inodes.insert(ino);
         }
-        Some(InodeGuard {
-            entry: e,
-            bytes: &mut self.dirty_inode_bytes,
-            max: &mut self.max_dirty_record,
-        })
+        Some(InodeGuard { entry: e, bytes: &mut self.dirty_inode_bytes, max: &mut self.max_dirty_record })
     }
 
     /// Caches an inode read from disk, unless a newer copy is already cached.
@@ -142,14 +138,7 @@ impl MetaCache {
         let t = self.tick();
         self.inodes.insert(
             ino,
-            Entry {
-                value: rec,
-                owner: InodeNo(0),
-                dirty: false,
-                charged: 0,
-                written: Seq(0),
-                touched: t,
-            },
+            Entry { value: rec, owner: InodeNo(0), dirty: false, charged: 0, written: Seq(0), touched: t },
         );
         drop(self.inode_mut(ino));
     }
@@ -179,11 +168,7 @@ impl MetaCache {
     pub fn dirty_inode_bytes(&self) -> usize {
         debug_assert_eq!(
             self.dirty_inode_bytes,
-            self.dirty_inodes
-                .iter()
-                .filter_map(|i| self.inodes.get(i))
-                .map(|e| e.value.encoded_len())
-                .sum::<usize>()
+            self.dirty_inodes.iter().filter_map(|i| self.inodes.get(i)).map(|e| e.value.encoded_len()).sum::<usize>()
         );
         self.dirty_inode_bytes
     }
@@ -243,17 +228,7 @@ impl MetaCache {
     /// Caches a new object as dirty.
     pub fn insert_dirty_object(&mut self, id: NodeId, owner: InodeNo, obj: Object) {
         let t = self.tick();
-        self.nodes.insert(
-            id,
-            Entry {
-                value: obj,
-                owner,
-                dirty: true,
-                charged: 0,
-                written: Seq(0),
-                touched: t,
-            },
-        );
+        self.nodes.insert(id, Entry { value: obj, owner, dirty: true, charged: 0, written: Seq(0), touched: t });
         self.dirty_nodes.insert(id);
     }
 
@@ -266,11 +241,8 @@ impl MetaCache {
     /// Dirty objects with their owners, grouped by owner.
     #[must_use]
     pub fn dirty_objects(&self) -> Vec<(InodeNo, NodeId)> {
-        let mut v: Vec<(InodeNo, NodeId)> = self
-            .dirty_nodes
-            .iter()
-            .filter_map(|id| self.nodes.get(id).map(|e| (e.owner, *id)))
-            .collect();
+        let mut v: Vec<(InodeNo, NodeId)> =
+            self.dirty_nodes.iter().filter_map(|id| self.nodes.get(id).map(|e| (e.owner, *id))).collect();
         v.sort_unstable();
         v
     }
@@ -377,11 +349,7 @@ mod tests {
     use crate::format::node::TreeKind;
 
     fn rec(i: u64) -> InodeRecord {
-        InodeRecord {
-            ino: InodeNo(i),
-            mode: libc::S_IFREG,
-            ..InodeRecord::default()
-        }
+        InodeRecord { ino: InodeNo(i), mode: libc::S_IFREG, ..InodeRecord::default() }
     }
 
     #[test]
@@ -392,11 +360,7 @@ mod tests {
         assert_eq!(c.dirty_inodes(), vec![InodeNo(2)]);
         c.inode_mut(InodeNo(1)).unwrap().size = 5;
         assert_eq!(c.dirty_inodes(), vec![InodeNo(1), InodeNo(2)]);
-        c.insert_dirty_object(
-            NodeId(3),
-            InodeNo(2),
-            Object::Node(Node::leaf(TreeKind::Directory)),
-        );
+        c.insert_dirty_object(NodeId(3), InodeNo(2), Object::Node(Node::leaf(TreeKind::Directory)));
         c.mark_sealed(&[InodeNo(1), InodeNo(2)], &[NodeId(3)], Seq(7));
         assert!(c.dirty_inodes().is_empty() && c.dirty_objects().is_empty());
     }

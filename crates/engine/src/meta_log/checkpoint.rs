@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::Log;
-use super::seal::{Body, SealedPs};
+use super::seal::{Body, SealedGroup};
 use crate::device::BlockDevice;
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::block::{self, BlockKind};
@@ -50,7 +50,7 @@ impl Default for LogPosition {
 /// A checkpoint ready to be written: its partial segments, then its slot.
 #[derive(Debug)]
 pub struct SealedCheckpoint {
-    parts: Vec<SealedPs>,
+    part: Option<SealedGroup>,
     slot: MetaBlock,
     record: Checkpoint,
     index: BTreeMap<(TableId, u32), MetaBlock>,
@@ -68,29 +68,23 @@ impl SealedCheckpoint {
     /// # Errors
     /// A device fails.
     pub fn write(&self, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Result<()> {
-        for p in &self.parts {
+        if let Some(p) = &self.part {
             p.write(meta, data)?;
         }
         let block = self.record.encode();
-        meta.write_blocks(self.slot.0, &block)
-            .map_err(|source| Error::Io {
-                device: DeviceRole::Meta,
-                op: "write",
-                block: self.slot.0,
-                source,
-            })?;
-        meta.flush().map_err(|source| Error::Io {
+        meta.write_blocks(self.slot.0, &block).map_err(|source| Error::Io {
             device: DeviceRole::Meta,
-            op: "flush",
-            block: 0,
+            op: "write",
+            block: self.slot.0,
             source,
-        })
+        })?;
+        meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })
     }
 
     /// Blocks written in all.
     #[must_use]
     pub fn blocks(&self) -> usize {
-        self.parts.iter().map(SealedPs::meta_blocks).sum::<usize>() + 1
+        self.part.as_ref().map_or(0, SealedGroup::meta_blocks) + 1
     }
 }
 
@@ -134,92 +128,62 @@ impl Log {
             }
         }
 
-        let mut parts = Vec::new();
+        let dirty_keys: Vec<(TableId, u32)> = dirty.iter().map(|(t, b, _)| (*t, *b)).collect();
+        let index_now: Vec<(TableId, u32)> = chunks.iter().copied().collect();
+        let mut bodies: Vec<Body> = dirty
+            .into_iter()
+            .map(|(t, b, payload)| Body {
+                summary: Summary { kind: BlockKind::IFileTable, owner: InodeNo(0), name: t.block_name(b) },
+                aux: 0,
+                payload,
+                inodes: None,
+            })
+            .collect();
+        for (t, c) in &index_now {
+            bodies.push(Body {
+                summary: Summary {
+                    kind: BlockKind::IFileIndex,
+                    owner: InodeNo(0),
+                    name: t.block_name(c * INDEX_PER_BLOCK as u32),
+                },
+                aux: 0,
+                payload: Vec::new(),
+                inodes: None,
+            });
+        }
+        let mut part = None;
         let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
-        let cap = self.sb.segment_blocks as usize - 8;
-        let mut queue = dirty.into_iter();
-        loop {
-            let room_for_tables = if queue.len() + chunks.len() <= cap {
-                queue.len()
-            } else {
-                cap.min(queue.len())
-            };
-            let last = queue.len() == room_for_tables;
-            let batch: Vec<(TableId, u32, Vec<u8>)> =
-                queue.by_ref().take(room_for_tables).collect();
-            let index_now: Vec<(TableId, u32)> = if last {
-                chunks.iter().copied().collect()
-            } else {
-                Vec::new()
-            };
-            let mut bodies: Vec<Body> = batch
-                .iter()
-                .map(|(t, b, payload)| Body {
-                    summary: Summary {
-                        kind: BlockKind::IFileTable,
-                        owner: InodeNo(0),
-                        name: t.block_name(*b),
-                    },
-                    aux: 0,
-                    payload: payload.clone(),
-                })
-                .collect();
-            for (t, c) in &index_now {
-                bodies.push(Body {
-                    summary: Summary {
-                        kind: BlockKind::IFileIndex,
-                        owner: InodeNo(0),
-                        name: t.block_name(c * INDEX_PER_BLOCK as u32),
-                    },
-                    aux: 0,
-                    payload: Vec::new(),
-                });
-            }
-            if bodies.is_empty() {
-                break;
-            }
-            let batch_keys: Vec<(TableId, u32)> = batch.iter().map(|(t, b, _)| (*t, *b)).collect();
+        if !bodies.is_empty() {
             let (sealed, staged) =
-                self.write_ps_with(PsKind::Checkpoint, bodies, now, |log, first, bodies| {
+                self.write_group(PsKind::Checkpoint, bodies, Vec::new(), now, Vec::new(), |log, addresses, bodies| {
                     // Table blocks first: their addresses go into the index blocks that follow.
-                    for (i, (t, b)) in batch_keys.iter().enumerate() {
-                        let at = MetaBlock(first.0 + i as u64);
+                    for (i, (t, b)) in dirty_keys.iter().enumerate() {
                         for tab in tables(log) {
                             if tab.table_id() == *t {
-                                tab.place(*b, at);
+                                tab.place(*b, addresses[i]);
                             }
                         }
                     }
                     let mut staged = Vec::new();
                     for (k, (t, c)) in index_now.iter().enumerate() {
-                        let i = batch_keys.len() + k;
-                        let at = MetaBlock(first.0 + i as u64);
-                        let addresses = tables(log)
+                        let i = dirty_keys.len() + k;
+                        let listed = tables(log)
                             .into_iter()
                             .find(|tab| tab.table_id() == *t)
                             .map(|tab| {
                                 let start = (*c as usize) * INDEX_PER_BLOCK;
                                 let end = (start + INDEX_PER_BLOCK).min(tab.blocks());
-                                (start..end)
-                                    .map(|b| tab.block_address(b as u32))
-                                    .collect::<Vec<_>>()
+                                (start..end).map(|b| tab.block_address(b as u32)).collect::<Vec<_>>()
                             })
                             .unwrap_or_default();
-                        bodies[i].payload = IndexBlock {
-                            table: *t,
-                            first: c * INDEX_PER_BLOCK as u32,
-                            addresses,
-                        }
-                        .encode();
-                        staged.push(((*t, *c), at));
+                        bodies[i].payload =
+                            IndexBlock { table: *t, first: c * INDEX_PER_BLOCK as u32, addresses: listed }.encode();
+                        staged.push(((*t, *c), addresses[i]));
                     }
                     staged
                 })?;
-            new_index.extend(staged);
-            parts.push(sealed);
-            if last {
-                break;
-            }
+            new_index = staged;
+            part = Some(sealed);
         }
         // The segments just written must show their last write too; the
         // SUT blocks this dirties go into the next checkpoint, which is
@@ -236,29 +200,18 @@ impl Log {
             free_data_blocks: self.space.free_blocks(),
             index: index
                 .iter()
-                .map(|((t, c), a)| IndexRef {
-                    table: *t,
-                    first: c * INDEX_PER_BLOCK as u32,
-                    address: *a,
-                })
+                .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
                 .collect(),
         };
         let slot = CHECKPOINT_SLOTS[(record.number % 2) as usize];
-        Ok(SealedCheckpoint {
-            parts,
-            slot,
-            record,
-            index,
-        })
+        Ok(SealedCheckpoint { part, slot, record, index })
     }
 
     /// Records that a checkpoint is durable: the previous one's IFile blocks
     /// and roll-forward range are no longer needed.
     pub fn complete_checkpoint(&mut self, c: &SealedCheckpoint) {
-        for p in &c.parts {
-            if let Some(seq) = p.seq {
-                self.durable = self.durable.max(seq);
-            }
+        if let Some(seq) = c.part.as_ref().and_then(|p| p.seq) {
+            self.durable = self.durable.max(seq);
         }
         self.ckpt.number = c.record.number;
         self.ckpt.log = c.record.log;
@@ -267,6 +220,7 @@ impl Log {
         self.blocks_since_checkpoint = 0;
         self.stats.checkpoints += 1;
         self.space.release(self.durable);
+        self.free_segments_cached = self.free_segments();
     }
 
     /// Segments holding the current IFile's table and index blocks.
@@ -291,17 +245,24 @@ impl Log {
     /// # Errors
     /// An index or table block is missing, unreadable or corrupt.
     pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint) -> Result<()> {
-        self.ifile.inodes.grow(c.inode_count as usize);
-        self.ifile.nodes.grow(c.node_count as usize);
-        let mut loaded: BTreeSet<(TableId, u32)> = BTreeSet::new();
-        let mut index = BTreeMap::new();
+        let geometry = self.ifile.geometry();
+        // Index blocks first: they say how large each table is, which bounds
+        // the counts in the checkpoint before anything is allocated for them.
+        let mut listed: BTreeMap<TableId, usize> = BTreeMap::new();
+        let mut index_blocks = Vec::with_capacity(c.index.len());
         for r in &c.index {
+            if geometry.segment_of(r.address).is_none() {
+                return Err(Error::corrupt_meta(
+                    "checkpoint",
+                    r.address.0,
+                    "an IFile index block lies outside the log",
+                ));
+            }
             let raw = self.read_meta(r.address, 1)?;
-            let (h, payload) =
-                block::open_block_of_kind(&raw, r.address, self.volume_id, BlockKind::IFileIndex)
-                    .map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
-            let ib = IndexBlock::decode(payload)
+            let (h, payload) = block::open_block_of_kind(&raw, r.address, self.volume_id, BlockKind::IFileIndex)
                 .map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
+            let ib =
+                IndexBlock::decode(payload).map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
             if ib.table != r.table || ib.first != r.first || h.name != r.table.block_name(r.first) {
                 return Err(Error::corrupt_meta(
                     "IFile index block",
@@ -309,8 +270,25 @@ impl Log {
                     "does not list the blocks the checkpoint names",
                 ));
             }
+            *listed.entry(r.table).or_default() += ib.addresses.len();
+            index_blocks.push((*r, ib));
+        }
+        for (table, count) in [(TableId::InodeMap, c.inode_count), (TableId::NodeMap, c.node_count)] {
+            let blocks = listed.get(&table).copied().unwrap_or(0);
+            if count == 0 || count.div_ceil(table.per_block() as u64) != blocks as u64 {
+                return Err(Error::corrupt_meta(
+                    "checkpoint",
+                    0,
+                    format!("{} of {count} entries does not match its {blocks} listed blocks", table.name()),
+                ));
+            }
+        }
+        self.ifile.inodes.grow(c.inode_count as usize);
+        self.ifile.nodes.grow(c.node_count as usize);
+        let mut loaded: BTreeSet<(TableId, u32)> = BTreeSet::new();
+        let mut index = BTreeMap::new();
+        for (r, ib) in index_blocks {
             index.insert((r.table, r.first / INDEX_PER_BLOCK as u32), r.address);
-            let geometry = self.ifile.geometry();
             for (i, at) in ib.addresses.iter().enumerate() {
                 let b = ib.first + i as u32;
                 if geometry.segment_of(*at).is_none() {
@@ -321,9 +299,8 @@ impl Log {
                     ));
                 }
                 let raw = self.read_meta(*at, 1)?;
-                let (h, payload) =
-                    block::open_block_of_kind(&raw, *at, self.volume_id, BlockKind::IFileTable)
-                        .map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
+                let (h, payload) = block::open_block_of_kind(&raw, *at, self.volume_id, BlockKind::IFileTable)
+                    .map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
                 if h.name != r.table.block_name(b) {
                     return Err(Error::corrupt_meta(
                         r.table.name(),
@@ -340,9 +317,7 @@ impl Log {
                         format!("names block {b} beyond the {}", r.table.name()),
                     ));
                 }
-                table
-                    .decode(b, payload)
-                    .map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
+                table.decode(b, payload).map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
                 table.place(b, *at);
                 loaded.insert((r.table, b));
             }
@@ -353,26 +328,30 @@ impl Log {
                     return Err(Error::corrupt_meta(
                         "checkpoint",
                         0,
-                        format!(
-                            "block {b} of the {} is missing from the checkpoint",
-                            t.table_id().name()
-                        ),
+                        format!("block {b} of the {} is missing from the checkpoint", t.table_id().name()),
                     ));
                 }
             }
             t.loaded();
         }
-        self.ckpt = DurableCheckpoint {
-            number: c.number,
-            log: c.log,
-            pins: HashMap::new(),
-            index,
-        };
+        self.ckpt = DurableCheckpoint { number: c.number, log: c.log, pins: HashMap::new(), index };
         self.ckpt.pins = self.ifile_pins();
         self.head = c.log;
         self.durable = crate::types::Seq(c.log.seq.0.saturating_sub(1));
         self.ifile.rebuild_free_lists();
         self.space.recount();
+        if self.space.free_blocks() != c.free_data_blocks {
+            return Err(Error::corrupt_meta(
+                "checkpoint",
+                0,
+                format!(
+                    "the data bitmap has {} free blocks, the checkpoint recorded {}",
+                    self.space.free_blocks(),
+                    c.free_data_blocks
+                ),
+            ));
+        }
+        self.recount_free_segments();
         Ok(())
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 pub use cache::{InodeGuard, MetaCache, Object};
 use checkpoint::DurableCheckpoint;
-pub use seal::SealedPs;
+pub use seal::SealedGroup;
 
 use crate::data_space::DataSpace;
 use crate::device::BlockDevice;
@@ -34,13 +34,18 @@ use crate::format::inode_block;
 use crate::format::node::Node;
 use crate::format::superblock::Superblock;
 use crate::ifile::IFile;
-use crate::namespace::btree::NodeStore;
+use crate::namespace::btree::{NodeSource, NodeStore};
 use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, NodeId, Seq};
 
-/// Most blocks one operation may add to the active partial segment. Every
+/// Most blocks one operation may add to the active commit group. Every
 /// operation checks for this much room before it starts, which is what makes
-/// each operation land whole in one partial segment.
+/// each operation land whole in one group.
 pub const OP_MAX_BLOCKS: usize = 48;
+
+/// Default limit of a commit group (16 MiB): large enough that hot
+/// directory leaves are written once per commit, small enough to bound
+/// memory and roll-forward.
+pub const DEFAULT_GROUP_BLOCKS: usize = 4096;
 
 /// Counters for `inspect` and benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
@@ -78,6 +83,11 @@ pub struct Log {
     durable: Seq,
     ckpt: DurableCheckpoint,
     blocks_since_checkpoint: u64,
+    /// Free segments as of the last seal or checkpoint (frees in between
+    /// only add to it, so it errs on the safe side).
+    free_segments_cached: u32,
+    /// Most blocks a commit group may grow to.
+    pub group_limit: usize,
     /// Counters.
     pub stats: LogStats,
 }
@@ -144,12 +154,10 @@ impl Log {
     /// Whether there is anything to seal.
     #[must_use]
     pub fn has_dirty(&self) -> bool {
-        !self.changes.is_empty()
-            || self.cache.dirty_inode_count() > 0
-            || self.cache.dirty_object_count() > 0
+        !self.changes.is_empty() || self.cache.dirty_inode_count() > 0 || self.cache.dirty_object_count() > 0
     }
 
-    /// An upper bound of the blocks the active partial segment would take if
+    /// An upper bound of the blocks the active commit group would take if
     /// sealed now.
     #[must_use]
     pub fn estimate_blocks(&self) -> usize {
@@ -161,26 +169,33 @@ impl Log {
         let per_block = PAYLOAD_LEN - 2 - self.cache.max_dirty_record().max(1);
         let inode_blocks = bytes.div_ceil(per_block) + usize::from(inodes > 0);
         let desc_bytes = 68 + objects * 19 + inodes * 14 + inode_blocks * 2 + self.change_bytes;
-        objects + inode_blocks + desc_bytes.div_ceil(PAYLOAD_LEN)
+        let body = objects + inode_blocks + desc_bytes.div_ceil(PAYLOAD_LEN);
+        // Every segment the group reaches into needs a descriptor of its own.
+        body + body.div_ceil(self.sb.segment_blocks as usize - 1) + 1
     }
 
-    /// Room the active partial segment may grow to.
+    /// Log blocks operations of `kind` may still fill: the rest of the
+    /// current segment, the reserved next one, and free segments beyond the
+    /// reserve.
     #[must_use]
-    pub fn capacity_blocks(&self) -> usize {
+    pub fn available_blocks(&self, kind: segments::OpKind) -> usize {
         let seg = self.sb.segment_blocks as usize;
-        let remaining = seg - self.head.offset as usize;
-        if remaining >= 2 * OP_MAX_BLOCKS {
-            remaining
-        } else {
-            seg
-        }
+        let reserve = match kind {
+            segments::OpKind::Grow => self.reserve_segments(),
+            segments::OpKind::Shrink => self.reserve_segments().div_ceil(2),
+        };
+        let spare = self.free_segments_cached.saturating_sub(reserve) as usize;
+        (seg - self.head.offset as usize) + seg + spare * seg
     }
 
-    /// Whether the active partial segment must be sealed before another
-    /// operation may start.
+    /// Whether the active commit group must be sealed before another
+    /// operation may start: it reached its size limit, or the room left.
     #[must_use]
     pub fn needs_seal(&self) -> bool {
-        self.estimate_blocks() + OP_MAX_BLOCKS > self.capacity_blocks()
+        let est = self.estimate_blocks();
+        est > 0
+            && self.has_dirty()
+            && est + OP_MAX_BLOCKS > self.group_limit.min(self.available_blocks(segments::OpKind::Grow))
     }
 
     // ---- inodes ----
@@ -212,26 +227,18 @@ impl Log {
             _ => return Err(Error::NotFound),
         };
         if entry.address.0 == 0 {
-            return Err(Error::corrupt_meta(
-                "inode map",
-                0,
-                format!("inode {ino} is in use but has no location"),
-            ));
+            return Err(Error::corrupt_meta("inode map", 0, format!("inode {ino} is in use but has no location")));
         }
         let block = self.read_meta(entry.address, 1)?;
-        let (_, payload) =
-            block::open_block_of_kind(&block, entry.address, self.volume_id, BlockKind::Inodes)
-                .map_err(|e| Error::corrupt_meta("inode block", entry.address.0, e.0))?;
-        let records = inode_block::decode_all(payload)
+        let (_, payload) = block::open_block_of_kind(&block, entry.address, self.volume_id, BlockKind::Inodes)
             .map_err(|e| Error::corrupt_meta("inode block", entry.address.0, e.0))?;
+        let records =
+            inode_block::decode_all(payload).map_err(|e| Error::corrupt_meta("inode block", entry.address.0, e.0))?;
         let mut found = false;
         // Neighbours written together are usually wanted together (a
         // directory's files); keep every record still live in this block.
         for rec in records {
-            let live = self
-                .ifile
-                .inode(rec.ino)
-                .is_some_and(|e| e.in_use() && e.address == entry.address);
+            let live = self.ifile.inode(rec.ino).is_some_and(|e| e.in_use() && e.address == entry.address);
             if rec.ino == ino {
                 if rec.generation != entry.generation {
                     return Err(Error::corrupt_meta(
@@ -283,11 +290,7 @@ impl Log {
     /// Puts `ino` on the orphan list or takes it off.
     pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
         self.ifile.set_orphan(ino, orphan);
-        self.record(if orphan {
-            Change::OrphanAdd(ino)
-        } else {
-            Change::OrphanRemove(ino)
-        });
+        self.record(if orphan { Change::OrphanAdd(ino) } else { Change::OrphanRemove(ino) });
     }
 
     // ---- nodes and blobs ----
@@ -316,11 +319,7 @@ impl Log {
         }
         let at = self.ifile.node_address(id);
         if at.0 == 0 {
-            return Err(Error::corrupt_meta(
-                "node map",
-                0,
-                format!("node {id} is referenced but not allocated"),
-            ));
+            return Err(Error::corrupt_meta("node map", 0, format!("node {id} is referenced but not allocated")));
         }
         let raw = self.read_meta(at, 1)?;
         let (h, payload) = block::open_block(&raw, at, self.volume_id)
@@ -333,17 +332,12 @@ impl Log {
             ));
         }
         let obj = match h.kind {
-            BlockKind::Node => Object::Node(
-                Node::decode(payload, h.aux)
-                    .map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?,
-            ),
+            BlockKind::Node => {
+                Object::Node(Node::decode(payload, h.aux).map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?)
+            }
             BlockKind::Blob => Object::Blob(payload.to_vec()),
             other => {
-                return Err(Error::corrupt_meta(
-                    "meta-data block",
-                    at.0,
-                    format!("node {id} is a {}", other.name()),
-                ));
+                return Err(Error::corrupt_meta("meta-data block", at.0, format!("node {id} is a {}", other.name())));
             }
         };
         self.cache.insert_clean_object(id, h.owner, obj);
@@ -378,23 +372,42 @@ pub struct TreeStore<'a> {
 }
 
 fn not_a_node(id: NodeId, at: MetaBlock) -> Error {
-    Error::corrupt_meta(
-        "meta-data block",
-        at.0,
-        format!("node {id} is a blob where a B-tree node was expected"),
-    )
+    Error::corrupt_meta("meta-data block", at.0, format!("node {id} is a blob where a B-tree node was expected"))
 }
 
-impl NodeStore for TreeStore<'_> {
+impl TreeStore<'_> {
+    /// A node reached from `owner`'s tree must say it belongs to `owner`.
+    fn check_owner(&mut self, id: NodeId) -> Result<()> {
+        self.log.load_object(id)?;
+        match self.log.cache.owner(id) {
+            Some(o) if o == self.owner => Ok(()),
+            other => Err(Error::corrupt_meta(
+                "B-tree node",
+                self.log.ifile.node_address(id).0,
+                format!(
+                    "node {id} belongs to inode {} but was reached from inode {}",
+                    other.unwrap_or_default(),
+                    self.owner
+                ),
+            )),
+        }
+    }
+}
+
+impl NodeSource for TreeStore<'_> {
     fn node(&mut self, id: NodeId) -> Result<&Node> {
+        self.check_owner(id)?;
         let at = self.log.ifile.node_address(id);
         match self.log.object(id)? {
             Object::Node(n) => Ok(n),
             Object::Blob(_) => Err(not_a_node(id, at)),
         }
     }
+}
 
+impl NodeStore for TreeStore<'_> {
     fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
+        self.check_owner(id)?;
         let at = self.log.ifile.node_address(id);
         match self.log.object_mut(id)? {
             Object::Node(n) => Ok(n),
@@ -415,19 +428,8 @@ impl NodeStore for TreeStore<'_> {
 ///
 /// # Errors
 /// The device fails.
-pub fn read_blocks(
-    dev: &dyn BlockDevice,
-    role: DeviceRole,
-    first: u64,
-    count: usize,
-) -> Result<Vec<u8>> {
+pub fn read_blocks(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: usize) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; count * BLOCK_SIZE];
-    dev.read_blocks(first, &mut buf)
-        .map_err(|source| Error::Io {
-            device: role,
-            op: "read",
-            block: first,
-            source,
-        })?;
+    dev.read_blocks(first, &mut buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })?;
     Ok(buf)
 }

@@ -29,21 +29,14 @@ impl Log {
     /// An empty log over a freshly formatted pair of devices.
     #[must_use]
     pub fn fresh(sb: Superblock, meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Log {
-        let geometry = SegmentGeometry {
-            first_block: sb.first_segment_block,
-            blocks: sb.segment_blocks,
-            count: sb.segment_count,
-        };
+        let geometry =
+            SegmentGeometry { first_block: sb.first_segment_block, blocks: sb.segment_blocks, count: sb.segment_count };
         let mut ifile = IFile::new(geometry);
         ifile.rebuild_free_lists();
         let space = DataSpace::new(sb.data_blocks, sb.group_blocks);
-        let head = LogPosition {
-            seq: Seq(1),
-            segment: SegmentNo(0),
-            offset: 0,
-            next_segment: SegmentNo(1),
-            prev_crc: 0,
-        };
+        let count = sb.segment_count;
+        let head =
+            LogPosition { seq: Seq(1), segment: SegmentNo(0), offset: 0, next_segment: SegmentNo(1), prev_crc: 0 };
         Log {
             volume_id: sb.volume_id(),
             sb,
@@ -56,12 +49,10 @@ impl Log {
             changes: Vec::new(),
             change_bytes: 0,
             durable: Seq(0),
-            ckpt: DurableCheckpoint {
-                number: 0,
-                log: head,
-                ..DurableCheckpoint::default()
-            },
+            ckpt: DurableCheckpoint { number: 0, log: head, ..DurableCheckpoint::default() },
             blocks_since_checkpoint: 0,
+            free_segments_cached: count.saturating_sub(2),
+            group_limit: super::DEFAULT_GROUP_BLOCKS,
             stats: LogStats::default(),
         }
     }
@@ -81,41 +72,26 @@ impl Log {
                 if e.0.contains("bad magic") {
                     Error::WrongVolume(format!("the {role} holds no DualFS volume"))
                 } else {
-                    Error::Corrupt {
-                        structure: "superblock",
-                        device: role,
-                        block: 0,
-                        reason: e.0,
-                    }
+                    Error::Corrupt { structure: "superblock", device: role, block: 0, reason: e.0 }
                 }
             })
         };
         let m = read_sb(meta, DeviceRole::Meta)?;
         let d = read_sb(data, DeviceRole::Data)?;
         if m.role != Role::Meta {
-            return Err(Error::WrongVolume(
-                "the device given as meta-data device is a DualFS data device".into(),
-            ));
+            return Err(Error::WrongVolume("the device given as meta-data device is a DualFS data device".into()));
         }
         if d.role != Role::Data {
-            return Err(Error::WrongVolume(
-                "the device given as data device is a DualFS meta-data device".into(),
-            ));
+            return Err(Error::WrongVolume("the device given as data device is a DualFS meta-data device".into()));
         }
-        if m.volume_uuid != d.volume_uuid
-            || m.data_uuid != d.data_uuid
-            || m.meta_uuid != d.meta_uuid
-        {
+        if m.volume_uuid != d.volume_uuid || m.data_uuid != d.data_uuid || m.meta_uuid != d.meta_uuid {
             return Err(Error::WrongVolume(format!(
                 "the data device belongs to volume {}, the meta-data device to volume {}: they are not a pair",
                 uuid::Uuid::from_bytes(d.volume_uuid),
                 uuid::Uuid::from_bytes(m.volume_uuid)
             )));
         }
-        let same = Superblock {
-            role: Role::Data,
-            ..m.clone()
-        };
+        let same = Superblock { role: Role::Data, ..m.clone() };
         if same != d {
             return Err(Error::Corrupt {
                 structure: "superblock",
@@ -155,10 +131,7 @@ impl Log {
     ///
     /// # Errors
     /// Superblock problems; no usable checkpoint; I/O errors.
-    pub fn open(
-        meta: Arc<dyn BlockDevice>,
-        data: Arc<dyn BlockDevice>,
-    ) -> Result<(Log, OpenReport)> {
+    pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(Log, OpenReport)> {
         let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
@@ -184,20 +157,10 @@ impl Log {
                         fell_back = slot_errors.first().cloned();
                     }
                     let recovery = log.roll_forward()?;
-                    return Ok((
-                        log,
-                        OpenReport {
-                            checkpoint: c.number,
-                            fell_back,
-                            recovery,
-                        },
-                    ));
+                    return Ok((log, OpenReport { checkpoint: c.number, fell_back, recovery }));
                 }
                 Err(e) => {
-                    log::warn!(
-                        "checkpoint {} in slot at block {slot} is unusable: {e}",
-                        c.number
-                    );
+                    log::warn!("checkpoint {} in slot at block {slot} is unusable: {e}", c.number);
                     last_err = Some(e);
                 }
             }
@@ -206,10 +169,7 @@ impl Log {
             structure: "checkpoint",
             device: DeviceRole::Meta,
             block: CHECKPOINT_SLOTS[0].0,
-            reason: format!(
-                "no valid checkpoint in either slot ({})",
-                slot_errors.join("; ")
-            ),
+            reason: format!("no valid checkpoint in either slot ({})", slot_errors.join("; ")),
         }))
     }
 }

@@ -16,7 +16,7 @@ use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::LogPosition;
 use crate::format::checksum;
 use crate::format::codec::Writer;
-use crate::format::descriptor::{Change, Descriptor, PsKind};
+use crate::format::descriptor::{Change, Descriptor, PS_GROUP_END, PsKind};
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq};
 
 /// Why roll-forward stopped.
@@ -32,7 +32,7 @@ pub enum LogEnd {
 /// What roll-forward did.
 #[derive(Clone, Debug)]
 pub struct RecoveryReport {
-    /// Partial segments applied.
+    /// Partial segments applied (in complete commit groups).
     pub partial_segments: u64,
     /// Blocks read from the log.
     pub blocks_scanned: u64,
@@ -58,13 +58,10 @@ impl Log {
     pub(crate) fn roll_forward(&mut self) -> Result<RecoveryReport> {
         let started = Instant::now();
         let mut pos = self.ckpt.log;
-        let mut report = RecoveryReport {
-            partial_segments: 0,
-            blocks_scanned: 0,
-            end: LogEnd::Clean,
-            micros: 0,
-        };
-        let mut last_segment = None;
+        let mut applied_pos = pos;
+        let mut report = RecoveryReport { partial_segments: 0, blocks_scanned: 0, end: LogEnd::Clean, micros: 0 };
+        let mut group: Vec<ReadPs> = Vec::new();
+        let mut touched: Vec<SegmentNo> = Vec::new();
         loop {
             let mut why = String::new();
             let mut found = None;
@@ -82,24 +79,17 @@ impl Log {
                 }
             }
             let Some(ps) = found else {
-                report.end = if why.starts_with("no partial segment") {
+                report.end = if !group.is_empty() {
+                    LogEnd::Invalid(format!("a commit group was cut short ({why})"))
+                } else if why.starts_with("no partial segment") {
                     LogEnd::Clean
                 } else {
                     LogEnd::Invalid(why)
                 };
                 break;
             };
-            report.partial_segments += 1;
             report.blocks_scanned += u64::from(ps.blocks);
-            if ps.desc.kind == PsKind::Normal {
-                for c in &ps.desc.changes {
-                    self.apply_change(*c);
-                }
-                let first_inode_block = MetaBlock(ps.first_body.0 + ps.desc.blocks.len() as u64);
-                self.apply_placements(&ps.desc, ps.first_body, first_inode_block);
-            }
-            self.ifile.note_write(ps.desc.segment, ps.desc.seq);
-            last_segment = Some(ps.desc.segment);
+            touched.push(ps.desc.segment);
             pos = LogPosition {
                 seq: ps.desc.seq.next(),
                 segment: ps.desc.segment,
@@ -107,25 +97,74 @@ impl Log {
                 next_segment: ps.desc.next_segment,
                 prev_crc: ps.desc_crc,
             };
+            let end = ps.desc.flags & PS_GROUP_END != 0;
+            group.push(ps);
+            if end {
+                report.partial_segments += group.len() as u64;
+                self.apply_group(&group);
+                group.clear();
+                applied_pos = pos;
+            }
         }
-        self.durable = Seq(pos.seq.0 - 1);
-        self.head = pos;
-        if last_segment.is_some() {
-            // Never append behind a crash: whatever the torn tail left in
-            // this segment stays untouched; the log resumes in the segment
-            // the last writer had reserved.
-            self.head.segment = pos.next_segment;
-            self.head.offset = 0;
-            self.head.next_segment = pos.next_segment;
-            if let Some(next) = self.pick_free_segment() {
-                self.head.next_segment = next;
+        self.durable = Seq(applied_pos.seq.0 - 1);
+        self.head = applied_pos;
+        // Segments a cut-short group wrote into hold nothing live, but must
+        // not be reused before the recovery checkpoint moves past them.
+        for ps in &group {
+            self.ifile.note_write(ps.desc.segment, ps.desc.seq);
+        }
+        if !touched.is_empty() {
+            // Never append behind a crash: whatever the torn tail left stays
+            // untouched; the log resumes in a segment nothing was read from.
+            let resume = self.pick_free_segment().filter(|s| !touched.contains(s));
+            if let Some(seg) =
+                resume.or((!touched.contains(&applied_pos.next_segment)).then_some(applied_pos.next_segment))
+            {
+                self.head.segment = seg;
+                self.head.offset = 0;
+                self.head.next_segment = seg;
+                if let Some(next) = self.pick_free_segment() {
+                    self.head.next_segment = next;
+                }
             }
         }
         self.blocks_since_checkpoint = report.blocks_scanned;
         self.ifile.rebuild_free_lists();
         self.space.recount();
+        self.recount_free_segments();
         report.micros = started.elapsed().as_micros() as u64;
         Ok(report)
+    }
+
+    /// Applies one complete commit group: its change records (in order),
+    /// then its placements, then its orphan-list changes (which concern
+    /// inodes the placements may have just brought into use).
+    fn apply_group(&mut self, group: &[ReadPs]) {
+        for ps in group {
+            if ps.desc.kind == PsKind::Normal {
+                for c in &ps.desc.changes {
+                    if !matches!(c, Change::OrphanAdd(_) | Change::OrphanRemove(_)) {
+                        self.apply_change(*c);
+                    }
+                }
+            }
+        }
+        for ps in group {
+            if ps.desc.kind == PsKind::Normal {
+                let first_inode_block = MetaBlock(ps.first_body.0 + ps.desc.blocks.len() as u64);
+                self.apply_placements(&ps.desc, ps.first_body, first_inode_block);
+            }
+            self.ifile.note_write(ps.desc.segment, ps.desc.seq);
+        }
+        for ps in group {
+            if ps.desc.kind == PsKind::Normal {
+                for c in &ps.desc.changes {
+                    if matches!(c, Change::OrphanAdd(_) | Change::OrphanRemove(_)) {
+                        self.apply_change(*c);
+                    }
+                }
+            }
+        }
     }
 
     /// Applies one change record to the IFile.
@@ -159,12 +198,7 @@ impl Log {
         }
         let start = self.ifile.geometry().start(seg).0 + u64::from(off);
         let first = self.read_meta(MetaBlock(start), 1)?;
-        let (h, p) = match block::open_block_of_kind(
-            &first,
-            MetaBlock(start),
-            self.volume_id,
-            BlockKind::Descriptor,
-        ) {
+        let (h, p) = match block::open_block_of_kind(&first, MetaBlock(start), self.volume_id, BlockKind::Descriptor) {
             Ok(x) => x,
             Err(e) => return Ok(Err(format!("no partial segment at block {start}: {e}"))),
         };
@@ -177,9 +211,7 @@ impl Log {
         let n = match Descriptor::peek(p) {
             Ok((_, n)) if n >= 1 && off as usize + n <= seg_blocks as usize => n,
             _ => {
-                return Ok(Err(format!(
-                    "descriptor at block {start} claims more blocks than the segment has"
-                )));
+                return Ok(Err(format!("descriptor at block {start} claims more blocks than the segment has")));
             }
         };
         let mut raw = first;
@@ -197,10 +229,7 @@ impl Log {
             ) {
                 Ok((h, p)) if h.seq == seq && h.aux as usize == i => payloads.push(p),
                 Ok(_) => {
-                    return Ok(Err(format!(
-                        "descriptor block {} belongs to another partial segment",
-                        at.0
-                    )));
+                    return Ok(Err(format!("descriptor block {} belongs to another partial segment", at.0)));
                 }
                 Err(e) => return Ok(Err(format!("descriptor block {}: {e}", at.0))),
             }
@@ -209,25 +238,18 @@ impl Log {
             Ok(x) => x,
             Err(e) => return Ok(Err(format!("descriptor at block {start}: {e}"))),
         };
-        if desc.seq != seq || desc.segment != seg || desc.offset != off || desc.prev_crc != prev_crc
-        {
+        if desc.seq != seq || desc.segment != seg || desc.offset != off || desc.prev_crc != prev_crc {
             return Ok(Err(format!(
                 "descriptor at block {start} does not continue the log (sequence, position or checksum chain)"
             )));
         }
         let total = desc.total_blocks() as u32;
         if off + total > seg_blocks || desc.next_segment.0 >= self.sb.segment_count {
-            return Ok(Err(format!(
-                "descriptor at block {start} overruns its segment"
-            )));
+            return Ok(Err(format!("descriptor at block {start} overruns its segment")));
         }
         let body_count = total as usize - n;
         let first_body = MetaBlock(start + n as u64);
-        let body = if body_count > 0 {
-            self.read_meta(first_body, body_count)?
-        } else {
-            Vec::new()
-        };
+        let body = if body_count > 0 { self.read_meta(first_body, body_count)? } else { Vec::new() };
         let mut crcs = Writer::with_capacity(body_count * 4);
         for i in 0..body_count {
             let at = MetaBlock(first_body.0 + i as u64);
@@ -235,17 +257,11 @@ impl Log {
             let (h, _) = match block::open_block(blk, at, self.volume_id) {
                 Ok(x) => x,
                 Err(e) => {
-                    return Ok(Err(format!(
-                        "block {} of the partial segment at {start}: {e}",
-                        at.0
-                    )));
+                    return Ok(Err(format!("block {} of the partial segment at {start}: {e}", at.0)));
                 }
             };
             let expected = desc.blocks.get(i).map_or(BlockKind::Inodes, |s| s.kind);
-            let name_ok = desc
-                .blocks
-                .get(i)
-                .is_none_or(|s| s.name == h.name && s.owner == h.owner);
+            let name_ok = desc.blocks.get(i).is_none_or(|s| s.name == h.name && s.owner == h.owner);
             if h.seq != seq || h.kind != expected || !name_ok {
                 return Ok(Err(format!(
                     "block {} does not match the descriptor at {start} (stale or misplaced)",
@@ -255,15 +271,8 @@ impl Log {
             crcs.u32(block::stored_crc(blk));
         }
         if checksum::crc32c(&crcs.into_inner()) != desc.body_crc {
-            return Ok(Err(format!(
-                "partial segment at block {start}: body checksum mismatch"
-            )));
+            return Ok(Err(format!("partial segment at block {start}: body checksum mismatch")));
         }
-        Ok(Ok(ReadPs {
-            desc,
-            desc_crc,
-            first_body,
-            blocks: total,
-        }))
+        Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total }))
     }
 }

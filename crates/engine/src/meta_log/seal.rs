@@ -1,41 +1,50 @@
-//! Sealing: turning the dirty meta-data into one partial segment.
+//! Sealing: turning the dirty meta-data into one commit group.
 //!
-//! Sealing is pure computation under the volume lock: it packs the dirty
-//! inodes, encodes every block, assigns addresses, applies the placements to
-//! the IFile and hands back a [`SealedPs`]. Writing it ([`SealedPs::write`])
-//! needs no lock; [`Log::complete`] then records it as durable.
+//! A commit group is one or more partial segments, written back to back,
+//! the last one flagged `PS_GROUP_END`. Each partial segment fits its
+//! segment; the group as a whole may span several, so that a hot directory
+//! leaf modified by thousands of operations is written once per commit, not
+//! once per segment's worth of them. Roll-forward applies a group only when
+//! its last partial segment is valid, so the group is the transaction unit.
+//!
+//! Sealing is pure computation under the volume lock: pack inodes, plan
+//! where every block goes, encode, apply the placements to the IFile. Writing
+//! ([`SealedGroup::write`]) needs no lock; [`Log::complete`] then records it
+//! as durable.
 
 use std::sync::Arc;
 
 use super::{Log, Object};
 use crate::device::BlockDevice;
 use crate::error::{DeviceRole, Error, Result};
-use crate::format::block::{self, BlockHeader, BlockKind};
+use crate::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
 use crate::format::checksum;
 use crate::format::codec::Writer;
-use crate::format::descriptor::{Change, Descriptor, InodeSummary, PsKind, Summary};
+use crate::format::descriptor::{
+    Change, Descriptor, FINFO_HEADER_LEN, FIRST_PREFIX, FIXED_STREAM_LEN, INODE_LIST_HEADER_LEN, INODE_SUMMARY_LEN,
+    InodeSummary, PS_GROUP_END, PsKind, SUMMARY_LEN, Summary,
+};
 use crate::format::inode_block;
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, MetaBlock, NodeId, SegmentNo, Seq, Timestamp};
 
 /// Longest single write request to the data device.
 const MAX_DATA_RUN_BLOCKS: usize = 2048;
 
-/// A partial segment ready to be written, with the data it makes reachable.
+/// A commit group ready to be written, with the data it makes reachable.
 #[derive(Debug)]
-pub struct SealedPs {
-    /// Its sequence number (None when only data is written: in-place
-    /// overwrites need no meta-data).
+pub struct SealedGroup {
+    /// Sequence number of its last partial segment (None when only data is
+    /// written: in-place overwrites need no meta-data).
     pub seq: Option<Seq>,
-    meta_at: MetaBlock,
-    meta: Vec<u8>,
+    meta: Vec<(MetaBlock, Vec<u8>)>,
     data: Vec<(DataBlock, Vec<u8>)>,
 }
 
-impl SealedPs {
+impl SealedGroup {
     /// Blocks it puts on the meta-data device.
     #[must_use]
     pub fn meta_blocks(&self) -> usize {
-        self.meta.len() / BLOCK_SIZE
+        self.meta.iter().map(|(_, b)| b.len() / BLOCK_SIZE).sum()
     }
 
     /// Blocks it puts on the data device.
@@ -45,9 +54,8 @@ impl SealedPs {
     }
 
     /// Writes it. Ordering rule 1 is enforced here and only here: the data
-    /// is written and flushed before the partial segment that makes it
-    /// reachable, and the partial segment is flushed before it counts as
-    /// committed.
+    /// is written and flushed before the meta-data that makes it reachable,
+    /// and the meta-data is flushed before the group counts as committed.
     ///
     /// # Errors
     /// A device fails; the caller turns the volume read-only.
@@ -61,37 +69,46 @@ impl SealedPs {
                     source,
                 })?;
             }
-            data.flush().map_err(|source| Error::Io {
-                device: DeviceRole::Data,
-                op: "flush",
-                block: 0,
-                source,
-            })?;
+            data.flush().map_err(|source| Error::Io { device: DeviceRole::Data, op: "flush", block: 0, source })?;
         }
         if !self.meta.is_empty() {
-            meta.write_blocks(self.meta_at.0, &self.meta)
-                .map_err(|source| Error::Io {
+            for (at, buf) in &self.meta {
+                meta.write_blocks(at.0, buf).map_err(|source| Error::Io {
                     device: DeviceRole::Meta,
                     op: "write",
-                    block: self.meta_at.0,
+                    block: at.0,
                     source,
                 })?;
-            meta.flush().map_err(|source| Error::Io {
-                device: DeviceRole::Meta,
-                op: "flush",
-                block: 0,
-                source,
-            })?;
+            }
+            meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })?;
         }
         Ok(())
     }
 }
 
 /// A body block before its address is known.
+#[derive(Debug)]
 pub(crate) struct Body {
+    /// Owner and name (for inode blocks: kind `Inodes`, owner 0).
     pub summary: Summary,
+    /// Header `aux` (tree level of nodes).
     pub aux: u16,
+    /// The payload (filled late by checkpoints).
     pub payload: Vec<u8>,
+    /// The inodes of an inode block.
+    pub inodes: Option<Vec<InodeSummary>>,
+}
+
+/// Where one partial segment of a group goes.
+#[derive(Debug)]
+struct Plan {
+    segment: SegmentNo,
+    next_segment: SegmentNo,
+    offset: u32,
+    start: u64,
+    desc_blocks: usize,
+    items: std::ops::Range<usize>,
+    changes: std::ops::Range<usize>,
 }
 
 /// Sorts data blocks by address and merges neighbours into large requests.
@@ -101,8 +118,7 @@ fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> 
     for (b, buf) in blocks {
         match runs.last_mut() {
             Some((start, run))
-                if start.0 + (run.len() / BLOCK_SIZE) as u64 == b.0
-                    && run.len() / BLOCK_SIZE < MAX_DATA_RUN_BLOCKS =>
+                if start.0 + (run.len() / BLOCK_SIZE) as u64 == b.0 && run.len() / BLOCK_SIZE < MAX_DATA_RUN_BLOCKS =>
             {
                 run.extend_from_slice(&buf);
             }
@@ -112,280 +128,265 @@ fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> 
     runs
 }
 
+fn desc_blocks(stream_len: usize) -> usize {
+    (stream_len + FIRST_PREFIX).div_ceil(PAYLOAD_LEN)
+}
+
 impl Log {
-    /// Seals the active partial segment together with `data` (whole data
-    /// blocks to write first). Returns None when there is nothing to write.
+    /// Seals everything dirty into one commit group together with `data`
+    /// (whole data blocks to write first). Returns None when there is
+    /// nothing to write.
     ///
     /// # Errors
-    /// No segment left to move the log into.
-    pub fn seal(
-        &mut self,
-        data: Vec<(DataBlock, Vec<u8>)>,
-        now: Timestamp,
-    ) -> Result<Option<SealedPs>> {
+    /// No segment left to move the log into (the space checks before every
+    /// operation make this a bug, not a user error).
+    pub fn seal(&mut self, data: Vec<(DataBlock, Vec<u8>)>, now: Timestamp) -> Result<Option<SealedGroup>> {
         let data = coalesce(data);
         if !self.has_dirty() {
             if data.is_empty() {
                 return Ok(None);
             }
-            return Ok(Some(SealedPs {
-                seq: None,
-                meta_at: MetaBlock(0),
-                meta: Vec::new(),
-                data,
-            }));
+            return Ok(Some(SealedGroup { seq: None, meta: Vec::new(), data }));
         }
         let objects = self.cache.dirty_objects();
         let inodes = self.cache.dirty_inodes();
         let changes = std::mem::take(&mut self.changes);
         self.change_bytes = 0;
 
-        let mut bodies = Vec::with_capacity(objects.len());
+        let mut bodies = Vec::with_capacity(objects.len() + inodes.len() / 8);
         for &(owner, id) in &objects {
-            let Some(obj) = self.cache.peek_object(id) else {
-                continue;
-            };
+            let Some(obj) = self.cache.peek_object(id) else { continue };
             let (kind, aux, payload) = match obj {
                 Object::Node(n) => (BlockKind::Node, n.level, n.encode()),
                 Object::Blob(b) => (BlockKind::Blob, 0, b.clone()),
             };
-            bodies.push(Body {
-                summary: Summary {
-                    kind,
-                    owner,
-                    name: id.0,
-                },
-                aux,
-                payload,
-            });
+            bodies.push(Body { summary: Summary { kind, owner, name: id.0 }, aux, payload, inodes: None });
         }
-
         // Pack inode records in order, closing a block when the next one does not fit.
-        let mut packs: Vec<(Vec<InodeSummary>, Vec<InodeNo>)> = Vec::new();
+        let mut packs: Vec<Vec<InodeNo>> = Vec::new();
         let (mut count, mut bytes) = (0usize, 0usize);
         for &ino in &inodes {
-            let Some(rec) = self.cache.peek_inode(ino) else {
-                continue;
-            };
+            let Some(rec) = self.cache.peek_inode(ino) else { continue };
             let len = rec.encoded_len();
             if packs.is_empty() || !inode_block::fits(count, bytes, len) {
-                packs.push((Vec::new(), Vec::new()));
+                packs.push(Vec::new());
                 (count, bytes) = (0, 0);
             }
-            let last = packs.last_mut().expect("a pack was just pushed");
-            last.0.push(InodeSummary {
-                ino,
-                generation: rec.generation,
-                len: len as u16,
-            });
-            last.1.push(ino);
+            packs.last_mut().expect("a pack was just pushed").push(ino);
             count += 1;
             bytes += len;
         }
-        let inode_payloads: Vec<(Vec<InodeSummary>, Vec<u8>)> = packs
-            .into_iter()
-            .map(|(summaries, inos)| {
-                let recs: Vec<_> = inos
-                    .iter()
-                    .filter_map(|i| self.cache.peek_inode(*i))
-                    .collect();
-                (summaries, inode_block::encode(&recs))
-            })
-            .collect();
+        for inos in packs {
+            let recs: Vec<_> = inos.iter().filter_map(|i| self.cache.peek_inode(*i)).collect();
+            let list = recs
+                .iter()
+                .map(|r| InodeSummary { ino: r.ino, generation: r.generation, len: r.encoded_len() as u16 })
+                .collect();
+            bodies.push(Body {
+                summary: Summary { kind: BlockKind::Inodes, owner: InodeNo(0), name: 0 },
+                aux: 0,
+                payload: inode_block::encode(&recs),
+                inodes: Some(list),
+            });
+        }
 
-        let sealed = self.write_ps(PsKind::Normal, bodies, inode_payloads, changes, now, data)?;
+        let (group, ()) = self.write_group(PsKind::Normal, bodies, changes, now, data, |_, _, _| ())?;
+        self.ifile.release_freed_inodes();
         let ids: Vec<NodeId> = objects.iter().map(|(_, id)| *id).collect();
-        if let Some(seq) = sealed.seq {
+        if let Some(seq) = group.seq {
             self.cache.mark_sealed(&inodes, &ids, seq);
         }
-        Ok(Some(sealed))
+        Ok(Some(group))
     }
 
     /// Moves the log into its reserved next segment and reserves another.
     fn advance_segment(&mut self) -> Result<()> {
         let next = self.head.next_segment;
+        // The segment after it is chosen before the head moves, so that a
+        // full device leaves the head where it was.
+        let after = (1..=self.sb.segment_count)
+            .map(|i| SegmentNo((next.0 + i) % self.sb.segment_count))
+            .find(|&s| s != next && self.segment_is_free(s))
+            .ok_or(Error::NoSpace(DeviceRole::Meta))?;
         self.head.segment = next;
         self.head.offset = 0;
-        // With the head moved, the old next segment is no longer a candidate.
-        self.head.next_segment = next;
-        let after = self
-            .pick_free_segment()
-            .ok_or(Error::NoSpace(DeviceRole::Meta))?;
         self.head.next_segment = after;
+        self.free_segments_cached = self.free_segments_cached.saturating_sub(1);
         Ok(())
     }
 
-    /// Places and encodes one partial segment and applies its placements to
-    /// the IFile. Shared by sealing and checkpointing.
-    pub(crate) fn write_ps(
-        &mut self,
-        kind: PsKind,
-        bodies: Vec<Body>,
-        inode_payloads: Vec<(Vec<InodeSummary>, Vec<u8>)>,
-        changes: Vec<Change>,
-        now: Timestamp,
-        data: Vec<(DataBlock, Vec<u8>)>,
-    ) -> Result<SealedPs> {
-        let (sealed, ()) = self.write_ps_full(
-            kind,
-            bodies,
-            inode_payloads,
-            changes,
-            now,
-            data,
-            |_, _, _| (),
-        )?;
-        Ok(sealed)
+    /// Decides where each partial segment of a group goes: as many change
+    /// records and bodies as fit the rest of the current segment, then on
+    /// into the next ones. (Roll-forward applies a group's change records
+    /// all before its placements, so records may sit in any of its partial
+    /// segments.)
+    fn plan_group(&mut self, bodies: &[Body], changes: &[Change]) -> Result<Vec<Plan>> {
+        let seg_blocks = self.sb.segment_blocks as usize;
+        let mut plans = Vec::new();
+        let (mut i, mut c) = (0, 0);
+        loop {
+            let room = seg_blocks - self.head.offset as usize;
+            let mut stream = FIXED_STREAM_LEN;
+            if desc_blocks(stream) + 1 > room {
+                self.advance_segment()?;
+                continue;
+            }
+            // Change records only grow the descriptor; leave room for at
+            // least one body block when bodies remain.
+            let keep = usize::from(i < bodies.len());
+            let c0 = c;
+            while c < changes.len() && desc_blocks(stream + changes[c].encoded_len()) + keep <= room {
+                stream += changes[c].encoded_len();
+                c += 1;
+            }
+            let mut owner: Option<InodeNo> = None;
+            let mut k = 0;
+            while i + k < bodies.len() {
+                let b = &bodies[i + k];
+                let add = match &b.inodes {
+                    Some(list) => INODE_LIST_HEADER_LEN + list.len() * INODE_SUMMARY_LEN,
+                    None => SUMMARY_LEN + if owner == Some(b.summary.owner) { 0 } else { FINFO_HEADER_LEN },
+                };
+                if desc_blocks(stream + add) + k + 1 > room {
+                    break;
+                }
+                stream += add;
+                if b.inodes.is_none() {
+                    owner = Some(b.summary.owner);
+                }
+                k += 1;
+            }
+            if k == 0 && c == c0 && (i < bodies.len() || c < changes.len()) {
+                if self.head.offset == 0 {
+                    return Err(Error::Invalid("a body block does not fit an empty segment"));
+                }
+                self.advance_segment()?;
+                continue;
+            }
+            let d = desc_blocks(stream);
+            let start = self.ifile.geometry().start(self.head.segment).0 + u64::from(self.head.offset);
+            plans.push(Plan {
+                segment: self.head.segment,
+                next_segment: self.head.next_segment,
+                offset: self.head.offset,
+                start,
+                desc_blocks: d,
+                items: i..i + k,
+                changes: c0..c,
+            });
+            self.head.offset += (d + k) as u32;
+            i += k;
+            if i == bodies.len() && c == changes.len() {
+                return Ok(plans);
+            }
+        }
     }
 
-    /// A partial segment of body blocks whose payloads depend on where they
-    /// land: `fill` sees the address of the first body block before encoding.
-    pub(crate) fn write_ps_with<R>(
-        &mut self,
-        kind: PsKind,
-        bodies: Vec<Body>,
-        now: Timestamp,
-        fill: impl FnOnce(&mut Log, MetaBlock, &mut [Body]) -> R,
-    ) -> Result<(SealedPs, R)> {
-        self.write_ps_full(kind, bodies, Vec::new(), Vec::new(), now, Vec::new(), fill)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn write_ps_full<R>(
+    /// Places, encodes and applies one commit group. `fill` sees every
+    /// body's address before encoding (checkpoints put the addresses of
+    /// table blocks into the index blocks that follow them).
+    pub(crate) fn write_group<R>(
         &mut self,
         kind: PsKind,
         mut bodies: Vec<Body>,
-        inode_payloads: Vec<(Vec<InodeSummary>, Vec<u8>)>,
         changes: Vec<Change>,
         now: Timestamp,
         data: Vec<(DataBlock, Vec<u8>)>,
-        fill: impl FnOnce(&mut Log, MetaBlock, &mut [Body]) -> R,
-    ) -> Result<(SealedPs, R)> {
-        let mut desc = Descriptor {
-            kind,
-            seq: self.head.seq,
-            time: now,
-            segment: SegmentNo(0),
-            offset: 0,
-            next_segment: SegmentNo(0),
-            prev_crc: self.head.prev_crc,
-            body_crc: 0,
-            blocks: bodies.iter().map(|b| b.summary).collect(),
-            inode_blocks: inode_payloads.iter().map(|(s, _)| s.clone()).collect(),
-            changes,
-        };
-        let total = desc.total_blocks();
-        let seg_blocks = self.sb.segment_blocks as usize;
-        if total > seg_blocks {
-            // The operation-size bound makes this impossible; refuse rather
-            // than write a partial segment that roll-forward would reject.
-            return Err(Error::Invalid("partial segment larger than a segment"));
+        fill: impl FnOnce(&mut Log, &[MetaBlock], &mut [Body]) -> R,
+    ) -> Result<(SealedGroup, R)> {
+        let plans = self.plan_group(&bodies, &changes)?;
+        let mut addresses = vec![MetaBlock(0); bodies.len()];
+        for p in &plans {
+            for (j, i) in p.items.clone().enumerate() {
+                addresses[i] = MetaBlock(p.start + (p.desc_blocks + j) as u64);
+            }
         }
-        if self.head.offset as usize + total > seg_blocks {
-            self.advance_segment()?;
-        }
-        desc.segment = self.head.segment;
-        desc.offset = self.head.offset;
-        desc.next_segment = self.head.next_segment;
-        let seq = self.head.seq;
-        let start = self.ifile.geometry().start(self.head.segment).0 + u64::from(self.head.offset);
-        let desc_blocks = desc.desc_blocks();
-        let filled = fill(self, MetaBlock(start + desc_blocks as u64), &mut bodies);
+        let filled = fill(self, &addresses, &mut bodies);
 
-        let mut body_bytes = Vec::with_capacity((total - desc_blocks) * BLOCK_SIZE);
-        let mut crcs = Writer::with_capacity((total - desc_blocks) * 4);
-        let mut at = start + desc_blocks as u64;
-        for b in &bodies {
-            let header = BlockHeader {
-                kind: b.summary.kind,
-                aux: b.aux,
-                payload_len: b.payload.len() as u32,
-                volume_id: self.volume_id,
-                address: MetaBlock(at),
+        let mut meta: Vec<(MetaBlock, Vec<u8>)> = Vec::new();
+        let mut last_seq = self.head.seq;
+        let n = plans.len();
+        for (pi, p) in plans.iter().enumerate() {
+            let seq = self.head.seq;
+            last_seq = seq;
+            let items = &bodies[p.items.clone()];
+            let mut desc = Descriptor {
+                kind,
+                flags: if pi + 1 == n { PS_GROUP_END } else { 0 },
                 seq,
-                owner: b.summary.owner,
-                name: b.summary.name,
+                time: now,
+                segment: p.segment,
+                offset: p.offset,
+                next_segment: p.next_segment,
+                prev_crc: self.head.prev_crc,
+                body_crc: 0,
+                blocks: items.iter().filter(|b| b.inodes.is_none()).map(|b| b.summary).collect(),
+                inode_blocks: items.iter().filter_map(|b| b.inodes.clone()).collect(),
+                changes: changes[p.changes.clone()].to_vec(),
             };
-            let blk = block::seal_block(&header, &b.payload);
-            crcs.u32(block::stored_crc(&blk));
-            body_bytes.extend_from_slice(&blk);
-            at += 1;
+            debug_assert_eq!(desc.desc_blocks(), p.desc_blocks, "descriptor size planned wrong");
+            let mut buf = Vec::with_capacity((p.desc_blocks + items.len()) * BLOCK_SIZE);
+            buf.resize(p.desc_blocks * BLOCK_SIZE, 0);
+            let mut crcs = Writer::with_capacity(items.len() * 4);
+            for (j, b) in items.iter().enumerate() {
+                let header = BlockHeader {
+                    kind: b.summary.kind,
+                    aux: b.aux,
+                    payload_len: b.payload.len() as u32,
+                    volume_id: self.volume_id,
+                    address: MetaBlock(p.start + (p.desc_blocks + j) as u64),
+                    seq,
+                    owner: b.summary.owner,
+                    name: b.summary.name,
+                };
+                let blk = block::seal_block(&header, &b.payload);
+                crcs.u32(block::stored_crc(&blk));
+                buf.extend_from_slice(&blk);
+            }
+            desc.body_crc = checksum::crc32c(&crcs.into_inner());
+            let (payloads, desc_crc) = desc.encode();
+            for (i, pl) in payloads.iter().enumerate() {
+                let header = BlockHeader {
+                    kind: BlockKind::Descriptor,
+                    aux: i as u16,
+                    payload_len: pl.len() as u32,
+                    volume_id: self.volume_id,
+                    address: MetaBlock(p.start + i as u64),
+                    seq,
+                    owner: InodeNo(0),
+                    name: p.desc_blocks as u64,
+                };
+                buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].copy_from_slice(&block::seal_block(&header, pl));
+            }
+            if kind == PsKind::Normal {
+                let first_body = MetaBlock(p.start + p.desc_blocks as u64);
+                let first_inode_block = MetaBlock(first_body.0 + desc.blocks.len() as u64);
+                self.apply_placements(&desc, first_body, first_inode_block);
+            }
+            self.ifile.note_write(p.segment, seq);
+            self.head.seq = seq.next();
+            self.head.prev_crc = desc_crc;
+            let blocks = (p.desc_blocks + items.len()) as u64;
+            self.blocks_since_checkpoint += blocks;
+            self.stats.partial_segments += 1;
+            self.stats.meta_blocks_written += blocks;
+            // Partial segments that follow each other in a segment go out as one request.
+            match meta.last_mut() {
+                Some((at, prev)) if at.0 + (prev.len() / BLOCK_SIZE) as u64 == p.start => prev.extend_from_slice(&buf),
+                _ => meta.push((MetaBlock(p.start), buf)),
+            }
         }
-        let inode_start = at;
-        for (_, payload) in &inode_payloads {
-            let header = BlockHeader {
-                kind: BlockKind::Inodes,
-                aux: 0,
-                payload_len: payload.len() as u32,
-                volume_id: self.volume_id,
-                address: MetaBlock(at),
-                seq,
-                owner: InodeNo(0),
-                name: 0,
-            };
-            let blk = block::seal_block(&header, payload);
-            crcs.u32(block::stored_crc(&blk));
-            body_bytes.extend_from_slice(&blk);
-            at += 1;
-        }
-        desc.body_crc = checksum::crc32c(&crcs.into_inner());
-        let (payloads, desc_crc) = desc.encode();
-        debug_assert_eq!(payloads.len(), desc_blocks);
-        let mut meta = Vec::with_capacity(total * BLOCK_SIZE);
-        for (i, p) in payloads.iter().enumerate() {
-            let header = BlockHeader {
-                kind: BlockKind::Descriptor,
-                aux: i as u16,
-                payload_len: p.len() as u32,
-                volume_id: self.volume_id,
-                address: MetaBlock(start + i as u64),
-                seq,
-                owner: InodeNo(0),
-                name: desc_blocks as u64,
-            };
-            meta.extend_from_slice(&block::seal_block(&header, p));
-        }
-        meta.extend_from_slice(&body_bytes);
-
-        if kind == PsKind::Normal {
-            let first_body = start + desc_blocks as u64;
-            self.apply_placements(&desc, MetaBlock(first_body), MetaBlock(inode_start));
-        }
-        self.ifile.note_write(self.head.segment, seq);
-        self.head.offset += total as u32;
-        self.head.seq = seq.next();
-        self.head.prev_crc = desc_crc;
-        self.blocks_since_checkpoint += total as u64;
-        self.stats.partial_segments += 1;
-        self.stats.meta_blocks_written += total as u64;
-        self.stats.data_blocks_written += data
-            .iter()
-            .map(|(_, b)| (b.len() / BLOCK_SIZE) as u64)
-            .sum::<u64>();
-        Ok((
-            SealedPs {
-                seq: Some(seq),
-                meta_at: MetaBlock(start),
-                meta,
-                data,
-            },
-            filled,
-        ))
+        self.stats.data_blocks_written += data.iter().map(|(_, b)| (b.len() / BLOCK_SIZE) as u64).sum::<u64>();
+        Ok((SealedGroup { seq: Some(last_seq), meta, data }, filled))
     }
 
     /// The placements a normal partial segment implies: every body block's
     /// node now lives where it was written, every inode in its inode block.
-    /// Roll-forward calls this too, after the change records.
-    pub(crate) fn apply_placements(
-        &mut self,
-        desc: &Descriptor,
-        first_body: MetaBlock,
-        first_inode_block: MetaBlock,
-    ) {
+    /// Roll-forward calls this too, after the group's change records.
+    pub(crate) fn apply_placements(&mut self, desc: &Descriptor, first_body: MetaBlock, first_inode_block: MetaBlock) {
         for (i, s) in desc.blocks.iter().enumerate() {
             if matches!(s.kind, BlockKind::Node | BlockKind::Blob) {
-                self.ifile
-                    .place_node(NodeId(s.name), MetaBlock(first_body.0 + i as u64));
+                self.ifile.place_node(NodeId(s.name), MetaBlock(first_body.0 + i as u64));
             }
         }
         for (i, list) in desc.inode_blocks.iter().enumerate() {
@@ -396,14 +397,15 @@ impl Log {
         }
     }
 
-    /// Records that a sealed partial segment is durable: frees it carried may
-    /// now be reused, and what it wrote may leave the cache.
-    pub fn complete(&mut self, sealed: &SealedPs, cache_budget: usize) {
+    /// Records that a sealed group is durable: frees it carried may now be
+    /// reused, and what it wrote may leave the cache.
+    pub fn complete(&mut self, sealed: &SealedGroup, cache_budget: usize) {
         if let Some(seq) = sealed.seq {
             self.durable = self.durable.max(seq);
         }
         self.space.release(self.durable);
         self.cache.evict(cache_budget, self.durable);
+        self.free_segments_cached = self.free_segments();
     }
 }
 

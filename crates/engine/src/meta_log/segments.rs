@@ -38,18 +38,14 @@ impl Log {
     /// Number of segments that may be written into.
     #[must_use]
     pub fn free_segments(&self) -> u32 {
-        (0..self.sb.segment_count)
-            .filter(|&s| self.segment_is_free(SegmentNo(s)))
-            .count() as u32
+        (0..self.sb.segment_count).filter(|&s| self.segment_is_free(SegmentNo(s))).count() as u32
     }
 
     /// The first free segment after the log's current one, in log order.
     #[must_use]
     pub fn pick_free_segment(&self) -> Option<SegmentNo> {
         let n = self.sb.segment_count;
-        (1..=n)
-            .map(|i| SegmentNo((self.head.segment.0 + i) % n))
-            .find(|&s| self.segment_is_free(s))
+        (1..=n).map(|i| SegmentNo((self.head.segment.0 + i) % n)).find(|&s| self.segment_is_free(s))
     }
 
     /// Segments held back from ordinary operations: room for a checkpoint of
@@ -70,19 +66,15 @@ impl Log {
     /// # Errors
     /// `NoSpace(Meta)` when only the reserve is left.
     pub fn check_meta_space(&self, kind: OpKind) -> Result<()> {
-        let needed = self.estimate_blocks() + super::OP_MAX_BLOCKS;
-        let remaining = (self.sb.segment_blocks - self.head.offset) as usize;
-        if needed <= remaining {
-            return Ok(());
-        }
-        let reserve = match kind {
-            OpKind::Grow => self.reserve_segments(),
-            OpKind::Shrink => self.reserve_segments().div_ceil(2),
-        };
-        if self.free_segments() > reserve {
+        if self.estimate_blocks() + super::OP_MAX_BLOCKS <= self.available_blocks(kind) {
             Ok(())
         } else {
             Err(Error::NoSpace(DeviceRole::Meta))
         }
+    }
+
+    /// Recounts free segments (after the IFile was loaded or rolled forward).
+    pub(crate) fn recount_free_segments(&mut self) {
+        self.free_segments_cached = self.free_segments();
     }
 }

@@ -10,10 +10,7 @@ use crate::types::{InodeNo, NodeId};
 impl Fs {
     /// Stores `value` in blob blocks owned by `owner`.
     pub fn write_blob(&mut self, owner: InodeNo, value: &[u8]) -> Vec<NodeId> {
-        value
-            .chunks(PAYLOAD_LEN)
-            .map(|c| self.log.create_object(owner, Object::Blob(c.to_vec())))
-            .collect()
+        value.chunks(PAYLOAD_LEN).map(|c| self.log.create_object(owner, Object::Blob(c.to_vec()))).collect()
     }
 
     /// Reads a blob of `len` bytes.

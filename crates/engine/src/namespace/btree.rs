@@ -20,14 +20,18 @@ use crate::format::node::{
 };
 use crate::types::NodeId;
 
-/// Where a tree's nodes live. The engine's implementation goes through the
-/// meta-data cache and the node map; tests use a plain map.
-pub trait NodeStore {
+/// Where a tree's nodes are read from.
+pub trait NodeSource {
     /// Reads a node.
     ///
     /// # Errors
     /// The node cannot be read or decoded.
     fn node(&mut self, id: NodeId) -> Result<&Node>;
+}
+
+/// Where a tree's nodes live and change. The engine's implementation goes
+/// through the meta-data cache and the node map; tests use a plain map.
+pub trait NodeStore: NodeSource {
     /// Reads a node for modification; it will be written with the next partial segment.
     ///
     /// # Errors
@@ -44,25 +48,20 @@ const UNDERFULL: usize = PAYLOAD_LEN / 4;
 
 /// Index of the child of an internal node whose range holds `key`.
 fn child_index(entries: &[(u64, NodeId)], key: u64) -> usize {
-    entries
-        .partition_point(|(k, _)| *k <= key)
-        .saturating_sub(1)
+    entries.partition_point(|(k, _)| *k <= key).saturating_sub(1)
 }
 
 /// The value stored under `key`.
 ///
 /// # Errors
 /// A node cannot be read.
-pub fn get(store: &mut dyn NodeStore, root: Option<NodeId>, key: u64) -> Result<Option<Vec<u8>>> {
+pub fn get(store: &mut dyn NodeSource, root: Option<NodeId>, key: u64) -> Result<Option<Vec<u8>>> {
     let Some(mut id) = root else { return Ok(None) };
     loop {
         match &store.node(id)?.entries {
             Entries::Internal(e) => id = e[child_index(e, key)].1,
             Entries::Leaf(e) => {
-                return Ok(e
-                    .binary_search_by_key(&key, |(k, _)| *k)
-                    .ok()
-                    .map(|i| e[i].1.clone()));
+                return Ok(e.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| e[i].1.clone()));
             }
         }
     }
@@ -73,7 +72,7 @@ pub fn get(store: &mut dyn NodeStore, root: Option<NodeId>, key: u64) -> Result<
 /// # Errors
 /// A node cannot be read.
 pub fn scan(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     root: Option<NodeId>,
     from: u64,
     visit: &mut dyn FnMut(u64, &[u8]) -> bool,
@@ -115,18 +114,14 @@ pub fn scan(
 ///
 /// # Errors
 /// A node cannot be read.
-pub fn last_le(
-    store: &mut dyn NodeStore,
-    root: Option<NodeId>,
-    key: u64,
-) -> Result<Option<(u64, Vec<u8>)>> {
+pub fn last_le(store: &mut dyn NodeSource, root: Option<NodeId>, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
     match root {
         None => Ok(None),
         Some(id) => last_le_in(store, id, key),
     }
 }
 
-fn last_le_in(store: &mut dyn NodeStore, id: NodeId, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
+fn last_le_in(store: &mut dyn NodeSource, id: NodeId, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
     let children = match &store.node(id)?.entries {
         Entries::Leaf(e) => {
             let i = e.partition_point(|(k, _)| *k <= key);
@@ -162,17 +157,9 @@ pub fn insert(
     key: u64,
     value: Vec<u8>,
 ) -> Result<(NodeId, Option<Vec<u8>>)> {
-    assert!(
-        value.len() <= MAX_VALUE_LEN,
-        "B-tree value of {} bytes",
-        value.len()
-    );
+    assert!(value.len() <= MAX_VALUE_LEN, "B-tree value of {} bytes", value.len());
     let Some(root) = root else {
-        let id = store.alloc(Node {
-            tree,
-            level: 0,
-            entries: Entries::Leaf(vec![(key, value)]),
-        });
+        let id = store.alloc(Node { tree, level: 0, entries: Entries::Leaf(vec![(key, value)]) });
         return Ok((id, None));
     };
     let (old, split) = insert_in(store, root, key, value)?;
@@ -188,22 +175,14 @@ pub fn insert(
         };
         (n.level, first)
     };
-    let new_root = store.alloc(Node {
-        tree,
-        level: level + 1,
-        entries: Entries::Internal(vec![(first, root), (sep, right)]),
-    });
+    let new_root =
+        store.alloc(Node { tree, level: level + 1, entries: Entries::Internal(vec![(first, root), (sep, right)]) });
     Ok((new_root, old))
 }
 
 type Split = Option<(u64, NodeId)>;
 
-fn insert_in(
-    store: &mut dyn NodeStore,
-    id: NodeId,
-    key: u64,
-    value: Vec<u8>,
-) -> Result<(Option<Vec<u8>>, Split)> {
+fn insert_in(store: &mut dyn NodeStore, id: NodeId, key: u64, value: Vec<u8>) -> Result<(Option<Vec<u8>>, Split)> {
     let child = match &store.node(id)?.entries {
         Entries::Internal(e) => {
             let i = child_index(e, key);
@@ -213,9 +192,7 @@ fn insert_in(
     };
     let Some((i, child)) = child else {
         let node = store.node_mut(id)?;
-        let Entries::Leaf(e) = &mut node.entries else {
-            unreachable!()
-        };
+        let Entries::Leaf(e) = &mut node.entries else { unreachable!() };
         let old = match e.binary_search_by_key(&key, |(k, _)| *k) {
             Ok(j) => Some(std::mem::replace(&mut e[j].1, value)),
             Err(j) => {
@@ -229,9 +206,7 @@ fn insert_in(
     let (old, split) = insert_in(store, child, key, value)?;
     if let Some((sep, right)) = split {
         let node = store.node_mut(id)?;
-        let Entries::Internal(e) = &mut node.entries else {
-            unreachable!()
-        };
+        let Entries::Internal(e) = &mut node.entries else { unreachable!() };
         e.insert(i + 1, (sep, right));
         return Ok((old, split_if_full(store, id)?));
     }
@@ -256,11 +231,7 @@ fn split_if_full(store: &mut dyn NodeStore, id: NodeId) -> Result<Split> {
         Entries::Leaf(e) => e[0].0,
         Entries::Internal(e) => e[0].0,
     };
-    let right_id = store.alloc(Node {
-        tree,
-        level,
-        entries: right,
-    });
+    let right_id = store.alloc(Node { tree, level, entries: right });
     Ok(Some((sep, right_id)))
 }
 
@@ -281,11 +252,7 @@ fn split_point_leaf(e: &[(u64, Vec<u8>)]) -> usize {
 ///
 /// # Errors
 /// A node cannot be read.
-pub fn remove(
-    store: &mut dyn NodeStore,
-    root: Option<NodeId>,
-    key: u64,
-) -> Result<(Option<NodeId>, Option<Vec<u8>>)> {
+pub fn remove(store: &mut dyn NodeStore, root: Option<NodeId>, key: u64) -> Result<(Option<NodeId>, Option<Vec<u8>>)> {
     let Some(root) = root else {
         return Ok((None, None));
     };
@@ -325,12 +292,8 @@ fn remove_in(store: &mut dyn NodeStore, id: NodeId, key: u64) -> Result<Option<V
     };
     let Some((i, child)) = child else {
         let node = store.node_mut(id)?;
-        let Entries::Leaf(e) = &mut node.entries else {
-            unreachable!()
-        };
-        let j = e
-            .binary_search_by_key(&key, |(k, _)| *k)
-            .map_err(|_| crate::Error::NotFound)?;
+        let Entries::Leaf(e) = &mut node.entries else { unreachable!() };
+        let j = e.binary_search_by_key(&key, |(k, _)| *k).map_err(|_| crate::Error::NotFound)?;
         return Ok(Some(e.remove(j).1));
     };
     let old = remove_in(store, child, key)?;
@@ -356,11 +319,7 @@ fn rebalance(store: &mut dyn NodeStore, parent: NodeId, i: usize) -> Result<()> 
         // level above takes care of it.
         return Ok(());
     }
-    let (l, r) = if i + 1 < entries.len() {
-        (i, i + 1)
-    } else {
-        (i - 1, i)
-    };
+    let (l, r) = if i + 1 < entries.len() { (i, i + 1) } else { (i - 1, i) };
     let (left, right) = (entries[l].1, entries[r].1);
     let sep = entries[r].0;
     let mut right_entries = store.node(right)?.entries.clone();
@@ -374,19 +333,13 @@ fn rebalance(store: &mut dyn NodeStore, parent: NodeId, i: usize) -> Result<()> 
         (Entries::Leaf(a), Entries::Leaf(b)) => a.extend(b),
         (Entries::Internal(a), Entries::Internal(b)) => a.extend(b),
         _ => {
-            return Err(crate::Error::corrupt_meta(
-                "B-tree node",
-                right.0,
-                "siblings at different levels",
-            ));
+            return Err(crate::Error::corrupt_meta("B-tree node", right.0, "siblings at different levels"));
         }
     }
     if left_node.encoded_len() <= PAYLOAD_LEN {
         // Merge: the right node disappears.
         store.free(right);
-        let Entries::Internal(e) = &mut store.node_mut(parent)?.entries else {
-            unreachable!()
-        };
+        let Entries::Internal(e) = &mut store.node_mut(parent)?.entries else { unreachable!() };
         e.remove(r);
         return Ok(());
     }
@@ -403,9 +356,7 @@ fn rebalance(store: &mut dyn NodeStore, parent: NodeId, i: usize) -> Result<()> 
         Entries::Internal(e) => e[0].0,
     };
     store.node_mut(right)?.entries = moved;
-    let Entries::Internal(e) = &mut store.node_mut(parent)?.entries else {
-        unreachable!()
-    };
+    let Entries::Internal(e) = &mut store.node_mut(parent)?.entries else { unreachable!() };
     e[r].0 = new_sep;
     Ok(())
 }
@@ -442,7 +393,7 @@ pub type Checked = std::result::Result<Vec<(u64, Vec<u8>)>, String>;
 /// # Errors
 /// A node cannot be read, or a description of the first broken invariant.
 pub fn check(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     root: Option<NodeId>,
     tree: TreeKind,
     visit_node: &mut dyn FnMut(NodeId),
@@ -456,7 +407,7 @@ pub fn check(
 
 #[allow(clippy::too_many_arguments)]
 fn check_in(
-    store: &mut dyn NodeStore,
+    store: &mut dyn NodeSource,
     id: NodeId,
     tree: TreeKind,
     level: u16,
@@ -468,16 +419,10 @@ fn check_in(
     visit_node(id);
     let node = store.node(id)?.clone();
     if node.tree != tree {
-        return Ok(Err(format!(
-            "node {id:?} belongs to a {:?} tree, not {tree:?}",
-            node.tree
-        )));
+        return Ok(Err(format!("node {id:?} belongs to a {:?} tree, not {tree:?}", node.tree)));
     }
     if node.level != level {
-        return Ok(Err(format!(
-            "node {id:?} is at level {} where {level} was expected",
-            node.level
-        )));
+        return Ok(Err(format!("node {id:?} is at level {} where {level} was expected", node.level)));
     }
     if node.is_empty() {
         return Ok(Err(format!("node {id:?} is empty")));
@@ -494,9 +439,7 @@ fn check_in(
                 }
             }
             if let Some((k, _)) = e.iter().find(|(k, _)| !in_range(*k)) {
-                return Ok(Err(format!(
-                    "node {id:?}: key {k:#x} outside its parent's range"
-                )));
+                return Ok(Err(format!("node {id:?}: key {k:#x} outside its parent's range")));
             }
             out.extend(e.iter().cloned());
         }
@@ -506,9 +449,7 @@ fn check_in(
             }
             for (j, (k, c)) in e.iter().enumerate() {
                 if j > 0 && ((j > 1 && e[j - 1].0 >= *k) || !in_range(*k)) {
-                    return Ok(Err(format!(
-                        "node {id:?}: separator {k:#x} out of order or range"
-                    )));
+                    return Ok(Err(format!("node {id:?}: separator {k:#x} out of order or range")));
                 }
                 let lo = if j == 0 { lower } else { Some(*k) };
                 let hi = e.get(j + 1).map(|(k, _)| *k).or(upper);
@@ -537,10 +478,13 @@ pub(crate) mod tests {
         next: u64,
     }
 
-    impl NodeStore for MapStore {
+    impl NodeSource for MapStore {
         fn node(&mut self, id: NodeId) -> Result<&Node> {
             self.nodes.get(&id).ok_or(crate::Error::NotFound)
         }
+    }
+
+    impl NodeStore for MapStore {
         fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
             self.nodes.get_mut(&id).ok_or(crate::Error::NotFound)
         }
@@ -557,9 +501,7 @@ pub(crate) mod tests {
 
     fn all(store: &mut MapStore, root: Option<NodeId>) -> Vec<(u64, Vec<u8>)> {
         let mut seen = 0;
-        let out = check(store, root, TreeKind::Directory, &mut |_| seen += 1)
-            .unwrap()
-            .unwrap();
+        let out = check(store, root, TreeKind::Directory, &mut |_| seen += 1).unwrap().unwrap();
         assert_eq!(seen, store.nodes.len(), "unreachable nodes leaked");
         out
     }
@@ -619,20 +561,12 @@ pub(crate) mod tests {
         let mut store = MapStore::default();
         let mut root = None;
         for k in 0..20_000u64 {
-            root = Some(
-                insert(&mut store, root, TreeKind::Directory, k, vec![1; 40])
-                    .unwrap()
-                    .0,
-            );
+            root = Some(insert(&mut store, root, TreeKind::Directory, k, vec![1; 40]).unwrap().0);
         }
         assert_eq!(all(&mut store, root).len(), 20_000);
         let depth = store.node(root.unwrap()).unwrap().level;
         assert!(depth <= 3, "depth {depth}");
-        for k in (0..20_000u64)
-            .rev()
-            .step_by(2)
-            .chain((0..20_000u64).step_by(2))
-        {
+        for k in (0..20_000u64).rev().step_by(2).chain((0..20_000u64).step_by(2)) {
             root = remove(&mut store, root, k).unwrap().0;
         }
         assert_eq!(root, None);
@@ -644,11 +578,7 @@ pub(crate) mod tests {
         let mut store = MapStore::default();
         let mut root = None;
         for k in 0..5_000u64 {
-            root = Some(
-                insert(&mut store, root, TreeKind::Extents, k * 7, vec![0; 13])
-                    .unwrap()
-                    .0,
-            );
+            root = Some(insert(&mut store, root, TreeKind::Extents, k * 7, vec![0; 13]).unwrap().0);
         }
         destroy(&mut store, root).unwrap();
         assert!(store.nodes.is_empty());

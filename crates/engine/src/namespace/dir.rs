@@ -48,12 +48,7 @@ fn decode(position: u64, v: &[u8], dir: InodeNo) -> Result<DirEntry> {
     if ino.0 == 0 || name.is_empty() {
         return Err(bad());
     }
-    Ok(DirEntry {
-        name,
-        ino,
-        kind,
-        position,
-    })
+    Ok(DirEntry { name, ino, kind, position })
 }
 
 impl Fs {
@@ -65,11 +60,7 @@ impl Fs {
         match &rec.body {
             Body::Empty => Ok(None),
             Body::Tree(t) => Ok(Some(*t)),
-            _ => Err(Error::corrupt_meta(
-                "inode",
-                0,
-                format!("directory {dir} has a body that is not a tree"),
-            )),
+            _ => Err(Error::corrupt_meta("inode", 0, format!("directory {dir} has a body that is not a tree"))),
         }
     }
 
@@ -117,13 +108,7 @@ impl Fs {
     ///
     /// # Errors
     /// `NoSpace` if 65536 names share a hash (never seen in practice), or I/O errors.
-    pub fn dir_insert(
-        &mut self,
-        dir: InodeNo,
-        name: &FileName,
-        ino: InodeNo,
-        kind: FileKind,
-    ) -> Result<u64> {
+    pub fn dir_insert(&mut self, dir: InodeNo, name: &FileName, ino: InodeNo, kind: FileKind) -> Result<u64> {
         let tree = self.dir_tree(dir)?;
         let root = tree.map(|t| t.root);
         let base = hash_position(&self.log.sb.hash_key, name.as_bytes());
@@ -155,13 +140,7 @@ impl Fs {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn dir_replace(
-        &mut self,
-        dir: InodeNo,
-        entry: &DirEntry,
-        ino: InodeNo,
-        kind: FileKind,
-    ) -> Result<()> {
+    pub fn dir_replace(&mut self, dir: InodeNo, entry: &DirEntry, ino: InodeNo, kind: FileKind) -> Result<()> {
         let tree = self.dir_tree(dir)?.ok_or(Error::NotFound)?;
         let (root, _) = btree::insert(
             &mut self.log.tree(dir),
@@ -206,26 +185,16 @@ impl Fs {
     ///
     /// # Errors
     /// `NotDir`, I/O and corruption errors.
-    pub fn dir_scan(
-        &mut self,
-        dir: InodeNo,
-        from: u64,
-        visit: &mut dyn FnMut(DirEntry) -> bool,
-    ) -> Result<()> {
+    pub fn dir_scan(&mut self, dir: InodeNo, from: u64, visit: &mut dyn FnMut(DirEntry) -> bool) -> Result<()> {
         let root = self.dir_tree(dir)?.map(|t| t.root);
         let mut bad = None;
-        btree::scan(
-            &mut self.log.tree(dir),
-            root,
-            from,
-            &mut |k, v| match decode(k, v, dir) {
-                Ok(e) => visit(e),
-                Err(e) => {
-                    bad = Some(e);
-                    false
-                }
-            },
-        )?;
+        btree::scan(&mut self.log.tree(dir), root, from, &mut |k, v| match decode(k, v, dir) {
+            Ok(e) => visit(e),
+            Err(e) => {
+                bad = Some(e);
+                false
+            }
+        })?;
         bad.map_or(Ok(()), Err)
     }
 }

@@ -16,37 +16,21 @@ use crate::types::{DataBlock, InodeNo};
 
 fn encode(e: &Extent) -> Vec<u8> {
     let mut w = Writer::with_capacity(13);
-    w.u64(e.physical.0)
-        .u32(e.len)
-        .u8(if e.unwritten { EXTENT_UNWRITTEN } else { 0 });
+    w.u64(e.physical.0).u32(e.len).u8(if e.unwritten { EXTENT_UNWRITTEN } else { 0 });
     w.into_inner()
 }
 
 fn decode(logical: u64, v: &[u8], ino: InodeNo) -> Result<Extent> {
-    let bad = || {
-        Error::corrupt_meta(
-            "extent",
-            0,
-            format!("malformed extent at file block {logical} of inode {ino}"),
-        )
-    };
+    let bad = || Error::corrupt_meta("extent", 0, format!("malformed extent at file block {logical} of inode {ino}"));
     let mut r = Reader::new(v);
     let physical = DataBlock(r.u64().map_err(|_| bad())?);
     let len = r.u32().map_err(|_| bad())?;
     let flags = r.u8().map_err(|_| bad())?;
-    if len == 0
-        || flags & !EXTENT_UNWRITTEN != 0
-        || r.remaining() != 0
-        || logical.checked_add(u64::from(len)).is_none()
+    if len == 0 || flags & !EXTENT_UNWRITTEN != 0 || r.remaining() != 0 || logical.checked_add(u64::from(len)).is_none()
     {
         return Err(bad());
     }
-    Ok(Extent {
-        logical,
-        physical,
-        len,
-        unwritten: flags & EXTENT_UNWRITTEN != 0,
-    })
+    Ok(Extent { logical, physical, len, unwritten: flags & EXTENT_UNWRITTEN != 0 })
 }
 
 /// Whether `b` can be appended to `a` as one extent.
@@ -89,10 +73,7 @@ impl Fs {
     /// I/O and corruption errors.
     pub fn extent_at(&mut self, ino: InodeNo, block: u64) -> Result<Option<Extent>> {
         match &self.log.inode(ino)?.body {
-            Body::Extents(v) => Ok(v
-                .iter()
-                .find(|e| e.logical <= block && block < e.logical_end())
-                .copied()),
+            Body::Extents(v) => Ok(v.iter().find(|e| e.logical <= block && block < e.logical_end()).copied()),
             Body::Tree(t) => {
                 let root = t.root;
                 match btree::last_le(&mut self.log.tree(ino), Some(root), block)? {
@@ -115,11 +96,7 @@ impl Fs {
     pub fn extents_around(&mut self, ino: InodeNo, start: u64, end: u64) -> Result<Vec<Extent>> {
         let lo = start.saturating_sub(1);
         match &self.log.inode(ino)?.body {
-            Body::Extents(v) => Ok(v
-                .iter()
-                .filter(|e| e.logical_end() > lo && e.logical <= end)
-                .copied()
-                .collect()),
+            Body::Extents(v) => Ok(v.iter().filter(|e| e.logical_end() > lo && e.logical <= end).copied().collect()),
             Body::Tree(t) => {
                 let root = Some(t.root);
                 let mut out = Vec::new();
@@ -181,12 +158,7 @@ impl Fs {
     ///
     /// # Errors
     /// I/O and corruption errors.
-    pub fn replace_extents(
-        &mut self,
-        ino: InodeNo,
-        old: &[Extent],
-        new: Vec<Extent>,
-    ) -> Result<()> {
+    pub fn replace_extents(&mut self, ino: InodeNo, old: &[Extent], new: Vec<Extent>) -> Result<()> {
         let new = normalize(new);
         let body = self.log.inode(ino)?.body.clone();
         match body {
@@ -199,32 +171,17 @@ impl Fs {
                 all.extend(new);
                 let all = normalize(all);
                 if all.len() <= MAX_INLINE_EXTENTS {
-                    self.log.inode_mut(ino)?.body = if all.is_empty() {
-                        Body::Empty
-                    } else {
-                        Body::Extents(all)
-                    };
+                    self.log.inode_mut(ino)?.body = if all.is_empty() { Body::Empty } else { Body::Extents(all) };
                     return Ok(());
                 }
                 // Outgrew the inode: move the whole map into a tree.
                 let mut root = None;
                 for e in &all {
-                    root = Some(
-                        btree::insert(
-                            &mut self.log.tree(ino),
-                            root,
-                            TreeKind::Extents,
-                            e.logical,
-                            encode(e),
-                        )?
-                        .0,
-                    );
+                    root =
+                        Some(btree::insert(&mut self.log.tree(ino), root, TreeKind::Extents, e.logical, encode(e))?.0);
                 }
                 let root = root.ok_or(Error::Invalid("empty extent tree"))?;
-                self.log.inode_mut(ino)?.body = Body::Tree(TreeRoot {
-                    root,
-                    count: all.len() as u64,
-                });
+                self.log.inode_mut(ino)?.body = Body::Tree(TreeRoot { root, count: all.len() as u64 });
                 Ok(())
             }
             Body::Tree(t) => {
@@ -238,13 +195,8 @@ impl Fs {
                     }
                 }
                 for e in &new {
-                    let (r, prev) = btree::insert(
-                        &mut self.log.tree(ino),
-                        root,
-                        TreeKind::Extents,
-                        e.logical,
-                        encode(e),
-                    )?;
+                    let (r, prev) =
+                        btree::insert(&mut self.log.tree(ino), root, TreeKind::Extents, e.logical, encode(e))?;
                     root = Some(r);
                     if prev.is_none() {
                         count += 1;
@@ -256,11 +208,9 @@ impl Fs {
                 };
                 Ok(())
             }
-            Body::Inline(_) | Body::Blob { .. } => Err(Error::corrupt_meta(
-                "inode",
-                0,
-                format!("inode {ino} has no extent map"),
-            )),
+            Body::Inline(_) | Body::Blob { .. } => {
+                Err(Error::corrupt_meta("inode", 0, format!("inode {ino} has no extent map")))
+            }
         }
     }
 
@@ -271,9 +221,7 @@ impl Fs {
     pub fn add_extent(&mut self, ino: InodeNo, e: Extent) -> Result<()> {
         let around = self.extents_around(ino, e.logical, e.logical_end())?;
         debug_assert!(
-            around
-                .iter()
-                .all(|a| clip(a, e.logical, e.logical_end()).is_none()),
+            around.iter().all(|a| clip(a, e.logical, e.logical_end()).is_none()),
             "{e:?} overlaps {around:?}"
         );
         let mut new = around.clone();
@@ -294,11 +242,7 @@ impl Fs {
         max: usize,
     ) -> Result<(Vec<(DataBlock, u32)>, bool)> {
         let around = self.extents_around(ino, start, end)?;
-        let overlapping: Vec<Extent> = around
-            .iter()
-            .filter(|e| clip(e, start, end).is_some())
-            .copied()
-            .collect();
+        let overlapping: Vec<Extent> = around.iter().filter(|e| clip(e, start, end).is_some()).copied().collect();
         let done = overlapping.len() <= max;
         let take: Vec<Extent> = overlapping.into_iter().take(max).collect();
         let mut freed = Vec::new();
@@ -326,27 +270,14 @@ impl Fs {
     /// I/O and corruption errors.
     pub fn mark_written(&mut self, ino: InodeNo, start: u64, end: u64) -> Result<()> {
         let around = self.extents_around(ino, start, end)?;
-        if !around
-            .iter()
-            .any(|e| e.unwritten && clip(e, start, end).is_some())
-        {
+        if !around.iter().any(|e| e.unwritten && clip(e, start, end).is_some()) {
             return Ok(());
         }
         let mut new = Vec::new();
         for e in &around {
-            for part in [
-                clip(e, 0, start),
-                clip(e, start, end),
-                clip(e, end, u64::MAX),
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for part in [clip(e, 0, start), clip(e, start, end), clip(e, end, u64::MAX)].into_iter().flatten() {
                 let inside = part.logical >= start && part.logical_end() <= end;
-                new.push(Extent {
-                    unwritten: part.unwritten && !inside,
-                    ..part
-                });
+                new.push(Extent { unwritten: part.unwritten && !inside, ..part });
             }
         }
         self.replace_extents(ino, &around, new)
@@ -358,12 +289,7 @@ mod tests {
     use super::*;
 
     fn e(l: u64, p: u64, n: u32) -> Extent {
-        Extent {
-            logical: l,
-            physical: DataBlock(p),
-            len: n,
-            unwritten: false,
-        }
+        Extent { logical: l, physical: DataBlock(p), len: n, unwritten: false }
     }
 
     #[test]

@@ -73,10 +73,7 @@ impl PageCache {
         let mut v: Vec<InodeNo> = self
             .files
             .iter()
-            .filter(|(_, p)| {
-                p.values()
-                    .any(|p| matches!(p.state, PageState::Dirty { .. }))
-            })
+            .filter(|(_, p)| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
             .map(|(i, _)| *i)
             .collect();
         v.sort_unstable();
@@ -86,10 +83,7 @@ impl PageCache {
     /// Whether `ino` has pages not yet queued.
     #[must_use]
     pub fn has_dirty(&self, ino: InodeNo) -> bool {
-        self.files.get(&ino).is_some_and(|p| {
-            p.values()
-                .any(|p| matches!(p.state, PageState::Dirty { .. }))
-        })
+        self.files.get(&ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
     }
 
     fn page(&self, ino: InodeNo, block: u64) -> Option<&Page> {
@@ -113,9 +107,7 @@ impl PageCache {
     /// Commit `commit` is durable: its pages may go (the kernel caches data).
     pub fn drop_in_flight(&mut self, commit: u64) {
         self.files.retain(|_, pages| {
-            pages.retain(
-                |_, p| !matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit),
-            );
+            pages.retain(|_, p| !matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit));
             !pages.is_empty()
         });
     }
@@ -222,13 +214,10 @@ impl Fs {
                     Some(e) if !e.unwritten => {
                         let at = DataBlock(e.physical.0 + (block - e.logical));
                         match pieces.last_mut() {
-                            Some(ReadPiece::Device {
-                                at: a,
-                                skip: s,
-                                len: l,
-                            }) if a.0 + ((*s + *l) / BLOCK_SIZE) as u64 == at.0
-                                && (*s + *l) % BLOCK_SIZE == 0
-                                && skip == 0 =>
+                            Some(ReadPiece::Device { at: a, skip: s, len: l })
+                                if a.0 + ((*s + *l) / BLOCK_SIZE) as u64 == at.0
+                                    && (*s + *l) % BLOCK_SIZE == 0
+                                    && skip == 0 =>
                             {
                                 *l += len;
                             }
@@ -253,9 +242,7 @@ impl Fs {
     /// cannot be reserved; I/O errors.
     pub fn write(&mut self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<()> {
         self.regular(ino)?;
-        let end = offset
-            .checked_add(data.len() as u64)
-            .ok_or(Error::FileTooBig)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
         if end > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
@@ -309,9 +296,7 @@ impl Fs {
             let n = (BLOCK_SIZE - skip).min(src.len());
             self.dirty_page(ino, block, skip == 0 && n == BLOCK_SIZE)?;
             let pages = self.pages.files.entry(ino).or_default();
-            let p = pages
-                .get_mut(&block)
-                .ok_or(Error::Invalid("page vanished"))?;
+            let p = pages.get_mut(&block).ok_or(Error::Invalid("page vanished"))?;
             p.data[skip..skip + n].copy_from_slice(&src[..n]);
             pos += n as u64;
             src = &src[n..];
@@ -325,12 +310,7 @@ impl Fs {
     /// unless it is about to be overwritten whole. A new page over a hole
     /// takes one of the caller's reservations.
     fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool) -> Result<()> {
-        if let Some(p) = self
-            .pages
-            .files
-            .get_mut(&ino)
-            .and_then(|f| f.get_mut(&block))
-        {
+        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
             if !matches!(p.state, PageState::Dirty { .. }) {
                 // Queued or in flight: its block is allocated; rewrite in place.
                 p.state = PageState::Dirty { reserved: false };
@@ -342,21 +322,14 @@ impl Fs {
         let reserved = match self.extent_at(ino, block)? {
             Some(e) => {
                 if !whole && !e.unwritten {
-                    let old =
-                        self.read_data_block(DataBlock(e.physical.0 + (block - e.logical)))?;
+                    let old = self.read_data_block(DataBlock(e.physical.0 + (block - e.logical)))?;
                     data.copy_from_slice(&old);
                 }
                 false
             }
             None => true,
         };
-        self.pages.files.entry(ino).or_default().insert(
-            block,
-            Page {
-                data,
-                state: PageState::Dirty { reserved },
-            },
-        );
+        self.pages.files.entry(ino).or_default().insert(block, Page { data, state: PageState::Dirty { reserved } });
         self.pages.dirty_pages += 1;
         Ok(())
     }
@@ -371,13 +344,7 @@ impl Fs {
         self.log.inode_mut(ino)?.body = Body::Empty;
         let mut data: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
         data[..bytes.len()].copy_from_slice(&bytes);
-        self.pages.files.entry(ino).or_default().insert(
-            0,
-            Page {
-                data,
-                state: PageState::Dirty { reserved: true },
-            },
-        );
+        self.pages.files.entry(ino).or_default().insert(0, Page { data, state: PageState::Dirty { reserved: true } });
         self.pages.dirty_pages += 1;
         Ok(())
     }
@@ -393,10 +360,7 @@ impl Fs {
             let Some(pages) = self.pages.files.get(&ino) else {
                 return Ok(true);
             };
-            let Some(start) = pages
-                .iter()
-                .find(|(_, p)| matches!(p.state, PageState::Dirty { .. }))
-                .map(|(b, _)| *b)
+            let Some(start) = pages.iter().find(|(_, p)| matches!(p.state, PageState::Dirty { .. })).map(|(b, _)| *b)
             else {
                 return Ok(true);
             };
@@ -406,9 +370,7 @@ impl Fs {
             steps += 1;
             let mut end = start;
             while end - start < u64::from(crate::data_space::MAX_EXTENT_BLOCKS)
-                && pages
-                    .get(&end)
-                    .is_some_and(|p| matches!(p.state, PageState::Dirty { .. }))
+                && pages.get(&end).is_some_and(|p| matches!(p.state, PageState::Dirty { .. }))
             {
                 end += 1;
             }
@@ -429,10 +391,7 @@ impl Fs {
                 // count right even if one slipped through.
                 let stray = (start..stop)
                     .filter(|b| {
-                        matches!(
-                            self.pages.page(ino, *b).map(|p| p.state),
-                            Some(PageState::Dirty { reserved: true })
-                        )
+                        matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: true }))
                     })
                     .count() as u64;
                 debug_assert_eq!(stray, 0, "reserved page over a mapped block");
@@ -450,37 +409,21 @@ impl Fs {
                 // unmapped under them) take one now.
                 let unreserved: Vec<u64> = (start..stop)
                     .filter(|b| {
-                        matches!(
-                            self.pages.page(ino, *b).map(|p| p.state),
-                            Some(PageState::Dirty { reserved: false })
-                        )
+                        matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: false }))
                     })
                     .collect();
                 if !unreserved.is_empty() {
                     self.log.space.reserve(unreserved.len() as u64)?;
                     for b in unreserved {
-                        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b))
-                        {
+                        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
                             p.state = PageState::Dirty { reserved: true };
                         }
                     }
                 }
                 let goal = self.allocation_goal(ino, start)?;
-                let (at, len) = self
-                    .log
-                    .space
-                    .allocate(goal, stop - start)
-                    .ok_or(Error::NoSpace(DeviceRole::Data))?;
+                let (at, len) = self.log.space.allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
                 self.log.record(Change::DataAlloc { start: at, len });
-                self.add_extent(
-                    ino,
-                    Extent {
-                        logical: start,
-                        physical: at,
-                        len,
-                        unwritten: false,
-                    },
-                )?;
+                self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
                 self.log.inode_mut(ino)?.blocks += u64::from(len);
                 for (i, b) in (start..start + u64::from(len)).enumerate() {
                     self.queue_page(ino, b, DataBlock(at.0 + i as u64));
@@ -491,11 +434,7 @@ impl Fs {
     }
 
     fn queue_page(&mut self, ino: InodeNo, block: u64, at: DataBlock) {
-        if let Some(p) = self
-            .pages
-            .files
-            .get_mut(&ino)
-            .and_then(|f| f.get_mut(&block))
+        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block))
             && let PageState::Dirty { .. } = p.state
         {
             p.state = PageState::Queued { at };
@@ -581,18 +520,13 @@ impl Fs {
     /// Zeroes block `block` from byte `from` on, through a dirty page when
     /// the block holds data.
     fn zero_block_tail(&mut self, ino: InodeNo, block: u64, from: usize) -> Result<()> {
-        let holds_data = self.pages.page(ino, block).is_some()
-            || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
+        let holds_data =
+            self.pages.page(ino, block).is_some() || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
         if !holds_data {
             return Ok(());
         }
         self.dirty_page(ino, block, false)?;
-        if let Some(p) = self
-            .pages
-            .files
-            .get_mut(&ino)
-            .and_then(|f| f.get_mut(&block))
-        {
+        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
             p.data[from..].fill(0);
         }
         Ok(())
@@ -600,18 +534,13 @@ impl Fs {
 
     /// Zeroes `[from, to)` of block `block` (punching a partial block).
     fn zero_block_range(&mut self, ino: InodeNo, block: u64, from: usize, to: usize) -> Result<()> {
-        let holds_data = self.pages.page(ino, block).is_some()
-            || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
+        let holds_data =
+            self.pages.page(ino, block).is_some() || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
         if !holds_data {
             return Ok(());
         }
         self.dirty_page(ino, block, false)?;
-        if let Some(p) = self
-            .pages
-            .files
-            .get_mut(&ino)
-            .and_then(|f| f.get_mut(&block))
-        {
+        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
             p.data[from..to].fill(0);
         }
         Ok(())
@@ -644,11 +573,8 @@ impl Fs {
         let end_whole = end / BLOCK_BYTES;
         let head_block = offset / BLOCK_BYTES;
         if !offset.is_multiple_of(BLOCK_BYTES) {
-            let to = if head_block == (end - 1) / BLOCK_BYTES {
-                ((end - 1) % BLOCK_BYTES + 1) as usize
-            } else {
-                BLOCK_SIZE
-            };
+            let to =
+                if head_block == (end - 1) / BLOCK_BYTES { ((end - 1) % BLOCK_BYTES + 1) as usize } else { BLOCK_SIZE };
             self.zero_block_range(ino, head_block, (offset % BLOCK_BYTES) as usize, to)?;
         }
         if end % BLOCK_BYTES != 0 && end / BLOCK_BYTES >= first_whole {
@@ -669,13 +595,7 @@ impl Fs {
     ///
     /// # Errors
     /// `NoSpace(Data)`; I/O errors.
-    pub fn preallocate_step(
-        &mut self,
-        ino: InodeNo,
-        offset: u64,
-        len: u64,
-        budget: usize,
-    ) -> Result<bool> {
+    pub fn preallocate_step(&mut self, ino: InodeNo, offset: u64, len: u64, budget: usize) -> Result<bool> {
         self.regular(ino)?;
         let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
         if end > MAX_FILE_SIZE {
@@ -698,18 +618,10 @@ impl Fs {
                 _ => last,
             };
             // Pages over the hole already hold reservations for their blocks.
-            let covered = self
-                .pages
-                .files
-                .get(&ino)
-                .map_or(0, |f| f.range(b..stop).count()) as u64;
+            let covered = self.pages.files.get(&ino).map_or(0, |f| f.range(b..stop).count()) as u64;
             if covered > 0 {
                 // Leave page-backed blocks to write-back; allocate the rest one run at a time.
-                let first_page = self
-                    .pages
-                    .files
-                    .get(&ino)
-                    .and_then(|f| f.range(b..stop).next().map(|(k, _)| *k));
+                let first_page = self.pages.files.get(&ino).and_then(|f| f.range(b..stop).next().map(|(k, _)| *k));
                 if first_page == Some(b) {
                     let mut n = b;
                     while n < stop && self.pages.page(ino, n).is_some() {
@@ -719,30 +631,14 @@ impl Fs {
                     continue;
                 }
             }
-            let run_end = self
-                .pages
-                .files
-                .get(&ino)
-                .and_then(|f| f.range(b..stop).next().map(|(k, _)| *k))
-                .unwrap_or(stop);
+            let run_end =
+                self.pages.files.get(&ino).and_then(|f| f.range(b..stop).next().map(|(k, _)| *k)).unwrap_or(stop);
             self.log.space.reserve(run_end - b)?;
             let goal = self.allocation_goal(ino, b)?;
-            let (at, n) = self
-                .log
-                .space
-                .allocate(goal, run_end - b)
-                .ok_or(Error::NoSpace(DeviceRole::Data))?;
+            let (at, n) = self.log.space.allocate(goal, run_end - b).ok_or(Error::NoSpace(DeviceRole::Data))?;
             self.log.record(Change::DataAlloc { start: at, len: n });
             self.log.space.unreserve((run_end - b) - u64::from(n));
-            self.add_extent(
-                ino,
-                Extent {
-                    logical: b,
-                    physical: at,
-                    len: n,
-                    unwritten: true,
-                },
-            )?;
+            self.add_extent(ino, Extent { logical: b, physical: at, len: n, unwritten: true })?;
             self.log.inode_mut(ino)?.blocks += u64::from(n);
             b += u64::from(n);
             steps += 1;
@@ -781,14 +677,10 @@ impl Fs {
             }
             // Skip ahead: past this extent, or to the next extent or page.
             b = match extent {
-                Some(e) if !has_page => e
-                    .logical_end()
-                    .min(self.next_page(ino, b + 1).unwrap_or(u64::MAX)),
+                Some(e) if !has_page => e.logical_end().min(self.next_page(ino, b + 1).unwrap_or(u64::MAX)),
                 None if !has_page => {
                     let next_e = self.next_extent(ino, b)?.map_or(u64::MAX, |e| e.logical);
-                    next_e
-                        .min(self.next_page(ino, b + 1).unwrap_or(u64::MAX))
-                        .max(b + 1)
+                    next_e.min(self.next_page(ino, b + 1).unwrap_or(u64::MAX)).max(b + 1)
                 }
                 _ => b + 1,
             };
@@ -800,12 +692,7 @@ impl Fs {
     }
 
     fn next_page(&self, ino: InodeNo, from: u64) -> Option<u64> {
-        self.pages
-            .files
-            .get(&ino)?
-            .range(from..)
-            .next()
-            .map(|(b, _)| *b)
+        self.pages.files.get(&ino)?.range(from..).next().map(|(b, _)| *b)
     }
 
     /// Drops every page of a file being deleted.

@@ -31,23 +31,13 @@ impl Fs {
         let (group, dir_parent) = if new.kind == FileKind::Directory {
             (self.log.space.bind_directory(), parent)
         } else {
-            (
-                self.log
-                    .inode(parent)
-                    .map(|p| p.group)
-                    .unwrap_or(GroupNo(0)),
-                InodeNo(0),
-            )
+            (self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0)), InodeNo(0))
         };
         let rec = InodeRecord {
             mode: new.kind.mode_bits() | (new.perm & 0o7777),
             uid: new.uid,
             gid: new.gid,
-            nlink: if new.kind == FileKind::Directory {
-                2
-            } else {
-                1
-            },
+            nlink: if new.kind == FileKind::Directory { 2 } else { 1 },
             atime: now,
             mtime: now,
             ctime: now,
@@ -73,8 +63,7 @@ impl Fs {
         if kind == Some(FileKind::Regular) {
             self.discard_pages(ino);
             if !matches!(self.log.inode(ino)?.body, Body::Inline(_) | Body::Empty) {
-                let (freed, done) =
-                    self.unmap_range(ino, 0, u64::MAX, super::file::TRUNCATE_STEP_EXTENTS)?;
+                let (freed, done) = self.unmap_range(ino, 0, u64::MAX, super::file::TRUNCATE_STEP_EXTENTS)?;
                 self.free_data(ino, &freed)?;
                 if !done {
                     return Ok(false);

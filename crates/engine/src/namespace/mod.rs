@@ -35,11 +35,7 @@ pub struct FsConfig {
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig {
-            inline_max: 1024,
-            dirty_data_limit: 64 << 20,
-            cache_budget: 262_144,
-        }
+        FsConfig { inline_max: 1024, dirty_data_limit: 64 << 20, cache_budget: 262_144 }
     }
 }
 
@@ -61,12 +57,7 @@ impl Fs {
     /// Wraps a log.
     #[must_use]
     pub fn new(log: Log, config: FsConfig) -> Fs {
-        Fs {
-            log,
-            pages: PageCache::default(),
-            config,
-            refs: HashMap::new(),
-        }
+        Fs { log, pages: PageCache::default(), config, refs: HashMap::new() }
     }
 
     /// Outside references to `ino`.

@@ -28,9 +28,7 @@ impl FileName {
             return Err(Error::Invalid("empty name"));
         }
         if name == b"." || name == b".." {
-            return Err(Error::Invalid(
-                "'.' and '..' cannot be created, removed or renamed",
-            ));
+            return Err(Error::Invalid("'.' and '..' cannot be created, removed or renamed"));
         }
         if name.iter().any(|&b| b == b'/' || b == 0) {
             return Err(Error::Invalid("name contains '/' or NUL"));
@@ -70,16 +68,10 @@ mod tests {
     #[test]
     fn names_are_validated() {
         assert!(FileName::new(b"ok").is_ok());
-        assert!(matches!(
-            FileName::new(&[b'a'; 256]),
-            Err(Error::NameTooLong)
-        ));
+        assert!(matches!(FileName::new(&[b'a'; 256]), Err(Error::NameTooLong)));
         assert!(FileName::new(&[b'a'; 255]).is_ok());
         for bad in [&b""[..], b".", b"..", b"a/b", b"a\0b"] {
-            assert!(
-                matches!(FileName::new(bad), Err(Error::Invalid(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(FileName::new(bad), Err(Error::Invalid(_))), "{bad:?}");
         }
         assert!(FileName::new(b"...").is_ok());
     }

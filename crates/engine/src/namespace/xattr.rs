@@ -10,9 +10,7 @@ use super::btree;
 use super::name::{COLLISION_SLOTS, hash_position};
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
-use crate::format::inode::{
-    MAX_BLOB_NODES, MAX_INLINE_XATTR_BYTES, TreeRoot, Xattrs, inline_xattrs_len,
-};
+use crate::format::inode::{MAX_BLOB_NODES, MAX_INLINE_XATTR_BYTES, TreeRoot, Xattrs, inline_xattrs_len};
 use crate::format::node::{MAX_VALUE_LEN, TreeKind};
 use crate::types::{InodeNo, NodeId};
 
@@ -54,13 +52,7 @@ fn encode_entry(name: &[u8], stored: &Stored) -> Vec<u8> {
 }
 
 fn decode_entry(v: &[u8], ino: InodeNo) -> Result<(Vec<u8>, Stored)> {
-    let bad = || {
-        Error::corrupt_meta(
-            "xattr entry",
-            0,
-            format!("malformed extended attribute of inode {ino}"),
-        )
-    };
+    let bad = || Error::corrupt_meta("xattr entry", 0, format!("malformed extended attribute of inode {ino}"));
     let mut r = Reader::new(v);
     let form = r.u8().map_err(|_| bad())?;
     let nl = usize::from(r.u8().map_err(|_| bad())?);
@@ -85,12 +77,7 @@ fn decode_entry(v: &[u8], ino: InodeNo) -> Result<(Vec<u8>, Stored)> {
 
 impl Fs {
     /// Finds `name` in an xattr tree: its position and stored form.
-    fn xattr_find(
-        &mut self,
-        ino: InodeNo,
-        root: NodeId,
-        name: &[u8],
-    ) -> Result<Option<(u64, Stored)>> {
+    fn xattr_find(&mut self, ino: InodeNo, root: NodeId, name: &[u8]) -> Result<Option<(u64, Stored)>> {
         let base = hash_position(&self.log.sb.hash_key, name);
         let mut found = None;
         let mut bad = None;
@@ -119,11 +106,7 @@ impl Fs {
     /// `NoXattr` if absent; I/O and corruption errors.
     pub fn xattr_get(&mut self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
         match self.log.inode(ino)?.xattrs.clone() {
-            Xattrs::Inline(pairs) => pairs
-                .into_iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v)
-                .ok_or(Error::NoXattr),
+            Xattrs::Inline(pairs) => pairs.into_iter().find(|(n, _)| n == name).map(|(_, v)| v).ok_or(Error::NoXattr),
             Xattrs::Tree(t) => match self.xattr_find(ino, t.root, name)? {
                 Some((_, Stored::Inline(v))) => Ok(v),
                 Some((_, Stored::Blob(len, nodes))) => self.read_blob(&nodes, len),
@@ -142,21 +125,16 @@ impl Fs {
             Xattrs::Tree(t) => {
                 let mut names = Vec::new();
                 let mut bad = None;
-                btree::scan(
-                    &mut self.log.tree(ino),
-                    Some(t.root),
-                    0,
-                    &mut |_, v| match decode_entry(v, ino) {
-                        Ok((n, _)) => {
-                            names.push(n);
-                            true
-                        }
-                        Err(e) => {
-                            bad = Some(e);
-                            false
-                        }
-                    },
-                )?;
+                btree::scan(&mut self.log.tree(ino), Some(t.root), 0, &mut |_, v| match decode_entry(v, ino) {
+                    Ok((n, _)) => {
+                        names.push(n);
+                        true
+                    }
+                    Err(e) => {
+                        bad = Some(e);
+                        false
+                    }
+                })?;
                 bad.map_or(Ok(names), Err)
             }
         }
@@ -166,13 +144,7 @@ impl Fs {
     ///
     /// # Errors
     /// `Exists`/`NoXattr` per `mode`; `NameTooLong`, `XattrTooBig`; I/O errors.
-    pub fn xattr_set(
-        &mut self,
-        ino: InodeNo,
-        name: &[u8],
-        value: &[u8],
-        mode: SetMode,
-    ) -> Result<()> {
+    pub fn xattr_set(&mut self, ino: InodeNo, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
         if name.is_empty() {
             return Err(Error::Invalid("empty attribute name"));
         }
@@ -248,6 +220,9 @@ impl Fs {
                         false
                     }
                 })?;
+                if btree::get(&mut self.log.tree(ino), root, slot)?.is_some() {
+                    return Err(Error::NoSpace(crate::error::DeviceRole::Meta));
+                }
                 slot
             }
         };
@@ -256,13 +231,8 @@ impl Fs {
         } else {
             Stored::Blob(value.len() as u32, self.write_blob(ino, value))
         };
-        let (root, _) = btree::insert(
-            &mut self.log.tree(ino),
-            root,
-            TreeKind::Xattrs,
-            position,
-            encode_entry(name, &stored),
-        )?;
+        let (root, _) =
+            btree::insert(&mut self.log.tree(ino), root, TreeKind::Xattrs, position, encode_entry(name, &stored))?;
         Ok(root)
     }
 
@@ -273,10 +243,7 @@ impl Fs {
     pub fn xattr_remove(&mut self, ino: InodeNo, name: &[u8]) -> Result<()> {
         match self.log.inode(ino)?.xattrs.clone() {
             Xattrs::Inline(mut pairs) => {
-                let i = pairs
-                    .iter()
-                    .position(|(n, _)| n == name)
-                    .ok_or(Error::NoXattr)?;
+                let i = pairs.iter().position(|(n, _)| n == name).ok_or(Error::NoXattr)?;
                 pairs.remove(i);
                 self.log.inode_mut(ino)?.xattrs = Xattrs::Inline(pairs);
                 Ok(())
@@ -288,10 +255,7 @@ impl Fs {
                 }
                 let (root, _) = btree::remove(&mut self.log.tree(ino), Some(t.root), pos)?;
                 self.log.inode_mut(ino)?.xattrs = match root {
-                    Some(root) => Xattrs::Tree(TreeRoot {
-                        root,
-                        count: t.count.saturating_sub(1),
-                    }),
+                    Some(root) => Xattrs::Tree(TreeRoot { root, count: t.count.saturating_sub(1) }),
                     None => Xattrs::Inline(Vec::new()),
                 };
                 Ok(())

@@ -52,25 +52,15 @@ impl Volume {
     /// # Errors
     /// A device is too small or already holds a file system (unless
     /// `force`), or I/O fails.
-    pub fn format(
-        meta: Arc<dyn BlockDevice>,
-        data: Arc<dyn BlockDevice>,
-        opts: &MkfsOptions,
-    ) -> Result<()> {
+    pub fn format(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> {
         if !(128..=65536).contains(&opts.segment_blocks) {
-            return Err(Error::Invalid(
-                "segment size must be 128 to 65536 blocks (512 KiB to 256 MiB)",
-            ));
+            return Err(Error::Invalid("segment size must be 128 to 65536 blocks (512 KiB to 256 MiB)"));
         }
         if opts.group_blocks < 64 || !opts.group_blocks.is_multiple_of(64) {
-            return Err(Error::Invalid(
-                "data group size must be a positive multiple of 64 blocks",
-            ));
+            return Err(Error::Invalid("data group size must be a positive multiple of 64 blocks"));
         }
         if opts.inline_max > MAX_INLINE_DATA {
-            return Err(Error::Invalid(
-                "inline limit too large (at most 3072 bytes)",
-            ));
+            return Err(Error::Invalid("inline limit too large (at most 3072 bytes)"));
         }
         let seg = u64::from(opts.segment_blocks);
         let meta_blocks = meta.block_count();
@@ -101,8 +91,11 @@ impl Volume {
             }
         }
         let mut label = [0u8; 64];
-        let l = opts.label.as_bytes();
-        label[..l.len().min(64)].copy_from_slice(&l[..l.len().min(64)]);
+        let mut end = opts.label.len().min(64);
+        while !opts.label.is_char_boundary(end) {
+            end -= 1;
+        }
+        label[..end].copy_from_slice(&opts.label.as_bytes()[..end]);
         let sb = Superblock {
             role: Role::Meta,
             major: FORMAT_MAJOR,
@@ -126,31 +119,20 @@ impl Volume {
             label,
         };
         let io = |role: DeviceRole, op: &'static str, block: u64| {
-            move |source| Error::Io {
-                device: role,
-                op,
-                block,
-                source,
-            }
+            move |source| Error::Io { device: role, op, block, source }
         };
         // Stale checkpoints of an earlier volume on the same device must not
         // be mistaken for this one's.
         let zero = vec![0u8; BLOCK_SIZE];
         for slot in CHECKPOINT_SLOTS {
-            meta.write_blocks(slot.0, &zero)
-                .map_err(io(DeviceRole::Meta, "write", slot.0))?;
+            meta.write_blocks(slot.0, &zero).map_err(io(DeviceRole::Meta, "write", slot.0))?;
         }
-        meta.write_blocks(0, &sb.encode())
-            .map_err(io(DeviceRole::Meta, "write", 0))?;
-        data.write_blocks(
+        meta.write_blocks(0, &sb.encode()).map_err(io(DeviceRole::Meta, "write", 0))?;
+        data.write_blocks(0, &Superblock { role: Role::Data, ..sb.clone() }.encode()).map_err(io(
+            DeviceRole::Data,
+            "write",
             0,
-            &Superblock {
-                role: Role::Data,
-                ..sb.clone()
-            }
-            .encode(),
-        )
-        .map_err(io(DeviceRole::Data, "write", 0))?;
+        ))?;
         data.flush().map_err(io(DeviceRole::Data, "flush", 0))?;
         meta.flush().map_err(io(DeviceRole::Meta, "flush", 0))?;
 
@@ -158,13 +140,7 @@ impl Volume {
         let mut fs = Fs::new(log, FsConfig::default());
         let root = fs.new_inode(
             InodeNo::ROOT,
-            NewInode {
-                kind: FileKind::Directory,
-                perm: 0o755,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-            },
+            NewInode { kind: FileKind::Directory, perm: 0o755, uid: 0, gid: 0, rdev: 0 },
             opts.now,
         )?;
         debug_assert_eq!(root, InodeNo::ROOT);

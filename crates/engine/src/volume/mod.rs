@@ -58,9 +58,7 @@ pub struct Volume {
 
 impl std::fmt::Debug for Volume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Volume")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
+        f.debug_struct("Volume").field("options", &self.options).finish_non_exhaustive()
     }
 }
 
@@ -76,11 +74,7 @@ impl Volume {
     ///
     /// # Errors
     /// The devices are not a DualFS pair, a structure is corrupt, I/O fails.
-    pub fn open(
-        meta: Arc<dyn BlockDevice>,
-        data: Arc<dyn BlockDevice>,
-        options: MountOptions,
-    ) -> Result<Volume> {
+    pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>, options: MountOptions) -> Result<Volume> {
         Volume::open_with_clock(meta, data, options, Arc::new(Timestamp::now))
     }
 
@@ -95,6 +89,14 @@ impl Volume {
         clock: Clock,
     ) -> Result<Volume> {
         let (log, report) = Log::open(meta.clone(), data.clone())?;
+        let mut options = options;
+        let unknown = log.sb.ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
+        if unknown != 0 && !options.read_only {
+            log::warn!(
+                "mounting read-only: the volume uses read-only-compatible features {unknown:#x} this version does not know"
+            );
+            options.read_only = true;
+        }
         let config = FsConfig {
             inline_max: log.sb.inline_max,
             dirty_data_limit: options.dirty_data_limit,
@@ -151,9 +153,7 @@ impl Volume {
             return Err(Error::ReadOnly("mounted read-only".into()));
         }
         if let Some(why) = lock(&self.failed).as_ref() {
-            return Err(Error::ReadOnly(format!(
-                "turned read-only after an error: {why}"
-            )));
+            return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
         }
         Ok(())
     }
@@ -169,11 +169,7 @@ impl Volume {
     }
 
     /// Runs one mutating step with room guaranteed in the active partial segment.
-    fn mutate<R>(
-        &self,
-        kind: OpKind,
-        mut f: impl FnMut(&mut Fs, Timestamp) -> Result<R>,
-    ) -> Result<R> {
+    fn mutate<R>(&self, kind: OpKind, mut f: impl FnMut(&mut Fs, Timestamp) -> Result<R>) -> Result<R> {
         let mut retried_space = false;
         loop {
             self.check_writable()?;
@@ -225,36 +221,13 @@ impl Volume {
                 return Ok(());
             }
             if let Some(why) = lock(&self.failed).as_ref() {
-                return Err(Error::ReadOnly(format!(
-                    "turned read-only after an error: {why}"
-                )));
+                return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
             }
             c.next_id += 1;
             let id = c.next_id;
             let (sealed, more) = {
                 let mut fs = lock(&self.fs);
-                let mut more = false;
-                for ino in fs.pages.dirty_files() {
-                    match fs.write_back(ino, usize::MAX) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            more = true;
-                            break;
-                        }
-                        Err(e) => {
-                            self.fail(&e);
-                            return Err(e);
-                        }
-                    }
-                }
-                let data = fs.pages.take_queued(id);
-                match fs.log.seal(data, self.now()) {
-                    Ok(s) => (s, more),
-                    Err(e) => {
-                        self.fail(&e);
-                        return Err(e);
-                    }
-                }
+                self.seal_step(&mut fs, id)?
             };
             if let Some(s) = &sealed {
                 if let Err(e) = s.write(&self.meta, &self.data) {
@@ -263,9 +236,7 @@ impl Volume {
                 }
                 let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
                 let mut fs = lock(&self.fs);
-                let budget = fs.config.cache_budget;
-                fs.log.complete(s, budget);
-                fs.pages.drop_in_flight(id);
+                Volume::completed(&mut fs, s, id);
                 self.commits.fetch_add(1, Ordering::Relaxed);
             }
             *lock(&self.last_commit) = Instant::now();
@@ -273,6 +244,39 @@ impl Volume {
                 return Ok(());
             }
         }
+    }
+
+    /// Writes back dirty data (while the group has room) and seals one
+    /// commit group. Returns it, and whether dirty data is left over.
+    fn seal_step(&self, fs: &mut Fs, id: u64) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
+        let mut more = false;
+        for ino in fs.pages.dirty_files() {
+            match fs.write_back(ino, usize::MAX) {
+                Ok(true) => {}
+                Ok(false) => {
+                    more = true;
+                    break;
+                }
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        }
+        let data = fs.pages.take_queued(id);
+        match fs.log.seal(data, self.now()) {
+            Ok(s) => Ok((s, more)),
+            Err(e) => {
+                self.fail(&e);
+                Err(e)
+            }
+        }
+    }
+
+    fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
+        let budget = fs.config.cache_budget;
+        fs.log.complete(sealed, budget);
+        fs.pages.drop_in_flight(id);
     }
 
     /// Commits, then writes a checkpoint of the IFile.
@@ -286,15 +290,25 @@ impl Volume {
             return Ok(());
         }
         let sealed = {
+            // Whatever slipped in since the commit is drained with the locks
+            // held, so that the checkpoint sees no pending change and no
+            // pending free (a free not yet released would be lost: the
+            // checkpoint's roll-forward starts after it).
+            let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
             let mut fs = lock(&self.fs);
-            if fs.log.has_dirty() {
-                // Operations slipped in between the commit and here; they
-                // go into the next partial segment, not this checkpoint.
-                drop(fs);
-                self.commit_locked(&mut c)?;
-                fs = lock(&self.fs);
-                if fs.log.has_dirty() {
-                    return Ok(());
+            loop {
+                c.next_id += 1;
+                let id = c.next_id;
+                let (group, more) = self.seal_step(&mut fs, id)?;
+                if let Some(g) = &group {
+                    if let Err(e) = g.write(&self.meta, &self.data) {
+                        self.fail(&e);
+                        return Err(e);
+                    }
+                    Volume::completed(&mut fs, g, id);
+                }
+                if !more && !fs.log.has_dirty() {
+                    break;
                 }
             }
             match fs.log.seal_checkpoint(self.now()) {
@@ -326,10 +340,7 @@ impl Volume {
         }
         let (dirty, since_ckpt) = {
             let fs = lock(&self.fs);
-            (
-                fs.log.has_dirty() || fs.pages.dirty_bytes() > 0,
-                fs.log.blocks_since_checkpoint(),
-            )
+            (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
         };
         if dirty && lock(&self.last_commit).elapsed() >= self.options.commit_interval {
             self.commit()?;
@@ -396,11 +407,7 @@ impl Volume {
                 let done = fs.delete_step(ino)?;
                 if !done
                     && first
-                    && fs
-                        .log
-                        .ifile
-                        .inode(ino)
-                        .is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN == 0)
+                    && fs.log.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN == 0)
                 {
                     fs.log.set_orphan(ino, true);
                 }
@@ -449,11 +456,7 @@ impl Volume {
             }
             Ok(true)
         })?;
-        if free_now {
-            self.delete_inode(ino)
-        } else {
-            Ok(())
-        }
+        if free_now { self.delete_inode(ino) } else { Ok(()) }
     }
 
     // ---- helpers shared by the operations ----
@@ -464,8 +467,7 @@ impl Volume {
 
     fn kind_of(fs: &mut Fs, ino: InodeNo) -> Result<FileKind> {
         let mode = fs.log.inode(ino)?.mode;
-        FileKind::from_mode(mode).ok_or_else(|| {
-            Error::corrupt_meta("inode", 0, format!("inode {ino} has mode {mode:#o}"))
-        })
+        FileKind::from_mode(mode)
+            .ok_or_else(|| Error::corrupt_meta("inode", 0, format!("inode {ino} has mode {mode:#o}")))
     }
 }

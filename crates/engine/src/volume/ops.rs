@@ -4,9 +4,7 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{
-    Attr, Creds, FallocateMode, Listing, RenameFlags, SetAttr, StatFs, TimeSet, Volume, lock,
-};
+use super::{Attr, Creds, FallocateMode, Listing, RenameFlags, SetAttr, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
@@ -50,11 +48,7 @@ fn is_within(fs: &mut Fs, mut dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
         }
         dir = fs.log.inode(dir)?.parent;
     }
-    Err(Error::corrupt_meta(
-        "inode",
-        0,
-        format!("the parent chain of directory {dir} loops"),
-    ))
+    Err(Error::corrupt_meta("inode", 0, format!("the parent chain of directory {dir} loops")))
 }
 
 impl Volume {
@@ -113,8 +107,7 @@ impl Volume {
                 rec.mode = (rec.mode & !0o7777) | (mode & 0o7777);
                 changed = true;
             }
-            let owner_change =
-                set.uid.is_some_and(|u| u != rec.uid) || set.gid.is_some_and(|g| g != rec.gid);
+            let owner_change = set.uid.is_some_and(|u| u != rec.uid) || set.gid.is_some_and(|g| g != rec.gid);
             if set.uid.is_some() || set.gid.is_some() {
                 rec.uid = set.uid.unwrap_or(rec.uid);
                 rec.gid = set.gid.unwrap_or(rec.gid);
@@ -159,11 +152,7 @@ impl Volume {
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.truncate_step(ino, size)?;
-                let orphan = fs
-                    .log
-                    .ifile
-                    .inode(ino)
-                    .is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0);
+                let orphan = fs.log.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0);
                 if !done && first && !orphan {
                     // Recovery trims whatever a crash leaves beyond the size.
                     fs.log.set_orphan(ino, true);
@@ -208,35 +197,15 @@ impl Volume {
             // A set-group-id directory hands its group to what is created
             // in it, and the bit itself to subdirectories.
             let (gid, perm) = if p.mode & S_ISGID != 0 {
-                (
-                    p.gid,
-                    if kind == FileKind::Directory {
-                        perm | S_ISGID
-                    } else {
-                        perm
-                    },
-                )
+                (p.gid, if kind == FileKind::Directory { perm | S_ISGID } else { perm })
             } else {
                 (creds.gid, perm)
             };
             if fs.dir_lookup(parent, name.as_bytes())?.is_some() {
                 return Err(Error::Exists);
             }
-            let ino = fs.new_inode(
-                parent,
-                NewInode {
-                    kind,
-                    perm,
-                    uid: creds.uid,
-                    gid,
-                    rdev,
-                },
-                now,
-            )?;
-            fill.take()
-                .ok_or(Error::Invalid("operation retried after a partial change"))?(
-                fs, ino
-            )?;
+            let ino = fs.new_inode(parent, NewInode { kind, perm, uid: creds.uid, gid, rdev }, now)?;
+            fill.take().ok_or(Error::Invalid("operation retried after a partial change"))?(fs, ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
             if kind == FileKind::Directory {
@@ -253,9 +222,7 @@ impl Volume {
     /// # Errors
     /// `Exists`, `NotDir`, name errors, no space.
     pub fn create(&self, parent: InodeNo, name: &[u8], perm: u32, creds: Creds) -> Result<Attr> {
-        self.make(parent, name, FileKind::Regular, perm, 0, creds, |_, _| {
-            Ok(())
-        })
+        self.make(parent, name, FileKind::Regular, perm, 0, creds, |_, _| Ok(()))
     }
 
     /// Creates a directory. The new inode is remembered once.
@@ -263,9 +230,7 @@ impl Volume {
     /// # Errors
     /// `Exists`, `NotDir`, `TooManyLinks`, name errors, no space.
     pub fn mkdir(&self, parent: InodeNo, name: &[u8], perm: u32, creds: Creds) -> Result<Attr> {
-        self.make(parent, name, FileKind::Directory, perm, 0, creds, |_, _| {
-            Ok(())
-        })
+        self.make(parent, name, FileKind::Directory, perm, 0, creds, |_, _| Ok(()))
     }
 
     /// Creates a device node, fifo, socket or regular file. The new inode is remembered once.
@@ -284,11 +249,7 @@ impl Volume {
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return Err(Error::Invalid("mknod cannot make directories or symlinks"));
         }
-        let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
-            rdev
-        } else {
-            0
-        };
+        let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { rdev } else { 0 };
         self.make(parent, name, kind, perm, rdev, creds, |_, _| Ok(()))
     }
 
@@ -296,13 +257,7 @@ impl Volume {
     ///
     /// # Errors
     /// `NameTooLong` for a target over 4095 bytes, `Invalid` for an empty one; as [`Volume::create`].
-    pub fn symlink(
-        &self,
-        parent: InodeNo,
-        name: &[u8],
-        target: &[u8],
-        creds: Creds,
-    ) -> Result<Attr> {
+    pub fn symlink(&self, parent: InodeNo, name: &[u8], target: &[u8], creds: Creds) -> Result<Attr> {
         if target.is_empty() {
             return Err(Error::NotFound);
         }
@@ -312,28 +267,17 @@ impl Volume {
         if target.contains(&0) {
             return Err(Error::Invalid("symlink target contains NUL"));
         }
-        self.make(
-            parent,
-            name,
-            FileKind::Symlink,
-            0o777,
-            0,
-            creds,
-            |fs, ino| {
-                let body = if target.len() <= fs.config.inline_max as usize {
-                    Body::Inline(target.to_vec())
-                } else {
-                    Body::Blob {
-                        len: target.len() as u32,
-                        nodes: fs.write_blob(ino, target),
-                    }
-                };
-                let mut rec = fs.log.inode_mut(ino)?;
-                rec.body = body;
-                rec.size = target.len() as u64;
-                Ok(())
-            },
-        )
+        self.make(parent, name, FileKind::Symlink, 0o777, 0, creds, |fs, ino| {
+            let body = if target.len() <= fs.config.inline_max as usize {
+                Body::Inline(target.to_vec())
+            } else {
+                Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, target) }
+            };
+            let mut rec = fs.log.inode_mut(ino)?;
+            rec.body = body;
+            rec.size = target.len() as u64;
+            Ok(())
+        })
     }
 
     /// The target of a symbolic link.
@@ -348,11 +292,7 @@ impl Volume {
         match fs.log.inode(ino)?.body.clone() {
             Body::Inline(t) => Ok(t),
             Body::Blob { len, nodes } => fs.read_blob(&nodes, len),
-            _ => Err(Error::corrupt_meta(
-                "inode",
-                0,
-                format!("symlink {ino} has no target"),
-            )),
+            _ => Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
         }
     }
 
@@ -470,9 +410,7 @@ impl Volume {
         flags: RenameFlags,
     ) -> Result<()> {
         if flags.exchange && flags.noreplace {
-            return Err(Error::Invalid(
-                "RENAME_EXCHANGE and RENAME_NOREPLACE together",
-            ));
+            return Err(Error::Invalid("RENAME_EXCHANGE and RENAME_NOREPLACE together"));
         }
         let name = FileName::new(name)?;
         let new_name = FileName::new(new_name)?;
@@ -516,10 +454,7 @@ impl Volume {
                 return Ok(None);
             }
             if let Some(d) = &dst {
-                match (
-                    src.kind == FileKind::Directory,
-                    d.kind == FileKind::Directory,
-                ) {
+                match (src.kind == FileKind::Directory, d.kind == FileKind::Directory) {
                     (true, false) => return Err(Error::NotDir),
                     (false, true) => return Err(Error::IsDir),
                     (true, true) if !fs.dir_is_empty(d.ino)? => return Err(Error::NotEmpty),
@@ -559,13 +494,7 @@ impl Volume {
     }
 
     /// A directory moved from `from` to `to`: its `..` and both link counts follow.
-    fn reparent(
-        fs: &mut Fs,
-        ino: InodeNo,
-        kind: FileKind,
-        from: InodeNo,
-        to: InodeNo,
-    ) -> Result<()> {
+    fn reparent(fs: &mut Fs, ino: InodeNo, kind: FileKind, from: InodeNo, to: InodeNo) -> Result<()> {
         if kind != FileKind::Directory || from == to {
             return Ok(());
         }
@@ -598,10 +527,7 @@ impl Volume {
     /// # Errors
     /// `IsDir`, `Invalid` for non-regular files; I/O errors.
     pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
-        let _reuse = self
-            .reuse
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let plan = lock(&self.fs).read_plan(ino, offset, size)?;
         let mut out = Vec::with_capacity(size);
         for piece in plan {
@@ -610,12 +536,7 @@ impl Volume {
                 ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
                 ReadPiece::Device { at, skip, len } => {
                     let blocks = (skip + len).div_ceil(BLOCK_SIZE);
-                    let buf = crate::meta_log::read_blocks(
-                        self.data.as_ref(),
-                        crate::DeviceRole::Data,
-                        at.0,
-                        blocks,
-                    )?;
+                    let buf = crate::meta_log::read_blocks(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
                     out.extend_from_slice(&buf[skip..skip + len]);
                 }
             }
@@ -648,24 +569,12 @@ impl Volume {
     ///
     /// # Errors
     /// `NotDir`; I/O and corruption errors.
-    pub fn readdir(
-        &self,
-        dir: InodeNo,
-        offset: u64,
-        visit: &mut dyn FnMut(Listing) -> bool,
-    ) -> Result<()> {
+    pub fn readdir(&self, dir: InodeNo, offset: u64, visit: &mut dyn FnMut(Listing) -> bool) -> Result<()> {
         let mut fs = lock(&self.fs);
         if Volume::kind_of(&mut fs, dir)? != FileKind::Directory {
             return Err(Error::NotDir);
         }
-        if offset == 0
-            && !visit(Listing {
-                name: b".".to_vec(),
-                ino: dir,
-                kind: FileKind::Directory,
-                next: 1,
-            })
-        {
+        if offset == 0 && !visit(Listing { name: b".".to_vec(), ino: dir, kind: FileKind::Directory, next: 1 }) {
             return Ok(());
         }
         if offset <= 1 {
@@ -673,22 +582,12 @@ impl Volume {
                 InodeNo(0) => InodeNo::ROOT,
                 p => p,
             };
-            if !visit(Listing {
-                name: b"..".to_vec(),
-                ino: parent,
-                kind: FileKind::Directory,
-                next: 2,
-            }) {
+            if !visit(Listing { name: b"..".to_vec(), ino: parent, kind: FileKind::Directory, next: 2 }) {
                 return Ok(());
             }
         }
         fs.dir_scan(dir, offset.max(2), &mut |e| {
-            visit(Listing {
-                name: e.name,
-                ino: e.ino,
-                kind: e.kind,
-                next: e.position + 1,
-            })
+            visit(Listing { name: e.name, ino: e.ino, kind: e.kind, next: e.position + 1 })
         })
     }
 
@@ -765,13 +664,7 @@ impl Volume {
     /// # Errors
     /// `Invalid` for an empty range, `NotSupported` for punching without
     /// keeping the size, `FileTooBig`, `NoSpace(Data)`.
-    pub fn fallocate(
-        &self,
-        ino: InodeNo,
-        offset: u64,
-        len: u64,
-        mode: FallocateMode,
-    ) -> Result<()> {
+    pub fn fallocate(&self, ino: InodeNo, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
         if len == 0 {
             return Err(Error::Invalid("fallocate of an empty range"));
         }
@@ -783,21 +676,17 @@ impl Volume {
             return Err(Error::FileTooBig);
         }
         if Volume::kind_of(&mut lock(&self.fs), ino)? != FileKind::Regular {
-            return Err(
-                if Volume::kind_of(&mut lock(&self.fs), ino)? == FileKind::Directory {
-                    Error::IsDir
-                } else {
-                    Error::Invalid("fallocate needs a regular file")
-                },
-            );
+            return Err(if Volume::kind_of(&mut lock(&self.fs), ino)? == FileKind::Directory {
+                Error::IsDir
+            } else {
+                Error::Invalid("fallocate needs a regular file")
+            });
         }
         if mode.punch_hole || mode.zero_range {
             while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
         }
         if !mode.punch_hole {
-            while !self.mutate(OpKind::Grow, |fs, _| {
-                fs.preallocate_step(ino, offset, len, 8)
-            })? {}
+            while !self.mutate(OpKind::Grow, |fs, _| fs.preallocate_step(ino, offset, len, 8))? {}
         }
         self.mutate(OpKind::Grow, |fs, now| {
             let mut rec = fs.log.inode_mut(ino)?;
@@ -847,9 +736,6 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
-        Ok(matches!(
-            lock(&self.fs).log.inode(ino)?.body,
-            Body::Inline(_)
-        ))
+        Ok(matches!(lock(&self.fs).log.inode(ino)?.body, Body::Inline(_)))
     }
 }

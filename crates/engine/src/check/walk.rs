@@ -1,0 +1,658 @@
+//! The walk itself: load every live inode and node from disk, then check
+//! the namespace (reachability, link counts, directories, extent maps,
+//! xattrs, ownership) and the space accounting (bitmap, group counts,
+//! segment usage) against what was found.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::{CheckStats, Loaded, Problem};
+use crate::error::{Error, Result};
+use crate::format::block::{self, BlockKind};
+use crate::format::codec::Reader;
+use crate::format::ifile::IMAP_ORPHAN;
+use crate::format::inode::{Body, Extent, InodeRecord, TreeRoot, Xattrs};
+use crate::format::inode_block;
+use crate::format::node::{Node, TreeKind};
+use crate::meta_log::{Log, Object};
+use crate::namespace::FileName;
+use crate::namespace::btree::{self, NodeSource};
+use crate::namespace::name::{COLLISION_SLOTS, hash_position};
+use crate::types::{BLOCK_BYTES, DataBlock, FileKind, InodeNo, MetaBlock, NodeId};
+
+fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, message: impl Into<String>) -> Problem {
+    Problem { structure, ino, block, message: message.into() }
+}
+
+/// Reads every live inode record and node from the meta-data device.
+pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
+    let mut loaded = Loaded::default();
+    let mut by_block: HashMap<MetaBlock, Vec<InodeNo>> = HashMap::new();
+    for i in 1..log.ifile.inodes.len() as u64 {
+        let e = log.ifile.inodes.get(i as usize);
+        if !e.in_use() {
+            continue;
+        }
+        if e.address.0 == 0 {
+            problems.push(problem("inode map", Some(InodeNo(i)), None, "in use but never written"));
+            continue;
+        }
+        by_block.entry(e.address).or_default().push(InodeNo(i));
+    }
+    let mut blocks: Vec<_> = by_block.into_iter().collect();
+    blocks.sort_unstable();
+    for (at, inos) in blocks {
+        let records = log.read_meta(at, 1).and_then(|raw| {
+            let (_, payload) = block::open_block_of_kind(&raw, at, log.volume_id(), BlockKind::Inodes)
+                .map_err(|e| Error::corrupt_meta("inode block", at.0, e.0))?;
+            inode_block::decode_all(payload).map_err(|e| Error::corrupt_meta("inode block", at.0, e.0))
+        });
+        let records = match records {
+            Ok(r) => r,
+            Err(e) => {
+                problems.push(problem("inode block", None, Some(at.0), e.to_string()));
+                continue;
+            }
+        };
+        for ino in inos {
+            let e = log.ifile.inodes.get(ino.0 as usize);
+            match records.iter().find(|r| r.ino == ino) {
+                None => {
+                    problems.push(problem("inode map", Some(ino), Some(at.0), "points at a block without the inode"))
+                }
+                Some(r) => {
+                    if r.generation != e.generation {
+                        problems.push(problem(
+                            "inode",
+                            Some(ino),
+                            Some(at.0),
+                            format!("generation {} but the inode map says {}", r.generation, e.generation),
+                        ));
+                    }
+                    if r.encoded_len() != usize::from(e.record_len) {
+                        problems.push(problem(
+                            "inode map",
+                            Some(ino),
+                            Some(at.0),
+                            format!("record length {} but the record is {} bytes", e.record_len, r.encoded_len()),
+                        ));
+                    }
+                    loaded.inodes.insert(ino, r.clone());
+                }
+            }
+        }
+    }
+    for id in 1..log.ifile.nodes.len() as u64 {
+        let at = log.ifile.node_address(NodeId(id));
+        if at.0 == 0 {
+            continue;
+        }
+        let obj = log.read_meta(at, 1).and_then(|raw| {
+            let (h, payload) = block::open_block(&raw, at, log.volume_id())
+                .map_err(|e| Error::corrupt_meta("meta-data block", at.0, e.0))?;
+            if h.name != id {
+                return Err(Error::corrupt_meta(
+                    "meta-data block",
+                    at.0,
+                    format!("holds node {} instead of {id}", h.name),
+                ));
+            }
+            let obj = match h.kind {
+                BlockKind::Node => Object::Node(
+                    Node::decode(payload, h.aux).map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?,
+                ),
+                BlockKind::Blob => Object::Blob(payload.to_vec()),
+                k => {
+                    return Err(Error::corrupt_meta("meta-data block", at.0, format!("node {id} is a {}", k.name())));
+                }
+            };
+            Ok((h.owner, obj))
+        });
+        match obj {
+            Ok(o) => {
+                loaded.nodes.insert(NodeId(id), o);
+            }
+            Err(e) => problems.push(problem("node", None, Some(at.0), e.to_string())),
+        }
+    }
+    loaded
+}
+
+/// Read-only access to the loaded nodes for the B-tree checker, recording
+/// which inode each node was reached from.
+struct Source<'a> {
+    loaded: &'a Loaded,
+}
+
+impl NodeSource for Source<'_> {
+    fn node(&mut self, id: NodeId) -> Result<&Node> {
+        match self.loaded.nodes.get(&id) {
+            Some((_, Object::Node(n))) => Ok(n),
+            Some((_, Object::Blob(_))) => Err(Error::corrupt_meta("B-tree node", 0, format!("node {id} is a blob"))),
+            None => Err(Error::corrupt_meta(
+                "B-tree node",
+                0,
+                format!("node {id} is referenced but not allocated or unreadable"),
+            )),
+        }
+    }
+}
+
+/// A decoded xattr tree entry: name, and blob length and nodes if not inline.
+type XattrEntry = (Vec<u8>, Option<(u32, Vec<NodeId>)>);
+
+/// What one inode's walk needs to share.
+struct Walk<'a> {
+    log: &'a Log,
+    loaded: &'a Loaded,
+    problems: &'a mut Vec<Problem>,
+    /// Which inode references each node.
+    node_owner: HashMap<NodeId, InodeNo>,
+    /// Every mapped data extent with its file.
+    extents: Vec<(DataBlock, u32, InodeNo)>,
+}
+
+impl Walk<'_> {
+    fn claim(&mut self, id: NodeId, ino: InodeNo) {
+        if let Some(prev) = self.node_owner.insert(id, ino) {
+            self.problems.push(problem(
+                "node",
+                Some(ino),
+                None,
+                format!("node {id} is also referenced by inode {prev}"),
+            ));
+        }
+        if let Some((owner, _)) = self.loaded.nodes.get(&id)
+            && *owner != ino
+        {
+            self.problems.push(problem("node", Some(ino), None, format!("node {id} says it belongs to inode {owner}")));
+        }
+    }
+
+    /// Checks a tree and returns its entries (empty on failure, with a problem).
+    fn tree(&mut self, ino: InodeNo, t: &TreeRoot, kind: TreeKind, what: &'static str) -> Vec<(u64, Vec<u8>)> {
+        let mut seen = Vec::new();
+        let res = btree::check(&mut Source { loaded: self.loaded }, Some(t.root), kind, &mut |id| seen.push(id));
+        for id in seen {
+            self.claim(id, ino);
+        }
+        match res {
+            Ok(Ok(entries)) => {
+                if entries.len() as u64 != t.count {
+                    self.problems.push(problem(
+                        what,
+                        Some(ino),
+                        None,
+                        format!("holds {} entries, the inode says {}", entries.len(), t.count),
+                    ));
+                }
+                entries
+            }
+            Ok(Err(msg)) => {
+                self.problems.push(problem(what, Some(ino), None, msg));
+                Vec::new()
+            }
+            Err(e) => {
+                self.problems.push(problem(what, Some(ino), None, e.to_string()));
+                Vec::new()
+            }
+        }
+    }
+
+    fn blob(&mut self, ino: InodeNo, nodes: &[NodeId], len: u32, what: &'static str) {
+        let mut total = 0usize;
+        for id in nodes {
+            self.claim(*id, ino);
+            match self.loaded.nodes.get(id) {
+                Some((_, Object::Blob(b))) => total += b.len(),
+                _ => {
+                    self.problems.push(problem(what, Some(ino), None, format!("blob node {id} missing or not a blob")))
+                }
+            }
+        }
+        if total != len as usize {
+            self.problems.push(problem(what, Some(ino), None, format!("blob holds {total} bytes, expected {len}")));
+        }
+    }
+
+    fn extents(&mut self, ino: InodeNo, rec: &InodeRecord, orphan: bool) -> u64 {
+        let list: Vec<Extent> = match &rec.body {
+            Body::Extents(v) => v.clone(),
+            Body::Tree(t) => self
+                .tree(ino, t, TreeKind::Extents, "extent map")
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let mut r = Reader::new(&v);
+                    let e = (|| -> Option<Extent> {
+                        let physical = DataBlock(r.u64().ok()?);
+                        let len = r.u32().ok()?;
+                        let flags = r.u8().ok()?;
+                        (len > 0 && flags <= 1 && r.remaining() == 0).then_some(Extent {
+                            logical: k,
+                            physical,
+                            len,
+                            unwritten: flags == 1,
+                        })
+                    })();
+                    if e.is_none() {
+                        self.problems.push(problem(
+                            "extent map",
+                            Some(ino),
+                            None,
+                            format!("malformed extent at file block {k}"),
+                        ));
+                    }
+                    e
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let data_blocks = self.log.sb.data_blocks;
+        let eof_block = rec.size.div_ceil(BLOCK_BYTES);
+        let mut total = 0u64;
+        for (i, e) in list.iter().enumerate() {
+            if i > 0 && list[i - 1].logical_end() > e.logical {
+                self.problems.push(problem(
+                    "extent map",
+                    Some(ino),
+                    None,
+                    format!("extents overlap at file block {}", e.logical),
+                ));
+            }
+            if e.physical.0 == 0 || e.physical.0.saturating_add(u64::from(e.len)) > data_blocks {
+                self.problems.push(problem(
+                    "extent map",
+                    Some(ino),
+                    None,
+                    format!(
+                        "extent at file block {} maps data blocks {}+{} outside the data device",
+                        e.logical, e.physical.0, e.len
+                    ),
+                ));
+                continue;
+            }
+            if !e.unwritten && e.logical_end() > eof_block && !orphan {
+                self.problems.push(problem(
+                    "extent map",
+                    Some(ino),
+                    None,
+                    format!(
+                        "written blocks {}..{} lie beyond the end of the file (size {})",
+                        e.logical.max(eof_block),
+                        e.logical_end(),
+                        rec.size
+                    ),
+                ));
+            }
+            total += u64::from(e.len);
+            self.extents.push((e.physical, e.len, ino));
+        }
+        if total != rec.blocks {
+            self.problems.push(problem(
+                "inode",
+                Some(ino),
+                None,
+                format!("says {} data blocks, its extents map {total}", rec.blocks),
+            ));
+        }
+        total
+    }
+
+    fn xattrs(&mut self, ino: InodeNo, rec: &InodeRecord) {
+        let Xattrs::Tree(t) = &rec.xattrs else { return };
+        let mut names = HashSet::new();
+        for (_, v) in self.tree(ino, t, TreeKind::Xattrs, "xattr tree") {
+            let mut r = Reader::new(&v);
+            let parsed = (|| -> Option<XattrEntry> {
+                let form = r.u8().ok()?;
+                let nl = usize::from(r.u8().ok()?);
+                let name = r.bytes(nl).ok()?.to_vec();
+                match form {
+                    0 => Some((name, None)),
+                    1 => {
+                        let len = r.u32().ok()?;
+                        let mut nodes = Vec::new();
+                        while r.remaining() >= 8 {
+                            nodes.push(NodeId(r.u64().ok()?));
+                        }
+                        (r.remaining() == 0).then_some((name, Some((len, nodes))))
+                    }
+                    _ => None,
+                }
+            })();
+            match parsed {
+                None => self.problems.push(problem("xattr tree", Some(ino), None, "malformed entry")),
+                Some((name, blob)) => {
+                    if !names.insert(name.clone()) {
+                        self.problems.push(problem(
+                            "xattr tree",
+                            Some(ino),
+                            None,
+                            format!("duplicate name {:?}", String::from_utf8_lossy(&name)),
+                        ));
+                    }
+                    if let Some((len, nodes)) = blob {
+                        self.blob(ino, &nodes, len, "xattr value");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reachability, link counts, directories, per-inode structure, node ownership.
+pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, stats: &mut CheckStats) {
+    let mut w = Walk { log, loaded, problems, node_owner: HashMap::new(), extents: Vec::new() };
+    let mut links: HashMap<InodeNo, u32> = HashMap::new();
+    let mut subdirs: HashMap<InodeNo, u32> = HashMap::new();
+    let mut reached: HashSet<InodeNo> = HashSet::new();
+    let root = InodeNo::ROOT;
+    match loaded.inodes.get(&root) {
+        Some(r) if FileKind::from_mode(r.mode) == Some(FileKind::Directory) => {
+            if r.parent != root {
+                w.problems.push(problem("directory", Some(root), None, "the root's parent is not itself"));
+            }
+        }
+        _ => {
+            w.problems.push(problem("inode", Some(root), None, "the root directory is missing or not a directory"));
+            return;
+        }
+    }
+    let mut queue = VecDeque::from([root]);
+    reached.insert(root);
+    while let Some(dir) = queue.pop_front() {
+        let Some(rec) = loaded.inodes.get(&dir) else {
+            continue;
+        };
+        let entries = match &rec.body {
+            Body::Empty => Vec::new(),
+            Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
+            _ => {
+                w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
+                Vec::new()
+            }
+        };
+        let mut names = HashSet::new();
+        for (pos, v) in entries {
+            stats.entries += 1;
+            let mut r = Reader::new(&v);
+            let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
+                w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
+                continue;
+            };
+            let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
+            let ino = InodeNo(ino);
+            let shown = String::from_utf8_lossy(&name).into_owned();
+            if FileName::new(&name).is_err() {
+                w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
+            }
+            let base = hash_position(&log.sb.hash_key, &name);
+            if !(base..base + COLLISION_SLOTS).contains(&pos) {
+                w.problems.push(problem(
+                    "directory",
+                    Some(dir),
+                    None,
+                    format!("{shown:?} sits at a position its hash does not give"),
+                ));
+            }
+            if !names.insert(name.clone()) {
+                w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
+            }
+            let Some(target) = loaded.inodes.get(&ino) else {
+                w.problems.push(problem(
+                    "directory",
+                    Some(dir),
+                    None,
+                    format!("{shown:?} names inode {ino}, which is not in use"),
+                ));
+                continue;
+            };
+            let kind = FileKind::from_mode(target.mode);
+            if kind.map(FileKind::dirent_type) != Some(t) {
+                w.problems.push(problem(
+                    "directory",
+                    Some(dir),
+                    None,
+                    format!("{shown:?} has type {t} but inode {ino} is {kind:?}"),
+                ));
+            }
+            *links.entry(ino).or_default() += 1;
+            if kind == Some(FileKind::Directory) {
+                *subdirs.entry(dir).or_default() += 1;
+                if !reached.insert(ino) {
+                    w.problems.push(problem("directory", Some(ino), None, "directory has more than one name"));
+                    continue;
+                }
+                if target.parent != dir {
+                    w.problems.push(problem(
+                        "directory",
+                        Some(ino),
+                        None,
+                        format!("'..' says {} but it lives in {dir}", target.parent),
+                    ));
+                }
+                queue.push_back(ino);
+            } else {
+                reached.insert(ino);
+            }
+        }
+    }
+
+    let mut inos: Vec<&InodeNo> = loaded.inodes.keys().collect();
+    inos.sort_unstable();
+    for &ino in inos {
+        let rec = &loaded.inodes[&ino];
+        let orphan = log.ifile.inode(ino).is_some_and(|e| e.flags & IMAP_ORPHAN != 0);
+        stats.inodes += 1;
+        stats.orphans += u64::from(orphan);
+        let kind = FileKind::from_mode(rec.mode);
+        let pending_free = orphan && rec.nlink == 0;
+        if !reached.contains(&ino) && !pending_free {
+            w.problems.push(problem(
+                "inode",
+                Some(ino),
+                None,
+                format!("in use (nlink {}) but not reachable from the root", rec.nlink),
+            ));
+        }
+        if orphan && rec.nlink == 0 && reached.contains(&ino) {
+            w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
+        }
+        match kind {
+            Some(FileKind::Directory) => {
+                stats.directories += 1;
+                let want = if reached.contains(&ino) { 2 + subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
+                if rec.nlink != want {
+                    w.problems.push(problem(
+                        "inode",
+                        Some(ino),
+                        None,
+                        format!("directory link count {} but {want} expected", rec.nlink),
+                    ));
+                }
+            }
+            _ => {
+                let want = links.get(&ino).copied().unwrap_or(0);
+                if rec.nlink != want {
+                    w.problems.push(problem(
+                        "inode",
+                        Some(ino),
+                        None,
+                        format!("link count {} but {want} names", rec.nlink),
+                    ));
+                }
+            }
+        }
+        match kind {
+            Some(FileKind::Regular) => {
+                stats.files += 1;
+                match &rec.body {
+                    Body::Inline(d) => {
+                        stats.inline_files += 1;
+                        if d.len() as u64 != rec.size || rec.size > u64::from(log.sb.inline_max) {
+                            w.problems.push(problem(
+                                "inode",
+                                Some(ino),
+                                None,
+                                format!("inline data of {} bytes, size {}", d.len(), rec.size),
+                            ));
+                        }
+                    }
+                    Body::Empty | Body::Extents(_) | Body::Tree(_) => {
+                        stats.data_blocks += w.extents(ino, rec, orphan);
+                    }
+                    Body::Blob { .. } => {
+                        w.problems.push(problem("inode", Some(ino), None, "regular file with a blob body"))
+                    }
+                }
+            }
+            Some(FileKind::Symlink) => {
+                stats.symlinks += 1;
+                match &rec.body {
+                    Body::Inline(t) if !t.is_empty() && t.len() as u64 == rec.size => {}
+                    Body::Blob { len, nodes } if u64::from(*len) == rec.size => {
+                        let nodes = nodes.clone();
+                        w.blob(ino, &nodes, *len, "symlink target");
+                    }
+                    _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
+                }
+            }
+            Some(FileKind::Directory) => {}
+            _ => {
+                stats.special += 1;
+                if rec.body != Body::Empty {
+                    w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
+                }
+            }
+        }
+        w.xattrs(ino, rec);
+    }
+
+    let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
+    leaked.sort_unstable();
+    for id in leaked {
+        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
+    }
+    stats.nodes = loaded.nodes.len() as u64;
+    let extents = std::mem::take(&mut w.extents);
+    check_extents_disjoint(extents, w.problems);
+}
+
+/// No data block belongs to two files (or twice to one).
+fn check_extents_disjoint(mut extents: Vec<(DataBlock, u32, InodeNo)>, problems: &mut Vec<Problem>) {
+    extents.sort_unstable();
+    for pair in extents.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.0.0 + u64::from(a.1) > b.0.0 {
+            problems.push(problem(
+                "extent map",
+                Some(b.2),
+                None,
+                format!("data blocks from {} are also mapped by inode {}", b.0.0, a.2),
+            ));
+        }
+    }
+}
+
+/// The bitmap, the group counts and the segment usage table against what is live.
+pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, _stats: &mut CheckStats) {
+    let total = log.sb.data_blocks;
+    let words = total.div_ceil(64) as usize;
+    let mut want = vec![0u64; words];
+    let mut set = |b: u64| want[(b / 64) as usize] |= 1 << (b % 64);
+    set(0);
+    for rec in loaded.inodes.values() {
+        let list: Vec<Extent> = match &rec.body {
+            Body::Extents(v) => v.clone(),
+            Body::Tree(t) => {
+                let mut out = Vec::new();
+                let _ = btree::scan(&mut Source { loaded }, Some(t.root), 0, &mut |k, v| {
+                    let mut r = Reader::new(v);
+                    if let (Ok(p), Ok(n)) = (r.u64(), r.u32()) {
+                        out.push(Extent { logical: k, physical: DataBlock(p), len: n, unwritten: false });
+                    }
+                    true
+                });
+                if FileKind::from_mode(rec.mode) == Some(FileKind::Regular) { out } else { Vec::new() }
+            }
+            _ => Vec::new(),
+        };
+        for e in list {
+            for b in e.physical.0..e.physical.0.saturating_add(u64::from(e.len)).min(total) {
+                set(b);
+            }
+        }
+    }
+    if !total.is_multiple_of(64) {
+        want[words - 1] |= !0u64 << (total % 64);
+    }
+    let mut marked_free_but_used = 0u64;
+    let mut marked_used_but_free = 0u64;
+    let mut first_bad = None;
+    for (i, &w) in want.iter().enumerate() {
+        let have = log.space.bitmap.get(i);
+        if have != w {
+            marked_free_but_used += u64::from((w & !have).count_ones());
+            marked_used_but_free += u64::from((have & !w).count_ones());
+            first_bad.get_or_insert(i as u64 * 64 + u64::from((have ^ w).trailing_zeros()));
+        }
+    }
+    if marked_free_but_used > 0 {
+        problems.push(problem(
+            "bitmap",
+            None,
+            first_bad,
+            format!("{marked_free_but_used} data blocks in use by files are marked free"),
+        ));
+    }
+    if marked_used_but_free > 0 {
+        problems.push(problem(
+            "bitmap",
+            None,
+            first_bad,
+            format!("{marked_used_but_free} data blocks are marked in use but no file maps them"),
+        ));
+    }
+    for g in 0..log.space.groups.len() {
+        let start = g as u64 * u64::from(log.sb.group_blocks);
+        let end = (start + u64::from(log.sb.group_blocks)).min(total);
+        let free =
+            (start..end).filter(|&b| log.space.bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
+        let said = log.space.groups.get(g).free_blocks;
+        if said != free {
+            problems.push(problem(
+                "group descriptor",
+                None,
+                None,
+                format!("group {g} says {said} free blocks, its bitmap {free}"),
+            ));
+        }
+    }
+
+    // Segment usage: 4096 bytes per live node, the record length per live inode.
+    let geometry = log.ifile.geometry();
+    let mut live = vec![0u64; geometry.count as usize];
+    for i in 1..log.ifile.inodes.len() {
+        let e = log.ifile.inodes.get(i);
+        if e.in_use()
+            && let Some(s) = geometry.segment_of(e.address)
+        {
+            live[s.0 as usize] += u64::from(e.record_len);
+        }
+    }
+    for id in 1..log.ifile.nodes.len() as u64 {
+        if let Some(s) = geometry.segment_of(log.ifile.node_address(NodeId(id))) {
+            live[s.0 as usize] += BLOCK_BYTES;
+        }
+    }
+    for (s, &want) in live.iter().enumerate() {
+        let have = u64::from(log.ifile.segments.get(s).live_bytes);
+        if have != want {
+            problems.push(problem(
+                "segment usage",
+                None,
+                Some(geometry.start(crate::types::SegmentNo(s as u32)).0),
+                format!("segment {s} says {have} live bytes, its live inodes and nodes hold {want}"),
+            ));
+        }
+    }
+}

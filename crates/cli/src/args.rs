@@ -12,12 +12,7 @@ use clap::{Args, Parser, Subcommand};
 /// the total, and DATA. Create one with `dualfs mkfs`, mount it with
 /// `dualfs mount`, unmount it with `dualfs umount` (or fusermount3 -u).
 #[derive(Parser, Debug)]
-#[command(
-    name = "dualfs",
-    version,
-    propagate_version = true,
-    max_term_width = 100
-)]
+#[command(name = "dualfs", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -185,12 +180,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
         _ => (s, 0),
     };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 1M, 4G)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s} is too large"))
+    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 1M, 4G)"))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s} is too large"))
 }
 
 #[cfg(test)]

@@ -37,8 +37,7 @@ pub fn check_distinct(meta: &Path, data: &Path) -> Result<()> {
     let m = examine(meta)?;
     let d = examine(data)?;
     let same_file = m.dev() == d.dev() && m.ino() == d.ino();
-    let same_device =
-        m.file_type().is_block_device() && d.file_type().is_block_device() && m.rdev() == d.rdev();
+    let same_device = m.file_type().is_block_device() && d.file_type().is_block_device() && m.rdev() == d.rdev();
     if same_file || same_device {
         bail!(
             "{} and {} are the same {}: DualFS needs two different devices or image files",
@@ -73,11 +72,7 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
 ///
 /// # Errors
 /// A path does not exist, is the other path, or is locked by a mount.
-pub fn open_pair(
-    meta: &Path,
-    data: &Path,
-    access: Access,
-) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>)> {
+pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>)> {
     check_distinct(meta, data)?;
     let m = open_one(meta, "meta-data device", access)?;
     let d = open_one(data, "data device", access)?;

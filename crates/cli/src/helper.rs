@@ -34,11 +34,7 @@ pub enum Personality {
 
 /// Decides the personality.
 pub fn personality(argv: &[OsString]) -> Personality {
-    let prog = argv
-        .first()
-        .map(PathBuf::from)
-        .and_then(|p| p.file_name().map(OsStr::to_os_string))
-        .unwrap_or_default();
+    let prog = argv.first().map(PathBuf::from).and_then(|p| p.file_name().map(OsStr::to_os_string)).unwrap_or_default();
     let prog = prog.to_string_lossy();
     if prog.starts_with("mkfs.") {
         return Personality::Mkfs;
@@ -47,9 +43,7 @@ pub fn personality(argv: &[OsString]) -> Personality {
         return Personality::MountHelper;
     }
     match argv.get(1).map(|a| a.to_string_lossy()) {
-        Some(first)
-            if argv.len() >= 3 && !first.starts_with('-') && !OWN_WORDS.contains(&&*first) =>
-        {
+        Some(first) if argv.len() >= 3 && !first.starts_with('-') && !OWN_WORDS.contains(&&*first) => {
             Personality::MountHelper
         }
         _ => Personality::Dualfs,
@@ -71,9 +65,7 @@ pub fn split_source(source: &str, data_option: Option<&str>) -> Result<(PathBuf,
     if let [(i, _)] = colons[..] {
         return Ok((PathBuf::from(&source[..i]), PathBuf::from(&source[i + 1..])));
     }
-    bail!(
-        "the source {source:?} must name both devices: META#DATA (or META:DATA), or META with -o data=DATA"
-    )
+    bail!("the source {source:?} must name both devices: META#DATA (or META:DATA), or META with -o data=DATA")
 }
 
 /// Reads a mount helper's command line: `SOURCE MOUNTPOINT` and the flags
@@ -84,10 +76,7 @@ pub fn split_source(source: &str, data_option: Option<&str>) -> Result<(PathBuf,
 pub fn mount_args(argv: &[OsString]) -> Result<MountArgs> {
     let mut positional: Vec<String> = Vec::new();
     let mut options: Vec<String> = Vec::new();
-    let mut it = argv
-        .iter()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned());
+    let mut it = argv.iter().skip(1).map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = it.next() {
         match a.as_str() {
             "-o" => options.extend(it.next()),
@@ -105,20 +94,10 @@ pub fn mount_args(argv: &[OsString]) -> Result<MountArgs> {
     let [source, mountpoint] = &positional[..] else {
         bail!("usage: mount.fuse.dualfs META#DATA MOUNTPOINT [-o OPTIONS]");
     };
-    let data_option = options
-        .iter()
-        .flat_map(|o| o.split(','))
-        .find_map(|o| o.strip_prefix("data="))
-        .map(str::to_string);
+    let data_option =
+        options.iter().flat_map(|o| o.split(',')).find_map(|o| o.strip_prefix("data=")).map(str::to_string);
     let (meta, data) = split_source(source, data_option.as_deref())?;
-    Ok(MountArgs {
-        meta,
-        data,
-        mountpoint: PathBuf::from(mountpoint),
-        foreground: false,
-        options,
-        daemon_child: false,
-    })
+    Ok(MountArgs { meta, data, mountpoint: PathBuf::from(mountpoint), foreground: false, options, daemon_child: false })
 }
 
 #[cfg(test)]
@@ -131,46 +110,22 @@ mod tests {
 
     #[test]
     fn argv0_and_first_argument_choose_the_personality() {
-        assert_eq!(
-            personality(&argv(&["/sbin/mkfs.dualfs", "a", "b"])),
-            Personality::Mkfs
-        );
-        assert_eq!(
-            personality(&argv(&["/sbin/mount.fuse.dualfs", "a#b", "/mnt"])),
-            Personality::MountHelper
-        );
-        assert_eq!(
-            personality(&argv(&["dualfs", "/v/m#/v/d", "/mnt", "-o", "rw"])),
-            Personality::MountHelper
-        );
-        assert_eq!(
-            personality(&argv(&["dualfs", "mount", "a", "b", "c"])),
-            Personality::Dualfs
-        );
-        assert_eq!(
-            personality(&argv(&["dualfs", "--help"])),
-            Personality::Dualfs
-        );
+        assert_eq!(personality(&argv(&["/sbin/mkfs.dualfs", "a", "b"])), Personality::Mkfs);
+        assert_eq!(personality(&argv(&["/sbin/mount.fuse.dualfs", "a#b", "/mnt"])), Personality::MountHelper);
+        assert_eq!(personality(&argv(&["dualfs", "/v/m#/v/d", "/mnt", "-o", "rw"])), Personality::MountHelper);
+        assert_eq!(personality(&argv(&["dualfs", "mount", "a", "b", "c"])), Personality::Dualfs);
+        assert_eq!(personality(&argv(&["dualfs", "--help"])), Personality::Dualfs);
         assert_eq!(personality(&argv(&["dualfs"])), Personality::Dualfs);
     }
 
     #[test]
     fn sources_name_both_devices() {
         let (m, d) = split_source("/v/meta.img#/v/data.img", None).unwrap();
-        assert_eq!(
-            (m.to_str(), d.to_str()),
-            (Some("/v/meta.img"), Some("/v/data.img"))
-        );
+        assert_eq!((m.to_str(), d.to_str()), (Some("/v/meta.img"), Some("/v/data.img")));
         let (m, d) = split_source("/dev/sdb1:/dev/sdc1", None).unwrap();
-        assert_eq!(
-            (m.to_str(), d.to_str()),
-            (Some("/dev/sdb1"), Some("/dev/sdc1"))
-        );
+        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/sdb1"), Some("/dev/sdc1")));
         let (m, d) = split_source("/dev/disk/by-path/pci-0:1", Some("/d")).unwrap();
-        assert_eq!(
-            (m.to_str(), d.to_str()),
-            (Some("/dev/disk/by-path/pci-0:1"), Some("/d"))
-        );
+        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/disk/by-path/pci-0:1"), Some("/d")));
         assert!(split_source("/dev/sdb1", None).is_err());
         assert!(split_source("a:b:c", None).is_err());
     }

@@ -19,14 +19,7 @@ use crate::devices::{Access, open_pair};
 /// A UUID in its usual text form.
 pub fn uuid(b: &[u8; 16]) -> String {
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
 /// `2024-05-01 12:34:56.123456789 UTC` (proleptic Gregorian, any year).
@@ -43,13 +36,7 @@ pub fn date(t: Timestamp) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:09} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        t.nsec
-    )
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:09} UTC", secs / 3600, secs / 60 % 60, secs % 60, t.nsec)
 }
 
 fn kind_name(k: FileKind) -> &'static str {
@@ -88,13 +75,7 @@ fn superblock_json(sb: &Superblock) -> Value {
 
 fn log_json(vol: &Volume) -> Value {
     let r = vol.open_report();
-    let (head, durable, since) = vol.with_fs(|fs| {
-        (
-            fs.log.head(),
-            fs.log.durable(),
-            fs.log.blocks_since_checkpoint(),
-        )
-    });
+    let (head, durable, since) = vol.with_fs(|fs| (fs.log.head(), fs.log.durable(), fs.log.blocks_since_checkpoint()));
     json!({
         "checkpoint": r.checkpoint,
         "fell_back": r.fell_back,
@@ -202,10 +183,7 @@ fn resolve(vol: &Volume, spec: &str) -> Result<InodeNo> {
     };
     let mut ino = InodeNo::ROOT;
     for part in path.split('/').filter(|p| !p.is_empty()) {
-        ino = vol
-            .lookup(ino, part.as_bytes())
-            .map_err(|e| anyhow!("{spec}: {part}: {e}"))?
-            .ino;
+        ino = vol.lookup(ino, part.as_bytes()).map_err(|e| anyhow!("{spec}: {part}: {e}"))?.ino;
     }
     Ok(ino)
 }
@@ -213,23 +191,15 @@ fn resolve(vol: &Volume, spec: &str) -> Result<InodeNo> {
 fn printable(v: &[u8]) -> Value {
     match std::str::from_utf8(v) {
         Ok(s) if !s.chars().any(char::is_control) => json!(s),
-        _ => json!(format!(
-            "0x{}",
-            v.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        )),
+        _ => json!(format!("0x{}", v.iter().map(|b| format!("{b:02x}")).collect::<String>())),
     }
 }
 
 fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
     let a = vol.getattr(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?;
     let mut xattrs = serde_json::Map::new();
-    for name in vol
-        .listxattr(ino)
-        .map_err(|e| anyhow!("inode {ino}: {e}"))?
-    {
-        let v = vol
-            .getxattr(ino, &name)
-            .map_err(|e| anyhow!("inode {ino}: {e}"))?;
+    for name in vol.listxattr(ino).map_err(|e| anyhow!("inode {ino}: {e}"))? {
+        let v = vol.getxattr(ino, &name).map_err(|e| anyhow!("inode {ino}: {e}"))?;
         xattrs.insert(String::from_utf8_lossy(&name).into_owned(), printable(&v));
     }
     let mut v = json!({
@@ -240,10 +210,7 @@ fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
         "xattrs": xattrs,
     });
     if a.kind == FileKind::Regular {
-        v["inline"] = json!(
-            vol.is_inline(ino)
-                .map_err(|e| anyhow!("inode {ino}: {e}"))?
-        );
+        v["inline"] = json!(vol.is_inline(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?);
     }
     if a.kind == FileKind::Symlink {
         let t = vol.readlink(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?;
@@ -272,17 +239,13 @@ fn dir_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
 /// The devices are not a DualFS pair, are corrupt, or the inode is unknown.
 pub fn run(args: &InspectArgs) -> Result<()> {
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Shared)?;
-    let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())
-        .context("cannot read the superblocks")?;
+    let sb = Log::read_superblocks(meta.as_ref(), data.as_ref()).context("cannot read the superblocks")?;
     let what = args.what.clone().unwrap_or(Inspect::Summary);
     // The superblock needs no checkpoint: it can be shown when the rest is broken.
     let value = if let Inspect::Superblock = what {
         superblock_json(&sb)
     } else {
-        let options = MountOptions {
-            read_only: true,
-            ..MountOptions::default()
-        };
+        let options = MountOptions { read_only: true, ..MountOptions::default() };
         let vol = Volume::open(meta, data, options).context("cannot open the volume")?;
         volume_view(&what, &sb, &vol)?
     };

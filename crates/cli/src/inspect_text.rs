@@ -14,11 +14,7 @@ fn u(v: &Value) -> u64 {
 }
 
 fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 * 100.0 / whole as f64
-    }
+    if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
 }
 
 fn summary(v: &Value) -> String {
@@ -28,11 +24,7 @@ fn summary(v: &Value) -> String {
         o,
         "volume     {}{}",
         v["volume_uuid"].as_str().unwrap_or_default(),
-        if label.is_empty() {
-            String::new()
-        } else {
-            format!(" {label:?}")
-        }
+        if label.is_empty() { String::new() } else { format!(" {label:?}") }
     );
     let _ = writeln!(
         o,
@@ -59,12 +51,7 @@ fn summary(v: &Value) -> String {
         u(&d["groups"]),
         human_bytes(u(&d["group_bytes"]))
     );
-    let _ = writeln!(
-        o,
-        "inodes     {} used, {} free",
-        u(&v["inodes"]["used"]),
-        u(&v["inodes"]["free"])
-    );
+    let _ = writeln!(o, "inodes     {} used, {} free", u(&v["inodes"]["used"]), u(&v["inodes"]["free"]));
     let l = &v["log"];
     let rf = &l["roll_forward"];
     let _ = writeln!(
@@ -93,11 +80,7 @@ fn segments(v: &Value) -> String {
         u(&v["reserve"]),
         human_bytes(u(&v["live_bytes"]))
     );
-    let _ = writeln!(
-        o,
-        "{:>8} {:>12} {:>7} {:>10} {:>6}",
-        "segment", "live bytes", "used", "last seq", "state"
-    );
+    let _ = writeln!(o, "{:>8} {:>12} {:>7} {:>10} {:>6}", "segment", "live bytes", "used", "last seq", "state");
     for s in v["list"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,
@@ -106,11 +89,7 @@ fn segments(v: &Value) -> String {
             u(&s["live_bytes"]),
             s["utilisation"].as_f64().unwrap_or(0.0) * 100.0,
             u(&s["last_seq"]),
-            if s["free"].as_bool().unwrap_or(false) {
-                "free"
-            } else {
-                "used"
-            }
+            if s["free"].as_bool().unwrap_or(false) { "free" } else { "used" }
         );
     }
     o
@@ -118,11 +97,7 @@ fn segments(v: &Value) -> String {
 
 fn groups(v: &Value) -> String {
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:>6} {:>12} {:>12} {:>7} {:>12}",
-        "group", "blocks", "free", "used", "directories"
-    );
+    let _ = writeln!(o, "{:>6} {:>12} {:>12} {:>7} {:>12}", "group", "blocks", "free", "used", "directories");
     for g in v["groups"].as_array().into_iter().flatten() {
         let (blocks, free) = (u(&g["blocks"]), u(&g["free_blocks"]));
         let _ = writeln!(

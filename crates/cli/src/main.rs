@@ -26,9 +26,10 @@ use crate::helper::Personality;
 /// file); RUST_LOG overrides the default of informational messages from
 /// DualFS and warnings from everything else.
 fn init_logging() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(
-        "warn,fuser::session=error,dualfs=info,dualfs_fuse=info,dualfs_engine=info",
-    ))
+    env_logger::Builder::from_env(
+        env_logger::Env::default()
+            .default_filter_or("warn,fuser::session=error,dualfs=info,dualfs_fuse=info,dualfs_engine=info"),
+    )
     .format_timestamp_millis()
     .init();
 }

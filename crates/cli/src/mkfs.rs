@@ -24,10 +24,7 @@ const META_SHARE_DIVISOR: u64 = 10;
 /// The total is too small to hold both.
 pub fn split_size(total: u64, segment_bytes: u64) -> Result<(u64, u64)> {
     let min_meta = 17 * segment_bytes;
-    let meta = (total / META_SHARE_DIVISOR)
-        .div_ceil(segment_bytes)
-        .saturating_mul(segment_bytes)
-        .max(min_meta);
+    let meta = (total / META_SHARE_DIVISOR).div_ceil(segment_bytes).saturating_mul(segment_bytes).max(min_meta);
     let data = total.saturating_sub(meta) / BLOCK_BYTES * BLOCK_BYTES;
     if data < 1 << 20 {
         bail!(
@@ -44,18 +41,14 @@ fn create_image(path: &Path, len: u64) -> Result<()> {
         .create_new(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    f.set_len(len)
-        .with_context(|| format!("cannot size {} to {len} bytes", path.display()))?;
+    f.set_len(len).with_context(|| format!("cannot size {} to {len} bytes", path.display()))?;
     println!("created {} ({}, sparse)", path.display(), human_bytes(len));
     Ok(())
 }
 
 /// Creates whichever image files are missing when `--size` is given.
 fn ensure_images(args: &MkfsArgs) -> Result<()> {
-    let missing: Vec<&Path> = [args.meta.as_path(), args.data.as_path()]
-        .into_iter()
-        .filter(|p| !p.exists())
-        .collect();
+    let missing: Vec<&Path> = [args.meta.as_path(), args.data.as_path()].into_iter().filter(|p| !p.exists()).collect();
     if missing.is_empty() {
         if args.size.is_some() {
             log::info!("both paths exist; --size is ignored");
@@ -108,21 +101,13 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     ensure_images(args)?;
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
     Volume::format(meta.clone(), data.clone(), &options).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot create a DualFS volume on {} and {}: {e}",
-            args.meta.display(),
-            args.data.display()
-        )
+        anyhow::anyhow!("cannot create a DualFS volume on {} and {}: {e}", args.meta.display(), args.data.display())
     })?;
     let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
     println!(
         "DualFS volume {} created{}",
         crate::inspect::uuid(&sb.volume_uuid),
-        if sb.label_str().is_empty() {
-            String::new()
-        } else {
-            format!(", label {:?}", sb.label_str())
-        }
+        if sb.label_str().is_empty() { String::new() } else { format!(", label {:?}", sb.label_str()) }
     );
     println!(
         "  meta-data device {}: {} segments of {}",

@@ -48,11 +48,7 @@ impl std::error::Error for Exit {}
 /// # Errors
 /// Anything that keeps the volume from being mounted, or from closing cleanly.
 pub fn run(args: &MountArgs) -> Result<()> {
-    if args.foreground || args.daemon_child {
-        serve(args)
-    } else {
-        daemonize(args)
-    }
+    if args.foreground || args.daemon_child { serve(args) } else { daemonize(args) }
 }
 
 fn check_mountpoint(p: &Path) -> Result<()> {
@@ -84,10 +80,7 @@ fn daemonize(args: &MountArgs) -> Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut child = cmd.spawn().context("cannot start the background process")?;
-    let out = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("no pipe to the background process"))?;
+    let out = child.stdout.take().ok_or_else(|| anyhow!("no pipe to the background process"))?;
     let mut line = String::new();
     // EOF (the child died before it was ready) leaves the line empty.
     let _ = BufReader::new(out).read_line(&mut line);
@@ -112,29 +105,25 @@ fn block_signals() -> Result<SigSet> {
 /// Unmounts on the first signal; the session then ends and `serve` closes
 /// the volume. A busy mount is detached, and closes when its files do.
 fn watch_signals(set: SigSet, mut unmounter: SessionUnmounter, mountpoint: PathBuf) {
-    let spawned = thread::Builder::new()
-        .name("dualfs-signals".into())
-        .spawn(move || {
-            loop {
-                let Ok(sig) = set.wait() else { return };
-                log::info!("{sig}: unmounting {}", mountpoint.display());
-                match unmounter.unmount() {
-                    Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        log::warn!(
-                            "{} is busy; detaching it: the volume closes when the last open file does",
-                            mountpoint.display()
-                        );
-                        if let Err(e) =
-                            nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
-                        {
-                            log::error!("cannot detach {}: {e}", mountpoint.display());
-                        }
+    let spawned = thread::Builder::new().name("dualfs-signals".into()).spawn(move || {
+        loop {
+            let Ok(sig) = set.wait() else { return };
+            log::info!("{sig}: unmounting {}", mountpoint.display());
+            match unmounter.unmount() {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    log::warn!(
+                        "{} is busy; detaching it: the volume closes when the last open file does",
+                        mountpoint.display()
+                    );
+                    if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                        log::error!("cannot detach {}: {e}", mountpoint.display());
                     }
-                    Err(e) => log::error!("cannot unmount {}: {e}", mountpoint.display()),
                 }
+                Err(e) => log::error!("cannot unmount {}: {e}", mountpoint.display()),
             }
-        });
+        }
+    });
     if let Err(e) = spawned {
         log::error!("no signal thread ({e}): unmount with fusermount3 -u");
     }
@@ -153,9 +142,7 @@ impl Flusher {
         let handle = thread::Builder::new()
             .name("dualfs-flusher".into())
             .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) =
-                    rx.recv_timeout(Duration::from_secs(1))
-                {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
                     if let Err(e) = vol.tick() {
                         log::error!("periodic commit failed: {e}");
                     }
@@ -193,10 +180,7 @@ fn detach(cfg: &MountConfig) -> Result<()> {
     let mut out = std::io::stdout();
     // The parent may be gone (killed while waiting); nothing to tell then.
     let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
-    let null = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .context("cannot open /dev/null")?;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").context("cannot open /dev/null")?;
     let log = match &cfg.log {
         Some(p) => std::fs::OpenOptions::new()
             .create(true)
@@ -213,10 +197,7 @@ fn detach(cfg: &MountConfig) -> Result<()> {
 }
 
 fn engine_options(cfg: &MountConfig) -> MountOptions {
-    let mut o = MountOptions {
-        read_only: cfg.read_only,
-        ..MountOptions::default()
-    };
+    let mut o = MountOptions { read_only: cfg.read_only, ..MountOptions::default() };
     if let Some(c) = cfg.commit {
         o.commit_interval = c;
     }
@@ -234,19 +215,10 @@ fn serve(args: &MountArgs) -> Result<()> {
     check_mountpoint(&args.mountpoint)?;
     let meta = absolute(&args.meta)?;
     let data = absolute(&args.data)?;
-    let access = if cfg.read_only {
-        Access::ExclusiveReadOnly
-    } else {
-        Access::Exclusive
-    };
+    let access = if cfg.read_only { Access::ExclusiveReadOnly } else { Access::Exclusive };
     let (m, d) = open_pair(&meta, &data, access)?;
-    let vol = Volume::open(m, d, engine_options(&cfg)).map_err(|e| {
-        anyhow!(
-            "cannot mount {} and {}: {e}",
-            meta.display(),
-            data.display()
-        )
-    })?;
+    let vol = Volume::open(m, d, engine_options(&cfg))
+        .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
     let rec = &vol.open_report().recovery;
     if rec.partial_segments > 0 {
         log::info!(
@@ -258,10 +230,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     let vol = Arc::new(vol);
     let mut config = fuser::Config::default();
     config.mount_options = DualFs::required_mount_options();
-    let fsname = cfg
-        .fsname
-        .clone()
-        .unwrap_or_else(|| format!("{}#{}", meta.display(), data.display()));
+    let fsname = cfg.fsname.clone().unwrap_or_else(|| format!("{}#{}", meta.display(), data.display()));
     config.mount_options.push(MountOption::FSName(fsname));
     config.mount_options.extend(cfg.fuse.iter().cloned());
     config.acl = cfg.acl;
@@ -274,21 +243,12 @@ fn serve(args: &MountArgs) -> Result<()> {
             bail!("cannot mount on {}: {e}", args.mountpoint.display());
         }
     };
-    watch_signals(
-        signals,
-        session.unmount_callable(),
-        absolute(&args.mountpoint)?,
-    );
+    watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {
         detach(&cfg)?;
     }
-    log::info!(
-        "mounted {} and {} on {}",
-        meta.display(),
-        data.display(),
-        args.mountpoint.display()
-    );
+    log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
     let served = session.run();
     log::info!("unmounted {}", args.mountpoint.display());
     flusher.stop();

@@ -101,9 +101,7 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
     for opt in lists.iter().flat_map(|l| l.split(',')) {
         let opt = opt.trim();
         if let Some(v) = opt.strip_prefix("commit=") {
-            let secs: u64 = v
-                .parse()
-                .map_err(|_| anyhow::anyhow!("commit={v}: give a number of seconds"))?;
+            let secs: u64 = v.parse().map_err(|_| anyhow::anyhow!("commit={v}: give a number of seconds"))?;
             // As ext4: 0 means the default.
             c.commit = (secs > 0).then(|| Duration::from_secs(secs));
         } else if let Some(v) = opt.strip_prefix("threads=") {
@@ -163,14 +161,7 @@ mod tests {
     #[test]
     fn fstab_noise_is_dropped_and_fuse_options_pass_through() {
         let c = p("defaults,noauto,_netdev,x-systemd.automount,dev,suid,max_read=65536");
-        assert_eq!(
-            c.fuse,
-            vec![
-                MountOption::Dev,
-                MountOption::Suid,
-                MountOption::CUSTOM("max_read=65536".into())
-            ]
-        );
+        assert_eq!(c.fuse, vec![MountOption::Dev, MountOption::Suid, MountOption::CUSTOM("max_read=65536".into())]);
     }
 
     #[test]

@@ -35,10 +35,7 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 4 <= b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -74,32 +71,19 @@ pub fn meta_of_source(source: &str) -> Option<PathBuf> {
 }
 
 fn find(mountpoint: &Path) -> Result<MountEntry> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .context("cannot read /proc/self/mountinfo")?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
     // The last match is the mount on top.
-    let Some(e) = parse_mountinfo(&text)
-        .into_iter()
-        .rev()
-        .find(|e| e.mountpoint == mountpoint)
-    else {
+    let Some(e) = parse_mountinfo(&text).into_iter().rev().find(|e| e.mountpoint == mountpoint) else {
         bail!("{} is not a mount point", mountpoint.display());
     };
     if e.fstype != "fuse.dualfs" {
-        bail!(
-            "{} is a {} mount, not DualFS",
-            mountpoint.display(),
-            e.fstype
-        );
+        bail!("{} is a {} mount, not DualFS", mountpoint.display(), e.fstype);
     }
     Ok(e)
 }
 
 fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
-    let flags = if lazy {
-        MntFlags::MNT_DETACH
-    } else {
-        MntFlags::empty()
-    };
+    let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
     match nix::mount::umount2(mountpoint, flags) {
         Ok(()) => Ok(()),
         Err(Errno::EBUSY) => bail!(
@@ -113,11 +97,7 @@ fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
             if lazy {
                 cmd.arg("-z");
             }
-            let status = cmd
-                .arg("--")
-                .arg(mountpoint)
-                .status()
-                .context("cannot run fusermount3")?;
+            let status = cmd.arg("--").arg(mountpoint).status().context("cannot run fusermount3")?;
             if !status.success() {
                 bail!("fusermount3 -u {} failed", mountpoint.display());
             }
@@ -194,10 +174,7 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].mountpoint, PathBuf::from("/mnt/my disk"));
         assert_eq!(v[0].fstype, "fuse.dualfs");
-        assert_eq!(
-            meta_of_source(&v[0].source),
-            Some(PathBuf::from("/v/meta.img"))
-        );
+        assert_eq!(meta_of_source(&v[0].source), Some(PathBuf::from("/v/meta.img")));
         assert_eq!(v[1].source, "/dev/sda1");
     }
 }

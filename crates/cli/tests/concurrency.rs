@@ -13,9 +13,7 @@ fn two_processes_writing_different_files_at_once() {
         return;
     };
     let src = v.dir.path().to_str().unwrap().to_string();
-    sh(&format!(
-        "head -c 50331648 /dev/urandom > {src}/one && head -c 41943040 /dev/urandom > {src}/two"
-    ));
+    sh(&format!("head -c 50331648 /dev/urandom > {src}/one && head -c 41943040 /dev/urandom > {src}/two"));
     v.mount();
     let m = v.m().to_string();
     // Small and large writes, one of them with fsync along the way.
@@ -39,25 +37,16 @@ fn two_processes_appending_to_one_file_lose_nothing() {
     let f = v.path("log");
     let f = f.to_str().unwrap();
     // Each process holds one O_APPEND descriptor and writes line by line.
-    let writer = |tag: &str| {
-        format!("(exec 3>>{f}; for i in $(seq 1 3000); do echo \"{tag} $i\" >&3; done)")
-    };
+    let writer = |tag: &str| format!("(exec 3>>{f}; for i in $(seq 1 3000); do echo \"{tag} $i\" >&3; done)");
     sh(&format!("{} & {} & wait", writer("A"), writer("B")));
     let check = || {
         let text = std::fs::read_to_string(f).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 6000, "every line is there, none torn");
         for tag in ["A", "B"] {
-            let seen: Vec<u32> = lines
-                .iter()
-                .filter_map(|l| l.strip_prefix(&format!("{tag} ")))
-                .map(|n| n.parse().unwrap())
-                .collect();
-            assert_eq!(
-                seen,
-                (1..=3000).collect::<Vec<_>>(),
-                "{tag}'s lines in order"
-            );
+            let seen: Vec<u32> =
+                lines.iter().filter_map(|l| l.strip_prefix(&format!("{tag} "))).map(|n| n.parse().unwrap()).collect();
+            assert_eq!(seen, (1..=3000).collect::<Vec<_>>(), "{tag}'s lines in order");
         }
     };
     check();
@@ -78,9 +67,7 @@ fn sqlite_survives_two_writers_and_a_remount() {
     v.mount();
     let db = v.path("test.db");
     let db = db.to_str().unwrap();
-    sh(&format!(
-        "sqlite3 {db} 'CREATE TABLE t(id INTEGER PRIMARY KEY, tag TEXT, i INT, pad BLOB);'"
-    ));
+    sh(&format!("sqlite3 {db} 'CREATE TABLE t(id INTEGER PRIMARY KEY, tag TEXT, i INT, pad BLOB);'"));
     // Each writer: 1500 transactions, contending for the database lock.
     let writer = |tag: &str| {
         format!(

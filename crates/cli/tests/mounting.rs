@@ -17,8 +17,7 @@ fn stderr(o: &std::process::Output) -> String {
 
 fn is_mounted(mnt: &std::path::Path) -> bool {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    text.lines()
-        .any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()) && l.contains("fuse.dualfs"))
+    text.lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()) && l.contains("fuse.dualfs"))
 }
 
 /// Rolled-forward partial segments at the next open: 0 after a clean close.
@@ -46,11 +45,7 @@ fn names_longer_than_255_bytes_are_refused() {
         format!("stat {long}"),
     ] {
         let out = sh_output(&format!("cd {m} && {cmd}"));
-        assert!(
-            stderr(&out).contains("File name too long"),
-            "{cmd}: {}",
-            stderr(&out)
-        );
+        assert!(stderr(&out).contains("File name too long"), "{cmd}: {}", stderr(&out));
     }
     assert!(v.path(&ok).exists() && v.path("f").exists());
     v.umount();
@@ -79,17 +74,9 @@ fn a_volume_cannot_be_mounted_twice_nor_with_the_wrong_partner() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("not a pair"), "{}", stderr(&out));
     let out = dualfs(&["mount", data, meta, second.to_str().unwrap()]);
-    assert!(
-        stderr(&out).contains("is a DualFS data device"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("is a DualFS data device"), "{}", stderr(&out));
     let out = dualfs(&["mount", meta, meta, second.to_str().unwrap()]);
-    assert!(
-        stderr(&out).contains("are the same file"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("are the same file"), "{}", stderr(&out));
     let out = dualfs(&["mkfs", meta, data]);
     assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
     assert!(!is_mounted(&second));
@@ -102,10 +89,7 @@ fn mount_helpers_and_fstab_style_mounts_work() {
     };
     let source = format!("{}#{}", v.meta.display(), v.data.display());
     // As mount.fuse3 runs it: `dualfs SOURCE MOUNTPOINT -o OPTIONS`.
-    let out = Command::new(DUALFS)
-        .args([source.as_str(), v.m(), "-o", "rw,noatime,dev,suid"])
-        .output()
-        .unwrap();
+    let out = Command::new(DUALFS).args([source.as_str(), v.m(), "-o", "rw,noatime,dev,suid"]).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     sh(&format!("echo helper > {}/f", v.m()));
     // Unmounted by umount(8): the daemon still closes the volume cleanly.
@@ -117,11 +101,7 @@ fn mount_helpers_and_fstab_style_mounts_work() {
     // installed), which runs `dualfs` from PATH; mount(8) itself resets
     // PATH, so call mount.fuse3 as it would.
     let bin = std::path::Path::new(DUALFS).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new("mount.fuse3")
         .args([&source, v.m(), "-t", "fuse.dualfs", "-o", "noatime"])
         .env("PATH", path)
@@ -137,10 +117,7 @@ fn mount_helpers_and_fstab_style_mounts_work() {
     // SOURCE MOUNTPOINT -o OPTIONS -t fuse.dualfs.
     let helper = v.dir.path().join("mount.fuse.dualfs");
     std::os::unix::fs::symlink(DUALFS, &helper).unwrap();
-    let out = Command::new(&helper)
-        .args([&source, v.m(), "-o", "rw", "-t", "fuse.dualfs"])
-        .output()
-        .unwrap();
+    let out = Command::new(&helper).args([&source, v.m(), "-o", "rw", "-t", "fuse.dualfs"]).output().unwrap();
     assert!(out.status.success(), "mount.fuse.dualfs: {}", stderr(&out));
     assert!(is_mounted(&v.mnt));
     sh(&format!("umount {}", v.m()));
@@ -169,11 +146,7 @@ fn sigterm_unmounts_and_closes_the_volume_cleanly() {
     }
     // Written but not yet committed when the signal comes.
     sh(&format!("echo dirty > {}/f", v.m()));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!is_mounted(&v.mnt));
@@ -192,25 +165,13 @@ fn a_read_only_mount_changes_nothing() {
     v.mount();
     sh(&format!("echo before > {}/f", v.m()));
     v.umount();
-    let before = sh(&format!(
-        "sha256sum {} {}",
-        v.meta.display(),
-        v.data.display()
-    ));
+    let before = sh(&format!("sha256sum {} {}", v.meta.display(), v.data.display()));
     v.mount_with("ro");
     let out = sh_output(&format!("echo after > {}/f", v.m()));
-    assert!(
-        stderr(&out).contains("Read-only file system"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("Read-only file system"), "{}", stderr(&out));
     assert_eq!(sh(&format!("cat {}/f", v.m())), "before\n");
     v.umount();
-    let after = sh(&format!(
-        "sha256sum {} {}",
-        v.meta.display(),
-        v.data.display()
-    ));
+    let after = sh(&format!("sha256sum {} {}", v.meta.display(), v.data.display()));
     assert_eq!(before, after, "the images are untouched");
 }
 
@@ -222,15 +183,9 @@ fn a_full_data_device_says_enospc_and_recovers_after_deletes() {
     v.mount();
     let m = v.m().to_string();
     let fresh = v.usage();
-    let out = sh_output(&format!(
-        "dd if=/dev/zero of={m}/fill bs=1M count=200 conv=fsync"
-    ));
+    let out = sh_output(&format!("dd if=/dev/zero of={m}/fill bs=1M count=200 conv=fsync"));
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("No space left on device"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("No space left on device"), "{}", stderr(&out));
     sh(&format!("rm {m}/fill && sync {m}"));
     let start = Instant::now();
     while v.usage() != fresh && start.elapsed() < Duration::from_secs(15) {
@@ -238,9 +193,7 @@ fn a_full_data_device_says_enospc_and_recovers_after_deletes() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(v.usage(), fresh, "the space came back");
-    sh(&format!(
-        "head -c 10485760 /dev/urandom > {m}/after && sync {m}/after"
-    ));
+    sh(&format!("head -c 10485760 /dev/urandom > {m}/after && sync {m}/after"));
     v.remount();
     assert_eq!(std::fs::metadata(v.path("after")).unwrap().len(), 10 << 20);
     v.umount();

@@ -16,18 +16,12 @@ use nix::unistd::{Whence, lseek};
 /// `stat` of every path below `dir` that tells whether the volume kept
 /// what it was given: name, type, size, blocks, links, mode, owner.
 fn stat_listing(dir: &Path) -> String {
-    sh(&format!(
-        "cd '{}' && find . -mindepth 1 | sort | xargs stat -c '%n|%F|%s|%b|%h|%a|%u|%g'",
-        dir.display()
-    ))
+    sh(&format!("cd '{}' && find . -mindepth 1 | sort | xargs stat -c '%n|%F|%s|%b|%h|%a|%u|%g'", dir.display()))
 }
 
 /// Modification and change times, to the nanosecond, of `paths`.
 fn time_listing(dir: &Path, paths: &str) -> String {
-    sh(&format!(
-        "cd '{}' && stat -c '%n|%y|%z' {paths}",
-        dir.display()
-    ))
+    sh(&format!("cd '{}' && stat -c '%n|%y|%z' {paths}", dir.display()))
 }
 
 /// Where data and holes are, by SEEK_DATA/SEEK_HOLE: a list of data runs.
@@ -90,12 +84,7 @@ sync .
     assert_eq!(sh(&format!("cat '{m}/c/soft'")), "three\n");
     assert_eq!(sh(&format!("cat '{m}/tr'")), "abc");
     assert!(!v.path("a/f1").exists() && !v.path("c/f3").exists());
-    assert_eq!(
-        sh(&format!(
-            "getfattr -d --only-values -n user.color '{m}/c/f1'"
-        )),
-        "blue"
-    );
+    assert_eq!(sh(&format!("getfattr -d --only-values -n user.color '{m}/c/f1'")), "blue");
     assert!(!sh(&format!("getfattr -d '{m}/c/f1'")).contains("user.gone"));
     let f2 = std::fs::metadata(v.path("a/b/f2")).unwrap();
     assert_eq!((f2.mode() & 0o7777, f2.nlink()), (0o4755, 2));
@@ -104,32 +93,16 @@ sync .
     assert_eq!((f1.mtime(), f1.mtime_nsec()), (981_173_106, 123_456_789));
     assert!(sh(&format!("stat -c %F '{m}/c/pipe'")).contains("fifo"));
     // Holes: punched, copied sparse, zeroed.
-    assert_eq!(
-        data_runs(&v.path("holes")),
-        vec![(0, 1 << 20), (3 << 20, 4 << 20)]
-    );
+    assert_eq!(data_runs(&v.path("holes")), vec![(0, 1 << 20), (3 << 20, 4 << 20)]);
     let runs = data_runs(&v.path("sparse.copy"));
-    assert_eq!(
-        runs.len(),
-        2,
-        "cp --sparse=always keeps the holes: {runs:?}"
-    );
+    assert_eq!(runs.len(), 2, "cp --sparse=always keeps the holes: {runs:?}");
     assert!(runs[0].0 == 0 && runs[1].0 <= 32 << 20 && runs[1].1 > 32 << 20);
     sh(&format!("cmp '{m}/sparse' '{m}/sparse.copy'"));
     let zeroed = sh(&format!("cmp -l '{m}/holes' '{m}/holes.copy' | wc -l"));
-    let nonzero_in_range = sh(&format!(
-        "dd if='{m}/holes' bs=4096 skip=1 count=2 status=none | tr -d '\\0' | wc -c"
-    ));
-    assert_eq!(
-        zeroed.trim(),
-        nonzero_in_range.trim(),
-        "zero-range zeroes exactly its range"
-    );
+    let nonzero_in_range = sh(&format!("dd if='{m}/holes' bs=4096 skip=1 count=2 status=none | tr -d '\\0' | wc -c"));
+    assert_eq!(zeroed.trim(), nonzero_in_range.trim(), "zero-range zeroes exactly its range");
     assert!(std::fs::metadata(v.path("sparse.copy")).unwrap().blocks() < 1024);
-    assert_eq!(
-        std::fs::metadata(v.path("prealloc")).unwrap().len(),
-        1 << 20
-    );
+    assert_eq!(std::fs::metadata(v.path("prealloc")).unwrap().len(), 1 << 20);
 
     // The kernel may cache attributes for a second (the TTL): let the
     // block counts settle after write-back, then compare across a remount.
@@ -156,14 +129,9 @@ fn times_of_appended_files_are_the_same_after_a_remount() {
     // Two writes within one tick of the kernel's clock: the second does not
     // change the kernel's mtime, so it sends no new times; the engine's
     // clock has moved on and its write-back sets its own.
-    sh(&format!(
-        "cd '{m}' && for i in $(seq 20); do echo abc > f$i; echo def >> f$i; done"
-    ));
+    sh(&format!("cd '{m}' && for i in $(seq 20); do echo abc > f$i; echo def >> f$i; done"));
     std::thread::sleep(Duration::from_millis(1100));
-    let files = (1..=20)
-        .map(|i| format!("f{i}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let files = (1..=20).map(|i| format!("f{i}")).collect::<Vec<_>>().join(" ");
     let before = time_listing(&v.mnt, &files);
     v.remount();
     assert_eq!(before, time_listing(&v.mnt, &files));
@@ -198,9 +166,7 @@ mkdir private; chmod 700 private; echo secret > private/s
     assert_eq!(mode("setgid"), 0o777);
     assert_eq!(mode("chowned"), 0o755, "chown clears both set-id bits");
     // A set-group-id directory hands on its group (and the bit to subdirectories).
-    sh(&format!(
-        "{user} sh -c 'touch {m}/shared/f && mkdir {m}/shared/d'"
-    ));
+    sh(&format!("{user} sh -c 'touch {m}/shared/f && mkdir {m}/shared/d'"));
     let f = std::fs::metadata(v.path("shared/f")).unwrap();
     let d = std::fs::metadata(v.path("shared/d")).unwrap();
     assert_eq!((f.uid(), f.gid()), (1000, 4242));
@@ -220,11 +186,8 @@ mkdir private; chmod 700 private; echo secret > private/s
         (md.mtime(), md.mtime_nsec())
     };
     sh(&format!("echo data > {m}/t"));
-    for (what, cmd, check) in [
-        ("rename", "mv t t2", "t2"),
-        ("link", "ln t2 t3", "t2"),
-        ("chmod", "chmod 600 t2", "t2"),
-    ] {
+    for (what, cmd, check) in [("rename", "mv t t2", "t2"), ("link", "ln t2 t3", "t2"), ("chmod", "chmod 600 t2", "t2")]
+    {
         let before = ctime(if what == "rename" { "t" } else { check });
         std::thread::sleep(Duration::from_millis(20));
         sh(&format!("cd {m} && {cmd}"));
@@ -249,36 +212,15 @@ fn rename_flags_are_honoured_or_refused() {
     };
     v.mount();
     let m = v.m().to_string();
-    sh(&format!(
-        "cd {m} && echo a > a && echo b > b && mkdir d && echo c > d/c"
-    ));
+    sh(&format!("cd {m} && echo a > a && echo b > b && mkdir d && echo c > d/c"));
     let (a, b, dc) = (v.path("a"), v.path("b"), v.path("d/c"));
-    assert_eq!(
-        renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_NOREPLACE),
-        Err(Errno::EEXIST)
-    );
+    assert_eq!(renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_NOREPLACE), Err(Errno::EEXIST));
     renameat2(AT_FDCWD, &a, AT_FDCWD, &dc, RenameFlags::RENAME_EXCHANGE).unwrap();
     assert_eq!(std::fs::read_to_string(&a).unwrap(), "c\n");
     assert_eq!(std::fs::read_to_string(&dc).unwrap(), "a\n");
-    assert_eq!(
-        renameat2(
-            AT_FDCWD,
-            &a,
-            AT_FDCWD,
-            &v.path("new"),
-            RenameFlags::RENAME_WHITEOUT
-        ),
-        Err(Errno::EINVAL)
-    );
+    assert_eq!(renameat2(AT_FDCWD, &a, AT_FDCWD, &v.path("new"), RenameFlags::RENAME_WHITEOUT), Err(Errno::EINVAL));
     // A directory exchanged with a file keeps its contents and its `..`.
-    renameat2(
-        AT_FDCWD,
-        &v.path("d"),
-        AT_FDCWD,
-        &b,
-        RenameFlags::RENAME_EXCHANGE,
-    )
-    .unwrap();
+    renameat2(AT_FDCWD, &v.path("d"), AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE).unwrap();
     assert_eq!(std::fs::read_to_string(v.path("b/c")).unwrap(), "a\n");
     assert_eq!(std::fs::read_to_string(v.path("d")).unwrap(), "b\n");
     v.remount();

@@ -60,14 +60,7 @@ fn set_times(p: &Path, rng: &mut Rng) {
         TimeSpec::new(sec, nsec)
     };
     let (a, m) = (pick(rng), pick(rng));
-    utimensat(
-        nix::fcntl::AT_FDCWD,
-        p,
-        &a,
-        &m,
-        UtimensatFlags::NoFollowSymlink,
-    )
-    .expect("utimensat");
+    utimensat(nix::fcntl::AT_FDCWD, p, &a, &m, UtimensatFlags::NoFollowSymlink).expect("utimensat");
 }
 
 /// Builds the source tree under `root`; returns the directories made.
@@ -80,16 +73,8 @@ fn generate(root: &Path) -> Vec<PathBuf> {
         fs::create_dir(&d).unwrap();
         dirs.push(d);
     }
-    let modes = [
-        0o644, 0o600, 0o755, 0o4755, 0o2755, 0o6711, 0o000, 0o444, 0o1644,
-    ];
-    let owners = [
-        (0, 0),
-        (1000, 1000),
-        (65534, 65534),
-        (123_456, 7),
-        (0, 4242),
-    ];
+    let modes = [0o644, 0o600, 0o755, 0o4755, 0o2755, 0o6711, 0o000, 0o444, 0o1644];
+    let owners = [(0, 0), (1000, 1000), (65534, 65534), (123_456, 7), (0, 4242)];
     let mut files = Vec::new();
     let mut xattr_dump = String::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -107,11 +92,7 @@ fn generate(root: &Path) -> Vec<PathBuf> {
                 xattr_dump,
                 "# file: {}\nuser.test=\"text {i}\"\nuser.bin={}\n",
                 p.display(),
-                if vlen == 0 {
-                    "\"\"".to_string()
-                } else {
-                    format!("0x{hex}")
-                }
+                if vlen == 0 { "\"\"".to_string() } else { format!("0x{hex}") }
             );
         }
         files.push(p);
@@ -130,9 +111,7 @@ fn generate(root: &Path) -> Vec<PathBuf> {
             0 => "dangling/target".to_string(),
             // Longer than the inline limit: stored in its own block.
             1 => format!("{}/end", "x/".repeat(700 + i)),
-            _ => files[rng.below(files.len() as u64) as usize]
-                .display()
-                .to_string(),
+            _ => files[rng.below(files.len() as u64) as usize].display().to_string(),
         };
         std::os::unix::fs::symlink(target, dir.join(format!("sym{i}"))).unwrap();
     }
@@ -183,18 +162,12 @@ fn describe(root: &Path) -> Vec<String> {
         let rel = p.strip_prefix(root).unwrap().display().to_string();
         let m = fs::symlink_metadata(&p).unwrap();
         let link = if m.nlink() > 1 && !m.is_dir() {
-            first_path
-                .entry(m.ino())
-                .or_insert_with(|| rel.clone())
-                .clone()
+            first_path.entry(m.ino()).or_insert_with(|| rel.clone()).clone()
         } else {
             String::new()
         };
-        let target = if m.file_type().is_symlink() {
-            fs::read_link(&p).unwrap().display().to_string()
-        } else {
-            String::new()
-        };
+        let target =
+            if m.file_type().is_symlink() { fs::read_link(&p).unwrap().display().to_string() } else { String::new() };
         out.push(format!(
             "{rel} mode={:o} uid={} gid={} nlink={} size={} mtime={}.{:09} link={link} target={target}",
             m.mode(),
@@ -215,24 +188,11 @@ fn assert_same_tree(src: &Path, dst: &Path, what: &str) {
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x, y, "{what}: metadata differs");
     }
-    sh(&format!(
-        "diff -r --no-dereference -x 'fifo*' '{}' '{}'",
-        src.display(),
-        dst.display()
-    ));
-    let sums = |d: &Path| {
-        sh(&format!(
-            "cd '{}' && find . -type f -print0 | sort -z | xargs -0 sha256sum",
-            d.display()
-        ))
-    };
+    sh(&format!("diff -r --no-dereference -x 'fifo*' '{}' '{}'", src.display(), dst.display()));
+    let sums = |d: &Path| sh(&format!("cd '{}' && find . -type f -print0 | sort -z | xargs -0 sha256sum", d.display()));
     assert_eq!(sums(src), sums(dst), "{what}: checksum lists differ");
-    let xattrs = |d: &Path| {
-        sh(&format!(
-            "cd '{}' && getfattr -R -h -d -m '^user\\.' -e hex . 2>/dev/null | sort",
-            d.display()
-        ))
-    };
+    let xattrs =
+        |d: &Path| sh(&format!("cd '{}' && getfattr -R -h -d -m '^user\\.' -e hex . 2>/dev/null | sort", d.display()));
     let xa = xattrs(src);
     assert!(xa.contains("user.bin"), "the source tree has xattrs");
     assert_eq!(xa, xattrs(dst), "{what}: xattrs differ");
@@ -240,10 +200,7 @@ fn assert_same_tree(src: &Path, dst: &Path, what: &str) {
 
 /// `df`'s used blocks and inodes, waiting a little for frees to land.
 fn df_used(v: &TestVolume) -> (u64, u64) {
-    let out = sh(&format!(
-        "df -B1 --output=used,iused '{}' | tail -n 1",
-        v.m()
-    ));
+    let out = sh(&format!("df -B1 --output=used,iused '{}' | tail -n 1", v.m()));
     let mut it = out.split_whitespace().map(|x| x.parse::<u64>().unwrap());
     (it.next().unwrap(), it.next().unwrap())
 }
@@ -281,11 +238,7 @@ fn a_generated_tree_survives_tar_cp_remount_and_rm() {
     let tree = v.path("tree");
     let copy = v.path("copy");
     fs::create_dir(&tree).unwrap();
-    sh(&format!(
-        "tar --xattrs --xattrs-include='user.*' -C '{}' -xpf '{}'",
-        tree.display(),
-        tar.display()
-    ));
+    sh(&format!("tar --xattrs --xattrs-include='user.*' -C '{}' -xpf '{}'", tree.display(), tar.display()));
     sh(&format!("cp -a '{}' '{}'", src.display(), copy.display()));
     // The root of the copies is the one directory whose times tar and cp
     // set from the source's: compare below it.
@@ -294,20 +247,13 @@ fn a_generated_tree_survives_tar_cp_remount_and_rm() {
 
     v.umount();
     let log = v.inspect(&["log"]);
-    assert_eq!(
-        log["roll_forward"]["partial_segments"], 0,
-        "a clean unmount leaves nothing to roll forward: {log}"
-    );
+    assert_eq!(log["roll_forward"]["partial_segments"], 0, "a clean unmount leaves nothing to roll forward: {log}");
     v.mount();
     assert_same_tree(&src, &tree, "tar -x after remount");
     assert_same_tree(&src, &copy, "cp -a after remount");
 
     sh(&format!("rm -rf '{}' '{}'", tree.display(), copy.display()));
-    assert_eq!(
-        wait_for_usage(&v, fresh),
-        fresh,
-        "rm -rf leaves the volume empty"
-    );
+    assert_eq!(wait_for_usage(&v, fresh), fresh, "rm -rf leaves the volume empty");
     v.remount();
     assert_eq!(df_used(&v), fresh, "and it stays empty after a remount");
     v.umount();

@@ -41,10 +41,7 @@ pub fn system_time(t: Timestamp) -> SystemTime {
 /// A kernel time as an engine timestamp.
 pub fn timestamp(t: SystemTime) -> Timestamp {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timestamp::new(
-            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            d.subsec_nanos(),
-        ),
+        Ok(d) => Timestamp::new(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
         Err(e) => {
             let d = e.duration();
             let sec = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
@@ -67,10 +64,9 @@ pub fn timestamp(t: SystemTime) -> Timestamp {
 /// from 1970 on are decoded correctly and taken as they are.
 pub fn request_time(t: SystemTime) -> Timestamp {
     match UNIX_EPOCH.duration_since(t) {
-        Ok(before) if !before.is_zero() => Timestamp {
-            sec: -i64::try_from(before.as_secs()).unwrap_or(i64::MAX),
-            nsec: before.subsec_nanos(),
-        },
+        Ok(before) if !before.is_zero() => {
+            Timestamp { sec: -i64::try_from(before.as_secs()).unwrap_or(i64::MAX), nsec: before.subsec_nanos() }
+        }
         _ => timestamp(t),
     }
 }
@@ -129,10 +125,7 @@ pub fn rename_flags(bits: u32) -> Result<RenameFlags, Errno> {
     if bits & !known != 0 {
         return Err(Errno::EINVAL);
     }
-    Ok(RenameFlags {
-        noreplace: bits & libc::RENAME_NOREPLACE != 0,
-        exchange: bits & libc::RENAME_EXCHANGE != 0,
-    })
+    Ok(RenameFlags { noreplace: bits & libc::RENAME_NOREPLACE != 0, exchange: bits & libc::RENAME_EXCHANGE != 0 })
 }
 
 /// `fallocate` mode bits the engine implements: keep-size, punch-hole and
@@ -204,13 +197,7 @@ mod tests {
 
     #[test]
     fn timestamps_round_trip_through_system_time_on_both_sides_of_the_epoch() {
-        for (sec, nsec) in [
-            (0, 0),
-            (1_700_000_000, 123_456_789),
-            (-1, 999_999_999),
-            (-1, 0),
-            (-86_400 * 365, 5),
-        ] {
+        for (sec, nsec) in [(0, 0), (1_700_000_000, 123_456_789), (-1, 999_999_999), (-1, 0), (-86_400 * 365, 5)] {
             let t = Timestamp { sec, nsec };
             assert_eq!(timestamp(system_time(t)), t, "{sec}.{nsec}");
         }
@@ -221,13 +208,7 @@ mod tests {
         // The kernel's (-2, 800_000_000) is 1.2 s before the epoch; fuser
         // hands over EPOCH - 2.8 s.
         let from_fuser = UNIX_EPOCH - Duration::new(2, 800_000_000);
-        assert_eq!(
-            request_time(from_fuser),
-            Timestamp {
-                sec: -2,
-                nsec: 800_000_000
-            }
-        );
+        assert_eq!(request_time(from_fuser), Timestamp { sec: -2, nsec: 800_000_000 });
         let later = UNIX_EPOCH + Duration::new(5, 7);
         assert_eq!(request_time(later), Timestamp { sec: 5, nsec: 7 });
         assert_eq!(request_time(UNIX_EPOCH), Timestamp { sec: 0, nsec: 0 });
@@ -243,24 +224,15 @@ mod tests {
 
     #[test]
     fn fallocate_collapse_and_insert_are_not_supported() {
-        assert_eq!(
-            fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE),
-            Err(Errno::EOPNOTSUPP)
-        );
-        assert_eq!(
-            fallocate_mode(libc::FALLOC_FL_INSERT_RANGE),
-            Err(Errno::EOPNOTSUPP)
-        );
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_INSERT_RANGE), Err(Errno::EOPNOTSUPP));
         let m = fallocate_mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
         assert!(m.punch_hole && m.keep_size && !m.zero_range);
     }
 
     #[test]
     fn xattr_create_and_replace_together_are_invalid() {
-        assert_eq!(
-            xattr_mode(libc::XATTR_CREATE | libc::XATTR_REPLACE),
-            Err(Errno::EINVAL)
-        );
+        assert_eq!(xattr_mode(libc::XATTR_CREATE | libc::XATTR_REPLACE), Err(Errno::EINVAL));
         assert_eq!(xattr_mode(0), Ok(SetMode::Any));
     }
 
@@ -273,9 +245,6 @@ mod tests {
 
     #[test]
     fn xattr_names_are_nul_terminated() {
-        assert_eq!(
-            xattr_names(&[b"user.a".to_vec(), b"user.bc".to_vec()]),
-            b"user.a\0user.bc\0"
-        );
+        assert_eq!(xattr_names(&[b"user.a".to_vec(), b"user.bc".to_vec()]), b"user.a\0user.bc\0");
     }
 }

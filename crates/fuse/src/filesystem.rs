@@ -11,10 +11,10 @@ use dualfs_engine::Error;
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr};
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
 use crate::DualFs;
@@ -50,10 +50,7 @@ fn name(n: &OsStr) -> &[u8] {
 }
 
 fn creds(req: &Request) -> Creds {
-    Creds {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
+    Creds { uid: req.uid(), gid: req.gid() }
 }
 
 /// POSIX ACLs travel as these xattrs. Without FUSE_POSIX_ACL the kernel
@@ -86,12 +83,7 @@ impl DualFs {
     /// engine has already counted it (create, mkdir, mknod, symlink, link)
     /// or the caller has (lookup).
     fn entry(&self, reply: ReplyEntry, a: &Attr) {
-        reply.entry_with_ttls(
-            &self.options.attr_ttl,
-            &self.options.entry_ttl,
-            &file_attr(a),
-            Self::generation(a),
-        );
+        reply.entry_with_ttls(&self.options.attr_ttl, &self.options.entry_ttl, &file_attr(a), Self::generation(a));
     }
 
     fn reply_entry(&self, op: &str, r: Result<Attr, Error>, reply: ReplyEntry) {
@@ -132,12 +124,7 @@ impl DualFs {
         Ok(batch)
     }
 
-    fn readdirplus_fill(
-        &self,
-        dir: InodeNo,
-        mut offset: u64,
-        reply: &mut ReplyDirectoryPlus,
-    ) -> Result<(), Error> {
+    fn readdirplus_fill(&self, dir: InodeNo, mut offset: u64, reply: &mut ReplyDirectoryPlus) -> Result<(), Error> {
         loop {
             let batch = self.list_batch(dir, offset)?;
             let last = batch.len() < PLUS_BATCH;
@@ -175,14 +162,7 @@ impl DualFs {
         }
     }
 
-    fn copy_range(
-        &self,
-        from: InodeNo,
-        from_off: u64,
-        to: InodeNo,
-        to_off: u64,
-        len: u64,
-    ) -> Result<u64, Error> {
+    fn copy_range(&self, from: InodeNo, from_off: u64, to: InodeNo, to_off: u64, len: u64) -> Result<u64, Error> {
         let want = len.min(COPY_MAX);
         let mut done = 0u64;
         while done < want {
@@ -222,10 +202,7 @@ impl Filesystem for DualFs {
             }
         }
         if let Err(nearest) = config.set_max_write(self.options.max_write) {
-            log::info!(
-                "max_write {} refused; using {nearest}",
-                self.options.max_write
-            );
+            log::info!("max_write {} refused; using {nearest}", self.options.max_write);
             let _ = config.set_max_write(nearest);
         }
         Ok(())
@@ -296,44 +273,18 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
         // The kernel applied the umask already (FUSE_DONT_MASK is not asked for).
         let kind = match convert::mknod_kind(mode) {
             Ok(k) => k,
             Err(e) => return reply.error(e),
         };
-        let r = self.vol.mknod(
-            ino(parent),
-            name(n),
-            kind,
-            mode & 0o7777,
-            u64::from(rdev),
-            creds(req),
-        );
+        let r = self.vol.mknod(ino(parent), name(n), kind, mode & 0o7777, u64::from(rdev), creds(req));
         self.reply_entry("mknod", r, reply);
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let r = self
-            .vol
-            .mkdir(ino(parent), name(n), mode & 0o7777, creds(req));
+    fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = self.vol.mkdir(ino(parent), name(n), mode & 0o7777, creds(req));
         self.reply_entry("mkdir", r, reply);
     }
 
@@ -345,20 +296,8 @@ impl Filesystem for DualFs {
         Self::reply_empty("rmdir", self.vol.rmdir(ino(parent), name(n)), reply);
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        let r = self.vol.symlink(
-            ino(parent),
-            name(link_name),
-            target.as_os_str().as_bytes(),
-            creds(req),
-        );
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = self.vol.symlink(ino(parent), name(link_name), target.as_os_str().as_bytes(), creds(req));
         self.reply_entry("symlink", r, reply);
     }
 
@@ -376,20 +315,11 @@ impl Filesystem for DualFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let r = self
-            .vol
-            .rename(ino(parent), name(n), ino(new_parent), name(new_name), flags);
+        let r = self.vol.rename(ino(parent), name(n), ino(new_parent), name(new_name), flags);
         Self::reply_empty("rename", r, reply);
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        new_parent: INodeNo,
-        new_name: &OsStr,
-        reply: ReplyEntry,
-    ) {
+    fn link(&self, _req: &Request, node: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
         let r = self.vol.link(ino(node), ino(new_parent), name(new_name));
         self.reply_entry("link", r, reply);
     }
@@ -440,14 +370,7 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // close(2) is not a durability point; fsync is. The kernel has
         // already sent the file's dirty pages.
         reply.ok();
@@ -466,14 +389,7 @@ impl Filesystem for DualFs {
         reply.ok();
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         Self::reply_empty("fsync", self.vol.fsync(ino(node)), reply);
     }
 
@@ -484,21 +400,9 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let r = self.vol.readdir(ino(node), offset, &mut |l| {
-            !reply.add(
-                INodeNo(l.ino.0),
-                l.next,
-                file_type(l.kind),
-                OsStr::from_bytes(&l.name),
-            )
+            !reply.add(INodeNo(l.ino.0), l.next, file_type(l.kind), OsStr::from_bytes(&l.name))
         });
         match r {
             Ok(()) => reply.ok(),
@@ -506,47 +410,24 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         match self.readdirplus_fill(ino(node), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(report("readdirplus", &e)),
         }
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         Self::reply_empty("fsyncdir", self.vol.fsync(ino(node)), reply);
     }
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
         let s = self.vol.statfs();
-        reply.statfs(
-            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
-        );
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
     fn setxattr(
@@ -609,10 +490,7 @@ impl Filesystem for DualFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self
-            .vol
-            .create(ino(parent), name(n), mode & 0o7777, creds(req))
-        {
+        match self.vol.create(ino(parent), name(n), mode & 0o7777, creds(req)) {
             Ok(a) => reply.created(
                 &self.options.entry_ttl,
                 &file_attr(&a),
@@ -642,15 +520,7 @@ impl Filesystem for DualFs {
         Self::reply_empty("fallocate", r, reply);
     }
 
-    fn lseek(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
+    fn lseek(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let Ok(from) = u64::try_from(offset) else {
             return reply.error(Errno::EINVAL);
         };
@@ -659,10 +529,7 @@ impl Filesystem for DualFs {
             // The kernel answers the other whence values itself; should one
             // come, SEEK_SET and SEEK_END have an answer without a position.
             None if whence == libc::SEEK_SET => Ok(from),
-            None if whence == libc::SEEK_END => self
-                .vol
-                .getattr(ino(node))
-                .map(|a| a.size.saturating_add(from)),
+            None if whence == libc::SEEK_END => self.vol.getattr(ino(node)).map(|a| a.size.saturating_add(from)),
             None => return reply.error(Errno::EINVAL),
         };
         match r.map(i64::try_from) {

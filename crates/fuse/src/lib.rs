@@ -50,11 +50,7 @@ pub struct AdapterOptions {
 
 impl Default for AdapterOptions {
     fn default() -> Self {
-        AdapterOptions {
-            attr_ttl: Duration::from_secs(1),
-            entry_ttl: Duration::from_secs(1),
-            max_write: 1 << 20,
-        }
+        AdapterOptions { attr_ttl: Duration::from_secs(1), entry_ttl: Duration::from_secs(1), max_write: 1 << 20 }
     }
 }
 

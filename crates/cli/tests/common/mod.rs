@@ -77,36 +77,17 @@ impl TestVolume {
         if !can_mount() {
             return None;
         }
-        let dir = tempfile::Builder::new()
-            .prefix("dualfs-test")
-            .tempdir()
-            .expect("tempdir");
+        let dir = tempfile::Builder::new().prefix("dualfs-test").tempdir().expect("tempdir");
         // Tests run programs as other users, who must reach the mount point.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod tempdir");
         let meta = dir.path().join("meta.img");
         let data = dir.path().join("data.img");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mkdir mnt");
-        let out = dualfs(&[
-            "mkfs",
-            "--size",
-            size,
-            meta.to_str().expect("utf-8 path"),
-            data.to_str().expect("utf-8 path"),
-        ]);
-        assert!(
-            out.status.success(),
-            "mkfs failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(TestVolume {
-            dir,
-            meta,
-            data,
-            mnt,
-            mounted: false,
-        })
+        let out =
+            dualfs(&["mkfs", "--size", size, meta.to_str().expect("utf-8 path"), data.to_str().expect("utf-8 path")]);
+        assert!(out.status.success(), "mkfs failed: {}", String::from_utf8_lossy(&out.stderr));
+        Some(TestVolume { dir, meta, data, mnt, mounted: false })
     }
 
     /// `mnt/rel`.
@@ -134,11 +115,7 @@ impl TestVolume {
             self.data.to_str().expect("utf-8"),
             self.m(),
         ]);
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
         self.mounted = true;
     }
 
@@ -149,11 +126,7 @@ impl TestVolume {
     /// Unmounts and waits for the clean close.
     pub fn umount(&mut self) {
         let out = dualfs(&["umount", self.m()]);
-        assert!(
-            out.status.success(),
-            "umount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "umount failed: {}", String::from_utf8_lossy(&out.stderr));
         self.mounted = false;
     }
 
@@ -169,19 +142,11 @@ impl TestVolume {
 
     /// `dualfs inspect --json` of the unmounted volume.
     pub fn inspect(&self, what: &[&str]) -> serde_json::Value {
-        let mut args = vec![
-            "inspect",
-            "--json",
-            self.meta.to_str().expect("utf-8"),
-            self.data.to_str().expect("utf-8"),
-        ];
+        let mut args =
+            vec!["inspect", "--json", self.meta.to_str().expect("utf-8"), self.data.to_str().expect("utf-8")];
         args.extend_from_slice(what);
         let out = dualfs(&args);
-        assert!(
-            out.status.success(),
-            "inspect failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "inspect failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("inspect prints JSON")
     }
 

@@ -28,6 +28,9 @@ pub enum Command {
     Mount(MountArgs),
     /// Unmount a volume and wait until it is closed cleanly.
     Umount(UmountArgs),
+    /// Check a volume's consistency (it must not be mounted).
+    #[command(after_help = FSCK_HELP)]
+    Fsck(FsckArgs),
     /// Show what is on a volume: superblock, log, segments, groups, inodes.
     #[command(after_help = INSPECT_HELP)]
     Inspect(InspectArgs),
@@ -54,6 +57,15 @@ Without --foreground the command returns once the volume is mounted (or with
 the reason it could not be). SIGINT, SIGTERM, `dualfs umount` or
 `fusermount3 -u` unmount it; every dirty byte and a checkpoint are written
 before the process exits, so the next mount needs no recovery.";
+
+const FSCK_HELP: &str = "\
+Every inode, directory, extent map and xattr set is read back from the
+devices and checked against the IFile, and the space accounting (bitmap,
+group counts, segment usage) against what the files use. Nothing is
+written: there is no repair mode yet.
+
+Exit status, as fsck(8): 0 consistent, 4 problems found (listed), 8 the
+volume could not be checked at all, 16 usage error.";
 
 const INSPECT_HELP: &str = "\
 Nothing is written. A mounted volume may be inspected: what is shown is what
@@ -117,6 +129,26 @@ pub struct UmountArgs {
     /// Detach now even if files are open; the volume closes when they are.
     #[arg(long, short = 'l')]
     pub lazy: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FsckArgs {
+    /// The meta-data device or image file (or META#DATA, as in fstab).
+    pub meta: PathBuf,
+    /// The data device or image file.
+    pub data: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Accepted for fsck(8) (-a, -p, -n, -y, -f): the check never repairs.
+    #[arg(short = 'a', short_alias = 'p', hide = true)]
+    pub auto: bool,
+    /// Accepted for fsck(8): the check never changes anything anyway.
+    #[arg(short = 'n', short_alias = 'y', hide = true)]
+    pub no: bool,
+    /// Accepted for fsck(8): the check is always complete.
+    #[arg(short = 'f', hide = true)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]

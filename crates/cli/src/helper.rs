@@ -1,6 +1,7 @@
 //! Being called by other programs' conventions rather than by subcommand:
 //!
-//! - `mkfs.dualfs ARGS` is `dualfs mkfs ARGS` (mkfs(8) runs `mkfs.TYPE`);
+//! - `mkfs.dualfs ARGS` is `dualfs mkfs ARGS` (mkfs(8) runs `mkfs.TYPE`),
+//!   and `fsck.dualfs ARGS` is `dualfs fsck ARGS` (fsck(8) runs `fsck.TYPE`);
 //! - `mount.fuse.dualfs SOURCE MOUNTPOINT [-o OPTS]` is what mount(8) runs
 //!   for `mount -t fuse.dualfs` and for an fstab line of type `fuse.dualfs`;
 //! - `dualfs SOURCE MOUNTPOINT -o OPTS` is what mount.fuse3 runs when it
@@ -26,8 +27,8 @@ const OWN_WORDS: [&str; 6] = ["mkfs", "mount", "umount", "inspect", "help", "fsc
 pub enum Personality {
     /// The ordinary `dualfs SUBCOMMAND ...`.
     Dualfs,
-    /// `mkfs.dualfs`: the rest is `dualfs mkfs`'s arguments.
-    Mkfs,
+    /// `mkfs.dualfs` or `fsck.dualfs`: the rest is that subcommand's arguments.
+    Tool(&'static str),
     /// A mount helper: SOURCE MOUNTPOINT and mount(8)-style flags.
     MountHelper,
 }
@@ -37,7 +38,10 @@ pub fn personality(argv: &[OsString]) -> Personality {
     let prog = argv.first().map(PathBuf::from).and_then(|p| p.file_name().map(OsStr::to_os_string)).unwrap_or_default();
     let prog = prog.to_string_lossy();
     if prog.starts_with("mkfs.") {
-        return Personality::Mkfs;
+        return Personality::Tool("mkfs");
+    }
+    if prog.starts_with("fsck.") {
+        return Personality::Tool("fsck");
     }
     if prog.starts_with("mount.") {
         return Personality::MountHelper;
@@ -110,7 +114,8 @@ mod tests {
 
     #[test]
     fn argv0_and_first_argument_choose_the_personality() {
-        assert_eq!(personality(&argv(&["/sbin/mkfs.dualfs", "a", "b"])), Personality::Mkfs);
+        assert_eq!(personality(&argv(&["/sbin/mkfs.dualfs", "a", "b"])), Personality::Tool("mkfs"));
+        assert_eq!(personality(&argv(&["/sbin/fsck.dualfs", "-a", "a#b"])), Personality::Tool("fsck"));
         assert_eq!(personality(&argv(&["/sbin/mount.fuse.dualfs", "a#b", "/mnt"])), Personality::MountHelper);
         assert_eq!(personality(&argv(&["dualfs", "/v/m#/v/d", "/mnt", "-o", "rw"])), Personality::MountHelper);
         assert_eq!(personality(&argv(&["dualfs", "mount", "a", "b", "c"])), Personality::Dualfs);

@@ -5,6 +5,7 @@
 
 mod args;
 mod devices;
+mod fsck;
 mod helper;
 mod inspect;
 mod inspect_text;
@@ -37,8 +38,8 @@ fn init_logging() {
 fn run(argv: Vec<OsString>) -> Result<()> {
     let cli = match helper::personality(&argv) {
         Personality::MountHelper => return mount::run(&helper::mount_args(&argv)?),
-        Personality::Mkfs => {
-            let mut v: Vec<OsString> = vec!["dualfs".into(), "mkfs".into()];
+        Personality::Tool(sub) => {
+            let mut v: Vec<OsString> = vec!["dualfs".into(), sub.into()];
             v.extend(argv.into_iter().skip(1));
             Cli::parse_from(v)
         }
@@ -48,6 +49,7 @@ fn run(argv: Vec<OsString>) -> Result<()> {
         Command::Mkfs(a) => mkfs::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
+        Command::Fsck(a) => fsck::run(a),
         Command::Inspect(a) => inspect::run(a),
     }
 }

@@ -96,6 +96,7 @@ fn mount_helpers_and_fstab_style_mounts_work() {
     sh(&format!("umount {}", v.m()));
     assert!(wait_unlocked(&v.meta, Duration::from_secs(30)));
     assert_eq!(roll_forward(&v), 0);
+    v.fsck();
 
     // mount -t fuse.dualfs runs mount.fuse3 (when no mount.fuse.dualfs is
     // installed), which runs `dualfs` from PATH; mount(8) itself resets
@@ -112,6 +113,7 @@ fn mount_helpers_and_fstab_style_mounts_work() {
     sh(&format!("fusermount3 -u {}", v.m()));
     assert!(wait_unlocked(&v.meta, Duration::from_secs(30)));
     assert_eq!(roll_forward(&v), 0);
+    v.fsck();
 
     // What `make install` sets up: mount(8) runs /sbin/mount.fuse.dualfs
     // SOURCE MOUNTPOINT -o OPTIONS -t fuse.dualfs.
@@ -151,6 +153,7 @@ fn sigterm_unmounts_and_closes_the_volume_cleanly() {
     assert!(status.success(), "{status}");
     assert!(!is_mounted(&v.mnt));
     assert_eq!(roll_forward(&v), 0, "closed with a final checkpoint");
+    v.fsck();
     let mut v = v;
     v.mount();
     assert_eq!(sh(&format!("cat {}/f", v.m())), "dirty\n");

@@ -123,11 +123,24 @@ impl TestVolume {
         self.mount_with("");
     }
 
-    /// Unmounts and waits for the clean close.
+    /// Unmounts, waits for the clean close, and checks the volume with fsck.
     pub fn umount(&mut self) {
         let out = dualfs(&["umount", self.m()]);
         assert!(out.status.success(), "umount failed: {}", String::from_utf8_lossy(&out.stderr));
         self.mounted = false;
+        self.fsck();
+    }
+
+    /// `dualfs fsck` of the unmounted volume must find it consistent.
+    pub fn fsck(&self) {
+        let out = dualfs(&["fsck", self.meta.to_str().expect("utf-8"), self.data.to_str().expect("utf-8")]);
+        assert!(
+            out.status.success(),
+            "fsck found problems ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn remount(&mut self) {

@@ -202,3 +202,37 @@ fn a_full_data_device_says_enospc_and_recovers_after_deletes() {
     v.umount();
     assert_eq!(roll_forward(&v), 0);
 }
+
+#[test]
+fn a_killed_mount_recovers_what_fsync_made_durable() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    let mut child = Command::new(DUALFS)
+        .args(["mount", "--foreground", "-o", "commit=3600"])
+        .args([&v.meta, &v.data, &v.mnt])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !is_mounted(&v.mnt) {
+        assert!(start.elapsed() < Duration::from_secs(20), "never mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = v.m().to_string();
+    sh(&format!(
+        "mkdir {m}/d && head -c 3000000 /dev/urandom > {m}/d/kept && sync {m}/d/kept && sync {m}/d && sha256sum {m}/d/kept > {}/sum",
+        v.dir.path().display()
+    ));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The kernel keeps a dead mount until it is unmounted.
+    sh(&format!("umount -l {m}"));
+    assert!(roll_forward(&v).as_u64().unwrap() > 0, "the log after the checkpoint is rolled forward");
+    v.fsck();
+    v.mount();
+    sh(&format!("sha256sum -c {}/sum", v.dir.path().display()));
+    v.umount();
+    assert_eq!(roll_forward(&v), 0);
+}

@@ -228,3 +228,35 @@ fn rename_flags_are_honoured_or_refused() {
     assert_eq!(sh(&format!("cd {m}/b && cat ../d")), "b\n");
     v.umount();
 }
+
+#[test]
+fn an_unlinked_file_lives_until_its_last_close() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    v.mount();
+    let fresh = v.usage();
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let mut f = std::fs::OpenOptions::new().create(true).read(true).write(true).open(v.path("f")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    std::fs::remove_file(v.path("f")).unwrap();
+    assert!(!v.path("f").exists());
+    // Still readable and writable through the open descriptor.
+    f.write_all(b"tail").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut back = Vec::new();
+    f.read_to_end(&mut back).unwrap();
+    assert_eq!(&back[..data.len()], &data[..]);
+    assert_eq!(&back[data.len()..], b"tail");
+    assert_ne!(v.usage(), fresh, "its blocks and inode are still in use");
+    drop(f);
+    let start = std::time::Instant::now();
+    while v.usage() != fresh && start.elapsed() < Duration::from_secs(15) {
+        sh(&format!("sync '{}'", v.m()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(v.usage(), fresh, "the last close frees it");
+    v.umount();
+}

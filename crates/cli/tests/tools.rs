@@ -74,6 +74,9 @@ printf 'in the middle' | dd of=sparse bs=1M seek=32 conv=notrunc status=none
 cp --sparse=always sparse sparse.copy
 cp holes holes.copy
 fallocate -l 1M prealloc
+fallocate -n -l 2M prealloc
+mknod c/null c 1 3
+touch -a -d '2002-02-02 02:02:02.5' c/f1
 fallocate -z -o 4096 -l 8192 holes.copy
 sync .
 "#
@@ -90,7 +93,9 @@ sync .
     assert_eq!((f2.mode() & 0o7777, f2.nlink()), (0o4755, 2));
     let f1 = std::fs::metadata(v.path("c/f1")).unwrap();
     assert_eq!((f1.uid(), f1.gid(), f1.size()), (1234, 5678, 10000));
-    assert_eq!((f1.mtime(), f1.mtime_nsec()), (981_173_106, 123_456_789));
+    assert_eq!((f1.mtime(), f1.mtime_nsec()), (981_173_106, 123_456_789), "touch -a leaves mtime alone");
+    assert_eq!((f1.atime(), f1.atime_nsec()), (1_012_615_322, 500_000_000));
+    assert_eq!(sh(&format!("stat -c '%F %t %T' '{m}/c/null'")), "character special file 1 3\n");
     assert!(sh(&format!("stat -c %F '{m}/c/pipe'")).contains("fifo"));
     // Holes: punched, copied sparse, zeroed.
     assert_eq!(data_runs(&v.path("holes")), vec![(0, 1 << 20), (3 << 20, 4 << 20)]);
@@ -102,14 +107,16 @@ sync .
     let nonzero_in_range = sh(&format!("dd if='{m}/holes' bs=4096 skip=1 count=2 status=none | tr -d '\\0' | wc -c"));
     assert_eq!(zeroed.trim(), nonzero_in_range.trim(), "zero-range zeroes exactly its range");
     assert!(std::fs::metadata(v.path("sparse.copy")).unwrap().blocks() < 1024);
-    assert_eq!(std::fs::metadata(v.path("prealloc")).unwrap().len(), 1 << 20);
+    let prealloc = std::fs::metadata(v.path("prealloc")).unwrap();
+    assert_eq!(prealloc.len(), 1 << 20, "fallocate -n keeps the size");
+    assert!(prealloc.blocks() >= 4096, "and allocates beyond it: {}", prealloc.blocks());
 
     // The kernel may cache attributes for a second (the TTL): let the
     // block counts settle after write-back, then compare across a remount.
     std::thread::sleep(Duration::from_millis(1100));
     // Times of what no write(2) touched last (see the ignored test below
     // for those that were).
-    let timed = ". a a/b c c/f1 c/soft c/pipe";
+    let timed = ". a a/b c c/f1 c/soft c/pipe c/null";
     let before = (stat_listing(&v.mnt), time_listing(&v.mnt, timed));
     v.remount();
     let after = (stat_listing(&v.mnt), time_listing(&v.mnt, timed));

@@ -245,7 +245,7 @@ fn an_unlinked_file_lives_until_its_last_close() {
     v.mount();
     let fresh = v.usage();
     let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
-    let mut f = std::fs::OpenOptions::new().create(true).read(true).write(true).open(v.path("f")).unwrap();
+    let mut f = std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(v.path("f")).unwrap();
     f.write_all(&data).unwrap();
     f.sync_all().unwrap();
     std::fs::remove_file(v.path("f")).unwrap();

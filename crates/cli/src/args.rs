@@ -49,6 +49,9 @@ Options (-o, comma-separated, may be repeated):
   threads=N        requests served in parallel (default 4)
   log=FILE         where a background mount writes its log (default: nowhere)
   fsname=NAME      the source shown in /proc/mounts (default META#DATA)
+  nowriteback      send every write to the volume at once instead of caching
+                   it in the kernel (slower; modification times then come
+                   from the volume's clock alone)
   auto_unmount, dev, nodev, suid, nosuid, exec, noexec, noatime, sync, dirsync
   and other FUSE options are passed on; fstab's defaults, noauto, nofail,
   _netdev, user and x-* are accepted and ignored.

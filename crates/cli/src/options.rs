@@ -27,6 +27,8 @@ pub struct MountConfig {
     pub threads: usize,
     /// Shown as the source in /proc/mounts, if the user chose one.
     pub fsname: Option<String>,
+    /// The kernel's writeback cache.
+    pub writeback: bool,
 }
 
 impl Default for MountConfig {
@@ -39,6 +41,7 @@ impl Default for MountConfig {
             log: None,
             threads: DEFAULT_THREADS,
             fsname: None,
+            writeback: true,
         }
     }
 }
@@ -116,6 +119,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.log = Some(PathBuf::from(v));
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
+        } else if opt == "nowriteback" || opt == "writeback" {
+            c.writeback = opt == "writeback";
         } else if opt == "ro" {
             c.read_only = true;
             c.fuse.push(MountOption::RO);
@@ -149,7 +154,8 @@ mod tests {
 
     #[test]
     fn dualfs_options_are_understood() {
-        let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log");
+        let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback");
+        assert!(!c.writeback);
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);
         assert_eq!(c.acl, SessionACL::All);

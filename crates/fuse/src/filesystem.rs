@@ -197,6 +197,9 @@ impl DualFs {
 impl Filesystem for DualFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         for cap in WANTED {
+            if cap == InitFlags::FUSE_WRITEBACK_CACHE && !self.options.writeback_cache {
+                continue;
+            }
             if let Err(missing) = config.add_capabilities(cap) {
                 log::info!("the kernel does not offer {missing:?}; going on without it");
             }

@@ -46,11 +46,19 @@ pub struct AdapterOptions {
     pub entry_ttl: Duration,
     /// Largest write request (bytes) the kernel may send.
     pub max_write: u32,
+    /// Let the kernel cache writes (and own mtime/ctime while it does).
+    /// Off, every write(2) is a request and the engine stamps the times.
+    pub writeback_cache: bool,
 }
 
 impl Default for AdapterOptions {
     fn default() -> Self {
-        AdapterOptions { attr_ttl: Duration::from_secs(1), entry_ttl: Duration::from_secs(1), max_write: 1 << 20 }
+        AdapterOptions {
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            max_write: 1 << 20,
+            writeback_cache: true,
+        }
     }
 }
 

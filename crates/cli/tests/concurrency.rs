@@ -86,3 +86,23 @@ fn sqlite_survives_two_writers_and_a_remount() {
     assert_eq!(sh(&query), expect);
     v.umount();
 }
+
+#[test]
+fn flock_excludes_a_second_holder() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    v.mount();
+    let f = v.path("lockfile");
+    let f = f.to_str().unwrap();
+    sh(&format!("touch {f}"));
+    // One process holds the lock for a while; a second may not take it,
+    // then may once the first is done.
+    let out = sh(&format!(
+        "flock -x {f} -c 'sleep 1' & sleep 0.3; \
+         if flock -n -x {f} -c true; then echo taken; else echo refused; fi; wait; \
+         flock -n -x {f} -c 'echo free'"
+    ));
+    assert_eq!(out, "refused\nfree\n");
+    v.umount();
+}

@@ -113,13 +113,28 @@ fn groups(v: &Value) -> String {
     o
 }
 
+/// Longest xattr value shown in full in text; JSON has them whole.
+const XATTR_SHOWN: usize = 64;
+
 fn inode(v: &Value) -> String {
     let mut o = String::new();
-    render_fields(&mut o, v, 0);
-    if let Some(x) = v["xattrs"].as_object()
-        && x.is_empty()
-    {
-        o.push_str("xattrs: none\n");
+    let mut fields = v.clone();
+    let xattrs = fields.as_object_mut().and_then(|m| m.remove("xattrs"));
+    render_fields(&mut o, &fields, 0);
+    match xattrs.as_ref().and_then(Value::as_object) {
+        Some(x) if !x.is_empty() => {
+            o.push_str("xattrs:\n");
+            for (name, val) in x {
+                let text = val.as_str().unwrap_or_default();
+                if text.chars().count() > XATTR_SHOWN {
+                    let head: String = text.chars().take(XATTR_SHOWN).collect();
+                    let _ = writeln!(o, "  {name}: {head}... ({} characters)", text.chars().count());
+                } else {
+                    let _ = writeln!(o, "  {name}: {text}");
+                }
+            }
+        }
+        _ => o.push_str("xattrs: none\n"),
     }
     o
 }

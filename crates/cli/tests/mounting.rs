@@ -236,3 +236,43 @@ fn a_killed_mount_recovers_what_fsync_made_durable() {
     v.umount();
     assert_eq!(roll_forward(&v), 0);
 }
+
+#[test]
+fn inspect_shows_every_view_as_text_and_json() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    v.mount();
+    sh(&format!("cd {} && mkdir -p d/e && echo x > d/f && setfattr -n user.k -v val d/f", v.m()));
+    let ino = common::ino(&v.path("d/f"));
+    // A mounted volume may be inspected; what is on disk lags, so unmount first.
+    v.umount();
+    let (meta, data) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());
+    for view in [
+        vec![],
+        vec!["superblock"],
+        vec!["log"],
+        vec!["segments"],
+        vec!["segments", "--all"],
+        vec!["groups"],
+        vec!["inode", "/d/f"],
+        vec!["dir", "/d"],
+    ] {
+        let mut args = vec!["inspect", meta.as_str(), data.as_str()];
+        args.extend(view.iter().copied());
+        let out = dualfs(&args);
+        assert!(out.status.success(), "inspect {view:?}: {}", stderr(&out));
+        assert!(!out.stdout.is_empty());
+    }
+    let inode = v.inspect(&["inode", &ino.to_string()]);
+    assert_eq!(inode["size"], 2);
+    assert_eq!(inode["xattrs"]["user.k"], "val");
+    let dir = v.inspect(&["dir", "/d"]);
+    let names: Vec<&str> = dir["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 4);
+    assert!(names.contains(&"e") && names.contains(&"f"));
+    let summary = v.inspect(&[]);
+    assert_eq!(summary["inodes"]["used"], 4);
+    let out = dualfs(&["inspect", &meta, &data, "inode", "/nope"]);
+    assert!(stderr(&out).contains("no such file or directory"), "{}", stderr(&out));
+}

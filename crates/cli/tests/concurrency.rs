@@ -55,34 +55,67 @@ fn two_processes_appending_to_one_file_lose_nothing() {
     v.umount();
 }
 
-#[test]
-fn sqlite_survives_two_writers_and_a_remount() {
-    let Some(mut v) = TestVolume::create("256M") else {
-        return;
-    };
-    if sh("command -v sqlite3 || true").trim().is_empty() {
-        println!("SKIPPED: sqlite3 is not installed");
-        return;
-    }
-    v.mount();
+/// Two sqlite3 processes, each running 1500 transactions that contend for
+/// the database lock; the first error stops a writer (-bail) and fails the
+/// test with its message. Returns the query that checks the result.
+fn run_sqlite_writers(v: &TestVolume) -> (String, &'static str) {
     let db = v.path("test.db");
     let db = db.to_str().unwrap();
     sh(&format!("sqlite3 {db} 'CREATE TABLE t(id INTEGER PRIMARY KEY, tag TEXT, i INT, pad BLOB);'"));
-    // Each writer: 1500 transactions, contending for the database lock.
     let writer = |tag: &str| {
         format!(
             "{{ echo 'PRAGMA busy_timeout=30000;'; for i in $(seq 1 1500); do \
              echo \"BEGIN IMMEDIATE; INSERT INTO t(tag,i,pad) VALUES('{tag}',$i,randomblob(300)); COMMIT;\"; \
-             done; }} | sqlite3 {db} >/dev/null"
+             done; }} | sqlite3 -bail {db} >/dev/null"
         )
     };
-    sh(&format!("{} & {} & wait", writer("A"), writer("B")));
+    sh(&format!("{} & a=$!; {} & b=$!; wait $a; wait $b", writer("A"), writer("B")));
     let query = format!(
         "sqlite3 {db} \"PRAGMA integrity_check; SELECT tag, count(*), count(DISTINCT i), min(i), max(i) FROM t GROUP BY tag;\""
     );
-    let expect = "ok\nA|1500|1500|1|1500\nB|1500|1500|1|1500\n";
+    (query, "ok\nA|1500|1500|1|1500\nB|1500|1500|1|1500\n")
+}
+
+fn have_sqlite() -> bool {
+    let found = !sh("command -v sqlite3 || true").trim().is_empty();
+    if !found {
+        println!("SKIPPED: sqlite3 is not installed");
+    }
+    found
+}
+
+#[test]
+fn sqlite_survives_two_writers_and_a_remount() {
+    // Every transaction is a few fsyncs, each a partial segment: the log
+    // needs room for the segments written between two checkpoints (see the
+    // ignored test below for a meta-data device too small for that).
+    let Some(mut v) = TestVolume::create("1G") else {
+        return;
+    };
+    if !have_sqlite() {
+        return;
+    }
+    v.mount();
+    let (query, expect) = run_sqlite_writers(&v);
     assert_eq!(sh(&query), expect);
     v.remount();
+    assert_eq!(sh(&query), expect);
+    v.umount();
+}
+
+#[test]
+#[ignore = "engine bug: a commit that finds the meta-data device full (no checkpoint since the log filled) turns the volume read-only instead of checkpointing to free segments"]
+fn an_fsync_heavy_workload_on_a_small_volume_keeps_it_writable() {
+    // 256 MiB: 26 log segments. 4.5 KiB of meta-data are live at the end,
+    // but the log between two checkpoints (4096 blocks, or a tick) is larger.
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    if !have_sqlite() {
+        return;
+    }
+    v.mount();
+    let (query, expect) = run_sqlite_writers(&v);
     assert_eq!(sh(&query), expect);
     v.umount();
 }

@@ -1,0 +1,242 @@
+//! The command line: subcommands, their arguments and their help.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// DualFS: a Linux file system that keeps file data and meta-data on two
+/// devices. Data goes to the data device, in groups written in place;
+/// every piece of meta-data lives once, in a log on the meta-data device.
+///
+/// A volume is a pair of devices (or image files): META, about a tenth of
+/// the total, and DATA. Create one with `dualfs mkfs`, mount it with
+/// `dualfs mount`, unmount it with `dualfs umount` (or fusermount3 -u).
+#[derive(Parser, Debug)]
+#[command(name = "dualfs", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a new volume on two devices or image files.
+    #[command(after_help = MKFS_HELP)]
+    Mkfs(MkfsArgs),
+    /// Mount a volume (in the background unless --foreground).
+    #[command(after_help = MOUNT_HELP)]
+    Mount(MountArgs),
+    /// Unmount a volume and wait until it is closed cleanly.
+    Umount(UmountArgs),
+    /// Check a volume's consistency (it must not be mounted).
+    #[command(after_help = FSCK_HELP)]
+    Fsck(FsckArgs),
+    /// Show what is on a volume: superblock, log, segments, groups, inodes.
+    #[command(after_help = INSPECT_HELP)]
+    Inspect(InspectArgs),
+}
+
+const MKFS_HELP: &str = "\
+Sizes are bytes, or a number with a K, M, G or T suffix (powers of 1024).
+
+Example: dualfs mkfs --size 4G volume/meta.img volume/data.img";
+
+const MOUNT_HELP: &str = "\
+Options (-o, comma-separated, may be repeated):
+  ro               mount read-only (nothing is written, not even recovery)
+  allow_other      let every user use the mount (allow_root: root as well)
+  commit=SECONDS   write dirty data and meta-data at least this often (default 5)
+  threads=N        requests served in parallel (default 4)
+  log=FILE         where a background mount writes its log (default: nowhere)
+  fsname=NAME      the source shown in /proc/mounts (default META#DATA)
+  nowriteback      send every write to the volume at once instead of caching
+                   it in the kernel (slower; modification times then come
+                   from the volume's clock alone)
+  auto_unmount, dev, nodev, suid, nosuid, exec, noexec, noatime, sync, dirsync
+  and other FUSE options are passed on; fstab's defaults, noauto, nofail,
+  _netdev, user and x-* are accepted and ignored.
+
+Without --foreground the command returns once the volume is mounted (or with
+the reason it could not be). SIGINT, SIGTERM, `dualfs umount` or
+`fusermount3 -u` unmount it; every dirty byte and a checkpoint are written
+before the process exits, so the next mount needs no recovery.";
+
+const FSCK_HELP: &str = "\
+Every inode, directory, extent map and xattr set is read back from the
+devices and checked against the IFile, and the space accounting (bitmap,
+group counts, segment usage) against what the files use. Nothing is
+written: there is no repair mode yet.
+
+Exit status, as fsck(8): 0 consistent, 4 problems found (listed), 8 the
+volume could not be checked at all, 16 usage error.";
+
+const INSPECT_HELP: &str = "\
+Nothing is written. A mounted volume may be inspected: what is shown is what
+is on the devices, which lags the mount by up to the commit interval.";
+
+#[derive(Args, Debug)]
+pub struct MkfsArgs {
+    /// The meta-data device or image file (the log; ~10% of the volume).
+    pub meta: PathBuf,
+    /// The data device or image file.
+    pub data: PathBuf,
+    /// Overwrite devices that already hold a file system.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    /// A name for the volume (at most 64 bytes).
+    #[arg(long, short = 'L', default_value = "")]
+    pub label: String,
+    /// Create missing image files for a volume of this total size, the
+    /// meta-data file taking about 10% (sparse files: no space is used yet).
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Size of a log segment on the meta-data device.
+    #[arg(long, value_parser = parse_size, default_value = "1M")]
+    pub segment_size: u64,
+    /// Size of a block group on the data device.
+    #[arg(long, value_parser = parse_size, default_value = "128M")]
+    pub group_size: u64,
+    /// Files up to this many bytes keep their contents in the inode, on the
+    /// meta-data device (0 to 3072).
+    #[arg(long, default_value_t = 1024)]
+    pub inline_max: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// The meta-data device or image file.
+    pub meta: PathBuf,
+    /// The data device or image file.
+    pub data: PathBuf,
+    /// An existing directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground (logs go to standard error).
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Mount options, comma-separated.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Internal: this process is the background half of a daemon mount and
+    /// reports readiness on standard output.
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// Where the volume is mounted.
+    pub mountpoint: PathBuf,
+    /// Give up waiting for the volume to close after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+    /// Detach now even if files are open; the volume closes when they are.
+    #[arg(long, short = 'l')]
+    pub lazy: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FsckArgs {
+    /// The meta-data device or image file (or META#DATA, as in fstab).
+    pub meta: PathBuf,
+    /// The data device or image file.
+    pub data: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Accepted for fsck(8) (-a, -p, -n, -y, -f): the check never repairs.
+    #[arg(short = 'a', short_alias = 'p', hide = true)]
+    pub auto: bool,
+    /// Accepted for fsck(8): the check never changes anything anyway.
+    #[arg(short = 'n', short_alias = 'y', hide = true)]
+    pub no: bool,
+    /// Accepted for fsck(8): the check is always complete.
+    #[arg(short = 'f', hide = true)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The meta-data device or image file.
+    pub meta: PathBuf,
+    /// The data device or image file.
+    pub data: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to show (default: a summary).
+    #[command(subcommand)]
+    pub what: Option<Inspect>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Inspect {
+    /// Capacity, usage and the state of the log.
+    Summary,
+    /// The superblock: format version, identity, geometry.
+    Superblock,
+    /// The checkpoint mounted from and the roll-forward after it.
+    Log,
+    /// Usage of every log segment on the meta-data device.
+    Segments {
+        /// List every segment, not only those in use.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Free blocks and directories of every data group.
+    Groups,
+    /// One inode: attributes, extended attributes.
+    Inode {
+        /// An inode number, or a path inside the volume starting with '/'.
+        inode: String,
+    },
+    /// One directory's entries.
+    Dir {
+        /// An inode number, or a path inside the volume starting with '/'.
+        dir: String,
+    },
+}
+
+/// Parses `4096`, `64K`, `1M`, `128M`, `4G`, `1T` (binary units).
+///
+/// # Errors
+/// Not a number, an unknown suffix, or an overflow.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("unknown size suffix {c:?} (use K, M, G or T)")),
+            };
+            (&s[..i], shift)
+        }
+        _ => (s, 0),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 1M, 4G)"))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("128m"), Ok(128 << 20));
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

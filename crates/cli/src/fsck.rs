@@ -1,0 +1,99 @@
+//! `dualfs fsck`: the engine's independent walk of the whole volume.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow};
+use dualfs_engine::check::{CheckReport, check};
+use dualfs_engine::meta_log::recovery::LogEnd;
+use serde_json::json;
+
+use crate::args::FsckArgs;
+use crate::devices::{Access, open_pair};
+use crate::helper::split_source;
+use crate::mount::Exit;
+
+/// fsck(8) exit status: problems were found and left as they are.
+const EXIT_UNCORRECTED: i32 = 4;
+/// fsck(8) exit status: the check could not be done.
+const EXIT_OPERATIONAL: i32 = 8;
+
+fn report_json(r: &CheckReport) -> serde_json::Value {
+    let s = &r.stats;
+    json!({
+        "clean": r.is_clean(),
+        "problems": r.problems.iter().map(|p| json!({
+            "structure": p.structure,
+            "ino": p.ino.map(|i| i.0),
+            "block": p.block,
+            "message": p.message,
+        })).collect::<Vec<_>>(),
+        "stats": {
+            "inodes": s.inodes, "directories": s.directories, "files": s.files,
+            "inline_files": s.inline_files, "symlinks": s.symlinks, "special": s.special,
+            "entries": s.entries, "nodes": s.nodes, "data_blocks": s.data_blocks, "orphans": s.orphans,
+        },
+        "checkpoint": r.open.checkpoint,
+        "roll_forward_partial_segments": r.open.recovery.partial_segments,
+    })
+}
+
+fn print_text(r: &CheckReport) {
+    let s = &r.stats;
+    let end = match &r.open.recovery.end {
+        LogEnd::Clean => "clean".to_string(),
+        LogEnd::Invalid(why) => why.clone(),
+    };
+    println!(
+        "checkpoint {}, roll-forward of {} partial segments (log end: {end})",
+        r.open.checkpoint, r.open.recovery.partial_segments
+    );
+    println!(
+        "{} inodes: {} files ({} inline), {} directories, {} symlinks, {} special; {} entries, {} nodes, {} data blocks, {} orphans",
+        s.inodes,
+        s.files,
+        s.inline_files,
+        s.directories,
+        s.symlinks,
+        s.special,
+        s.entries,
+        s.nodes,
+        s.data_blocks,
+        s.orphans
+    );
+    for p in &r.problems {
+        println!("PROBLEM: {p}");
+    }
+    if r.is_clean() {
+        println!("the volume is consistent");
+    } else {
+        println!("{} problems found; nothing was changed", r.problems.len());
+    }
+}
+
+/// Runs `dualfs fsck`.
+///
+/// # Errors
+/// `Exit(4)` when problems were found, `Exit(8)` when the volume could not
+/// be checked (after saying why).
+pub fn run(args: &FsckArgs) -> Result<()> {
+    let (meta, data): (PathBuf, PathBuf) = match &args.data {
+        Some(d) => (args.meta.clone(), d.clone()),
+        None => split_source(&args.meta.to_string_lossy(), None)?,
+    };
+    let checked = open_pair(&meta, &data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
+        check(m, d).map_err(|e| anyhow!("cannot check {} and {}: {e}", meta.display(), data.display()))
+    });
+    let report = match checked {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("dualfs: {e:#}");
+            return Err(Exit(EXIT_OPERATIONAL).into());
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report_json(&report))?);
+    } else {
+        print_text(&report);
+    }
+    if report.is_clean() { Ok(()) } else { Err(Exit(EXIT_UNCORRECTED).into()) }
+}

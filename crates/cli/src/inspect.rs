@@ -1,0 +1,291 @@
+//! `dualfs inspect`: what dumpe2fs and debugfs show ext4 users, for DualFS.
+//! Every view is built once as JSON and printed either as JSON or as text,
+//! so the two never disagree.
+
+use std::fmt::Write as _;
+
+use anyhow::{Context, Result, anyhow, bail};
+use dualfs_engine::Volume;
+use dualfs_engine::format::superblock::{Role, Superblock};
+use dualfs_engine::meta_log::Log;
+use dualfs_engine::meta_log::recovery::LogEnd;
+use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, SegmentNo, Timestamp};
+use dualfs_engine::volume::MountOptions;
+use serde_json::{Value, json};
+
+use crate::args::{Inspect, InspectArgs};
+use crate::devices::{Access, open_pair};
+
+/// A UUID in its usual text form.
+pub fn uuid(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// `2024-05-01 12:34:56.123456789 UTC` (proleptic Gregorian, any year).
+pub fn date(t: Timestamp) -> String {
+    let days = t.sec.div_euclid(86_400);
+    let secs = t.sec.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:09} UTC", secs / 3600, secs / 60 % 60, secs % 60, t.nsec)
+}
+
+fn kind_name(k: FileKind) -> &'static str {
+    match k {
+        FileKind::Regular => "file",
+        FileKind::Directory => "directory",
+        FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDevice => "char-device",
+        FileKind::BlockDevice => "block-device",
+    }
+}
+
+fn superblock_json(sb: &Superblock) -> Value {
+    json!({
+        "role": match sb.role { Role::Meta => "meta", Role::Data => "data" },
+        "format": format!("{}.{}", sb.major, sb.minor),
+        "features": { "compat": sb.compat, "ro_compat": sb.ro_compat, "incompat": sb.incompat },
+        "volume_uuid": uuid(&sb.volume_uuid),
+        "meta_uuid": uuid(&sb.meta_uuid),
+        "data_uuid": uuid(&sb.data_uuid),
+        "label": sb.label_str(),
+        "created": date(sb.created),
+        "block_bytes": BLOCK_BYTES,
+        "segment_blocks": sb.segment_blocks,
+        "segment_count": sb.segment_count,
+        "first_segment_block": sb.first_segment_block,
+        "meta_blocks": sb.meta_blocks,
+        "data_blocks": sb.data_blocks,
+        "group_blocks": sb.group_blocks,
+        "group_count": sb.group_count,
+        "inline_max": sb.inline_max,
+    })
+}
+
+fn log_json(vol: &Volume) -> Value {
+    let r = vol.open_report();
+    let (head, durable, since) = vol.with_fs(|fs| (fs.log.head(), fs.log.durable(), fs.log.blocks_since_checkpoint()));
+    json!({
+        "checkpoint": r.checkpoint,
+        "fell_back": r.fell_back,
+        "roll_forward": {
+            "partial_segments": r.recovery.partial_segments,
+            "blocks_scanned": r.recovery.blocks_scanned,
+            "end": match &r.recovery.end { LogEnd::Clean => "clean".to_string(), LogEnd::Invalid(why) => why.clone() },
+            "micros": r.recovery.micros,
+        },
+        "head": { "seq": head.seq.0, "segment": head.segment.0, "offset": head.offset, "next_segment": head.next_segment.0 },
+        "durable_seq": durable.0,
+        "blocks_since_checkpoint": since,
+    })
+}
+
+fn summary_json(sb: &Superblock, vol: &Volume) -> Value {
+    let s = vol.statfs();
+    json!({
+        "volume_uuid": uuid(&sb.volume_uuid),
+        "label": sb.label_str(),
+        "format": format!("{}.{}", sb.major, sb.minor),
+        "created": date(sb.created),
+        "meta": {
+            "segments": s.meta_segments,
+            "free_segments": s.meta_free_segments,
+            "segment_bytes": u64::from(sb.segment_blocks) * BLOCK_BYTES,
+        },
+        "data": {
+            "blocks": s.blocks,
+            "free_blocks": s.bfree,
+            "groups": sb.group_count,
+            "group_bytes": u64::from(sb.group_blocks) * BLOCK_BYTES,
+        },
+        "inodes": { "used": s.files - s.ffree, "free": s.ffree },
+        "log": log_json(vol),
+    })
+}
+
+fn segments_json(vol: &Volume, all: bool) -> Value {
+    vol.with_fs(|fs| {
+        let count = fs.log.sb.segment_count;
+        let seg_bytes = u64::from(fs.log.sb.segment_blocks) * BLOCK_BYTES;
+        let mut list = Vec::new();
+        let mut free = 0u32;
+        let mut live_total = 0u64;
+        for s in 0..count {
+            let u = fs.log.ifile.segment(SegmentNo(s));
+            let is_free = fs.log.segment_is_free(SegmentNo(s));
+            free += u32::from(is_free);
+            live_total += u64::from(u.live_bytes);
+            if all || !is_free {
+                list.push(json!({
+                    "segment": s,
+                    "free": is_free,
+                    "live_bytes": u.live_bytes,
+                    "utilisation": u64::from(u.live_bytes) as f64 / seg_bytes as f64,
+                    "flags": u.flags,
+                    "last_seq": u.last_seq.0,
+                }));
+            }
+        }
+        json!({
+            "segments": count,
+            "free": free,
+            "reserve": fs.log.reserve_segments(),
+            "live_bytes": live_total,
+            "segment_bytes": seg_bytes,
+            "list": list,
+        })
+    })
+}
+
+fn groups_json(vol: &Volume) -> Value {
+    vol.with_fs(|fs| {
+        let total = fs.log.space.total_blocks();
+        let per = u64::from(fs.log.space.group_blocks());
+        let list: Vec<Value> = fs
+            .log
+            .space
+            .groups
+            .entries()
+            .iter()
+            .enumerate()
+            .map(|(g, d)| {
+                let start = g as u64 * per;
+                json!({
+                    "group": g,
+                    "blocks": per.min(total.saturating_sub(start)),
+                    "free_blocks": d.free_blocks,
+                    "directories": d.directories,
+                })
+            })
+            .collect();
+        json!({ "group_blocks": per, "groups": list })
+    })
+}
+
+/// An inode number, or a '/'-rooted path resolved inside the volume.
+fn resolve(vol: &Volume, spec: &str) -> Result<InodeNo> {
+    if let Ok(n) = spec.parse::<u64>() {
+        return Ok(InodeNo(n));
+    }
+    let Some(path) = spec.strip_prefix('/') else {
+        bail!("{spec:?}: give an inode number or a path starting with '/'");
+    };
+    let mut ino = InodeNo::ROOT;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        ino = vol.lookup(ino, part.as_bytes()).map_err(|e| anyhow!("{spec}: {part}: {e}"))?.ino;
+    }
+    Ok(ino)
+}
+
+fn printable(v: &[u8]) -> Value {
+    match std::str::from_utf8(v) {
+        Ok(s) if !s.chars().any(char::is_control) => json!(s),
+        _ => json!(format!("0x{}", v.iter().map(|b| format!("{b:02x}")).collect::<String>())),
+    }
+}
+
+fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
+    let a = vol.getattr(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?;
+    let mut xattrs = serde_json::Map::new();
+    for name in vol.listxattr(ino).map_err(|e| anyhow!("inode {ino}: {e}"))? {
+        let v = vol.getxattr(ino, &name).map_err(|e| anyhow!("inode {ino}: {e}"))?;
+        xattrs.insert(String::from_utf8_lossy(&name).into_owned(), printable(&v));
+    }
+    let mut v = json!({
+        "ino": a.ino.0, "generation": a.generation, "kind": kind_name(a.kind),
+        "mode": format!("{:04o}", a.perm), "nlink": a.nlink, "uid": a.uid, "gid": a.gid,
+        "rdev": a.rdev, "size": a.size, "blocks_512": a.blocks,
+        "atime": date(a.atime), "mtime": date(a.mtime), "ctime": date(a.ctime), "crtime": date(a.crtime),
+        "xattrs": xattrs,
+    });
+    if a.kind == FileKind::Regular {
+        v["inline"] = json!(vol.is_inline(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?);
+    }
+    if a.kind == FileKind::Symlink {
+        let t = vol.readlink(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?;
+        v["target"] = json!(String::from_utf8_lossy(&t));
+    }
+    Ok(v)
+}
+
+fn dir_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
+    let mut list = Vec::new();
+    vol.readdir(ino, 0, &mut |l| {
+        list.push(json!({
+            "name": String::from_utf8_lossy(&l.name),
+            "ino": l.ino.0,
+            "kind": kind_name(l.kind),
+        }));
+        true
+    })
+    .map_err(|e| anyhow!("directory {ino}: {e}"))?;
+    Ok(json!({ "ino": ino.0, "entries": list }))
+}
+
+/// Runs `dualfs inspect`.
+///
+/// # Errors
+/// The devices are not a DualFS pair, are corrupt, or the inode is unknown.
+pub fn run(args: &InspectArgs) -> Result<()> {
+    let (meta, data) = open_pair(&args.meta, &args.data, Access::Shared)?;
+    let sb = Log::read_superblocks(meta.as_ref(), data.as_ref()).context("cannot read the superblocks")?;
+    let what = args.what.clone().unwrap_or(Inspect::Summary);
+    // The superblock needs no checkpoint: it can be shown when the rest is broken.
+    let value = if let Inspect::Superblock = what {
+        superblock_json(&sb)
+    } else {
+        let options = MountOptions { read_only: true, ..MountOptions::default() };
+        let vol = Volume::open(meta, data, options).context("cannot open the volume")?;
+        volume_view(&what, &sb, &vol)?
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", crate::inspect_text::render(&what, &value));
+    }
+    Ok(())
+}
+
+fn volume_view(what: &Inspect, sb: &Superblock, vol: &Volume) -> Result<Value> {
+    Ok(match what {
+        Inspect::Summary => summary_json(sb, vol),
+        Inspect::Superblock => superblock_json(sb),
+        Inspect::Log => log_json(vol),
+        Inspect::Segments { all } => segments_json(vol, *all),
+        Inspect::Groups => groups_json(vol),
+        Inspect::Inode { inode } => inode_json(vol, resolve(vol, inode)?)?,
+        Inspect::Dir { dir } => dir_json(vol, resolve(vol, dir)?)?,
+    })
+}
+
+/// Appends `key: value` lines for every scalar of a JSON object, nested
+/// objects indented: the generic text form of a view.
+pub fn render_fields(out: &mut String, v: &Value, indent: usize) {
+    let Some(map) = v.as_object() else { return };
+    for (k, val) in map {
+        match val {
+            Value::Object(_) => {
+                let _ = writeln!(out, "{:indent$}{k}:", "");
+                render_fields(out, val, indent + 2);
+            }
+            Value::Array(_) => {}
+            Value::String(s) => {
+                let _ = writeln!(out, "{:indent$}{k}: {s}", "");
+            }
+            other => {
+                let _ = writeln!(out, "{:indent$}{k}: {other}", "");
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The text form of `dualfs inspect`'s views (the JSON form is the views
+//! themselves).
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::args::Inspect;
+use crate::inspect::render_fields;
+use crate::mkfs::human_bytes;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
+}
+
+fn summary(v: &Value) -> String {
+    let mut o = String::new();
+    let label = v["label"].as_str().unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "volume     {}{}",
+        v["volume_uuid"].as_str().unwrap_or_default(),
+        if label.is_empty() { String::new() } else { format!(" {label:?}") }
+    );
+    let _ = writeln!(
+        o,
+        "format     {}, created {}",
+        v["format"].as_str().unwrap_or_default(),
+        v["created"].as_str().unwrap_or_default()
+    );
+    let m = &v["meta"];
+    let (segs, free) = (u(&m["segments"]), u(&m["free_segments"]));
+    let _ = writeln!(
+        o,
+        "meta-data  {segs} segments of {}: {free} free ({:.1}% used)",
+        human_bytes(u(&m["segment_bytes"])),
+        percent(segs - free.min(segs), segs)
+    );
+    let d = &v["data"];
+    let (blocks, bfree) = (u(&d["blocks"]), u(&d["free_blocks"]));
+    let _ = writeln!(
+        o,
+        "data       {}: {} free ({:.1}% used), {} groups of {}",
+        human_bytes(blocks * 4096),
+        human_bytes(bfree * 4096),
+        percent(blocks - bfree.min(blocks), blocks),
+        u(&d["groups"]),
+        human_bytes(u(&d["group_bytes"]))
+    );
+    let _ = writeln!(o, "inodes     {} used, {} free", u(&v["inodes"]["used"]), u(&v["inodes"]["free"]));
+    let l = &v["log"];
+    let rf = &l["roll_forward"];
+    let _ = writeln!(
+        o,
+        "log        checkpoint {}; roll-forward applied {} partial segments ({} blocks) in {} µs; log end: {}",
+        u(&l["checkpoint"]),
+        u(&rf["partial_segments"]),
+        u(&rf["blocks_scanned"]),
+        u(&rf["micros"]),
+        rf["end"].as_str().unwrap_or_default()
+    );
+    if let Some(why) = l["fell_back"].as_str() {
+        let _ = writeln!(o, "warning    the newest checkpoint was unusable: {why}");
+    }
+    o
+}
+
+fn segments(v: &Value) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} segments of {}: {} free, {} kept in reserve for the cleaner; {} live",
+        u(&v["segments"]),
+        human_bytes(u(&v["segment_bytes"])),
+        u(&v["free"]),
+        u(&v["reserve"]),
+        human_bytes(u(&v["live_bytes"]))
+    );
+    let _ = writeln!(o, "{:>8} {:>12} {:>7} {:>10} {:>6}", "segment", "live bytes", "used", "last seq", "state");
+    for s in v["list"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            o,
+            "{:>8} {:>12} {:>6.1}% {:>10} {:>6}",
+            u(&s["segment"]),
+            u(&s["live_bytes"]),
+            s["utilisation"].as_f64().unwrap_or(0.0) * 100.0,
+            u(&s["last_seq"]),
+            if s["free"].as_bool().unwrap_or(false) { "free" } else { "used" }
+        );
+    }
+    o
+}
+
+fn groups(v: &Value) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{:>6} {:>12} {:>12} {:>7} {:>12}", "group", "blocks", "free", "used", "directories");
+    for g in v["groups"].as_array().into_iter().flatten() {
+        let (blocks, free) = (u(&g["blocks"]), u(&g["free_blocks"]));
+        let _ = writeln!(
+            o,
+            "{:>6} {:>12} {:>12} {:>6.1}% {:>12}",
+            u(&g["group"]),
+            blocks,
+            free,
+            percent(blocks - free.min(blocks), blocks),
+            u(&g["directories"])
+        );
+    }
+    o
+}
+
+/// Longest xattr value shown in full in text; JSON has them whole.
+const XATTR_SHOWN: usize = 64;
+
+fn inode(v: &Value) -> String {
+    let mut o = String::new();
+    let mut fields = v.clone();
+    let xattrs = fields.as_object_mut().and_then(|m| m.remove("xattrs"));
+    render_fields(&mut o, &fields, 0);
+    match xattrs.as_ref().and_then(Value::as_object) {
+        Some(x) if !x.is_empty() => {
+            o.push_str("xattrs:\n");
+            for (name, val) in x {
+                let text = val.as_str().unwrap_or_default();
+                if text.chars().count() > XATTR_SHOWN {
+                    let head: String = text.chars().take(XATTR_SHOWN).collect();
+                    let _ = writeln!(o, "  {name}: {head}... ({} characters)", text.chars().count());
+                } else {
+                    let _ = writeln!(o, "  {name}: {text}");
+                }
+            }
+        }
+        _ => o.push_str("xattrs: none\n"),
+    }
+    o
+}
+
+fn dir(v: &Value) -> String {
+    let mut o = String::new();
+    let entries = v["entries"].as_array().map_or(&[][..], Vec::as_slice);
+    let _ = writeln!(o, "directory {}: {} entries", u(&v["ino"]), entries.len());
+    for e in entries {
+        let _ = writeln!(
+            o,
+            "{:>10} {:<12} {}",
+            u(&e["ino"]),
+            e["kind"].as_str().unwrap_or_default(),
+            e["name"].as_str().unwrap_or_default()
+        );
+    }
+    o
+}
+
+/// The text for one view.
+pub fn render(what: &Inspect, v: &Value) -> String {
+    match what {
+        Inspect::Summary => summary(v),
+        Inspect::Segments { .. } => segments(v),
+        Inspect::Groups => groups(v),
+        Inspect::Inode { .. } => inode(v),
+        Inspect::Dir { .. } => dir(v),
+        Inspect::Superblock | Inspect::Log => {
+            let mut o = String::new();
+            render_fields(&mut o, v, 0);
+            o
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! `dualfs mount`: open the volume, mount it, serve it until unmounted,
+//! then close it cleanly so that the next mount needs no recovery.
+//!
+//! In the background (the default) the command starts a copy of itself
+//! with `--daemon-child`, which mounts and says "ready" on a pipe; the
+//! command returns only then, so that every error (a bad pair of devices, a
+//! volume already mounted, a mount refused by the kernel) reaches the caller
+//! and its exit status. No fork in a threaded process: the child is a fresh
+//! process from the start.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use dualfs_engine::Volume;
+use dualfs_engine::volume::MountOptions;
+use dualfs_fuse::{AdapterOptions, DualFs};
+use fuser::{MountOption, Session, SessionUnmounter};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::args::MountArgs;
+use crate::devices::{Access, open_pair};
+use crate::options::{self, MountConfig};
+
+/// What the background child prints once the volume is mounted.
+const READY: &str = "dualfs-ready";
+
+/// An exit status to leave with, its message already printed (by the
+/// background child, on the caller's standard error).
+#[derive(Debug)]
+pub struct Exit(pub i32);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// Runs `dualfs mount`.
+///
+/// # Errors
+/// Anything that keeps the volume from being mounted, or from closing cleanly.
+pub fn run(args: &MountArgs) -> Result<()> {
+    if args.foreground || args.daemon_child { serve(args) } else { daemonize(args) }
+}
+
+fn check_mountpoint(p: &Path) -> Result<()> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bail!("cannot mount on {}: not a directory", p.display()),
+        Err(e) => Err(e).with_context(|| format!("cannot mount on {}", p.display())),
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+}
+
+/// Starts the background child and waits for it to be mounted or to fail.
+fn daemonize(args: &MountArgs) -> Result<()> {
+    options::parse(&args.options)?;
+    check_mountpoint(&args.mountpoint)?;
+    let exe = std::env::current_exe().context("cannot find the dualfs executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg("--daemon-child");
+    for o in &args.options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.arg(absolute(&args.meta)?)
+        .arg(absolute(&args.data)?)
+        .arg(absolute(&args.mountpoint)?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().context("cannot start the background process")?;
+    let out = child.stdout.take().ok_or_else(|| anyhow!("no pipe to the background process"))?;
+    let mut line = String::new();
+    // EOF (the child died before it was ready) leaves the line empty.
+    let _ = BufReader::new(out).read_line(&mut line);
+    if line.trim_end() == READY {
+        return Ok(());
+    }
+    let status = child.wait().context("lost the background process")?;
+    Err(Exit(status.code().unwrap_or(1)).into())
+}
+
+/// SIGINT, SIGTERM and SIGHUP are taken by one thread with sigwait; they
+/// are blocked before any other thread exists so that all inherit the mask.
+fn block_signals() -> Result<SigSet> {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set.thread_block().context("cannot block signals")?;
+    Ok(set)
+}
+
+/// Unmounts on the first signal; the session then ends and `serve` closes
+/// the volume. A busy mount is detached, and closes when its files do.
+fn watch_signals(set: SigSet, mut unmounter: SessionUnmounter, mountpoint: PathBuf) {
+    let spawned = thread::Builder::new().name("dualfs-signals".into()).spawn(move || {
+        loop {
+            let Ok(sig) = set.wait() else { return };
+            log::info!("{sig}: unmounting {}", mountpoint.display());
+            match unmounter.unmount() {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    log::warn!(
+                        "{} is busy; detaching it: the volume closes when the last open file does",
+                        mountpoint.display()
+                    );
+                    if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                        log::error!("cannot detach {}: {e}", mountpoint.display());
+                    }
+                }
+                Err(e) => log::error!("cannot unmount {}: {e}", mountpoint.display()),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("no signal thread ({e}): unmount with fusermount3 -u");
+    }
+}
+
+/// Calls `Volume::tick` about once a second: commits on the interval,
+/// checkpoints by log volume. Stopped before the volume is closed.
+struct Flusher {
+    stop: mpsc::Sender<()>,
+    handle: JoinHandle<()>,
+}
+
+impl Flusher {
+    fn start(vol: Arc<Volume>) -> Result<Flusher> {
+        let (stop, rx) = mpsc::channel::<()>();
+        let handle = thread::Builder::new()
+            .name("dualfs-flusher".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
+                    if let Err(e) = vol.tick() {
+                        log::error!("periodic commit failed: {e}");
+                    }
+                }
+            })
+            .context("cannot start the flusher thread")?;
+        Ok(Flusher { stop, handle })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        if self.handle.join().is_err() {
+            log::error!("the flusher thread panicked");
+        }
+    }
+}
+
+/// Writes everything and a final checkpoint.
+fn close(vol: Arc<Volume>) -> Result<()> {
+    match Arc::try_unwrap(vol) {
+        Ok(v) => v.close().context("cannot close the volume cleanly")?,
+        Err(v) => {
+            // Should not happen: every thread holding it has been joined.
+            log::error!("the volume is still in use at exit; writing a checkpoint only");
+            v.sync().context("cannot write the final checkpoint")?;
+        }
+    }
+    log::info!("volume closed cleanly");
+    Ok(())
+}
+
+/// Tells the waiting parent that the mount is up, then lets go of its
+/// terminal: standard output to /dev/null, standard error to the log file.
+fn detach(cfg: &MountConfig) -> Result<()> {
+    let mut out = std::io::stdout();
+    // The parent may be gone (killed while waiting); nothing to tell then.
+    let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").context("cannot open /dev/null")?;
+    let log = match &cfg.log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .with_context(|| format!("cannot open log file {}", p.display()))?,
+        None => null.try_clone().context("cannot duplicate /dev/null")?,
+    };
+    nix::unistd::dup2_stdout(&null).context("cannot redirect standard output")?;
+    nix::unistd::dup2_stderr(&log).context("cannot redirect standard error")?;
+    // Do not keep the caller's working directory (and its file system) busy.
+    std::env::set_current_dir("/").context("cannot change to /")?;
+    Ok(())
+}
+
+fn engine_options(cfg: &MountConfig) -> MountOptions {
+    let mut o = MountOptions { read_only: cfg.read_only, ..MountOptions::default() };
+    if let Some(c) = cfg.commit {
+        o.commit_interval = c;
+    }
+    o
+}
+
+/// Mounts and serves in this process until unmounted.
+fn serve(args: &MountArgs) -> Result<()> {
+    let cfg = options::parse(&args.options)?;
+    if args.daemon_child {
+        // Leave the caller's session: its terminal's signals are not ours.
+        let _ = nix::unistd::setsid();
+    }
+    let signals = block_signals()?;
+    check_mountpoint(&args.mountpoint)?;
+    let meta = absolute(&args.meta)?;
+    let data = absolute(&args.data)?;
+    let access = if cfg.read_only { Access::ExclusiveReadOnly } else { Access::Exclusive };
+    let (m, d) = open_pair(&meta, &data, access)?;
+    let vol = Volume::open(m, d, engine_options(&cfg))
+        .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
+    let rec = &vol.open_report().recovery;
+    if rec.partial_segments > 0 {
+        log::info!(
+            "recovered {} partial segments written after checkpoint {}",
+            rec.partial_segments,
+            vol.open_report().checkpoint
+        );
+    }
+    let vol = Arc::new(vol);
+    let mut config = fuser::Config::default();
+    config.mount_options = DualFs::required_mount_options();
+    let fsname = cfg.fsname.clone().unwrap_or_else(|| format!("{}#{}", meta.display(), data.display()));
+    config.mount_options.push(MountOption::FSName(fsname));
+    config.mount_options.extend(cfg.fuse.iter().cloned());
+    config.acl = cfg.acl;
+    config.n_threads = Some(cfg.threads);
+    let adapter = AdapterOptions { writeback_cache: cfg.writeback, ..AdapterOptions::default() };
+    let fs = DualFs::new(vol.clone(), adapter);
+    let mut session = match Session::new(fs, &args.mountpoint, &config) {
+        Ok(s) => s,
+        Err(e) => {
+            close(vol)?;
+            bail!("cannot mount on {}: {e}", args.mountpoint.display());
+        }
+    };
+    watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
+    let flusher = Flusher::start(vol.clone())?;
+    if args.daemon_child {
+        detach(&cfg)?;
+    }
+    log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
+    let served = session.run();
+    log::info!("unmounted {}", args.mountpoint.display());
+    flusher.stop();
+    close(vol)?;
+    served.context("the FUSE session ended with an error")
+}

@@ -1,0 +1,180 @@
+//! `dualfs umount`: unmount, then wait until the serving process has
+//! written its final checkpoint and let go of the devices.
+//!
+//! `fusermount3 -u` returns as soon as the kernel lets go; the volume is
+//! closed a moment later. Scripts that remount or copy the images need to
+//! know when that moment has passed: the serving process holds a lock on
+//! the meta-data device until it exits, so waiting for the lock is waiting
+//! for the clean close.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use nix::errno::Errno;
+use nix::mount::MntFlags;
+
+use crate::args::UmountArgs;
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// File-system type, e.g. `fuse.dualfs`.
+    pub fstype: String,
+    /// The source, e.g. `/v/meta.img#/v/data.img`.
+    pub source: String,
+}
+
+/// Undoes the octal escapes (`\040` for a space) of /proc mount tables.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses the text of /proc/self/mountinfo.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mountpoint = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?;
+            let source = r.next()?;
+            Some(MountEntry {
+                mountpoint: PathBuf::from(unescape(mountpoint)),
+                fstype: unescape(fstype),
+                source: unescape(source),
+            })
+        })
+        .collect()
+}
+
+/// The meta-data device named by a `META#DATA` source.
+pub fn meta_of_source(source: &str) -> Option<PathBuf> {
+    let (meta, _) = source.split_once('#')?;
+    Some(PathBuf::from(meta))
+}
+
+fn find(mountpoint: &Path) -> Result<MountEntry> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
+    // The last match is the mount on top.
+    let Some(e) = parse_mountinfo(&text).into_iter().rev().find(|e| e.mountpoint == mountpoint) else {
+        bail!("{} is not a mount point", mountpoint.display());
+    };
+    if e.fstype != "fuse.dualfs" {
+        bail!("{} is a {} mount, not DualFS", mountpoint.display(), e.fstype);
+    }
+    Ok(e)
+}
+
+fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
+    let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
+    match nix::mount::umount2(mountpoint, flags) {
+        Ok(()) => Ok(()),
+        Err(Errno::EBUSY) => bail!(
+            "{} is busy: a process has a file open or its working directory there (--lazy detaches it anyway)",
+            mountpoint.display()
+        ),
+        // Only root may umount(2); fusermount3 is set-uid for the others.
+        Err(Errno::EPERM) => {
+            let mut cmd = Command::new("fusermount3");
+            cmd.arg("-u");
+            if lazy {
+                cmd.arg("-z");
+            }
+            let status = cmd.arg("--").arg(mountpoint).status().context("cannot run fusermount3")?;
+            if !status.success() {
+                bail!("fusermount3 -u {} failed", mountpoint.display());
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot unmount {}", mountpoint.display())),
+    }
+}
+
+/// Waits until no process holds the lock on `meta` (the serving process
+/// has exited), for at most `timeout`.
+///
+/// # Errors
+/// The timeout passes, or `meta` cannot be opened.
+pub fn wait_closed(meta: &Path, timeout: Duration) -> Result<()> {
+    let f = File::open(meta).with_context(|| format!("cannot open {}", meta.display()))?;
+    let start = Instant::now();
+    loop {
+        match f.try_lock_shared() {
+            Ok(()) => {
+                let _ = f.unlock();
+                return Ok(());
+            }
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => bail!(
+                "the volume on {} is still open after {} s: the serving process has not finished",
+                meta.display(),
+                timeout.as_secs()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", meta.display()));
+            }
+        }
+    }
+}
+
+/// Runs `dualfs umount`.
+///
+/// # Errors
+/// Not a DualFS mount, busy, or the volume does not close in time.
+pub fn run(args: &UmountArgs) -> Result<()> {
+    let mnt = std::path::absolute(&args.mountpoint)
+        .with_context(|| format!("cannot resolve {}", args.mountpoint.display()))?;
+    // canonicalize fails on a mount whose process died; fall back to the
+    // absolute path, which is how it was mounted.
+    let mnt = std::fs::canonicalize(&mnt).unwrap_or(mnt);
+    let entry = find(&mnt)?;
+    unmount(&mnt, args.lazy)?;
+    match meta_of_source(&entry.source) {
+        Some(meta) if meta.exists() => {
+            wait_closed(&meta, Duration::from_secs(args.timeout))?;
+            println!("unmounted {}; the volume is closed", mnt.display());
+        }
+        _ => println!(
+            "unmounted {} (source {:?} does not name the devices: not waiting for the close)",
+            mnt.display(),
+            entry.source
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_give_mountpoint_type_and_source() {
+        let text = "36 35 98:0 / /mnt/my\\040disk rw,noatime master:1 - fuse.dualfs /v/meta.img#/v/data.img rw,user_id=0\n\
+                    25 1 8:1 / / rw - ext4 /dev/sda1 rw\n";
+        let v = parse_mountinfo(text);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].mountpoint, PathBuf::from("/mnt/my disk"));
+        assert_eq!(v[0].fstype, "fuse.dualfs");
+        assert_eq!(meta_of_source(&v[0].source), Some(PathBuf::from("/v/meta.img")));
+        assert_eq!(v[1].source, "/dev/sda1");
+    }
+}

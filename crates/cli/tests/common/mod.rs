@@ -1,0 +1,233 @@
+//! What every mount test needs: a fresh volume of image files in a
+//! temporary folder, mounted with the real `dualfs` binary, and shell
+//! commands run against it with a time limit.
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const DUALFS: &str = env!("CARGO_BIN_EXE_dualfs");
+
+/// Seconds any one shell command may take before the test fails.
+const COMMAND_LIMIT_SECS: u32 = 300;
+
+/// Whether mount tests can run here; says why not when they cannot.
+pub fn can_mount() -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        println!("SKIPPED: mount tests need root");
+        return false;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        println!("SKIPPED: /dev/fuse is missing");
+        return false;
+    }
+    true
+}
+
+/// Runs `script` with sh -e, failing the test (with its output) unless it
+/// succeeds; returns standard output.
+pub fn sh(script: &str) -> String {
+    let out = sh_output(script);
+    assert!(
+        out.status.success(),
+        "command failed ({}):\n{script}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `script` with sh -e and a time limit, whatever its outcome.
+pub fn sh_output(script: &str) -> Output {
+    Command::new("timeout")
+        .arg(COMMAND_LIMIT_SECS.to_string())
+        .args(["sh", "-ec", script])
+        .output()
+        .expect("cannot run sh")
+}
+
+/// Runs the dualfs binary.
+pub fn dualfs(args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg(COMMAND_LIMIT_SECS.to_string())
+        .arg(DUALFS)
+        .args(args)
+        .output()
+        .expect("cannot run dualfs")
+}
+
+/// A volume of two sparse image files, and a mount point, in a temporary folder.
+pub struct TestVolume {
+    pub dir: tempfile::TempDir,
+    pub meta: PathBuf,
+    pub data: PathBuf,
+    pub mnt: PathBuf,
+    mounted: bool,
+}
+
+impl TestVolume {
+    /// Makes a volume of `size` (e.g. "512M") with `dualfs mkfs`, or None
+    /// when mount tests cannot run here.
+    pub fn create(size: &str) -> Option<TestVolume> {
+        if !can_mount() {
+            return None;
+        }
+        let dir = tempfile::Builder::new().prefix("dualfs-test").tempdir().expect("tempdir");
+        // Tests run programs as other users, who must reach the mount point.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod tempdir");
+        let meta = dir.path().join("meta.img");
+        let data = dir.path().join("data.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mkdir mnt");
+        let out =
+            dualfs(&["mkfs", "--size", size, meta.to_str().expect("utf-8 path"), data.to_str().expect("utf-8 path")]);
+        assert!(out.status.success(), "mkfs failed: {}", String::from_utf8_lossy(&out.stderr));
+        Some(TestVolume { dir, meta, data, mnt, mounted: false })
+    }
+
+    /// `mnt/rel`.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// The mount point as a string for scripts.
+    pub fn m(&self) -> &str {
+        self.mnt.to_str().expect("utf-8 path")
+    }
+
+    /// Mounts in the background with `options` (may be empty).
+    pub fn mount_with(&mut self, options: &str) {
+        let log = self.dir.path().join("dualfs.log");
+        let mut opts = format!("log={}", log.display());
+        if !options.is_empty() {
+            opts = format!("{opts},{options}");
+        }
+        let out = dualfs(&[
+            "mount",
+            "-o",
+            &opts,
+            self.meta.to_str().expect("utf-8"),
+            self.data.to_str().expect("utf-8"),
+            self.m(),
+        ]);
+        assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
+        self.mounted = true;
+    }
+
+    pub fn mount(&mut self) {
+        self.mount_with("");
+    }
+
+    /// Unmounts, waits for the clean close, and checks the volume with fsck.
+    pub fn umount(&mut self) {
+        let out = dualfs(&["umount", self.m()]);
+        assert!(out.status.success(), "umount failed: {}", String::from_utf8_lossy(&out.stderr));
+        self.mounted = false;
+        self.fsck();
+    }
+
+    /// `dualfs fsck` of the unmounted volume must find it consistent.
+    pub fn fsck(&self) {
+        let out = dualfs(&["fsck", self.meta.to_str().expect("utf-8"), self.data.to_str().expect("utf-8")]);
+        assert!(
+            out.status.success(),
+            "fsck found problems ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn remount(&mut self) {
+        self.umount();
+        self.mount();
+    }
+
+    /// The daemon's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dualfs.log")).unwrap_or_default()
+    }
+
+    /// `dualfs inspect --json` of the unmounted volume.
+    pub fn inspect(&self, what: &[&str]) -> serde_json::Value {
+        let mut args =
+            vec!["inspect", "--json", self.meta.to_str().expect("utf-8"), self.data.to_str().expect("utf-8")];
+        args.extend_from_slice(what);
+        let out = dualfs(&args);
+        assert!(out.status.success(), "inspect failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("inspect prints JSON")
+    }
+
+    /// statvfs of the mount: (used blocks, used inodes).
+    pub fn usage(&self) -> (u64, u64) {
+        let s = nix::sys::statvfs::statvfs(&self.mnt).expect("statvfs");
+        (s.blocks() - s.blocks_free(), s.files() - s.files_free())
+    }
+}
+
+impl Drop for TestVolume {
+    fn drop(&mut self) {
+        if self.mounted {
+            // A failed test: detach whatever is left and let the daemon go.
+            let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+            let _ = wait_unlocked(&self.meta, Duration::from_secs(30));
+            if std::thread::panicking() {
+                eprintln!("--- dualfs log\n{}", self.log());
+            }
+        }
+    }
+}
+
+/// Waits until no process holds the lock on `path`.
+pub fn wait_unlocked(path: &Path, limit: Duration) -> bool {
+    let Ok(f) = File::open(path) else {
+        return true;
+    };
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f.try_lock_shared().is_ok() {
+            let _ = f.unlock();
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A deterministic generator (xorshift64*), so every run builds the same tree.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Inode numbers of `p` and what `stat` reports, for comparisons.
+pub fn ino(p: &Path) -> u64 {
+    std::fs::symlink_metadata(p).expect("stat").ino()
+}

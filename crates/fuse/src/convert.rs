@@ -1,0 +1,250 @@
+//! Translations between the kernel's vocabulary (fuser types, flag words)
+//! and the engine's. Pure functions: no I/O, no state.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dualfs_engine::Error;
+use dualfs_engine::namespace::file::Whence;
+use dualfs_engine::namespace::xattr::SetMode;
+use dualfs_engine::types::{FileKind, InodeNo, Timestamp};
+use dualfs_engine::volume::{Attr, FallocateMode, RenameFlags, TimeSet};
+use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
+
+/// The errno the kernel should see for an engine error; the engine chooses it.
+pub fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+/// The engine's inode number for a kernel node id (they are the same number:
+/// the root is 1 on both sides).
+pub fn ino(n: INodeNo) -> InodeNo {
+    InodeNo(n.0)
+}
+
+/// A timestamp as the kernel wants it, saturating at the ends of `SystemTime`.
+pub fn system_time(t: Timestamp) -> SystemTime {
+    let nanos = Duration::from_nanos(u64::from(t.nsec));
+    if t.sec >= 0 {
+        UNIX_EPOCH
+            .checked_add(Duration::from_secs(t.sec.unsigned_abs()))
+            .and_then(|s| s.checked_add(nanos))
+            .unwrap_or(UNIX_EPOCH)
+    } else {
+        // sec is negative and nsec counts forwards from it.
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(t.sec.unsigned_abs()))
+            .and_then(|s| s.checked_add(nanos))
+            .unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// A kernel time as an engine timestamp.
+pub fn timestamp(t: SystemTime) -> Timestamp {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timestamp::new(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            let sec = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            if d.subsec_nanos() == 0 {
+                Timestamp::new(-sec, 0)
+            } else {
+                Timestamp::new(-sec - 1, 1_000_000_000 - d.subsec_nanos())
+            }
+        }
+    }
+}
+
+/// A time fuser decoded from a kernel request (setattr).
+///
+/// fuser 0.18 turns the kernel's `(sec, nsec)` into `EPOCH - (-sec + nsec)`
+/// when `sec` is negative, where `EPOCH - (-sec) + nsec` is meant: a time
+/// before 1970 with a fraction of a second would be stored almost two
+/// seconds off. The duration before the epoch it builds is exactly
+/// `(-sec, nsec)`, so the kernel's numbers are read back from it. Times
+/// from 1970 on are decoded correctly and taken as they are.
+pub fn request_time(t: SystemTime) -> Timestamp {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(before) if !before.is_zero() => {
+            Timestamp { sec: -i64::try_from(before.as_secs()).unwrap_or(i64::MAX), nsec: before.subsec_nanos() }
+        }
+        _ => timestamp(t),
+    }
+}
+
+/// A `setattr` time: "now" is resolved by the engine's clock.
+pub fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(s) => TimeSet::At(request_time(s)),
+    }
+}
+
+/// The kernel's name for a kind of file.
+pub fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+/// Engine attributes as `stat` fields for the kernel.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino.0),
+        size: a.size,
+        blocks: a.blocks,
+        atime: system_time(a.atime),
+        mtime: system_time(a.mtime),
+        ctime: system_time(a.ctime),
+        crtime: system_time(a.crtime),
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        // The kernel's attribute carries the 32-bit encoded device number;
+        // mknod handed the engine that same encoding.
+        rdev: a.rdev as u32,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+/// `renameat2` flags; anything but NOREPLACE and EXCHANGE (WHITEOUT, or a
+/// bit a future kernel invents) cannot be honoured.
+///
+/// # Errors
+/// `EINVAL` for any other bit.
+pub fn rename_flags(bits: u32) -> Result<RenameFlags, Errno> {
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    if bits & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(RenameFlags { noreplace: bits & libc::RENAME_NOREPLACE != 0, exchange: bits & libc::RENAME_EXCHANGE != 0 })
+}
+
+/// `fallocate` mode bits the engine implements: keep-size, punch-hole and
+/// zero-range. Collapse, insert and unshare are not supported.
+///
+/// # Errors
+/// `EOPNOTSUPP` for any other bit.
+pub fn fallocate_mode(mode: i32) -> Result<FallocateMode, Errno> {
+    let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+    if mode & !known != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(FallocateMode {
+        keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
+        punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+        zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
+    })
+}
+
+/// `setxattr` flags.
+///
+/// # Errors
+/// `EINVAL` for unknown bits, or CREATE and REPLACE together (no mode of
+/// the engine can honour both).
+pub fn xattr_mode(flags: i32) -> Result<SetMode, Errno> {
+    match flags {
+        0 => Ok(SetMode::Any),
+        libc::XATTR_CREATE => Ok(SetMode::Create),
+        libc::XATTR_REPLACE => Ok(SetMode::Replace),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// What an `lseek` asks for: the engine answers SEEK_DATA and SEEK_HOLE;
+/// the kernel answers SEEK_SET/CUR/END itself and never sends them.
+pub fn whence(w: i32) -> Option<Whence> {
+    match w {
+        libc::SEEK_DATA => Some(Whence::Data),
+        libc::SEEK_HOLE => Some(Whence::Hole),
+        _ => None,
+    }
+}
+
+/// The kind of node `mknod` asks for, from the type bits of its mode.
+///
+/// # Errors
+/// `EINVAL` for type bits that name no kind of file.
+pub fn mknod_kind(mode: u32) -> Result<FileKind, Errno> {
+    // mknod(2) with no type bits makes a regular file.
+    if mode & libc::S_IFMT == 0 {
+        return Ok(FileKind::Regular);
+    }
+    FileKind::from_mode(mode).ok_or(Errno::EINVAL)
+}
+
+/// `listxattr`'s reply: every name followed by a NUL.
+pub fn xattr_names(names: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+    for n in names {
+        out.extend_from_slice(n);
+        out.push(0);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_through_system_time_on_both_sides_of_the_epoch() {
+        for (sec, nsec) in [(0, 0), (1_700_000_000, 123_456_789), (-1, 999_999_999), (-1, 0), (-86_400 * 365, 5)] {
+            let t = Timestamp { sec, nsec };
+            assert_eq!(timestamp(system_time(t)), t, "{sec}.{nsec}");
+        }
+    }
+
+    #[test]
+    fn request_times_before_1970_are_read_as_the_kernel_sent_them() {
+        // The kernel's (-2, 800_000_000) is 1.2 s before the epoch; fuser
+        // hands over EPOCH - 2.8 s.
+        let from_fuser = UNIX_EPOCH - Duration::new(2, 800_000_000);
+        assert_eq!(request_time(from_fuser), Timestamp { sec: -2, nsec: 800_000_000 });
+        let later = UNIX_EPOCH + Duration::new(5, 7);
+        assert_eq!(request_time(later), Timestamp { sec: 5, nsec: 7 });
+        assert_eq!(request_time(UNIX_EPOCH), Timestamp { sec: 0, nsec: 0 });
+    }
+
+    #[test]
+    fn rename_whiteout_is_refused() {
+        assert_eq!(rename_flags(libc::RENAME_WHITEOUT), Err(Errno::EINVAL));
+        let f = rename_flags(libc::RENAME_EXCHANGE).unwrap();
+        assert!(f.exchange && !f.noreplace);
+        assert_eq!(rename_flags(0).unwrap(), RenameFlags::default());
+    }
+
+    #[test]
+    fn fallocate_collapse_and_insert_are_not_supported() {
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_INSERT_RANGE), Err(Errno::EOPNOTSUPP));
+        let m = fallocate_mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        assert!(m.punch_hole && m.keep_size && !m.zero_range);
+    }
+
+    #[test]
+    fn xattr_create_and_replace_together_are_invalid() {
+        assert_eq!(xattr_mode(libc::XATTR_CREATE | libc::XATTR_REPLACE), Err(Errno::EINVAL));
+        assert_eq!(xattr_mode(0), Ok(SetMode::Any));
+    }
+
+    #[test]
+    fn mknod_without_type_bits_makes_a_regular_file() {
+        assert_eq!(mknod_kind(0o644), Ok(FileKind::Regular));
+        assert_eq!(mknod_kind(libc::S_IFIFO | 0o600), Ok(FileKind::Fifo));
+        assert_eq!(mknod_kind(0o170000), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn xattr_names_are_nul_terminated() {
+        assert_eq!(xattr_names(&[b"user.a".to_vec(), b"user.bc".to_vec()]), b"user.a\0user.bc\0");
+    }
+}

@@ -1,0 +1,566 @@
+//! The `fuser::Filesystem` implementation: one method per kernel request,
+//! each a call into the engine and a reply.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::SystemTime;
+
+use dualfs_engine::Error;
+use dualfs_engine::types::InodeNo;
+use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr};
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+
+use crate::DualFs;
+use crate::convert::{self, errno, file_attr, file_type, ino};
+
+/// Capabilities asked of the kernel, each for a reason:
+/// writeback caching (large, merged writes), readdirplus (one round trip
+/// for `ls -l`, adaptively), parallel lookups in one directory (the engine
+/// is thread-safe), cached symlink targets (they never change), and
+/// lookups of `.`/`..` for NFS export (inode numbers and generations are
+/// stable across mounts).
+const WANTED: [InitFlags; 6] = [
+    InitFlags::FUSE_WRITEBACK_CACHE,
+    InitFlags::FUSE_DO_READDIRPLUS,
+    InitFlags::FUSE_READDIRPLUS_AUTO,
+    InitFlags::FUSE_PARALLEL_DIROPS,
+    InitFlags::FUSE_CACHE_SYMLINKS,
+    InitFlags::FUSE_EXPORT_SUPPORT,
+];
+
+/// Entries listed per engine call in readdirplus: the attributes are read
+/// outside the directory walk, a batch at a time, so that a reply buffer
+/// that fills early wastes few look-ups.
+const PLUS_BATCH: usize = 32;
+
+/// Most bytes one `copy_file_range` request copies; the caller loops.
+const COPY_MAX: u64 = 64 << 20;
+/// Bytes read and written at a time by `copy_file_range`.
+const COPY_CHUNK: u64 = 1 << 20;
+
+fn name(n: &OsStr) -> &[u8] {
+    n.as_bytes()
+}
+
+fn creds(req: &Request) -> Creds {
+    Creds { uid: req.uid(), gid: req.gid() }
+}
+
+/// POSIX ACLs travel as these xattrs. Without FUSE_POSIX_ACL the kernel
+/// passes them through untouched, and a file system that accepted them
+/// would have to keep the mode bits in step (an ACL of three entries *is*
+/// a chmod: `cp -a` sets modes that way). The engine stores xattrs as
+/// opaque bytes, so the adapter says what a file system without ACL
+/// support says, EOPNOTSUPP, and tools fall back to chmod.
+fn is_acl(n: &OsStr) -> bool {
+    n.as_bytes().starts_with(b"system.posix_acl_")
+}
+
+/// Logs errors the kernel's caller will only see as an errno but an
+/// administrator must hear about (I/O, corruption, a volume gone read-only).
+fn report(op: &str, e: &Error) -> Errno {
+    match e {
+        Error::Io { .. } | Error::Corrupt { .. } => log::error!("{op}: {e}"),
+        Error::ReadOnly(why) if why.contains("after an error") => log::warn!("{op}: {e}"),
+        _ => log::debug!("{op}: {e}"),
+    }
+    errno(e)
+}
+
+impl DualFs {
+    fn generation(a: &Attr) -> Generation {
+        Generation(u64::from(a.generation))
+    }
+
+    /// Replies with an entry the kernel takes a lookup reference on; the
+    /// engine has already counted it (create, mkdir, mknod, symlink, link)
+    /// or the caller has (lookup).
+    fn entry(&self, reply: ReplyEntry, a: &Attr) {
+        reply.entry_with_ttls(&self.options.attr_ttl, &self.options.entry_ttl, &file_attr(a), Self::generation(a));
+    }
+
+    fn reply_entry(&self, op: &str, r: Result<Attr, Error>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => self.entry(reply, &a),
+            Err(e) => reply.error(report(op, &e)),
+        }
+    }
+
+    fn reply_empty(op: &str, r: Result<(), Error>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(report(op, &e)),
+        }
+    }
+
+    fn reply_xattr(data: Vec<u8>, size: u32, reply: ReplyXattr) {
+        // size 0 asks how large a buffer to bring; too small a buffer is ERANGE.
+        let Ok(len) = u32::try_from(data.len()) else {
+            return reply.error(Errno::E2BIG);
+        };
+        if size == 0 {
+            reply.size(len);
+        } else if len > size {
+            reply.error(Errno::ERANGE);
+        } else {
+            reply.data(&data);
+        }
+    }
+
+    /// Lists up to [`PLUS_BATCH`] entries from `offset`.
+    fn list_batch(&self, dir: InodeNo, offset: u64) -> Result<Vec<Listing>, Error> {
+        let mut batch = Vec::with_capacity(PLUS_BATCH);
+        self.vol.readdir(dir, offset, &mut |l| {
+            batch.push(l);
+            batch.len() < PLUS_BATCH
+        })?;
+        Ok(batch)
+    }
+
+    fn readdirplus_fill(&self, dir: InodeNo, mut offset: u64, reply: &mut ReplyDirectoryPlus) -> Result<(), Error> {
+        loop {
+            let batch = self.list_batch(dir, offset)?;
+            let last = batch.len() < PLUS_BATCH;
+            for l in batch {
+                let attr = match self.vol.getattr(l.ino) {
+                    Ok(a) => a,
+                    // Removed since it was listed: leave it out.
+                    Err(Error::NotFound) => {
+                        offset = l.next;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let full = reply.add(
+                    INodeNo(l.ino.0),
+                    l.next,
+                    OsStr::from_bytes(&l.name),
+                    &self.options.entry_ttl,
+                    &file_attr(&attr),
+                    Self::generation(&attr),
+                );
+                if full {
+                    return Ok(());
+                }
+                // The kernel takes a lookup reference on every entry but
+                // `.` and `..`.
+                if l.name != b"." && l.name != b".." {
+                    self.vol.remember(l.ino, 1);
+                }
+                offset = l.next;
+            }
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    fn copy_range(&self, from: InodeNo, from_off: u64, to: InodeNo, to_off: u64, len: u64) -> Result<u64, Error> {
+        let want = len.min(COPY_MAX);
+        let mut done = 0u64;
+        while done < want {
+            let chunk = (want - done).min(COPY_CHUNK) as usize;
+            let data = match self.vol.read(from, from_off + done, chunk) {
+                Ok(d) => d,
+                Err(e) if done > 0 => {
+                    log::debug!("copy_file_range stopped after {done} bytes: {e}");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            if data.is_empty() {
+                break;
+            }
+            match self.vol.write(to, to_off + done, &data) {
+                Ok(n) => done += n as u64,
+                Err(e) if done > 0 => {
+                    log::debug!("copy_file_range stopped after {done} bytes: {e}");
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+            if data.len() < chunk {
+                break;
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl Filesystem for DualFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        for cap in WANTED {
+            if cap == InitFlags::FUSE_WRITEBACK_CACHE && !self.options.writeback_cache {
+                continue;
+            }
+            if let Err(missing) = config.add_capabilities(cap) {
+                log::info!("the kernel does not offer {missing:?}; going on without it");
+            }
+        }
+        if let Err(nearest) = config.set_max_write(self.options.max_write) {
+            log::info!("max_write {} refused; using {nearest}", self.options.max_write);
+            let _ = config.set_max_write(nearest);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        match self.vol.lookup(ino(parent), name(n)) {
+            Ok(a) => {
+                self.vol.remember(a.ino, 1);
+                self.entry(reply, &a);
+            }
+            Err(e) => reply.error(report("lookup", &e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, node: INodeNo, nlookup: u64) {
+        if let Err(e) = self.vol.forget(ino(node), nlookup) {
+            log::error!("forget of inode {}: {e}", node.0);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, node: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vol.getattr(ino(node)) {
+            Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(report("getattr", &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // The kernel has done the permission checks and computed any set-id
+        // bits to clear (it sends them as a mode): apply exactly what it says.
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(convert::time_set),
+            mtime: mtime.map(convert::time_set),
+            ctime: ctime.map(convert::request_time),
+        };
+        match self.vol.setattr(ino(node), &set) {
+            Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(report("setattr", &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
+        match self.vol.readlink(ino(node)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(report("readlink", &e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+        // The kernel applied the umask already (FUSE_DONT_MASK is not asked for).
+        let kind = match convert::mknod_kind(mode) {
+            Ok(k) => k,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.vol.mknod(ino(parent), name(n), kind, mode & 0o7777, u64::from(rdev), creds(req));
+        self.reply_entry("mknod", r, reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = self.vol.mkdir(ino(parent), name(n), mode & 0o7777, creds(req));
+        self.reply_entry("mkdir", r, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty("unlink", self.vol.unlink(ino(parent), name(n)), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty("rmdir", self.vol.rmdir(ino(parent), name(n)), reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = self.vol.symlink(ino(parent), name(link_name), target.as_os_str().as_bytes(), creds(req));
+        self.reply_entry("symlink", r, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let flags = match convert::rename_flags(flags.bits()) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.vol.rename(ino(parent), name(n), ino(new_parent), name(new_name), flags);
+        Self::reply_empty("rename", r, reply);
+    }
+
+    fn link(&self, _req: &Request, node: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let r = self.vol.link(ino(node), ino(new_parent), name(new_name));
+        self.reply_entry("link", r, reply);
+    }
+
+    fn open(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Stateless handles: the kernel's lookup reference keeps an open,
+        // unlinked file alive. Keeping the page cache across opens is safe
+        // because nobody but this kernel changes the volume.
+        match self.vol.getattr(ino(node)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(report("open", &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.vol.read(ino(node), offset, size as usize) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(report("read", &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.vol.write(ino(node), offset, data) {
+            // max_write bounds a request far below 4 GiB.
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(report("write", &e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // close(2) is not a durability point; fsync is. The kernel has
+        // already sent the file's dirty pages.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _node: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::reply_empty("fsync", self.vol.fsync(ino(node)), reply);
+    }
+
+    fn opendir(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.vol.getattr(ino(node)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(report("opendir", &e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let r = self.vol.readdir(ino(node), offset, &mut |l| {
+            !reply.add(INodeNo(l.ino.0), l.next, file_type(l.kind), OsStr::from_bytes(&l.name))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(report("readdir", &e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        match self.readdirplus_fill(ino(node), offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(report("readdirplus", &e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::reply_empty("fsyncdir", self.vol.fsync(ino(node)), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
+        let s = self.vol.statfs();
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if is_acl(n) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let mode = match convert::xattr_mode(flags) {
+            Ok(m) => m,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.vol.setxattr(ino(node), name(n), value, mode);
+        Self::reply_empty("setxattr", r, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, node: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.vol.getxattr(ino(node), name(n)) {
+            Ok(v) => Self::reply_xattr(v, size, reply),
+            Err(e) => reply.error(report("getxattr", &e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.vol.listxattr(ino(node)) {
+            Ok(names) => Self::reply_xattr(convert::xattr_names(&names), size, reply),
+            Err(e) => reply.error(report("listxattr", &e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if is_acl(n) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let r = self.vol.removexattr(ino(node), name(n));
+        Self::reply_empty("removexattr", r, reply);
+    }
+
+    fn access(&self, _req: &Request, node: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Only sent without default_permissions, which this adapter always
+        // mounts with: the kernel checks the mode bits itself. Answer for
+        // existence, as F_OK would.
+        Self::reply_empty("access", self.vol.getattr(ino(node)).map(|_| ()), reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.vol.create(ino(parent), name(n), mode & 0o7777, creds(req)) {
+            Ok(a) => reply.created(
+                &self.options.entry_ttl,
+                &file_attr(&a),
+                Self::generation(&a),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(report("create", &e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match convert::fallocate_mode(mode) {
+            Ok(m) => m,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.vol.fallocate(ino(node), offset, length, mode);
+        Self::reply_empty("fallocate", r, reply);
+    }
+
+    fn lseek(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let Ok(from) = u64::try_from(offset) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let r = match convert::whence(whence) {
+            Some(w) => self.vol.seek(ino(node), from, w),
+            // The kernel answers the other whence values itself; should one
+            // come, SEEK_SET and SEEK_END have an answer without a position.
+            None if whence == libc::SEEK_SET => Ok(from),
+            None if whence == libc::SEEK_END => self.vol.getattr(ino(node)).map(|a| a.size.saturating_add(from)),
+            None => return reply.error(Errno::EINVAL),
+        };
+        match r.map(i64::try_from) {
+            Ok(Ok(pos)) => reply.offset(pos),
+            Ok(Err(_)) => reply.error(Errno::EOVERFLOW),
+            Err(e) => reply.error(report("lseek", &e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        match self.copy_range(ino(ino_in), offset_in, ino(ino_out), offset_out, len) {
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(report("copy_file_range", &e)),
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! DualFS over FUSE: [`DualFs`] answers the kernel's requests with calls to
+//! the engine's [`Volume`].
+//!
+//! The adapter keeps no state of its own beyond the volume: file handles are
+//! all zero, directory streams are resumed from the engine's offsets, and
+//! the lifetime of an inode is the engine's reference count, which mirrors
+//! the kernel's lookup count (every reply that makes the kernel take a
+//! lookup reference is matched by one `remember`, every FORGET by `forget`).
+//! Nothing here takes a lock: requests run on several fuser threads at once
+//! and the engine decides what may go on while a partial segment is written.
+//!
+//! What the kernel does for us, by choice:
+//! - permission checks (`default_permissions`), including clearing set-id
+//!   bits on write, truncate and chown by sending a `setattr` of the mode;
+//! - POSIX record locks and `flock`: FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS
+//!   are not negotiated, so the kernel keeps locks locally, which is exact
+//!   for a file system that only this kernel mounts;
+//! - the page cache, in writeback mode: `write()` returns once the kernel
+//!   has the bytes, and the kernel owns size and mtime while pages are dirty.
+//!
+//! Errors: every reply carries [`dualfs_engine::Error::errno`]; the adapter
+//! chooses an errno only for requests the engine never sees (unknown flag
+//! bits, which it refuses before calling the engine).
+
+mod convert;
+mod filesystem;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dualfs_engine::Volume;
+
+pub use convert::errno;
+
+/// How long the kernel may trust what the adapter tells it.
+///
+/// Caching attributes and names is safe because every change to the volume
+/// comes through this kernel mount: the kernel invalidates what its own
+/// operations change. What it cannot know is what the engine changes on its
+/// own (the block count after delayed allocation), which is at most a TTL late.
+#[derive(Clone, Copy, Debug)]
+pub struct AdapterOptions {
+    /// Lifetime of attributes in replies.
+    pub attr_ttl: Duration,
+    /// Lifetime of name-to-inode entries in replies.
+    pub entry_ttl: Duration,
+    /// Largest write request (bytes) the kernel may send.
+    pub max_write: u32,
+    /// Let the kernel cache writes (and own mtime/ctime while it does).
+    /// Off, every write(2) is a request and the engine stamps the times.
+    pub writeback_cache: bool,
+}
+
+impl Default for AdapterOptions {
+    fn default() -> Self {
+        AdapterOptions {
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            max_write: 1 << 20,
+            writeback_cache: true,
+        }
+    }
+}
+
+/// A mounted DualFS volume as a `fuser::Filesystem`.
+#[derive(Debug)]
+pub struct DualFs {
+    vol: Arc<Volume>,
+    options: AdapterOptions,
+}
+
+impl DualFs {
+    /// Serves `vol` to the kernel.
+    #[must_use]
+    pub fn new(vol: Arc<Volume>, options: AdapterOptions) -> DualFs {
+        DualFs { vol, options }
+    }
+
+    /// The mount options the adapter relies on: the kernel must check
+    /// permissions, and the type should read `fuse.dualfs`.
+    #[must_use]
+    pub fn required_mount_options() -> Vec<fuser::MountOption> {
+        vec![
+            fuser::MountOption::DefaultPermissions,
+            // Passed to the kernel (a custom option) rather than to
+            // fusermount, so that /proc/mounts says fuse.dualfs.
+            fuser::MountOption::CUSTOM("subtype=dualfs".into()),
+        ]
+    }
+}

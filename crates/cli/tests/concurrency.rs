@@ -104,7 +104,6 @@ fn sqlite_survives_two_writers_and_a_remount() {
 }
 
 #[test]
-#[ignore = "engine bug: a commit that finds the meta-data device full (no checkpoint since the log filled) turns the volume read-only instead of checkpointing to free segments"]
 fn an_fsync_heavy_workload_on_a_small_volume_keeps_it_writable() {
     // 256 MiB: 26 log segments. 4.5 KiB of meta-data are live at the end,
     // but the log between two checkpoints (4096 blocks, or a tick) is larger.

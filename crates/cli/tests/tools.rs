@@ -147,7 +147,6 @@ fn without_the_writeback_cache_times_of_appended_files_survive_a_remount() {
 }
 
 #[test]
-#[ignore = "engine bug: Volume::write sets mtime/ctime from the engine's clock, also for page-cache write-back whose times the kernel owns (writeback cache)"]
 fn times_of_appended_files_are_the_same_after_a_remount() {
     let Some(mut v) = TestVolume::create("128M") else {
         return;

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use dualfs_engine::Error;
 use dualfs_engine::types::InodeNo;
-use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr};
+use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr, Stamp};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -361,12 +361,15 @@ impl Filesystem for DualFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.vol.write(ino(node), offset, data) {
+        // Pages written back from the kernel's cache carry times the kernel
+        // already owns (it sends them with a setattr); a direct write does not.
+        let stamp = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) { Stamp::Keep } else { Stamp::Now };
+        match self.vol.write_with(ino(node), offset, data, stamp) {
             // max_write bounds a request far below 4 GiB.
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(report("write", &e)),

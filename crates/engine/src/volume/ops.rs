@@ -4,7 +4,7 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Creds, FallocateMode, Listing, RenameFlags, SetAttr, StatFs, TimeSet, Volume, lock};
+use super::{Attr, Creds, FallocateMode, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
@@ -544,14 +544,25 @@ impl Volume {
         Ok(out)
     }
 
-    /// Writes `data` at `offset`; returns the bytes written.
+    /// Writes `data` at `offset`; returns the bytes written. Stamps mtime
+    /// and ctime with the current time.
     ///
     /// # Errors
     /// `FileTooBig`, `NoSpace(Data)`, `IsDir`; I/O errors.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_with(ino, offset, data, Stamp::Now)
+    }
+
+    /// Writes `data` at `offset`, stamping the times or not: a caller that
+    /// owns the times itself (the kernel's writeback cache, which sends them
+    /// with a later setattr) writes with [`Stamp::Keep`].
+    ///
+    /// # Errors
+    /// As [`Volume::write`].
+    pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         let dirty = self.mutate(OpKind::Grow, |fs, now| {
             fs.write(ino, offset, data)?;
-            if !data.is_empty() {
+            if !data.is_empty() && stamp == Stamp::Now {
                 let mut rec = fs.log.inode_mut(ino)?;
                 rec.mtime = now;
                 rec.ctime = now;

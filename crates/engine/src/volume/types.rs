@@ -228,3 +228,12 @@ pub struct Listing {
     /// Offset to pass to continue after this entry.
     pub next: u64,
 }
+
+/// Whether a write stamps mtime and ctime.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Stamp {
+    /// Set them to the current time (POSIX `write`).
+    Now,
+    /// Leave them: the caller sets them itself.
+    Keep,
+}

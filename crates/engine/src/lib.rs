@@ -21,6 +21,7 @@ pub mod check;
 pub mod data_space;
 pub mod device;
 pub mod error;
+pub mod faults;
 pub mod format;
 pub mod ifile;
 pub mod meta_log;

@@ -14,6 +14,7 @@ use super::Log;
 use super::seal::{Body, SealedGroup};
 use crate::device::BlockDevice;
 use crate::error::{DeviceRole, Error, Result};
+use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLOCKS};
 use crate::format::descriptor::{PsKind, Summary};
@@ -203,7 +204,11 @@ impl Log {
                 .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
                 .collect(),
         };
-        let slot = CHECKPOINT_SLOTS[(record.number % 2) as usize];
+        let slot = if faults::active(Fault::CheckpointInPlace) {
+            CHECKPOINT_SLOTS[0]
+        } else {
+            CHECKPOINT_SLOTS[(record.number % 2) as usize]
+        };
         Ok(SealedCheckpoint { part, slot, record, index })
     }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::{Log, Object};
 use crate::device::BlockDevice;
 use crate::error::{DeviceRole, Error, Result};
+use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
 use crate::format::checksum;
 use crate::format::codec::Writer;
@@ -69,7 +70,9 @@ impl SealedGroup {
                     source,
                 })?;
             }
-            data.flush().map_err(|source| Error::Io { device: DeviceRole::Data, op: "flush", block: 0, source })?;
+            if !faults::active(Fault::NoDataFlush) {
+                data.flush().map_err(|source| Error::Io { device: DeviceRole::Data, op: "flush", block: 0, source })?;
+            }
         }
         if !self.meta.is_empty() {
             for (at, buf) in &self.meta {
@@ -80,7 +83,9 @@ impl SealedGroup {
                     source,
                 })?;
             }
-            meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })?;
+            if !faults::active(Fault::FsyncBeforeFlush) {
+                meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })?;
+            }
         }
         Ok(())
     }

@@ -10,6 +10,7 @@
 
 use super::Log;
 use crate::error::{DeviceRole, Error, Result};
+use crate::faults::{self, Fault};
 use crate::types::SegmentNo;
 
 /// Whether an operation grows meta-data or releases it. Releasing operations
@@ -28,6 +29,9 @@ impl Log {
     #[must_use]
     pub fn segment_is_free(&self, s: SegmentNo) -> bool {
         let u = self.ifile.segment(s);
+        if faults::active(Fault::SegmentReuse) {
+            return u.live_bytes == 0 && s != self.head.segment && s != self.head.next_segment;
+        }
         u.live_bytes == 0
             && u.last_seq < self.ckpt.log.seq
             && s != self.head.segment

@@ -1,0 +1,59 @@
+//! Deliberately broken ordering rules, for proving that the crash explorer
+//! catches each one. Compiled only with the `fault-injection` feature; in a
+//! normal build [`active`] is a constant `false` and every hook vanishes.
+
+/// An ordering rule to break.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Fault {
+    /// Rule 1: do not flush the data device before writing the commit group.
+    NoDataFlush,
+    /// Rule 2: hand a freed data extent back to the allocator at once.
+    ImmediateReuse,
+    /// Rule 2: reuse log segments the durable checkpoint still needs.
+    SegmentReuse,
+    /// Rule 3: let a commit (and so fsync) return before the log is flushed.
+    FsyncBeforeFlush,
+    /// Rule 2 for checkpoints: overwrite the same slot every time.
+    CheckpointInPlace,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 5] = [
+        Fault::NoDataFlush,
+        Fault::ImmediateReuse,
+        Fault::SegmentReuse,
+        Fault::FsyncBeforeFlush,
+        Fault::CheckpointInPlace,
+    ];
+
+    #[cfg(feature = "fault-injection")]
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+static ACTIVE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Breaks the rules in `faults` (and keeps every other) for the whole process.
+#[cfg(feature = "fault-injection")]
+pub fn set(faults: &[Fault]) {
+    let mask = faults.iter().fold(0, |m, f| m | f.bit());
+    ACTIVE.store(mask, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether `fault` is active.
+#[cfg(feature = "fault-injection")]
+#[must_use]
+pub fn active(fault: Fault) -> bool {
+    ACTIVE.load(std::sync::atomic::Ordering::SeqCst) & fault.bit() != 0
+}
+
+/// Whether `fault` is active: never, without the `fault-injection` feature.
+#[cfg(not(feature = "fault-injection"))]
+#[must_use]
+#[inline(always)]
+pub const fn active(_fault: Fault) -> bool {
+    false
+}

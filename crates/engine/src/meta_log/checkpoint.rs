@@ -90,7 +90,7 @@ impl SealedCheckpoint {
 }
 
 /// Every table of the IFile, in on-disk order.
-fn tables(log: &mut Log) -> Vec<&mut dyn TableAccess> {
+pub(crate) fn tables(log: &mut Log) -> Vec<&mut dyn TableAccess> {
     let [s, i, n] = log.ifile.tables_mut();
     let [g, b] = log.space.tables_mut();
     let mut v: Vec<&mut dyn TableAccess> = vec![s, g, b, i, n];

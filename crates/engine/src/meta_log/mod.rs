@@ -12,6 +12,7 @@
 
 pub mod cache;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod mount;
 pub mod recovery;
 pub mod seal;
@@ -58,6 +59,8 @@ pub struct LogStats {
     pub data_blocks_written: u64,
     /// Checkpoints written.
     pub checkpoints: u64,
+    /// The cleaner's work.
+    pub cleaner: cleaner::CleanerStats,
 }
 
 /// The meta-data log and everything it keeps consistent.
@@ -184,6 +187,7 @@ impl Log {
         let reserve = match kind {
             segments::OpKind::Grow => self.reserve_segments(),
             segments::OpKind::Shrink => self.reserve_segments().div_ceil(2),
+            segments::OpKind::Clean => self.reserve_segments().saturating_sub(2),
         };
         let spare = self.free_segments_cached.saturating_sub(reserve) as usize;
         (seg - self.head.offset as usize) + spare * seg

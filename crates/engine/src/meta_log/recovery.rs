@@ -183,15 +183,16 @@ impl Log {
         }
     }
 
-    /// Reads and verifies the partial segment expected at `seg`/`off`.
-    /// The inner error says why it is not valid.
-    fn read_ps(
+    /// Reads and decodes the descriptor of the partial segment at
+    /// `seg`/`off`, whatever its sequence (`seq`: the one it must have).
+    /// Returns it with its checksum and its number of descriptor blocks;
+    /// the inner error says why there is none.
+    pub(crate) fn read_descriptor(
         &self,
         seg: SegmentNo,
         off: u32,
-        seq: Seq,
-        prev_crc: u32,
-    ) -> Result<std::result::Result<ReadPs, String>> {
+        seq: Option<Seq>,
+    ) -> Result<std::result::Result<(Descriptor, u32, usize), String>> {
         let seg_blocks = self.sb.segment_blocks;
         if seg.0 >= self.sb.segment_count || off >= seg_blocks {
             return Ok(Err("no partial segment: position beyond the segment".into()));
@@ -202,12 +203,13 @@ impl Log {
             Ok(x) => x,
             Err(e) => return Ok(Err(format!("no partial segment at block {start}: {e}"))),
         };
-        if h.seq != seq || h.aux != 0 {
+        if seq.is_some_and(|s| h.seq != s) || h.aux != 0 {
             return Ok(Err(format!(
-                "no partial segment: block {start} holds sequence {} where {} was expected",
-                h.seq.0, seq.0
+                "no partial segment: block {start} holds sequence {} where {seq:?} was expected",
+                h.seq.0
             )));
         }
+        let seq = h.seq;
         let n = match Descriptor::peek(p) {
             Ok((_, n)) if n >= 1 && off as usize + n <= seg_blocks as usize => n,
             _ => {
@@ -238,15 +240,33 @@ impl Log {
             Ok(x) => x,
             Err(e) => return Ok(Err(format!("descriptor at block {start}: {e}"))),
         };
-        if desc.seq != seq || desc.segment != seg || desc.offset != off || desc.prev_crc != prev_crc {
-            return Ok(Err(format!(
-                "descriptor at block {start} does not continue the log (sequence, position or checksum chain)"
-            )));
+        if desc.seq != seq || desc.segment != seg || desc.offset != off {
+            return Ok(Err(format!("descriptor at block {start} was written for another place")));
         }
-        let total = desc.total_blocks() as u32;
-        if off + total > seg_blocks || desc.next_segment.0 >= self.sb.segment_count {
+        if off + desc.total_blocks() as u32 > seg_blocks || desc.next_segment.0 >= self.sb.segment_count {
             return Ok(Err(format!("descriptor at block {start} overruns its segment")));
         }
+        Ok(Ok((desc, desc_crc, n)))
+    }
+
+    /// Reads and verifies the partial segment expected at `seg`/`off`.
+    /// The inner error says why it is not valid.
+    fn read_ps(
+        &self,
+        seg: SegmentNo,
+        off: u32,
+        seq: Seq,
+        prev_crc: u32,
+    ) -> Result<std::result::Result<ReadPs, String>> {
+        let (desc, desc_crc, n) = match self.read_descriptor(seg, off, Some(seq))? {
+            Ok(x) => x,
+            Err(why) => return Ok(Err(why)),
+        };
+        let start = self.ifile.geometry().start(seg).0 + u64::from(off);
+        if desc.prev_crc != prev_crc {
+            return Ok(Err(format!("descriptor at block {start} does not continue the log (checksum chain)")));
+        }
+        let total = desc.total_blocks() as u32;
         let body_count = total as usize - n;
         let first_body = MetaBlock(start + n as u64);
         let body = if body_count > 0 { self.read_meta(first_body, body_count)? } else { Vec::new() };

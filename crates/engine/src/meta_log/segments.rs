@@ -22,6 +22,9 @@ pub enum OpKind {
     Grow,
     /// Mostly frees meta-data.
     Shrink,
+    /// Moves live meta-data out of a victim segment (the cleaner): may use
+    /// the reserve down to the room a checkpoint needs.
+    Clean,
 }
 
 impl Log {

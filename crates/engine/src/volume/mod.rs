@@ -10,6 +10,7 @@
 //! if not, it seals and writes it first. That is what makes every operation
 //! land whole in one partial segment, the transaction unit of the log.
 
+mod clean;
 mod mkfs;
 mod ops;
 pub mod types;
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
 
+pub use clean::{CleanReport, CleanRequest};
 pub use mkfs::probe_existing;
 pub use types::*;
 
@@ -170,7 +172,7 @@ impl Volume {
 
     /// Runs one mutating step with room guaranteed in the active partial segment.
     fn mutate<R>(&self, kind: OpKind, mut f: impl FnMut(&mut Fs, Timestamp) -> Result<R>) -> Result<R> {
-        let mut retried_space = false;
+        let mut space_attempts = 0;
         loop {
             self.check_writable()?;
             let res = {
@@ -186,14 +188,26 @@ impl Volume {
             };
             match res {
                 None => self.commit()?,
-                Some(Err(Error::NoSpace(dev))) if !retried_space => {
-                    // Frees waiting for a durable partial segment, and log
-                    // segments waiting for a checkpoint, come back after one.
-                    retried_space = true;
-                    if dev == DeviceRole::Meta {
+                Some(Err(Error::NoSpace(DeviceRole::Data))) if space_attempts == 0 => {
+                    // Frees waiting for a durable commit come back after one.
+                    space_attempts = 1;
+                    self.commit()?;
+                }
+                Some(Err(Error::NoSpace(DeviceRole::Meta))) if space_attempts < 8 && kind != OpKind::Clean => {
+                    // Segments waiting for a checkpoint come back after one;
+                    // then the cleaner makes room, as long as it frees any.
+                    space_attempts += 1;
+                    if space_attempts == 1 {
                         self.checkpoint()?;
                     } else {
-                        self.commit()?;
+                        let req = CleanRequest {
+                            max_segments: 8,
+                            policy: crate::meta_log::cleaner::Policy::Greedy,
+                            max_utilization: 0.95,
+                        };
+                        if self.clean(req, &mut |_, _| {})?.segments_freed == 0 {
+                            space_attempts = 8;
+                        }
                     }
                 }
                 Some(Err(e @ (Error::Io { .. } | Error::Corrupt { .. }))) => {
@@ -348,6 +362,7 @@ impl Volume {
         if since_ckpt >= self.checkpoint_interval_blocks() {
             self.checkpoint()?;
         }
+        self.clean_if_low()?;
         Ok(())
     }
 

@@ -172,6 +172,9 @@ pub struct MountOptions {
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
+    /// Free segments below which the cleaner runs (None: derived from the
+    /// device size).
+    pub clean_threshold: Option<u32>,
 }
 
 impl Default for MountOptions {
@@ -182,6 +185,7 @@ impl Default for MountOptions {
             checkpoint_blocks: 4096,
             dirty_data_limit: 64 << 20,
             cache_budget: 262_144,
+            clean_threshold: None,
         }
     }
 }

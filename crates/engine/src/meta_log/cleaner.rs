@@ -1,0 +1,219 @@
+//! The segment cleaner (paper §3.2, Rosenblum's cost-benefit policy).
+//!
+//! Cleaning a segment is: read its descriptors, find which of the blocks
+//! and inodes they name are still live (the node map or inode map still
+//! points at them), and mark those dirty, so that the next commit group
+//! writes them elsewhere through the normal path. Nothing is copied behind
+//! the log's back, so cleaning is crash-safe by construction: until the
+//! group that moved them is durable, the old copies are the live ones. Once
+//! a checkpoint follows, the victim holds nothing the volume needs and is
+//! free (ordering rule 2 as everywhere else).
+
+use super::Log;
+use crate::error::Result;
+use crate::format::block::BlockKind;
+use crate::format::ifile::{INDEX_PER_BLOCK, TableId};
+use crate::meta_log::checkpoint::tables;
+use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo};
+
+/// How victims are chosen.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Policy {
+    /// Rosenblum's benefit/cost: `(1 - u) * age / (1 + u)`. Old, half-empty
+    /// segments first; cold data stops being recleaned.
+    CostBenefit,
+    /// Emptiest first: the most space for the least copying, right now.
+    Greedy,
+}
+
+/// What the cleaner has done since the volume was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanerStats {
+    /// Cleaning passes.
+    pub passes: u64,
+    /// Victim segments whose descriptors were read.
+    pub segments_read: u64,
+    /// Descriptor blocks read to find live data.
+    pub blocks_read: u64,
+    /// Live nodes and blobs moved.
+    pub nodes_moved: u64,
+    /// Live inodes moved.
+    pub inodes_moved: u64,
+    /// IFile table and index blocks moved.
+    pub ifile_blocks_moved: u64,
+    /// Segments that became free.
+    pub segments_freed: u64,
+}
+
+/// What must move out of a victim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveSet {
+    /// Nodes and blobs whose newest copy is in the victim.
+    pub nodes: Vec<NodeId>,
+    /// Inodes whose newest copy is in the victim.
+    pub inodes: Vec<InodeNo>,
+    /// IFile table blocks of the current checkpoint in the victim.
+    pub ifile: Vec<(TableId, u32)>,
+}
+
+impl LiveSet {
+    /// Whether nothing is live.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.inodes.is_empty() && self.ifile.is_empty()
+    }
+
+    /// Objects to move.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.nodes.len() + self.inodes.len() + self.ifile.len()
+    }
+}
+
+impl Log {
+    /// Bytes the cleaner would have to move out of `s`: live inodes and
+    /// nodes, and the durable checkpoint's IFile blocks.
+    #[must_use]
+    pub fn segment_live_bytes(&self, s: SegmentNo) -> u64 {
+        u64::from(self.ifile.segment(s).live_bytes)
+            + u64::from(self.ckpt.pins.get(&s).copied().unwrap_or(0)) * BLOCK_BYTES
+    }
+
+    /// Utilisation of `s`, 0 to 1.
+    #[must_use]
+    pub fn utilization(&self, s: SegmentNo) -> f64 {
+        self.segment_live_bytes(s) as f64 / (f64::from(self.sb.segment_blocks) * BLOCK_BYTES as f64)
+    }
+
+    /// Segments worth cleaning, best first: not free, not the log's head or
+    /// next segment, and less than `max_utilization` full.
+    #[must_use]
+    pub fn pick_victims(&self, policy: Policy, count: usize, max_utilization: f64) -> Vec<SegmentNo> {
+        let now = self.head.seq.0;
+        let mut scored: Vec<(f64, SegmentNo)> = (0..self.sb.segment_count)
+            .map(SegmentNo)
+            .filter(|&s| s != self.head.segment && s != self.head.next_segment && !self.segment_is_free(s))
+            .filter_map(|s| {
+                let u = self.utilization(s);
+                if u >= max_utilization {
+                    return None;
+                }
+                let score = match policy {
+                    Policy::Greedy => 1.0 - u,
+                    Policy::CostBenefit => {
+                        let age = now.saturating_sub(self.ifile.segment(s).last_seq.0) as f64 + 1.0;
+                        (1.0 - u) * age / (1.0 + u)
+                    }
+                };
+                Some((score, s))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().take(count).map(|(_, s)| s).collect()
+    }
+
+    /// Reads the descriptors of segment `s` and returns what is still live
+    /// in it. Returns the number of blocks read too.
+    ///
+    /// # Errors
+    /// The device fails.
+    pub fn live_in_segment(&self, s: SegmentNo) -> Result<(LiveSet, u64)> {
+        let mut live = LiveSet::default();
+        let mut off = 0u32;
+        let mut read = 0u64;
+        let mut last_seq = None;
+        let start = self.ifile.geometry().start(s).0;
+        // A segment is written from its start in one pass; the first
+        // descriptor that does not decode, or goes back in sequence, ends it.
+        while off < self.sb.segment_blocks {
+            let Ok((desc, _, n)) = self.read_descriptor(s, off, None)? else { break };
+            if last_seq.is_some_and(|l| desc.seq <= l) {
+                break;
+            }
+            last_seq = Some(desc.seq);
+            read += n as u64;
+            let first_body = start + u64::from(off) + n as u64;
+            for (i, sum) in desc.blocks.iter().enumerate() {
+                let at = MetaBlock(first_body + i as u64);
+                match sum.kind {
+                    BlockKind::Node | BlockKind::Blob => {
+                        if self.ifile.node_address(NodeId(sum.name)) == at {
+                            live.nodes.push(NodeId(sum.name));
+                        }
+                    }
+                    BlockKind::IFileTable | BlockKind::IFileIndex => {
+                        let table = TableId::from_code((sum.name >> 32) as u8);
+                        let b = sum.name as u32;
+                        if let Some(t) = table {
+                            let current = if sum.kind == BlockKind::IFileTable {
+                                self.table_block_address(t, b)
+                            } else {
+                                self.ckpt.index.get(&(t, b / INDEX_PER_BLOCK as u32)).copied()
+                            };
+                            // Moving an index block means rewriting one table
+                            // block it lists: the chunk then goes out whole.
+                            if current == Some(at) {
+                                live.ifile.push((t, b));
+                            }
+                        }
+                    }
+                    BlockKind::Descriptor | BlockKind::Inodes => {}
+                }
+            }
+            let first_inode_block = first_body + desc.blocks.len() as u64;
+            for (i, list) in desc.inode_blocks.iter().enumerate() {
+                let at = MetaBlock(first_inode_block + i as u64);
+                for sum in list {
+                    if self.ifile.inode(sum.ino).is_some_and(|e| e.in_use() && e.address == at) {
+                        live.inodes.push(sum.ino);
+                    }
+                }
+            }
+            off += desc.total_blocks() as u32;
+        }
+        Ok((live, read))
+    }
+
+    fn table_block_address(&self, t: TableId, b: u32) -> Option<MetaBlock> {
+        match t {
+            TableId::SegmentUsage => self.ifile.segments.addresses().get(b as usize).copied(),
+            TableId::InodeMap => self.ifile.inodes.addresses().get(b as usize).copied(),
+            TableId::NodeMap => self.ifile.nodes.addresses().get(b as usize).copied(),
+            TableId::GroupDesc => self.space.groups.addresses().get(b as usize).copied(),
+            TableId::Bitmap => self.space.bitmap.addresses().get(b as usize).copied(),
+        }
+    }
+
+    /// Marks live objects dirty so that the next commit group (and, for
+    /// IFile blocks, the next checkpoint) writes them elsewhere.
+    ///
+    /// # Errors
+    /// A live object cannot be read.
+    pub fn relocate(&mut self, nodes: &[NodeId], inodes: &[InodeNo], ifile: &[(TableId, u32)]) -> Result<()> {
+        for &id in nodes {
+            // Freed or rewritten since the scan: nothing to move.
+            if self.ifile.node_address(id).0 == 0 {
+                continue;
+            }
+            self.object(id)?;
+            self.cache.touch_object(id);
+            self.stats.cleaner.nodes_moved += 1;
+        }
+        for &ino in inodes {
+            if !self.ifile.inode(ino).is_some_and(|e| e.in_use()) {
+                continue;
+            }
+            drop(self.inode_mut(ino)?);
+            self.stats.cleaner.inodes_moved += 1;
+        }
+        for &(t, b) in ifile {
+            for tab in tables(self) {
+                if tab.table_id() == t {
+                    tab.touch(b);
+                }
+            }
+            self.stats.cleaner.ifile_blocks_moved += 1;
+        }
+        Ok(())
+    }
+}

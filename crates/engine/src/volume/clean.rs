@@ -1,0 +1,153 @@
+//! Running the cleaner: on demand, from the periodic tick when free
+//! segments run low, and synchronously when an operation finds no room.
+
+use std::time::Instant;
+
+use super::{Volume, lock};
+use crate::error::Result;
+use crate::meta_log::OP_MAX_BLOCKS;
+use crate::meta_log::cleaner::{CleanerStats, Policy};
+use crate::meta_log::segments::OpKind;
+
+/// Objects moved per step: each step is one operation, bounded like any other.
+const MOVES_PER_STEP: usize = 32;
+
+/// What one cleaning pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CleanReport {
+    /// Victim segments read.
+    pub segments_read: u64,
+    /// Descriptor blocks read.
+    pub blocks_read: u64,
+    /// Nodes and blobs moved.
+    pub nodes_moved: u64,
+    /// Inodes moved.
+    pub inodes_moved: u64,
+    /// IFile blocks moved.
+    pub ifile_blocks_moved: u64,
+    /// Segments free after the pass that were not before.
+    pub segments_freed: u64,
+    /// Blocks written to the meta-data device by the pass (moves and checkpoint).
+    pub blocks_written: u64,
+    /// Wall time.
+    pub micros: u64,
+}
+
+/// What to clean.
+#[derive(Clone, Copy, Debug)]
+pub struct CleanRequest {
+    /// At most this many victims.
+    pub max_segments: usize,
+    /// Victim choice.
+    pub policy: Policy,
+    /// Skip segments at least this full (0 to 1).
+    pub max_utilization: f64,
+}
+
+impl Default for CleanRequest {
+    fn default() -> Self {
+        CleanRequest { max_segments: 16, policy: Policy::CostBenefit, max_utilization: 0.9 }
+    }
+}
+
+impl Volume {
+    /// Cleans up to `req.max_segments` segments: moves their live meta-data
+    /// through the normal write path, then checkpoints so that they become
+    /// free. `progress(done, total)` is called after each victim.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn clean(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
+        let started = Instant::now();
+        self.check_writable()?;
+        // Hot data first, into its own group: what the cleaner moves is cold
+        // and lands together, away from it.
+        self.commit()?;
+        let (victims, free_before, written_before, stats_before) = {
+            let fs = lock(&self.fs);
+            let victims = fs.log.pick_victims(req.policy, req.max_segments, req.max_utilization);
+            (victims, fs.log.free_segments(), fs.log.stats.meta_blocks_written, fs.log.stats.cleaner)
+        };
+        for (i, &v) in victims.iter().enumerate() {
+            // Room to move this victim's live data, or else a checkpoint to
+            // turn the victims already emptied into free segments; if even
+            // that leaves no room, the log is truly full of live data.
+            let need = |fs: &crate::namespace::Fs| {
+                (fs.log.segment_live_bytes(v) / crate::types::BLOCK_BYTES) as usize + 2 * OP_MAX_BLOCKS
+            };
+            let fits = |fs: &crate::namespace::Fs| need(fs) <= fs.log.available_blocks(OpKind::Clean);
+            if !fits(&lock(&self.fs)) {
+                self.checkpoint()?;
+                if !fits(&lock(&self.fs)) {
+                    break;
+                }
+            }
+            let (live, read) = lock(&self.fs).log.live_in_segment(v)?;
+            {
+                let mut fs = lock(&self.fs);
+                fs.log.stats.cleaner.segments_read += 1;
+                fs.log.stats.cleaner.blocks_read += read;
+            }
+            for chunk in live.nodes.chunks(MOVES_PER_STEP) {
+                self.mutate(OpKind::Clean, |fs, _| fs.log.relocate(chunk, &[], &[]))?;
+            }
+            // Inode blocks hold many records: a step moves a block's worth or so.
+            for chunk in live.inodes.chunks(MOVES_PER_STEP * 8) {
+                self.mutate(OpKind::Clean, |fs, _| fs.log.relocate(&[], chunk, &[]))?;
+            }
+            if !live.ifile.is_empty() {
+                self.mutate(OpKind::Clean, |fs, _| fs.log.relocate(&[], &[], &live.ifile))?;
+            }
+            self.commit()?;
+            progress(i + 1, victims.len());
+        }
+        self.checkpoint()?;
+        let mut fs = lock(&self.fs);
+        let freed = victims.iter().filter(|&&v| fs.log.segment_is_free(v)).count() as u64;
+        fs.log.stats.cleaner.passes += 1;
+        fs.log.stats.cleaner.segments_freed += freed;
+        let after = fs.log.stats.cleaner;
+        let report = CleanReport {
+            segments_read: after.segments_read - stats_before.segments_read,
+            blocks_read: after.blocks_read - stats_before.blocks_read,
+            nodes_moved: after.nodes_moved - stats_before.nodes_moved,
+            inodes_moved: after.inodes_moved - stats_before.inodes_moved,
+            ifile_blocks_moved: after.ifile_blocks_moved - stats_before.ifile_blocks_moved,
+            segments_freed: u64::from(fs.log.free_segments().saturating_sub(free_before)).max(freed),
+            blocks_written: fs.log.stats.meta_blocks_written - written_before,
+            micros: started.elapsed().as_micros() as u64,
+        };
+        Ok(report)
+    }
+
+    /// The cleaner's counters since the volume was opened.
+    #[must_use]
+    pub fn cleaner_stats(&self) -> CleanerStats {
+        lock(&self.fs).log.stats.cleaner
+    }
+
+    /// Free segments below which the tick cleans: the option, or enough to
+    /// keep the reserve plus some room, and a twentieth of the log.
+    pub(crate) fn clean_threshold(&self) -> u32 {
+        let fs = lock(&self.fs);
+        let derived = (fs.log.reserve_segments() + 4).max(fs.log.sb.segment_count / 20);
+        self.options.clean_threshold.unwrap_or(derived).min(fs.log.sb.segment_count / 2)
+    }
+
+    /// Cleans when free segments fell below the threshold (called by the
+    /// tick, and by an operation that found no room). Greedy when the
+    /// reserve is close, cost-benefit otherwise.
+    pub(crate) fn clean_if_low(&self) -> Result<Option<CleanReport>> {
+        let threshold = self.clean_threshold();
+        let (free, reserve) = {
+            let fs = lock(&self.fs);
+            (fs.log.free_segments(), fs.log.reserve_segments())
+        };
+        if free >= threshold {
+            return Ok(None);
+        }
+        let policy = if free <= reserve + 2 { Policy::Greedy } else { Policy::CostBenefit };
+        let req = CleanRequest { max_segments: (threshold - free + 4) as usize, policy, max_utilization: 0.95 };
+        self.clean(req, &mut |_, _| {}).map(Some)
+    }
+}

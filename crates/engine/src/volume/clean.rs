@@ -134,6 +134,21 @@ impl Volume {
         self.options.clean_threshold.unwrap_or(derived).min(fs.log.sb.segment_count / 2)
     }
 
+    /// In idle time, cleans one mostly empty segment per call while less
+    /// than half the log is free, so that a burst of work later finds room.
+    pub(crate) fn clean_when_idle(&self) -> Result<Option<CleanReport>> {
+        let worth = {
+            let fs = lock(&self.fs);
+            fs.log.free_segments() < fs.log.sb.segment_count / 2
+                && !fs.log.pick_victims(Policy::CostBenefit, 1, 0.5).is_empty()
+        };
+        if !worth {
+            return Ok(None);
+        }
+        let req = CleanRequest { max_segments: 1, policy: Policy::CostBenefit, max_utilization: 0.5 };
+        self.clean(req, &mut |_, _| {}).map(Some)
+    }
+
     /// Cleans when free segments fell below the threshold (called by the
     /// tick, and by an operation that found no room). Greedy when the
     /// reserve is close, cost-benefit otherwise.

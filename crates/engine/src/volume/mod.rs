@@ -31,6 +31,9 @@ use crate::meta_log::segments::OpKind;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
+/// How long without changes before the tick cleans in idle time.
+const IDLE_BEFORE_CLEANING: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where time comes from: the wall clock, or a test's.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
@@ -52,6 +55,8 @@ pub struct Volume {
     /// Set when a write failed: the reason; every later change is refused.
     failed: Mutex<Option<String>>,
     last_commit: Mutex<Instant>,
+    /// When an operation last changed something: the cleaner works in idle time.
+    last_change: Mutex<Instant>,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
     open_report: OpenReport,
@@ -112,6 +117,7 @@ impl Volume {
             clock,
             failed: Mutex::new(None),
             last_commit: Mutex::new(Instant::now()),
+            last_change: Mutex::new(Instant::now()),
             meta,
             data,
             open_report: report,
@@ -188,6 +194,12 @@ impl Volume {
             };
             match res {
                 None => self.commit()?,
+                Some(Ok(r)) => {
+                    if kind != OpKind::Clean {
+                        *lock(&self.last_change) = Instant::now();
+                    }
+                    return Ok(r);
+                }
                 Some(Err(Error::NoSpace(DeviceRole::Data))) if space_attempts == 0 => {
                     // Frees waiting for a durable commit come back after one.
                     space_attempts = 1;
@@ -362,7 +374,9 @@ impl Volume {
         if since_ckpt >= self.checkpoint_interval_blocks() {
             self.checkpoint()?;
         }
-        self.clean_if_low()?;
+        if self.clean_if_low()?.is_none() && lock(&self.last_change).elapsed() >= IDLE_BEFORE_CLEANING {
+            self.clean_when_idle()?;
+        }
         Ok(())
     }
 

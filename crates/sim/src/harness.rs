@@ -90,9 +90,19 @@ impl Harness {
     /// If mkfs or mount fails.
     #[must_use]
     pub fn new(meta_blocks: u64, data_blocks: u64, options: MountOptions) -> Harness {
+        Harness::with_inline_max(meta_blocks, data_blocks, options, 1024)
+    }
+
+    /// [`Harness::new`] with an inline limit for files and directories (a
+    /// small one sends small directories into B-trees and back).
+    ///
+    /// # Panics
+    /// If mkfs or mount fails.
+    #[must_use]
+    pub fn with_inline_max(meta_blocks: u64, data_blocks: u64, options: MountOptions, inline_max: u32) -> Harness {
         let meta = Arc::new(MemoryDevice::new(meta_blocks));
         let data = Arc::new(MemoryDevice::new(data_blocks));
-        let mkfs = MkfsOptions { segment_blocks: 128, group_blocks: 4096, ..MkfsOptions::default() };
+        let mkfs = MkfsOptions { segment_blocks: 128, group_blocks: 4096, inline_max, ..MkfsOptions::default() };
         Volume::format(meta.clone(), data.clone(), &mkfs).expect("mkfs");
         let vol = Volume::open(meta.clone(), data.clone(), options).expect("mount");
         Harness { meta, data, vol: Some(vol), model: Model::default(), held: Vec::new(), options }

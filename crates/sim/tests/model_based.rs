@@ -55,8 +55,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
-        let mut h = Harness::new(4096, 16384, options());
+    fn engine_matches_model(ops in proptest::collection::vec(op(), 1..120), inline_max in prop_oneof![Just(0u32), Just(150), Just(1024)]) {
+        let mut h = Harness::with_inline_max(4096, 16384, options(), inline_max);
         for (i, op) in ops.iter().enumerate() {
             if let Err(e) = h.apply(op) {
                 prop_assert!(false, "step {i}: {e}");

@@ -365,6 +365,17 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
         };
         let entries = match &rec.body {
             Body::Empty => Vec::new(),
+            Body::Entries(e) => {
+                if e.is_empty() || crate::format::inode::inline_entries_len(e) > log.sb.inline_max as usize {
+                    w.problems.push(problem(
+                        "directory",
+                        Some(dir),
+                        None,
+                        "inline entries empty or beyond the inline limit",
+                    ));
+                }
+                e.clone()
+            }
             Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
             _ => {
                 w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
@@ -500,8 +511,8 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
                     Body::Empty | Body::Extents(_) | Body::Tree(_) => {
                         stats.data_blocks += w.extents(ino, rec, orphan);
                     }
-                    Body::Blob { .. } => {
-                        w.problems.push(problem("inode", Some(ino), None, "regular file with a blob body"))
+                    Body::Blob { .. } | Body::Entries(_) => {
+                        w.problems.push(problem("inode", Some(ino), None, "regular file with a blob or entries body"))
                     }
                 }
             }

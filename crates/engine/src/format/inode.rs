@@ -90,6 +90,9 @@ pub enum Body {
     Extents(Vec<Extent>),
     /// A B-tree: a directory's entries, or a large file's extents.
     Tree(TreeRoot),
+    /// A small directory's entries, kept in the inode: the same keys and
+    /// values as a leaf of its tree would hold, sorted by key.
+    Entries(Vec<(u64, Vec<u8>)>),
     /// A long symlink target stored in blob blocks.
     Blob {
         /// Length of the value in bytes.
@@ -112,6 +115,12 @@ impl Default for Xattrs {
     fn default() -> Self {
         Xattrs::Inline(Vec::new())
     }
+}
+
+/// Encoded size of inline directory entries.
+#[must_use]
+pub fn inline_entries_len(entries: &[(u64, Vec<u8>)]) -> usize {
+    2 + entries.iter().map(|(_, v)| 10 + v.len()).sum::<usize>()
 }
 
 /// Encoded size of an inline xattr list.
@@ -166,6 +175,7 @@ const BODY_INLINE: u8 = 1;
 const BODY_EXTENTS: u8 = 2;
 const BODY_TREE: u8 = 3;
 const BODY_BLOB: u8 = 4;
+const BODY_ENTRIES: u8 = 5;
 const XATTR_INLINE: u8 = 0;
 const XATTR_TREE: u8 = 1;
 
@@ -179,6 +189,7 @@ impl InodeRecord {
             Body::Extents(e) => e.len() * EXTENT_LEN,
             Body::Tree(_) => 16,
             Body::Blob { nodes, .. } => 6 + nodes.len() * 8,
+            Body::Entries(e) => inline_entries_len(e),
         }
     }
 
@@ -207,6 +218,7 @@ impl InodeRecord {
             Body::Extents(_) => BODY_EXTENTS,
             Body::Tree(_) => BODY_TREE,
             Body::Blob { .. } => BODY_BLOB,
+            Body::Entries(_) => BODY_ENTRIES,
         };
         let xattr_kind = match &self.xattrs {
             Xattrs::Inline(_) => XATTR_INLINE,
@@ -247,6 +259,12 @@ impl InodeRecord {
                 nodes.iter().for_each(|n| {
                     w.u64(n.0);
                 });
+            }
+            Body::Entries(e) => {
+                w.u16(e.len() as u16);
+                for (k, v) in e {
+                    w.u64(*k).u16(v.len() as u16).bytes(v);
+                }
             }
         }
         match &self.xattrs {
@@ -368,6 +386,20 @@ fn decode_body(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Decode
             }
             Body::Blob { len: vlen, nodes }
         }
+        BODY_ENTRIES => {
+            let n = usize::from(r.u16()?);
+            let mut e: Vec<(u64, Vec<u8>)> = Vec::with_capacity(n.min(len / 10));
+            for _ in 0..n {
+                let k = r.u64()?;
+                let vl = usize::from(r.u16()?);
+                let v = r.bytes(vl)?.to_vec();
+                if e.last().is_some_and(|(p, _)| *p >= k) {
+                    bad!("inode {ino}: inline entries out of order at {k:#x}");
+                }
+                e.push((k, v));
+            }
+            Body::Entries(e)
+        }
         other => bad!("inode {ino} has unknown body kind {other}"),
     };
     if r.remaining() != 0 {
@@ -449,6 +481,7 @@ pub(crate) mod tests {
             Body::Inline(b"hello".to_vec()),
             Body::Tree(TreeRoot { root: NodeId(9), count: 1000 }),
             Body::Blob { len: 5000, nodes: vec![NodeId(1), NodeId(2)] },
+            Body::Entries(vec![(65536, b"entry".to_vec()), (131_072, vec![])]),
         ];
         bodies.push(sample(1).body);
         for body in bodies {

@@ -1,5 +1,5 @@
-//! Directories: a B-tree of entries ordered by the keyed hash of their names
-//! (yFS §3.5). Lookup, insert and remove are O(log n); an entry's position is
+//! Directories: entries ordered by the keyed hash of their names (yFS §3.5),
+//! kept in the inode while they fit its inline limit and in a B-tree after. Lookup, insert and remove are O(log n); an entry's position is
 //! its readdir cookie, which stays valid whatever else the directory gains or
 //! loses.
 //!
@@ -10,8 +10,9 @@ use super::btree;
 use super::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
-use crate::format::inode::{Body, TreeRoot};
-use crate::format::node::TreeKind;
+use crate::format::inode::{Body, TreeRoot, inline_entries_len};
+use crate::format::node::{Entries, Node, TreeKind};
+use crate::meta_log::Object;
 use crate::types::{FileKind, InodeNo, NodeId};
 
 /// A directory entry.
@@ -51,25 +52,90 @@ fn decode(position: u64, v: &[u8], dir: InodeNo) -> Result<DirEntry> {
     Ok(DirEntry { name, ino, kind, position })
 }
 
+/// Where a directory's entries are.
+enum Form {
+    /// No entries.
+    Empty,
+    /// In the inode.
+    Inline(Vec<(u64, Vec<u8>)>),
+    /// In a B-tree.
+    Tree(TreeRoot),
+}
+
+/// First free slot at or after `base` among sorted `keys`.
+fn free_slot(keys: impl Iterator<Item = u64>, base: u64) -> Option<u64> {
+    let mut slot = base;
+    for k in keys.skip_while(|&k| k < base) {
+        if k != slot {
+            break;
+        }
+        slot += 1;
+    }
+    (slot < base + COLLISION_SLOTS).then_some(slot)
+}
+
 impl Fs {
-    fn dir_tree(&mut self, dir: InodeNo) -> Result<Option<TreeRoot>> {
+    fn dir_form(&mut self, dir: InodeNo) -> Result<Form> {
         let rec = self.log.inode(dir)?;
         if FileKind::from_mode(rec.mode) != Some(FileKind::Directory) {
             return Err(Error::NotDir);
         }
         match &rec.body {
-            Body::Empty => Ok(None),
-            Body::Tree(t) => Ok(Some(*t)),
-            _ => Err(Error::corrupt_meta("inode", 0, format!("directory {dir} has a body that is not a tree"))),
+            Body::Empty => Ok(Form::Empty),
+            Body::Entries(e) => Ok(Form::Inline(e.clone())),
+            Body::Tree(t) => Ok(Form::Tree(*t)),
+            _ => Err(Error::corrupt_meta(
+                "inode",
+                0,
+                format!("directory {dir} has a body that is neither entries nor a tree"),
+            )),
         }
     }
 
-    fn set_dir_tree(&mut self, dir: InodeNo, root: Option<NodeId>, count: u64) -> Result<()> {
-        let mut rec = self.log.inode_mut(dir)?;
-        rec.body = match root {
-            Some(root) => Body::Tree(TreeRoot { root, count }),
-            None => Body::Empty,
+    /// Most encoded bytes of entries a directory keeps in its inode.
+    fn inline_dir_max(&self) -> usize {
+        self.config.inline_max as usize
+    }
+
+    /// Stores `entries` in the inode, or in a tree once they outgrow it.
+    fn store_inline(&mut self, dir: InodeNo, entries: Vec<(u64, Vec<u8>)>) -> Result<()> {
+        let body = if entries.is_empty() {
+            Body::Empty
+        } else if inline_entries_len(&entries) <= self.inline_dir_max() {
+            Body::Entries(entries)
+        } else {
+            let count = entries.len() as u64;
+            let root = self.log.create_object(
+                dir,
+                Object::Node(Node { tree: TreeKind::Directory, level: 0, entries: Entries::Leaf(entries) }),
+            );
+            Body::Tree(TreeRoot { root, count })
         };
+        self.log.inode_mut(dir)?.body = body;
+        Ok(())
+    }
+
+    /// Stores a tree root; a tree that shrank to one small leaf moves back
+    /// into the inode (at half the limit, so that a directory hovering at
+    /// the limit does not flip at every change).
+    fn store_tree(&mut self, dir: InodeNo, root: Option<NodeId>, count: u64) -> Result<()> {
+        let Some(root) = root else {
+            self.log.inode_mut(dir)?.body = Body::Empty;
+            return Ok(());
+        };
+        let limit = self.inline_dir_max() / 2;
+        let small = match &btree::NodeSource::node(&mut self.log.tree(dir), root)?.entries {
+            Entries::Leaf(e) if inline_entries_len(e) <= limit => Some(e.clone()),
+            _ => None,
+        };
+        let body = match small {
+            Some(e) => {
+                self.log.free_object(root);
+                Body::Entries(e)
+            }
+            None => Body::Tree(TreeRoot { root, count }),
+        };
+        self.log.inode_mut(dir)?.body = body;
         Ok(())
     }
 
@@ -78,11 +144,10 @@ impl Fs {
     /// # Errors
     /// `NotDir`, or I/O and corruption errors.
     pub fn dir_lookup(&mut self, dir: InodeNo, name: &[u8]) -> Result<Option<DirEntry>> {
-        let root = self.dir_tree(dir)?.map(|t| t.root);
         let base = hash_position(&self.log.sb.hash_key, name);
         let mut found = None;
         let mut bad = None;
-        btree::scan(&mut self.log.tree(dir), root, base, &mut |k, v| {
+        self.dir_scan_raw(dir, base, &mut |k, v| {
             if k >= base + COLLISION_SLOTS {
                 return false;
             }
@@ -109,31 +174,33 @@ impl Fs {
     /// # Errors
     /// `NoSpace` if 65536 names share a hash (never seen in practice), or I/O errors.
     pub fn dir_insert(&mut self, dir: InodeNo, name: &FileName, ino: InodeNo, kind: FileKind) -> Result<u64> {
-        let tree = self.dir_tree(dir)?;
-        let root = tree.map(|t| t.root);
         let base = hash_position(&self.log.sb.hash_key, name.as_bytes());
-        // The first free slot among those of this hash.
-        let mut slot = base;
-        btree::scan(&mut self.log.tree(dir), root, base, &mut |k, _| {
-            if k == slot && k < base + COLLISION_SLOTS - 1 {
-                slot += 1;
-                true
-            } else {
-                false
+        let value = encode(ino, kind, name.as_bytes());
+        let full = || Error::NoSpace(crate::error::DeviceRole::Meta);
+        match self.dir_form(dir)? {
+            Form::Empty => {
+                self.store_inline(dir, vec![(base, value)])?;
+                Ok(base)
             }
-        })?;
-        if btree::get(&mut self.log.tree(dir), root, slot)?.is_some() {
-            return Err(Error::NoSpace(crate::error::DeviceRole::Meta));
+            Form::Inline(mut e) => {
+                let slot = free_slot(e.iter().map(|(k, _)| *k), base).ok_or_else(full)?;
+                let at = e.partition_point(|(k, _)| *k < slot);
+                e.insert(at, (slot, value));
+                self.store_inline(dir, e)?;
+                Ok(slot)
+            }
+            Form::Tree(t) => {
+                let mut keys = Vec::new();
+                btree::scan(&mut self.log.tree(dir), Some(t.root), base, &mut |k, _| {
+                    keys.push(k);
+                    k < base + COLLISION_SLOTS
+                })?;
+                let slot = free_slot(keys.into_iter(), base).ok_or_else(full)?;
+                let (root, _) = btree::insert(&mut self.log.tree(dir), Some(t.root), TreeKind::Directory, slot, value)?;
+                self.store_tree(dir, Some(root), t.count + 1)?;
+                Ok(slot)
+            }
         }
-        let (new_root, _) = btree::insert(
-            &mut self.log.tree(dir),
-            root,
-            TreeKind::Directory,
-            slot,
-            encode(ino, kind, name.as_bytes()),
-        )?;
-        self.set_dir_tree(dir, Some(new_root), tree.map_or(0, |t| t.count) + 1)?;
-        Ok(slot)
     }
 
     /// Points an existing entry at another inode (rename over a name).
@@ -141,15 +208,21 @@ impl Fs {
     /// # Errors
     /// I/O errors.
     pub fn dir_replace(&mut self, dir: InodeNo, entry: &DirEntry, ino: InodeNo, kind: FileKind) -> Result<()> {
-        let tree = self.dir_tree(dir)?.ok_or(Error::NotFound)?;
-        let (root, _) = btree::insert(
-            &mut self.log.tree(dir),
-            Some(tree.root),
-            TreeKind::Directory,
-            entry.position,
-            encode(ino, kind, &entry.name),
-        )?;
-        self.set_dir_tree(dir, Some(root), tree.count)
+        let value = encode(ino, kind, &entry.name);
+        match self.dir_form(dir)? {
+            Form::Empty => Err(Error::NotFound),
+            Form::Inline(mut e) => {
+                let i = e.binary_search_by_key(&entry.position, |(k, _)| *k).map_err(|_| Error::NotFound)?;
+                e[i].1 = value;
+                self.store_inline(dir, e)
+            }
+            Form::Tree(t) => {
+                let (root, _) =
+                    btree::insert(&mut self.log.tree(dir), Some(t.root), TreeKind::Directory, entry.position, value)?;
+                self.log.inode_mut(dir)?.body = Body::Tree(TreeRoot { root, count: t.count });
+                Ok(())
+            }
+        }
     }
 
     /// Removes the entry at `position`.
@@ -157,12 +230,21 @@ impl Fs {
     /// # Errors
     /// `NotFound` if there is none; I/O errors.
     pub fn dir_remove(&mut self, dir: InodeNo, position: u64) -> Result<()> {
-        let tree = self.dir_tree(dir)?.ok_or(Error::NotFound)?;
-        let (root, old) = btree::remove(&mut self.log.tree(dir), Some(tree.root), position)?;
-        if old.is_none() {
-            return Err(Error::NotFound);
+        match self.dir_form(dir)? {
+            Form::Empty => Err(Error::NotFound),
+            Form::Inline(mut e) => {
+                let i = e.binary_search_by_key(&position, |(k, _)| *k).map_err(|_| Error::NotFound)?;
+                e.remove(i);
+                self.store_inline(dir, e)
+            }
+            Form::Tree(t) => {
+                let (root, old) = btree::remove(&mut self.log.tree(dir), Some(t.root), position)?;
+                if old.is_none() {
+                    return Err(Error::NotFound);
+                }
+                self.store_tree(dir, root, t.count.saturating_sub(1))
+            }
         }
-        self.set_dir_tree(dir, root, tree.count.saturating_sub(1))
     }
 
     /// Whether `dir` has no entries.
@@ -170,7 +252,7 @@ impl Fs {
     /// # Errors
     /// `NotDir`, I/O errors.
     pub fn dir_is_empty(&mut self, dir: InodeNo) -> Result<bool> {
-        Ok(self.dir_tree(dir)?.is_none())
+        Ok(matches!(self.dir_form(dir)?, Form::Empty))
     }
 
     /// Number of entries in `dir`.
@@ -178,7 +260,26 @@ impl Fs {
     /// # Errors
     /// `NotDir`, I/O errors.
     pub fn dir_count(&mut self, dir: InodeNo) -> Result<u64> {
-        Ok(self.dir_tree(dir)?.map_or(0, |t| t.count))
+        Ok(match self.dir_form(dir)? {
+            Form::Empty => 0,
+            Form::Inline(e) => e.len() as u64,
+            Form::Tree(t) => t.count,
+        })
+    }
+
+    fn dir_scan_raw(&mut self, dir: InodeNo, from: u64, visit: &mut dyn FnMut(u64, &[u8]) -> bool) -> Result<()> {
+        match self.dir_form(dir)? {
+            Form::Empty => Ok(()),
+            Form::Inline(e) => {
+                for (k, v) in e.iter().filter(|(k, _)| *k >= from) {
+                    if !visit(*k, v) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Form::Tree(t) => btree::scan(&mut self.log.tree(dir), Some(t.root), from, visit),
+        }
     }
 
     /// Visits entries at positions `>= from` in order until `visit` returns false.
@@ -186,9 +287,8 @@ impl Fs {
     /// # Errors
     /// `NotDir`, I/O and corruption errors.
     pub fn dir_scan(&mut self, dir: InodeNo, from: u64, visit: &mut dyn FnMut(DirEntry) -> bool) -> Result<()> {
-        let root = self.dir_tree(dir)?.map(|t| t.root);
         let mut bad = None;
-        btree::scan(&mut self.log.tree(dir), root, from, &mut |k, v| match decode(k, v, dir) {
+        self.dir_scan_raw(dir, from, &mut |k, v| match decode(k, v, dir) {
             Ok(e) => visit(e),
             Err(e) => {
                 bad = Some(e);

@@ -208,7 +208,7 @@ impl Fs {
                 };
                 Ok(())
             }
-            Body::Inline(_) | Body::Blob { .. } => {
+            Body::Inline(_) | Body::Blob { .. } | Body::Entries(_) => {
                 Err(Error::corrupt_meta("inode", 0, format!("inode {ino} has no extent map")))
             }
         }

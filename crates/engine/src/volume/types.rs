@@ -50,6 +50,7 @@ impl Attr {
             // something useful without a block-based layout to report.
             FileKind::Directory => match &r.body {
                 crate::format::inode::Body::Tree(t) => t.count,
+                crate::format::inode::Body::Entries(e) => e.len() as u64,
                 _ => 0,
             },
             _ => r.size,

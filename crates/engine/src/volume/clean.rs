@@ -126,12 +126,53 @@ impl Volume {
         lock(&self.fs).log.stats.cleaner
     }
 
+    /// Counters of the log and the cleaner, and the state of the log, as
+    /// named numbers (for `dualfs stats` and monitoring).
+    #[must_use]
+    pub fn stats(&self) -> Vec<(&'static str, u64)> {
+        let fs = lock(&self.fs);
+        let log = &fs.log;
+        let s = log.stats;
+        let c = s.cleaner;
+        vec![
+            ("commits", self.commit_count()),
+            ("partial_segments_written", s.partial_segments),
+            ("meta_blocks_written", s.meta_blocks_written),
+            ("data_blocks_written", s.data_blocks_written),
+            ("checkpoints_written", s.checkpoints),
+            ("segments", u64::from(log.sb.segment_count)),
+            ("segments_free", u64::from(log.free_segments())),
+            ("segments_reserved", u64::from(log.reserve_segments())),
+            ("clean_threshold", u64::from(self.clean_threshold_locked(log))),
+            ("log_blocks_since_checkpoint", log.blocks_since_checkpoint()),
+            ("checkpoint_number", log.checkpoint_number()),
+            ("dirty_data_bytes", fs.pages.dirty_bytes() as u64),
+            ("cleaner_passes", c.passes),
+            ("cleaner_segments_read", c.segments_read),
+            ("cleaner_blocks_read", c.blocks_read),
+            ("cleaner_nodes_moved", c.nodes_moved),
+            ("cleaner_inodes_moved", c.inodes_moved),
+            ("cleaner_ifile_blocks_moved", c.ifile_blocks_moved),
+            ("cleaner_segments_freed", c.segments_freed),
+        ]
+    }
+
+    /// Utilisation of every segment (0 to 1), for a histogram.
+    #[must_use]
+    pub fn segment_utilization(&self) -> Vec<f64> {
+        let fs = lock(&self.fs);
+        (0..fs.log.sb.segment_count).map(|s| fs.log.utilization(crate::types::SegmentNo(s))).collect()
+    }
+
     /// Free segments below which the tick cleans: the option, or enough to
     /// keep the reserve plus some room, and a twentieth of the log.
     pub(crate) fn clean_threshold(&self) -> u32 {
-        let fs = lock(&self.fs);
-        let derived = (fs.log.reserve_segments() + 4).max(fs.log.sb.segment_count / 20);
-        self.options.clean_threshold.unwrap_or(derived).min(fs.log.sb.segment_count / 2)
+        self.clean_threshold_locked(&lock(&self.fs).log)
+    }
+
+    fn clean_threshold_locked(&self, log: &crate::meta_log::Log) -> u32 {
+        let derived = (log.reserve_segments() + 4).max(log.sb.segment_count / 20);
+        self.options.clean_threshold.unwrap_or(derived).min(log.sb.segment_count / 2)
     }
 
     /// In idle time, cleans one mostly empty segment per call while less

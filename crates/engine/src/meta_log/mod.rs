@@ -184,11 +184,7 @@ impl Log {
     #[must_use]
     pub fn available_blocks(&self, kind: segments::OpKind) -> usize {
         let seg = self.sb.segment_blocks as usize;
-        let reserve = match kind {
-            segments::OpKind::Grow => self.reserve_segments(),
-            segments::OpKind::Shrink => self.reserve_segments().div_ceil(2),
-            segments::OpKind::Clean => self.reserve_segments().saturating_sub(2),
-        };
+        let reserve = self.reserve_for(kind);
         let spare = self.free_segments_cached.saturating_sub(reserve) as usize;
         (seg - self.head.offset as usize) + spare * seg
     }

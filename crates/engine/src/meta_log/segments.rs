@@ -55,17 +55,38 @@ impl Log {
         (1..=n).map(|i| SegmentNo((self.head.segment.0 + i) % n)).find(|&s| self.segment_is_free(s))
     }
 
-    /// Segments held back from ordinary operations: room for a checkpoint of
-    /// the whole IFile, plus two for the cleaner to make progress with.
+    /// Segments a checkpoint of the whole IFile needs.
     #[must_use]
-    pub fn reserve_segments(&self) -> u32 {
+    pub fn checkpoint_segments(&self) -> u32 {
         let ifile_blocks: usize = self.ifile.segments.block_count()
             + self.ifile.inodes.block_count()
             + self.ifile.nodes.block_count()
             + self.space.groups.block_count()
             + self.space.bitmap.block_count();
         let index_blocks = ifile_blocks.div_ceil(crate::format::ifile::INDEX_PER_BLOCK) + 5;
-        ((ifile_blocks + index_blocks).div_ceil(self.sb.segment_blocks as usize - 8) as u32) + 2
+        ((ifile_blocks + index_blocks).div_ceil(self.sb.segment_blocks as usize - 8) as u32) + 1
+    }
+
+    /// Segments held back from operations of `kind`, in layers: a
+    /// checkpoint's room is never touched but by the checkpoint; above it,
+    /// two segments let the cleaner move a victim's live data (it takes
+    /// less than a segment to free one); above that, two more keep releasing
+    /// operations (unlink, rmdir, truncate) going when growing ones stop,
+    /// so that a full meta-data device can always be emptied again.
+    #[must_use]
+    pub fn reserve_for(&self, kind: OpKind) -> u32 {
+        let ckpt = self.checkpoint_segments();
+        match kind {
+            OpKind::Clean => ckpt,
+            OpKind::Shrink => ckpt + 2,
+            OpKind::Grow => ckpt + 4,
+        }
+    }
+
+    /// Segments held back from ordinary (growing) operations.
+    #[must_use]
+    pub fn reserve_segments(&self) -> u32 {
+        self.reserve_for(OpKind::Grow)
     }
 
     /// Checks that an operation of `kind` has room on the meta-data device.

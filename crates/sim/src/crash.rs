@@ -1,0 +1,253 @@
+//! Crash states: what the two devices may hold if power is cut at some point
+//! of a recording.
+//!
+//! At a cut, for each device on its own: the writes before its last flush
+//! are durable; the writes after it are *in flight*, and any subset of them
+//! may have reached the disk, in any order (a subset applied in order covers
+//! every outcome, since a later write to the same block can be the one
+//! lost). One in-flight block may also be *torn*: only some of its eight
+//! 512-byte sectors made it.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use dualfs_engine::types::BLOCK_SIZE;
+
+use crate::image::{Block, Image, SECTOR_BYTES, SECTORS_PER_BLOCK};
+use crate::record::{Dev, Event, Mark};
+use crate::rng::Rng;
+
+/// A recorded run: the images it started from and every event.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// The meta-data device before the first event.
+    pub meta: Arc<Image>,
+    /// The data device before the first event.
+    pub data: Arc<Image>,
+    /// Writes, flushes and marks, in order.
+    pub events: Vec<Event>,
+}
+
+/// Which in-flight writes reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// All of them, in order (the plain prefix).
+    All,
+    /// None: only what was flushed.
+    Flushed,
+    /// Each one with probability 1/2, per device, from this seed.
+    Random(u64),
+    /// A random subset, and one of the writes in it torn at sector level.
+    Torn(u64),
+}
+
+/// One crash state: the first `cut` events happened, and `choice` says
+/// which in-flight writes survived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateSpec {
+    /// Number of events that happened.
+    pub cut: usize,
+    /// Which in-flight writes reached the disk.
+    pub choice: Choice,
+}
+
+impl std::fmt::Display for StateSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.choice {
+            Choice::All => write!(f, "cut {} all", self.cut),
+            Choice::Flushed => write!(f, "cut {} flushed", self.cut),
+            Choice::Random(s) => write!(f, "cut {} random {s:#x}", self.cut),
+            Choice::Torn(s) => write!(f, "cut {} torn {s:#x}", self.cut),
+        }
+    }
+}
+
+/// The operations a crash state may show: at least up to `durable`, at
+/// most up to `issued` (step numbers; 0 = none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Last step promised durable before the cut.
+    pub durable: usize,
+    /// Last step begun before the cut.
+    pub issued: usize,
+}
+
+/// The two device images of a crash state, and its window.
+#[derive(Debug)]
+pub struct CrashImages {
+    /// Meta-data device.
+    pub meta: Arc<Image>,
+    /// Data device.
+    pub data: Arc<Image>,
+    /// What it may show.
+    pub window: Window,
+    /// Identifies the contents: equal fingerprints, equal images.
+    pub fingerprint: u64,
+    /// Sectors torn: (device, block, sector mask that reached the disk).
+    pub torn: Option<(Dev, u64, u8)>,
+}
+
+fn tear(old: &Block, new: &Block, mask: u8) -> Block {
+    let mut b = **old;
+    for s in 0..SECTORS_PER_BLOCK {
+        if mask & (1 << s) != 0 {
+            let r = s * SECTOR_BYTES..(s + 1) * SECTOR_BYTES;
+            b[r.clone()].copy_from_slice(&new[r]);
+        }
+    }
+    debug_assert_eq!(b.len(), BLOCK_SIZE);
+    Arc::new(b)
+}
+
+impl Recording {
+    /// Builds the images of one crash state.
+    #[must_use]
+    pub fn build(&self, spec: &StateSpec) -> CrashImages {
+        let cut = spec.cut.min(self.events.len());
+        let mut durable: [HashMap<u64, Block>; 2] = [HashMap::new(), HashMap::new()];
+        let mut pending: [Vec<(u64, Block)>; 2] = [Vec::new(), Vec::new()];
+        let mut window = Window { durable: 0, issued: 0 };
+        for e in &self.events[..cut] {
+            match e {
+                Event::Write { dev, block, data } => pending[dev.index()].push((*block, data.clone())),
+                Event::Flush(dev) => {
+                    let i = dev.index();
+                    for (b, d) in pending[i].drain(..) {
+                        durable[i].insert(b, d);
+                    }
+                }
+                Event::Mark(Mark::StepStart(n)) => window.issued = *n,
+                Event::Mark(Mark::Durable(n)) => window.durable = *n,
+            }
+        }
+        let mut rng = match spec.choice {
+            Choice::Random(s) | Choice::Torn(s) => Rng::new(s),
+            _ => Rng::new(0),
+        };
+        let in_flight = pending[0].len() + pending[1].len();
+        let torn_at = match spec.choice {
+            Choice::Torn(_) if in_flight > 0 => Some(rng.below(in_flight as u64) as usize),
+            _ => None,
+        };
+        let mut torn = None;
+        let mut k = 0;
+        for dev in Dev::BOTH {
+            let i = dev.index();
+            for (b, d) in std::mem::take(&mut pending[i]) {
+                let here = Some(k) == torn_at;
+                k += 1;
+                let keep = match spec.choice {
+                    Choice::All => true,
+                    Choice::Flushed => false,
+                    Choice::Random(_) | Choice::Torn(_) => rng.below(2) == 1,
+                };
+                if here {
+                    // Some sectors, not none and not all.
+                    let mask = 1 + rng.below(254) as u8;
+                    let base = if dev == Dev::Meta { &self.meta } else { &self.data };
+                    let old = durable[i].get(&b).cloned().unwrap_or_else(|| base.block(b));
+                    durable[i].insert(b, tear(&old, &d, mask));
+                    torn = Some((dev, b, mask));
+                } else if keep {
+                    durable[i].insert(b, d);
+                }
+            }
+        }
+        let fingerprint = fingerprint(&durable, torn);
+        let [m, d] = durable;
+        CrashImages {
+            meta: Arc::new(self.meta.with_blocks(m)),
+            data: Arc::new(self.data.with_blocks(d)),
+            window,
+            fingerprint,
+            torn,
+        }
+    }
+
+    /// Positions just after each flush, and the end of the recording.
+    fn flush_cuts(&self) -> Vec<usize> {
+        let mut cuts: Vec<usize> =
+            self.events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Flush(_))).map(|(i, _)| i + 1).collect();
+        cuts.push(self.events.len());
+        cuts.dedup();
+        cuts
+    }
+
+    /// Positions just after each write.
+    fn write_cuts(&self) -> Vec<usize> {
+        self.events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Write { .. })).map(|(i, _)| i + 1).collect()
+    }
+
+    /// Up to `budget` crash states, deterministic in `seed`: first every
+    /// prefix that ends at a flush (with and without what was in flight),
+    /// then every prefix that ends at a write, then random subsets and torn
+    /// writes at random cuts.
+    #[must_use]
+    pub fn states(&self, seed: u64, budget: usize) -> Vec<StateSpec> {
+        let mut out = Vec::new();
+        let push = |s: StateSpec, out: &mut Vec<StateSpec>| {
+            if out.len() < budget && !out.contains(&s) {
+                out.push(s);
+            }
+        };
+        for cut in self.flush_cuts() {
+            push(StateSpec { cut, choice: Choice::All }, &mut out);
+            push(StateSpec { cut, choice: Choice::Flushed }, &mut out);
+        }
+        let writes = self.write_cuts();
+        if writes.is_empty() {
+            return out;
+        }
+        let mut rng = Rng::new(seed);
+        let mut next_prefix = 0;
+        let mut attempts = 0;
+        while out.len() < budget && attempts < budget * 4 {
+            attempts += 1;
+            let s = rng.next();
+            let choice = match attempts % 3 {
+                0 if next_prefix < writes.len() => {
+                    next_prefix += 1;
+                    push(StateSpec { cut: writes[next_prefix - 1], choice: Choice::All }, &mut out);
+                    continue;
+                }
+                1 => Choice::Random(s),
+                _ => Choice::Torn(s),
+            };
+            let cut = writes[rng.below(writes.len() as u64) as usize];
+            push(StateSpec { cut, choice }, &mut out);
+        }
+        out
+    }
+}
+
+fn fingerprint(maps: &[HashMap<u64, Block>; 2], torn: Option<(Dev, u64, u8)>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (i, m) in maps.iter().enumerate() {
+        let mut keys: Vec<&u64> = m.keys().collect();
+        keys.sort_unstable();
+        i.hash(&mut h);
+        for k in keys {
+            k.hash(&mut h);
+            if torn.is_some_and(|(d, b, _)| d.index() == i && b == *k) {
+                m[k][..].hash(&mut h);
+            } else {
+                // Recorded blocks live as long as the recording: one
+                // pointer, one content.
+                (Arc::as_ptr(&m[k]) as usize).hash(&mut h);
+            }
+        }
+    }
+    h.finish()
+}
+
+/// Fingerprints already checked, so that equal states are checked once.
+#[derive(Debug, Default)]
+pub struct Seen(HashSet<u64>);
+
+impl Seen {
+    /// Whether `fp` is new (and remembers it).
+    pub fn first(&mut self, fp: u64) -> bool {
+        self.0.insert(fp)
+    }
+}

@@ -38,7 +38,12 @@ pub enum Choice {
     Flushed,
     /// Each one with probability 1/2, per device, from this seed.
     Random(u64),
-    /// A random subset, and one of the writes in it torn at sector level.
+    /// A random subset, and one of the in-flight writes torn at sector
+    /// level: some sectors new, the others old; on the meta-data device, half
+    /// the time one of the old sectors is garbage instead (the sector being
+    /// written when power failed). Data blocks get no garbage: the data
+    /// device carries no checksums, and a file overwritten in place when
+    /// power fails may show garbage there on any file system.
     Torn(u64),
 }
 
@@ -88,8 +93,13 @@ pub struct CrashImages {
     pub torn: Option<(Dev, u64, u8)>,
 }
 
-fn tear(old: &Block, new: &Block, mask: u8) -> Block {
+fn tear(old: &Block, new: &Block, mask: u8, garbage: Option<usize>) -> Block {
     let mut b = **old;
+    if let Some(g) = garbage {
+        for (i, x) in b[g * SECTOR_BYTES..(g + 1) * SECTOR_BYTES].iter_mut().enumerate() {
+            *x = (i as u8).wrapping_mul(151) ^ 0x5A;
+        }
+    }
     for s in 0..SECTORS_PER_BLOCK {
         if mask & (1 << s) != 0 {
             let r = s * SECTOR_BYTES..(s + 1) * SECTOR_BYTES;
@@ -147,7 +157,10 @@ impl Recording {
                     let mask = 1 + rng.below(254) as u8;
                     let base = if dev == Dev::Meta { &self.meta } else { &self.data };
                     let old = durable[i].get(&b).cloned().unwrap_or_else(|| base.block(b));
-                    durable[i].insert(b, tear(&old, &d, mask));
+                    let lost: Vec<usize> = (0..SECTORS_PER_BLOCK).filter(|s| mask & (1 << s) == 0).collect();
+                    let garbage =
+                        (dev == Dev::Meta && rng.below(2) == 0).then(|| lost[rng.below(lost.len() as u64) as usize]);
+                    durable[i].insert(b, tear(&old, &d, mask, garbage));
                     torn = Some((dev, b, mask));
                 } else if keep {
                     durable[i].insert(b, d);

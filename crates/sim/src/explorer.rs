@@ -59,6 +59,8 @@ pub struct Config {
     pub second_crash_every: u64,
     /// Cuts of the second recording per sampled state.
     pub second_crash_cuts: usize,
+    /// Print the recordings, states, recovery reports and trees (replays).
+    pub verbose: bool,
 }
 
 impl Default for Config {
@@ -78,6 +80,7 @@ impl Default for Config {
             states_per_workload: 60,
             second_crash_every: 4,
             second_crash_cuts: 3,
+            verbose: false,
         }
     }
 }
@@ -304,9 +307,16 @@ impl Explorer {
         let vol = Volume::open_with_clock(meta.clone(), data.clone(), self.config.mount, fixed_clock())
             .map_err(|e| format!("recovery failed: {e}"))?;
         let report = vol.open_report();
+        if self.config.verbose {
+            println!("recording:\n{}", show_events(&run.recording.events));
+            println!("state {index} ({spec}): window {:?}, torn {:?}\nrecovery: {report:?}", img.window, img.torn);
+        }
         stats.fell_back += u64::from(report.fell_back.is_some());
         stats.rolled_forward += u64::from(report.recovery.partial_segments > 0);
         let recovered = Tree::of_volume(&vol).map_err(|e| format!("the recovered volume cannot be read: {e}"))?;
+        if self.config.verbose {
+            println!("recovered tree:\n{}", show_tree(&recovered));
+        }
         let tags = tag_steps(w.steps.len());
         run.history.find(&recovered, img.window, &w.steps, &tags)?;
         fsck(meta.clone(), data.clone()).map_err(|e| format!("after recovery, {e}"))?;
@@ -326,11 +336,12 @@ impl Explorer {
         drop(vol);
 
         let every = self.config.second_crash_every;
-        if every == 0 || !(stats.states_checked + index as u64).is_multiple_of(every) {
+        if every == 0 || !(index as u64).is_multiple_of(every) {
             return Ok(());
         }
         let second = Recording { meta: img.meta.clone(), data: img.data.clone(), events: rec.events() };
-        let mut rng = Rng::new(mix(img.fingerprint));
+        // From the workload and the state's number only: a replay draws the same cuts.
+        let mut rng = Rng::new(mix(self.seed_of(w) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         let specs = second.states(rng.next(), 64);
         for _ in 0..self.config.second_crash_cuts.min(specs.len()) {
             let s2 = specs[rng.below(specs.len() as u64) as usize];
@@ -342,12 +353,57 @@ impl Explorer {
             let vol2 = Volume::open_with_clock(meta2.clone(), data2.clone(), self.config.mount, fixed_clock())
                 .map_err(|e| what(format!("recovery failed: {e}")))?;
             let t2 = Tree::of_volume(&vol2).map_err(&what)?;
+            if self.config.verbose {
+                println!("second recording:\n{}", show_events(&second.events));
+                println!("second crash {s2}: window {:?}, torn {:?}", img2.window, img2.torn);
+                println!("recovery: {:?}\ntree:\n{}", vol2.open_report(), show_tree(&t2));
+            }
             expected.find(&t2, img2.window, &after, &tags).map_err(&what)?;
             drop(vol2);
             fsck(meta2, data2).map_err(&what)?;
         }
         Ok(())
     }
+}
+
+/// One line per event, for verbose replays.
+#[must_use]
+pub fn show_events(events: &[crate::record::Event]) -> String {
+    use crate::record::Event;
+    let mut out = String::new();
+    for (i, e) in events.iter().enumerate() {
+        let line = match e {
+            Event::Write { dev, block, data } => {
+                let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap_or([0; 8]));
+                if *dev == crate::record::Dev::Meta && data[..4] == *b"DFSM" {
+                    format!("write {dev:?} {block}: kind {} seq {} name {:#x}", data[8], word(32), word(48))
+                } else {
+                    format!("write {dev:?} {block}")
+                }
+            }
+            Event::Flush(dev) => format!("flush {dev:?}"),
+            Event::Mark(m) => format!("{m:?}"),
+        };
+        out.push_str(&format!("  {i:4} {line}\n"));
+    }
+    out
+}
+
+/// One line per path, for verbose replays.
+#[must_use]
+pub fn show_tree(t: &Tree) -> String {
+    let mut out = String::new();
+    for (p, e) in &t.entries {
+        out.push_str(&format!(
+            "  {p} {:?} {:o} nlink {} size {} id {}\n",
+            e.kind,
+            e.perm,
+            e.nlink,
+            e.bytes.len(),
+            e.identity
+        ));
+    }
+    out
 }
 
 /// `recovered` plus the entries the model of the new work has (the new

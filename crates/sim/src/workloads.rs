@@ -278,9 +278,11 @@ pub fn patterns() -> Vec<Workload> {
 }
 
 /// Long log traffic: many small commits, so that segments are used up,
-/// cleaned by checkpoints and reused.
+/// freed by checkpoints and reused. With `ticks`, the periodic work runs
+/// every sixteen commits; without, checkpoints come only when the log runs
+/// short of free segments.
 #[must_use]
-pub fn log_wrap(commits: usize) -> Workload {
+pub fn log_wrap(commits: usize, ticks: bool) -> Workload {
     let mut steps = Vec::new();
     for i in 0..commits {
         let f = format!("B/w{}", i % 8);
@@ -288,12 +290,14 @@ pub fn log_wrap(commits: usize) -> Workload {
         steps.push(write(&f, (i as u64 % 3) * 4096, 6000));
         steps.push(Step::Fsync(f.clone()));
         steps.push(Step::Unlink(f));
-        if i % 16 == 15 {
+        if ticks && i % 16 == 15 {
             steps.push(Step::Tick);
         }
     }
     steps.push(Step::Fsync(s("B")));
-    Workload { name: format!("pattern/log-wrap-{commits}"), steps, scale: 12 }
+    let name =
+        if ticks { format!("pattern/log-wrap-{commits}") } else { format!("pattern/log-wrap-noticks-{commits}") };
+    Workload { name, steps, scale: 12 }
 }
 
 /// Every workload of the default run.
@@ -301,15 +305,18 @@ pub fn log_wrap(commits: usize) -> Workload {
 pub fn all() -> Vec<Workload> {
     let mut v = ace();
     v.extend(patterns());
-    v.push(log_wrap(160));
+    v.push(log_wrap(160, true));
     v
 }
 
 /// The workload called `name`, if any.
 #[must_use]
 pub fn by_name(name: &str) -> Option<Workload> {
+    if let Some(n) = name.strip_prefix("pattern/log-wrap-noticks-") {
+        return n.parse().ok().map(|n| log_wrap(n, false));
+    }
     if let Some(n) = name.strip_prefix("pattern/log-wrap-") {
-        return n.parse().ok().map(log_wrap);
+        return n.parse().ok().map(|n| log_wrap(n, true));
     }
     all().into_iter().find(|w| w.name == name)
 }

@@ -27,7 +27,8 @@ fn replay(spec: &str) {
     let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
     let w = workloads::by_name(name).unwrap_or_else(|| panic!("no workload {name}"));
     let state = if state == "-" { None } else { Some(state.parse().expect("state number")) };
-    let ex = Explorer::new(Config { seed, ..Config::default() }, &workloads::setup()).expect("base image");
+    let verbose = env("DUALFS_CRASH_VERBOSE").is_some();
+    let ex = Explorer::new(Config { seed, verbose, ..Config::default() }, &workloads::setup()).expect("base image");
     match ex.replay(&w, state) {
         Ok(s) => println!("replayed {spec}: passes ({s:?})"),
         Err(f) => panic!("{f}"),

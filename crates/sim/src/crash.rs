@@ -217,7 +217,7 @@ impl Recording {
         let mut attempts = 0;
         while out.len() < budget && attempts < budget * 4 {
             attempts += 1;
-            let s = rng.next();
+            let s = rng.next_u64();
             let choice = match attempts % 3 {
                 0 if next_prefix < writes.len() => {
                     next_prefix += 1;

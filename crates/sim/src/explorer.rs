@@ -207,6 +207,12 @@ impl Explorer {
         Ok(Explorer { config, meta: meta.freeze(), data: data.freeze(), model })
     }
 
+    /// The base image every workload starts from: (meta-data, data).
+    #[must_use]
+    pub fn base(&self) -> (Arc<Image>, Arc<Image>) {
+        (self.meta.clone(), self.data.clone())
+    }
+
     /// Runs `w` on recording devices over the base image.
     ///
     /// # Errors
@@ -342,7 +348,7 @@ impl Explorer {
         let second = Recording { meta: img.meta.clone(), data: img.data.clone(), events: rec.events() };
         // From the workload and the state's number only: a replay draws the same cuts.
         let mut rng = Rng::new(mix(self.seed_of(w) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-        let specs = second.states(rng.next(), 64);
+        let specs = second.states(rng.next_u64(), 64);
         for _ in 0..self.config.second_crash_cuts.min(specs.len()) {
             let s2 = specs[rng.below(specs.len() as u64) as usize];
             let img2 = second.build(&s2);

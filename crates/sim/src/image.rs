@@ -102,6 +102,14 @@ impl Image {
         img
     }
 
+    /// The blocks written, in block order.
+    #[must_use]
+    pub fn written(&self) -> Vec<(u64, Block)> {
+        let mut v: Vec<(u64, Block)> = self.written.iter().map(|(n, b)| (*n, b.clone())).collect();
+        v.sort_unstable_by_key(|(n, _)| *n);
+        v
+    }
+
     /// Blocks that hold something other than the fill.
     #[must_use]
     pub fn written_blocks(&self) -> usize {

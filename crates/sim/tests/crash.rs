@@ -9,6 +9,9 @@
 //!
 //! docs/TESTING.md describes what is checked.
 
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Mutex;
 use std::time::Instant;
 

@@ -4,6 +4,9 @@
 //!
 //! The fault switch is process-wide, so the tests of this file take turns.
 
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Instant;
 
 use dualfs_engine::faults::{self, Fault};

@@ -292,6 +292,8 @@ impl Explorer {
         Ok(stats)
     }
 
+    /// Checks one crash state: recovery, oracles, fsck, new work, and (for
+    /// a sample) a second crash.
     fn check_state(
         &self,
         w: &Workload,
@@ -307,6 +309,7 @@ impl Explorer {
         }
         stats.states_checked += 1;
         stats.torn += u64::from(img.torn.is_some());
+        // Recovery's own writes and the new work are recorded, for the second crash.
         let rec = Arc::new(Recorder::default());
         let meta = Arc::new(RecordingDevice::new(Dev::Meta, img.meta.clone(), rec.clone()));
         let data = Arc::new(RecordingDevice::new(Dev::Data, img.data.clone(), rec.clone()));
@@ -325,20 +328,8 @@ impl Explorer {
         }
         let tags = tag_steps(w.steps.len());
         run.history.find(&recovered, img.window, &w.steps, &tags)?;
-        fsck(meta.clone(), data.clone()).map_err(|e| format!("after recovery, {e}"))?;
-
-        // New work on the recovered volume, recorded for the second crash.
-        let mut r = Runner::new(&vol, Model::default(), Some(rec.clone()), AFTER_TAG);
-        let after = after_steps();
-        for (i, s) in after.iter().enumerate() {
-            r.run(i + 1, s).map_err(|e| format!("after recovery, new work failed: {e}"))?;
-        }
-        let expected = History::new(r.states.iter().map(|m| with_new_work(&recovered, m)).collect());
-        let live = Tree::of_volume(&vol)?;
-        drop(r);
-        expected
-            .find(&live, crate::crash::Window { durable: after.len(), issued: after.len() }, &after, &tags)
-            .map_err(|e| format!("after recovery and new work: {e}"))?;
+        fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
+        let expected = new_work(&vol, &recovered, &rec, &tags)?;
         drop(vol);
 
         let every = self.config.second_crash_every;
@@ -351,25 +342,46 @@ impl Explorer {
         let specs = second.states(rng.next_u64(), 64);
         for _ in 0..self.config.second_crash_cuts.min(specs.len()) {
             let s2 = specs[rng.below(specs.len() as u64) as usize];
-            let img2 = second.build(&s2);
             stats.second_crash_states += 1;
-            let meta2 = Arc::new(OverlayDevice::new(img2.meta.clone()));
-            let data2 = Arc::new(OverlayDevice::new(img2.data.clone()));
-            let what = |e: String| format!("second crash ({s2}) after recovery: {e}");
-            let vol2 = Volume::open_with_clock(meta2.clone(), data2.clone(), self.config.mount, fixed_clock())
-                .map_err(|e| what(format!("recovery failed: {e}")))?;
-            let t2 = Tree::of_volume(&vol2).map_err(&what)?;
-            if self.config.verbose {
-                println!("second recording:\n{}", show_events(&second.events));
-                println!("second crash {s2}: window {:?}, torn {:?}", img2.window, img2.torn);
-                println!("recovery: {:?}\ntree:\n{}", vol2.open_report(), show_tree(&t2));
-            }
-            expected.find(&t2, img2.window, &after, &tags).map_err(&what)?;
-            drop(vol2);
-            fsck(meta2, data2).map_err(&what)?;
+            self.second_crash(&second, &s2, &expected, &tags)
+                .map_err(|e| format!("second crash ({s2}) after recovery: {e}"))?;
         }
         Ok(())
     }
+
+    /// Recovers a cut of the recording of recovery and new work: the tree
+    /// must be the first recovered one, plus the new file once it was fsync'd.
+    fn second_crash(&self, second: &Recording, s2: &StateSpec, expected: &History, tags: &[u64]) -> Result<(), String> {
+        let img2 = second.build(s2);
+        let meta2 = Arc::new(OverlayDevice::new(img2.meta.clone()));
+        let data2 = Arc::new(OverlayDevice::new(img2.data.clone()));
+        let vol2 = Volume::open_with_clock(meta2.clone(), data2.clone(), self.config.mount, fixed_clock())
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        let t2 = Tree::of_volume(&vol2)?;
+        if self.config.verbose {
+            println!("second recording:\n{}", show_events(&second.events));
+            println!("second crash {s2}: window {:?}, torn {:?}", img2.window, img2.torn);
+            println!("recovery: {:?}\ntree:\n{}", vol2.open_report(), show_tree(&t2));
+        }
+        expected.find(&t2, img2.window, &after_steps(), tags)?;
+        drop(vol2);
+        fsck(meta2, data2)
+    }
+}
+
+/// Runs the new work on a recovered volume (marked in `rec`) and checks the
+/// result; returns the trees a second crash may show.
+fn new_work(vol: &Volume, recovered: &Tree, rec: &Arc<Recorder>, tags: &[u64]) -> Result<History, String> {
+    let mut r = Runner::new(vol, Model::default(), Some(rec.clone()), AFTER_TAG);
+    let after = after_steps();
+    for (i, s) in after.iter().enumerate() {
+        r.run(i + 1, s).map_err(|e| format!("after recovery, new work failed: {e}"))?;
+    }
+    let expected = History::new(r.states.iter().map(|m| with_new_work(recovered, m)).collect());
+    let live = Tree::of_volume(vol)?;
+    let all = crate::crash::Window { durable: after.len(), issued: after.len() };
+    expected.find(&live, all, &after, tags).map_err(|e| format!("after recovery and new work: {e}"))?;
+    Ok(expected)
 }
 
 /// One line per event, for verbose replays.

@@ -28,7 +28,7 @@ use crate::crash::{Recording, Seen, StateSpec};
 use crate::image::{Fill, Image, OverlayDevice};
 use crate::model::Model;
 use crate::oracle::History;
-use crate::record::{Dev, Recorder, RecordingDevice};
+use crate::record::{Dev, Event, Recorder, RecordingDevice};
 use crate::rng::{Rng, hash_name, mix};
 use crate::tree::Tree;
 use crate::workload::{Runner, Step, Workload, fixed_clock};
@@ -340,8 +340,15 @@ impl Explorer {
         // From the workload and the state's number only: a replay draws the same cuts.
         let mut rng = Rng::new(mix(self.seed_of(w) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         let specs = second.states(rng.next_u64(), 64);
-        for _ in 0..self.config.second_crash_cuts.min(specs.len()) {
-            let s2 = specs[rng.below(specs.len() as u64) as usize];
+        // The first cut falls inside recovery's own writes (its checkpoint,
+        // orphan cleanup) when it wrote anything: a crash during recovery.
+        let new_work_starts = second.events.iter().position(|e| matches!(e, Event::Mark(_))).unwrap_or(0);
+        let in_recovery: Vec<StateSpec> = specs.iter().filter(|s| s.cut <= new_work_starts).copied().collect();
+        for k in 0..self.config.second_crash_cuts.min(specs.len()) {
+            let s2 = match (k, in_recovery.is_empty()) {
+                (0, false) => in_recovery[rng.below(in_recovery.len() as u64) as usize],
+                _ => specs[rng.below(specs.len() as u64) as usize],
+            };
             stats.second_crash_states += 1;
             self.second_crash(&second, &s2, &expected, &tags)
                 .map_err(|e| format!("second crash ({s2}) after recovery: {e}"))?;
@@ -386,8 +393,7 @@ fn new_work(vol: &Volume, recovered: &Tree, rec: &Arc<Recorder>, tags: &[u64]) -
 
 /// One line per event, for verbose replays.
 #[must_use]
-pub fn show_events(events: &[crate::record::Event]) -> String {
-    use crate::record::Event;
+pub fn show_events(events: &[Event]) -> String {
     let mut out = String::new();
     for (i, e) in events.iter().enumerate() {
         let line = match e {

@@ -194,8 +194,10 @@ impl Recording {
 
     /// Up to `budget` crash states, deterministic in `seed`: first every
     /// prefix that ends at a flush (with and without what was in flight),
-    /// then every prefix that ends at a write, then random subsets and torn
-    /// writes at random cuts.
+    /// then prefixes that end at writes, random subsets and torn writes at
+    /// random cuts. A long recording, whose flushes alone would use up the
+    /// budget, gets an even sample of its flush cuts from start to end
+    /// instead, and random write cuts for its prefixes.
     #[must_use]
     pub fn states(&self, seed: u64, budget: usize) -> Vec<StateSpec> {
         let mut out = Vec::new();
@@ -204,7 +206,14 @@ impl Recording {
                 out.push(s);
             }
         };
-        for cut in self.flush_cuts() {
+        let flushes = self.flush_cuts();
+        let k = (budget / 4).max(2);
+        let chosen: Vec<usize> = if flushes.len() <= k {
+            flushes
+        } else {
+            (0..k).map(|i| flushes[i * (flushes.len() - 1) / (k - 1)]).collect()
+        };
+        for cut in chosen {
             push(StateSpec { cut, choice: Choice::All }, &mut out);
             push(StateSpec { cut, choice: Choice::Flushed }, &mut out);
         }
@@ -212,6 +221,7 @@ impl Recording {
         if writes.is_empty() {
             return out;
         }
+        let every_write = writes.len() * 3 <= budget;
         let mut rng = Rng::new(seed);
         let mut next_prefix = 0;
         let mut attempts = 0;
@@ -219,11 +229,12 @@ impl Recording {
             attempts += 1;
             let s = rng.next_u64();
             let choice = match attempts % 3 {
-                0 if next_prefix < writes.len() => {
+                0 if every_write && next_prefix < writes.len() => {
                     next_prefix += 1;
                     push(StateSpec { cut: writes[next_prefix - 1], choice: Choice::All }, &mut out);
                     continue;
                 }
+                0 => Choice::All,
                 1 => Choice::Random(s),
                 _ => Choice::Torn(s),
             };

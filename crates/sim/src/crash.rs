@@ -275,3 +275,96 @@ impl Seen {
         self.0.insert(fp)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::Fill;
+
+    fn block(v: u8) -> Block {
+        Arc::new([v; BLOCK_SIZE])
+    }
+
+    fn w(dev: Dev, b: u64, v: u8) -> Event {
+        Event::Write { dev, block: b, data: block(v) }
+    }
+
+    fn rec() -> Recording {
+        let events = vec![
+            Event::Mark(Mark::StepStart(1)),
+            w(Dev::Data, 5, 1),
+            Event::Flush(Dev::Data),
+            w(Dev::Meta, 7, 2),
+            w(Dev::Data, 6, 3),
+            Event::Flush(Dev::Meta),
+            Event::Mark(Mark::Durable(1)),
+            Event::Mark(Mark::StepStart(2)),
+            w(Dev::Meta, 7, 4),
+            w(Dev::Meta, 8, 5),
+        ];
+        Recording { meta: Arc::new(Image::new(16, Fill::Zero)), data: Arc::new(Image::new(16, Fill::Poison)), events }
+    }
+
+    #[test]
+    fn a_flush_makes_only_its_own_device_durable() {
+        let r = rec();
+        // After the meta flush: the data write after the data flush is still in flight.
+        let s = r.build(&StateSpec { cut: 6, choice: Choice::Flushed });
+        assert_eq!(s.meta.block(7)[0], 2);
+        assert_eq!(s.data.block(5)[0], 1);
+        assert_eq!(s.data.block(6)[..8], crate::image::poison_block(6)[..8]);
+        assert_eq!(s.window, Window { durable: 0, issued: 1 });
+        let all = r.build(&StateSpec { cut: 6, choice: Choice::All });
+        assert_eq!(all.data.block(6)[0], 3);
+    }
+
+    #[test]
+    fn marks_give_the_window_and_in_flight_writes_may_be_lost() {
+        let r = rec();
+        let s = r.build(&StateSpec { cut: 10, choice: Choice::Flushed });
+        assert_eq!(s.window, Window { durable: 1, issued: 2 });
+        assert_eq!(s.meta.block(7)[0], 2, "the in-flight rewrite is lost");
+        assert_eq!(s.meta.block(8)[0], 0);
+        let kept: Vec<u8> = (0..64)
+            .map(|seed| r.build(&StateSpec { cut: 10, choice: Choice::Random(seed) }).meta.block(8)[0])
+            .collect();
+        assert!(kept.contains(&0) && kept.contains(&5), "random subsets keep and lose");
+    }
+
+    #[test]
+    fn a_torn_block_mixes_old_and_new_sectors() {
+        let r = rec();
+        for seed in 0..32 {
+            let s = r.build(&StateSpec { cut: 10, choice: Choice::Torn(seed) });
+            let (dev, b, mask) = s.torn.expect("one block torn");
+            assert!(mask != 0 && mask != 0xFF);
+            let got = if dev == Dev::Meta { s.meta.block(b) } else { s.data.block(b) };
+            let new = match (dev, b) {
+                (Dev::Data, _) => 3,
+                (_, 7) => 4,
+                _ => 5,
+            };
+            for sector in 0..SECTORS_PER_BLOCK {
+                let byte = got[sector * SECTOR_BYTES];
+                if mask & (1 << sector) != 0 {
+                    assert_eq!(byte, new);
+                } else if dev == Dev::Data {
+                    assert_eq!(byte, 0xDE, "a lost data sector keeps its old contents (poison here)");
+                } else {
+                    assert_ne!(byte, new, "a lost sector keeps old contents or garbage");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn states_cover_every_flush_and_stay_within_the_budget() {
+        let r = rec();
+        let s = r.states(1, 40);
+        assert!(s.len() <= 40);
+        for cut in [3, 6, 10] {
+            assert!(s.contains(&StateSpec { cut, choice: Choice::Flushed }), "cut {cut}");
+        }
+        assert_eq!(s, r.states(1, 40), "deterministic");
+    }
+}

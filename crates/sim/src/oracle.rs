@@ -163,3 +163,50 @@ fn stale_bytes(path: &str, bytes: &[u8], o: usize, tag_steps: &[u64]) -> String 
         &run[..run.len().min(16)]
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Model, ROOT};
+
+    fn history() -> (History, Vec<Step>) {
+        let mut m = Model::default();
+        let mut trees = vec![Tree::of_model(&m)];
+        let a = m.create(ROOT, b"a", 0o644).unwrap();
+        m.write(a, 0, &crate::workload::tagged(1, 0, 100));
+        trees.push(Tree::of_model(&m));
+        m.rename(ROOT, b"a", ROOT, b"b", false, false, &|_| false).unwrap();
+        trees.push(Tree::of_model(&m));
+        let steps = vec![Step::Create("a".into()), Step::Rename { from: "a".into(), to: "b".into() }];
+        (History::new(trees), steps)
+    }
+
+    #[test]
+    fn the_recovered_tree_must_lie_in_the_window() {
+        let (h, steps) = history();
+        let w = Window { durable: 1, issued: 2 };
+        assert_eq!(h.find(&h.trees[1], w, &steps, &[1]), Ok(1));
+        assert_eq!(h.find(&h.trees[2], w, &steps, &[1]), Ok(2));
+        let e = h.find(&h.trees[0], w, &steps, &[1]).unwrap_err();
+        assert!(e.starts_with("durability"), "{e}");
+    }
+
+    #[test]
+    fn both_names_after_a_rename_is_caught() {
+        let (h, steps) = history();
+        let mut both = h.trees[2].clone();
+        let a = h.trees[1].entries["/a"].clone();
+        both.entries.insert("/a".into(), a);
+        let e = h.find(&both, Window { durable: 1, issued: 2 }, &steps, &[1]).unwrap_err();
+        assert!(e.starts_with("rename atomicity"), "{e}");
+    }
+
+    #[test]
+    fn stale_and_poisoned_bytes_are_caught() {
+        let (h, steps) = history();
+        let mut t = h.trees[2].clone();
+        t.entries.get_mut("/b").unwrap().bytes[..16].copy_from_slice(&crate::image::poison_block(9)[..16]);
+        let e = h.find(&t, Window { durable: 2, issued: 2 }, &steps, &[1]).unwrap_err();
+        assert!(e.contains("stale data") && e.contains("poison"), "{e}");
+    }
+}

@@ -309,6 +309,15 @@ impl Explorer {
         }
         stats.states_checked += 1;
         stats.torn += u64::from(img.torn.is_some());
+        let sampled =
+            self.config.second_crash_every > 0 && (index as u64).is_multiple_of(self.config.second_crash_every);
+        if sampled {
+            // What `dualfs fsck` says of the crashed volume before any mount
+            // (it rolls forward in memory and writes nothing).
+            let (m, d) =
+                (Arc::new(OverlayDevice::new(img.meta.clone())), Arc::new(OverlayDevice::new(img.data.clone())));
+            fsck(m, d).map_err(|e| format!("before recovery, {e}"))?;
+        }
         // Recovery's own writes and the new work are recorded, for the second crash.
         let rec = Arc::new(Recorder::default());
         let meta = Arc::new(RecordingDevice::new(Dev::Meta, img.meta.clone(), rec.clone()));
@@ -332,8 +341,7 @@ impl Explorer {
         let expected = new_work(&vol, &recovered, &rec, &tags)?;
         drop(vol);
 
-        let every = self.config.second_crash_every;
-        if every == 0 || !(index as u64).is_multiple_of(every) {
+        if !sampled {
             return Ok(());
         }
         let second = Recording { meta: img.meta.clone(), data: img.data.clone(), events: rec.events() };

@@ -5,6 +5,8 @@
 //!   state `-`, one whole workload) again, as a failure printed it;
 //! - `DUALFS_CRASH_LONG=N` runs a long campaign: N seeds, each drawing ten
 //!   times the default number of states per workload;
+//! - `DUALFS_CRASH_SEED=hex` starts from another seed (another volume
+//!   identity, other states);
 //! - `DUALFS_CRASH_THREADS` (default 2).
 //!
 //! docs/TESTING.md describes what is checked.
@@ -73,13 +75,15 @@ fn every_crash_state_recovers_to_a_state_the_model_allows() {
     let started = Instant::now();
     let mut all = Stats::default();
     let mut failures = Vec::new();
+    let seed = env("DUALFS_CRASH_SEED").map(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex seed"));
+    let base = Config { seed: seed.unwrap_or(Config::default().seed), ..Config::default() };
     if rounds == 0 {
-        let (s, f) = campaign(Config::default(), threads);
+        let (s, f) = campaign(base, threads);
         all.add(&s);
         failures.extend(f);
     } else {
         for r in 0..rounds {
-            let base = Config::default();
+            let base = base.clone();
             let config = Config {
                 seed: base.seed.wrapping_add(r + 1).wrapping_mul(0x9E37_79B9),
                 states_per_workload: base.states_per_workload * 10,

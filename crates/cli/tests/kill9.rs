@@ -5,6 +5,8 @@
 //! every file whose fsync returned, with its contents, and every rename
 //! whole (old name or new, never both nor neither). Files whose fsync never
 //! returned may be missing or short, but hold no byte they were not given.
+//! A file unlinked while open is written to throughout: after the kill,
+//! recovery must free it (the orphan list) and fsck find nothing leaked.
 //!
 //! `DUALFS_KILL9_ROUNDS` sets the number of rounds (default 20);
 //! `DUALFS_KILL9_SEED` replays one round's seed, as a failure prints it.
@@ -55,9 +57,19 @@ struct Progress {
 /// Writes `tmp-i` in pieces, fsyncs it, renames it to `f-i`, and every
 /// third file fsyncs the directory; until an error (the daemon died).
 fn workload(dir: &Path, seed: u64, progress: &Mutex<Progress>) {
+    // A file unlinked while open, written to until the end: an orphan that
+    // recovery must free (fsck after the kill checks that nothing leaks).
+    let held = (|| -> std::io::Result<File> {
+        let f = File::options().read(true).write(true).create_new(true).open(dir.join("held"))?;
+        std::fs::remove_file(dir.join("held"))?;
+        Ok(f)
+    })();
     for i in 0.. {
-        progress.lock().unwrap().begun = i + 1;
         let data = contents(seed, i);
+        if let Ok(mut h) = held.as_ref() {
+            let _ = h.write_all(&data[..data.len().min(4096)]);
+        }
+        progress.lock().unwrap().begun = i + 1;
         let tmp = dir.join(format!("tmp-{i}"));
         let run = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
@@ -85,6 +97,9 @@ fn workload(dir: &Path, seed: u64, progress: &Mutex<Progress>) {
 
 /// Checks the remounted directory against what the workload recorded.
 fn check(dir: &Path, seed: u64, p: &Progress) -> Result<(), String> {
+    if dir.join("held").exists() {
+        return Err("the file unlinked while open came back".into());
+    }
     for i in 0..p.begun {
         let want = contents(seed, i);
         let tmp = std::fs::read(dir.join(format!("tmp-{i}"))).ok();

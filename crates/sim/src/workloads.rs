@@ -256,6 +256,24 @@ pub fn patterns() -> Vec<Workload> {
     steps.extend((0..400).step_by(3).map(|i| Step::Unlink(format!("B/g{i:03}"))));
     steps.push(Step::Fsync(s("B")));
     out.push(pattern("group-spans-segments", steps));
+    // Directories and symlinks made, moved and removed.
+    out.push(pattern(
+        "dirs-and-symlinks",
+        vec![
+            Step::Mkdir(s("A/x")),
+            Step::Mkdir(s("A/x/y")),
+            Step::Symlink { path: s("B/s"), target: s("../A/x") },
+            Step::Fsync(s("B")),
+            Step::Rmdir(s("A/x/y")),
+            Step::Rename { from: s("B/s"), to: s("A/s") },
+            Step::Rmdir(s("A/x")),
+            Step::Fsync(s("A")),
+            Step::Mkdir(s("B/z")),
+            Step::Rename { from: s("B/z"), to: s("A/x") },
+            Step::Symlink { path: s("A/x/long"), target: "t".repeat(2000) },
+            Step::Sync,
+        ],
+    ));
     // Delete and reuse: freed data blocks must not show up in a new file.
     out.push(pattern(
         "free-and-reuse",

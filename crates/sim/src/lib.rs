@@ -1,6 +1,18 @@
 //! Test machinery for the DualFS engine: a reference model of a POSIX file
-//! system, and a harness that runs random operation sequences against the
-//! engine and the model side by side.
+//! system, a harness that runs random operation sequences against the
+//! engine and the model side by side, and the crash-state explorer
+//! (recording devices, crash states, oracles, workloads).
+//!
+//! docs/TESTING.md says how to run the explorer and replay a failure.
 
+pub mod crash;
+pub mod explorer;
 pub mod harness;
+pub mod image;
 pub mod model;
+pub mod oracle;
+pub mod record;
+pub mod rng;
+pub mod tree;
+pub mod workload;
+pub mod workloads;

@@ -113,6 +113,13 @@ impl Log {
         for ps in &group {
             self.ifile.note_write(ps.desc.segment, ps.desc.seq);
         }
+        if matches!(report.end, LogEnd::Invalid(_)) {
+            // A torn tail lies where the next partial segment was expected.
+            // Writing there again, with the same sequence number, could let
+            // a later torn write complete the old partial segment instead
+            // of the new one and bring back a group recovery discarded.
+            touched.extend([pos.segment, pos.next_segment]);
+        }
         if !touched.is_empty() {
             // Never append behind a crash: whatever the torn tail left stays
             // untouched; the log resumes in a segment nothing was read from.
@@ -201,6 +208,12 @@ impl Log {
         let first = self.read_meta(MetaBlock(start), 1)?;
         let (h, p) = match block::open_block_of_kind(&first, MetaBlock(start), self.volume_id, BlockKind::Descriptor) {
             Ok(x) => x,
+            // A block that carries the magic but fails its checksum was
+            // being written when the power failed: a torn tail, not the
+            // clean end of the log (which is unwritten or stale blocks).
+            Err(e) if first[..4] == block::BLOCK_MAGIC.to_le_bytes() && !checksum::verify(&first[..BLOCK_SIZE], 4) => {
+                return Ok(Err(format!("torn descriptor at block {start}: {e}")));
+            }
             Err(e) => return Ok(Err(format!("no partial segment at block {start}: {e}"))),
         };
         if seq.is_some_and(|s| h.seq != s) || h.aux != 0 {

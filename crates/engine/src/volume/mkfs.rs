@@ -46,6 +46,28 @@ pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
     Ok(None)
 }
 
+/// Where a new volume's UUIDs and hash key come from: random, or (for
+/// replayable tests) a splitmix64 sequence from a seed.
+fn identity_source(seed: Option<u64>) -> impl FnMut() -> [u8; 16] {
+    let mut state = seed;
+    move || match &mut state {
+        None => *uuid::Uuid::new_v4().as_bytes(),
+        Some(s) => {
+            let mut next = || {
+                *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = *s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^ (z >> 31)
+            };
+            let mut out = [0u8; 16];
+            out[..8].copy_from_slice(&next().to_le_bytes());
+            out[8..].copy_from_slice(&next().to_le_bytes());
+            out
+        }
+    }
+}
+
 impl Volume {
     /// Formats `meta` and `data` as a new DualFS volume.
     ///
@@ -96,6 +118,7 @@ impl Volume {
             end -= 1;
         }
         label[..end].copy_from_slice(&opts.label.as_bytes()[..end]);
+        let mut identity = identity_source(opts.identity_seed);
         let sb = Superblock {
             role: Role::Meta,
             major: FORMAT_MAJOR,
@@ -103,9 +126,9 @@ impl Volume {
             compat: 0,
             ro_compat: 0,
             incompat: 0,
-            volume_uuid: *uuid::Uuid::new_v4().as_bytes(),
-            meta_uuid: *uuid::Uuid::new_v4().as_bytes(),
-            data_uuid: *uuid::Uuid::new_v4().as_bytes(),
+            volume_uuid: identity(),
+            meta_uuid: identity(),
+            data_uuid: identity(),
             segment_blocks: opts.segment_blocks,
             meta_blocks: seg + u64::from(segment_count) * seg,
             data_blocks,
@@ -114,7 +137,7 @@ impl Volume {
             segment_count,
             first_segment_block: seg,
             inline_max: opts.inline_max,
-            hash_key: *uuid::Uuid::new_v4().as_bytes(),
+            hash_key: identity(),
             created: opts.now,
             label,
         };

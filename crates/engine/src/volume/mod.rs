@@ -128,7 +128,12 @@ impl Volume {
             for ino in &orphans {
                 vol.finish_orphan(*ino)?;
             }
-            if vol.open_report.recovery.partial_segments > 0 || !orphans.is_empty() {
+            // The head moved away from the checkpoint's log position when
+            // anything was read or a torn tail was met: only a checkpoint
+            // makes the new position the one a later roll-forward starts from.
+            let recovery = &vol.open_report.recovery;
+            let moved = recovery.blocks_scanned > 0 || recovery.end != crate::meta_log::recovery::LogEnd::Clean;
+            if moved || !orphans.is_empty() {
                 vol.checkpoint()?;
             }
         }

@@ -206,6 +206,10 @@ pub struct MkfsOptions {
     pub label: String,
     /// Where time comes from (tests fix it).
     pub now: Timestamp,
+    /// Derive the volume's UUIDs and name-hash key from this number instead
+    /// of drawing them at random, so that a test builds the same images,
+    /// byte for byte, on every run (the crash explorer replays from a string).
+    pub identity_seed: Option<u64>,
 }
 
 impl Default for MkfsOptions {
@@ -217,6 +221,7 @@ impl Default for MkfsOptions {
             force: false,
             label: String::new(),
             now: Timestamp::now(),
+            identity_seed: None,
         }
     }
 }

@@ -1,0 +1,454 @@
+//! The crash-state explorer: record a workload on both devices, cut the
+//! recording everywhere that matters, recover each cut, and check it.
+//!
+//! For one workload: run it on recording devices over a shared base image
+//! (made once: mkfs of a poisoned data device and a setup), keeping the
+//! model's tree after every step. Then for each crash state ([`crate::crash`]):
+//!
+//! 1. open the volume (recovery) — it must succeed;
+//! 2. the recovered tree must be the model's after some step of the window,
+//!    with no byte a file was never given ([`crate::oracle`]);
+//! 3. fsck must find the recovered volume clean;
+//! 4. the volume must accept new work (create, write, fsync a file);
+//! 5. for a sample of states, the recovery and that new work were recorded
+//!    too: a second crash is cut into them (so also into recovery itself),
+//!    recovered, and checked the same way.
+//!
+//! A failure names itself with a replay string, `seed:workload:state`, that
+//! [`Explorer::replay`] runs again exactly.
+
+use std::sync::Arc;
+
+use dualfs_engine::Volume;
+use dualfs_engine::device::BlockDevice;
+use dualfs_engine::types::Timestamp;
+use dualfs_engine::volume::{MkfsOptions, MountOptions};
+
+use crate::crash::{Recording, Seen, StateSpec};
+use crate::image::{Fill, Image, OverlayDevice};
+use crate::model::Model;
+use crate::oracle::History;
+use crate::record::{Dev, Event, Recorder, RecordingDevice};
+use crate::rng::{Rng, hash_name, mix};
+use crate::tree::Tree;
+use crate::workload::{Runner, Step, Workload, fixed_clock};
+
+/// Tags of the setup's bytes start here; a workload's steps are 1, 2, ...
+pub const SETUP_TAG: u64 = 1_000_000;
+/// Tags of the bytes written after recovery start here.
+pub const AFTER_TAG: u64 = 2_000_000;
+
+/// How the explorer builds volumes and how many states it checks.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Meta-data device blocks.
+    pub meta_blocks: u64,
+    /// Data device blocks.
+    pub data_blocks: u64,
+    /// Log segment size in blocks.
+    pub segment_blocks: u32,
+    /// Data group size in blocks.
+    pub group_blocks: u32,
+    /// Mount options of every open.
+    pub mount: MountOptions,
+    /// Seed of state choices (and of the volume's identity).
+    pub seed: u64,
+    /// Crash states drawn per workload (before removing duplicates).
+    pub states_per_workload: usize,
+    /// Every how many checked states a second crash is explored (0: never).
+    pub second_crash_every: u64,
+    /// Cuts of the second recording per sampled state.
+    pub second_crash_cuts: usize,
+    /// Print the recordings, states, recovery reports and trees (replays).
+    pub verbose: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            meta_blocks: 4096,
+            data_blocks: 16384,
+            segment_blocks: 128,
+            group_blocks: 4096,
+            mount: MountOptions {
+                commit_interval: std::time::Duration::ZERO,
+                checkpoint_blocks: 192,
+                dirty_data_limit: 1 << 20,
+                ..MountOptions::default()
+            },
+            seed: 0x0D0A_1F5E,
+            states_per_workload: 60,
+            second_crash_every: 4,
+            second_crash_cuts: 3,
+            verbose: false,
+        }
+    }
+}
+
+/// What the explorer did.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Workloads run.
+    pub workloads: u64,
+    /// Events recorded (writes, flushes, marks).
+    pub events: u64,
+    /// Crash states drawn.
+    pub states_drawn: u64,
+    /// Distinct crash states recovered and checked.
+    pub states_checked: u64,
+    /// Of those, states with a torn block.
+    pub torn: u64,
+    /// States whose recovery fell back to the older checkpoint.
+    pub fell_back: u64,
+    /// States whose recovery rolled forward at least one partial segment.
+    pub rolled_forward: u64,
+    /// Second-crash states (cut into recovery and the work after it) checked.
+    pub second_crash_states: u64,
+}
+
+impl Stats {
+    /// Adds `o` to these.
+    pub fn add(&mut self, o: &Stats) {
+        self.workloads += o.workloads;
+        self.events += o.events;
+        self.states_drawn += o.states_drawn;
+        self.states_checked += o.states_checked;
+        self.torn += o.torn;
+        self.fell_back += o.fell_back;
+        self.rolled_forward += o.rolled_forward;
+        self.second_crash_states += o.second_crash_states;
+    }
+}
+
+/// A failed check, with the string that replays it.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// `seed:workload:state` (state `-` when the workload itself failed).
+    pub replay: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n  replay with DUALFS_CRASH_REPLAY={}", self.message, self.replay)
+    }
+}
+
+/// A workload's recording and the trees it went through.
+#[derive(Debug)]
+pub struct Run {
+    /// Both devices' events.
+    pub recording: Recording,
+    /// The model's trees after each step.
+    pub history: History,
+}
+
+/// The explorer: a base image and the configuration.
+#[derive(Debug)]
+pub struct Explorer {
+    /// Configuration.
+    pub config: Config,
+    meta: Arc<Image>,
+    data: Arc<Image>,
+    model: Model,
+}
+
+fn fsck(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(), String> {
+    let report = dualfs_engine::check::check(meta, data).map_err(|e| format!("fsck cannot open the volume: {e}"))?;
+    if report.is_clean() {
+        Ok(())
+    } else {
+        let list: Vec<String> = report.problems.iter().take(8).map(ToString::to_string).collect();
+        Err(format!("fsck: {} problem(s):\n    {}", report.problems.len(), list.join("\n    ")))
+    }
+}
+
+/// Tags the steps of a workload of `n` steps may have written.
+fn tag_steps(n: usize) -> Vec<u64> {
+    (1..=n as u64).chain((0..64).map(|i| SETUP_TAG + i)).chain((0..8).map(|i| AFTER_TAG + i)).collect()
+}
+
+/// The steps run after recovery: the volume must take new work.
+fn after_steps() -> Vec<Step> {
+    vec![
+        Step::Create("zz9".into()),
+        Step::Write { path: "zz9".into(), offset: 0, len: 6000 },
+        Step::Fsync("zz9".into()),
+    ]
+}
+
+impl Explorer {
+    /// Formats a volume (data device poisoned), runs `setup` on it, closes it
+    /// cleanly: the base image every workload starts from.
+    ///
+    /// # Errors
+    /// mkfs, mount or a setup step fails.
+    pub fn new(config: Config, setup: &[Step]) -> Result<Explorer, String> {
+        let meta = Arc::new(OverlayDevice::new(Arc::new(Image::new(config.meta_blocks, Fill::Zero))));
+        let data = Arc::new(OverlayDevice::new(Arc::new(Image::new(config.data_blocks, Fill::Poison))));
+        let mkfs = MkfsOptions {
+            segment_blocks: config.segment_blocks,
+            group_blocks: config.group_blocks,
+            now: Timestamp { sec: 1_700_000_000, nsec: 0 },
+            identity_seed: Some(config.seed),
+            ..MkfsOptions::default()
+        };
+        Volume::format(meta.clone(), data.clone(), &mkfs).map_err(|e| format!("mkfs: {e}"))?;
+        let vol = Volume::open_with_clock(meta.clone(), data.clone(), config.mount, fixed_clock())
+            .map_err(|e| format!("mount: {e}"))?;
+        let mut r = Runner::new(&vol, Model::default(), None, SETUP_TAG);
+        for (i, s) in setup.iter().enumerate() {
+            r.run(i + 1, s).map_err(|e| format!("setup: {e}"))?;
+        }
+        r.close_all()?;
+        let model = r.model.clone();
+        vol.close().map_err(|e| format!("close after setup: {e}"))?;
+        Ok(Explorer { config, meta: meta.freeze(), data: data.freeze(), model })
+    }
+
+    /// The base image every workload starts from: (meta-data, data).
+    #[must_use]
+    pub fn base(&self) -> (Arc<Image>, Arc<Image>) {
+        (self.meta.clone(), self.data.clone())
+    }
+
+    /// Runs `w` on recording devices over the base image.
+    ///
+    /// # Errors
+    /// The engine disagrees with the model while the workload runs.
+    pub fn record(&self, w: &Workload) -> Result<Run, String> {
+        let rec = Arc::new(Recorder::default());
+        let meta = Arc::new(RecordingDevice::new(Dev::Meta, self.meta.clone(), rec.clone()));
+        let data = Arc::new(RecordingDevice::new(Dev::Data, self.data.clone(), rec.clone()));
+        let vol = Volume::open_with_clock(meta, data, self.config.mount, fixed_clock())
+            .map_err(|e| format!("mount of the base image: {e}"))?;
+        let mut r = Runner::new(&vol, self.model.clone(), Some(rec.clone()), 0);
+        for (i, s) in w.steps.iter().enumerate() {
+            r.run(i + 1, s)?;
+        }
+        let live = Tree::of_volume(&vol)?;
+        let want = Tree::of_model(&r.model);
+        live.same_namespace(&want).map_err(|e| format!("before any crash, the engine differs from the model: {e}"))?;
+        if live.entries.iter().any(|(p, e)| e.bytes != want.entries[p].bytes) {
+            return Err("before any crash, file contents differ from the model".into());
+        }
+        let history = History::with_partials(r.states.iter().map(Tree::of_model).collect(), &r.partials);
+        // The run ends with a crash: the volume is dropped, never closed.
+        drop(r);
+        drop(vol);
+        Ok(Run {
+            recording: Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() },
+            history,
+        })
+    }
+
+    fn seed_of(&self, w: &Workload) -> u64 {
+        mix(self.config.seed ^ hash_name(&w.name))
+    }
+
+    /// The crash states of a recorded workload.
+    #[must_use]
+    pub fn states(&self, w: &Workload, run: &Run) -> Vec<StateSpec> {
+        run.recording.states(self.seed_of(w), self.config.states_per_workload * w.scale.max(1) as usize)
+    }
+
+    /// Records `w` and checks every one of its crash states.
+    ///
+    /// # Errors
+    /// The first failed check, with its replay string.
+    pub fn explore(&self, w: &Workload) -> Result<Stats, Failure> {
+        let fail = |state: String, message: String| Failure {
+            replay: format!("{:#x}:{}:{state}", self.config.seed, w.name),
+            message: format!("workload {} {:?}\n  {message}", w.name, w.steps),
+        };
+        let run = self.record(w).map_err(|e| fail("-".into(), e))?;
+        let mut stats = Stats { workloads: 1, events: run.recording.events.len() as u64, ..Stats::default() };
+        let mut seen = Seen::default();
+        for (i, spec) in self.states(w, &run).iter().enumerate() {
+            stats.states_drawn += 1;
+            self.check_state(w, &run, i, spec, &mut seen, &mut stats)
+                .map_err(|e| fail(i.to_string(), format!("state {i} ({spec}): {e}")))?;
+        }
+        Ok(stats)
+    }
+
+    /// Runs one state of one workload again, as a replay string names it.
+    ///
+    /// # Errors
+    /// The check fails again (or the string names nothing).
+    pub fn replay(&self, w: &Workload, state: Option<usize>) -> Result<Stats, Failure> {
+        let Some(i) = state else { return self.explore(w) };
+        let fail = |message: String| Failure {
+            replay: format!("{:#x}:{}:{i}", self.config.seed, w.name),
+            message: format!("workload {} {:?}\n  {message}", w.name, w.steps),
+        };
+        let run = self.record(w).map_err(&fail)?;
+        let states = self.states(w, &run);
+        let spec = states.get(i).ok_or_else(|| fail(format!("the workload has only {} states", states.len())))?;
+        let mut stats = Stats::default();
+        self.check_state(w, &run, i, spec, &mut Seen::default(), &mut stats)
+            .map_err(|e| fail(format!("state {i} ({spec}): {e}")))?;
+        Ok(stats)
+    }
+
+    /// Checks one crash state: recovery, oracles, fsck, new work, and (for
+    /// a sample) a second crash.
+    fn check_state(
+        &self,
+        w: &Workload,
+        run: &Run,
+        index: usize,
+        spec: &StateSpec,
+        seen: &mut Seen,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
+        let img = run.recording.build(spec);
+        if !seen.first(img.fingerprint) {
+            return Ok(());
+        }
+        stats.states_checked += 1;
+        stats.torn += u64::from(img.torn.is_some());
+        let sampled =
+            self.config.second_crash_every > 0 && (index as u64).is_multiple_of(self.config.second_crash_every);
+        if sampled {
+            // What `dualfs fsck` says of the crashed volume before any mount
+            // (it rolls forward in memory and writes nothing).
+            let (m, d) =
+                (Arc::new(OverlayDevice::new(img.meta.clone())), Arc::new(OverlayDevice::new(img.data.clone())));
+            fsck(m, d).map_err(|e| format!("before recovery, {e}"))?;
+        }
+        // Recovery's own writes and the new work are recorded, for the second crash.
+        let rec = Arc::new(Recorder::default());
+        let meta = Arc::new(RecordingDevice::new(Dev::Meta, img.meta.clone(), rec.clone()));
+        let data = Arc::new(RecordingDevice::new(Dev::Data, img.data.clone(), rec.clone()));
+        let vol = Volume::open_with_clock(meta.clone(), data.clone(), self.config.mount, fixed_clock())
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        let report = vol.open_report();
+        if self.config.verbose {
+            println!("recording:\n{}", show_events(&run.recording.events));
+            println!("state {index} ({spec}): window {:?}, torn {:?}\nrecovery: {report:?}", img.window, img.torn);
+        }
+        stats.fell_back += u64::from(report.fell_back.is_some());
+        stats.rolled_forward += u64::from(report.recovery.partial_segments > 0);
+        let recovered = Tree::of_volume(&vol).map_err(|e| format!("the recovered volume cannot be read: {e}"))?;
+        if self.config.verbose {
+            println!("recovered tree:\n{}", show_tree(&recovered));
+        }
+        let tags = tag_steps(w.steps.len());
+        run.history.find(&recovered, img.window, &w.steps, &tags)?;
+        fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
+        let expected = new_work(&vol, &recovered, &rec, &tags)?;
+        drop(vol);
+
+        if !sampled {
+            return Ok(());
+        }
+        let second = Recording { meta: img.meta.clone(), data: img.data.clone(), events: rec.events() };
+        // From the workload and the state's number only: a replay draws the same cuts.
+        let mut rng = Rng::new(mix(self.seed_of(w) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        let specs = second.states(rng.next_u64(), 64);
+        // The first cut falls inside recovery's own writes (its checkpoint,
+        // orphan cleanup) when it wrote anything: a crash during recovery.
+        let new_work_starts = second.events.iter().position(|e| matches!(e, Event::Mark(_))).unwrap_or(0);
+        let in_recovery: Vec<StateSpec> = specs.iter().filter(|s| s.cut <= new_work_starts).copied().collect();
+        for k in 0..self.config.second_crash_cuts.min(specs.len()) {
+            let s2 = match (k, in_recovery.is_empty()) {
+                (0, false) => in_recovery[rng.below(in_recovery.len() as u64) as usize],
+                _ => specs[rng.below(specs.len() as u64) as usize],
+            };
+            stats.second_crash_states += 1;
+            self.second_crash(&second, &s2, &expected, &tags)
+                .map_err(|e| format!("second crash ({s2}) after recovery: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Recovers a cut of the recording of recovery and new work: the tree
+    /// must be the first recovered one, plus the new file once it was fsync'd.
+    fn second_crash(&self, second: &Recording, s2: &StateSpec, expected: &History, tags: &[u64]) -> Result<(), String> {
+        let img2 = second.build(s2);
+        let meta2 = Arc::new(OverlayDevice::new(img2.meta.clone()));
+        let data2 = Arc::new(OverlayDevice::new(img2.data.clone()));
+        let vol2 = Volume::open_with_clock(meta2.clone(), data2.clone(), self.config.mount, fixed_clock())
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        let t2 = Tree::of_volume(&vol2)?;
+        if self.config.verbose {
+            println!("second recording:\n{}", show_events(&second.events));
+            println!("second crash {s2}: window {:?}, torn {:?}", img2.window, img2.torn);
+            println!("recovery: {:?}\ntree:\n{}", vol2.open_report(), show_tree(&t2));
+        }
+        expected.find(&t2, img2.window, &after_steps(), tags)?;
+        drop(vol2);
+        fsck(meta2, data2)
+    }
+}
+
+/// Runs the new work on a recovered volume (marked in `rec`) and checks the
+/// result; returns the trees a second crash may show.
+fn new_work(vol: &Volume, recovered: &Tree, rec: &Arc<Recorder>, tags: &[u64]) -> Result<History, String> {
+    let mut r = Runner::new(vol, Model::default(), Some(rec.clone()), AFTER_TAG);
+    let after = after_steps();
+    for (i, s) in after.iter().enumerate() {
+        r.run(i + 1, s).map_err(|e| format!("after recovery, new work failed: {e}"))?;
+    }
+    let expected = History::new(r.states.iter().map(|m| with_new_work(recovered, m)).collect());
+    let live = Tree::of_volume(vol)?;
+    let all = crate::crash::Window { durable: after.len(), issued: after.len() };
+    expected.find(&live, all, &after, tags).map_err(|e| format!("after recovery and new work: {e}"))?;
+    Ok(expected)
+}
+
+/// One line per event, for verbose replays.
+#[must_use]
+pub fn show_events(events: &[Event]) -> String {
+    let mut out = String::new();
+    for (i, e) in events.iter().enumerate() {
+        let line = match e {
+            Event::Write { dev, block, data } => {
+                let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap_or([0; 8]));
+                if *dev == crate::record::Dev::Meta && data[..4] == *b"DFSM" {
+                    format!("write {dev:?} {block}: kind {} seq {} name {:#x}", data[8], word(32), word(48))
+                } else {
+                    format!("write {dev:?} {block}")
+                }
+            }
+            Event::Flush(dev) => format!("flush {dev:?}"),
+            Event::Mark(m) => format!("{m:?}"),
+        };
+        out.push_str(&format!("  {i:4} {line}\n"));
+    }
+    out
+}
+
+/// One line per path, for verbose replays.
+#[must_use]
+pub fn show_tree(t: &Tree) -> String {
+    let mut out = String::new();
+    for (p, e) in &t.entries {
+        out.push_str(&format!(
+            "  {p} {:?} {:o} nlink {} size {} id {}\n",
+            e.kind,
+            e.perm,
+            e.nlink,
+            e.bytes.len(),
+            e.identity
+        ));
+    }
+    out
+}
+
+/// `recovered` plus the entries the model of the new work has (the new
+/// work only adds names in the root directory).
+fn with_new_work(recovered: &Tree, m: &Model) -> Tree {
+    let mut t = recovered.clone();
+    for (p, e) in Tree::of_model(m).entries {
+        if p != "/" {
+            let mut e = e;
+            // Keep the model's ids apart from the engine's inode numbers.
+            e.identity |= 1 << 62;
+            t.entries.insert(p, e);
+        }
+    }
+    t
+}

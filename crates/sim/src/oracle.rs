@@ -1,0 +1,212 @@
+//! The crash oracles: which trees a recovered volume may show.
+//!
+//! A recovered tree must equal the model's tree after some step `k` of the
+//! window (at least the last step promised durable, at most the last step
+//! begun): that one check covers durability of fsync, atomicity of every
+//! operation (a rename shows the old name or the new one) and the absence of
+//! half-done operations. File *contents* get one allowance: data overwritten
+//! in place is not journaled, so a byte may also hold the value a later step
+//! of the window gave it at that offset. Nothing else: a byte that no state
+//! of the window had there (stale data of a freed block, another file's
+//! bytes, the poison of a block never written) fails.
+
+use std::collections::HashMap;
+
+use crate::crash::Window;
+use crate::image::contains_poison;
+use crate::tree::{EntryKind, Tree};
+use crate::workload::{Step, tag};
+
+/// The trees a workload went through, with an index by object.
+#[derive(Clone, Debug)]
+pub struct History {
+    /// `trees[k]`: the tree after step `k` (`trees[0]` before the first).
+    pub trees: Vec<Tree>,
+    by_id: Vec<HashMap<u64, String>>,
+    /// Contents an object may show while step `m` is under way.
+    partials: Vec<HashMap<u64, Vec<u8>>>,
+}
+
+impl History {
+    /// Indexes `trees`; `partials[m]` lists (object, contents) a file may
+    /// show while step `m` is under way (see `Runner::partials`).
+    #[must_use]
+    pub fn with_partials(trees: Vec<Tree>, partials: &[Vec<(u64, Vec<u8>)>]) -> History {
+        let mut h = History::new(trees);
+        for (m, list) in partials.iter().enumerate().take(h.partials.len()) {
+            h.partials[m] = list.iter().cloned().collect();
+        }
+        h
+    }
+
+    /// Indexes `trees`.
+    #[must_use]
+    pub fn new(trees: Vec<Tree>) -> History {
+        let partials = vec![HashMap::new(); trees.len()];
+        let by_id = trees
+            .iter()
+            .map(|t| {
+                t.entries
+                    .iter()
+                    .filter(|(_, e)| e.kind == EntryKind::File)
+                    .map(|(p, e)| (e.identity, p.clone()))
+                    .collect()
+            })
+            .collect();
+        History { trees, by_id, partials }
+    }
+
+    fn last(&self) -> usize {
+        self.trees.len() - 1
+    }
+
+    /// Whether byte `o` of object `id` held `b` after some step of `from..=to`.
+    fn byte_seen(&self, id: u64, o: usize, b: u8, from: usize, to: usize) -> bool {
+        (from..=to.min(self.last())).any(|m| {
+            self.by_id[m].get(&id).is_some_and(|p| self.trees[m].entries[p].bytes.get(o) == Some(&b))
+                || self.partials[m].get(&id).is_some_and(|d| d.get(o) == Some(&b))
+        })
+    }
+
+    /// Checks file contents of `got` against state `k`, allowing bytes of
+    /// later states up to `to`.
+    fn contents_fit(&self, got: &Tree, k: usize, to: usize, tag_steps: &[u64]) -> Result<(), String> {
+        let want = &self.trees[k];
+        for (p, g) in &got.entries {
+            if g.kind != EntryKind::File {
+                continue;
+            }
+            let w = &want.entries[p];
+            if g.bytes == w.bytes {
+                continue;
+            }
+            for (o, (&gb, &wb)) in g.bytes.iter().zip(&w.bytes).enumerate() {
+                if gb != wb && !self.byte_seen(w.identity, o, gb, k + 1, to) {
+                    return Err(stale_bytes(p, &g.bytes, o, tag_steps));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finds the step whose tree `got` is, within `window`.
+    ///
+    /// # Errors
+    /// Which oracle failed, in words: durability, rename atomicity, stale
+    /// bytes, or a namespace that matches no state.
+    pub fn find(&self, got: &Tree, window: Window, steps: &[Step], tag_steps: &[u64]) -> Result<usize, String> {
+        let to = window.issued.min(self.last());
+        let from = window.durable.min(to);
+        let mut content_err = None;
+        for k in from..=to {
+            if got.same_namespace(&self.trees[k]).is_ok() {
+                match self.contents_fit(got, k, to, tag_steps) {
+                    Ok(()) => return Ok(k),
+                    Err(e) => {
+                        content_err
+                            .get_or_insert(format!("stale data: the namespace is the one after step {k}, but {e}"));
+                    }
+                }
+            }
+        }
+        for k in (0..from).rev() {
+            if got.same_namespace(&self.trees[k]).is_ok() && self.contents_fit(got, k, to, tag_steps).is_ok() {
+                let lost = got.same_namespace(&self.trees[from]).err().unwrap_or_else(|| "contents differ".into());
+                return Err(format!(
+                    "durability: step {from} was fsync'd (or synced) before the crash, yet the volume shows the \
+                     state after step {k} ({lost})"
+                ));
+            }
+        }
+        for (i, s) in steps.iter().enumerate().take(to).skip(from) {
+            if let Step::Rename { from: a, to: b } = s {
+                let (a, b) = (format!("/{a}"), format!("/{b}"));
+                let (ha, hb) = (got.entries.contains_key(&a), got.entries.contains_key(&b));
+                let seen = |f: &dyn Fn(&Tree) -> bool| (from..=to).any(|m| f(&self.trees[m]));
+                if ha && hb && !seen(&|t| t.entries.contains_key(&a) && t.entries.contains_key(&b)) {
+                    return Err(format!("rename atomicity: step {} renamed {a} to {b}, and both names exist", i + 1));
+                }
+                if !ha && !hb && !seen(&|t| !t.entries.contains_key(&a) && !t.entries.contains_key(&b)) {
+                    return Err(format!(
+                        "rename atomicity: step {} renamed {a} to {b}, and neither name exists",
+                        i + 1
+                    ));
+                }
+            }
+        }
+        if let Some(e) = content_err {
+            return Err(e);
+        }
+        let near = got.same_namespace(&self.trees[to]).err().unwrap_or_default();
+        Err(format!(
+            "atomicity: the recovered namespace is none of the states after steps {from}..={to} (against step {to}: {near})"
+        ))
+    }
+}
+
+/// Describes bytes of `path` from offset `o` that no state explains.
+fn stale_bytes(path: &str, bytes: &[u8], o: usize, tag_steps: &[u64]) -> String {
+    let end = (o + 64).min(bytes.len());
+    let run = &bytes[o..end];
+    let aligned = &bytes[o & !15..(o & !15) + 32.min(bytes.len() - (o & !15))];
+    let origin = if contains_poison(aligned) {
+        "poison: a data block never written was made reachable".to_string()
+    } else if let Some(s) = tag_steps.iter().find(|&&s| (o..end.min(o + 8)).all(|i| bytes[i] == tag(s, i as u64))) {
+        format!("written at this offset by step tag {s}, but not to this file or not in this window")
+    } else if run.iter().all(|&b| b == 0) {
+        "zeros where data was expected".to_string()
+    } else {
+        "bytes no step wrote at this offset (another file's data or a stale block)".to_string()
+    };
+    format!(
+        "{path} holds at offset {o} bytes it was never given: {origin}; first bytes {:02x?}",
+        &run[..run.len().min(16)]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Model, ROOT};
+
+    fn history() -> (History, Vec<Step>) {
+        let mut m = Model::default();
+        let mut trees = vec![Tree::of_model(&m)];
+        let a = m.create(ROOT, b"a", 0o644).unwrap();
+        m.write(a, 0, &crate::workload::tagged(1, 0, 100));
+        trees.push(Tree::of_model(&m));
+        m.rename(ROOT, b"a", ROOT, b"b", false, false, &|_| false).unwrap();
+        trees.push(Tree::of_model(&m));
+        let steps = vec![Step::Create("a".into()), Step::Rename { from: "a".into(), to: "b".into() }];
+        (History::new(trees), steps)
+    }
+
+    #[test]
+    fn the_recovered_tree_must_lie_in_the_window() {
+        let (h, steps) = history();
+        let w = Window { durable: 1, issued: 2 };
+        assert_eq!(h.find(&h.trees[1], w, &steps, &[1]), Ok(1));
+        assert_eq!(h.find(&h.trees[2], w, &steps, &[1]), Ok(2));
+        let e = h.find(&h.trees[0], w, &steps, &[1]).unwrap_err();
+        assert!(e.starts_with("durability"), "{e}");
+    }
+
+    #[test]
+    fn both_names_after_a_rename_is_caught() {
+        let (h, steps) = history();
+        let mut both = h.trees[2].clone();
+        let a = h.trees[1].entries["/a"].clone();
+        both.entries.insert("/a".into(), a);
+        let e = h.find(&both, Window { durable: 1, issued: 2 }, &steps, &[1]).unwrap_err();
+        assert!(e.starts_with("rename atomicity"), "{e}");
+    }
+
+    #[test]
+    fn stale_and_poisoned_bytes_are_caught() {
+        let (h, steps) = history();
+        let mut t = h.trees[2].clone();
+        t.entries.get_mut("/b").unwrap().bytes[..16].copy_from_slice(&crate::image::poison_block(9)[..16]);
+        let e = h.find(&t, Window { durable: 2, issued: 2 }, &steps, &[1]).unwrap_err();
+        assert!(e.contains("stale data") && e.contains("poison"), "{e}");
+    }
+}

@@ -1,0 +1,422 @@
+//! Workloads for the crash explorer: steps over named paths, run against
+//! the engine and the reference model together, with the model's state kept
+//! after every step.
+//!
+//! Every byte a workload writes is *tagged*: its value is a hash of the step
+//! that wrote it and its offset in the file ([`tag`]), so a byte that shows
+//! up where no step put it (stale data of a freed block, another file's
+//! data, the poison of a block never written) does not match any state the
+//! model went through.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dualfs_engine::namespace::xattr::SetMode;
+use dualfs_engine::types::{InodeNo, Timestamp};
+use dualfs_engine::volume::{Creds, SetAttr};
+use dualfs_engine::{Error, Volume};
+
+use crate::model::{Id, Kind, Model, ROOT};
+use crate::record::{Mark, Recorder};
+
+/// One step of a workload. Paths are relative to the root, `/`-separated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `mkdir`.
+    Mkdir(String),
+    /// `creat` (then close).
+    Create(String),
+    /// `pwrite` of `len` tagged bytes at `offset`.
+    Write {
+        /// File.
+        path: String,
+        /// Where.
+        offset: u64,
+        /// How many bytes.
+        len: u32,
+    },
+    /// `truncate`.
+    Truncate {
+        /// File.
+        path: String,
+        /// New size.
+        size: u64,
+    },
+    /// `unlink`.
+    Unlink(String),
+    /// `rmdir`.
+    Rmdir(String),
+    /// `rename` (replacing).
+    Rename {
+        /// Old name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// `link`.
+    Link {
+        /// Existing name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// `symlink`.
+    Symlink {
+        /// The link's name.
+        path: String,
+        /// What it points at.
+        target: String,
+    },
+    /// `setxattr` of `user.k` with `len` tagged bytes.
+    SetXattr {
+        /// File or directory.
+        path: String,
+        /// Value length.
+        len: u16,
+    },
+    /// `fsync` of a file or directory: every step so far becomes durable
+    /// (DualFS commits the whole log; DESIGN.md, "fsync commits everything").
+    Fsync(String),
+    /// `sync`: a commit and a checkpoint.
+    Sync,
+    /// The periodic work: commit, and checkpoint when enough log was written.
+    Tick,
+    /// `open` and keep the file open as handle `h`.
+    Open {
+        /// File.
+        path: String,
+        /// Handle number.
+        h: u8,
+    },
+    /// `pwrite` through handle `h` (the file may have no name any more).
+    WriteOpen {
+        /// Handle.
+        h: u8,
+        /// Where.
+        offset: u64,
+        /// How many bytes.
+        len: u32,
+    },
+    /// `fsync` through handle `h`.
+    FsyncOpen(u8),
+    /// `close` of handle `h`.
+    Close(u8),
+}
+
+/// A named list of steps.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Stable name: what a replay string names.
+    pub name: String,
+    /// The steps, run in order.
+    pub steps: Vec<Step>,
+    /// How many times the usual number of crash states to draw from it.
+    pub scale: u32,
+}
+
+/// The tagged byte step `step` writes at file offset `offset`.
+#[must_use]
+pub fn tag(step: u64, offset: u64) -> u8 {
+    let mut z = step.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ offset.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    z ^= z >> 29;
+    z = z.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (z >> 56) as u8
+}
+
+/// `len` tagged bytes of step `step` from `offset`.
+#[must_use]
+pub fn tagged(step: u64, offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| tag(step, offset + i)).collect()
+}
+
+/// The clock of every test volume: fixed, so that runs are byte-identical.
+#[must_use]
+pub fn fixed_clock() -> dualfs_engine::volume::Clock {
+    Arc::new(|| Timestamp { sec: 1_700_000_000, nsec: 0 })
+}
+
+/// Runs steps against a volume and the model together.
+pub struct Runner<'a> {
+    vol: &'a Volume,
+    /// The reference.
+    pub model: Model,
+    /// The model after each step: `states[0]` before the first.
+    pub states: Vec<Model>,
+    /// Contents a file may show while step `n` is under way, beyond those of
+    /// the states: a truncate that cuts a block zeroes the rest of it in
+    /// place, an in-place data write like any other, not atomic with the
+    /// size change (the same holds for ext4's ordered mode).
+    pub partials: Vec<Vec<(Id, Vec<u8>)>>,
+    pending_partial: Vec<(Id, Vec<u8>)>,
+    handles: HashMap<u8, (Id, InodeNo)>,
+    rec: Option<Arc<Recorder>>,
+    /// Added to step numbers in tags, so setup and workload bytes differ.
+    tag_base: u64,
+}
+
+impl std::fmt::Debug for Runner<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner").field("steps", &(self.states.len() - 1)).finish_non_exhaustive()
+    }
+}
+
+const BLOCK: u64 = dualfs_engine::types::BLOCK_BYTES;
+
+fn split(path: &str) -> Vec<&[u8]> {
+    path.split('/').filter(|c| !c.is_empty()).map(str::as_bytes).collect()
+}
+
+fn errno<T>(r: Result<T, Error>) -> Result<(), i32> {
+    r.map(|_| ()).map_err(|e| e.errno())
+}
+
+impl<'a> Runner<'a> {
+    /// A runner over `vol`, whose contents `model` describes. With `rec`,
+    /// step starts and durability promises are marked in the recording.
+    #[must_use]
+    pub fn new(vol: &'a Volume, model: Model, rec: Option<Arc<Recorder>>, tag_base: u64) -> Runner<'a> {
+        Runner {
+            vol,
+            states: vec![model.clone()],
+            partials: vec![Vec::new()],
+            pending_partial: Vec::new(),
+            model,
+            handles: HashMap::new(),
+            rec,
+            tag_base,
+        }
+    }
+
+    fn mark(&self, m: Mark) {
+        if let Some(r) = &self.rec {
+            r.mark(m);
+        }
+    }
+
+    /// Resolves `path` in the model: (parent, last name, what it names).
+    fn model_path(&self, path: &str) -> Option<(Id, Vec<u8>, Option<Id>)> {
+        let parts = split(path);
+        let (last, dirs) = parts.split_last()?;
+        let mut dir = ROOT;
+        for c in dirs {
+            let child = *self.model.entries(dir).get(*c)?;
+            if !matches!(self.model.nodes[&child].kind, Kind::Dir(_)) {
+                return None;
+            }
+            dir = child;
+        }
+        Some((dir, last.to_vec(), self.model.entries(dir).get(*last).copied()))
+    }
+
+    /// Resolves `path` in the engine (the whole path must exist).
+    fn engine_path(&self, path: &str) -> Result<InodeNo, String> {
+        let mut ino = InodeNo::ROOT;
+        for c in split(path) {
+            ino = self.vol.lookup(ino, c).map_err(|e| format!("engine lookup of {path}: {e}"))?.ino;
+        }
+        Ok(ino)
+    }
+
+    fn parent_ino(&self, path: &str) -> Result<InodeNo, String> {
+        let parts = split(path);
+        let mut ino = InodeNo::ROOT;
+        for c in &parts[..parts.len().saturating_sub(1)] {
+            ino = self.vol.lookup(ino, c).map_err(|e| format!("engine lookup of {path}: {e}"))?.ino;
+        }
+        Ok(ino)
+    }
+
+    fn is_file(&self, id: Id) -> bool {
+        matches!(self.model.nodes[&id].kind, Kind::File(_))
+    }
+
+    fn held(&self) -> impl Fn(Id) -> bool + use<> {
+        let ids: Vec<Id> = self.handles.values().map(|(i, _)| *i).collect();
+        move |id| ids.contains(&id)
+    }
+
+    /// Runs step `n` (1-based) of a workload.
+    ///
+    /// # Errors
+    /// The engine and the model disagree, or the engine fails where the
+    /// model cannot (I/O, corruption).
+    pub fn run(&mut self, n: usize, step: &Step) -> Result<(), String> {
+        self.mark(Mark::StepStart(n));
+        let durable = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
+        if durable {
+            self.mark(Mark::Durable(n));
+        }
+        self.states.push(self.model.clone());
+        self.partials.push(std::mem::take(&mut self.pending_partial));
+        Ok(())
+    }
+
+    /// Applies one step; says whether it promised durability of everything so far.
+    fn apply(&mut self, n: usize, step: &Step) -> Result<bool, String> {
+        let stamp = self.tag_base + n as u64;
+        let vol = self.vol;
+        let (got, want): (Result<(), i32>, Result<(), i32>) = match step {
+            Step::Mkdir(p) | Step::Create(p) | Step::Symlink { path: p, .. } => {
+                let Some((dir, name, _)) = self.model_path(p) else { return Ok(false) };
+                let di = self.parent_ino(p)?;
+                let (got, want) = match step {
+                    Step::Mkdir(_) => (vol.mkdir(di, &name, 0o755, Creds::ROOT), self.model.mkdir(dir, &name, 0o755)),
+                    Step::Create(_) => {
+                        (vol.create(di, &name, 0o644, Creds::ROOT), self.model.create(dir, &name, 0o644))
+                    }
+                    Step::Symlink { target, .. } => (
+                        vol.symlink(di, &name, target.as_bytes(), Creds::ROOT),
+                        self.model.symlink(dir, &name, target.as_bytes()),
+                    ),
+                    _ => unreachable!(),
+                };
+                if let Ok(a) = &got {
+                    vol.forget(a.ino, 1).map_err(|e| e.to_string())?;
+                }
+                (errno(got), want.map(|_| ()))
+            }
+            Step::Write { path, offset, len } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                if !self.is_file(id) {
+                    return Ok(false);
+                }
+                let ino = self.engine_path(path)?;
+                let data = tagged(stamp, *offset, *len as usize);
+                self.model.write(id, *offset, &data);
+                (errno(vol.write(ino, *offset, &data)), Ok(()))
+            }
+            Step::WriteOpen { h, offset, len } => {
+                let Some(&(id, ino)) = self.handles.get(h) else { return Ok(false) };
+                let data = tagged(stamp, *offset, *len as usize);
+                self.model.write(id, *offset, &data);
+                (errno(vol.write(ino, *offset, &data)), Ok(()))
+            }
+            Step::Truncate { path, size } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                if !self.is_file(id) {
+                    return Ok(false);
+                }
+                let ino = self.engine_path(path)?;
+                if let Kind::File(d) = &self.model.nodes[&id].kind
+                    && (*size as usize) < d.len()
+                    && !size.is_multiple_of(BLOCK)
+                {
+                    let mut cut = d.clone();
+                    let end = (size.next_multiple_of(BLOCK) as usize).min(d.len());
+                    cut[*size as usize..end].fill(0);
+                    self.pending_partial.push((id, cut));
+                }
+                self.model.truncate(id, *size);
+                (errno(vol.setattr(ino, &SetAttr { size: Some(*size), ..SetAttr::default() })), Ok(()))
+            }
+            Step::Unlink(p) | Step::Rmdir(p) => {
+                let Some((dir, name, _)) = self.model_path(p) else { return Ok(false) };
+                let di = self.parent_ino(p)?;
+                let held = self.held();
+                if matches!(step, Step::Unlink(_)) {
+                    (errno(vol.unlink(di, &name)), self.model.unlink(dir, &name, &held))
+                } else {
+                    (errno(vol.rmdir(di, &name)), self.model.rmdir(dir, &name, &held))
+                }
+            }
+            Step::Rename { from, to } => {
+                let (Some((fd, fname, _)), Some((td, tname, _))) = (self.model_path(from), self.model_path(to)) else {
+                    return Ok(false);
+                };
+                let (fi, ti) = (self.parent_ino(from)?, self.parent_ino(to)?);
+                let held = self.held();
+                let got = vol.rename(fi, &fname, ti, &tname, dualfs_engine::volume::RenameFlags::default());
+                (errno(got), self.model.rename(fd, &fname, td, &tname, false, false, &held))
+            }
+            Step::Link { from, to } => {
+                let (Some((_, _, Some(id))), Some((td, tname, _))) = (self.model_path(from), self.model_path(to))
+                else {
+                    return Ok(false);
+                };
+                let ino = self.engine_path(from)?;
+                let ti = self.parent_ino(to)?;
+                let got = vol.link(ino, ti, &tname);
+                if let Ok(a) = &got {
+                    vol.forget(a.ino, 1).map_err(|e| e.to_string())?;
+                }
+                (errno(got), self.model.link(id, td, &tname))
+            }
+            Step::SetXattr { path, len } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                let ino = self.engine_path(path)?;
+                let value = tagged(stamp, 0, usize::from(*len));
+                self.model.setxattr(id, b"user.k", &value);
+                (errno(vol.setxattr(ino, b"user.k", &value, SetMode::Any)), Ok(()))
+            }
+            Step::Fsync(p) => {
+                let Some((_, _, Some(_))) = self.model_path(p) else { return Ok(false) };
+                let ino = self.engine_path(p)?;
+                vol.fsync(ino).map_err(|e| format!("fsync: {e}"))?;
+                return Ok(true);
+            }
+            Step::FsyncOpen(h) => {
+                let Some(&(_, ino)) = self.handles.get(h) else { return Ok(false) };
+                vol.fsync(ino).map_err(|e| format!("fsync: {e}"))?;
+                return Ok(true);
+            }
+            Step::Sync => {
+                vol.sync().map_err(|e| format!("sync: {e}"))?;
+                return Ok(true);
+            }
+            Step::Tick => {
+                vol.tick().map_err(|e| format!("tick: {e}"))?;
+                return Ok(false);
+            }
+            Step::Open { path, h } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                if !self.is_file(id) || self.handles.contains_key(h) {
+                    return Ok(false);
+                }
+                let ino = self.engine_path(path)?;
+                vol.open_file(ino).map_err(|e| format!("open: {e}"))?;
+                self.handles.insert(*h, (id, ino));
+                return Ok(false);
+            }
+            Step::Close(h) => {
+                let Some((id, ino)) = self.handles.remove(h) else { return Ok(false) };
+                vol.release_file(ino).map_err(|e| format!("close: {e}"))?;
+                if !self.handles.values().any(|(i, _)| *i == id) {
+                    self.model.release(id);
+                }
+                return Ok(false);
+            }
+        };
+        if got != want {
+            return Err(format!("engine says {got:?}, model says {want:?}"));
+        }
+        Ok(false)
+    }
+
+    /// Closes every handle still open (engine and model).
+    ///
+    /// # Errors
+    /// The engine fails to free an unlinked file.
+    pub fn close_all(&mut self) -> Result<(), String> {
+        let mut hs: Vec<u8> = self.handles.keys().copied().collect();
+        hs.sort_unstable();
+        for h in hs {
+            self.apply(0, &Step::Close(h))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_differ_between_steps_and_offsets() {
+        let a = tagged(1, 0, 4096);
+        let b = tagged(2, 0, 4096);
+        let c = tagged(1, 4096, 4096);
+        assert!(a.iter().zip(&b).filter(|(x, y)| x == y).count() < 64);
+        assert!(a.iter().zip(&c).filter(|(x, y)| x == y).count() < 64);
+        assert_eq!(tagged(1, 100, 10), a[100..110].to_vec());
+    }
+}

@@ -1,0 +1,340 @@
+//! The workloads the crash explorer runs: every short sequence over a small
+//! namespace (the ACE approach of CrashMonkey), and named patterns: creates,
+//! appends, overwrites, truncates, renames across directories, hard links,
+//! unlink-while-open, deep trees, and the fsync patterns of the
+//! journaling-analysis paper.
+
+use crate::rng::Rng;
+use crate::workload::{Step, Workload};
+
+fn s(p: &str) -> String {
+    p.to_string()
+}
+
+fn write(p: &str, offset: u64, len: u32) -> Step {
+    Step::Write { path: s(p), offset, len }
+}
+
+/// What every workload starts from: directories `A` and `B`, `A/foo` of
+/// 12 KiB on the data device, `B/bar` of 600 bytes kept inline; synced.
+#[must_use]
+pub fn setup() -> Vec<Step> {
+    vec![
+        Step::Mkdir(s("A")),
+        Step::Mkdir(s("B")),
+        Step::Create(s("A/foo")),
+        write("A/foo", 0, 12288),
+        Step::Create(s("B/bar")),
+        write("B/bar", 0, 600),
+        Step::Sync,
+    ]
+}
+
+/// The operations of the ACE sequences, by short name.
+fn ace_ops() -> Vec<(&'static str, Step)> {
+    vec![
+        ("creat", Step::Create(s("A/bar"))),
+        ("append", write("A/foo", 12288, 5000)),
+        ("overwrite", write("A/foo", 1000, 3000)),
+        ("grow", write("B/bar", 0, 2500)),
+        ("trunc", Step::Truncate { path: s("A/foo"), size: 2000 }),
+        ("unlink", Step::Unlink(s("A/foo"))),
+        ("mv", Step::Rename { from: s("A/foo"), to: s("B/foo") }),
+        ("mvover", Step::Rename { from: s("B/bar"), to: s("A/foo") }),
+        ("link", Step::Link { from: s("A/foo"), to: s("B/foo") }),
+        ("mvdir", Step::Rename { from: s("A"), to: s("B/C") }),
+        ("mkdir", Step::Mkdir(s("A/C"))),
+        ("xattr", Step::SetXattr { path: s("A/foo"), len: 100 }),
+        ("fsync", Step::Fsync(s("A/foo"))),
+        ("fsyncdir", Step::Fsync(s("B"))),
+        ("sync", Step::Sync),
+    ]
+}
+
+/// Every sequence of one, two or three operations of the alphabet, each
+/// closed by a persistence point (fsync of `B` or sync).
+#[must_use]
+pub fn ace() -> Vec<Workload> {
+    let ops = ace_ops();
+    let mut seqs: Vec<Vec<usize>> = Vec::new();
+    for a in 0..ops.len() {
+        seqs.push(vec![a]);
+    }
+    for a in 0..ops.len() {
+        for b in 0..ops.len() {
+            seqs.push(vec![a, b]);
+        }
+    }
+    for a in 0..ops.len() {
+        for b in 0..ops.len() {
+            for c in 0..ops.len() {
+                seqs.push(vec![a, b, c]);
+            }
+        }
+    }
+    seqs.into_iter()
+        .enumerate()
+        .map(|(i, seq)| {
+            let mut steps: Vec<Step> = seq.iter().map(|&k| ops[k].1.clone()).collect();
+            let end = if i % 2 == 0 { Step::Fsync(s("B")) } else { Step::Sync };
+            steps.push(end);
+            let names: Vec<&str> = seq.iter().map(|&k| ops[k].0).collect();
+            Workload { name: format!("ace/{}", names.join("-")), steps, scale: 1 }
+        })
+        .collect()
+}
+
+fn pattern(name: &str, steps: Vec<Step>) -> Workload {
+    Workload { name: format!("pattern/{name}"), steps, scale: 12 }
+}
+
+/// Random writes over a 256 KiB file with an fsync every `every` writes.
+fn random_writes(seed: u64, writes: usize, every: usize) -> Vec<Step> {
+    let mut rng = Rng::new(seed);
+    let mut steps = vec![Step::Create(s("A/r"))];
+    for i in 0..writes {
+        let offset = rng.below(64) * 4096 + rng.below(2) * rng.below(4096);
+        let len = 512 + rng.below(8192) as u32;
+        steps.push(write("A/r", offset, len));
+        if (i + 1) % every == 0 {
+            steps.push(Step::Fsync(s("A/r")));
+        }
+    }
+    steps
+}
+
+/// The named patterns.
+#[must_use]
+pub fn patterns() -> Vec<Workload> {
+    let mut out = Vec::new();
+    // Creates, with fsyncs between batches.
+    let mut steps = Vec::new();
+    for i in 0..24 {
+        steps.push(Step::Create(format!("A/f{i}")));
+        if i % 6 == 5 {
+            steps.push(Step::Fsync(s("A")));
+        }
+    }
+    out.push(pattern("creates", steps));
+    // Appends in small pieces, fsync every fourth.
+    let mut steps = Vec::new();
+    for i in 0..20u64 {
+        steps.push(write("A/foo", 12288 + i * 1500, 1500));
+        if i % 4 == 3 {
+            steps.push(Step::Fsync(s("A/foo")));
+        }
+    }
+    out.push(pattern("appends", steps));
+    // Appends to an inline file until it moves to the data device.
+    let steps = (0..6u64).flat_map(|i| [write("B/bar", 600 + i * 400, 400), Step::Fsync(s("B/bar"))]).collect();
+    out.push(pattern("inline-appends", steps));
+    // Overwrites in place, each fsync'd, and without fsync.
+    let steps = (0..8u64).flat_map(|i| [write("A/foo", (i * 1531) % 10000, 2048), Step::Fsync(s("A/foo"))]).collect();
+    out.push(pattern("overwrites-fsync", steps));
+    let mut steps: Vec<Step> = (0..8u64).map(|i| write("A/foo", (i * 2711) % 10000, 1800)).collect();
+    steps.push(Step::Sync);
+    out.push(pattern("overwrites", steps));
+    // Truncates down and up, with writes between.
+    out.push(pattern(
+        "truncates",
+        vec![
+            Step::Truncate { path: s("A/foo"), size: 5000 },
+            Step::Fsync(s("A/foo")),
+            write("A/foo", 9000, 3000),
+            Step::Truncate { path: s("A/foo"), size: 100 },
+            Step::Fsync(s("A/foo")),
+            Step::Truncate { path: s("A/foo"), size: 20000 },
+            write("A/foo", 4096, 4096),
+            Step::Fsync(s("A/foo")),
+            Step::Truncate { path: s("A/foo"), size: 0 },
+            Step::Create(s("B/new")),
+            write("B/new", 0, 16384),
+            Step::Fsync(s("B/new")),
+        ],
+    ));
+    // Renames across directories, over existing names, of directories.
+    out.push(pattern(
+        "renames",
+        vec![
+            Step::Rename { from: s("A/foo"), to: s("B/foo") },
+            Step::Fsync(s("B")),
+            Step::Rename { from: s("B/foo"), to: s("B/bar") },
+            Step::Create(s("A/x")),
+            write("A/x", 0, 5000),
+            Step::Rename { from: s("A/x"), to: s("B/x") },
+            Step::Fsync(s("B/x")),
+            Step::Mkdir(s("A/D")),
+            Step::Rename { from: s("B/x"), to: s("A/D/x") },
+            Step::Rename { from: s("A/D"), to: s("B/D") },
+            Step::Sync,
+            Step::Rename { from: s("B/D/x"), to: s("A/y") },
+            Step::Fsync(s("A/y")),
+        ],
+    ));
+    // Hard links: add, drop the first name, drop the last.
+    out.push(pattern(
+        "links",
+        vec![
+            Step::Link { from: s("A/foo"), to: s("B/foo") },
+            Step::Link { from: s("A/foo"), to: s("A/foo2") },
+            Step::Fsync(s("A/foo")),
+            Step::Unlink(s("A/foo")),
+            write("B/foo", 0, 4096),
+            Step::Fsync(s("B/foo")),
+            Step::Unlink(s("B/foo")),
+            Step::Unlink(s("A/foo2")),
+            Step::Fsync(s("A")),
+        ],
+    ));
+    // Unlink while open: the file lives until closed; a crash leaves an orphan.
+    for close in [false, true] {
+        let mut steps = vec![
+            Step::Open { path: s("A/foo"), h: 0 },
+            Step::Unlink(s("A/foo")),
+            Step::WriteOpen { h: 0, offset: 12288, len: 9000 },
+            Step::FsyncOpen(0),
+            Step::Create(s("A/other")),
+            write("A/other", 0, 8192),
+        ];
+        if close {
+            steps.push(Step::Close(0));
+        }
+        steps.push(Step::Fsync(s("A/other")));
+        out.push(pattern(if close { "unlink-open-close" } else { "unlink-open" }, steps));
+    }
+    // A deep tree, a file at its bottom, then its top moved.
+    let mut steps = Vec::new();
+    let mut path = s("A");
+    for i in 0..10 {
+        path = format!("{path}/d{i}");
+        steps.push(Step::Mkdir(path.clone()));
+    }
+    let file = format!("{path}/deep");
+    steps.extend([
+        Step::Create(file.clone()),
+        write(&file, 0, 7000),
+        Step::Fsync(file),
+        Step::Rename { from: s("A/d0"), to: s("B/d0") },
+        Step::Fsync(s("B")),
+        Step::SetXattr { path: s("B/d0/d1"), len: 700 },
+        Step::Sync,
+    ]);
+    out.push(pattern("deep-tree", steps));
+    // Journaling-analysis fsync patterns.
+    let mut steps = vec![Step::Create(s("A/seq"))];
+    steps.extend((0..24u64).map(|i| write("A/seq", i * 4096, 4096)));
+    steps.push(Step::Fsync(s("A/seq")));
+    out.push(pattern("sequential-then-fsync", steps));
+    out.push(pattern("random-fsync-each", random_writes(1, 16, 1)));
+    out.push(pattern("random-fsync-every-4", random_writes(2, 24, 4)));
+    out.push(pattern("random-fsync-every-16", random_writes(3, 32, 16)));
+    let mut steps = vec![Step::Create(s("A/w1")), Step::Create(s("B/w2"))];
+    for i in 0..12u64 {
+        steps.push(write("A/w1", i * 3000, 3000));
+        steps.push(write("B/w2", i * 5000, 5000));
+        if i % 3 == 2 {
+            steps.push(Step::Fsync(s("A/w1")));
+        }
+    }
+    steps.push(Step::Fsync(s("B/w2")));
+    out.push(pattern("two-writers", steps));
+    // Periodic work between writes: commits and checkpoints mid-workload,
+    // so that cuts fall inside checkpoints (a torn slot falls back).
+    let mut steps = Vec::new();
+    for i in 0..16u64 {
+        steps.push(Step::Create(format!("B/t{i}")));
+        steps.push(write(&format!("B/t{i}"), 0, 3000 + (i as u32) * 700));
+        steps.push(Step::Tick);
+        if i % 5 == 4 {
+            steps.push(Step::Sync);
+        }
+    }
+    out.push(pattern("ticks-and-checkpoints", steps));
+    // One commit group larger than a segment (400 creates, one fsync).
+    let mut steps: Vec<Step> = (0..400).map(|i| Step::Create(format!("B/g{i:03}"))).collect();
+    steps.push(Step::Fsync(s("B")));
+    steps.extend((0..400).step_by(3).map(|i| Step::Unlink(format!("B/g{i:03}"))));
+    steps.push(Step::Fsync(s("B")));
+    out.push(pattern("group-spans-segments", steps));
+    // Directories and symlinks made, moved and removed.
+    out.push(pattern(
+        "dirs-and-symlinks",
+        vec![
+            Step::Mkdir(s("A/x")),
+            Step::Mkdir(s("A/x/y")),
+            Step::Symlink { path: s("B/s"), target: s("../A/x") },
+            Step::Fsync(s("B")),
+            Step::Rmdir(s("A/x/y")),
+            Step::Rename { from: s("B/s"), to: s("A/s") },
+            Step::Rmdir(s("A/x")),
+            Step::Fsync(s("A")),
+            Step::Mkdir(s("B/z")),
+            Step::Rename { from: s("B/z"), to: s("A/x") },
+            Step::Symlink { path: s("A/x/long"), target: "t".repeat(2000) },
+            Step::Sync,
+        ],
+    ));
+    // Delete and reuse: freed data blocks must not show up in a new file.
+    out.push(pattern(
+        "free-and-reuse",
+        vec![
+            Step::Unlink(s("A/foo")),
+            Step::Create(s("B/n1")),
+            write("B/n1", 0, 12288),
+            Step::Fsync(s("B/n1")),
+            Step::Truncate { path: s("B/n1"), size: 0 },
+            Step::Create(s("B/n2")),
+            write("B/n2", 0, 16384),
+            Step::Fsync(s("B/n2")),
+            Step::Sync,
+            Step::Create(s("B/n3")),
+            write("B/n3", 0, 20000),
+            Step::Fsync(s("B/n3")),
+        ],
+    ));
+    out
+}
+
+/// Long log traffic: many small commits, so that segments are used up,
+/// freed by checkpoints and reused. With `ticks`, the periodic work runs
+/// every sixteen commits; without, checkpoints come only when the log runs
+/// short of free segments.
+#[must_use]
+pub fn log_wrap(commits: usize, ticks: bool) -> Workload {
+    let mut steps = Vec::new();
+    for i in 0..commits {
+        let f = format!("B/w{}", i % 8);
+        steps.push(Step::Create(f.clone()));
+        steps.push(write(&f, (i as u64 % 3) * 4096, 6000));
+        steps.push(Step::Fsync(f.clone()));
+        steps.push(Step::Unlink(f));
+        if ticks && i % 16 == 15 {
+            steps.push(Step::Tick);
+        }
+    }
+    steps.push(Step::Fsync(s("B")));
+    let name =
+        if ticks { format!("pattern/log-wrap-{commits}") } else { format!("pattern/log-wrap-noticks-{commits}") };
+    Workload { name, steps, scale: 12 }
+}
+
+/// Every workload of the default run.
+#[must_use]
+pub fn all() -> Vec<Workload> {
+    let mut v = ace();
+    v.extend(patterns());
+    v.push(log_wrap(160, true));
+    v
+}
+
+/// The workload called `name`, if any.
+#[must_use]
+pub fn by_name(name: &str) -> Option<Workload> {
+    if let Some(n) = name.strip_prefix("pattern/log-wrap-noticks-") {
+        return n.parse().ok().map(|n| log_wrap(n, false));
+    }
+    if let Some(n) = name.strip_prefix("pattern/log-wrap-") {
+        return n.parse().ok().map(|n| log_wrap(n, true));
+    }
+    all().into_iter().find(|w| w.name == name)
+}

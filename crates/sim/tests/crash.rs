@@ -1,0 +1,119 @@
+//! The crash-state explorer over every workload of the default run.
+//!
+//! Environment:
+//! - `DUALFS_CRASH_REPLAY=seed:workload:state` runs one state (or, with
+//!   state `-`, one whole workload) again, as a failure printed it;
+//! - `DUALFS_CRASH_LONG=N` runs a long campaign: N seeds, each drawing ten
+//!   times the default number of states per workload;
+//! - `DUALFS_CRASH_SEED=hex` starts from another seed (another volume
+//!   identity, other states);
+//! - `DUALFS_CRASH_THREADS` (default 2).
+//!
+//! docs/TESTING.md describes what is checked.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use dualfs_sim::explorer::{Config, Explorer, Failure, Stats};
+use dualfs_sim::workloads;
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.is_empty())
+}
+
+fn replay(spec: &str) {
+    let mut parts = spec.splitn(3, ':');
+    let (Some(seed), Some(name), Some(state)) = (parts.next(), parts.next(), parts.next()) else {
+        panic!("DUALFS_CRASH_REPLAY is seed:workload:state, not {spec}");
+    };
+    let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
+    let w = workloads::by_name(name).unwrap_or_else(|| panic!("no workload {name}"));
+    let state = if state == "-" { None } else { Some(state.parse().expect("state number")) };
+    let verbose = env("DUALFS_CRASH_VERBOSE").is_some();
+    let ex = Explorer::new(Config { seed, verbose, ..Config::default() }, &workloads::setup()).expect("base image");
+    match ex.replay(&w, state) {
+        Ok(s) => println!("replayed {spec}: passes ({s:?})"),
+        Err(f) => panic!("{f}"),
+    }
+}
+
+/// Explores every workload with `config`, on `threads` threads.
+fn campaign(config: Config, threads: usize) -> (Stats, Vec<Failure>) {
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    let list = workloads::all();
+    let total = Mutex::new(Stats::default());
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (ex, list, total, failures) = (&ex, &list, &total, &failures);
+            s.spawn(move || {
+                let mut mine = Stats::default();
+                for w in list.iter().skip(t).step_by(threads) {
+                    match ex.explore(w) {
+                        Ok(st) => mine.add(&st),
+                        Err(f) => failures.lock().unwrap().push(f),
+                    }
+                }
+                total.lock().unwrap().add(&mine);
+            });
+        }
+    });
+    (total.into_inner().unwrap(), failures.into_inner().unwrap())
+}
+
+#[test]
+fn every_crash_state_recovers_to_a_state_the_model_allows() {
+    if let Some(spec) = env("DUALFS_CRASH_REPLAY") {
+        replay(&spec);
+        return;
+    }
+    let threads = env("DUALFS_CRASH_THREADS").and_then(|s| s.parse().ok()).unwrap_or(2);
+    let rounds: u64 = env("DUALFS_CRASH_LONG").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let started = Instant::now();
+    let mut all = Stats::default();
+    let mut failures = Vec::new();
+    let seed = env("DUALFS_CRASH_SEED").map(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex seed"));
+    let base = Config { seed: seed.unwrap_or(Config::default().seed), ..Config::default() };
+    if rounds == 0 {
+        let (s, f) = campaign(base, threads);
+        all.add(&s);
+        failures.extend(f);
+    } else {
+        for r in 0..rounds {
+            let base = base.clone();
+            let config = Config {
+                seed: base.seed.wrapping_add(r + 1).wrapping_mul(0x9E37_79B9),
+                states_per_workload: base.states_per_workload * 10,
+                second_crash_every: 2,
+                ..base
+            };
+            let (s, f) = campaign(config, threads);
+            all.add(&s);
+            failures.extend(f);
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "crash explorer: {} workloads, {} events, {} states drawn, {} distinct states checked ({} torn, {} rolled \
+         forward, {} fell back to the older checkpoint), {} second-crash states, in {secs:.1} s",
+        all.workloads,
+        all.events,
+        all.states_drawn,
+        all.states_checked,
+        all.torn,
+        all.rolled_forward,
+        all.fell_back,
+        all.second_crash_states
+    );
+    for f in failures.iter().take(env("DUALFS_CRASH_SHOW").and_then(|s| s.parse().ok()).unwrap_or(10)) {
+        println!("FAILED: {f}\n");
+    }
+    assert!(failures.is_empty(), "{} workload(s) failed; the first: {}", failures.len(), failures[0]);
+    if rounds == 0 {
+        assert!(all.workloads >= 1000, "only {} workloads", all.workloads);
+        assert!(all.states_checked >= 100_000, "only {} crash states", all.states_checked);
+    }
+}

@@ -1,0 +1,266 @@
+//! fsck and mount on damaged images: a flipped bit in any kind of structure
+//! is named (mount refuses, falls back or reports a torn log; fsck lists a
+//! problem) or harmless (the tree reads the same); never silent, never a
+//! panic. Mutated images and mutated payloads fed to every decoder must
+//! give errors, not panics (proptest; `DUALFS_DAMAGE_CASES` sets the cases).
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, OnceLock};
+
+use dualfs_engine::Volume;
+use dualfs_engine::device::BlockDevice;
+use dualfs_engine::format::{block, checkpoint, checksum, descriptor, ifile, inode_block, node, superblock};
+use dualfs_engine::meta_log::recovery::LogEnd;
+use dualfs_engine::types::{BLOCK_SIZE, MetaBlock};
+use dualfs_sim::crash::{Choice, StateSpec};
+use dualfs_sim::explorer::{Config, Explorer};
+use dualfs_sim::image::{Block, Image, OverlayDevice};
+use dualfs_sim::tree::Tree;
+use dualfs_sim::workload::{Step, Workload, fixed_clock};
+use dualfs_sim::workloads;
+use proptest::prelude::*;
+
+/// A volume holding every kind of structure, crashed after a tail of log
+/// that roll-forward must read: (meta, data) images.
+fn damaged_base() -> &'static (Arc<Image>, Arc<Image>, Tree) {
+    static BASE: OnceLock<(Arc<Image>, Arc<Image>, Tree)> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+        let mut steps = vec![Step::Mkdir("D".into())];
+        // A directory large enough for a B-tree of several nodes.
+        steps.extend((0..250).map(|i| Step::Create(format!("D/file-{i:03}"))));
+        // A file of more extents than an inode holds: an extent tree.
+        steps.push(Step::Create("A/frag".into()));
+        steps.extend((0..24).map(|i| Step::Write { path: "A/frag".into(), offset: i * 8192, len: 4096 }));
+        // Large xattrs and a long symlink: blobs and an xattr tree.
+        steps.push(Step::SetXattr { path: "A/foo".into(), len: 3000 });
+        steps.push(Step::Symlink { path: "B/long".into(), target: "t".repeat(3000) });
+        steps.push(Step::Sync);
+        // The tail after the checkpoint: roll-forward reads it.
+        steps.extend([
+            Step::Create("D/tail".into()),
+            Step::Write { path: "D/tail".into(), offset: 0, len: 9000 },
+            Step::Unlink("D/file-007".into()),
+            Step::Fsync("D".into()),
+        ]);
+        let w = Workload { name: "damage".into(), steps, scale: 1 };
+        let run = ex.record(&w).expect("workload");
+        let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
+        let (meta, data) = (img.meta, img.data);
+        let vol = mount(&meta, &data).expect("the undamaged image mounts");
+        let tree = Tree::of_volume(&vol).expect("and reads");
+        (meta, data, tree)
+    })
+}
+
+fn devices(meta: &Arc<Image>, data: &Arc<Image>) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+    (Arc::new(OverlayDevice::new(meta.clone())), Arc::new(OverlayDevice::new(data.clone())))
+}
+
+fn mount(meta: &Arc<Image>, data: &Arc<Image>) -> dualfs_engine::Result<Volume> {
+    let (m, d) = devices(meta, data);
+    Volume::open_with_clock(m, d, Config::default().mount, fixed_clock())
+}
+
+/// What a damaged image led to.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Mount or fsck said so.
+    Named(String),
+    /// Nothing noticed, and nothing changed.
+    Harmless,
+    /// Nothing noticed, yet the tree differs.
+    Silent(String),
+}
+
+fn judge(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Outcome {
+    let (m, d) = devices(meta, data);
+    let fsck = match dualfs_engine::check::check(m, d) {
+        Err(e) => return Outcome::Named(format!("fsck: {e}")),
+        Ok(r) if !r.is_clean() => Some(r.problems[0].to_string()),
+        Ok(_) => None,
+    };
+    let vol = match mount(meta, data) {
+        Err(e) => return Outcome::Named(format!("mount: {e}")),
+        Ok(v) => v,
+    };
+    let r = vol.open_report();
+    if let Some(why) = &r.fell_back {
+        return Outcome::Named(format!("mount fell back: {why}"));
+    }
+    if let LogEnd::Invalid(why) = &r.recovery.end {
+        return Outcome::Named(format!("mount: log ends early: {why}"));
+    }
+    if let Some(p) = fsck {
+        return Outcome::Named(format!("fsck: {p}"));
+    }
+    match Tree::of_volume(&vol) {
+        Err(e) => Outcome::Named(format!("read: {e}")),
+        Ok(t) if t == *want => Outcome::Harmless,
+        Ok(t) => Outcome::Silent(match t.same_namespace(want) {
+            Err(e) => e,
+            Ok(()) => "file contents differ".into(),
+        }),
+    }
+}
+
+fn kind_of(dev: &str, no: u64, b: &[u8]) -> &'static str {
+    match (dev, no) {
+        ("data", 0) => "superblock copy (data device)",
+        ("data", _) => "file data",
+        (_, 0) => "superblock",
+        (_, 1 | 2) => "checkpoint slot",
+        _ if b[..4] == *b"DFSM" => match b[8] {
+            1 => "descriptor",
+            2 => "inode block",
+            3 => "B-tree node",
+            4 => "blob",
+            5 => "IFile table block",
+            6 => "IFile index block",
+            _ => "unknown meta-data block",
+        },
+        _ => "unused meta-data block",
+    }
+}
+
+fn flipped(b: &Block, byte: usize, bit: u8) -> Block {
+    let mut x = **b;
+    x[byte] ^= 1 << bit;
+    Arc::new(x)
+}
+
+/// Byte offsets to flip in a block: its header, its payload, its padding.
+fn offsets(b: &[u8]) -> Vec<usize> {
+    if b[..4] == *b"DFSM" {
+        let payload = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        let end = (56 + payload).min(BLOCK_SIZE);
+        let mut v = vec![9, 30, 56 + payload / 2, end.saturating_sub(1)];
+        if end + 8 < BLOCK_SIZE {
+            v.push(end + 8);
+        }
+        v
+    } else {
+        vec![5, 40, 100, 300]
+    }
+}
+
+#[test]
+fn a_flipped_bit_in_any_kind_of_structure_is_named_or_harmless() {
+    let (meta, data, want) = damaged_base();
+    let mut seen: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    let mut silent = Vec::new();
+    for (dev, img) in [("meta", meta), ("data", data)] {
+        for (no, b) in img.written() {
+            let kind = kind_of(dev, no, &b[..]);
+            if kind == "file data" {
+                // No checksums on the data device: a flipped bit there is
+                // the file's content, for every file system without data
+                // checksums.
+                continue;
+            }
+            for (i, byte) in offsets(&b[..]).into_iter().enumerate() {
+                let damaged = Arc::new(img.with_blocks([(no, flipped(&b, byte, (i % 8) as u8))]));
+                let (m, d) = if dev == "meta" { (&damaged, data) } else { (meta, &damaged) };
+                let outcome = catch_unwind(AssertUnwindSafe(|| judge(m, d, want)))
+                    .unwrap_or_else(|_| panic!("{kind} at {dev} block {no}, byte {byte}: a panic"));
+                let e = seen.entry(kind).or_default();
+                match outcome {
+                    Outcome::Named(_) => e.0 += 1,
+                    Outcome::Harmless => e.1 += 1,
+                    Outcome::Silent(why) => silent.push(format!("{kind} at {dev} block {no}, byte {byte}: {why}")),
+                }
+            }
+        }
+    }
+    for (kind, (named, harmless)) in &seen {
+        println!("{kind:32} {named:4} named {harmless:4} harmless (stale copies)");
+    }
+    assert!(silent.is_empty(), "damage nobody noticed:\n{}", silent.join("\n"));
+    for kind in [
+        "superblock",
+        "superblock copy (data device)",
+        "checkpoint slot",
+        "descriptor",
+        "inode block",
+        "B-tree node",
+        "blob",
+        "IFile table block",
+        "IFile index block",
+    ] {
+        assert!(seen.get(kind).is_some_and(|(n, _)| *n > 0), "no damage to a {kind} was named: {seen:?}");
+    }
+}
+
+/// Cases of each property (`DUALFS_DAMAGE_CASES`, default 200).
+fn cases() -> u32 {
+    std::env::var("DUALFS_DAMAGE_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(200)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Several bytes of several meta-data blocks overwritten at random:
+    /// mount, fsck and reading the tree give errors or results, never panics.
+    #[test]
+    fn mutated_images_never_panic(muts in proptest::collection::vec((any::<u16>(), 0usize..BLOCK_SIZE, any::<u8>()), 1..6)) {
+        let (meta, data, _) = damaged_base();
+        let written = meta.written();
+        let mut blocks: BTreeMap<u64, [u8; BLOCK_SIZE]> = BTreeMap::new();
+        for (pick, at, v) in &muts {
+            let (no, b) = &written[*pick as usize % written.len()];
+            blocks.entry(*no).or_insert(**b)[*at] = *v;
+        }
+        let damaged = Arc::new(meta.with_blocks(blocks.into_iter().map(|(n, b)| (n, Arc::new(b)))));
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let _ = judge(&damaged, data, &Tree::default());
+        }));
+        prop_assert!(r.is_ok(), "a panic on mutations {muts:?}");
+    }
+
+    /// Every decoder, fed the real payloads of the image with bytes changed
+    /// (checksums sealed again, so that the decoding past them runs).
+    #[test]
+    fn decoders_never_panic_on_mutated_structures(pick in any::<u16>(), muts in proptest::collection::vec((0usize..BLOCK_SIZE, any::<u8>()), 1..8)) {
+        let (meta, _, _) = damaged_base();
+        let written = meta.written();
+        let (no, b) = &written[pick as usize % written.len()];
+        let mut x = **b;
+        for (at, v) in &muts {
+            x[*at] = *v;
+        }
+        let r = catch_unwind(AssertUnwindSafe(|| decode_everything(*no, &mut x)));
+        prop_assert!(r.is_ok(), "a decoder panicked on block {no} with {muts:?}");
+    }
+}
+
+/// Runs every decoder that could read block `no`'s bytes, after sealing the
+/// checksums its header and kind carry.
+fn decode_everything(no: u64, x: &mut [u8; BLOCK_SIZE]) {
+    let _ = superblock::Superblock::decode(&x[..]);
+    let mut sealed = *x;
+    checksum::seal(&mut sealed, 4);
+    let _ = superblock::Superblock::decode(&sealed[..]);
+    let _ = checkpoint::Checkpoint::decode(&sealed[..]);
+    let Ok((h, payload)) = block::open_block(&sealed[..], MetaBlock(no), vol_id(&sealed[..])) else { return };
+    let mut p = payload.to_vec();
+    let _ = inode_block::decode_all(&p);
+    let _ = node::Node::decode(&p, h.aux);
+    let _ = ifile::IndexBlock::decode(&p);
+    let _ = descriptor::Descriptor::peek(&p);
+    let _ = descriptor::Descriptor::decode(&[&p], 128);
+    // The descriptor's own checksum over its stream, sealed again.
+    if p.len() >= 8 {
+        let len = (u32::from_le_bytes(p[4..8].try_into().unwrap_or([0; 4])) as usize).min(p.len() - 8);
+        let crc = checksum::crc32c(&p[8..8 + len]);
+        p[..4].copy_from_slice(&crc.to_le_bytes());
+        let _ = descriptor::Descriptor::decode(&[&p], 128);
+    }
+}
+
+fn vol_id(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[16..24].try_into().unwrap_or([0; 8]))
+}

@@ -1,0 +1,99 @@
+//! The explorer must be able to fail: with each ordering rule of DESIGN.md
+//! broken on purpose (the engine's `fault-injection` hooks), it must find a
+//! crash state whose recovery breaks an oracle.
+//!
+//! The fault switch is process-wide, so the tests of this file take turns.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Instant;
+
+use dualfs_engine::faults::{self, Fault};
+use dualfs_sim::explorer::{Config, Explorer};
+use dualfs_sim::workloads;
+
+/// A small log (16 segments), so that a few hundred commits wrap it.
+fn config() -> Config {
+    Config { meta_blocks: 17 * 128, verbose: std::env::var("DUALFS_CRASH_VERBOSE").is_ok(), ..Config::default() }
+}
+
+/// The workloads tried, in order, until one fails.
+fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
+    let mut list = Vec::new();
+    if fault == Fault::SegmentReuse {
+        // Only a log that wraps around onto its own roll-forward range shows it.
+        list.push(workloads::log_wrap(700, false));
+    }
+    list.extend(workloads::patterns());
+    list.extend(workloads::ace().into_iter().step_by(7));
+    list
+}
+
+/// The fault switch is process-wide: the two tests take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn the_explorer_catches_every_broken_ordering_rule() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut missed = Vec::new();
+    // DUALFS_FAULTS_ONLY=SegmentReuse (say) runs one fault only.
+    let only = std::env::var("DUALFS_FAULTS_ONLY").ok().filter(|s| !s.is_empty());
+    for fault in Fault::ALL {
+        if only.as_ref().is_some_and(|o| *o != format!("{fault:?}")) {
+            continue;
+        }
+        let started = Instant::now();
+        faults::set(&[fault]);
+        let ex = Explorer::new(config(), &workloads::setup()).expect("base image");
+        if let Some(spec) = std::env::var("DUALFS_CRASH_REPLAY").ok().filter(|s| !s.is_empty()) {
+            let (name, state) =
+                spec.split_once(':').and_then(|(_, r)| r.rsplit_once(':')).expect("seed:workload:state");
+            let w = candidates(fault).into_iter().find(|w| w.name == name).expect("a workload of this test");
+            let r = ex.replay(&w, state.parse().ok());
+            faults::set(&[]);
+            println!("{fault:?}, replay of {spec}: {}", r.map_or_else(|f| f.to_string(), |s| format!("passes {s:?}")));
+            return;
+        }
+        let mut caught = None;
+        let mut tried = 0;
+        for w in candidates(fault) {
+            tried += 1;
+            if let Err(f) = ex.explore(&w) {
+                caught = Some(f);
+                break;
+            }
+        }
+        faults::set(&[]);
+        match caught {
+            Some(f) => println!(
+                "{fault:?}: caught after {tried} workload(s) in {:.1} s:\n  {}\n  replay with \
+                 DUALFS_FAULTS_ONLY={fault:?} DUALFS_CRASH_REPLAY={} (this test)\n",
+                started.elapsed().as_secs_f64(),
+                f.message,
+                f.replay
+            ),
+            None => {
+                println!("{fault:?}: NOT caught by {tried} workloads");
+                missed.push(fault);
+            }
+        }
+    }
+    assert!(missed.is_empty(), "the explorer missed {missed:?}");
+}
+
+/// The control: with every rule kept, the workloads and the small log the
+/// faults test uses pass, so each failure above is the broken rule's doing.
+#[test]
+fn with_no_rule_broken_the_same_workloads_pass() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    faults::set(&[]);
+    let ex = Explorer::new(config(), &workloads::setup()).expect("base image");
+    let mut list = candidates(Fault::SegmentReuse);
+    list.truncate(60);
+    for w in list {
+        if let Err(f) = ex.explore(&w) {
+            panic!("with no fault: {f}");
+        }
+    }
+}

@@ -10,9 +10,11 @@
 //! if not, it seals and writes it first. That is what makes every operation
 //! land whole in one partial segment, the transaction unit of the log.
 
+mod files;
 mod mkfs;
 mod ops;
 pub mod types;
+mod xattrs;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};

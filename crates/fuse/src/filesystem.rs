@@ -50,7 +50,7 @@ fn name(n: &OsStr) -> &[u8] {
 }
 
 fn creds(req: &Request) -> Creds {
-    Creds { uid: req.uid(), gid: req.gid() }
+    Creds { uid: req.uid(), gid: req.gid(), umask: 0 }
 }
 
 /// POSIX ACLs travel as these xattrs. Without FUSE_POSIX_ACL the kernel

@@ -107,6 +107,7 @@ impl Volume {
                 rec.mode = (rec.mode & !0o7777) | (mode & 0o7777);
                 changed = true;
             }
+            let new_mode = rec.mode;
             let owner_change = set.uid.is_some_and(|u| u != rec.uid) || set.gid.is_some_and(|g| g != rec.gid);
             if set.uid.is_some() || set.gid.is_some() {
                 rec.uid = set.uid.unwrap_or(rec.uid);
@@ -142,6 +143,10 @@ impl Volume {
                 rec.ctime = c;
             }
             drop(rec);
+            if set.mode.is_some() && kind != FileKind::Symlink {
+                // chmod rewrites the access ACL's owner, mask and other entries.
+                fs.acl_chmod(ino, new_mode)?;
+            }
             Volume::attr(fs, ino)
         })
     }
@@ -169,7 +174,8 @@ impl Volume {
     }
 
     /// Creates an inode of `kind` named `name` in `parent`, with `fill` to
-    /// set up its body.
+    /// set up its body. `perm` is limited by the directory's default ACL,
+    /// which the inode inherits, or else by the umask in `creds`.
     #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
@@ -204,7 +210,11 @@ impl Volume {
             if fs.dir_lookup(parent, name.as_bytes())?.is_some() {
                 return Err(Error::Exists);
             }
+            // The directory's default ACL, or else the umask, limits the mode.
+            let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
+            let perm = inherited.perm;
             let ino = fs.new_inode(parent, NewInode { kind, perm, uid: creds.uid, gid, rdev }, now)?;
+            fs.acl_store_inherited(ino, &inherited)?;
             fill.take().ok_or(Error::Invalid("operation retried after a partial change"))?(fs, ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;

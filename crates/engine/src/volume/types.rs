@@ -102,18 +102,22 @@ pub struct SetAttr {
     pub ctime: Option<Timestamp>,
 }
 
-/// Owner of a new inode.
+/// Who creates an inode: its owner, and the creating process's umask.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Creds {
     /// User id.
     pub uid: u32,
     /// Group id.
     pub gid: u32,
+    /// Permission bits to clear from the mode asked for, unless the
+    /// directory has a default ACL, which then decides instead (POSIX.1e).
+    /// Zero when the caller has applied the umask itself.
+    pub umask: u32,
 }
 
 impl Creds {
-    /// root:root.
-    pub const ROOT: Creds = Creds { uid: 0, gid: 0 };
+    /// root:root, no umask.
+    pub const ROOT: Creds = Creds { uid: 0, gid: 0, umask: 0 };
 }
 
 /// `renameat2` flags.

@@ -1,6 +1,7 @@
 //! The file-data operations of [`Volume`]: open and release, read and
 //! write, preallocation and holes, and the durability calls.
 
+use super::atime::Touch;
 use super::{FallocateMode, Stamp, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
@@ -27,13 +28,28 @@ impl Volume {
         self.forget(ino, 1)
     }
 
-    /// Reads up to `size` bytes at `offset`.
+    /// Reads up to `size` bytes at `offset`, updating the access time as
+    /// the mount's [`super::AtimeMode`] says.
     ///
     /// # Errors
     /// `IsDir`, `Invalid` for non-regular files; I/O errors.
     pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
-        let _reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let plan = lock(&self.fs).read_plan(ino, offset, size)?;
+        let reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (plan, touch) = {
+            let mut fs = lock(&self.fs);
+            let plan = fs.read_plan(ino, offset, size)?;
+            // A read of nothing is no access (as Linux's filemap_read).
+            let touch = if size > 0 { self.touch_atime_locked(&mut fs, ino) } else { Touch::Settled };
+            (plan, touch)
+        };
+        let out = self.read_pieces(plan, size);
+        // A commit takes the reuse lock exclusively: let go of it first.
+        drop(reuse);
+        self.touch_atime_after(ino, touch);
+        out
+    }
+
+    fn read_pieces(&self, plan: Vec<ReadPiece>, size: usize) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(size);
         for piece in plan {
             match piece {

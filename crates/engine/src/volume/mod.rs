@@ -10,6 +10,7 @@
 //! if not, it seals and writes it first. That is what makes every operation
 //! land whole in one partial segment, the transaction unit of the log.
 
+mod atime;
 mod files;
 mod mkfs;
 mod ops;
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
 
+pub use atime::atime_due;
 pub use mkfs::probe_existing;
 pub use types::*;
 

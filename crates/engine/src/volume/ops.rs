@@ -5,6 +5,7 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
+use super::atime::Touch;
 use super::{Attr, Creds, Listing, RenameFlags, SetAttr, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
@@ -290,20 +291,25 @@ impl Volume {
         })
     }
 
-    /// The target of a symbolic link.
+    /// The target of a symbolic link. Reading it is an access (atime).
     ///
     /// # Errors
     /// `NotSymlink`.
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
-        let mut fs = lock(&self.fs);
-        if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
-            return Err(Error::NotSymlink);
-        }
-        match fs.log.inode(ino)?.body.clone() {
-            Body::Inline(t) => Ok(t),
-            Body::Blob { len, nodes } => fs.read_blob(&nodes, len),
-            _ => Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
-        }
+        let (target, touch) = {
+            let mut fs = lock(&self.fs);
+            if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
+                return Err(Error::NotSymlink);
+            }
+            let target = match fs.log.inode(ino)?.body.clone() {
+                Body::Inline(t) => t,
+                Body::Blob { len, nodes } => fs.read_blob(&nodes, len)?,
+                _ => return Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
+            };
+            (target, self.touch_atime_locked(&mut fs, ino))
+        };
+        self.touch_atime_after(ino, touch);
+        Ok(target)
     }
 
     /// Adds the name `name` in `parent` for `ino`. The inode is remembered once.
@@ -515,7 +521,8 @@ impl Volume {
     }
 
     /// Lists `dir` from `offset` (0 = start; else a `next` of an earlier
-    /// entry), calling `visit` until it returns false. `.` and `..` come first.
+    /// entry), calling `visit` until it returns false. `.` and `..` come
+    /// first. Updates the access time as the mount's [`super::AtimeMode`] says.
     ///
     /// # Errors
     /// `NotDir`; I/O and corruption errors.
@@ -523,6 +530,12 @@ impl Volume {
         let mut fs = lock(&self.fs);
         if Volume::kind_of(&mut fs, dir)? != FileKind::Directory {
             return Err(Error::NotDir);
+        }
+        let touch = self.touch_atime_locked(&mut fs, dir);
+        if touch == Touch::AfterCommit {
+            drop(fs);
+            self.touch_atime_after(dir, touch);
+            fs = lock(&self.fs);
         }
         if offset == 0 && !visit(Listing { name: b".".to_vec(), ino: dir, kind: FileKind::Directory, next: 1 }) {
             return Ok(());

@@ -163,6 +163,21 @@ pub struct StatFs {
     pub meta_free_segments: u64,
 }
 
+/// When reading a file or listing a directory updates its access time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum AtimeMode {
+    /// Never.
+    NoAtime,
+    /// When the access time is not after the last modification or status
+    /// change, or is a day old (Linux's default): `atime > mtime` still
+    /// tells whether a file was read since it changed, at one meta-data
+    /// write a day per file read.
+    #[default]
+    Relatime,
+    /// On every access.
+    StrictAtime,
+}
+
 /// How the volume is opened.
 #[derive(Clone, Copy, Debug)]
 pub struct MountOptions {
@@ -176,6 +191,8 @@ pub struct MountOptions {
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
+    /// When reads update access times.
+    pub atime: AtimeMode,
 }
 
 impl Default for MountOptions {
@@ -186,6 +203,7 @@ impl Default for MountOptions {
             checkpoint_blocks: 4096,
             dirty_data_limit: 64 << 20,
             cache_budget: 262_144,
+            atime: AtimeMode::Relatime,
         }
     }
 }

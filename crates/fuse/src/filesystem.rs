@@ -13,9 +13,9 @@ use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr, Stamp};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::DualFs;
@@ -355,11 +355,16 @@ impl Filesystem for DualFs {
         self.reply_entry("link", r, reply);
     }
 
-    fn open(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // Stateless handles: the kernel's lookup reference keeps an open,
         // unlinked file alive. Keeping the page cache across opens is safe
-        // because nobody but this kernel changes the volume.
+        // because nobody but this kernel changes the volume. But reads the
+        // cache answers never reach the engine, which keeps access times:
+        // when a read would update one (under relatime, once after each
+        // change), the cache is dropped so that this open's reads arrive.
+        let reads = flags.acc_mode() != OpenAccMode::O_WRONLY;
         match self.vol.getattr(ino(node)) {
+            Ok(_) if reads && self.vol.access_due(ino(node)) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(report("open", &e)),
         }

@@ -477,8 +477,13 @@ impl Volume {
 
     // ---- helpers shared by the operations ----
 
+    /// The attributes of `ino`; its block count includes the blocks its
+    /// dirty data holds reservations for (allocated at write-back), so
+    /// that `du` is right as soon as data is written.
     fn attr(fs: &mut Fs, ino: InodeNo) -> Result<Attr> {
-        Ok(Attr::from_record(fs.log.inode(ino)?))
+        let mut a = Attr::from_record(fs.log.inode(ino)?);
+        a.blocks += fs.pages.reserved_blocks(ino) * (crate::types::BLOCK_BYTES / 512);
+        Ok(a)
     }
 
     fn kind_of(fs: &mut Fs, ino: InodeNo) -> Result<FileKind> {

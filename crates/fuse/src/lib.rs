@@ -39,8 +39,9 @@ pub use convert::errno;
 ///
 /// Caching attributes and names is safe because every change to the volume
 /// comes through this kernel mount: the kernel invalidates what its own
-/// operations change. What it cannot know is what the engine changes on its
-/// own (the block count after delayed allocation), which is at most a TTL late.
+/// operations change (and, after a read, the access time the engine may have
+/// changed). The block count does not move at write-back: it counts the
+/// blocks dirty data has reserved.
 #[derive(Clone, Copy, Debug)]
 pub struct AdapterOptions {
     /// Lifetime of attributes in replies.

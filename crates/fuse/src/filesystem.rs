@@ -13,9 +13,9 @@ use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr, Stamp};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::DualFs;
@@ -539,6 +539,23 @@ impl Filesystem for DualFs {
             ),
             Err(e) => reply.error(report("create", &e)),
         }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _node: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No ioctl is implemented. ENOTTY is what a file system says to one
+        // it does not know (isatty's TCGETS on every open by Python, say),
+        // and fuser's default would log a warning per request.
+        reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(

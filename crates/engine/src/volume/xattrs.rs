@@ -11,12 +11,33 @@ use crate::types::{FileKind, InodeNo};
 
 const S_ISGID: u32 = 0o2000;
 
+/// The namespaces a Linux file system stores (ACLs are the `system.*` names
+/// it knows); like ext4, anything else is EOPNOTSUPP, and a namespace with
+/// nothing after it EINVAL.
+fn check_name(name: &[u8]) -> Result<()> {
+    if AclKind::of_xattr(name).is_some() {
+        return Ok(());
+    }
+    for prefix in [&b"user."[..], b"trusted.", b"security."] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            return if rest.is_empty() {
+                Err(Error::Invalid("an attribute name needs more than its namespace"))
+            } else {
+                Ok(())
+            };
+        }
+    }
+    Err(Error::NotSupported)
+}
+
 impl Volume {
     /// The value of an extended attribute.
     ///
     /// # Errors
-    /// `NoXattr`.
+    /// `NoXattr`; `NotSupported` outside the `user`, `trusted` and
+    /// `security` namespaces and the ACL names.
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        check_name(name)?;
         lock(&self.fs).xattr_get(ino, name)
     }
 
@@ -33,8 +54,9 @@ impl Volume {
     ///
     /// # Errors
     /// `Exists`/`NoXattr` per `mode`, `XattrTooBig`, `NameTooLong`;
-    /// `Invalid` for a malformed ACL.
+    /// `Invalid` for a malformed ACL; as [`Volume::getxattr`] for names.
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
+        check_name(name)?;
         if let Some(kind) = AclKind::of_xattr(name) {
             return self.set_acl(ino, kind, Some(value), false);
         }
@@ -49,8 +71,9 @@ impl Volume {
     /// succeeds, as in Linux.
     ///
     /// # Errors
-    /// `NoXattr`.
+    /// `NoXattr`; as [`Volume::getxattr`] for names.
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        check_name(name)?;
         if let Some(kind) = AclKind::of_xattr(name) {
             return self.set_acl(ino, kind, None, false);
         }

@@ -230,7 +230,13 @@ impl Filesystem for DualFs {
             match config.add_capabilities(cap) {
                 Ok(()) if cap == InitFlags::FUSE_POSIX_ACL => self.acl = true,
                 Ok(()) => {}
-                Err(missing) => log::info!("the kernel does not offer {missing:?}; going on without it"),
+                Err(missing) => {
+                    log::info!("the kernel does not offer {missing:?}; going on without it");
+                    if cap == InitFlags::FUSE_WRITEBACK_CACHE {
+                        // Then the engine owns the times of writes and truncations.
+                        self.options.writeback_cache = false;
+                    }
+                }
             }
         }
         if let Err(nearest) = config.set_max_write(self.options.max_write) {
@@ -291,6 +297,10 @@ impl Filesystem for DualFs {
             atime: atime.map(convert::time_set),
             mtime: mtime.map(convert::time_set),
             ctime: ctime.map(convert::request_time),
+            // With the writeback cache the kernel owns mtime and ctime and
+            // sends them when a truncation should move them (not, for one,
+            // when truncate(2) leaves the size as it was).
+            size_stamp: if self.options.writeback_cache { Stamp::Keep } else { Stamp::Now },
         };
         match self.vol.setattr(ino(node), &set) {
             Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),

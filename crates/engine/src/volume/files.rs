@@ -128,11 +128,9 @@ impl Volume {
             let mut rec = fs.log.inode_mut(ino)?;
             if !mode.keep_size && !mode.punch_hole && end > rec.size {
                 rec.size = end;
-                rec.mtime = now;
             }
-            if mode.punch_hole || mode.zero_range {
-                rec.mtime = now;
-            }
+            // Every mode moves both, as on ext4 (POSIX says nothing).
+            rec.mtime = now;
             rec.ctime = now;
             Ok(())
         })

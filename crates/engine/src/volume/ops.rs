@@ -6,7 +6,7 @@
 //! one `mutate` step, which lands whole in one partial segment.
 
 use super::atime::Touch;
-use super::{Attr, Creds, Listing, RenameFlags, SetAttr, StatFs, TimeSet, Volume, lock};
+use super::{Attr, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
@@ -103,7 +103,8 @@ impl Volume {
         self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
             let mut rec = fs.log.inode_mut(ino)?;
-            let mut changed = set.size.is_some();
+            let stamp_size = set.size.is_some() && set.size_stamp == Stamp::Now;
+            let mut changed = stamp_size;
             if let Some(mode) = set.mode {
                 rec.mode = (rec.mode & !0o7777) | (mode & 0o7777);
                 changed = true;
@@ -135,7 +136,7 @@ impl Volume {
             if let Some(t) = set.mtime {
                 rec.mtime = resolve(t);
                 changed = true;
-            } else if set.size.is_some() {
+            } else if stamp_size {
                 rec.mtime = now;
             }
             if changed {

@@ -100,6 +100,10 @@ pub struct SetAttr {
     pub mtime: Option<TimeSet>,
     /// New change time (only ever set explicitly by privileged callers).
     pub ctime: Option<Timestamp>,
+    /// Whether a new size stamps mtime and ctime (`truncate`). A caller
+    /// that owns the times (the kernel's writeback cache, which sends them
+    /// when a size change should move them) passes [`Stamp::Keep`].
+    pub size_stamp: Stamp,
 }
 
 /// Who creates an inode: its owner, and the creating process's umask.
@@ -252,9 +256,10 @@ pub struct Listing {
 }
 
 /// Whether a write stamps mtime and ctime.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Stamp {
     /// Set them to the current time (POSIX `write`).
+    #[default]
     Now,
     /// Leave them: the caller sets them itself.
     Keep,

@@ -11,6 +11,7 @@ use crate::args::FsckArgs;
 use crate::devices::{Access, open_pair};
 use crate::helper::split_source;
 use crate::mount::Exit;
+use crate::progress::{Activity, Meter};
 
 /// fsck(8) exit status: problems were found and left as they are.
 const EXIT_UNCORRECTED: i32 = 4;
@@ -80,8 +81,11 @@ pub fn run(args: &FsckArgs) -> Result<()> {
         Some(d) => (args.meta.clone(), d.clone()),
         None => split_source(&args.meta.to_string_lossy(), None)?,
     };
+    let meter = Meter::default();
     let checked = open_pair(&meta, &data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
-        check(m, d).map_err(|e| anyhow!("cannot check {} and {}: {e}", meta.display(), data.display()))
+        let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
+        check(meter.wrap(m), meter.wrap(d))
+            .map_err(|e| anyhow!("cannot check {} and {}: {e}", meta.display(), data.display()))
     });
     let report = match checked {
         Ok(r) => r,

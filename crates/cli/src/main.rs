@@ -12,6 +12,7 @@ mod inspect_text;
 mod mkfs;
 mod mount;
 mod options;
+mod progress;
 mod umount;
 
 use std::ffi::OsString;

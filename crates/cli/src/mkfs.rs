@@ -12,6 +12,7 @@ use dualfs_engine::volume::MkfsOptions;
 
 use crate::args::MkfsArgs;
 use crate::devices::{Access, open_pair};
+use crate::progress::{Activity, Meter};
 
 /// How a total size is split: the meta-data device takes about a tenth.
 const META_SHARE_DIVISOR: u64 = 10;
@@ -100,9 +101,12 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     };
     ensure_images(args)?;
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
-    Volume::format(meta.clone(), data.clone(), &options).map_err(|e| {
+    let meter = Meter::default();
+    let activity = Activity::start("creating the volume".into(), meter.written.clone(), "written");
+    Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options).map_err(|e| {
         anyhow::anyhow!("cannot create a DualFS volume on {} and {}: {e}", args.meta.display(), args.data.display())
     })?;
+    drop(activity);
     let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
     println!(
         "DualFS volume {} created{}",

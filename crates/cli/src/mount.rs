@@ -197,7 +197,7 @@ fn detach(cfg: &MountConfig) -> Result<()> {
 }
 
 fn engine_options(cfg: &MountConfig) -> MountOptions {
-    let mut o = MountOptions { read_only: cfg.read_only, ..MountOptions::default() };
+    let mut o = MountOptions { read_only: cfg.read_only, atime: cfg.atime, ..MountOptions::default() };
     if let Some(c) = cfg.commit {
         o.commit_interval = c;
     }

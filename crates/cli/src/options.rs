@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use dualfs_engine::volume::AtimeMode;
 use fuser::{MountOption, SessionACL};
 
 /// Requests served at once by default: enough that a commit writing a
@@ -29,6 +30,9 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// The kernel's writeback cache.
     pub writeback: bool,
+    /// When reads update access times (the engine does it; the kernel
+    /// never does for FUSE).
+    pub atime: AtimeMode,
 }
 
 impl Default for MountConfig {
@@ -42,13 +46,15 @@ impl Default for MountConfig {
             threads: DEFAULT_THREADS,
             fsname: None,
             writeback: true,
+            atime: AtimeMode::Relatime,
         }
     }
 }
 
 /// Options mount(8) and fstab use that mean nothing to a mounted FUSE file
-/// system (they steer mount(8) itself), and atime variants: the engine does
-/// not update access times on read, so they would change nothing.
+/// system (they steer mount(8) itself), and two atime refinements the
+/// engine does not make: directories follow the files' rule, and access
+/// times already reach the disk only with the next commit.
 fn ignored(opt: &str) -> bool {
     matches!(
         opt,
@@ -61,10 +67,6 @@ fn ignored(opt: &str) -> bool {
             | "owner"
             | "nofail"
             | "_netdev"
-            | "relatime"
-            | "norelatime"
-            | "strictatime"
-            | "nostrictatime"
             | "diratime"
             | "nodiratime"
             | "lazytime"
@@ -85,12 +87,21 @@ fn flag(opt: &str) -> Option<MountOption> {
         "nosuid" => MountOption::NoSuid,
         "exec" => MountOption::Exec,
         "noexec" => MountOption::NoExec,
-        "atime" => MountOption::Atime,
-        "noatime" => MountOption::NoAtime,
         "sync" => MountOption::Sync,
         "async" => MountOption::Async,
         "dirsync" => MountOption::DirSync,
         "auto_unmount" => MountOption::AutoUnmount,
+        _ => return None,
+    })
+}
+
+/// The access-time rule an option asks for, as mount(8) reads them: the
+/// last one given wins.
+fn atime_mode(opt: &str) -> Option<AtimeMode> {
+    Some(match opt {
+        "noatime" => AtimeMode::NoAtime,
+        "relatime" | "atime" | "nostrictatime" => AtimeMode::Relatime,
+        "strictatime" | "norelatime" => AtimeMode::StrictAtime,
         _ => return None,
     })
 }
@@ -119,6 +130,14 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.log = Some(PathBuf::from(v));
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
+        } else if let Some(mode) = atime_mode(opt) {
+            c.atime = mode;
+            // The kernel never updates a FUSE file's atime itself; noatime
+            // is passed on only so that /proc/mounts says so.
+            c.fuse.retain(|o| !matches!(o, MountOption::NoAtime | MountOption::Atime));
+            if mode == AtimeMode::NoAtime {
+                c.fuse.push(MountOption::NoAtime);
+            }
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
         } else if opt == "ro" {
@@ -175,6 +194,18 @@ mod tests {
         assert!(parse(&["commit=soon".into()]).is_err());
         assert!(parse(&["threads=0".into()]).is_err());
         assert!(parse(&["log=".into()]).is_err());
+    }
+
+    #[test]
+    fn access_time_options_choose_the_rule_and_the_last_wins() {
+        assert_eq!(p("").atime, AtimeMode::Relatime);
+        assert_eq!(p("strictatime").atime, AtimeMode::StrictAtime);
+        let c = p("noatime");
+        assert_eq!(c.atime, AtimeMode::NoAtime);
+        assert_eq!(c.fuse, vec![MountOption::NoAtime]);
+        let c = p("noatime,relatime");
+        assert_eq!(c.atime, AtimeMode::Relatime);
+        assert!(c.fuse.is_empty());
     }
 
     #[test]

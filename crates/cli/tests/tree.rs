@@ -1,5 +1,5 @@
-//! A generated tree of a few thousand files goes onto a volume with tar and
-//! cp -a, and comes back equal (contents, modes, owners, times to the
+//! A generated tree of 20,000 files goes onto a volume with tar and cp -a,
+//! and comes back equal (contents, modes, owners, times to the
 //! nanosecond, links, xattrs) before and after a remount; rm -rf then leaves
 //! the volume as empty as a fresh one.
 
@@ -18,19 +18,25 @@ use common::{Rng, TestVolume, sh};
 use nix::sys::stat::{UtimensatFlags, utimensat};
 use nix::sys::time::TimeSpec;
 
-const FILES: usize = 2500;
-const DIRS: usize = 120;
-const SYMLINKS: usize = 200;
-const HARD_LINKS: usize = 150;
+const FILES: usize = 20_000;
+const DIRS: usize = 600;
+const SYMLINKS: usize = 1000;
+const HARD_LINKS: usize = 800;
 const XATTR_EVERY: usize = 8;
+/// The largest file.
+const MAX_SIZE: usize = 4 << 20;
 
-/// A size drawn so that most files are small (many inline), a few large.
-fn file_size(rng: &mut Rng) -> usize {
-    match rng.below(100) {
-        0..40 => rng.below(1025) as usize,
-        40..75 => 1024 + rng.below(15 * 1024) as usize,
-        75..95 => 16 * 1024 + rng.below(112 * 1024) as usize,
-        _ => 128 * 1024 + rng.below(896 * 1024 + 1) as usize,
+/// A size drawn so that most files are small (70% inline), a few large:
+/// about 130 MiB in all, so that three copies and their comparisons stay
+/// within a couple of minutes.
+fn file_size(rng: &mut Rng, i: usize) -> usize {
+    match (i, rng.below(1000)) {
+        (0, _) => 0,
+        (1, _) => MAX_SIZE,
+        (_, 0..700) => rng.below(1025) as usize,
+        (_, 700..950) => 1024 + rng.below(15 * 1024) as usize,
+        (_, 950..999) => 16 * 1024 + rng.below(48 * 1024) as usize,
+        _ => 128 * 1024 + rng.below((MAX_SIZE - 128 * 1024) as u64 + 1) as usize,
     }
 }
 
@@ -77,11 +83,11 @@ fn generate(root: &Path) -> Vec<PathBuf> {
     let owners = [(0, 0), (1000, 1000), (65534, 65534), (123_456, 7), (0, 4242)];
     let mut files = Vec::new();
     let mut xattr_dump = String::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; MAX_SIZE];
     for i in 0..FILES {
         let dir = &dirs[rng.below(dirs.len() as u64) as usize];
         let p = dir.join(file_name(&mut rng, i));
-        let len = file_size(&mut rng);
+        let len = file_size(&mut rng, i);
         rng.fill(&mut buf[..len]);
         fs::write(&p, &buf[..len]).unwrap();
         if i % XATTR_EVERY == 0 {
@@ -182,20 +188,40 @@ fn describe(root: &Path) -> Vec<String> {
     out
 }
 
-fn assert_same_tree(src: &Path, dst: &Path, what: &str) {
-    let (a, b) = (describe(src), describe(dst));
-    assert_eq!(a.len(), b.len(), "{what}: entry counts differ");
-    for (x, y) in a.iter().zip(&b) {
+/// What a tree must look like: `stat` of every path, a checksum list, the
+/// xattrs. Taken once from the source.
+struct Expected {
+    src: PathBuf,
+    entries: Vec<String>,
+    sums: String,
+    xattrs: String,
+}
+
+fn checksums(d: &Path) -> String {
+    sh(&format!("cd '{}' && find . -type f -print0 | sort -z | xargs -0 sha256sum", d.display()))
+}
+
+fn xattr_dump(d: &Path) -> String {
+    sh(&format!("cd '{}' && getfattr -R -h -d -m '^user\\.' -e hex . 2>/dev/null | sort", d.display()))
+}
+
+impl Expected {
+    fn of(src: &Path) -> Expected {
+        let xattrs = xattr_dump(src);
+        assert!(xattrs.contains("user.bin"), "the source tree has xattrs");
+        Expected { src: src.to_path_buf(), entries: describe(src), sums: checksums(src), xattrs }
+    }
+}
+
+fn assert_same_tree(want: &Expected, dst: &Path, what: &str) {
+    let got = describe(dst);
+    assert_eq!(want.entries.len(), got.len(), "{what}: entry counts differ");
+    for (x, y) in want.entries.iter().zip(&got) {
         assert_eq!(x, y, "{what}: metadata differs");
     }
-    sh(&format!("diff -r --no-dereference -x 'fifo*' '{}' '{}'", src.display(), dst.display()));
-    let sums = |d: &Path| sh(&format!("cd '{}' && find . -type f -print0 | sort -z | xargs -0 sha256sum", d.display()));
-    assert_eq!(sums(src), sums(dst), "{what}: checksum lists differ");
-    let xattrs =
-        |d: &Path| sh(&format!("cd '{}' && getfattr -R -h -d -m '^user\\.' -e hex . 2>/dev/null | sort", d.display()));
-    let xa = xattrs(src);
-    assert!(xa.contains("user.bin"), "the source tree has xattrs");
-    assert_eq!(xa, xattrs(dst), "{what}: xattrs differ");
+    sh(&format!("diff -r --no-dereference -x 'fifo*' '{}' '{}'", want.src.display(), dst.display()));
+    assert_eq!(want.sums, checksums(dst), "{what}: checksum lists differ");
+    assert_eq!(want.xattrs, xattr_dump(dst), "{what}: xattrs differ");
 }
 
 /// `df`'s used blocks and inodes, waiting a little for frees to land.
@@ -223,15 +249,24 @@ fn a_generated_tree_survives_tar_cp_remount_and_rm() {
     let Some(mut v) = TestVolume::create("1G") else {
         return;
     };
+    let mut clock = Instant::now();
+    let mut phase = |what: &str| {
+        eprintln!("{what}: {:.1?}", clock.elapsed());
+        clock = Instant::now();
+    };
     let src = v.dir.path().join("src");
     fs::create_dir(&src).unwrap();
     generate(&src);
+    let files: usize = sh(&format!("find '{}' -type f | wc -l", src.display())).trim().parse().unwrap();
+    assert!(files >= 20_000, "{files} files");
+    let want = Expected::of(&src);
     let tar = v.dir.path().join("tree.tar");
     sh(&format!(
         "tar --format=posix --xattrs --xattrs-include='user.*' -C '{}' -cf '{}' .",
         src.display(),
         tar.display()
     ));
+    phase("generate and tar -c");
 
     v.mount();
     let fresh = df_used(&v);
@@ -239,21 +274,26 @@ fn a_generated_tree_survives_tar_cp_remount_and_rm() {
     let copy = v.path("copy");
     fs::create_dir(&tree).unwrap();
     sh(&format!("tar --xattrs --xattrs-include='user.*' -C '{}' -xpf '{}'", tree.display(), tar.display()));
+    phase("tar -x");
     sh(&format!("cp -a '{}' '{}'", src.display(), copy.display()));
+    phase("cp -a");
     // The root of the copies is the one directory whose times tar and cp
     // set from the source's: compare below it.
-    assert_same_tree(&src, &tree, "tar -x");
-    assert_same_tree(&src, &copy, "cp -a");
+    assert_same_tree(&want, &tree, "tar -x");
+    assert_same_tree(&want, &copy, "cp -a");
+    phase("compare");
 
     v.umount();
     let log = v.inspect(&["log"]);
     assert_eq!(log["roll_forward"]["partial_segments"], 0, "a clean unmount leaves nothing to roll forward: {log}");
     v.mount();
-    assert_same_tree(&src, &tree, "tar -x after remount");
-    assert_same_tree(&src, &copy, "cp -a after remount");
+    assert_same_tree(&want, &tree, "tar -x after remount");
+    assert_same_tree(&want, &copy, "cp -a after remount");
+    phase("remount and compare");
 
     sh(&format!("rm -rf '{}' '{}'", tree.display(), copy.display()));
     assert_eq!(wait_for_usage(&v, fresh), fresh, "rm -rf leaves the volume empty");
+    phase("rm -rf");
     v.remount();
     assert_eq!(df_used(&v), fresh, "and it stays empty after a remount");
     v.umount();

@@ -8,25 +8,31 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use dualfs_engine::Error;
+use dualfs_engine::namespace::acl::AclKind;
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr, Stamp};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::DualFs;
+use crate::caller;
 use crate::convert::{self, errno, file_attr, file_type, ino};
 
 /// Capabilities asked of the kernel, each for a reason:
 /// writeback caching (large, merged writes), readdirplus (one round trip
 /// for `ls -l`, adaptively), parallel lookups in one directory (the engine
-/// is thread-safe), cached symlink targets (they never change), and
+/// is thread-safe), cached symlink targets (they never change),
 /// lookups of `.`/`..` for NFS export (inode numbers and generations are
-/// stable across mounts).
-const WANTED: [InitFlags; 6] = [
+/// stable across mounts), and POSIX ACLs: the kernel checks them and the
+/// engine keeps them, which needs the umask unapplied (a directory's
+/// default ACL replaces it).
+const WANTED: [InitFlags; 8] = [
+    InitFlags::FUSE_POSIX_ACL,
+    InitFlags::FUSE_DONT_MASK,
     InitFlags::FUSE_WRITEBACK_CACHE,
     InitFlags::FUSE_DO_READDIRPLUS,
     InitFlags::FUSE_READDIRPLUS_AUTO,
@@ -49,18 +55,17 @@ fn name(n: &OsStr) -> &[u8] {
     n.as_bytes()
 }
 
-fn creds(req: &Request) -> Creds {
-    Creds { uid: req.uid(), gid: req.gid() }
+/// The creator of a new inode. The kernel sends the mode unmasked
+/// (FUSE_DONT_MASK) with the umask beside it; the engine applies one or the
+/// directory's default ACL. A kernel that masked already loses nothing by
+/// masking twice.
+fn creds(req: &Request, umask: u32) -> Creds {
+    Creds { uid: req.uid(), gid: req.gid(), umask: umask & 0o777 }
 }
 
-/// POSIX ACLs travel as these xattrs. Without FUSE_POSIX_ACL the kernel
-/// passes them through untouched, and a file system that accepted them
-/// would have to keep the mode bits in step (an ACL of three entries *is*
-/// a chmod: `cp -a` sets modes that way). The engine stores xattrs as
-/// opaque bytes, so the adapter says what a file system without ACL
-/// support says, EOPNOTSUPP, and tools fall back to chmod.
-fn is_acl(n: &OsStr) -> bool {
-    n.as_bytes().starts_with(b"system.posix_acl_")
+/// POSIX ACLs travel as these xattrs.
+fn acl_kind(n: &OsStr) -> Option<AclKind> {
+    AclKind::of_xattr(n.as_bytes())
 }
 
 /// Logs errors the kernel's caller will only see as an errno but an
@@ -162,6 +167,28 @@ impl DualFs {
         }
     }
 
+    /// Sets or removes an ACL. Without FUSE_POSIX_ACL the kernel would
+    /// neither check ACLs nor keep them cached; they are refused then, as
+    /// by a file system without ACL support, and tools fall back to chmod.
+    ///
+    /// Setting an access ACL drops the set-group-id bit unless the caller
+    /// is in the file's group or privileged (as `posix_acl_update_mode`).
+    /// The kernel tells a FUSE server that only through FUSE_SETXATTR_EXT,
+    /// which fuser does not decode, so the adapter works it out itself.
+    fn set_acl(&self, req: &Request, node: InodeNo, kind: AclKind, value: Option<&[u8]>) -> Result<(), Error> {
+        if !self.acl {
+            return Err(Error::NotSupported);
+        }
+        let clear_setgid = match (kind, value) {
+            (AclKind::Access, Some(_)) => {
+                let gid = self.vol.getattr(node)?.gid;
+                !caller::in_group_or_root(req.uid(), req.gid(), req.pid(), gid)
+            }
+            _ => false,
+        };
+        self.vol.set_acl(node, kind, value, clear_setgid)
+    }
+
     fn copy_range(&self, from: InodeNo, from_off: u64, to: InodeNo, to_off: u64, len: u64) -> Result<u64, Error> {
         let want = len.min(COPY_MAX);
         let mut done = 0u64;
@@ -200,8 +227,16 @@ impl Filesystem for DualFs {
             if cap == InitFlags::FUSE_WRITEBACK_CACHE && !self.options.writeback_cache {
                 continue;
             }
-            if let Err(missing) = config.add_capabilities(cap) {
-                log::info!("the kernel does not offer {missing:?}; going on without it");
+            match config.add_capabilities(cap) {
+                Ok(()) if cap == InitFlags::FUSE_POSIX_ACL => self.acl = true,
+                Ok(()) => {}
+                Err(missing) => {
+                    log::info!("the kernel does not offer {missing:?}; going on without it");
+                    if cap == InitFlags::FUSE_WRITEBACK_CACHE {
+                        // Then the engine owns the times of writes and truncations.
+                        self.options.writeback_cache = false;
+                    }
+                }
             }
         }
         if let Err(nearest) = config.set_max_write(self.options.max_write) {
@@ -262,6 +297,10 @@ impl Filesystem for DualFs {
             atime: atime.map(convert::time_set),
             mtime: mtime.map(convert::time_set),
             ctime: ctime.map(convert::request_time),
+            // With the writeback cache the kernel owns mtime and ctime and
+            // sends them when a truncation should move them (not, for one,
+            // when truncate(2) leaves the size as it was).
+            size_stamp: if self.options.writeback_cache { Stamp::Keep } else { Stamp::Now },
         };
         match self.vol.setattr(ino(node), &set) {
             Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
@@ -276,18 +315,17 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
-        // The kernel applied the umask already (FUSE_DONT_MASK is not asked for).
+    fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let kind = match convert::mknod_kind(mode) {
             Ok(k) => k,
             Err(e) => return reply.error(e),
         };
-        let r = self.vol.mknod(ino(parent), name(n), kind, mode & 0o7777, u64::from(rdev), creds(req));
+        let r = self.vol.mknod(ino(parent), name(n), kind, mode & 0o7777, u64::from(rdev), creds(req, umask));
         self.reply_entry("mknod", r, reply);
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        let r = self.vol.mkdir(ino(parent), name(n), mode & 0o7777, creds(req));
+    fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let r = self.vol.mkdir(ino(parent), name(n), mode & 0o7777, creds(req, umask));
         self.reply_entry("mkdir", r, reply);
     }
 
@@ -300,7 +338,7 @@ impl Filesystem for DualFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let r = self.vol.symlink(ino(parent), name(link_name), target.as_os_str().as_bytes(), creds(req));
+        let r = self.vol.symlink(ino(parent), name(link_name), target.as_os_str().as_bytes(), creds(req, 0));
         self.reply_entry("symlink", r, reply);
     }
 
@@ -327,11 +365,16 @@ impl Filesystem for DualFs {
         self.reply_entry("link", r, reply);
     }
 
-    fn open(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // Stateless handles: the kernel's lookup reference keeps an open,
         // unlinked file alive. Keeping the page cache across opens is safe
-        // because nobody but this kernel changes the volume.
+        // because nobody but this kernel changes the volume. But reads the
+        // cache answers never reach the engine, which keeps access times:
+        // when a read would update one (under relatime, once after each
+        // change), the cache is dropped so that this open's reads arrive.
+        let reads = flags.acc_mode() != OpenAccMode::O_WRONLY;
         match self.vol.getattr(ino(node)) {
+            Ok(_) if reads && self.vol.access_due(ino(node)) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(report("open", &e)),
         }
@@ -438,7 +481,7 @@ impl Filesystem for DualFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         n: &OsStr,
         value: &[u8],
@@ -446,8 +489,8 @@ impl Filesystem for DualFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if is_acl(n) {
-            return reply.error(Errno::EOPNOTSUPP);
+        if let Some(kind) = acl_kind(n) {
+            return Self::reply_empty("setxattr", self.set_acl(req, ino(node), kind, Some(value)), reply);
         }
         let mode = match convert::xattr_mode(flags) {
             Ok(m) => m,
@@ -471,9 +514,9 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        if is_acl(n) {
-            return reply.error(Errno::EOPNOTSUPP);
+    fn removexattr(&self, req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if let Some(kind) = acl_kind(n) {
+            return Self::reply_empty("removexattr", self.set_acl(req, ino(node), kind, None), reply);
         }
         let r = self.vol.removexattr(ino(node), name(n));
         Self::reply_empty("removexattr", r, reply);
@@ -492,11 +535,11 @@ impl Filesystem for DualFs {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.vol.create(ino(parent), name(n), mode & 0o7777, creds(req)) {
+        match self.vol.create(ino(parent), name(n), mode & 0o7777, creds(req, umask)) {
             Ok(a) => reply.created(
                 &self.options.entry_ttl,
                 &file_attr(&a),
@@ -506,6 +549,23 @@ impl Filesystem for DualFs {
             ),
             Err(e) => reply.error(report("create", &e)),
         }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _node: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No ioctl is implemented. ENOTTY is what a file system says to one
+        // it does not know (isatty's TCGETS on every open by Python, say),
+        // and fuser's default would log a warning per request.
+        reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(

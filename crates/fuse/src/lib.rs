@@ -11,7 +11,9 @@
 //!
 //! What the kernel does for us, by choice:
 //! - permission checks (`default_permissions`), including clearing set-id
-//!   bits on write, truncate and chown by sending a `setattr` of the mode;
+//!   bits on write, truncate and chown by sending a `setattr` of the mode,
+//!   and POSIX ACLs (FUSE_POSIX_ACL), which it reads from the engine's
+//!   `system.posix_acl_*` xattrs and caches;
 //! - POSIX record locks and `flock`: FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS
 //!   are not negotiated, so the kernel keeps locks locally, which is exact
 //!   for a file system that only this kernel mounts;
@@ -22,6 +24,7 @@
 //! chooses an errno only for requests the engine never sees (unknown flag
 //! bits, which it refuses before calling the engine).
 
+mod caller;
 mod convert;
 mod filesystem;
 
@@ -36,8 +39,9 @@ pub use convert::errno;
 ///
 /// Caching attributes and names is safe because every change to the volume
 /// comes through this kernel mount: the kernel invalidates what its own
-/// operations change. What it cannot know is what the engine changes on its
-/// own (the block count after delayed allocation), which is at most a TTL late.
+/// operations change (and, after a read, the access time the engine may have
+/// changed). The block count does not move at write-back: it counts the
+/// blocks dirty data has reserved.
 #[derive(Clone, Copy, Debug)]
 pub struct AdapterOptions {
     /// Lifetime of attributes in replies.
@@ -67,13 +71,15 @@ impl Default for AdapterOptions {
 pub struct DualFs {
     vol: Arc<Volume>,
     options: AdapterOptions,
+    /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
+    acl: bool,
 }
 
 impl DualFs {
     /// Serves `vol` to the kernel.
     #[must_use]
     pub fn new(vol: Arc<Volume>, options: AdapterOptions) -> DualFs {
-        DualFs { vol, options }
+        DualFs { vol, options, acl: false }
     }
 
     /// The mount options the adapter relies on: the kernel must check

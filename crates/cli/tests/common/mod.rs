@@ -231,3 +231,15 @@ impl Rng {
 pub fn ino(p: &Path) -> u64 {
     std::fs::symlink_metadata(p).expect("stat").ino()
 }
+
+/// `setxattr(2)`, which neither std nor nix wraps.
+pub fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let n = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; the
+    // value pointer and length describe a live slice.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}

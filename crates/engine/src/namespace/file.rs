@@ -58,6 +58,9 @@ pub struct Page {
 pub struct PageCache {
     files: HashMap<InodeNo, BTreeMap<u64, Page>>,
     dirty_pages: usize,
+    /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
+    /// blocks the file will have once written back, which `stat` counts.
+    reserved: HashMap<InodeNo, u64>,
 }
 
 impl PageCache {
@@ -88,6 +91,30 @@ impl PageCache {
 
     fn page(&self, ino: InodeNo, block: u64) -> Option<&Page> {
         self.files.get(&ino)?.get(&block)
+    }
+
+    /// Blocks `ino` holds reservations for: written, not yet allocated.
+    /// Kept as a count, so that `getattr` need not walk the pages.
+    #[must_use]
+    pub fn reserved_blocks(&self, ino: InodeNo) -> u64 {
+        let n = self.reserved.get(&ino).copied().unwrap_or(0);
+        debug_assert_eq!(
+            n,
+            self.files
+                .get(&ino)
+                .map_or(0, |f| f.values().filter(|p| p.state == PageState::Dirty { reserved: true }).count() as u64),
+            "reserved-page count of inode {ino}"
+        );
+        n
+    }
+
+    fn count_reserved(&mut self, ino: InodeNo, added: u64, removed: u64) {
+        let n = self.reserved.entry(ino).or_default();
+        debug_assert!(*n + added >= removed, "reserved-page count of inode {ino} below zero");
+        *n = (*n + added).saturating_sub(removed);
+        if *n == 0 {
+            self.reserved.remove(&ino);
+        }
     }
 
     /// Hands every queued page to commit `commit`, copying its bytes.
@@ -131,6 +158,7 @@ impl PageCache {
         if pages.is_empty() {
             self.files.remove(&ino);
         }
+        self.count_reserved(ino, 0, reserved);
         reserved
     }
 }
@@ -331,6 +359,7 @@ impl Fs {
         };
         self.pages.files.entry(ino).or_default().insert(block, Page { data, state: PageState::Dirty { reserved } });
         self.pages.dirty_pages += 1;
+        self.pages.count_reserved(ino, u64::from(reserved), 0);
         Ok(())
     }
 
@@ -346,6 +375,7 @@ impl Fs {
         data[..bytes.len()].copy_from_slice(&bytes);
         self.pages.files.entry(ino).or_default().insert(0, Page { data, state: PageState::Dirty { reserved: true } });
         self.pages.dirty_pages += 1;
+        self.pages.count_reserved(ino, 1, 0);
         Ok(())
     }
 
@@ -414,6 +444,7 @@ impl Fs {
                     .collect();
                 if !unreserved.is_empty() {
                     self.log.space.reserve(unreserved.len() as u64)?;
+                    self.pages.count_reserved(ino, unreserved.len() as u64, 0);
                     for b in unreserved {
                         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
                             p.state = PageState::Dirty { reserved: true };
@@ -435,10 +466,12 @@ impl Fs {
 
     fn queue_page(&mut self, ino: InodeNo, block: u64, at: DataBlock) {
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block))
-            && let PageState::Dirty { .. } = p.state
+            && let PageState::Dirty { reserved } = p.state
         {
             p.state = PageState::Queued { at };
             self.pages.dirty_pages -= 1;
+            // Its reservation became the block the caller allocated.
+            self.pages.count_reserved(ino, 0, u64::from(reserved));
         }
     }
 

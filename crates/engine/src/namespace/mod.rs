@@ -5,6 +5,7 @@
 //! implement single steps of POSIX operations; [`crate::volume`] checks
 //! arguments, orders the steps, and decides when partial segments are sealed.
 
+pub mod acl;
 pub mod blob;
 pub mod btree;
 pub mod dir;

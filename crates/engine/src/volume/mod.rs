@@ -10,15 +10,19 @@
 //! if not, it seals and writes it first. That is what makes every operation
 //! land whole in one partial segment, the transaction unit of the log.
 
+mod atime;
 mod clean;
+mod files;
 mod mkfs;
 mod ops;
 pub mod types;
+mod xattrs;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
 
+pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use mkfs::probe_existing;
 pub use types::*;
@@ -507,8 +511,13 @@ impl Volume {
 
     // ---- helpers shared by the operations ----
 
+    /// The attributes of `ino`; its block count includes the blocks its
+    /// dirty data holds reservations for (allocated at write-back), so
+    /// that `du` is right as soon as data is written.
     fn attr(fs: &mut Fs, ino: InodeNo) -> Result<Attr> {
-        Ok(Attr::from_record(fs.log.inode(ino)?))
+        let mut a = Attr::from_record(fs.log.inode(ino)?);
+        a.blocks += fs.pages.reserved_blocks(ino) * (crate::types::BLOCK_BYTES / 512);
+        Ok(a)
     }
 
     fn kind_of(fs: &mut Fs, ino: InodeNo) -> Result<FileKind> {

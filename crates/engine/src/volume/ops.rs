@@ -1,18 +1,19 @@
-//! The POSIX-style operations of [`Volume`].
+//! The namespace operations of [`Volume`]: names, attributes, listings.
+//! File data is in `files.rs`, extended attributes in `xattrs.rs`.
 //!
 //! Each one validates everything it can before it changes anything, so that
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Creds, FallocateMode, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
+use super::atime::Touch;
+use super::{Attr, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
-use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
+use crate::namespace::file::MAX_FILE_SIZE;
 use crate::namespace::inode::NewInode;
 use crate::namespace::name::NAME_MAX;
-use crate::namespace::xattr::SetMode;
 use crate::namespace::{FileName, Fs};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
 
@@ -102,11 +103,13 @@ impl Volume {
         self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
             let mut rec = fs.log.inode_mut(ino)?;
-            let mut changed = set.size.is_some();
+            let stamp_size = set.size.is_some() && set.size_stamp == Stamp::Now;
+            let mut changed = stamp_size;
             if let Some(mode) = set.mode {
                 rec.mode = (rec.mode & !0o7777) | (mode & 0o7777);
                 changed = true;
             }
+            let new_mode = rec.mode;
             let owner_change = set.uid.is_some_and(|u| u != rec.uid) || set.gid.is_some_and(|g| g != rec.gid);
             if set.uid.is_some() || set.gid.is_some() {
                 rec.uid = set.uid.unwrap_or(rec.uid);
@@ -133,7 +136,7 @@ impl Volume {
             if let Some(t) = set.mtime {
                 rec.mtime = resolve(t);
                 changed = true;
-            } else if set.size.is_some() {
+            } else if stamp_size {
                 rec.mtime = now;
             }
             if changed {
@@ -142,6 +145,10 @@ impl Volume {
                 rec.ctime = c;
             }
             drop(rec);
+            if set.mode.is_some() && kind != FileKind::Symlink {
+                // chmod rewrites the access ACL's owner, mask and other entries.
+                fs.acl_chmod(ino, new_mode)?;
+            }
             Volume::attr(fs, ino)
         })
     }
@@ -169,7 +176,8 @@ impl Volume {
     }
 
     /// Creates an inode of `kind` named `name` in `parent`, with `fill` to
-    /// set up its body.
+    /// set up its body. `perm` is limited by the directory's default ACL,
+    /// which the inode inherits, or else by the umask in `creds`.
     #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
@@ -204,7 +212,11 @@ impl Volume {
             if fs.dir_lookup(parent, name.as_bytes())?.is_some() {
                 return Err(Error::Exists);
             }
+            // The directory's default ACL, or else the umask, limits the mode.
+            let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
+            let perm = inherited.perm;
             let ino = fs.new_inode(parent, NewInode { kind, perm, uid: creds.uid, gid, rdev }, now)?;
+            fs.acl_store_inherited(ino, &inherited)?;
             fill.take().ok_or(Error::Invalid("operation retried after a partial change"))?(fs, ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
@@ -280,20 +292,25 @@ impl Volume {
         })
     }
 
-    /// The target of a symbolic link.
+    /// The target of a symbolic link. Reading it is an access (atime).
     ///
     /// # Errors
     /// `NotSymlink`.
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
-        let mut fs = lock(&self.fs);
-        if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
-            return Err(Error::NotSymlink);
-        }
-        match fs.log.inode(ino)?.body.clone() {
-            Body::Inline(t) => Ok(t),
-            Body::Blob { len, nodes } => fs.read_blob(&nodes, len),
-            _ => Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
-        }
+        let (target, touch) = {
+            let mut fs = lock(&self.fs);
+            if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
+                return Err(Error::NotSymlink);
+            }
+            let target = match fs.log.inode(ino)?.body.clone() {
+                Body::Inline(t) => t,
+                Body::Blob { len, nodes } => fs.read_blob(&nodes, len)?,
+                _ => return Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
+            };
+            (target, self.touch_atime_locked(&mut fs, ino))
+        };
+        self.touch_atime_after(ino, touch);
+        Ok(target)
     }
 
     /// Adds the name `name` in `parent` for `ino`. The inode is remembered once.
@@ -504,79 +521,9 @@ impl Volume {
         Ok(())
     }
 
-    /// Takes a reference for an open file (engine users without FUSE lookups).
-    ///
-    /// # Errors
-    /// `NotFound`.
-    pub fn open_file(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).log.inode(ino)?;
-        self.remember(ino, 1);
-        Ok(())
-    }
-
-    /// Drops the reference of [`Volume::open_file`].
-    ///
-    /// # Errors
-    /// Freeing an unlinked inode fails.
-    pub fn release_file(&self, ino: InodeNo) -> Result<()> {
-        self.forget(ino, 1)
-    }
-
-    /// Reads up to `size` bytes at `offset`.
-    ///
-    /// # Errors
-    /// `IsDir`, `Invalid` for non-regular files; I/O errors.
-    pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
-        let _reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let plan = lock(&self.fs).read_plan(ino, offset, size)?;
-        let mut out = Vec::with_capacity(size);
-        for piece in plan {
-            match piece {
-                ReadPiece::Bytes(b) => out.extend_from_slice(&b),
-                ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
-                ReadPiece::Device { at, skip, len } => {
-                    let blocks = (skip + len).div_ceil(BLOCK_SIZE);
-                    let buf = crate::meta_log::read_blocks(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
-                    out.extend_from_slice(&buf[skip..skip + len]);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Writes `data` at `offset`; returns the bytes written. Stamps mtime
-    /// and ctime with the current time.
-    ///
-    /// # Errors
-    /// `FileTooBig`, `NoSpace(Data)`, `IsDir`; I/O errors.
-    pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
-        self.write_with(ino, offset, data, Stamp::Now)
-    }
-
-    /// Writes `data` at `offset`, stamping the times or not: a caller that
-    /// owns the times itself (the kernel's writeback cache, which sends them
-    /// with a later setattr) writes with [`Stamp::Keep`].
-    ///
-    /// # Errors
-    /// As [`Volume::write`].
-    pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
-        let dirty = self.mutate(OpKind::Grow, |fs, now| {
-            fs.write(ino, offset, data)?;
-            if !data.is_empty() && stamp == Stamp::Now {
-                let mut rec = fs.log.inode_mut(ino)?;
-                rec.mtime = now;
-                rec.ctime = now;
-            }
-            Ok(fs.pages.dirty_bytes() > fs.config.dirty_data_limit)
-        })?;
-        if dirty {
-            self.commit()?;
-        }
-        Ok(data.len())
-    }
-
     /// Lists `dir` from `offset` (0 = start; else a `next` of an earlier
-    /// entry), calling `visit` until it returns false. `.` and `..` come first.
+    /// entry), calling `visit` until it returns false. `.` and `..` come
+    /// first. Updates the access time as the mount's [`super::AtimeMode`] says.
     ///
     /// # Errors
     /// `NotDir`; I/O and corruption errors.
@@ -584,6 +531,12 @@ impl Volume {
         let mut fs = lock(&self.fs);
         if Volume::kind_of(&mut fs, dir)? != FileKind::Directory {
             return Err(Error::NotDir);
+        }
+        let touch = self.touch_atime_locked(&mut fs, dir);
+        if touch == Touch::AfterCommit {
+            drop(fs);
+            self.touch_atime_after(dir, touch);
+            fs = lock(&self.fs);
         }
         if offset == 0 && !visit(Listing { name: b".".to_vec(), ino: dir, kind: FileKind::Directory, next: 1 }) {
             return Ok(());
@@ -628,124 +581,5 @@ impl Volume {
             meta_segments: u64::from(log.sb.segment_count),
             meta_free_segments: free_segments,
         }
-    }
-
-    /// The value of an extended attribute.
-    ///
-    /// # Errors
-    /// `NoXattr`.
-    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
-        lock(&self.fs).xattr_get(ino, name)
-    }
-
-    /// Every extended attribute name.
-    ///
-    /// # Errors
-    /// `NotFound`.
-    pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
-        lock(&self.fs).xattr_list(ino)
-    }
-
-    /// Sets an extended attribute.
-    ///
-    /// # Errors
-    /// `Exists`/`NoXattr` per `mode`, `XattrTooBig`, `NameTooLong`.
-    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
-        self.mutate(OpKind::Grow, |fs, now| {
-            fs.xattr_set(ino, name, value, mode)?;
-            fs.log.inode_mut(ino)?.ctime = now;
-            Ok(())
-        })
-    }
-
-    /// Removes an extended attribute.
-    ///
-    /// # Errors
-    /// `NoXattr`.
-    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
-        self.mutate(OpKind::Shrink, |fs, now| {
-            fs.xattr_remove(ino, name)?;
-            fs.log.inode_mut(ino)?.ctime = now;
-            Ok(())
-        })
-    }
-
-    /// Allocates, zeroes or deallocates a range of a regular file.
-    ///
-    /// # Errors
-    /// `Invalid` for an empty range, `NotSupported` for punching without
-    /// keeping the size, `FileTooBig`, `NoSpace(Data)`.
-    pub fn fallocate(&self, ino: InodeNo, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
-        if len == 0 {
-            return Err(Error::Invalid("fallocate of an empty range"));
-        }
-        if mode.punch_hole && !mode.keep_size {
-            return Err(Error::NotSupported);
-        }
-        let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
-        if end > MAX_FILE_SIZE {
-            return Err(Error::FileTooBig);
-        }
-        let kind = Volume::kind_of(&mut lock(&self.fs), ino)?;
-        match kind {
-            FileKind::Regular => {}
-            FileKind::Directory => return Err(Error::IsDir),
-            _ => return Err(Error::Invalid("fallocate needs a regular file")),
-        }
-        if mode.punch_hole || mode.zero_range {
-            while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
-        }
-        if !mode.punch_hole {
-            while !self.mutate(OpKind::Grow, |fs, _| fs.preallocate_step(ino, offset, len, 8))? {}
-        }
-        self.mutate(OpKind::Grow, |fs, now| {
-            let mut rec = fs.log.inode_mut(ino)?;
-            if !mode.keep_size && !mode.punch_hole && end > rec.size {
-                rec.size = end;
-                rec.mtime = now;
-            }
-            if mode.punch_hole || mode.zero_range {
-                rec.mtime = now;
-            }
-            rec.ctime = now;
-            Ok(())
-        })
-    }
-
-    /// `SEEK_DATA` / `SEEK_HOLE`.
-    ///
-    /// # Errors
-    /// `NoSuchOffset` at or past the end of the file.
-    pub fn seek(&self, ino: InodeNo, offset: u64, whence: Whence) -> Result<u64> {
-        lock(&self.fs).seek(ino, offset, whence)
-    }
-
-    /// Makes `ino`'s data and the meta-data that reaches it durable.
-    ///
-    /// Everything dirty is committed with it (one log, one commit point);
-    /// taking the commit lock also waits for a commit already writing this
-    /// file's data.
-    ///
-    /// # Errors
-    /// A device fails.
-    pub fn fsync(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).log.inode(ino)?;
-        self.commit()
-    }
-
-    /// Makes everything durable and writes a checkpoint.
-    ///
-    /// # Errors
-    /// A device fails.
-    pub fn sync(&self) -> Result<()> {
-        self.checkpoint()
-    }
-
-    /// Whether a regular file keeps its bytes in its inode.
-    ///
-    /// # Errors
-    /// `NotFound`.
-    pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
-        Ok(matches!(lock(&self.fs).log.inode(ino)?.body, Body::Inline(_)))
     }
 }

@@ -101,20 +101,28 @@ pub struct SetAttr {
     pub mtime: Option<TimeSet>,
     /// New change time (only ever set explicitly by privileged callers).
     pub ctime: Option<Timestamp>,
+    /// Whether a new size stamps mtime and ctime (`truncate`). A caller
+    /// that owns the times (the kernel's writeback cache, which sends them
+    /// when a size change should move them) passes [`Stamp::Keep`].
+    pub size_stamp: Stamp,
 }
 
-/// Owner of a new inode.
+/// Who creates an inode: its owner, and the creating process's umask.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Creds {
     /// User id.
     pub uid: u32,
     /// Group id.
     pub gid: u32,
+    /// Permission bits to clear from the mode asked for, unless the
+    /// directory has a default ACL, which then decides instead (POSIX.1e).
+    /// Zero when the caller has applied the umask itself.
+    pub umask: u32,
 }
 
 impl Creds {
-    /// root:root.
-    pub const ROOT: Creds = Creds { uid: 0, gid: 0 };
+    /// root:root, no umask.
+    pub const ROOT: Creds = Creds { uid: 0, gid: 0, umask: 0 };
 }
 
 /// `renameat2` flags.
@@ -160,6 +168,21 @@ pub struct StatFs {
     pub meta_free_segments: u64,
 }
 
+/// When reading a file or listing a directory updates its access time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum AtimeMode {
+    /// Never.
+    NoAtime,
+    /// When the access time is not after the last modification or status
+    /// change, or is a day old (Linux's default): `atime > mtime` still
+    /// tells whether a file was read since it changed, at one meta-data
+    /// write a day per file read.
+    #[default]
+    Relatime,
+    /// On every access.
+    StrictAtime,
+}
+
 /// How the volume is opened.
 #[derive(Clone, Copy, Debug)]
 pub struct MountOptions {
@@ -176,6 +199,8 @@ pub struct MountOptions {
     /// Free segments below which the cleaner runs (None: derived from the
     /// device size).
     pub clean_threshold: Option<u32>,
+    /// When reads update access times.
+    pub atime: AtimeMode,
 }
 
 impl Default for MountOptions {
@@ -187,6 +212,7 @@ impl Default for MountOptions {
             dirty_data_limit: 64 << 20,
             cache_budget: 262_144,
             clean_threshold: None,
+            atime: AtimeMode::Relatime,
         }
     }
 }
@@ -240,9 +266,10 @@ pub struct Listing {
 }
 
 /// Whether a write stamps mtime and ctime.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Stamp {
     /// Set them to the current time (POSIX `write`).
+    #[default]
     Now,
     /// Leave them: the caller sets them itself.
     Keep,

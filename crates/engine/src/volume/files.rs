@@ -1,0 +1,175 @@
+//! The file-data operations of [`Volume`]: open and release, read and
+//! write, preallocation and holes, and the durability calls.
+
+use super::atime::Touch;
+use super::{FallocateMode, Stamp, Volume, lock};
+use crate::error::{Error, Result};
+use crate::format::inode::Body;
+use crate::meta_log::segments::OpKind;
+use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
+use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
+
+impl Volume {
+    /// Takes a reference for an open file (engine users without FUSE lookups).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn open_file(&self, ino: InodeNo) -> Result<()> {
+        lock(&self.fs).log.inode(ino)?;
+        self.remember(ino, 1);
+        Ok(())
+    }
+
+    /// Drops the reference of [`Volume::open_file`].
+    ///
+    /// # Errors
+    /// Freeing an unlinked inode fails.
+    pub fn release_file(&self, ino: InodeNo) -> Result<()> {
+        self.forget(ino, 1)
+    }
+
+    /// Reads up to `size` bytes at `offset`, updating the access time as
+    /// the mount's [`super::AtimeMode`] says.
+    ///
+    /// # Errors
+    /// `IsDir`, `Invalid` for non-regular files; I/O errors.
+    pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
+        let reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (plan, touch) = {
+            let mut fs = lock(&self.fs);
+            let plan = fs.read_plan(ino, offset, size)?;
+            // A read of nothing is no access (as Linux's filemap_read).
+            let touch = if size > 0 { self.touch_atime_locked(&mut fs, ino) } else { Touch::Settled };
+            (plan, touch)
+        };
+        let out = self.read_pieces(plan, size);
+        // A commit takes the reuse lock exclusively: let go of it first.
+        drop(reuse);
+        self.touch_atime_after(ino, touch);
+        out
+    }
+
+    fn read_pieces(&self, plan: Vec<ReadPiece>, size: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(size);
+        for piece in plan {
+            match piece {
+                ReadPiece::Bytes(b) => out.extend_from_slice(&b),
+                ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
+                ReadPiece::Device { at, skip, len } => {
+                    let blocks = (skip + len).div_ceil(BLOCK_SIZE);
+                    let buf = crate::meta_log::read_blocks(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
+                    out.extend_from_slice(&buf[skip..skip + len]);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset`; returns the bytes written. Stamps mtime
+    /// and ctime with the current time.
+    ///
+    /// # Errors
+    /// `FileTooBig`, `NoSpace(Data)`, `IsDir`; I/O errors.
+    pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_with(ino, offset, data, Stamp::Now)
+    }
+
+    /// Writes `data` at `offset`, stamping the times or not: a caller that
+    /// owns the times itself (the kernel's writeback cache, which sends them
+    /// with a later setattr) writes with [`Stamp::Keep`].
+    ///
+    /// # Errors
+    /// As [`Volume::write`].
+    pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
+        let dirty = self.mutate(OpKind::Grow, |fs, now| {
+            fs.write(ino, offset, data)?;
+            if !data.is_empty() && stamp == Stamp::Now {
+                let mut rec = fs.log.inode_mut(ino)?;
+                rec.mtime = now;
+                rec.ctime = now;
+            }
+            Ok(fs.pages.dirty_bytes() > fs.config.dirty_data_limit)
+        })?;
+        if dirty {
+            self.commit()?;
+        }
+        Ok(data.len())
+    }
+
+    /// Allocates, zeroes or deallocates a range of a regular file.
+    ///
+    /// # Errors
+    /// `Invalid` for an empty range, `NotSupported` for punching without
+    /// keeping the size, `FileTooBig`, `NoSpace(Data)`.
+    pub fn fallocate(&self, ino: InodeNo, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
+        if len == 0 {
+            return Err(Error::Invalid("fallocate of an empty range"));
+        }
+        if mode.punch_hole && !mode.keep_size {
+            return Err(Error::NotSupported);
+        }
+        let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        let kind = Volume::kind_of(&mut lock(&self.fs), ino)?;
+        match kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid("fallocate needs a regular file")),
+        }
+        if mode.punch_hole || mode.zero_range {
+            while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
+        }
+        if !mode.punch_hole {
+            while !self.mutate(OpKind::Grow, |fs, _| fs.preallocate_step(ino, offset, len, 8))? {}
+        }
+        self.mutate(OpKind::Grow, |fs, now| {
+            let mut rec = fs.log.inode_mut(ino)?;
+            if !mode.keep_size && !mode.punch_hole && end > rec.size {
+                rec.size = end;
+            }
+            // Every mode moves both, as on ext4 (POSIX says nothing).
+            rec.mtime = now;
+            rec.ctime = now;
+            Ok(())
+        })
+    }
+
+    /// `SEEK_DATA` / `SEEK_HOLE`.
+    ///
+    /// # Errors
+    /// `NoSuchOffset` at or past the end of the file.
+    pub fn seek(&self, ino: InodeNo, offset: u64, whence: Whence) -> Result<u64> {
+        lock(&self.fs).seek(ino, offset, whence)
+    }
+
+    /// Makes `ino`'s data and the meta-data that reaches it durable.
+    ///
+    /// Everything dirty is committed with it (one log, one commit point);
+    /// taking the commit lock also waits for a commit already writing this
+    /// file's data.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn fsync(&self, ino: InodeNo) -> Result<()> {
+        lock(&self.fs).log.inode(ino)?;
+        self.commit()
+    }
+
+    /// Makes everything durable and writes a checkpoint.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn sync(&self) -> Result<()> {
+        self.checkpoint()
+    }
+
+    /// Whether a regular file keeps its bytes in its inode.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
+        Ok(matches!(lock(&self.fs).log.inode(ino)?.body, Body::Inline(_)))
+    }
+}

@@ -1,0 +1,42 @@
+//! What the kernel does not say about the process behind a request: its
+//! supplementary groups, read from /proc when a decision needs them.
+
+use std::fs;
+
+/// Whether the caller may keep a file's set-group-id bit: it is root (the
+/// kernel's `capable(CAP_FSETID)`, approximated by the fs uid), its fs gid
+/// is the file's group, or the file's group is one of its supplementary
+/// groups. Without a readable /proc entry (the process is gone) the answer
+/// errs on the side of clearing the bit.
+pub fn in_group_or_root(uid: u32, gid: u32, pid: u32, file_gid: u32) -> bool {
+    uid == 0 || gid == file_gid || supplementary_groups(pid).contains(&file_gid)
+}
+
+/// The `Groups:` line of /proc/PID/status.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_in_its_own_groups() {
+        let pid = std::process::id();
+        let groups = supplementary_groups(pid);
+        for g in &groups {
+            assert!(in_group_or_root(12345, 54321, pid, *g));
+        }
+        assert!(in_group_or_root(0, 1, pid, 99_999));
+        assert!(in_group_or_root(5, 7, pid, 7));
+        assert!(!in_group_or_root(5, 7, u32::MAX, 8), "no such process: not in the group");
+    }
+}

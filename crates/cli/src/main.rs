@@ -12,6 +12,7 @@ mod inspect_text;
 mod mkfs;
 mod mount;
 mod options;
+mod trace;
 mod umount;
 
 use std::ffi::OsString;
@@ -51,6 +52,7 @@ fn run(argv: Vec<OsString>) -> Result<()> {
         Command::Umount(a) => umount::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Trace(a) => trace::run(a),
     }
 }
 

@@ -29,6 +29,8 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// The kernel's writeback cache.
     pub writeback: bool,
+    /// Where to write a block-level trace of both devices, if anywhere.
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for MountConfig {
@@ -42,6 +44,7 @@ impl Default for MountConfig {
             threads: DEFAULT_THREADS,
             fsname: None,
             writeback: true,
+            trace: None,
         }
     }
 }
@@ -117,6 +120,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 bail!("log= needs a file name");
             }
             c.log = Some(PathBuf::from(v));
+        } else if let Some(v) = opt.strip_prefix("trace=") {
+            if v.is_empty() {
+                bail!("trace= needs a file name");
+            }
+            c.trace = Some(PathBuf::from(v));
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if opt == "nowriteback" || opt == "writeback" {
@@ -154,8 +162,9 @@ mod tests {
 
     #[test]
     fn dualfs_options_are_understood() {
-        let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback");
+        let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback,trace=/tmp/t");
         assert!(!c.writeback);
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);
         assert_eq!(c.acl, SessionACL::All);
@@ -175,6 +184,7 @@ mod tests {
         assert!(parse(&["commit=soon".into()]).is_err());
         assert!(parse(&["threads=0".into()]).is_err());
         assert!(parse(&["log=".into()]).is_err());
+        assert!(parse(&["trace=".into()]).is_err());
     }
 
     #[test]

@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Turns bench/suite.py's results into docs/BENCHMARKS.md's tables and plots.
+
+    bench/report.py RESULTS.json [MORE.json ...] [--docs docs] [--engine engine.json]
+
+Later files win: for each configuration and phase, the untimed (traced)
+and timed runs are taken from the last file that has them. Medians over
+repeats. Ratios are to ext4.
+"""
+
+import argparse
+import json
+import os
+import statistics
+
+CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
+META_HEAVY = ["untar", "rm", "write-meta", "write-meta-4p", "rw-meta", "postmark", "bonnie-small-files"]
+MODEL_KEYS = ["hdd5400/one-disk", "hdd5400/two-disks", "hdd7200/one-disk", "ssd/one-disk"]
+
+
+def load(files):
+    """{(config, phase): {"timed": [runs], "traced": run or None}} and the run order of phases."""
+    table, order, meta = {}, [], {}
+    for fn in files:
+        with open(fn) as f:
+            j = json.load(f)
+        meta = j
+        seen = {}
+        for r in j["runs"]:
+            key = (r["config"], r["phase"])
+            kind = "traced" if r["traced"] else "timed"
+            seen.setdefault((key, kind), []).append(r)
+            if r["phase"] not in order:
+                order.append(r["phase"])
+        for (key, kind), runs in seen.items():
+            e = table.setdefault(key, {"timed": [], "traced": None})
+            if kind == "timed":
+                e["timed"] = runs
+            else:
+                e["traced"] = runs[-1]
+    return table, order, meta
+
+
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def counters(run):
+    d = run["devices"]
+    w = sum(x["write_req"] for x in d.values())
+    wb = sum(x["write_sectors"] for x in d.values()) * 512
+    r = sum(x["read_req"] for x in d.values())
+    rb = sum(x["read_sectors"] for x in d.values()) * 512
+    fl = sum(x["flush_req"] for x in d.values())
+    meta_wb = d.get("meta", {}).get("write_sectors", 0) * 512
+    data_wb = d.get("data", {}).get("write_sectors", 0) * 512
+    return {"write_req": w, "write_bytes": wb, "read_req": r, "read_bytes": rb, "flushes": fl,
+            "meta_write_bytes": meta_wb, "data_write_bytes": data_wb}
+
+
+def stats(entry):
+    """Medians of the timed runs (counters fall back to the traced run)."""
+    runs = entry["timed"] or ([entry["traced"]] if entry["traced"] else [])
+    if not runs:
+        return None
+    out = {"n": len(entry["timed"]), "wall_s": med([r["wall_s"] for r in entry["timed"]]),
+           "wall_umount_s": med([r["wall_umount_s"] for r in entry["timed"]])}
+    cs = [counters(r) for r in runs]
+    for k in cs[0]:
+        out[k] = med([c[k] for c in cs])
+    t = entry["traced"]
+    if t and "replay" in t:
+        for m in MODEL_KEYS:
+            out[m] = t["replay"][m]["total_s"]
+    extras = [r.get("extra", {}) for r in entry["timed"]]
+    for k in (extras[0] if extras else {}):
+        try:
+            out["x_" + k] = med([float(e[k]) for e in extras if k in e])
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+def fmt(v, digits=2):
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}f}"
+    return f"{v:,}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def mib(b):
+    return None if b is None else b / (1 << 20)
+
+
+def phase_table(S, phases, configs, key, title, conv=lambda x: x, digits=2):
+    lines = [f"**{title}** (ratio to ext4 in brackets)", "",
+             "| phase | " + " | ".join(configs) + " |", "|---|" + "---:|" * len(configs)]
+    for p in phases:
+        base = S.get(("ext4", p), {}) or {}
+        cells = []
+        for c in configs:
+            s = S.get((c, p))
+            if not s or s.get(key) is None:
+                cells.append("–")
+                continue
+            v = conv(s[key])
+            r = ratio(s[key], base.get(key))
+            cells.append(fmt(v, digits) + ("" if c == "ext4" or r is None else f" ({r:.2f})"))
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def dualfs_meta_journal_bytes(S, p):
+    """Meta-data + journal bytes written: DualFS's meta-data device; for a
+    peer, everything it wrote less the file data DualFS put on its data
+    device in the same phase (the same files' contents)."""
+    d = S.get(("dualfs", p))
+    e = S.get(("ext4", p))
+    if not d or not e:
+        return None, None
+    return d["meta_write_bytes"], max(e["write_bytes"] - d["data_write_bytes"], 0)
+
+
+def targets(S, phases):
+    lines = ["| phase | write req ÷ ext4 (≤ 0.5) | meta+journal bytes ÷ ext4 (≤ 0.5) | HDD I/O time ÷ ext4 (≤ 0.3) "
+             "| wall ÷ fuse2fs (≤ 0.5) | wall ÷ ext4 (≤ 1.5) |", "|---|---:|---:|---:|---:|---:|"]
+
+    def mark(v, limit):
+        if v is None:
+            return "–"
+        return f"{v:.2f} {'✅' if v <= limit else '❌'}"
+
+    for p in phases:
+        d, e, f = S.get(("dualfs", p)), S.get(("ext4", p)), S.get(("fuse2fs", p))
+        if not d or not e:
+            continue
+        dm, em = dualfs_meta_journal_bytes(S, p)
+        lines.append("| " + " | ".join([
+            p,
+            mark(ratio(d["write_req"], e["write_req"]), 0.5),
+            mark(ratio(dm, em), 0.5),
+            mark(ratio(d.get("hdd5400/one-disk"), e.get("hdd5400/one-disk")), 0.3),
+            mark(ratio(d["wall_s"], (f or {}).get("wall_s")), 0.5),
+            mark(ratio(d["wall_s"], e["wall_s"]), 1.5),
+        ]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def semantic_table(table, phases):
+    lines = ["| phase | class | write req | MiB written | mean KiB | read req | MiB read |", "|---|---|---:|---:|---:|---:|---:|"]
+    for p in phases:
+        e = table.get(("dualfs", p))
+        t = e and e["traced"]
+        if not t or "semantic" not in t:
+            continue
+        devs = t["semantic"]["devices"]
+        rows = {}
+        for dev, ops in devs.items():
+            for op in ("write", "read"):
+                for cls, c in ops.get(op, {}).get("classes", {}).items():
+                    r = rows.setdefault(f"{dev}/{cls}", {})
+                    r[op] = c
+        for cls in sorted(rows):
+            w, r = rows[cls].get("write", {}), rows[cls].get("read", {})
+            lines.append(f"| {p} | {cls} | {fmt(w.get('requests'))} | {fmt(mib(w.get('bytes')))} | "
+                         f"{fmt(w.get('mean_kib'), 1)} | {fmt(r.get('requests'))} | {fmt(mib(r.get('bytes')))} |")
+        fl = ", ".join(f"{dev} {ops.get('flushes', 0)}" for dev, ops in devs.items())
+        lines.append(f"| {p} | flushes | {fl} | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(S, phases, configs, key, title, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ph = [p for p in phases if S.get(("ext4", p)) and S[("ext4", p)].get(key)]
+    if not ph:
+        return False
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(ph)), 4.2))
+    w = 0.8 / len(configs)
+    colors = ["#d62728", "#7f7f7f", "#1f77b4", "#aec7e8", "#2ca02c", "#ff7f0e", "#9467bd"]
+    for i, c in enumerate(configs):
+        xs, ys = [], []
+        for j, p in enumerate(ph):
+            s = S.get((c, p))
+            r = ratio(s.get(key) if s else None, S[("ext4", p)][key])
+            if r is not None:
+                xs.append(j + (i - len(configs) / 2 + 0.5) * w)
+                ys.append(r)
+        bars = ax.bar(xs, ys, w, label=c, color=colors[i % len(colors)])
+        if c == "dualfs":
+            for x, y in zip(xs, ys):
+                ax.text(x, min(y, 3.9) + 0.03, f"{y:.2f}", ha="center", va="bottom", fontsize=7, rotation=90)
+        del bars
+    for j, p in enumerate(ph):
+        ax.text(j, -0.28, fmt(S[("ext4", p)][key]), ha="center", fontsize=7, color="#1f77b4")
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(ph)))
+    ax.set_xticklabels(ph, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(0, 4)
+    ax.set_ylabel("normalised to ext4 (= 1)")
+    ax.set_title(title + " (ext4's absolute value under each group; bars above 4 clipped)", fontsize=9)
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--docs", default="docs")
+    ap.add_argument("--engine", help="engine-bench --json output")
+    ap.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    ap.add_argument("--notes", help="a Markdown file inserted after the summary (analysis written by people)")
+    a = ap.parse_args()
+    table, order, meta = load(a.results)
+    S = {k: stats(v) for k, v in table.items()}
+    configs = [c for c in CONFIGS if any(k[0] == c for k in S)]
+    phases = [p for p in order if any(k[1] == p for k in S)]
+    heavy = [p for p in phases if p in META_HEAVY]
+    md = []
+    m = meta.get("machine", {})
+    md.append("# Benchmarks\n")
+    md.append("Generated by `make bench-report` (bench/report.py) from the results of `make bench` "
+              "(bench/suite.py); do not edit the tables by hand.\n")
+    md.append(f"Machine: {m.get('cpus')} × {m.get('cpu')}, {m.get('mem')}, Linux {m.get('kernel')}; "
+              f"load average at start {m.get('loadavg_start')}. Command: `{meta.get('command')}`.\n")
+    if a.notes and os.path.exists(a.notes):
+        with open(a.notes) as f:
+            md.append(f.read())
+    md.append("## Targets (issue 6), DualFS against ext4\n")
+    md.append("Meta-data-heavy phases. ✅ met, ❌ missed. Meta+journal bytes: DualFS's meta-data device; for ext4 "
+              "all bytes written less the file data DualFS wrote to its data device in the same phase.\n")
+    md.append(targets(S, heavy))
+    md.append("\n## Wall time\n")
+    md.append(phase_table(S, phases, configs, "wall_s", "Seconds, phase command only (page cache may hold dirty data)"))
+    md.append("\n" + phase_table(S, phases, configs, "wall_umount_s", "Seconds until unmounted (everything on disk)"))
+    md.append("\n## Requests and bytes (loop-device counters, both devices)\n")
+    md.append(phase_table(S, phases, configs, "write_req", "Write requests"))
+    md.append("\n" + phase_table(S, phases, configs, "write_bytes", "MiB written", conv=mib))
+    md.append("\n" + phase_table(S, phases, configs, "read_req", "Read requests"))
+    md.append("\n" + phase_table(S, phases, configs, "read_bytes", "MiB read", conv=mib))
+    md.append("\n" + phase_table(S, phases, configs, "flushes", "Flush requests"))
+    md.append("\n## Total I/O time under the disk models (traced run, `dualfs trace replay`)\n")
+    for mk in MODEL_KEYS:
+        md.append("\n" + phase_table(S, phases, configs, mk, f"Total I/O time, s: {mk}", digits=3))
+    md.append("\n## What DualFS wrote, by block class (its own trace, `-o trace=`)\n")
+    md.append(semantic_table(table, phases))
+    if a.engine and os.path.exists(a.engine):
+        with open(a.engine) as f:
+            eng = json.load(f)
+        md.append("\n## The engine alone (issue 2: `engine-bench`)\n")
+        md.append("| backend | creates/s | lookups/s warm | lookups/s cold | 4 KiB random writes/s | seq write MiB/s "
+                  "| seq read MiB/s | meta-data bytes per created file |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in eng:
+            md.append(f"| {r['backend']} | {fmt(r['creates_per_s'])} | {fmt(r['lookups_per_s_warm'])} | "
+                      f"{fmt(r['lookups_per_s_cold'])} | {fmt(r['random_4k_writes_per_s'])} | "
+                      f"{fmt(r['seq_write_mib_s'])} | {fmt(r['seq_read_mib_s'])} | "
+                      f"{fmt(r['meta_bytes_per_created_file'])} |")
+        md.append("")
+    md.append("\n## Plots\n")
+    os.makedirs(a.docs, exist_ok=True)
+    for key, title, name in [("write_req", "Write requests", "bench-write-requests.png"),
+                             ("hdd5400/one-disk", "Total I/O time, 5,400 rpm disk, one disk", "bench-io-time-hdd5400.png"),
+                             ("hdd7200/one-disk", "Total I/O time, 7,200 rpm disk, one disk", "bench-io-time-hdd7200.png"),
+                             ("wall_s", "Wall time", "bench-wall.png")]:
+        if not a.no_plots and plot(S, phases, configs, key, title, os.path.join(a.docs, name)):
+            md.append(f"![{title}]({name})\n")
+    with open(os.path.join(a.docs, "BENCHMARKS.md"), "w") as f:
+        f.write("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

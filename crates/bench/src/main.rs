@@ -15,6 +15,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow};
 use clap::Parser;
 use dualfs_engine::Volume;
+use dualfs_engine::device::tracing::{TraceDevice, TraceSink, TracingDevice};
 use dualfs_engine::device::{BlockDevice, FileDevice, MemoryDevice};
 use dualfs_engine::types::{BLOCK_BYTES, InodeNo};
 use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
@@ -41,6 +42,15 @@ struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Wrap both devices in the tracing device, writing to this file (to
+    /// measure what tracing costs).
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
+    /// Instead of the engine figures: nanoseconds per device request with
+    /// and without the tracing device, over the memory device (the worst
+    /// case for tracing: the request itself costs almost nothing).
+    #[arg(long)]
+    device_overhead: bool,
 }
 
 /// Counts bytes written to the device it wraps.
@@ -97,6 +107,16 @@ fn run(backend: &str, a: &Args) -> Result<serde_json::Value> {
     let data_blocks = (a.seq_mib * 2 + 512) * 256;
     let meta_blocks = (data_blocks / 10).max(64 * 256);
     let [meta, data] = devices(backend, tmp.path(), meta_blocks, data_blocks)?;
+    let [meta, data]: [Arc<dyn BlockDevice>; 2] = match &a.trace {
+        Some(path) => {
+            let sink = TraceSink::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            [
+                Arc::new(TracingDevice::new(meta, TraceDevice::Meta, "meta", sink.clone())),
+                Arc::new(TracingDevice::new(data, TraceDevice::Data, "data", sink)),
+            ]
+        }
+        None => [meta, data],
+    };
     engine(Volume::format(meta.clone(), data.clone(), &MkfsOptions::default()), "mkfs")?;
     let counting = Arc::new(Counting { inner: meta, written: AtomicU64::new(0) });
     let vol = engine(Volume::open(counting.clone(), data.clone(), MountOptions::default()), "open")?;
@@ -169,6 +189,7 @@ fn run(backend: &str, a: &Args) -> Result<serde_json::Value> {
     engine(vol.close(), "close")?;
     Ok(json!({
         "backend": backend,
+        "traced": a.trace.is_some(),
         "files": a.files,
         "creates_per_s": creates,
         "lookups_per_s_warm": lookups,
@@ -180,8 +201,45 @@ fn run(backend: &str, a: &Args) -> Result<serde_json::Value> {
     }))
 }
 
+/// Nanoseconds per request of `blocks` blocks, alternating writes and reads.
+fn per_request_ns(dev: &dyn BlockDevice, blocks: usize, requests: u64) -> Result<f64> {
+    let mut buf = vec![0x11u8; blocks * 4096];
+    let span = dev.block_count() - blocks as u64;
+    let t = Instant::now();
+    for i in 0..requests {
+        let first = (i * 7919 * blocks as u64) % span;
+        if i % 2 == 0 {
+            dev.write_blocks(first, &buf)?;
+        } else {
+            dev.read_blocks(first, &mut buf)?;
+        }
+    }
+    Ok(t.elapsed().as_nanos() as f64 / requests as f64)
+}
+
+fn device_overhead(a: &Args) -> Result<()> {
+    let tmp = tempfile::Builder::new().prefix("dualfs-trace-cost").tempdir_in(&a.dir)?;
+    let sink = TraceSink::create(&tmp.path().join("t.trace"))?;
+    let mut rows = Vec::new();
+    for blocks in [1usize, 16, 256] {
+        let plain: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(1 << 16));
+        let traced = TracingDevice::new(plain.clone(), TraceDevice::Meta, "meta", sink.clone());
+        let n = 200_000 / blocks as u64;
+        // Warm both (the memory device allocates on first write).
+        per_request_ns(plain.as_ref(), blocks, n)?;
+        let base = per_request_ns(plain.as_ref(), blocks, n)?;
+        let with = per_request_ns(&traced, blocks, n)?;
+        rows.push(json!({ "blocks": blocks, "plain_ns": base, "traced_ns": with, "overhead_ns": with - base }));
+    }
+    println!("{}", serde_json::to_string_pretty(&rows)?);
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let a = Args::parse();
+    if a.device_overhead {
+        return device_overhead(&a);
+    }
     let mut all = Vec::new();
     for b in a.backends.split(',') {
         all.push(run(b.trim(), &a)?);

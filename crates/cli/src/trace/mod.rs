@@ -114,7 +114,7 @@ pub fn load(files: &[PathBuf]) -> Result<Trace> {
         }
     }
     for r in &t.records {
-        let end = r.first + r.count;
+        let end = r.first.saturating_add(r.count);
         let size = t.devices.entry(r.device).or_insert(end);
         *size = (*size).max(end);
     }

@@ -118,8 +118,8 @@ impl Disk {
     }
 
     fn hdd(&mut self, p: &Hdd, op: TraceOp, first: u64, count: u64) -> f64 {
-        let bytes = (count * BLOCK_BYTES) as f64;
-        let end = first + count;
+        let bytes = count as f64 * BLOCK_BYTES as f64;
+        let end = first.saturating_add(count);
         match op {
             TraceOp::Flush => 0.0,
             TraceOp::Read if first >= self.read_ahead.0 && end <= self.read_ahead.1 => {
@@ -138,7 +138,7 @@ impl Disk {
                 };
                 self.head = Some(end);
                 self.read_ahead = if op == TraceOp::Read {
-                    (first, end + p.read_ahead_bytes / BLOCK_BYTES)
+                    (first, end.saturating_add(p.read_ahead_bytes / BLOCK_BYTES))
                 } else if first < self.read_ahead.1 && end > self.read_ahead.0 {
                     (0, 0)
                 } else {
@@ -151,7 +151,7 @@ impl Disk {
 }
 
 fn ssd(p: &Ssd, op: TraceOp, count: u64) -> f64 {
-    let transfer = (count * BLOCK_BYTES) as f64 / (p.mb_s * 1e3);
+    let transfer = count as f64 * BLOCK_BYTES as f64 / (p.mb_s * 1e3);
     match op {
         TraceOp::Read => p.read_ms + transfer,
         TraceOp::Write => p.write_ms + transfer,
@@ -206,7 +206,7 @@ pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
         per: BTreeMap::new(),
     };
     for r in &t.records {
-        let first = r.first + if r.device == TraceDevice::Data { data_offset } else { 0 };
+        let first = r.first.saturating_add(if r.device == TraceDevice::Data { data_offset } else { 0 });
         let disk = &mut disks[disk_of(r.device)];
         let ms = match model {
             Model::Hdd5400 => disk.hdd(&HDD5400, r.op, first, r.count),

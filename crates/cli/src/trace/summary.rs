@@ -23,14 +23,14 @@ pub struct Counts {
 impl Counts {
     fn add(&mut self, blocks: u64, sequential: bool) {
         self.requests += 1;
-        self.blocks += blocks;
+        self.blocks = self.blocks.saturating_add(blocks);
         self.sequential += u64::from(sequential);
     }
 
     /// Bytes moved.
     #[must_use]
     pub fn bytes(&self) -> u64 {
-        self.blocks * BLOCK_BYTES
+        self.blocks.saturating_mul(BLOCK_BYTES)
     }
 
     /// Fraction of requests that were sequential.
@@ -73,7 +73,7 @@ pub fn summarize(t: &Trace) -> Summary {
             continue;
         }
         let sequential = head.get(&r.device) == Some(&r.first);
-        head.insert(r.device, r.first + r.count);
+        head.insert(r.device, r.first.saturating_add(r.count));
         s.per_device.entry((r.device, r.op)).or_default().add(r.count, sequential);
         let mut per: BTreeMap<BlockClass, u64> = BTreeMap::new();
         for (c, n) in &r.classes {

@@ -168,3 +168,29 @@ pub fn run(args: &TraceArgs) -> Result<()> {
         TraceCommand::Serve(a) => serve::run(a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_of_two_devices_merge_in_time_order_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.trace");
+        let b = dir.path().join("b.trace");
+        std::fs::write(&a, "# dualfs-trace 1\n# device d blocks=1000 name=x\n5 1 d W 10 2 fs*2\n9 1 d F 0 0 -\n").unwrap();
+        std::fs::write(&b, "# dualfs-trace 1\n# device m blocks=100 name=y\n7 1 m W 3 1 journal*1\n").unwrap();
+        let t = load(&[a.clone(), b]).unwrap();
+        assert_eq!(t.devices[&TraceDevice::Data], 1000);
+        assert_eq!(t.devices[&TraceDevice::Meta], 100);
+        let times: Vec<u64> = t.records.iter().map(|r| r.start_ns).collect();
+        assert_eq!(times, vec![5, 7, 9]);
+
+        let bad = dir.path().join("bad.trace");
+        std::fs::write(&bad, "hello\n").unwrap();
+        assert!(format!("{:#}", load(&[bad]).unwrap_err()).contains("not a DualFS trace"));
+        let broken = dir.path().join("broken.trace");
+        std::fs::write(&broken, "# dualfs-trace 1\n1 2 3\n").unwrap();
+        assert!(format!("{:#}", load(&[broken]).unwrap_err()).contains("broken.trace:2"));
+    }
+}

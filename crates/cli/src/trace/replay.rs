@@ -192,7 +192,7 @@ pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
     // One disk: meta-data on the outer tracks, data after it. Two disks:
     // each device at the start of its own disk.
     let (data_offset, spans) = match layout {
-        Layout::OneDisk => (meta, vec![meta + data]),
+        Layout::OneDisk => (meta, vec![meta.saturating_add(data)]),
         Layout::TwoDisks => (0, vec![meta.max(data); 2]),
     };
     let disk_of = |d: TraceDevice| usize::from(layout == Layout::TwoDisks && d == TraceDevice::Data);

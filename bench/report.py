@@ -145,6 +145,8 @@ def targets(S, phases):
     def mark(v, limit):
         if v is None:
             return "–"
+        if v == float("inf"):
+            return "∞ ❌"
         return f"{v:.2f} {'✅' if v <= limit else '❌'}"
 
     for p in phases:
@@ -156,7 +158,7 @@ def targets(S, phases):
         lines.append("| " + " | ".join([
             p,
             mark(ratio(d.get(wkey), e.get(wkey)), 0.5),
-            mark(ratio(dm, em), 0.5),
+            mark(float("inf") if em == 0 and dm else ratio(dm, em), 0.5),
             mark(ratio(d.get("hdd5400/one-disk"), e.get("hdd5400/one-disk")), 0.3),
             mark(ratio(d["wall_s"], (f or {}).get("wall_s")), 0.5),
             mark(ratio(d["wall_s"], e["wall_s"]), 1.5),
@@ -187,15 +189,18 @@ def semantic_table(table, phases):
     return "\n".join(lines) + "\n"
 
 
-def plot(S, phases, configs, key, title, path):
+def plot(S, phases, configs, key, title, path, unit=""):
+    """Grouped bars per phase, each configuration normalised to ext4 (the
+    paper's figures); ext4's absolute value is under each group's name."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ph = [p for p in phases if S.get(("ext4", p)) and S[("ext4", p)].get(key)]
     if not ph:
         return False
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(ph)), 4.2))
-    w = 0.8 / len(configs)
+    top = 3.0
+    fig, ax = plt.subplots(figsize=(min(18, 0.8 * len(ph) + 2.5), 5.2))
+    w = 0.84 / len(configs)
     colors = ["#d62728", "#7f7f7f", "#1f77b4", "#aec7e8", "#2ca02c", "#ff7f0e", "#9467bd"]
     for i, c in enumerate(configs):
         xs, ys = [], []
@@ -205,20 +210,20 @@ def plot(S, phases, configs, key, title, path):
             if r is not None:
                 xs.append(j + (i - len(configs) / 2 + 0.5) * w)
                 ys.append(r)
-        bars = ax.bar(xs, ys, w, label=c, color=colors[i % len(colors)])
-        if c == "dualfs":
-            for x, y in zip(xs, ys):
-                ax.text(x, min(y, 3.9) + 0.03, f"{y:.2f}", ha="center", va="bottom", fontsize=7, rotation=90)
-        del bars
-    for j, p in enumerate(ph):
-        ax.text(j, -0.28, fmt(S[("ext4", p)][key]), ha="center", fontsize=7, color="#1f77b4")
+        ax.bar(xs, [min(y, top) for y in ys], w, label=c, color=colors[i % len(colors)])
+        for x, y in zip(xs, ys):
+            if c == "dualfs" or y > top:
+                ax.text(x, min(y, top) + 0.03, f"{y:.2f}" if y < 10 else f"{y:.0f}", ha="center", va="bottom",
+                        fontsize=6, rotation=90, color="#d62728" if c == "dualfs" else "black")
     ax.axhline(1.0, color="black", linewidth=0.6)
     ax.set_xticks(range(len(ph)))
-    ax.set_xticklabels(ph, rotation=30, ha="right", fontsize=8)
-    ax.set_ylim(0, 4)
+    ax.set_xticklabels([f"{p}\n{fmt(S[('ext4', p)][key])}{unit}" for p in ph], rotation=45, ha="right", fontsize=7)
+    ax.set_xlim(-0.6, len(ph) - 0.4)
+    ax.set_ylim(0, top + 0.45)
     ax.set_ylabel("normalised to ext4 (= 1)")
-    ax.set_title(title + " (ext4's absolute value under each group; bars above 4 clipped)", fontsize=9)
-    ax.legend(fontsize=7, ncol=4)
+    ax.set_title(f"{title}: bars normalised to ext4 (ext4's value under each phase; bars clipped at {top:g})",
+                 fontsize=9)
+    ax.legend(fontsize=7, ncol=7, loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -293,11 +298,13 @@ def main():
         md.append("")
     md.append("\n## Plots\n")
     os.makedirs(a.docs, exist_ok=True)
-    for key, title, name in [("write_req", "Write requests", "bench-write-requests.png"),
-                             ("hdd5400/one-disk", "Total I/O time, 5,400 rpm disk, one disk", "bench-io-time-hdd5400.png"),
-                             ("hdd7200/one-disk", "Total I/O time, 7,200 rpm disk, one disk", "bench-io-time-hdd7200.png"),
-                             ("wall_s", "Wall time", "bench-wall.png")]:
-        if not a.no_plots and plot(S, phases, configs, key, title, os.path.join(a.docs, name)):
+    for key, title, name, unit in [
+            ("trace_write_req", "Write requests carrying data", "bench-write-requests.png", ""),
+            ("hdd5400/one-disk", "Total I/O time, 5,400 rpm disk, one disk", "bench-io-time-hdd5400.png", " s"),
+            ("hdd5400/two-disks", "Total I/O time, 5,400 rpm disks, two disks", "bench-io-time-hdd5400-2d.png", " s"),
+            ("hdd7200/one-disk", "Total I/O time, 7,200 rpm disk, one disk", "bench-io-time-hdd7200.png", " s"),
+            ("wall_s", "Wall time", "bench-wall.png", " s")]:
+        if not a.no_plots and plot(S, phases, configs, key, title, os.path.join(a.docs, name), unit):
             md.append(f"![{title}]({name})\n")
     with open(os.path.join(a.docs, "BENCHMARKS.md"), "w") as f:
         f.write("\n".join(md))

@@ -215,7 +215,7 @@ def seq_write_del(src, rounds):
         d = f"$MNT/wd{i}"
         cmds.append(f"cp -a {src} {d}")
         cmds.append(f"find {d} -type f | awk 'NR % 8 != 0' | tr '\\n' '\\0' | xargs -0 rm -f")
-    return [("write-del", " && ".join(cmds), None)]
+    return [("write-del" if rounds == 5 else f"write-del-{rounds}", " && ".join(cmds), None)]
 
 
 def seq_postmark(files, dirs, transactions):

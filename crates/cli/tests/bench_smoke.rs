@@ -66,7 +66,7 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
     let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     let runs = j["runs"].as_array().unwrap();
     for config in ["dualfs", "ext4"] {
-        for phase in ["untar", "find", "grep", "tar", "write-meta", "write-data-meta", "rm", "write-del"] {
+        for phase in ["untar", "find", "grep", "tar", "write-meta", "write-data-meta", "rm", "write-del-1"] {
             let r: Vec<_> = runs.iter().filter(|r| r["config"] == config && r["phase"] == phase).collect();
             assert_eq!(r.len(), 2, "{config} {phase}: one timed and one traced run");
             let traced = r.iter().find(|r| r["traced"] == true).unwrap();

@@ -178,7 +178,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.trace");
         let b = dir.path().join("b.trace");
-        std::fs::write(&a, "# dualfs-trace 1\n# device d blocks=1000 name=x\n5 1 d W 10 2 fs*2\n9 1 d F 0 0 -\n").unwrap();
+        std::fs::write(&a, "# dualfs-trace 1\n# device d blocks=1000 name=x\n5 1 d W 10 2 fs*2\n9 1 d F 0 0 -\n")
+            .unwrap();
         std::fs::write(&b, "# dualfs-trace 1\n# device m blocks=100 name=y\n7 1 m W 3 1 journal*1\n").unwrap();
         let t = load(&[a.clone(), b]).unwrap();
         assert_eq!(t.devices[&TraceDevice::Data], 1000);

@@ -255,15 +255,15 @@ def main():
               "(bench/suite.py); do not edit the tables by hand.\n")
     md.append(f"Machine: {m.get('cpus')} × {m.get('cpu')}, {m.get('mem')}, Linux {m.get('kernel')}; "
               f"load average at start {m.get('loadavg_start')}. Command: `{meta.get('command')}`.\n")
-    if a.notes and os.path.exists(a.notes):
-        with open(a.notes) as f:
-            md.append(f.read())
     md.append("## Targets (issue 6), DualFS against ext4\n")
     md.append("Wall-time ratios use medians; the fastest-of-repeats table below shows the same ratios with less "
               "CPU contention in them.\n")
     md.append("Meta-data-heavy phases. ✅ met, ❌ missed. Meta+journal bytes: DualFS's meta-data device; for ext4 "
               "all bytes written less the file data DualFS wrote to its data device in the same phase.\n")
     md.append(targets(S, heavy))
+    if a.notes and os.path.exists(a.notes):
+        with open(a.notes) as f:
+            md.append("\n" + f.read())
     md.append("\n## Wall time\n")
     md.append(phase_table(S, phases, configs, "wall_s", "Seconds, phase command only (page cache may hold dirty data)"))
     md.append("\n" + phase_table(S, phases, configs, "wall_min_s",

@@ -370,6 +370,9 @@ def slice_traces(args, results):
         sem = os.path.join(args.trace_dir, f"dualfs-{rec['phase']}-semantic.trace")
         if rec["config"] == "dualfs" and os.path.exists(sem):
             rec["semantic"] = json.loads(sh(f"{args.dualfs} trace summary --json {sem}", capture=True))
+            # The engine's own requests, replayed: which classes of block the I/O time goes to.
+            j = json.loads(sh(f"{args.dualfs} trace replay --json --model hdd5400 {sem}", capture=True))
+            rec["semantic_replay"] = {"total_s": j["total_s"], "classes": j["classes"]}
         if not args.keep_traces:
             os.unlink(part)
     save(args, results)

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use clap::ValueEnum;
-use dualfs_engine::device::tracing::{TraceDevice, TraceOp};
+use dualfs_engine::device::tracing::{BlockClass, TraceDevice, TraceOp};
 use dualfs_engine::types::BLOCK_BYTES;
 use serde_json::{Value, json};
 
@@ -168,6 +168,9 @@ pub struct Replay {
     pub layout: &'static str,
     /// Milliseconds and requests per device and operation.
     pub per: BTreeMap<(TraceDevice, TraceOp), (f64, u64)>,
+    /// Milliseconds per class of block: a request's time is shared among
+    /// its blocks' classes in proportion to their blocks.
+    pub per_class: BTreeMap<BlockClass, f64>,
 }
 
 impl Replay {
@@ -204,6 +207,7 @@ pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
             Layout::TwoDisks => "two-disks",
         },
         per: BTreeMap::new(),
+        per_class: BTreeMap::new(),
     };
     for r in &t.records {
         let first = r.first.saturating_add(if r.device == TraceDevice::Data { data_offset } else { 0 });
@@ -216,6 +220,10 @@ pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
         let e = out.per.entry((r.device, r.op)).or_insert((0.0, 0));
         e.0 += ms;
         e.1 += 1;
+        let blocks: u64 = r.classes.iter().map(|(_, n)| u64::from(*n)).sum();
+        for (class, n) in &r.classes {
+            *out.per_class.entry(*class).or_default() += ms * f64::from(*n) / blocks.max(1) as f64;
+        }
     }
     out
 }
@@ -240,6 +248,12 @@ pub fn to_text(r: &Replay) -> String {
         let mean = if *n == 0 { 0.0 } else { ms / *n as f64 };
         let _ = writeln!(out, "  {dn} {on:<6} {n:>9} requests {:>10.3} s  {mean:>7.3} ms each", ms / 1e3);
     }
+    if !r.per_class.is_empty() {
+        let _ = writeln!(out, "by class of block:");
+        for (class, ms) in &r.per_class {
+            let _ = writeln!(out, "  {:<12} {:>10.3} s", class.name(), ms / 1e3);
+        }
+    }
     out
 }
 
@@ -258,6 +272,7 @@ pub fn to_json(r: &Replay) -> Value {
         "meta_s": r.device_s(TraceDevice::Meta),
         "data_s": r.device_s(TraceDevice::Data),
         "per": per,
+        "classes": r.per_class.iter().map(|(c, ms)| (c.name().to_string(), json!(ms / 1e3))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -310,6 +325,16 @@ mod tests {
         let reads = trace(&[(d, TraceOp::Read, 1000, 1), (d, TraceOp::Read, 1050, 1)]);
         let r = replay(&reads, Model::Hdd5400, Layout::OneDisk);
         assert!(r.total_s() < 0.010, "second read should come from the read-ahead: {}", r.total_s());
+    }
+
+    #[test]
+    fn time_is_shared_among_classes_by_blocks() {
+        let mut t = trace(&[(TraceDevice::Meta, TraceOp::Write, 100, 4)]);
+        t.records[0].classes = vec![(BlockClass::Descriptor, 1), (BlockClass::Dir, 3)];
+        let r = replay(&t, Model::Hdd5400, Layout::OneDisk);
+        let total: f64 = r.per_class.values().sum();
+        assert!((total / 1e3 - r.total_s()).abs() < 1e-9);
+        assert!((r.per_class[&BlockClass::Dir] - 3.0 * r.per_class[&BlockClass::Descriptor]).abs() < 1e-9);
     }
 
     #[test]

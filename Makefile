@@ -17,7 +17,7 @@ DUALFS = target/release/dualfs
 PREFIX ?= /usr/local
 SBINDIR ?= /sbin
 
-.PHONY: test check-style deps mount umount build install uninstall
+.PHONY: test check-style deps mount umount build install uninstall bench bench-deps bench-report
 
 # Every test, and the style gates CI enforces.
 test: deps check-style
@@ -58,3 +58,27 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/dualfs $(DESTDIR)$(SBINDIR)/mount.fuse.dualfs \
 		$(DESTDIR)$(SBINDIR)/mkfs.dualfs $(DESTDIR)$(SBINDIR)/fsck.dualfs
+
+# The benchmark suite against ext2, ext4, ext4 with an external journal, XFS
+# with an external log, btrfs and fuse2fs, on loop devices (root; about an
+# hour), then docs/BENCHMARKS.md and its plots. BENCH_ARGS adds options of
+# bench/suite.py (e.g. --configs dualfs,ext4 --repeats 1).
+BENCH_ARGS ?=
+bench: bench-deps build
+	$(CARGO) build --release -p dualfs-bench
+	target/release/engine-bench --json > bench/engine.json
+	python3 bench/suite.py --trace --out bench/results.json $(BENCH_ARGS)
+	$(MAKE) bench-report
+
+# Tables and plots from the stored results (bench/results.json, bench/engine.json).
+bench-report:
+	/usr/bin/python3 bench/report.py bench/results.json --engine bench/engine.json --notes bench/NOTES.md --docs docs
+
+# What the suite runs besides DualFS: the peers' tools, the workloads' tools,
+# the Linux source tree and matplotlib for the plots.
+bench-deps:
+	@command -v fio >/dev/null && command -v postmark >/dev/null && command -v bonnie++ >/dev/null && \
+	 command -v mkfs.xfs >/dev/null && command -v mkfs.btrfs >/dev/null && command -v fuse2fs >/dev/null && \
+	 test -e /usr/src/linux-source-6.1.tar.xz && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || \
+	 (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio postmark bonnie++ \
+	  xfsprogs btrfs-progs fuse2fs e2fsprogs linux-source-6.1 python3-matplotlib)

@@ -34,6 +34,8 @@ pub enum Command {
     /// Show what is on a volume: superblock, log, segments, groups, inodes.
     #[command(after_help = INSPECT_HELP)]
     Inspect(InspectArgs),
+    /// Block-level traces: summarise, replay through disk models, trace a peer.
+    Trace(crate::trace::TraceArgs),
 }
 
 const MKFS_HELP: &str = "\
@@ -48,6 +50,8 @@ Options (-o, comma-separated, may be repeated):
   commit=SECONDS   write dirty data and meta-data at least this often (default 5)
   threads=N        requests served in parallel (default 4)
   log=FILE         where a background mount writes its log (default: nowhere)
+  trace=FILE       record every block request on both devices in FILE
+                   (see dualfs trace summary / replay)
   fsname=NAME      the source shown in /proc/mounts (default META#DATA)
   nowriteback      send every write to the volume at once instead of caching
                    it in the kernel (slower; modification times then come

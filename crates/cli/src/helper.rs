@@ -20,7 +20,7 @@ use crate::args::MountArgs;
 
 /// The subcommands and flags `dualfs` itself understands: anything else in
 /// first position makes the command line a mount helper's.
-const OWN_WORDS: [&str; 6] = ["mkfs", "mount", "umount", "inspect", "help", "fsck"];
+const OWN_WORDS: [&str; 7] = ["mkfs", "mount", "umount", "inspect", "help", "fsck", "trace"];
 
 /// How the program was called, from `argv[0]` and the first argument.
 #[derive(Debug, PartialEq, Eq)]

@@ -13,6 +13,7 @@ mod mkfs;
 mod mount;
 mod options;
 mod progress;
+mod trace;
 mod umount;
 
 use std::ffi::OsString;
@@ -52,6 +53,7 @@ fn run(argv: Vec<OsString>) -> Result<()> {
         Command::Umount(a) => umount::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Trace(a) => trace::run(a),
     }
 }
 

@@ -217,6 +217,10 @@ fn serve(args: &MountArgs) -> Result<()> {
     let data = absolute(&args.data)?;
     let access = if cfg.read_only { Access::ExclusiveReadOnly } else { Access::Exclusive };
     let (m, d) = open_pair(&meta, &data, access)?;
+    let (m, d) = match &cfg.trace {
+        Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
+        None => (m, d),
+    };
     let vol = Volume::open(m, d, engine_options(&cfg))
         .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
     let rec = &vol.open_report().recovery;

@@ -33,6 +33,8 @@ pub struct MountConfig {
     /// When reads update access times (the engine does it; the kernel
     /// never does for FUSE).
     pub atime: AtimeMode,
+    /// Where to write a block-level trace of both devices, if anywhere.
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for MountConfig {
@@ -47,6 +49,7 @@ impl Default for MountConfig {
             fsname: None,
             writeback: true,
             atime: AtimeMode::Relatime,
+            trace: None,
         }
     }
 }
@@ -128,6 +131,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 bail!("log= needs a file name");
             }
             c.log = Some(PathBuf::from(v));
+        } else if let Some(v) = opt.strip_prefix("trace=") {
+            if v.is_empty() {
+                bail!("trace= needs a file name");
+            }
+            c.trace = Some(PathBuf::from(v));
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {
@@ -173,8 +181,9 @@ mod tests {
 
     #[test]
     fn dualfs_options_are_understood() {
-        let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback");
+        let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback,trace=/tmp/t");
         assert!(!c.writeback);
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);
         assert_eq!(c.acl, SessionACL::All);
@@ -194,6 +203,7 @@ mod tests {
         assert!(parse(&["commit=soon".into()]).is_err());
         assert!(parse(&["threads=0".into()]).is_err());
         assert!(parse(&["log=".into()]).is_err());
+        assert!(parse(&["trace=".into()]).is_err());
     }
 
     #[test]

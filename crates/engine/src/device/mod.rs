@@ -7,6 +7,7 @@
 
 mod file;
 mod memory;
+pub mod tracing;
 
 pub use file::FileDevice;
 pub use memory::MemoryDevice;

@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""DualFS against the file systems users would pick instead, on loop devices.
+
+Method (as ../shared/PEERS.md): every file system lives on image files of
+the same total size, each behind a loop device with direct I/O; the
+meta-data / journal / log device of two-device configurations is about
+10% of the total. Between phases the file system is unmounted, caches
+are dropped and it is mounted again (cold cache). The loop devices'
+/sys/block/loopN/stat counters are read before a phase and after the
+unmount that follows it, so write-back at unmount is counted. Every file
+system is mounted noatime (DualFS never updates atime on read).
+
+With --trace, each image is served through `dualfs trace serve` (a FUSE
+file recording every request) under its loop device, so that every
+configuration is traced identically; the per-phase slices of the traces
+are replayed through the disk models (`dualfs trace replay`). DualFS runs
+additionally record their own semantic trace (`-o trace=`).
+
+Results go to a JSON file (every run, raw); bench/report.py turns them into
+docs/BENCHMARKS.md and the plots.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
+MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
+GREP_PATTERN = "dualfs_no_such_pattern_x"
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(cmd, check=True, capture=False, timeout=3600):
+    r = subprocess.run(["bash", "-c", cmd], check=False, timeout=timeout,
+                       stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"command failed ({r.returncode}): {cmd}\n{r.stderr.decode(errors='replace')}")
+    return r.stdout.decode(errors="replace") if capture else r.returncode
+
+
+def stat(dev):
+    """Reads /sys/block/loopN/stat: requests, sectors and flushes."""
+    with open(f"/sys/block/{os.path.basename(dev)}/stat") as f:
+        v = [int(x) for x in f.read().split()]
+    return {"read_req": v[0], "read_sectors": v[2], "write_req": v[4], "write_sectors": v[6],
+            "flush_req": v[15] if len(v) > 15 else 0}
+
+
+def diff(a, b):
+    return {k: b[k] - a[k] for k in a}
+
+
+def drop_caches():
+    sh("sync; echo 3 > /proc/sys/vm/drop_caches")
+
+
+class Volume:
+    """One configuration's devices (loop devices over image files, optionally
+    through trace servers) and how to make, mount and unmount it."""
+
+    def __init__(self, cfg, args, workdir):
+        self.cfg, self.args, self.dir = cfg, args, workdir
+        self.mnt = os.path.join(workdir, "mnt")
+        self.two = cfg in ("dualfs", "ext4-extjournal", "xfs-extlog")
+        self.loops = {}      # role -> /dev/loopN
+        self.servers = []    # trace serve processes
+        self.fuse_proc = None
+        self.trace_files = {}
+        self.sem_trace = None  # DualFS's own semantic trace of the next mount
+
+    # --- devices -------------------------------------------------------
+    def attach(self, trace_tag=None):
+        os.makedirs(self.dir, exist_ok=True)
+        os.makedirs(self.mnt, exist_ok=True)
+        total, meta = self.args.size_mib, self.args.meta_mib
+        sizes = {"data": total - meta, "meta": meta} if self.two else {"data": total}
+        for role, mib in sizes.items():
+            img = os.path.join(self.dir, f"{role}.img")
+            if os.path.exists(img):
+                os.unlink(img)
+            with open(img, "wb") as f:
+                f.truncate(mib << 20)
+            backing = img
+            if trace_tag is not None:
+                tmnt = os.path.join(self.dir, f"trace-{role}")
+                os.makedirs(tmnt, exist_ok=True)
+                out = os.path.join(self.args.trace_dir, f"{self.cfg}-{trace_tag}-{role}.trace")
+                p = subprocess.Popen([self.args.dualfs, "trace", "serve", img, tmnt, "--out", out,
+                                      "--device", "m" if role == "meta" else "d"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                self.servers.append((p, tmnt))
+                backing = os.path.join(tmnt, "image")
+                for _ in range(100):
+                    if os.path.exists(backing):
+                        break
+                    time.sleep(0.05)
+                self.trace_files[role] = out
+            self.loops[role] = sh(f"losetup --direct-io=on -f --show {backing}", capture=True).strip()
+
+    def detach(self):
+        for dev in self.loops.values():
+            sh(f"losetup -d {dev}", check=False)
+        self.loops = {}
+        for p, tmnt in self.servers:
+            sh(f"fusermount3 -u {tmnt}", check=False)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.terminate()
+        self.servers = []
+
+    # --- file system ---------------------------------------------------
+    def mkfs(self):
+        d, m = self.loops["data"], self.loops.get("meta")
+        c = self.cfg
+        if c == "dualfs":
+            sh(f"{self.args.dualfs} mkfs -f {m} {d}")
+        elif c == "ext2":
+            sh(f"mkfs.ext2 -q -F {d}")
+        elif c in ("ext4", "fuse2fs"):
+            sh(f"mkfs.ext4 -q -F {d}")
+        elif c == "ext4-extjournal":
+            sh(f"mkfs.ext4 -q -F -O journal_dev -b 4096 {m}")
+            sh(f"mkfs.ext4 -q -F -b 4096 -J device={m} {d}")
+        elif c == "xfs-extlog":
+            sh(f"mkfs.xfs -q -f -l logdev={m},size={self.args.meta_mib - 8}m {d}")
+        elif c == "btrfs":
+            sh(f"mkfs.btrfs -q -f {d}")
+
+    def mount(self):
+        d, m = self.loops["data"], self.loops.get("meta")
+        c = self.cfg
+        if c == "dualfs":
+            opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
+            sh(f"{self.args.dualfs} mount -o {opts} {m} {d} {self.mnt}")
+        elif c == "fuse2fs":
+            self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(200):
+                if sh(f"mountpoint -q {self.mnt}", check=False) == 0:
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("fuse2fs did not mount")
+        elif c == "xfs-extlog":
+            sh(f"mount -o noatime,logdev={m} {d} {self.mnt}")
+        else:
+            sh(f"mount -o noatime {d} {self.mnt}")
+
+    def umount(self):
+        if self.cfg == "dualfs":
+            sh(f"{self.args.dualfs} umount {self.mnt}")
+        else:
+            sh(f"umount {self.mnt}")
+            if self.fuse_proc is not None:
+                self.fuse_proc.wait(timeout=600)
+                self.fuse_proc = None
+
+    def counters(self):
+        return {role: stat(dev) for role, dev in self.loops.items()}
+
+
+# --- workloads -----------------------------------------------------------
+
+def copy_files_cmd(src, dst, procs, empty):
+    """Recreates src's tree under dst: directories first, then the files
+    split among `procs` processes (the paper's 1- and 4-process runs)."""
+    mk = f"cd {src} && find . -type d -print0 | (cd {dst} && xargs -0 mkdir -p)"
+    if empty:
+        files = f"cd {src} && find . -type f -print0 | (cd {dst} && xargs -0 -P {procs} -n 128 touch)"
+    else:
+        files = f"cd {src} && find . -type f -print0 | xargs -0 -P {procs} -n 128 cp --parents -t {dst}"
+    return f"mkdir -p {dst} && {mk} && {files}"
+
+
+def per_dir_cmd(root, procs, what):
+    """Runs `what DIR` on each top-level directory, `procs` at a time."""
+    return f"cd {root} && ls -d */ | xargs -P {procs} -I{{}} {what}"
+
+
+def seq_micro(src, tar, procs_list):
+    """The paper's micro-benchmarks and LinLogFS's un-tar/tar/find/rm, on one
+    file system, in order; yFS's extraction then deletion after remount is
+    untar ... rm."""
+    m = "$MNT"
+    phases = [("untar", f"tar xf {tar} -C {m}", None)]
+    for p in procs_list:
+        sfx = "" if p == 1 else f"-{p}p"
+        phases.append((f"find{sfx}", per_dir_cmd(f"{m}/linux", p, "find {} -size +2k") + " > /dev/null", None))
+        phases.append((f"grep{sfx}", per_dir_cmd(f"{m}/linux", p, f"grep -r {GREP_PATTERN} {{}}") + " > /dev/null || true", None))
+    phases.append(("tar", f"tar cf - -C {m} linux | cat > /dev/null", None))
+    for p in procs_list:
+        sfx = "" if p == 1 else f"-{p}p"
+        phases.append((f"write-meta{sfx}", copy_files_cmd(src, f"{m}/wm{p}", p, True), None))
+        phases.append((f"write-data-meta{sfx}", copy_files_cmd(src, f"{m}/wdm{p}", p, False), None))
+        phases.append((f"rw-meta{sfx}", copy_files_cmd(f"{m}/linux", f"{m}/rwm{p}", p, True), None))
+        phases.append((f"rw-data-meta{sfx}", copy_files_cmd(f"{m}/linux", f"{m}/rwdm{p}", p, False), None))
+    # Untimed: remove the copies, so that rm deletes exactly the extracted archive.
+    phases.append(("rm", f"rm -rf {m}/linux", f"rm -rf {m}/wm* {m}/wdm* {m}/rwm* {m}/rwdm*"))
+    return phases
+
+
+def seq_write_del(src, rounds):
+    """Paper §4.4: copy the tree, delete 7/8 of its regular files; repeat."""
+    cmds = []
+    for i in range(rounds):
+        d = f"$MNT/wd{i}"
+        cmds.append(f"cp -a {src} {d}")
+        cmds.append(f"find {d} -type f | awk 'NR % 8 != 0' | tr '\\n' '\\0' | xargs -0 rm -f")
+    return [("write-del" if rounds == 5 else f"write-del-{rounds}", " && ".join(cmds), None)]
+
+
+def seq_postmark(files, dirs, transactions):
+    conf = (f"set location $MNT\\nset number {files}\\nset subdirectories {dirs}\\n"
+            f"set transactions {transactions}\\nset size 512 16384\\nset read 512\\nset write 512\\n"
+            "set buffering false\\nrun\\nquit\\n")
+    return [("postmark", f'cd /tmp && printf "{conf}" | postmark > $OUT/postmark.txt', None)]
+
+
+def seq_fsync(seq_mib, rand_ios, sync_ios):
+    fio = "fio --output-format=json --directory=$MNT --ioengine=psync --bs=4k"
+    return [
+        ("seq-write-fsync", f"fio --output-format=json --directory=$MNT --ioengine=psync --name=seq --rw=write "
+                            f"--bs=1M --size={seq_mib}M --end_fsync=1 > $OUT/fio-seq.json", None),
+        ("rand-fsync-256", f"{fio} --name=r256 --rw=randwrite --size=64M --number_ios={rand_ios} --fsync=256 "
+                           "> $OUT/fio-r256.json",
+         f"{fio} --name=r256 --rw=randwrite --size=64M --create_only=1 > /dev/null"),
+        ("rand-fsync-1", f"{fio} --name=r1 --rw=randwrite --size=64M --number_ios={sync_ios} --fsync=1 "
+                         "> $OUT/fio-r1.json",
+         f"{fio} --name=r1 --rw=randwrite --size=64M --create_only=1 > /dev/null"),
+    ]
+
+
+def seq_bonnie(n):
+    return [("bonnie-small-files", f"bonnie++ -d $MNT -s 0 -n {n}:0:0:16 -u root -q > $OUT/bonnie.csv 2>/dev/null", None)]
+
+
+# --- running -------------------------------------------------------------
+
+def run_sequence(vol, name, phases, args, rep, results, trace_tag):
+    """One fresh file system, then each phase with a cold cache."""
+    log(f"{vol.cfg} rep {rep}: {name}")
+    vol.attach(trace_tag)
+    try:
+        vol.mkfs()
+        outdir = os.path.join(args.work, "out")
+        os.makedirs(outdir, exist_ok=True)
+        env = f"export MNT={vol.mnt} OUT={outdir}; "
+        for phase, cmd, prep in phases:
+            if prep:
+                vol.mount()
+                sh(env + prep)
+                vol.umount()
+            drop_caches()
+            if trace_tag is not None and vol.cfg == "dualfs":
+                vol.sem_trace = os.path.join(args.trace_dir, f"dualfs-{phase}-semantic.trace")
+            vol.mount()
+            vol.sem_trace = None
+            c0 = vol.counters()
+            ns0 = time.time_ns()
+            t0 = time.monotonic()
+            sh(env + cmd, timeout=args.phase_timeout)
+            t1 = time.monotonic()
+            vol.umount()
+            t2 = time.monotonic()
+            ns1 = time.time_ns()
+            c1 = vol.counters()
+            rec = {"config": vol.cfg, "phase": phase, "sequence": name, "rep": rep, "traced": trace_tag is not None,
+                   "wall_s": t1 - t0, "wall_umount_s": t2 - t0, "window_ns": [ns0, ns1],
+                   "devices": {role: diff(c0[role], c1[role]) for role in c0}}
+            rec["extra"] = extra_output(phase, outdir)
+            results.append(rec)
+            log(f"  {phase}: {rec['wall_s']:.2f} s (+umount {rec['wall_umount_s'] - rec['wall_s']:.2f} s), "
+                + ", ".join(f"{r} {d['write_req']} wr/{d['write_sectors'] / 2048:.1f} MiB"
+                            for r, d in rec["devices"].items()))
+            save(args, results)
+    finally:
+        if sh(f"mountpoint -q {vol.mnt}", check=False) == 0:
+            try:
+                vol.umount()
+            except Exception as e:  # noqa: BLE001 - clean-up must go on
+                log(f"umount failed: {e}")
+        vol.detach()
+
+
+def extra_output(phase, outdir):
+    """Rates the tools themselves report."""
+    try:
+        if phase == "postmark":
+            with open(os.path.join(outdir, "postmark.txt")) as f:
+                txt = f.read()
+            for line in txt.splitlines():
+                if "transactions" in line and "per second" in line:
+                    return {"postmark_tx_s": float(line.split("(")[1].split()[0])}
+        if phase.startswith("rand-fsync") or phase.startswith("seq-write"):
+            name = {"seq-write-fsync": "fio-seq", "rand-fsync-256": "fio-r256", "rand-fsync-1": "fio-r1"}[phase]
+            with open(os.path.join(outdir, f"{name}.json")) as f:
+                j = json.load(f)
+            w = j["jobs"][0]["write"]
+            return {"iops": w["iops"], "bw_mib_s": w["bw"] / 1024.0, "ios": w["total_ios"]}
+        if phase == "bonnie-small-files":
+            with open(os.path.join(outdir, "bonnie.csv")) as f:
+                row = f.read().strip().splitlines()[-1].split(",")
+            # bonnie++ 2.x CSV: seq create/read/delete, random create/read/delete per second.
+            names = ["seq_create", "seq_stat", "seq_delete", "rand_create", "rand_stat", "rand_delete"]
+            vals = [row[i] for i in (24, 26, 28, 30, 32, 34)]
+            return {n: v for n, v in zip(names, vals)}
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        return {"error": str(e)}
+    return {}
+
+
+def save(args, results):
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"machine": machine(), "command": " ".join(sys.argv), "args": vars(args), "runs": results}, f, indent=1)
+    os.replace(tmp, args.out)
+
+
+def machine():
+    def read(p):
+        try:
+            with open(p) as f:
+                return f.read()
+        except OSError:
+            return ""
+    cpu = [line.split(":", 1)[1].strip() for line in read("/proc/cpuinfo").splitlines() if line.startswith("model name")]
+    mem = [line for line in read("/proc/meminfo").splitlines() if line.startswith("MemTotal")]
+    return {"kernel": os.uname().release, "cpus": len(cpu), "cpu": cpu[0] if cpu else "?",
+            "mem": mem[0].split(":", 1)[1].strip() if mem else "?",
+            "loadavg_start": read("/proc/loadavg").strip()}
+
+
+def slice_traces(args, results):
+    """Per phase: the traced run's records inside its window, replayed."""
+    for rec in results:
+        if not rec["traced"]:
+            continue
+        files = []
+        for role in rec["devices"]:
+            files.append(os.path.join(args.trace_dir, f"{rec['config']}-{rec['sequence']}-{role}.trace"))
+        lo, hi = rec["window_ns"]
+        part = os.path.join(args.trace_dir, f"{rec['config']}-{rec['phase']}.slice")
+        with open(part, "w") as out:
+            out.write("# dualfs-trace 1\n")
+            for fn in files:
+                with open(fn) as f:
+                    for line in f:
+                        if line.startswith("#"):
+                            if line.startswith("# device"):
+                                out.write(line)
+                            continue
+                        t = int(line.split(" ", 1)[0])
+                        if lo <= t <= hi:
+                            out.write(line)
+        rec["replay"] = {}
+        for model, layout in MODELS:
+            j = json.loads(sh(f"{args.dualfs} trace replay --json --model {model} --layout {layout} {part}",
+                              capture=True))
+            rec["replay"][f"{model}/{layout}"] = {"total_s": j["total_s"], "meta_s": j["meta_s"], "data_s": j["data_s"]}
+        rec["trace_summary"] = json.loads(sh(f"{args.dualfs} trace summary --json {part}", capture=True))
+        sem = os.path.join(args.trace_dir, f"dualfs-{rec['phase']}-semantic.trace")
+        if rec["config"] == "dualfs" and os.path.exists(sem):
+            rec["semantic"] = json.loads(sh(f"{args.dualfs} trace summary --json {sem}", capture=True))
+            # The engine's own requests, replayed: which classes of block the I/O time goes to.
+            j = json.loads(sh(f"{args.dualfs} trace replay --json --model hdd5400 {sem}", capture=True))
+            rec["semantic_replay"] = {"total_s": j["total_s"], "classes": j["classes"]}
+        if not args.keep_traces:
+            os.unlink(part)
+    save(args, results)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie")
+    ap.add_argument("--work", default="/var/tmp/dualfs-bench")
+    ap.add_argument("--out", default="bench/results.json")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--size-mib", type=int, default=4096)
+    ap.add_argument("--meta-mib", type=int, default=408)
+    ap.add_argument("--procs", default="1,4")
+    ap.add_argument("--write-del-rounds", type=int, default=5)
+    ap.add_argument("--postmark", default="20000,150,100000", help="files,dirs,transactions")
+    ap.add_argument("--fsync", default="256,4096,2000", help="seq MiB, random ios (fsync/256), random ios (fsync/1)")
+    ap.add_argument("--bonnie-files", type=int, default=16, help="bonnie++ -n, in 1024s")
+    ap.add_argument("--trace", action="store_true", help="one extra traced run per configuration and sequence")
+    ap.add_argument("--keep-traces", action="store_true")
+    ap.add_argument("--src", help="the source tree (default: Linux 6.1 from linux-source-6.1, prepared)")
+    ap.add_argument("--phase-timeout", type=int, default=3600)
+    ap.add_argument("--smoke", action="store_true", help="tiny inputs, dualfs and ext4 only: checks the harness")
+    args = ap.parse_args()
+    args.dualfs = os.path.abspath(args.dualfs)
+    if os.geteuid() != 0:
+        sys.exit("the benchmark needs root (loop devices, mount)")
+    if args.smoke:
+        args.configs, args.repeats, args.size_mib, args.meta_mib = "dualfs,ext4", 1, 256, 32
+        args.sequences, args.procs, args.write_del_rounds = "micro,write-del", "1", 1
+    os.makedirs(args.work, exist_ok=True)
+    args.trace_dir = os.path.join(args.work, "traces")
+    os.makedirs(args.trace_dir, exist_ok=True)
+    src, tar = prepare_source(args)
+    procs = [int(p) for p in args.procs.split(",")]
+    pm = [int(x) for x in args.postmark.split(",")]
+    fs = [int(x) for x in args.fsync.split(",")]
+    seqs = {
+        "micro": seq_micro(src, tar, procs),
+        "write-del": seq_write_del(src, args.write_del_rounds),
+        "postmark": seq_postmark(*pm),
+        "fsync": seq_fsync(*fs),
+        "bonnie": seq_bonnie(args.bonnie_files),
+    }
+    results = []
+    for rep in range(args.repeats + (1 if args.trace else 0)):
+        traced = args.trace and rep == args.repeats
+        for cfg in args.configs.split(","):
+            for name in args.sequences.split(","):
+                vol = Volume(cfg, args, os.path.join(args.work, cfg))
+                run_sequence(vol, name, seqs[name], args, rep, results, name if traced else None)
+    if args.trace:
+        slice_traces(args, results)
+    save(args, results)
+    log(f"results in {args.out}")
+
+
+def prepare_source(args):
+    """The source tree and its tar: Linux 6.1's fs include kernel mm block
+    (PEERS.md), or a small generated tree for --smoke."""
+    base = os.path.join(args.work, "src")
+    os.makedirs(base, exist_ok=True)
+    if args.src:
+        src = os.path.abspath(args.src)
+    elif args.smoke:
+        src = os.path.join(base, "smoke", "linux")
+        if not os.path.isdir(src):
+            for d in range(8):
+                os.makedirs(os.path.join(src, f"d{d}", "sub"), exist_ok=True)
+                for i in range(25):
+                    with open(os.path.join(src, f"d{d}", "sub" if i % 2 else "", f"f{i}.c"), "w") as f:
+                        f.write("int x;\n" * (i * 60))
+    else:
+        src = os.path.join(base, "linux")
+        if not os.path.isdir(src):
+            tarball = "/usr/src/linux-source-6.1.tar.xz"
+            if not os.path.exists(tarball):
+                sh("apt-get install -y -qq linux-source-6.1")
+            sh(f"cd {base} && tar xJf {tarball} " + " ".join(f"linux-source-6.1/{d}" for d in
+                                                            ("fs", "include", "kernel", "mm", "block"))
+               + " && mv linux-source-6.1 linux")
+    tar = src + ".tar"
+    if not os.path.exists(tar):
+        sh(f"tar cf {tar} -C {os.path.dirname(src)} {os.path.basename(src)}")
+    if os.path.basename(src) != "linux":
+        sys.exit("the source tree's directory must be named linux")
+    return src, tar
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,7 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     let mut list = Vec::new();
     if fault == Fault::SegmentReuse {
         // Only a log that wraps around onto its own roll-forward range shows it.
-        list.push(workloads::log_wrap(700, false));
+        list.push(workloads::log_wrap(1400, false));
     }
     list.extend(workloads::patterns());
     list.extend(workloads::ace().into_iter().step_by(7));

@@ -188,6 +188,18 @@ mkdir private; chmod 700 private; echo secret > private/s
     assert_eq!(mode("setuid"), 0o777);
     assert_eq!(mode("setgid"), 0o777);
     assert_eq!(mode("chowned"), 0o755, "chown clears both set-id bits");
+    // File capabilities (here cap_net_raw+ep) go with any write, truncation
+    // or chown, even root's.
+    let cap = "0x0000000200200000000000000000000000000000";
+    for (f, cmd) in [("capw", "echo more >>"), ("capt", "truncate -s 0"), ("capc", "chown 1234")] {
+        sh(&format!("cd {m} && echo x > {f} && setfattr -n security.capability -v {cap} {f}"));
+        assert!(sh_output(&format!("getfattr -n security.capability {m}/{f}")).status.success());
+        sh(&format!("cd {m} && {cmd} {f}"));
+        let after = sh_output(&format!("getfattr -n security.capability {m}/{f}"));
+        assert!(!after.status.success(), "{cmd} drops security.capability");
+    }
+    sh(&format!("printf x > {m}/rootw; chmod 4755 {m}/rootw; echo more >> {m}/rootw"));
+    assert_eq!(mode("rootw"), 0o4755, "a writer with CAP_FSETID keeps the set-id bits");
     // A set-group-id directory hands on its group (and the bit to subdirectories).
     sh(&format!("{user} sh -c 'touch {m}/shared/f && mkdir {m}/shared/d'"));
     let f = std::fs::metadata(v.path("shared/f")).unwrap();

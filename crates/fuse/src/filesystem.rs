@@ -30,7 +30,7 @@ use crate::convert::{self, errno, file_attr, file_type, ino};
 /// stable across mounts), and POSIX ACLs: the kernel checks them and the
 /// engine keeps them, which needs the umask unapplied (a directory's
 /// default ACL replaces it).
-const WANTED: [InitFlags; 8] = [
+const WANTED: [InitFlags; 9] = [
     InitFlags::FUSE_POSIX_ACL,
     InitFlags::FUSE_DONT_MASK,
     InitFlags::FUSE_WRITEBACK_CACHE,
@@ -39,6 +39,10 @@ const WANTED: [InitFlags; 8] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_CACHE_SYMLINKS,
     InitFlags::FUSE_EXPORT_SUPPORT,
+    // We drop set-id bits and file capabilities on write, truncate and
+    // chown ourselves; in return the kernel stops asking for
+    // security.capability before every write (it sets SB_NOSEC).
+    InitFlags::FUSE_HANDLE_KILLPRIV_V2,
 ];
 
 /// Entries listed per engine call in readdirplus: the attributes are read
@@ -271,7 +275,7 @@ impl Filesystem for DualFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -301,6 +305,10 @@ impl Filesystem for DualFs {
             // sends them when a truncation should move them (not, for one,
             // when truncate(2) leaves the size as it was).
             size_stamp: if self.options.writeback_cache { Stamp::Keep } else { Stamp::Now },
+            // The kernel flags an unprivileged truncation with
+            // FATTR_KILL_SUIDGID, which fuser does not pass on; root stands
+            // in for "has CAP_FSETID".
+            kill_privileges: req.uid() != 0,
         };
         match self.vol.setattr(ino(node), &set) {
             Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
@@ -412,6 +420,10 @@ impl Filesystem for DualFs {
         // Pages written back from the kernel's cache carry times the kernel
         // already owns (it sends them with a setattr); a direct write does not.
         let stamp = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) { Stamp::Keep } else { Stamp::Now };
+        let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        if let Err(e) = self.vol.drop_privileges(ino(node), set_id) {
+            return reply.error(report("write", &e));
+        }
         match self.vol.write_with(ino(node), offset, data, stamp) {
             // max_write bounds a request far below 4 GiB.
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),

@@ -96,6 +96,25 @@ impl Volume {
         Ok(data.len())
     }
 
+    /// Drops what a write must drop before it writes (Linux's
+    /// `file_remove_privs`): file capabilities always, and the set-id bits
+    /// when `set_id` (the writer lacks CAP_FSETID). Costs no commit when
+    /// there is nothing to drop, the common case.
+    ///
+    /// # Errors
+    /// `NotFound`; I/O errors.
+    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<()> {
+        if !super::ops::has_privileges(&mut lock(&self.fs), ino, set_id)? {
+            return Ok(());
+        }
+        self.mutate(OpKind::Grow, |fs, now| {
+            if super::ops::drop_privileges(fs, ino, set_id)? {
+                fs.log.inode_mut(ino)?.ctime = now;
+            }
+            Ok(())
+        })
+    }
+
     /// Allocates, zeroes or deallocates a range of a regular file.
     ///
     /// # Errors

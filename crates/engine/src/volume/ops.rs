@@ -26,6 +26,49 @@ const S_ISUID: u32 = 0o4000;
 const S_ISGID: u32 = 0o2000;
 const S_IXGRP: u32 = 0o0010;
 
+/// The extended attribute that grants file capabilities on exec.
+const SECURITY_CAPABILITY: &[u8] = b"security.capability";
+
+/// Drops what an unprivileged write, truncation or chown must drop from a
+/// non-directory (Linux's `file_remove_privs`): the set-user-id bit, the
+/// set-group-id bit when it means set-gid (group-executable) rather than
+/// mandatory locking, and file capabilities; only the capabilities when
+/// `set_id` is false (a privileged writer keeps the bits, not the
+/// capabilities). Returns whether anything changed.
+pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
+    let mut changed = false;
+    if set_id {
+        let rec = fs.log.inode(ino)?;
+        let mut mode = rec.mode & !S_ISUID;
+        if mode & S_IXGRP != 0 {
+            mode &= !S_ISGID;
+        }
+        if mode != rec.mode {
+            fs.log.inode_mut(ino)?.mode = mode;
+            changed = true;
+        }
+    }
+    match fs.xattr_remove(ino, SECURITY_CAPABILITY) {
+        Ok(()) => changed = true,
+        Err(Error::NoXattr) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(changed)
+}
+
+/// Whether [`drop_privileges`] would change anything, without changing it.
+pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
+    let mode = fs.log.inode(ino)?.mode;
+    if set_id && (mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP) {
+        return Ok(true);
+    }
+    match fs.xattr_get(ino, SECURITY_CAPABILITY) {
+        Ok(_) => Ok(true),
+        Err(Error::NoXattr) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn touch_dir(fs: &mut Fs, dir: InodeNo, now: Timestamp) -> Result<()> {
     let mut d = fs.log.inode_mut(dir)?;
     d.mtime = now;
@@ -110,19 +153,10 @@ impl Volume {
                 changed = true;
             }
             let new_mode = rec.mode;
-            let owner_change = set.uid.is_some_and(|u| u != rec.uid) || set.gid.is_some_and(|g| g != rec.gid);
-            if set.uid.is_some() || set.gid.is_some() {
+            let chown = set.uid.is_some() || set.gid.is_some();
+            if chown {
                 rec.uid = set.uid.unwrap_or(rec.uid);
                 rec.gid = set.gid.unwrap_or(rec.gid);
-                // chown(2): changing the owner of a non-directory drops its
-                // set-user-id bit, and its set-group-id bit when that bit
-                // means "set-gid" (group-executable) rather than locking.
-                if owner_change && kind != FileKind::Directory && set.mode.is_none() {
-                    rec.mode &= !S_ISUID;
-                    if rec.mode & S_IXGRP != 0 {
-                        rec.mode &= !S_ISGID;
-                    }
-                }
                 changed = true;
             }
             let resolve = |t: TimeSet| match t {
@@ -145,6 +179,14 @@ impl Volume {
                 rec.ctime = c;
             }
             drop(rec);
+            // chown(2) of a non-directory, even to the same owner, drops its
+            // privileges (Linux's ATTR_KILL_SUID/SGID/PRIV); a truncation
+            // drops its capabilities, and its set-id bits when unprivileged.
+            // An explicit mode wins (the kernel computed it).
+            if (chown || set.size.is_some()) && !matches!(kind, FileKind::Directory | FileKind::Symlink) {
+                let set_id = set.mode.is_none() && (chown || set.kill_privileges);
+                drop_privileges(fs, ino, set_id)?;
+            }
             if set.mode.is_some() && kind != FileKind::Symlink {
                 // chmod rewrites the access ACL's owner, mask and other entries.
                 fs.acl_chmod(ino, new_mode)?;

@@ -105,6 +105,9 @@ pub struct SetAttr {
     /// that owns the times (the kernel's writeback cache, which sends them
     /// when a size change should move them) passes [`Stamp::Keep`].
     pub size_stamp: Stamp,
+    /// Whether a new size also drops set-id bits and file capabilities, as
+    /// a truncation by a caller without CAP_FSETID does.
+    pub kill_privileges: bool,
 }
 
 /// Who creates an inode: its owner, and the creating process's umask.

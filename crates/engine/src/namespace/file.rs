@@ -316,13 +316,17 @@ impl Fs {
         }
         self.log.space.reserve(needed)?;
 
+        let size = self.log.inode(ino)?.size;
         let mut pos = offset;
         let mut src = data;
         while !src.is_empty() {
             let block = pos / BLOCK_BYTES;
             let skip = (pos % BLOCK_BYTES) as usize;
             let n = (BLOCK_SIZE - skip).min(src.len());
-            self.dirty_page(ino, block, skip == 0 && n == BLOCK_SIZE)?;
+            // A page written from its start to the block's end, or to or
+            // past end of file (an append), needs none of its old bytes.
+            let whole = skip == 0 && (n == BLOCK_SIZE || pos + n as u64 >= size);
+            self.dirty_page(ino, block, whole)?;
             let pages = self.pages.files.entry(ino).or_default();
             let p = pages.get_mut(&block).ok_or(Error::Invalid("page vanished"))?;
             p.data[skip..skip + n].copy_from_slice(&src[..n]);

@@ -215,6 +215,9 @@ impl Log {
     /// Records that a checkpoint is durable: the previous one's IFile blocks
     /// and roll-forward range are no longer needed.
     pub fn complete_checkpoint(&mut self, c: &SealedCheckpoint) {
+        if let Some(part) = &c.part {
+            part.forget_read_ahead(&mut self.readahead);
+        }
         if let Some(seq) = c.part.as_ref().and_then(|p| p.seq) {
             self.durable = self.durable.max(seq);
         }

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod mount;
+pub mod readahead;
 pub mod recovery;
 pub mod seal;
 pub mod segments;
@@ -93,6 +94,8 @@ pub struct Log {
     pub group_limit: usize,
     /// Counters.
     pub stats: LogStats,
+    /// Raw blocks read ahead of cold meta-data misses.
+    pub readahead: readahead::ReadAhead,
 }
 
 impl Log {
@@ -144,6 +147,22 @@ impl Log {
     /// The device fails.
     pub fn read_meta(&self, at: MetaBlock, count: usize) -> Result<Vec<u8>> {
         read_blocks(self.meta.as_ref(), DeviceRole::Meta, at.0, count)
+    }
+
+    /// Reads one block of the log for the cache, reading ahead the window
+    /// around it on a miss (see [`readahead`]).
+    fn read_meta_ahead(&mut self, at: MetaBlock) -> Result<Vec<u8>> {
+        if let Some(b) = self.readahead.take(at) {
+            return Ok(b.into_vec());
+        }
+        let Some((start, count)) = readahead::ReadAhead::window(&self.sb, at) else {
+            return self.read_meta(at, 1);
+        };
+        let raw = self.read_meta(start, count)?;
+        let i = (at.0 - start.0) as usize * BLOCK_SIZE;
+        let block = raw[i..i + BLOCK_SIZE].to_vec();
+        self.readahead.fill(start, &raw, at);
+        Ok(block)
     }
 
     // ---- change records ----
@@ -230,7 +249,7 @@ impl Log {
         if entry.address.0 == 0 {
             return Err(Error::corrupt_meta("inode map", 0, format!("inode {ino} is in use but has no location")));
         }
-        let block = self.read_meta(entry.address, 1)?;
+        let block = self.read_meta_ahead(entry.address)?;
         let (_, payload) = block::open_block_of_kind(&block, entry.address, self.volume_id, BlockKind::Inodes)
             .map_err(|e| Error::corrupt_meta("inode block", entry.address.0, e.0))?;
         let records =
@@ -322,7 +341,7 @@ impl Log {
         if at.0 == 0 {
             return Err(Error::corrupt_meta("node map", 0, format!("node {id} is referenced but not allocated")));
         }
-        let raw = self.read_meta(at, 1)?;
+        let raw = self.read_meta_ahead(at)?;
         let (h, payload) = block::open_block(&raw, at, self.volume_id)
             .map_err(|e| Error::corrupt_meta("meta-data block", at.0, e.0))?;
         if h.name != id.0 {

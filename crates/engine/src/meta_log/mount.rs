@@ -54,6 +54,7 @@ impl Log {
             free_segments_cached: count.saturating_sub(2),
             group_limit: super::DEFAULT_GROUP_BLOCKS,
             stats: LogStats::default(),
+            readahead: super::readahead::ReadAhead::default(),
         }
     }
 

@@ -48,6 +48,14 @@ impl SealedGroup {
         self.meta.iter().map(|(_, b)| b.len() / BLOCK_SIZE).sum()
     }
 
+    /// Drops what was read ahead of the blocks it overwrites: at sealing,
+    /// and again at completion for windows read while it was being written.
+    pub(crate) fn forget_read_ahead(&self, ra: &mut super::readahead::ReadAhead) {
+        for (at, buf) in &self.meta {
+            ra.forget(*at, buf.len() / BLOCK_SIZE);
+        }
+    }
+
     /// Blocks it puts on the data device.
     #[must_use]
     pub fn data_blocks(&self) -> usize {
@@ -382,7 +390,9 @@ impl Log {
             }
         }
         self.stats.data_blocks_written += data.iter().map(|(_, b)| (b.len() / BLOCK_SIZE) as u64).sum::<u64>();
-        Ok((SealedGroup { seq: Some(last_seq), meta, data }, filled))
+        let group = SealedGroup { seq: Some(last_seq), meta, data };
+        group.forget_read_ahead(&mut self.readahead);
+        Ok((group, filled))
     }
 
     /// The placements a normal partial segment implies: every body block's
@@ -405,6 +415,7 @@ impl Log {
     /// Records that a sealed group is durable: frees it carried may now be
     /// reused, and what it wrote may leave the cache.
     pub fn complete(&mut self, sealed: &SealedGroup, cache_budget: usize) {
+        sealed.forget_read_ahead(&mut self.readahead);
         if let Some(seq) = sealed.seq {
             self.durable = self.durable.max(seq);
         }

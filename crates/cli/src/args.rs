@@ -34,6 +34,13 @@ pub enum Command {
     /// Show what is on a volume: superblock, log, segments, groups, inodes.
     #[command(after_help = INSPECT_HELP)]
     Inspect(InspectArgs),
+    /// Clean the meta-data log: move live meta-data out of mostly empty
+    /// segments so that they become free (mounted or not).
+    #[command(after_help = CLEAN_HELP)]
+    Clean(CleanArgs),
+    /// The log's and the cleaner's counters of a mounted volume.
+    #[command(after_help = STATS_HELP)]
+    Stats(StatsArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(crate::trace::TraceArgs),
 }
@@ -77,6 +84,65 @@ volume could not be checked at all, 16 usage error.";
 const INSPECT_HELP: &str = "\
 Nothing is written. A mounted volume may be inspected: what is shown is what
 is on the devices, which lags the mount by up to the commit interval.";
+
+const CLEAN_HELP: &str = "\
+Without --segments, every segment in use that is less than --max-utilization
+full is cleaned, a few at a time, each batch ending with a checkpoint that
+turns its segments into free ones. What was done is printed at the end:
+segments read, what was moved, segments freed, bytes written, time.
+
+An unmounted volume is cleaned in this process (a mounted one is refused
+under its META and DATA: give its mount point). A mounted volume is cleaned
+by its own process, in steps, while it goes on serving requests; this
+command shows the progress and waits for the end. Interrupting it leaves
+the clean running; `setfattr -x dualfs.clean MOUNTPOINT` stops it after its
+current batch. Only root and the user who mounted the volume may clean it.
+
+Examples:
+  dualfs clean volume/meta.img volume/data.img
+  dualfs clean --policy greedy --segments 8 /mnt/dualfs";
+
+const STATS_HELP: &str = "\
+The counters run from the mount; the segment figures are the log's state
+now. --json prints them as one object, with the same names.";
+
+/// A fraction from 0 to 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=1.0).contains(&f) { Ok(f) } else { Err(format!("{s} is not between 0 and 1")) }
+}
+
+#[derive(Args, Debug)]
+pub struct CleanArgs {
+    /// The mount point of a mounted volume, or the meta-data device of an
+    /// unmounted one (or META#DATA).
+    pub target: PathBuf,
+    /// The data device of an unmounted volume.
+    pub data: Option<PathBuf>,
+    /// Clean at most this many segments (default: every one worth it).
+    #[arg(long, short = 'n')]
+    pub segments: Option<usize>,
+    /// How segments are chosen: cost-benefit (old and empty first: cold
+    /// meta-data stops being recleaned) or greedy (emptiest first).
+    #[arg(long, default_value = "cost-benefit", value_parser = dualfs_fuse::control::parse_policy)]
+    pub policy: dualfs_engine::meta_log::cleaner::Policy,
+    /// Leave segments at least this full (0 to 1): moving their live data
+    /// costs more than the space it frees is worth.
+    #[arg(long, default_value_t = dualfs_fuse::control::DEFAULT_MAX_UTILIZATION, value_parser = parse_fraction)]
+    pub max_utilization: f64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Where the volume is mounted.
+    pub mountpoint: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Args, Debug)]
 pub struct MkfsArgs {

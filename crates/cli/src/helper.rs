@@ -18,9 +18,14 @@ use anyhow::{Result, bail};
 
 use crate::args::MountArgs;
 
-/// The subcommands and flags `dualfs` itself understands: anything else in
-/// first position makes the command line a mount helper's.
-const OWN_WORDS: [&str; 7] = ["mkfs", "mount", "umount", "inspect", "help", "fsck", "trace"];
+/// Whether `word` is one of `dualfs`'s own subcommands (taken from the
+/// command line's definition, so that a new one is never mistaken for a
+/// mount helper's SOURCE): anything else in first position makes the
+/// command line a mount helper's.
+fn is_own_word(word: &str) -> bool {
+    use clap::CommandFactory;
+    word == "help" || crate::args::Cli::command().get_subcommands().any(|c| c.get_name() == word)
+}
 
 /// How the program was called, from `argv[0]` and the first argument.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,9 +52,7 @@ pub fn personality(argv: &[OsString]) -> Personality {
         return Personality::MountHelper;
     }
     match argv.get(1).map(|a| a.to_string_lossy()) {
-        Some(first) if argv.len() >= 3 && !first.starts_with('-') && !OWN_WORDS.contains(&&*first) => {
-            Personality::MountHelper
-        }
+        Some(first) if argv.len() >= 3 && !first.starts_with('-') && !is_own_word(&first) => Personality::MountHelper,
         _ => Personality::Dualfs,
     }
 }
@@ -119,6 +122,8 @@ mod tests {
         assert_eq!(personality(&argv(&["/sbin/mount.fuse.dualfs", "a#b", "/mnt"])), Personality::MountHelper);
         assert_eq!(personality(&argv(&["dualfs", "/v/m#/v/d", "/mnt", "-o", "rw"])), Personality::MountHelper);
         assert_eq!(personality(&argv(&["dualfs", "mount", "a", "b", "c"])), Personality::Dualfs);
+        assert_eq!(personality(&argv(&["dualfs", "clean", "/mnt"])), Personality::Dualfs);
+        assert_eq!(personality(&argv(&["dualfs", "stats", "/mnt"])), Personality::Dualfs);
         assert_eq!(personality(&argv(&["dualfs", "--help"])), Personality::Dualfs);
         assert_eq!(personality(&argv(&["dualfs"])), Personality::Dualfs);
     }

@@ -143,9 +143,33 @@ fn segments_json(vol: &Volume, all: bool) -> Value {
             "reserve": fs.log.reserve_segments(),
             "live_bytes": live_total,
             "segment_bytes": seg_bytes,
+            "histogram": histogram_json(&fs.log),
             "list": list,
         })
     })
+}
+
+/// Buckets of the utilisation histogram, each a tenth wide.
+const HISTOGRAM_BUCKETS: usize = 10;
+
+/// How many segments in use are how full, by the same live bytes as the
+/// list: many nearly empty segments mean cleaning is cheap; most of them
+/// nearly full means it is not worth it.
+fn histogram_json(log: &Log) -> Value {
+    let seg_bytes = (f64::from(log.sb.segment_blocks) * BLOCK_BYTES as f64).max(1.0);
+    let mut counts = [0u64; HISTOGRAM_BUCKETS];
+    for s in (0..log.sb.segment_count).map(SegmentNo).filter(|&s| !log.segment_is_free(s)) {
+        let u = (f64::from(log.ifile.segment(s).live_bytes) / seg_bytes).clamp(0.0, 1.0);
+        counts[((u * HISTOGRAM_BUCKETS as f64) as usize).min(HISTOGRAM_BUCKETS - 1)] += 1;
+    }
+    let step = 100 / HISTOGRAM_BUCKETS;
+    Value::Array(
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, n)| json!({ "from_percent": i * step, "to_percent": (i + 1) * step, "segments": n }))
+            .collect(),
+    )
 }
 
 fn groups_json(vol: &Volume) -> Value {

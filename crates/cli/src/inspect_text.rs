@@ -69,6 +69,24 @@ fn summary(v: &Value) -> String {
     o
 }
 
+/// Widest bar of the utilisation histogram, in characters.
+const BAR_WIDTH: u64 = 40;
+
+/// One line per bucket: its range, a bar, the count.
+fn histogram(o: &mut String, buckets: &Value) {
+    let buckets = buckets.as_array().map_or(&[][..], Vec::as_slice);
+    let most = buckets.iter().map(|b| u(&b["segments"])).max().unwrap_or(0);
+    let total: u64 = buckets.iter().map(|b| u(&b["segments"])).sum();
+    let _ = writeln!(o, "utilisation of the {total} segments in use:");
+    for b in buckets {
+        let n = u(&b["segments"]);
+        // Any segment at all shows at least one mark.
+        let width = if n == 0 { 0 } else { (n * BAR_WIDTH).div_ceil(most.max(1)) } as usize;
+        let range = format!("{}-{}%", u(&b["from_percent"]), u(&b["to_percent"]));
+        let _ = writeln!(o, "{range:>9} {:<w$} {n}", "#".repeat(width), w = BAR_WIDTH as usize);
+    }
+}
+
 fn segments(v: &Value) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -80,6 +98,7 @@ fn segments(v: &Value) -> String {
         u(&v["reserve"]),
         human_bytes(u(&v["live_bytes"]))
     );
+    histogram(&mut o, &v["histogram"]);
     let _ = writeln!(o, "{:>8} {:>12} {:>7} {:>10} {:>6}", "segment", "live bytes", "used", "last seq", "state");
     for s in v["list"].as_array().into_iter().flatten() {
         let _ = writeln!(

@@ -1,9 +1,11 @@
-//! `dualfs`: create, mount, unmount and inspect DualFS volumes.
+//! `dualfs`: create, mount, unmount, check, clean and inspect DualFS volumes.
 //!
 //! One binary with subcommands; it also answers to the names mount(8) and
 //! mkfs(8) use for helpers (see [`helper`]).
 
 mod args;
+mod clean;
+mod control;
 mod devices;
 mod fsck;
 mod helper;
@@ -13,6 +15,7 @@ mod mkfs;
 mod mount;
 mod options;
 mod progress;
+mod stats;
 mod trace;
 mod umount;
 
@@ -53,6 +56,8 @@ fn run(argv: Vec<OsString>) -> Result<()> {
         Command::Umount(a) => umount::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Clean(a) => clean::run(a),
+        Command::Stats(a) => stats::run(a),
         Command::Trace(a) => trace::run(a),
     }
 }

@@ -239,7 +239,11 @@ fn serve(args: &MountArgs) -> Result<()> {
     config.mount_options.extend(cfg.fuse.iter().cloned());
     config.acl = cfg.acl;
     config.n_threads = Some(cfg.threads);
-    let adapter = AdapterOptions { writeback_cache: cfg.writeback, ..AdapterOptions::default() };
+    let adapter = AdapterOptions {
+        writeback_cache: cfg.writeback,
+        owner_uid: nix::unistd::geteuid().as_raw(),
+        ..AdapterOptions::default()
+    };
     let fs = DualFs::new(vol.clone(), adapter);
     let mut session = match Session::new(fs, &args.mountpoint, &config) {
         Ok(s) => s,

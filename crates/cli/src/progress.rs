@@ -5,8 +5,9 @@
 //! devices, and for how long. It shows nothing to scripts (standard error
 //! is not a terminal) and nothing for work done within a second.
 //!
-//! It is a spinner, not a bar: how much there is to do is only known to the
-//! engine's check and log layers, which report no phases.
+//! For mkfs and fsck it is a spinner, not a bar: how much there is to do is
+//! only known to the engine's check and log layers, which report no phases.
+//! `dualfs clean` knows how many segments it will clean, and shows a bar.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -70,6 +71,22 @@ impl BlockDevice for Metered {
     fn flush(&self) -> std::io::Result<()> {
         self.inner.flush()
     }
+}
+
+/// A bar of `total` segments on standard error when it is a terminal
+/// (hidden otherwise): what `dualfs clean` has done so far.
+pub fn segment_bar(what: &str, total: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} segments [{elapsed}]")
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(what.to_string());
+    bar
 }
 
 /// A spinner for one piece of long work; cleared when dropped.

@@ -70,7 +70,11 @@ pub fn meta_of_source(source: &str) -> Option<PathBuf> {
     Some(PathBuf::from(meta))
 }
 
-fn find(mountpoint: &Path) -> Result<MountEntry> {
+/// The DualFS mount at `mountpoint` (an absolute path).
+///
+/// # Errors
+/// Nothing is mounted there, or something other than DualFS is.
+pub fn find(mountpoint: &Path) -> Result<MountEntry> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
     // The last match is the mount on top.
     let Some(e) = parse_mountinfo(&text).into_iter().rev().find(|e| e.mountpoint == mountpoint) else {

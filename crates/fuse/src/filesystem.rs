@@ -20,6 +20,7 @@ use fuser::{
 
 use crate::DualFs;
 use crate::caller;
+use crate::control;
 use crate::convert::{self, errno, file_attr, file_type, ino};
 
 /// Capabilities asked of the kernel, each for a reason:
@@ -193,6 +194,39 @@ impl DualFs {
         self.vol.set_acl(node, kind, value, clear_setgid)
     }
 
+    /// Whether a request is for a control attribute: a `dualfs.` name on
+    /// the root directory.
+    fn is_control(node: INodeNo, n: &OsStr) -> bool {
+        ino(node) == InodeNo::ROOT && n.as_bytes().starts_with(control::PREFIX.as_bytes())
+    }
+
+    fn control_get(&self, req: &Request, n: &OsStr) -> Result<Vec<u8>, Errno> {
+        if !self.control.allowed(req.uid()) {
+            return Err(Errno::EPERM);
+        }
+        match n.as_bytes() {
+            b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
+            b if b == control::STATS.as_bytes() => Ok(control::stats_json(&self.vol).to_string().into_bytes()),
+            _ => Err(Errno::NO_XATTR),
+        }
+    }
+
+    fn control_set(&self, req: &Request, n: &OsStr, value: Option<&[u8]>) -> Result<(), Errno> {
+        if !self.control.allowed(req.uid()) {
+            return Err(Errno::EPERM);
+        }
+        match (n.as_bytes(), value) {
+            (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
+            (b, None) if b == control::CLEAN.as_bytes() => {
+                self.control.stop_clean();
+                Ok(())
+            }
+            // Read-only attributes, and names that are not there.
+            (b, _) if b == control::STATS.as_bytes() => Err(Errno::EPERM),
+            _ => Err(Errno::NO_XATTR),
+        }
+    }
+
     fn copy_range(&self, from: InodeNo, from_off: u64, to: InodeNo, to_off: u64, len: u64) -> Result<u64, Error> {
         let want = len.min(COPY_MAX);
         let mut done = 0u64;
@@ -248,6 +282,12 @@ impl Filesystem for DualFs {
             let _ = config.set_max_write(nearest);
         }
         Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // A clean started through the control attribute holds the volume:
+        // it must end before the volume can be closed.
+        self.control.shutdown();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
@@ -501,6 +541,12 @@ impl Filesystem for DualFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if Self::is_control(node, n) {
+            return match self.control_set(req, n, Some(value)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            };
+        }
         if let Some(kind) = acl_kind(n) {
             return Self::reply_empty("setxattr", self.set_acl(req, ino(node), kind, Some(value)), reply);
         }
@@ -512,7 +558,13 @@ impl Filesystem for DualFs {
         Self::reply_empty("setxattr", r, reply);
     }
 
-    fn getxattr(&self, _req: &Request, node: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, node: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        if Self::is_control(node, n) {
+            return match self.control_get(req, n) {
+                Ok(v) => Self::reply_xattr(v, size, reply),
+                Err(e) => reply.error(e),
+            };
+        }
         match self.vol.getxattr(ino(node), name(n)) {
             Ok(v) => Self::reply_xattr(v, size, reply),
             Err(e) => reply.error(report("getxattr", &e)),
@@ -527,6 +579,12 @@ impl Filesystem for DualFs {
     }
 
     fn removexattr(&self, req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if Self::is_control(node, n) {
+            return match self.control_set(req, n, None) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            };
+        }
         if let Some(kind) = acl_kind(n) {
             return Self::reply_empty("removexattr", self.set_acl(req, ino(node), kind, None), reply);
         }

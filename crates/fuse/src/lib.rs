@@ -25,6 +25,7 @@
 //! bits, which it refuses before calling the engine).
 
 mod caller;
+pub mod control;
 mod convert;
 mod filesystem;
 
@@ -53,6 +54,9 @@ pub struct AdapterOptions {
     /// Let the kernel cache writes (and own mtime/ctime while it does).
     /// Off, every write(2) is a request and the engine stamps the times.
     pub writeback_cache: bool,
+    /// The user who mounted the volume: besides root, the only one who may
+    /// use the control attributes ([`control`]).
+    pub owner_uid: u32,
 }
 
 impl Default for AdapterOptions {
@@ -62,6 +66,7 @@ impl Default for AdapterOptions {
             entry_ttl: Duration::from_secs(1),
             max_write: 1 << 20,
             writeback_cache: true,
+            owner_uid: 0,
         }
     }
 }
@@ -73,13 +78,14 @@ pub struct DualFs {
     options: AdapterOptions,
     /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
     acl: bool,
+    control: control::Control,
 }
 
 impl DualFs {
     /// Serves `vol` to the kernel.
     #[must_use]
     pub fn new(vol: Arc<Volume>, options: AdapterOptions) -> DualFs {
-        DualFs { vol, options, acl: false }
+        DualFs { vol, options, acl: false, control: control::Control::new(options.owner_uid) }
     }
 
     /// The mount options the adapter relies on: the kernel must check

@@ -11,9 +11,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use dualfs_engine::meta_log::cleaner::Policy;
 use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{InodeNo, Timestamp};
-use dualfs_engine::volume::{Creds, SetAttr};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, SetAttr};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};
@@ -81,6 +82,12 @@ pub enum Step {
     Sync,
     /// The periodic work: commit, and checkpoint when enough log was written.
     Tick,
+    /// An on-demand clean (`dualfs clean`): the `segments` emptiest
+    /// segments in use, whatever their utilisation, so that live data moves.
+    Clean {
+        /// At most this many victims.
+        segments: u8,
+    },
     /// `open` and keep the file open as handle `h`.
     Open {
         /// File.
@@ -152,6 +159,9 @@ pub struct Runner<'a> {
     rec: Option<Arc<Recorder>>,
     /// Added to step numbers in tags, so setup and workload bytes differ.
     tag_base: u64,
+    /// What the workload's clean steps did, so that a test can tell that
+    /// they moved live data.
+    pub cleaned: CleanReport,
 }
 
 impl std::fmt::Debug for Runner<'_> {
@@ -184,6 +194,7 @@ impl<'a> Runner<'a> {
             handles: HashMap::new(),
             rec,
             tag_base,
+            cleaned: CleanReport::default(),
         }
     }
 
@@ -365,6 +376,15 @@ impl<'a> Runner<'a> {
             }
             Step::Tick => {
                 vol.tick().map_err(|e| format!("tick: {e}"))?;
+                return Ok(false);
+            }
+            Step::Clean { segments } => {
+                let req =
+                    CleanRequest { max_segments: usize::from(*segments), policy: Policy::Greedy, max_utilization: 1.0 };
+                let r = vol.clean(req, &mut |_, _| {}).map_err(|e| format!("clean: {e}"))?;
+                self.cleaned.add(&r);
+                // The clean commits and checkpoints, but it promises nothing:
+                // the durable marks around it make the oracle strict.
                 return Ok(false);
             }
             Step::Open { path, h } => {

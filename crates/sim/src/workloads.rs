@@ -318,12 +318,42 @@ pub fn log_wrap(commits: usize, ticks: bool) -> Workload {
     Workload { name, steps, scale: 12 }
 }
 
+/// Cleaning: files whose inodes fill about a block each, every other one
+/// deleted, so that segments are left half live; then the cleaner moves
+/// what is live, with more work between and after. Crash states cut
+/// inside a clean must recover with nothing lost (the steps before it are
+/// durable, and a clean changes nothing the model sees).
+#[must_use]
+pub fn cleaning() -> Workload {
+    let files = 160;
+    let mut steps = Vec::new();
+    for i in 0..files {
+        steps.push(Step::Create(format!("B/c{i:03}")));
+        steps.push(Step::SetXattr { path: format!("B/c{i:03}"), len: 3000 });
+        if i % 40 == 39 {
+            steps.push(Step::Fsync(s("B")));
+        }
+    }
+    steps.extend((0..files).step_by(2).map(|i| Step::Unlink(format!("B/c{i:03}"))));
+    steps.push(Step::Fsync(s("B")));
+    steps.push(Step::Clean { segments: 2 });
+    steps.push(Step::Create(s("A/after")));
+    steps.push(write("A/after", 0, 6000));
+    steps.push(Step::Unlink(s("B/c001")));
+    steps.push(Step::Fsync(s("A/after")));
+    steps.push(Step::Clean { segments: 4 });
+    steps.push(Step::SetXattr { path: s("B/c003"), len: 500 });
+    steps.push(Step::Sync);
+    Workload { name: s("pattern/cleaning"), steps, scale: 6 }
+}
+
 /// Every workload of the default run.
 #[must_use]
 pub fn all() -> Vec<Workload> {
     let mut v = ace();
     v.extend(patterns());
     v.push(log_wrap(160, true));
+    v.push(cleaning());
     v
 }
 

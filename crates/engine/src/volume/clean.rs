@@ -12,6 +12,11 @@ use crate::meta_log::segments::OpKind;
 /// Objects moved per step: each step is one operation, bounded like any other.
 const MOVES_PER_STEP: usize = 32;
 
+/// Victims per pass of [`Volume::clean_in_passes`]: each pass ends with a
+/// checkpoint, which is what turns its victims into free segments, so a long
+/// run frees space as it goes and can stop between passes.
+const SEGMENTS_PER_PASS: usize = 8;
+
 /// What one cleaning pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CleanReport {
@@ -31,6 +36,20 @@ pub struct CleanReport {
     pub blocks_written: u64,
     /// Wall time.
     pub micros: u64,
+}
+
+impl CleanReport {
+    /// Adds the figures of a later pass.
+    pub fn add(&mut self, other: &CleanReport) {
+        self.segments_read += other.segments_read;
+        self.blocks_read += other.blocks_read;
+        self.nodes_moved += other.nodes_moved;
+        self.inodes_moved += other.inodes_moved;
+        self.ifile_blocks_moved += other.ifile_blocks_moved;
+        self.segments_freed += other.segments_freed;
+        self.blocks_written += other.blocks_written;
+        self.micros += other.micros;
+    }
 }
 
 /// What to clean.
@@ -117,6 +136,48 @@ impl Volume {
             blocks_written: fs.log.stats.meta_blocks_written - written_before,
             micros: started.elapsed().as_micros() as u64,
         };
+        Ok(report)
+    }
+
+    /// Segments `req` would clean now: those below its utilisation, at most
+    /// `req.max_segments`.
+    #[must_use]
+    pub fn cleanable_segments(&self, req: &CleanRequest) -> usize {
+        lock(&self.fs).log.pick_victims(req.policy, req.max_segments, req.max_utilization).len()
+    }
+
+    /// Cleans what [`Volume::cleanable_segments`] counts at the start, in
+    /// passes of a few victims, each a [`Volume::clean`] ending with a
+    /// checkpoint. Victims are chosen afresh for every pass, so segments the
+    /// moves themselves filled are left alone. `progress(done, total)` is
+    /// called after each victim; once it returns false the run stops at the
+    /// end of the pass in hand (a few victims, then its checkpoint).
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn clean_in_passes(
+        &self,
+        req: CleanRequest,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<CleanReport> {
+        let total = self.cleanable_segments(&req);
+        let mut report = CleanReport::default();
+        let mut done = 0usize;
+        let mut go_on = true;
+        while go_on && done < total {
+            let pass_req = CleanRequest { max_segments: SEGMENTS_PER_PASS.min(total - done), ..req };
+            let mut in_pass = 0usize;
+            let pass = self.clean(pass_req, &mut |i, _| {
+                in_pass = i;
+                go_on = go_on && progress(done + i, total);
+            })?;
+            report.add(&pass);
+            // A pass that cleaned nothing found no victims or no room to move one.
+            if in_pass == 0 {
+                break;
+            }
+            done += in_pass;
+        }
         Ok(report)
     }
 

@@ -1,0 +1,313 @@
+//! The control interface of a mounted volume: virtual extended attributes
+//! of the mount's root directory, answered here before the engine sees
+//! them (the engine refuses names outside the xattr namespaces it stores,
+//! so no stored attribute can be shadowed or listed by them).
+//!
+//! | request on the root | name | what it does |
+//! |---|---|---|
+//! | setxattr | `dualfs.clean` | starts a cleaning run in the background with the [`CleanOrder`] in the value (EBUSY while one runs) |
+//! | getxattr | `dualfs.clean` | the state of the latest run, as JSON |
+//! | removexattr | `dualfs.clean` | asks a running clean to stop after its current pass |
+//! | getxattr | `dualfs.stats` | the log's and the cleaner's counters, as JSON |
+//!
+//! Only root and the user who mounted the volume may use them (EPERM for
+//! others): cleaning costs I/O, and the mounting user could as well unmount
+//! and clean offline.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use dualfs_engine::Volume;
+use dualfs_engine::meta_log::cleaner::Policy;
+use dualfs_engine::volume::{CleanReport, CleanRequest};
+use fuser::Errno;
+use serde_json::{Value, json};
+
+/// The prefix of every control attribute.
+pub const PREFIX: &str = "dualfs.";
+/// Set to start a clean, read for its state, removed to stop it.
+pub const CLEAN: &str = "dualfs.clean";
+/// Read for the counters.
+pub const STATS: &str = "dualfs.stats";
+
+/// Segments at least this full are left by an on-demand clean: moving one
+/// costs four blocks written for each block it frees.
+pub const DEFAULT_MAX_UTILIZATION: f64 = 0.8;
+
+/// What `dualfs clean` asks for, as text: `segments=N policy=greedy
+/// max_utilization=F`, each optional, separated by spaces or commas.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CleanOrder {
+    /// At most this many victims (None: every segment worth cleaning).
+    pub segments: Option<usize>,
+    /// How victims are chosen.
+    pub policy: Policy,
+    /// Segments at least this full (0 to 1) are left alone.
+    pub max_utilization: f64,
+}
+
+impl Default for CleanOrder {
+    fn default() -> Self {
+        CleanOrder { segments: None, policy: Policy::CostBenefit, max_utilization: DEFAULT_MAX_UTILIZATION }
+    }
+}
+
+/// The name of a policy on the command line and in requests.
+#[must_use]
+pub fn policy_name(p: Policy) -> &'static str {
+    match p {
+        Policy::CostBenefit => "cost-benefit",
+        Policy::Greedy => "greedy",
+    }
+}
+
+/// A policy from its name.
+///
+/// # Errors
+/// An unknown name.
+pub fn parse_policy(s: &str) -> Result<Policy, String> {
+    match s {
+        "cost-benefit" => Ok(Policy::CostBenefit),
+        "greedy" => Ok(Policy::Greedy),
+        _ => Err(format!("unknown policy {s:?} (cost-benefit or greedy)")),
+    }
+}
+
+impl CleanOrder {
+    /// Reads a request.
+    ///
+    /// # Errors
+    /// An unknown key, a value out of range, or not `key=value`.
+    pub fn parse(s: &str) -> Result<CleanOrder, String> {
+        let mut o = CleanOrder::default();
+        for item in s.split([' ', ',', '\n']).filter(|i| !i.is_empty()) {
+            let Some((k, v)) = item.split_once('=') else {
+                return Err(format!("{item:?} is not key=value"));
+            };
+            match k {
+                "segments" => o.segments = Some(v.parse().map_err(|_| format!("segments={v}: not a count"))?),
+                "policy" => o.policy = parse_policy(v)?,
+                "max_utilization" => {
+                    let f: f64 = v.parse().map_err(|_| format!("max_utilization={v}: not a number"))?;
+                    if !(0.0..=1.0).contains(&f) {
+                        return Err(format!("max_utilization={v}: must be between 0 and 1"));
+                    }
+                    o.max_utilization = f;
+                }
+                _ => return Err(format!("unknown key {k:?} (segments, policy, max_utilization)")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// The engine's request.
+    #[must_use]
+    pub fn request(&self) -> CleanRequest {
+        CleanRequest {
+            max_segments: self.segments.unwrap_or(usize::MAX),
+            policy: self.policy,
+            max_utilization: self.max_utilization,
+        }
+    }
+}
+
+impl fmt::Display for CleanOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(n) = self.segments {
+            write!(f, "segments={n} ")?;
+        }
+        write!(f, "policy={} max_utilization={}", policy_name(self.policy), self.max_utilization)
+    }
+}
+
+/// A report as `dualfs clean --json` prints it, mounted or not.
+#[must_use]
+pub fn report_json(r: &CleanReport) -> Value {
+    json!({
+        "segments_read": r.segments_read,
+        "descriptor_blocks_read": r.blocks_read,
+        "nodes_moved": r.nodes_moved,
+        "inodes_moved": r.inodes_moved,
+        "ifile_blocks_moved": r.ifile_blocks_moved,
+        "segments_freed": r.segments_freed,
+        "bytes_written": r.blocks_written * dualfs_engine::types::BLOCK_BYTES,
+        "micros": r.micros,
+    })
+}
+
+/// The counters as a JSON object, in the engine's order.
+#[must_use]
+pub fn stats_json(vol: &Volume) -> Value {
+    let map: serde_json::Map<String, Value> = vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    Value::Object(map)
+}
+
+/// Where a run is.
+#[derive(Clone, Debug, Default)]
+struct Status {
+    /// Runs started since mount; 0 before the first.
+    id: u64,
+    running: bool,
+    order: String,
+    done: usize,
+    total: usize,
+    report: CleanReport,
+    stopped: bool,
+    error: Option<String>,
+}
+
+impl Status {
+    fn json(&self) -> Value {
+        let state = match (self.id, self.running, &self.error) {
+            (0, _, _) => "idle",
+            (_, true, _) => "running",
+            (_, false, Some(_)) => "failed",
+            _ => "done",
+        };
+        json!({
+            "id": self.id,
+            "state": state,
+            "request": self.order,
+            "done": self.done,
+            "total": self.total,
+            "stopped": self.stopped,
+            "error": self.error,
+            "report": report_json(&self.report),
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The control attributes' state: at most one cleaning run at a time.
+#[derive(Debug)]
+pub struct Control {
+    status: Arc<Mutex<Status>>,
+    stop: Arc<AtomicBool>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    owner_uid: u32,
+}
+
+impl Control {
+    /// Control of a volume mounted by `owner_uid`.
+    #[must_use]
+    pub fn new(owner_uid: u32) -> Control {
+        Control { status: Arc::default(), stop: Arc::default(), worker: Mutex::new(None), owner_uid }
+    }
+
+    /// Whether `uid` may use the control attributes.
+    #[must_use]
+    pub fn allowed(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.owner_uid
+    }
+
+    /// Starts a cleaning run in the background.
+    ///
+    /// # Errors
+    /// EBUSY while a run goes on, EINVAL for a bad request, EAGAIN if no
+    /// thread can be started.
+    pub fn start_clean(&self, vol: &Arc<Volume>, value: &[u8]) -> Result<(), Errno> {
+        let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        let order = CleanOrder::parse(text).map_err(|e| {
+            log::warn!("{CLEAN}: {e}");
+            Errno::EINVAL
+        })?;
+        let mut worker = lock(&self.worker);
+        if lock(&self.status).running {
+            return Err(Errno::EBUSY);
+        }
+        // The previous run has ended: its thread is done or about to be.
+        if let Some(h) = worker.take() {
+            let _ = h.join();
+        }
+        self.stop.store(false, Ordering::Relaxed);
+        let req = order.request();
+        {
+            let mut s = lock(&self.status);
+            *s = Status {
+                id: s.id + 1,
+                running: true,
+                order: order.to_string(),
+                total: vol.cleanable_segments(&req),
+                ..Status::default()
+            };
+        }
+        let (vol, status, stop) = (vol.clone(), self.status.clone(), self.stop.clone());
+        let spawned = std::thread::Builder::new().name("dualfs-clean".into()).spawn(move || {
+            log::info!("cleaning: {order}");
+            let r = vol.clean_in_passes(req, &mut |done, total| {
+                let mut s = lock(&status);
+                (s.done, s.total) = (done, total);
+                !stop.load(Ordering::Relaxed)
+            });
+            let mut s = lock(&status);
+            s.running = false;
+            s.stopped = stop.load(Ordering::Relaxed);
+            match r {
+                Ok(report) => {
+                    log::info!("cleaned {} segments, freed {}", report.segments_read, report.segments_freed);
+                    s.report = report;
+                }
+                Err(e) => {
+                    log::error!("cleaning failed: {e}");
+                    s.error = Some(e.to_string());
+                }
+            }
+        });
+        match spawned {
+            Ok(h) => {
+                *worker = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                let mut s = lock(&self.status);
+                s.running = false;
+                s.error = Some(format!("cannot start the cleaning thread: {e}"));
+                Err(Errno::EAGAIN)
+            }
+        }
+    }
+
+    /// The state of the latest run, as JSON text.
+    #[must_use]
+    pub fn clean_status(&self) -> Vec<u8> {
+        lock(&self.status).json().to_string().into_bytes()
+    }
+
+    /// Asks a running clean to stop after its current pass.
+    pub fn stop_clean(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops a running clean and waits for it, so that the volume can be
+    /// closed (at unmount).
+    pub fn shutdown(&self) {
+        self.stop_clean();
+        if let Some(h) = lock(&self.worker).take()
+            && h.join().is_err()
+        {
+            log::error!("the cleaning thread panicked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clean_order_reads_back_what_it_prints() {
+        let o = CleanOrder { segments: Some(4), policy: Policy::Greedy, max_utilization: 0.5 };
+        assert_eq!(CleanOrder::parse(&o.to_string()), Ok(o));
+        assert_eq!(CleanOrder::parse(""), Ok(CleanOrder::default()));
+        assert_eq!(CleanOrder::parse("segments=3,policy=cost-benefit").map(|o| o.segments), Ok(Some(3)));
+        assert!(CleanOrder::parse("segments=x").is_err());
+        assert!(CleanOrder::parse("max_utilization=1.5").is_err());
+        assert!(CleanOrder::parse("colour=blue").is_err());
+        assert!(CleanOrder::parse("greedy").is_err());
+    }
+}

@@ -193,6 +193,11 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Seal the active partial segment at least this often.
     pub commit_interval: Duration,
+    /// How long a periodic commit may leave the newly written end of a
+    /// file unwritten (its inode records the shorter size meanwhile, as
+    /// ext4's delayed allocation does). Zero writes every byte at every
+    /// commit, so that a crash shows a prefix of all operations.
+    pub data_expire: Duration,
     /// Write a checkpoint after this many log blocks (bounds recovery time).
     pub checkpoint_blocks: u64,
     /// Dirty file data that forces a commit.
@@ -211,6 +216,7 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             commit_interval: Duration::from_secs(5),
+            data_expire: Duration::from_secs(30),
             checkpoint_blocks: 4096,
             dirty_data_limit: 64 << 20,
             cache_budget: 262_144,

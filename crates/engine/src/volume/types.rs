@@ -200,7 +200,9 @@ pub struct MountOptions {
     pub data_expire: Duration,
     /// Write a checkpoint after this many log blocks (bounds recovery time).
     pub checkpoint_blocks: u64,
-    /// Dirty file data that forces a commit.
+    /// Dirty file data that forces a commit (of every byte). 256 MiB: with
+    /// 64 MiB PostMark's 160 MiB working set forced a full commit every
+    /// few seconds (850 MiB written in 100,000 transactions; 313 MiB now).
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
@@ -218,7 +220,7 @@ impl Default for MountOptions {
             commit_interval: Duration::from_secs(5),
             data_expire: Duration::from_secs(30),
             checkpoint_blocks: 4096,
-            dirty_data_limit: 64 << 20,
+            dirty_data_limit: 256 << 20,
             cache_budget: 262_144,
             clean_threshold: None,
             atime: AtimeMode::Relatime,

@@ -55,6 +55,10 @@ Options (-o, comma-separated, may be repeated):
   ro               mount read-only (nothing is written, not even recovery)
   allow_other      let every user use the mount (allow_root: root as well)
   commit=SECONDS   write dirty data and meta-data at least this often (default 5)
+  data_expire=SECONDS
+                   how long a periodic commit may leave the newly written end
+                   of a file unwritten (default 30; 0: every commit writes
+                   every byte, so a crash shows a prefix of all operations)
   threads=N        requests served in parallel (default 4)
   log=FILE         where a background mount writes its log (default: nowhere)
   trace=FILE       record every block request on both devices in FILE

@@ -201,6 +201,9 @@ fn engine_options(cfg: &MountConfig) -> MountOptions {
     if let Some(c) = cfg.commit {
         o.commit_interval = c;
     }
+    if let Some(e) = cfg.data_expire {
+        o.data_expire = e;
+    }
     o
 }
 

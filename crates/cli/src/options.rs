@@ -18,6 +18,8 @@ pub struct MountConfig {
     pub read_only: bool,
     /// The engine's commit interval, if given.
     pub commit: Option<Duration>,
+    /// How long a periodic commit may leave a file's new end unwritten.
+    pub data_expire: Option<Duration>,
     /// Who may use the mount.
     pub acl: SessionACL,
     /// Options for fuser and the kernel.
@@ -42,6 +44,7 @@ impl Default for MountConfig {
         MountConfig {
             read_only: false,
             commit: None,
+            data_expire: None,
             acl: SessionACL::Owner,
             fuse: Vec::new(),
             log: None,
@@ -121,6 +124,9 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             let secs: u64 = v.parse().map_err(|_| anyhow::anyhow!("commit={v}: give a number of seconds"))?;
             // As ext4: 0 means the default.
             c.commit = (secs > 0).then(|| Duration::from_secs(secs));
+        } else if let Some(v) = opt.strip_prefix("data_expire=") {
+            let secs: u64 = v.parse().map_err(|_| anyhow::anyhow!("data_expire={v}: give a number of seconds"))?;
+            c.data_expire = Some(Duration::from_secs(secs));
         } else if let Some(v) = opt.strip_prefix("threads=") {
             match v.parse::<usize>() {
                 Ok(n) if (1..=64).contains(&n) => c.threads = n,
@@ -201,6 +207,8 @@ mod tests {
     #[test]
     fn malformed_values_are_refused() {
         assert!(parse(&["commit=soon".into()]).is_err());
+        assert!(parse(&["data_expire=later".into()]).is_err());
+        assert_eq!(p("data_expire=0").data_expire, Some(Duration::ZERO));
         assert!(parse(&["threads=0".into()]).is_err());
         assert!(parse(&["log=".into()]).is_err());
         assert!(parse(&["trace=".into()]).is_err());

@@ -233,7 +233,8 @@ impl Explorer {
         if live.entries.iter().any(|(p, e)| e.bytes != want.entries[p].bytes) {
             return Err("before any crash, file contents differ from the model".into());
         }
-        let history = History::with_partials(r.states.iter().map(Tree::of_model).collect(), &r.partials);
+        let mut history = History::with_partials(r.states.iter().map(Tree::of_model).collect(), &r.partials);
+        history.delayed_tails = !self.config.mount.data_expire.is_zero();
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
@@ -338,7 +339,7 @@ impl Explorer {
         let tags = tag_steps(w.steps.len());
         run.history.find(&recovered, img.window, &w.steps, &tags)?;
         fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
-        let expected = new_work(&vol, &recovered, &rec, &tags)?;
+        let expected = new_work(&vol, &recovered, &rec, &tags, !self.config.mount.data_expire.is_zero())?;
         drop(vol);
 
         if !sampled {
@@ -386,13 +387,20 @@ impl Explorer {
 
 /// Runs the new work on a recovered volume (marked in `rec`) and checks the
 /// result; returns the trees a second crash may show.
-fn new_work(vol: &Volume, recovered: &Tree, rec: &Arc<Recorder>, tags: &[u64]) -> Result<History, String> {
+fn new_work(
+    vol: &Volume,
+    recovered: &Tree,
+    rec: &Arc<Recorder>,
+    tags: &[u64],
+    delayed_tails: bool,
+) -> Result<History, String> {
     let mut r = Runner::new(vol, Model::default(), Some(rec.clone()), AFTER_TAG);
     let after = after_steps();
     for (i, s) in after.iter().enumerate() {
         r.run(i + 1, s).map_err(|e| format!("after recovery, new work failed: {e}"))?;
     }
-    let expected = History::new(r.states.iter().map(|m| with_new_work(recovered, m)).collect());
+    let mut expected = History::new(r.states.iter().map(|m| with_new_work(recovered, m)).collect());
+    expected.delayed_tails = delayed_tails;
     let live = Tree::of_volume(vol)?;
     let all = crate::crash::Window { durable: after.len(), issued: after.len() };
     expected.find(&live, all, &after, tags).map_err(|e| format!("after recovery and new work: {e}"))?;

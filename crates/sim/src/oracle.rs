@@ -9,6 +9,11 @@
 //! of the window gave it at that offset. Nothing else: a byte that no state
 //! of the window had there (stale data of a freed block, another file's
 //! bytes, the poison of a block never written) fails.
+//!
+//! With delayed tails (the default mount: a periodic commit may leave the
+//! newly written end of a file for later, recording a shorter size) a file
+//! may also be shorter than in state `k`: cut at a block boundary, never
+//! below its length at the last durable step.
 
 use std::collections::HashMap;
 
@@ -25,6 +30,8 @@ pub struct History {
     by_id: Vec<HashMap<u64, String>>,
     /// Contents an object may show while step `m` is under way.
     partials: Vec<HashMap<u64, Vec<u8>>>,
+    /// Files may be cut short at a block boundary (see the module's doc).
+    pub delayed_tails: bool,
 }
 
 impl History {
@@ -53,7 +60,7 @@ impl History {
                     .collect()
             })
             .collect();
-        History { trees, by_id, partials }
+        History { trees, by_id, partials, delayed_tails: false }
     }
 
     fn last(&self) -> usize {
@@ -70,8 +77,7 @@ impl History {
 
     /// Checks file contents of `got` against state `k`, allowing bytes of
     /// later states up to `to`.
-    fn contents_fit(&self, got: &Tree, k: usize, to: usize, tag_steps: &[u64]) -> Result<(), String> {
-        let want = &self.trees[k];
+    fn contents_fit(&self, got: &Tree, want: &Tree, to: usize, k: usize, tag_steps: &[u64]) -> Result<(), String> {
         for (p, g) in &got.entries {
             if g.kind != EntryKind::File {
                 continue;
@@ -89,6 +95,32 @@ impl History {
         Ok(())
     }
 
+    /// State `k`'s tree with each file that `got` shows shorter cut to
+    /// `got`'s length, where delayed tails allow it: at a block boundary,
+    /// and no shorter than the file was at step `durable`.
+    fn cut_to(&self, got: &Tree, k: usize, durable: usize) -> std::borrow::Cow<'_, Tree> {
+        let want = &self.trees[k];
+        if !self.delayed_tails {
+            return std::borrow::Cow::Borrowed(want);
+        }
+        let mut cut: Option<Tree> = None;
+        for (p, w) in &want.entries {
+            let Some(g) = got.entries.get(p) else { continue };
+            if w.kind != EntryKind::File || g.kind != EntryKind::File || g.bytes.len() >= w.bytes.len() {
+                continue;
+            }
+            let floor =
+                self.by_id[durable].get(&w.identity).map_or(0, |dp| self.trees[durable].entries[dp].bytes.len());
+            if g.bytes.len() % 4096 == 0 && g.bytes.len() >= floor {
+                let t = cut.get_or_insert_with(|| want.clone());
+                if let Some(e) = t.entries.get_mut(p) {
+                    e.bytes.truncate(g.bytes.len());
+                }
+            }
+        }
+        cut.map_or(std::borrow::Cow::Borrowed(want), std::borrow::Cow::Owned)
+    }
+
     /// Finds the step whose tree `got` is, within `window`.
     ///
     /// # Errors
@@ -99,8 +131,9 @@ impl History {
         let from = window.durable.min(to);
         let mut content_err = None;
         for k in from..=to {
-            if got.same_namespace(&self.trees[k]).is_ok() {
-                match self.contents_fit(got, k, to, tag_steps) {
+            let want = self.cut_to(got, k, from);
+            if got.same_namespace(&want).is_ok() {
+                match self.contents_fit(got, &want, to, k, tag_steps) {
                     Ok(()) => return Ok(k),
                     Err(e) => {
                         content_err
@@ -110,7 +143,8 @@ impl History {
             }
         }
         for k in (0..from).rev() {
-            if got.same_namespace(&self.trees[k]).is_ok() && self.contents_fit(got, k, to, tag_steps).is_ok() {
+            let want = &self.trees[k];
+            if got.same_namespace(want).is_ok() && self.contents_fit(got, want, to, k, tag_steps).is_ok() {
                 let lost = got.same_namespace(&self.trees[from]).err().unwrap_or_else(|| "contents differ".into());
                 return Err(format!(
                     "durability: step {from} was fsync'd (or synced) before the crash, yet the volume shows the \
@@ -199,6 +233,32 @@ mod tests {
         both.entries.insert("/a".into(), a);
         let e = h.find(&both, Window { durable: 1, issued: 2 }, &steps, &[1]).unwrap_err();
         assert!(e.starts_with("rename atomicity"), "{e}");
+    }
+
+    #[test]
+    fn a_delayed_tail_may_cut_a_file_at_a_block_but_not_below_its_durable_length() {
+        let mut m = Model::default();
+        let mut trees = vec![Tree::of_model(&m)];
+        let a = m.create(ROOT, b"a", 0o644).unwrap();
+        trees.push(Tree::of_model(&m));
+        m.write(a, 0, &crate::workload::tagged(1, 0, 9000));
+        trees.push(Tree::of_model(&m));
+        m.create(ROOT, b"b", 0o644).unwrap();
+        trees.push(Tree::of_model(&m));
+        let steps = vec![Step::Create("a".into()), Step::Create("b".into())];
+        let mut h = History::new(trees);
+        // b's create is committed, a's data past 4096 not yet.
+        let mut got = h.trees[3].clone();
+        got.entries.get_mut("/a").unwrap().bytes.truncate(4096);
+        let w = Window { durable: 1, issued: 3 };
+        assert!(h.find(&got, w, &steps, &[1]).is_err(), "strict: no state has a cut short");
+        h.delayed_tails = true;
+        assert_eq!(h.find(&got, w, &steps, &[1]), Ok(3));
+        let mut odd = h.trees[3].clone();
+        odd.entries.get_mut("/a").unwrap().bytes.truncate(5000);
+        assert!(h.find(&odd, w, &steps, &[1]).is_err(), "cuts fall on block boundaries");
+        let durable = Window { durable: 2, issued: 3 };
+        assert!(h.find(&got, durable, &steps, &[1]).is_err(), "never below the durable length");
     }
 
     #[test]

@@ -145,3 +145,22 @@ fn the_cleaning_workload_moves_live_data() {
     assert!(moved >= 40, "the clean steps moved only {moved} objects: {:?}", r.cleaned);
     assert!(r.cleaned.segments_freed >= 2, "{:?}", r.cleaned);
 }
+
+/// With `data_expire=0` every commit carries every written byte, and the
+/// oracle allows no file cut short: a crash shows a prefix of all
+/// operations. The named patterns (ticks between writes among them) keep
+/// that mode honest.
+#[test]
+fn without_delayed_tails_a_crash_shows_a_prefix_of_the_operations() {
+    if env("DUALFS_CRASH_REPLAY").is_some() {
+        return;
+    }
+    let mut config = Config::default();
+    config.mount.data_expire = std::time::Duration::ZERO;
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    for w in workloads::patterns() {
+        if let Err(f) = ex.explore(&w) {
+            panic!("{f}");
+        }
+    }
+}

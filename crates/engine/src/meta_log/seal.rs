@@ -12,6 +12,7 @@
 //! ([`SealedGroup::write`]) needs no lock; [`Log::complete`] then records it
 //! as durable.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Log, Object};
@@ -25,6 +26,7 @@ use crate::format::descriptor::{
     Change, Descriptor, FINFO_HEADER_LEN, FIRST_PREFIX, FIXED_STREAM_LEN, INODE_LIST_HEADER_LEN, INODE_SUMMARY_LEN,
     InodeSummary, PS_GROUP_END, PsKind, SUMMARY_LEN, Summary,
 };
+use crate::format::inode::InodeRecord;
 use crate::format::inode_block;
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, MetaBlock, NodeId, SegmentNo, Seq, Timestamp};
 
@@ -154,6 +156,20 @@ impl Log {
     /// No segment left to move the log into (the space checks before every
     /// operation make this a bug, not a user error).
     pub fn seal(&mut self, data: Vec<(DataBlock, Vec<u8>)>, now: Timestamp) -> Result<Option<SealedGroup>> {
+        self.seal_capped(data, &HashMap::new(), now)
+    }
+
+    /// [`Log::seal`], recording for each inode of `caps` a size no larger
+    /// than the one given: its data past that is not written yet.
+    ///
+    /// # Errors
+    /// As [`Log::seal`].
+    pub fn seal_capped(
+        &mut self,
+        data: Vec<(DataBlock, Vec<u8>)>,
+        caps: &HashMap<InodeNo, u64>,
+        now: Timestamp,
+    ) -> Result<Option<SealedGroup>> {
         let data = coalesce(data);
         if !self.has_dirty() {
             if data.is_empty() {
@@ -190,7 +206,18 @@ impl Log {
             bytes += len;
         }
         for inos in packs {
-            let recs: Vec<_> = inos.iter().filter_map(|i| self.cache.peek_inode(*i)).collect();
+            let capped: Vec<InodeRecord> = inos
+                .iter()
+                .filter_map(|i| {
+                    let cap = caps.get(i)?;
+                    let rec = self.cache.peek_inode(*i)?;
+                    (rec.size > *cap).then(|| InodeRecord { size: *cap, ..rec.clone() })
+                })
+                .collect();
+            let recs: Vec<&InodeRecord> = inos
+                .iter()
+                .filter_map(|i| capped.iter().find(|r| r.ino == *i).or_else(|| self.cache.peek_inode(*i)))
+                .collect();
             let list = recs
                 .iter()
                 .map(|r| InodeSummary { ino: r.ino, generation: r.generation, len: r.encoded_len() as u16 })

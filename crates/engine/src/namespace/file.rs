@@ -14,7 +14,7 @@ use crate::error::{DeviceRole, Error, Result};
 use crate::format::descriptor::Change;
 use crate::format::inode::{Body, Extent};
 use crate::meta_log::read_blocks;
-use crate::types::{BLOCK_BYTES, BLOCK_SIZE, DataBlock, FileKind, InodeNo};
+use crate::types::{BLOCK_BYTES, BLOCK_SIZE, DataBlock, FileKind, InodeNo, Timestamp};
 
 /// Largest file: 16 TiB, as ext4.
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
@@ -61,6 +61,20 @@ pub struct PageCache {
     /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
     /// blocks the file will have once written back, which `stat` counts.
     reserved: HashMap<InodeNo, u64>,
+    /// Per file with dirty pages: when a write first dirtied it, and its
+    /// size then (a file missing here counts as old: its pages go with the
+    /// next commit).
+    dirtied: HashMap<InodeNo, (Timestamp, u64)>,
+}
+
+/// What a commit may leave behind of a file's dirty data.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WriteBack {
+    /// Every dirty page (sync, fsync, checkpoint, memory pressure).
+    All,
+    /// A periodic commit: the delayed tail of files first dirtied after
+    /// this time may wait (see [`Fs::delayed_tail`]).
+    Expired(Timestamp),
 }
 
 impl PageCache {
@@ -91,6 +105,27 @@ impl PageCache {
 
     fn page(&self, ino: InodeNo, block: u64) -> Option<&Page> {
         self.files.get(&ino)?.get(&block)
+    }
+
+    /// Notes that a write is about to dirty `ino`, `size` bytes long, at
+    /// `now` (a file already dirty keeps its older note).
+    pub fn note_dirtied(&mut self, ino: InodeNo, now: Timestamp, size: u64) {
+        self.dirtied.entry(ino).or_insert((now, size));
+    }
+
+    /// Makes `ino`'s dirty pages go with the next commit, whatever their
+    /// age: a truncation, an allocation or an inline file's bytes moving to
+    /// a page changed what the delayed tail may hide.
+    pub fn expire(&mut self, ino: InodeNo) {
+        self.dirtied.insert(ino, (Timestamp::new(i64::MIN, 0), 0));
+    }
+
+    /// Forgets the notes of files with no dirty page left.
+    pub fn forget_clean(&mut self) {
+        let files = &self.files;
+        self.dirtied.retain(|ino, _| {
+            files.get(ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
+        });
     }
 
     /// Blocks `ino` holds reservations for: written, not yet allocated.
@@ -380,6 +415,8 @@ impl Fs {
         self.pages.files.entry(ino).or_default().insert(0, Page { data, state: PageState::Dirty { reserved: true } });
         self.pages.dirty_pages += 1;
         self.pages.count_reserved(ino, 1, 0);
+        // The inline bytes were durable: they must not hide in a delayed tail.
+        self.pages.expire(ino);
         Ok(())
     }
 
@@ -389,12 +426,77 @@ impl Fs {
     /// # Errors
     /// `NoSpace(Data)` if a reservation was not honoured (a bug); I/O errors.
     pub fn write_back(&mut self, ino: InodeNo, budget: usize) -> Result<bool> {
+        self.write_back_below(ino, budget, u64::MAX)
+    }
+
+    /// Writes back `ino` as a commit that may leave `mode` behind. Returns
+    /// whether every page that must go is queued, and the size the inode's
+    /// record must show on disk while a delayed tail waits (ext4's
+    /// i_disksize): at least its size when first dirtied, never past the
+    /// tail's first block, so that a crash shows the file cut short, never
+    /// a hole where data was written.
+    ///
+    /// # Errors
+    /// As [`Fs::write_back`].
+    pub fn write_back_for_commit(&mut self, ino: InodeNo, mode: WriteBack) -> Result<(bool, Option<u64>)> {
+        let young = match (mode, self.pages.dirtied.get(&ino)) {
+            (WriteBack::Expired(before), Some(&(at, floor))) if at > before => Some(floor),
+            _ => None,
+        };
+        let tail = match young {
+            Some(_) => self.delayed_tail(ino)?,
+            None => None,
+        };
+        let done = self.write_back_below(ino, usize::MAX, tail.unwrap_or(u64::MAX))?;
+        let cap = match (young, tail) {
+            (Some(floor), Some(first)) => {
+                let size = self.log.inode(ino)?.size;
+                Some(size.min(floor.max(first * BLOCK_BYTES)))
+            }
+            _ => None,
+        };
+        Ok((done, cap))
+    }
+
+    /// The first block of `ino`'s delayed tail: the dirty pages at the end
+    /// of the file that hold reservations (no block yet), with nothing
+    /// mapped or queued after them. Leaving them out of a commit needs no
+    /// change but a shorter size on disk.
+    fn delayed_tail(&mut self, ino: InodeNo) -> Result<Option<u64>> {
+        let Some(pages) = self.pages.files.get(&ino) else {
+            return Ok(None);
+        };
+        let mut tail: Vec<u64> = pages
+            .iter()
+            .rev()
+            .take_while(|(_, p)| p.state == PageState::Dirty { reserved: true })
+            .map(|(b, _)| *b)
+            .collect();
+        tail.reverse();
+        let mut first = match tail.first() {
+            Some(&b) => b,
+            None => return Ok(None),
+        };
+        // Data mapped beyond the tail's start must stay reachable.
+        while let Some(e) = self.next_extent(ino, first)? {
+            let after = e.logical_end();
+            match tail.iter().find(|&&b| b >= after) {
+                Some(&b) => first = b,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(first))
+    }
+
+    /// [`Fs::write_back`] of the pages below block `limit` only.
+    fn write_back_below(&mut self, ino: InodeNo, budget: usize, limit: u64) -> Result<bool> {
         let mut steps = 0;
         loop {
             let Some(pages) = self.pages.files.get(&ino) else {
                 return Ok(true);
             };
-            let Some(start) = pages.iter().find(|(_, p)| matches!(p.state, PageState::Dirty { .. })).map(|(b, _)| *b)
+            let Some(start) =
+                pages.range(..limit).find(|(_, p)| matches!(p.state, PageState::Dirty { .. })).map(|(b, _)| *b)
             else {
                 return Ok(true);
             };
@@ -404,6 +506,7 @@ impl Fs {
             steps += 1;
             let mut end = start;
             while end - start < u64::from(crate::data_space::MAX_EXTENT_BLOCKS)
+                && end < limit
                 && pages.get(&end).is_some_and(|p| matches!(p.state, PageState::Dirty { .. }))
             {
                 end += 1;

@@ -36,7 +36,7 @@ pub struct FsConfig {
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { inline_max: 1024, dirty_data_limit: 64 << 20, cache_budget: 262_144 }
+        FsConfig { inline_max: 1024, dirty_data_limit: 256 << 20, cache_budget: 262_144 }
     }
 }
 

@@ -82,6 +82,10 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         let dirty = self.mutate(OpKind::Grow, |fs, now| {
+            if !data.is_empty() {
+                let size = fs.log.inode(ino)?.size;
+                fs.pages.note_dirtied(ino, now, size);
+            }
             fs.write(ino, offset, data)?;
             if !data.is_empty() && stamp == Stamp::Now {
                 let mut rec = fs.log.inode_mut(ino)?;
@@ -137,6 +141,7 @@ impl Volume {
             FileKind::Directory => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("fallocate needs a regular file")),
         }
+        lock(&self.fs).pages.expire(ino);
         if mode.punch_hole || mode.zero_range {
             while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
         }

@@ -18,6 +18,7 @@ mod ops;
 pub mod types;
 mod xattrs;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
@@ -32,6 +33,7 @@ use crate::error::{DeviceRole, Error, Result};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
 use crate::meta_log::segments::OpKind;
+use crate::namespace::file::WriteBack;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
@@ -247,10 +249,21 @@ impl Volume {
     /// A device fails (the volume turns read-only).
     pub fn commit(&self) -> Result<()> {
         let mut c = lock(&self.commit);
-        self.commit_locked(&mut c)
+        self.commit_locked(&mut c, WriteBack::All)
     }
 
-    fn commit_locked(&self, c: &mut CommitState) -> Result<()> {
+    /// The periodic commit: like [`Volume::commit`], except that the
+    /// delayed tails of files written less than `data_expire` ago may wait
+    /// (their inodes record the size their written data reaches).
+    fn commit_periodic(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        let now = self.now();
+        let expire = i64::try_from(self.options.data_expire.as_secs()).unwrap_or(i64::MAX);
+        let before = Timestamp::new(now.sec.saturating_sub(expire), now.nsec);
+        self.commit_locked(&mut c, WriteBack::Expired(before))
+    }
+
+    fn commit_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
         loop {
             if self.options.read_only {
                 return Ok(());
@@ -262,7 +275,7 @@ impl Volume {
             let id = c.next_id;
             let (sealed, more) = {
                 let mut fs = lock(&self.fs);
-                self.seal_step(&mut fs, id)?
+                self.seal_step(&mut fs, id, mode)?
             };
             if let Some(s) = &sealed {
                 if let Err(e) = s.write(&self.meta, &self.data) {
@@ -283,14 +296,19 @@ impl Volume {
 
     /// Writes back dirty data (while the group has room) and seals one
     /// commit group. Returns it, and whether dirty data is left over.
-    fn seal_step(&self, fs: &mut Fs, id: u64) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
+    fn seal_step(&self, fs: &mut Fs, id: u64, mode: WriteBack) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
         let mut more = false;
+        let mut caps = HashMap::new();
         for ino in fs.pages.dirty_files() {
-            match fs.write_back(ino, usize::MAX) {
-                Ok(true) => {}
-                Ok(false) => {
-                    more = true;
-                    break;
+            match fs.write_back_for_commit(ino, mode) {
+                Ok((done, cap)) => {
+                    if let Some(cap) = cap {
+                        caps.insert(ino, cap);
+                    }
+                    if !done {
+                        more = true;
+                        break;
+                    }
                 }
                 Err(e) => {
                     self.fail(&e);
@@ -298,14 +316,22 @@ impl Volume {
                 }
             }
         }
+        fs.pages.forget_clean();
         let data = fs.pages.take_queued(id);
-        match fs.log.seal(data, self.now()) {
-            Ok(s) => Ok((s, more)),
+        let sealed = match fs.log.seal_capped(data, &caps, self.now()) {
+            Ok(s) => s,
             Err(e) => {
                 self.fail(&e);
-                Err(e)
+                return Err(e);
             }
+        };
+        // A capped inode stays dirty until its tail is written, so that its
+        // record is never evicted for the shorter one on disk and goes out
+        // again, with the size it then has, at the next commit.
+        for ino in caps.keys() {
+            fs.log.inode_mut(*ino)?;
         }
+        Ok((sealed, more))
     }
 
     fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
@@ -320,7 +346,7 @@ impl Volume {
     /// A device fails (the volume turns read-only).
     pub fn checkpoint(&self) -> Result<()> {
         let mut c = lock(&self.commit);
-        self.commit_locked(&mut c)?;
+        self.commit_locked(&mut c, WriteBack::All)?;
         if self.options.read_only {
             return Ok(());
         }
@@ -334,7 +360,7 @@ impl Volume {
             loop {
                 c.next_id += 1;
                 let id = c.next_id;
-                let (group, more) = self.seal_step(&mut fs, id)?;
+                let (group, more) = self.seal_step(&mut fs, id, WriteBack::All)?;
                 if let Some(g) = &group {
                     if let Err(e) = g.write(&self.meta, &self.data) {
                         self.fail(&e);
@@ -378,7 +404,7 @@ impl Volume {
             (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
         };
         if dirty && lock(&self.last_commit).elapsed() >= self.options.commit_interval {
-            self.commit()?;
+            self.commit_periodic()?;
         }
         if since_ckpt >= self.checkpoint_interval_blocks() {
             self.checkpoint()?;

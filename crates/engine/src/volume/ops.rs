@@ -197,6 +197,7 @@ impl Volume {
 
     /// Sets the size of a regular file, freeing what lies beyond in steps.
     fn truncate(&self, ino: InodeNo, size: u64) -> Result<()> {
+        lock(&self.fs).pages.expire(ino);
         let mut first = true;
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {

@@ -193,9 +193,16 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Seal the active partial segment at least this often.
     pub commit_interval: Duration,
+    /// How long a periodic commit may leave the newly written end of a
+    /// file unwritten (its inode records the shorter size meanwhile, as
+    /// ext4's delayed allocation does). Zero writes every byte at every
+    /// commit, so that a crash shows a prefix of all operations.
+    pub data_expire: Duration,
     /// Write a checkpoint after this many log blocks (bounds recovery time).
     pub checkpoint_blocks: u64,
-    /// Dirty file data that forces a commit.
+    /// Dirty file data that forces a commit (of every byte). 256 MiB: with
+    /// 64 MiB PostMark's 160 MiB working set forced a full commit every
+    /// few seconds (850 MiB written in 100,000 transactions; 313 MiB now).
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
@@ -211,8 +218,9 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             commit_interval: Duration::from_secs(5),
+            data_expire: Duration::from_secs(30),
             checkpoint_blocks: 4096,
-            dirty_data_limit: 64 << 20,
+            dirty_data_limit: 256 << 20,
             cache_budget: 262_144,
             clean_threshold: None,
             atime: AtimeMode::Relatime,

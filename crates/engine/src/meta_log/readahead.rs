@@ -23,7 +23,7 @@ pub struct ReadAhead {
     blocks: HashMap<u64, Box<[u8]>>,
     /// Insertion order, for eviction; may name blocks already taken.
     order: VecDeque<u64>,
-    /// Misses that read a window, and blocks later served from one.
+    /// Misses that read a window.
     pub windows: u64,
     /// Blocks served without a device request.
     pub hits: u64,

@@ -208,6 +208,8 @@ impl Volume {
             ("log_blocks_since_checkpoint", log.blocks_since_checkpoint()),
             ("checkpoint_number", log.checkpoint_number()),
             ("dirty_data_bytes", fs.pages.dirty_bytes() as u64),
+            ("readahead_windows", log.readahead.windows),
+            ("readahead_hits", log.readahead.hits),
             ("cleaner_passes", c.passes),
             ("cleaner_segments_read", c.segments_read),
             ("cleaner_blocks_read", c.blocks_read),

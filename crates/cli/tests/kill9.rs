@@ -19,16 +19,10 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{DUALFS, Rng, TestVolume, sh};
-
-fn is_mounted(mnt: &Path) -> bool {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    text.lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()) && l.contains("fuse.dualfs"))
-}
+use common::{Rng, TestVolume, sh};
 
 /// The bytes file `i` of a round is given.
 fn contents(seed: u64, i: u64) -> Vec<u8> {
@@ -155,18 +149,7 @@ fn round(seed: u64) {
     };
     let mut rng = Rng::new(seed);
     let commit = ["commit=1", "commit=5", "commit=3600"][rng.below(3) as usize];
-    let mut child = Command::new(DUALFS)
-        .args(["mount", "--foreground", "-o", commit])
-        .args([&v.meta, &v.data, &v.mnt])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !is_mounted(&v.mnt) {
-        assert!(start.elapsed() < Duration::from_secs(20), "never mounted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = v.spawn_mount(&["-o", commit]);
     let dir = v.path("d");
     std::fs::create_dir(&dir).unwrap();
     let progress = Arc::new(Mutex::new(Progress::default()));

@@ -6,18 +6,13 @@
 #![allow(clippy::unwrap_used)]
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{DUALFS, TestVolume, dualfs, sh, sh_output, wait_unlocked};
+use common::{DUALFS, TestVolume, dualfs, is_mounted, sh, sh_output, wait_unlocked};
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn is_mounted(mnt: &std::path::Path) -> bool {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    text.lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()) && l.contains("fuse.dualfs"))
 }
 
 /// Rolled-forward partial segments at the next open: 0 after a clean close.
@@ -134,18 +129,7 @@ fn sigterm_unmounts_and_closes_the_volume_cleanly() {
     let Some(v) = TestVolume::create("64M") else {
         return;
     };
-    let mut child = Command::new(DUALFS)
-        .args(["mount", "--foreground"])
-        .args([&v.meta, &v.data, &v.mnt])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !is_mounted(&v.mnt) {
-        assert!(start.elapsed() < Duration::from_secs(20), "never mounted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = v.spawn_mount(&[]);
     // Written but not yet committed when the signal comes.
     sh(&format!("echo dirty > {}/f", v.m()));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -208,18 +192,7 @@ fn a_killed_mount_recovers_what_fsync_made_durable() {
     let Some(mut v) = TestVolume::create("64M") else {
         return;
     };
-    let mut child = Command::new(DUALFS)
-        .args(["mount", "--foreground", "-o", "commit=3600"])
-        .args([&v.meta, &v.data, &v.mnt])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !is_mounted(&v.mnt) {
-        assert!(start.elapsed() < Duration::from_secs(20), "never mounted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = v.spawn_mount(&["-o", "commit=3600"]);
     let m = v.m().to_string();
     sh(&format!(
         "mkdir {m}/d && head -c 3000000 /dev/urandom > {m}/d/kept && sync {m}/d/kept && sync {m}/d && sha256sum {m}/d/kept > {}/sum",

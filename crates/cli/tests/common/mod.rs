@@ -61,6 +61,12 @@ pub fn dualfs(args: &[&str]) -> Output {
         .expect("cannot run dualfs")
 }
 
+/// Whether a DualFS volume is mounted on `mnt`.
+pub fn is_mounted(mnt: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    text.lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()) && l.contains("fuse.dualfs"))
+}
+
 /// A volume of two sparse image files, and a mount point, in a temporary folder.
 pub struct TestVolume {
     pub dir: tempfile::TempDir,
@@ -117,6 +123,25 @@ impl TestVolume {
         ]);
         assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
         self.mounted = true;
+    }
+
+    /// Starts `dualfs mount --foreground` with `options` (output discarded)
+    /// and waits until the volume is mounted; the caller owns the process.
+    pub fn spawn_mount(&self, options: &[&str]) -> std::process::Child {
+        let child = Command::new(DUALFS)
+            .args(["mount", "--foreground"])
+            .args(options)
+            .args([&self.meta, &self.data, &self.mnt])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !is_mounted(&self.mnt) {
+            assert!(start.elapsed() < Duration::from_secs(20), "never mounted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
     }
 
     pub fn mount(&mut self) {

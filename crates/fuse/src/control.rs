@@ -109,6 +109,7 @@ impl CleanOrder {
             max_segments: self.segments.unwrap_or(usize::MAX),
             policy: self.policy,
             max_utilization: self.max_utilization,
+            free_now: true,
         }
     }
 }

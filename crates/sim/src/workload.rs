@@ -379,8 +379,12 @@ impl<'a> Runner<'a> {
                 return Ok(false);
             }
             Step::Clean { segments } => {
-                let req =
-                    CleanRequest { max_segments: usize::from(*segments), policy: Policy::Greedy, max_utilization: 1.0 };
+                let req = CleanRequest {
+                    max_segments: usize::from(*segments),
+                    policy: Policy::Greedy,
+                    max_utilization: 1.0,
+                    free_now: true,
+                };
                 let r = vol.clean(req, &mut |_, _| {}).map_err(|e| format!("clean: {e}"))?;
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:

@@ -5,7 +5,7 @@
 //! dropped only once the partial segment holding its newest copy is durable
 //! (before that the disk does not have it yet).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::format::inode::InodeRecord;
 use crate::format::node::Node;
@@ -42,6 +42,9 @@ pub struct MetaCache {
     dirty_inode_bytes: usize,
     max_dirty_record: usize,
     clock: u64,
+    /// Inodes never evicted even when clean: their records on disk show a
+    /// shorter size than their data in memory reaches (delayed tails).
+    pinned: HashSet<InodeNo>,
 }
 
 /// Mutable access to a cached inode. When it goes out of scope the dirty
@@ -310,6 +313,11 @@ impl MetaCache {
         self.inodes.is_empty() && self.nodes.is_empty()
     }
 
+    /// Replaces the set of inodes never evicted.
+    pub fn set_pinned(&mut self, pinned: HashSet<InodeNo>) {
+        self.pinned = pinned;
+    }
+
     /// Drops the least recently used clean entries whose newest copy is
     /// durable, until at most `budget` entries remain.
     pub fn evict(&mut self, budget: usize, durable: Seq) {
@@ -320,7 +328,7 @@ impl MetaCache {
         let mut victims: Vec<(u64, bool, u64)> = self
             .inodes
             .iter()
-            .filter(|(_, e)| !e.dirty && e.written <= durable)
+            .filter(|(k, e)| !e.dirty && e.written <= durable && !self.pinned.contains(k))
             .map(|(k, e)| (e.touched, true, k.0))
             .chain(
                 self.nodes

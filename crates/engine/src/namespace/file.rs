@@ -429,33 +429,24 @@ impl Fs {
         self.write_back_below(ino, budget, u64::MAX)
     }
 
-    /// Writes back `ino` as a commit that may leave `mode` behind. Returns
-    /// whether every page that must go is queued, and the size the inode's
-    /// record must show on disk while a delayed tail waits (ext4's
-    /// i_disksize): at least its size when first dirtied, never past the
-    /// tail's first block, so that a crash shows the file cut short, never
-    /// a hole where data was written.
+    /// What a commit of kind `mode` may leave of `ino`: the first block of
+    /// its delayed tail, and the size the inode's record must show on disk
+    /// while the tail waits (ext4's i_disksize): at least the file's size
+    /// when first dirtied, never past the tail's first block, so that a
+    /// crash shows the file cut short, never a hole where data was written.
     ///
     /// # Errors
-    /// As [`Fs::write_back`].
-    pub fn write_back_for_commit(&mut self, ino: InodeNo, mode: WriteBack) -> Result<(bool, Option<u64>)> {
-        let young = match (mode, self.pages.dirtied.get(&ino)) {
-            (WriteBack::Expired(before), Some(&(at, floor))) if at > before => Some(floor),
-            _ => None,
+    /// `NotFound`; I/O errors reading the extent tree.
+    pub fn delayed_cap(&mut self, ino: InodeNo, mode: WriteBack) -> Result<Option<(u64, u64)>> {
+        let floor = match (mode, self.pages.dirtied.get(&ino)) {
+            (WriteBack::Expired(before), Some(&(at, floor))) if at > before => floor,
+            _ => return Ok(None),
         };
-        let tail = match young {
-            Some(_) => self.delayed_tail(ino)?,
-            None => None,
+        let Some(first) = self.delayed_tail(ino)? else {
+            return Ok(None);
         };
-        let done = self.write_back_below(ino, usize::MAX, tail.unwrap_or(u64::MAX))?;
-        let cap = match (young, tail) {
-            (Some(floor), Some(first)) => {
-                let size = self.log.inode(ino)?.size;
-                Some(size.min(floor.max(first * BLOCK_BYTES)))
-            }
-            _ => None,
-        };
-        Ok((done, cap))
+        let size = self.log.inode(ino)?.size;
+        Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
     }
 
     /// The first block of `ino`'s delayed tail: the dirty pages at the end
@@ -489,7 +480,10 @@ impl Fs {
     }
 
     /// [`Fs::write_back`] of the pages below block `limit` only.
-    fn write_back_below(&mut self, ino: InodeNo, budget: usize, limit: u64) -> Result<bool> {
+    ///
+    /// # Errors
+    /// As [`Fs::write_back`].
+    pub fn write_back_below(&mut self, ino: InodeNo, budget: usize, limit: u64) -> Result<bool> {
         let mut steps = 0;
         loop {
             let Some(pages) = self.pages.files.get(&ino) else {

@@ -61,11 +61,16 @@ pub struct CleanRequest {
     pub policy: Policy,
     /// Skip segments at least this full (0 to 1).
     pub max_utilization: f64,
+    /// Checkpoint at the end, so that the emptied victims are free at once.
+    /// Without it they become free at the next checkpoint the log writes
+    /// anyway: the right choice for cleaning ahead of need, whose
+    /// checkpoints would otherwise cost more than the moves.
+    pub free_now: bool,
 }
 
 impl Default for CleanRequest {
     fn default() -> Self {
-        CleanRequest { max_segments: 16, policy: Policy::CostBenefit, max_utilization: 0.9 }
+        CleanRequest { max_segments: 16, policy: Policy::CostBenefit, max_utilization: 0.9, free_now: true }
     }
 }
 
@@ -81,10 +86,18 @@ impl Volume {
         self.check_writable()?;
         // Hot data first, into its own group: what the cleaner moves is cold
         // and lands together, away from it.
-        self.commit()?;
+        self.commit_periodic()?;
         let (victims, free_before, written_before, stats_before) = {
             let fs = lock(&self.fs);
-            let victims = fs.log.pick_victims(req.policy, req.max_segments, req.max_utilization);
+            let victims = if req.free_now {
+                fs.log.pick_victims(req.policy, req.max_segments, req.max_utilization)
+            } else {
+                // Segments already emptied wait for a checkpoint, not a clean.
+                let mut v = fs.log.pick_victims(req.policy, usize::MAX, req.max_utilization);
+                v.retain(|&s| fs.log.segment_live_bytes(s) > 0);
+                v.truncate(req.max_segments);
+                v
+            };
             (victims, fs.log.free_segments(), fs.log.stats.meta_blocks_written, fs.log.stats.cleaner)
         };
         for (i, &v) in victims.iter().enumerate() {
@@ -117,10 +130,12 @@ impl Volume {
             if !live.ifile.is_empty() {
                 self.mutate(OpKind::Clean, |fs, _| fs.log.relocate(&[], &[], &live.ifile))?;
             }
-            self.commit()?;
+            self.commit_periodic()?;
             progress(i + 1, victims.len());
         }
-        self.checkpoint()?;
+        if req.free_now {
+            self.checkpoint()?;
+        }
         let mut fs = lock(&self.fs);
         let freed = victims.iter().filter(|&&v| fs.log.segment_is_free(v)).count() as u64;
         fs.log.stats.cleaner.passes += 1;
@@ -249,7 +264,7 @@ impl Volume {
         if !worth {
             return Ok(None);
         }
-        let req = CleanRequest { max_segments: 1, policy: Policy::CostBenefit, max_utilization: 0.5 };
+        let req = CleanRequest { max_segments: 1, policy: Policy::CostBenefit, max_utilization: 0.5, free_now: false };
         self.clean(req, &mut |_, _| {}).map(Some)
     }
 
@@ -266,7 +281,12 @@ impl Volume {
             return Ok(None);
         }
         let policy = if free <= reserve + 2 { Policy::Greedy } else { Policy::CostBenefit };
-        let req = CleanRequest { max_segments: (threshold - free + 4) as usize, policy, max_utilization: 0.95 };
+        let req = CleanRequest {
+            max_segments: (threshold - free + 4) as usize,
+            policy,
+            max_utilization: 0.95,
+            free_now: true,
+        };
         self.clean(req, &mut |_, _| {}).map(Some)
     }
 }

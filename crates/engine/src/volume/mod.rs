@@ -227,6 +227,7 @@ impl Volume {
                             max_segments: 8,
                             policy: crate::meta_log::cleaner::Policy::Greedy,
                             max_utilization: 0.95,
+                            free_now: true,
                         };
                         if self.clean(req, &mut |_, _| {})?.segments_freed == 0 {
                             space_attempts = 8;
@@ -298,17 +299,30 @@ impl Volume {
     /// commit group. Returns it, and whether dirty data is left over.
     fn seal_step(&self, fs: &mut Fs, id: u64, mode: WriteBack) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
         let mut more = false;
+        let dirty = fs.pages.dirty_files();
+        // Every capped inode's cap is known before any is sealed: a group
+        // cut short below still carries the inodes of files it did not reach.
         let mut caps = HashMap::new();
-        for ino in fs.pages.dirty_files() {
-            match fs.write_back_for_commit(ino, mode) {
-                Ok((done, cap)) => {
-                    if let Some(cap) = cap {
-                        caps.insert(ino, cap);
-                    }
-                    if !done {
-                        more = true;
-                        break;
-                    }
+        let mut tails = HashMap::new();
+        for &ino in &dirty {
+            match fs.delayed_cap(ino, mode) {
+                Ok(Some((tail, cap))) => {
+                    tails.insert(ino, tail);
+                    caps.insert(ino, cap);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        }
+        for &ino in &dirty {
+            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).copied().unwrap_or(u64::MAX)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    more = true;
+                    break;
                 }
                 Err(e) => {
                     self.fail(&e);
@@ -325,12 +339,9 @@ impl Volume {
                 return Err(e);
             }
         };
-        // A capped inode stays dirty until its tail is written, so that its
-        // record is never evicted for the shorter one on disk and goes out
-        // again, with the size it then has, at the next commit.
-        for ino in caps.keys() {
-            fs.log.inode_mut(*ino)?;
-        }
+        // A capped inode stays cached until its tail is written, so that the
+        // shorter record on disk never replaces it.
+        fs.log.cache.set_pinned(caps.into_keys().collect());
         Ok((sealed, more))
     }
 

@@ -82,6 +82,22 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn clean(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
+        let _one_at_a_time = lock(&self.cleaning);
+        self.clean_locked(req, progress)
+    }
+
+    /// The cleaning lock, unless a clean holds it (the background cleaner
+    /// then skips its turn).
+    fn try_cleaning(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        match self.cleaning.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// [`Volume::clean`] with the cleaning lock held.
+    fn clean_locked(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
         let started = Instant::now();
         self.check_writable()?;
         // Hot data first, into its own group: what the cleaner moves is cold
@@ -265,7 +281,8 @@ impl Volume {
             return Ok(None);
         }
         let req = CleanRequest { max_segments: 1, policy: Policy::CostBenefit, max_utilization: 0.5, free_now: false };
-        self.clean(req, &mut |_, _| {}).map(Some)
+        let Some(_one_at_a_time) = self.try_cleaning() else { return Ok(None) };
+        self.clean_locked(req, &mut |_, _| {}).map(Some)
     }
 
     /// Cleans when free segments fell below the threshold (called by the
@@ -287,6 +304,7 @@ impl Volume {
             max_utilization: 0.95,
             free_now: true,
         };
-        self.clean(req, &mut |_, _| {}).map(Some)
+        let Some(_one_at_a_time) = self.try_cleaning() else { return Ok(None) };
+        self.clean_locked(req, &mut |_, _| {}).map(Some)
     }
 }

@@ -67,6 +67,9 @@ pub struct Volume {
     data: Arc<dyn BlockDevice>,
     open_report: OpenReport,
     commits: AtomicU64,
+    /// Held by a cleaning pass: one at a time, so that each report tells
+    /// its own moves (the background cleaner skips a turn rather than wait).
+    cleaning: Mutex<()>,
 }
 
 impl std::fmt::Debug for Volume {
@@ -128,6 +131,7 @@ impl Volume {
             data,
             open_report: report,
             commits: AtomicU64::new(0),
+            cleaning: Mutex::new(()),
         };
         if !options.read_only {
             let orphans = lock(&vol.fs).log.ifile.orphans();

@@ -633,7 +633,7 @@ impl Fs {
             let released = self.pages.discard(ino, keep, u64::MAX);
             self.log.space.unreserve(released);
             if !size.is_multiple_of(BLOCK_BYTES) {
-                self.zero_block_tail(ino, size / BLOCK_BYTES, (size % BLOCK_BYTES) as usize)?;
+                self.zero_block_range(ino, size / BLOCK_BYTES, (size % BLOCK_BYTES) as usize, BLOCK_SIZE)?;
             }
         }
         if size != old {
@@ -651,22 +651,8 @@ impl Fs {
         Ok(done)
     }
 
-    /// Zeroes block `block` from byte `from` on, through a dirty page when
-    /// the block holds data.
-    fn zero_block_tail(&mut self, ino: InodeNo, block: u64, from: usize) -> Result<()> {
-        let holds_data =
-            self.pages.page(ino, block).is_some() || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
-        if !holds_data {
-            return Ok(());
-        }
-        self.dirty_page(ino, block, false)?;
-        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
-            p.data[from..].fill(0);
-        }
-        Ok(())
-    }
-
-    /// Zeroes `[from, to)` of block `block` (punching a partial block).
+    /// Zeroes `[from, to)` of block `block` (a truncation's or a punched
+    /// hole's partial block), through a dirty page when the block holds data.
     fn zero_block_range(&mut self, ino: InodeNo, block: u64, from: usize, to: usize) -> Result<()> {
         let holds_data =
             self.pages.page(ino, block).is_some() || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);

@@ -115,6 +115,19 @@ impl Fs {
         }
     }
 
+    /// Whether `name` is set, without copying or reading its value (asked
+    /// before every write, for `security.capability`).
+    ///
+    /// # Errors
+    /// I/O and corruption errors.
+    pub fn xattr_has(&mut self, ino: InodeNo, name: &[u8]) -> Result<bool> {
+        let root = match &self.log.inode(ino)?.xattrs {
+            Xattrs::Inline(pairs) => return Ok(pairs.iter().any(|(n, _)| n == name)),
+            Xattrs::Tree(t) => t.root,
+        };
+        Ok(self.xattr_find(ino, root, name)?.is_some())
+    }
+
     /// Every attribute name.
     ///
     /// # Errors

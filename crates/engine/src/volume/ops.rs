@@ -62,11 +62,7 @@ pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<
     if set_id && (mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP) {
         return Ok(true);
     }
-    match fs.xattr_get(ino, SECURITY_CAPABILITY) {
-        Ok(_) => Ok(true),
-        Err(Error::NoXattr) => Ok(false),
-        Err(e) => Err(e),
-    }
+    fs.xattr_has(ino, SECURITY_CAPABILITY)
 }
 
 fn touch_dir(fs: &mut Fs, dir: InodeNo, now: Timestamp) -> Result<()> {

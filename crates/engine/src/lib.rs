@@ -8,6 +8,7 @@
 //! ```text
 //! device      BlockDevice: read/write/flush whole blocks
 //! format      on-disk structures: encode/decode/checksum
+//! table       one IFile table in memory: entries, dirty blocks, addresses
 //! data_space  data-device allocator: groups, extents, deferred frees
 //! ifile       inode map, node map, segment usage, group table, bitmap
 //! meta_log    block cache, partial segments, checkpoints, roll-forward
@@ -26,6 +27,7 @@ pub mod format;
 pub mod ifile;
 pub mod meta_log;
 pub mod namespace;
+pub mod table;
 pub mod types;
 pub mod volume;
 

@@ -20,7 +20,7 @@ use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLO
 use crate::format::descriptor::{PsKind, Summary};
 use crate::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
 use crate::format::superblock::CHECKPOINT_SLOTS;
-use crate::ifile::TableAccess;
+use crate::table::TableAccess;
 use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
 
 /// The newest checkpoint known durable, and what it keeps alive.

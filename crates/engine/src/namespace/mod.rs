@@ -12,13 +12,12 @@ pub mod dir;
 pub mod extents;
 pub mod file;
 pub mod inode;
-pub mod name;
 pub mod xattr;
 
 use std::collections::HashMap;
 
 pub use file::PageCache;
-pub use name::FileName;
+pub use crate::format::name::FileName;
 
 use crate::meta_log::Log;
 use crate::types::InodeNo;

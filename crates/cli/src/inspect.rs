@@ -116,13 +116,13 @@ fn summary_json(sb: &Superblock, vol: &Volume) -> Value {
 
 fn segments_json(vol: &Volume, all: bool) -> Value {
     vol.with_fs(|fs| {
-        let count = fs.log.sb.segment_count;
-        let seg_bytes = u64::from(fs.log.sb.segment_blocks) * BLOCK_BYTES;
+        let count = fs.log.superblock().segment_count;
+        let seg_bytes = u64::from(fs.log.superblock().segment_blocks) * BLOCK_BYTES;
         let mut list = Vec::new();
         let mut free = 0u32;
         let mut live_total = 0u64;
         for s in 0..count {
-            let u = fs.log.ifile.segment(SegmentNo(s));
+            let u = fs.log.ifile().segment(SegmentNo(s));
             let is_free = fs.log.segment_is_free(SegmentNo(s));
             free += u32::from(is_free);
             live_total += u64::from(u.live_bytes);
@@ -156,10 +156,10 @@ const HISTOGRAM_BUCKETS: usize = 10;
 /// list: many nearly empty segments mean cleaning is cheap; most of them
 /// nearly full means it is not worth it.
 fn histogram_json(log: &Log) -> Value {
-    let seg_bytes = (f64::from(log.sb.segment_blocks) * BLOCK_BYTES as f64).max(1.0);
+    let seg_bytes = (f64::from(log.superblock().segment_blocks) * BLOCK_BYTES as f64).max(1.0);
     let mut counts = [0u64; HISTOGRAM_BUCKETS];
-    for s in (0..log.sb.segment_count).map(SegmentNo).filter(|&s| !log.segment_is_free(s)) {
-        let u = (f64::from(log.ifile.segment(s).live_bytes) / seg_bytes).clamp(0.0, 1.0);
+    for s in (0..log.superblock().segment_count).map(SegmentNo).filter(|&s| !log.segment_is_free(s)) {
+        let u = (f64::from(log.ifile().segment(s).live_bytes) / seg_bytes).clamp(0.0, 1.0);
         counts[((u * HISTOGRAM_BUCKETS as f64) as usize).min(HISTOGRAM_BUCKETS - 1)] += 1;
     }
     let step = 100 / HISTOGRAM_BUCKETS;

@@ -127,12 +127,12 @@ impl fmt::Display for CleanOrder {
 #[must_use]
 pub fn report_json(r: &CleanReport) -> Value {
     json!({
-        "segments_read": r.segments_read,
-        "descriptor_blocks_read": r.blocks_read,
-        "nodes_moved": r.nodes_moved,
-        "inodes_moved": r.inodes_moved,
-        "ifile_blocks_moved": r.ifile_blocks_moved,
-        "segments_freed": r.segments_freed,
+        "segments_read": r.cleaner.segments_read,
+        "descriptor_blocks_read": r.cleaner.blocks_read,
+        "nodes_moved": r.cleaner.nodes_moved,
+        "inodes_moved": r.cleaner.inodes_moved,
+        "ifile_blocks_moved": r.cleaner.ifile_blocks_moved,
+        "segments_freed": r.cleaner.segments_freed,
         "bytes_written": r.blocks_written * dualfs_engine::types::BLOCK_BYTES,
         "micros": r.micros,
     })
@@ -250,7 +250,7 @@ impl Control {
             s.stopped = stop.load(Ordering::Relaxed);
             match r {
                 Ok(report) => {
-                    log::info!("cleaned {} segments, freed {}", report.segments_read, report.segments_freed);
+                    log::info!("cleaned {} segments, freed {}", report.cleaner.segments_read, report.cleaner.segments_freed);
                     s.report = report;
                 }
                 Err(e) => {

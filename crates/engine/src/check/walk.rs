@@ -5,18 +5,15 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::{CheckStats, Loaded, Problem};
+use super::{CheckStats, Loaded, Problem, tree};
 use crate::error::{Error, Result};
 use crate::format::block::{self, BlockKind};
 use crate::format::codec::Reader;
-use crate::format::ifile::IMAP_ORPHAN;
 use crate::format::inode::{Body, Extent, InodeRecord, TreeRoot, Xattrs};
 use crate::format::inode_block;
-use crate::format::node::{Node, TreeKind};
+use crate::format::node::{Node, NodeSource, TreeKind};
 use crate::meta_log::{Log, Object};
-use crate::namespace::FileName;
-use crate::namespace::btree::{self, NodeSource};
-use crate::namespace::name::{COLLISION_SLOTS, hash_position};
+use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::types::{BLOCK_BYTES, DataBlock, FileKind, InodeNo, MetaBlock, NodeId};
 
 fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, message: impl Into<String>) -> Problem {
@@ -27,8 +24,8 @@ fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, me
 pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
     let mut loaded = Loaded::default();
     let mut by_block: HashMap<MetaBlock, Vec<InodeNo>> = HashMap::new();
-    for i in 1..log.ifile.inodes.len() as u64 {
-        let e = log.ifile.inodes.get(i as usize);
+    for i in 1..log.ifile().inodes.len() as u64 {
+        let e = log.ifile().inodes.get(i as usize);
         if !e.in_use() {
             continue;
         }
@@ -54,7 +51,7 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             }
         };
         for ino in inos {
-            let e = log.ifile.inodes.get(ino.0 as usize);
+            let e = log.ifile().inodes.get(ino.0 as usize);
             match records.iter().find(|r| r.ino == ino) {
                 None => {
                     problems.push(problem("inode map", Some(ino), Some(at.0), "points at a block without the inode"))
@@ -81,8 +78,8 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             }
         }
     }
-    for id in 1..log.ifile.nodes.len() as u64 {
-        let at = log.ifile.node_address(NodeId(id));
+    for id in 1..log.ifile().nodes.len() as u64 {
+        let at = log.ifile().node_address(NodeId(id));
         if at.0 == 0 {
             continue;
         }
@@ -171,7 +168,7 @@ impl Walk<'_> {
     /// Checks a tree and returns its entries (empty on failure, with a problem).
     fn tree(&mut self, ino: InodeNo, t: &TreeRoot, kind: TreeKind, what: &'static str) -> Vec<(u64, Vec<u8>)> {
         let mut seen = Vec::new();
-        let res = btree::check(&mut Source { loaded: self.loaded }, Some(t.root), kind, &mut |id| seen.push(id));
+        let res = tree::check(&mut Source { loaded: self.loaded }, Some(t.root), kind, &mut |id| seen.push(id));
         for id in seen {
             self.claim(id, ino);
         }
@@ -246,7 +243,7 @@ impl Walk<'_> {
                 .collect(),
             _ => Vec::new(),
         };
-        let data_blocks = self.log.sb.data_blocks;
+        let data_blocks = self.log.superblock().data_blocks;
         let eof_block = rec.size.div_ceil(BLOCK_BYTES);
         let mut total = 0u64;
         for (i, e) in list.iter().enumerate() {
@@ -366,7 +363,7 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
         let entries = match &rec.body {
             Body::Empty => Vec::new(),
             Body::Entries(e) => {
-                if e.is_empty() || crate::format::inode::inline_entries_len(e) > log.sb.inline_max as usize {
+                if e.is_empty() || crate::format::inode::inline_entries_len(e) > log.superblock().inline_max as usize {
                     w.problems.push(problem(
                         "directory",
                         Some(dir),
@@ -396,7 +393,7 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
             if FileName::new(&name).is_err() {
                 w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
             }
-            let base = hash_position(&log.sb.hash_key, &name);
+            let base = hash_position(&log.superblock().hash_key, &name);
             if !(base..base + COLLISION_SLOTS).contains(&pos) {
                 w.problems.push(problem(
                     "directory",
@@ -452,7 +449,7 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
     inos.sort_unstable();
     for &ino in inos {
         let rec = &loaded.inodes[&ino];
-        let orphan = log.ifile.inode(ino).is_some_and(|e| e.flags & IMAP_ORPHAN != 0);
+        let orphan = log.is_orphan(ino);
         stats.inodes += 1;
         stats.orphans += u64::from(orphan);
         let kind = FileKind::from_mode(rec.mode);
@@ -499,7 +496,7 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
                 match &rec.body {
                     Body::Inline(d) => {
                         stats.inline_files += 1;
-                        if d.len() as u64 != rec.size || rec.size > u64::from(log.sb.inline_max) {
+                        if d.len() as u64 != rec.size || rec.size > u64::from(log.superblock().inline_max) {
                             w.problems.push(problem(
                                 "inode",
                                 Some(ino),
@@ -566,7 +563,7 @@ fn check_extents_disjoint(mut extents: Vec<(DataBlock, u32, InodeNo)>, problems:
 
 /// The bitmap, the group counts and the segment usage table against what is live.
 pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, _stats: &mut CheckStats) {
-    let total = log.sb.data_blocks;
+    let total = log.superblock().data_blocks;
     let words = total.div_ceil(64) as usize;
     let mut want = vec![0u64; words];
     let mut set = |b: u64| want[(b / 64) as usize] |= 1 << (b % 64);
@@ -575,14 +572,15 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
         let list: Vec<Extent> = match &rec.body {
             Body::Extents(v) => v.clone(),
             Body::Tree(t) => {
+                let mut entries = Vec::new();
+                tree::leaf_entries(&mut Source { loaded }, t.root, &mut entries);
                 let mut out = Vec::new();
-                let _ = btree::scan(&mut Source { loaded }, Some(t.root), 0, &mut |k, v| {
-                    let mut r = Reader::new(v);
+                for (k, v) in entries {
+                    let mut r = Reader::new(&v);
                     if let (Ok(p), Ok(n)) = (r.u64(), r.u32()) {
                         out.push(Extent { logical: k, physical: DataBlock(p), len: n, unwritten: false });
                     }
-                    true
-                });
+                }
                 if FileKind::from_mode(rec.mode) == Some(FileKind::Regular) { out } else { Vec::new() }
             }
             _ => Vec::new(),
@@ -624,8 +622,8 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
         ));
     }
     for g in 0..log.space.groups.len() {
-        let start = g as u64 * u64::from(log.sb.group_blocks);
-        let end = (start + u64::from(log.sb.group_blocks)).min(total);
+        let start = g as u64 * u64::from(log.superblock().group_blocks);
+        let end = (start + u64::from(log.superblock().group_blocks)).min(total);
         let free =
             (start..end).filter(|&b| log.space.bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
         let said = log.space.groups.get(g).free_blocks;
@@ -640,23 +638,23 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
     }
 
     // Segment usage: 4096 bytes per live node, the record length per live inode.
-    let geometry = log.ifile.geometry();
+    let geometry = log.ifile().geometry();
     let mut live = vec![0u64; geometry.count as usize];
-    for i in 1..log.ifile.inodes.len() {
-        let e = log.ifile.inodes.get(i);
+    for i in 1..log.ifile().inodes.len() {
+        let e = log.ifile().inodes.get(i);
         if e.in_use()
             && let Some(s) = geometry.segment_of(e.address)
         {
             live[s.0 as usize] += u64::from(e.record_len);
         }
     }
-    for id in 1..log.ifile.nodes.len() as u64 {
-        if let Some(s) = geometry.segment_of(log.ifile.node_address(NodeId(id))) {
+    for id in 1..log.ifile().nodes.len() as u64 {
+        if let Some(s) = geometry.segment_of(log.ifile().node_address(NodeId(id))) {
             live[s.0 as usize] += BLOCK_BYTES;
         }
     }
     for (s, &want) in live.iter().enumerate() {
-        let have = u64::from(log.ifile.segments.get(s).live_bytes);
+        let have = u64::from(log.ifile().segments.get(s).live_bytes);
         if have != want {
             problems.push(problem(
                 "segment usage",

@@ -33,10 +33,9 @@ use crate::format::checkpoint::LogPosition;
 use crate::format::descriptor::Change;
 use crate::format::inode::InodeRecord;
 use crate::format::inode_block;
-use crate::format::node::Node;
+use crate::format::node::{Node, NodeSource, NodeStore};
 use crate::format::superblock::Superblock;
 use crate::ifile::IFile;
-use crate::namespace::btree::{NodeSource, NodeStore};
 use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, NodeId, Seq};
 
 /// Most blocks one operation may add to the active commit group. Every
@@ -68,16 +67,16 @@ pub struct LogStats {
 #[derive(Debug)]
 pub struct Log {
     /// Geometry and identity of the volume.
-    pub sb: Superblock,
+    sb: Superblock,
     volume_id: u64,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
     /// Inode map, node map, segment usage.
-    pub ifile: IFile,
+    ifile: IFile,
     /// Data-group descriptors, bitmap and the allocator.
     pub space: DataSpace,
     /// Decoded meta-data.
-    pub cache: MetaCache,
+    cache: MetaCache,
     /// Where the next partial segment goes.
     head: LogPosition,
     /// Change records for the active partial segment.
@@ -91,14 +90,52 @@ pub struct Log {
     /// only add to it, so it errs on the safe side).
     free_segments_cached: u32,
     /// Most blocks a commit group may grow to.
-    pub group_limit: usize,
+    group_limit: usize,
     /// Counters.
-    pub stats: LogStats,
+    stats: LogStats,
     /// Raw blocks read ahead of cold meta-data misses.
-    pub readahead: readahead::ReadAhead,
+    readahead: readahead::ReadAhead,
 }
 
 impl Log {
+    /// Geometry and identity of the volume.
+    #[must_use]
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Inode map, node map and segment usage, to read: they change only
+    /// through the log's own steps, which keep them and the cache in step.
+    #[must_use]
+    pub fn ifile(&self) -> &IFile {
+        &self.ifile
+    }
+
+    /// Whether `ino` is on the orphan list (in use, waiting to be freed or
+    /// to have its blocks beyond its size released).
+    #[must_use]
+    pub fn is_orphan(&self, ino: InodeNo) -> bool {
+        self.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0)
+    }
+
+    /// The log's and the cleaner's counters.
+    #[must_use]
+    pub fn stats(&self) -> LogStats {
+        self.stats
+    }
+
+    /// Misses that read a window ahead, and blocks served from one.
+    #[must_use]
+    pub fn readahead_counts(&self) -> (u64, u64) {
+        (self.readahead.windows, self.readahead.hits)
+    }
+
+    /// Replaces the set of inodes the cache never evicts (those whose newest
+    /// record is not yet the one on disk).
+    pub fn pin_inodes(&mut self, pinned: std::collections::HashSet<InodeNo>) {
+        self.cache.set_pinned(pinned);
+    }
+
     /// The volume id stamped in every block.
     #[must_use]
     pub fn volume_id(&self) -> u64 {

@@ -106,7 +106,7 @@ impl Volume {
     ) -> Result<Volume> {
         let (log, report) = Log::open(meta.clone(), data.clone())?;
         let mut options = options;
-        let unknown = log.sb.ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
+        let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         if unknown != 0 && !options.read_only {
             log::warn!(
                 "mounting read-only: the volume uses read-only-compatible features {unknown:#x} this version does not know"
@@ -114,7 +114,7 @@ impl Volume {
             options.read_only = true;
         }
         let config = FsConfig {
-            inline_max: log.sb.inline_max,
+            inline_max: log.superblock().inline_max,
             dirty_data_limit: options.dirty_data_limit,
             cache_budget: options.cache_budget,
         };
@@ -134,7 +134,7 @@ impl Volume {
             cleaning: Mutex::new(()),
         };
         if !options.read_only {
-            let orphans = lock(&vol.fs).log.ifile.orphans();
+            let orphans = lock(&vol.fs).log.ifile().orphans();
             for ino in &orphans {
                 vol.finish_orphan(*ino)?;
             }
@@ -233,7 +233,7 @@ impl Volume {
                             max_utilization: 0.95,
                             free_now: true,
                         };
-                        if self.clean(req, &mut |_, _| {})?.segments_freed == 0 {
+                        if self.clean(req, &mut |_, _| {})?.cleaner.segments_freed == 0 {
                             space_attempts = 8;
                         }
                     }
@@ -345,7 +345,7 @@ impl Volume {
         };
         // A capped inode stays cached until its tail is written, so that the
         // shorter record on disk never replaces it.
-        fs.log.cache.set_pinned(caps.into_keys().collect());
+        fs.log.pin_inodes(caps.into_keys().collect());
         Ok((sealed, more))
     }
 
@@ -436,7 +436,7 @@ impl Volume {
     fn checkpoint_interval_blocks(&self) -> u64 {
         let log_blocks = {
             let fs = lock(&self.fs);
-            u64::from(fs.log.sb.segment_count) * u64::from(fs.log.sb.segment_blocks)
+            u64::from(fs.log.superblock().segment_count) * u64::from(fs.log.superblock().segment_blocks)
         };
         self.options.checkpoint_blocks.min(log_blocks / 4).max(1)
     }
@@ -498,7 +498,7 @@ impl Volume {
                 let done = fs.delete_step(ino)?;
                 if !done
                     && first
-                    && fs.log.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN == 0)
+                    && !fs.log.is_orphan(ino)
                 {
                     fs.log.set_orphan(ino, true);
                 }

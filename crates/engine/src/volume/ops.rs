@@ -13,7 +13,7 @@ use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
 use crate::namespace::file::MAX_FILE_SIZE;
 use crate::namespace::inode::NewInode;
-use crate::namespace::name::NAME_MAX;
+use crate::format::name::NAME_MAX;
 use crate::namespace::{FileName, Fs};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
 
@@ -79,7 +79,7 @@ fn lookup_entry(fs: &mut Fs, dir: InodeNo, name: &FileName) -> Result<DirEntry> 
 /// Whether `dir` is `ancestor` or lies below it.
 fn is_within(fs: &mut Fs, mut dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
     // Bounded: a parent chain cannot be longer than the number of inodes.
-    for _ in 0..=fs.log.ifile.used_inodes() {
+    for _ in 0..=fs.log.ifile().used_inodes() {
         if dir == ancestor {
             return Ok(true);
         }
@@ -198,7 +198,7 @@ impl Volume {
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.truncate_step(ino, size)?;
-                let orphan = fs.log.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0);
+                let orphan = fs.log.is_orphan(ino);
                 if !done && first && !orphan {
                     // Recovery trims whatever a crash leaves beyond the size.
                     fs.log.set_orphan(ino, true);
@@ -602,11 +602,11 @@ impl Volume {
         let free_segments = u64::from(log.free_segments());
         let total_data = log.space.total_blocks();
         let free = log.space.free_for_statfs();
-        let used_inodes = log.ifile.used_inodes();
+        let used_inodes = log.ifile().used_inodes();
         // The inode map grows on demand: what is left is as many inodes as
         // the free meta-data space could hold.
         let meta_free_bytes = free_segments.saturating_sub(u64::from(log.reserve_segments()))
-            * u64::from(log.sb.segment_blocks)
+            * u64::from(log.superblock().segment_blocks)
             * crate::types::BLOCK_BYTES;
         let ffree = meta_free_bytes / 256;
         StatFs {
@@ -617,7 +617,7 @@ impl Volume {
             files: used_inodes + ffree,
             ffree,
             namelen: NAME_MAX as u32,
-            meta_segments: u64::from(log.sb.segment_count),
+            meta_segments: u64::from(log.superblock().segment_count),
             meta_free_segments: free_segments,
         }
     }

@@ -20,8 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
-use dualfs_engine::meta_log::cleaner::Policy;
-use dualfs_engine::volume::{CleanReport, CleanRequest};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Policy};
 use fuser::Errno;
 use serde_json::{Value, json};
 

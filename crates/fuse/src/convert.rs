@@ -4,10 +4,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dualfs_engine::Error;
-use dualfs_engine::namespace::file::Whence;
-use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{FileKind, InodeNo, Timestamp};
-use dualfs_engine::volume::{Attr, FallocateMode, RenameFlags, TimeSet};
+use dualfs_engine::volume::{Attr, FallocateMode, RenameFlags, SetMode, TimeSet, Whence};
 use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 
 /// The errno the kernel should see for an engine error; the engine chooses it.

@@ -9,9 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
-use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{FileKind, InodeNo};
-use dualfs_engine::volume::{Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr};
+use dualfs_engine::volume::{Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};

@@ -11,10 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dualfs_engine::meta_log::cleaner::Policy;
-use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{InodeNo, Timestamp};
-use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, SetAttr};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, Policy, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};

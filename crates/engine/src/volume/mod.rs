@@ -28,6 +28,14 @@ pub use clean::{CleanReport, CleanRequest};
 pub use mkfs::probe_existing;
 pub use types::*;
 
+// What callers of the volume name in its API but is defined below it: the
+// FUSE adapter and the tools import these from here, never from the layers
+// that define them.
+pub use crate::meta_log::cleaner::Policy;
+pub use crate::namespace::acl::AclKind;
+pub use crate::namespace::file::Whence;
+pub use crate::namespace::xattr::SetMode;
+
 use crate::device::BlockDevice;
 use crate::error::{DeviceRole, Error, Result};
 use crate::meta_log::Log;
@@ -480,7 +488,7 @@ impl Volume {
         let dead = {
             let mut fs = lock(&self.fs);
             let left = fs.drop_refs(ino, n);
-            left == 0 && fs.log.inode(ino).is_ok_and(|r| r.nlink == 0)
+            left == 0 && fs.inode(ino).is_ok_and(|r| r.nlink == 0)
         };
         if dead {
             self.delete_inode(ino)?;
@@ -498,9 +506,9 @@ impl Volume {
                 let done = fs.delete_step(ino)?;
                 if !done
                     && first
-                    && !fs.log.is_orphan(ino)
+                    && !fs.is_orphan(ino)
                 {
-                    fs.log.set_orphan(ino, true);
+                    fs.set_orphan(ino, true);
                 }
                 Ok(done)
             })?;
@@ -514,16 +522,16 @@ impl Volume {
     /// Finishes what a crash interrupted for an inode on the orphan list:
     /// frees it if it has no links, or trims it to its size.
     fn finish_orphan(&self, ino: InodeNo) -> Result<()> {
-        let nlink = lock(&self.fs).log.inode(ino).map(|r| r.nlink)?;
+        let nlink = lock(&self.fs).inode(ino).map(|r| r.nlink)?;
         if nlink == 0 {
             return self.delete_inode(ino);
         }
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
-                let size = fs.log.inode(ino)?.size;
+                let size = fs.inode(ino)?.size;
                 let done = fs.truncate_step(ino, size)?;
                 if done {
-                    fs.log.set_orphan(ino, false);
+                    fs.set_orphan(ino, false);
                 }
                 Ok(done)
             })?;
@@ -537,12 +545,12 @@ impl Volume {
     /// it on the orphan list while it is still referenced.
     fn drop_link(&self, ino: InodeNo) -> Result<()> {
         let free_now = self.mutate(OpKind::Shrink, |fs, _| {
-            let rec = fs.log.inode(ino)?;
+            let rec = fs.inode(ino)?;
             if rec.nlink > 0 {
                 return Ok(false);
             }
             if fs.refs(ino) > 0 {
-                fs.log.set_orphan(ino, true);
+                fs.set_orphan(ino, true);
                 return Ok(false);
             }
             Ok(true)
@@ -556,13 +564,13 @@ impl Volume {
     /// dirty data holds reservations for (allocated at write-back), so
     /// that `du` is right as soon as data is written.
     fn attr(fs: &mut Fs, ino: InodeNo) -> Result<Attr> {
-        let mut a = Attr::from_record(fs.log.inode(ino)?);
+        let mut a = Attr::from_record(fs.inode(ino)?);
         a.blocks += fs.pages.reserved_blocks(ino) * (crate::types::BLOCK_BYTES / 512);
         Ok(a)
     }
 
     fn kind_of(fs: &mut Fs, ino: InodeNo) -> Result<FileKind> {
-        let mode = fs.log.inode(ino)?.mode;
+        let mode = fs.inode(ino)?.mode;
         FileKind::from_mode(mode)
             .ok_or_else(|| Error::corrupt_meta("inode", 0, format!("inode {ino} has mode {mode:#o}")))
     }

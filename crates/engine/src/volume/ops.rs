@@ -38,13 +38,13 @@ const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
     let mut changed = false;
     if set_id {
-        let rec = fs.log.inode(ino)?;
+        let rec = fs.inode(ino)?;
         let mut mode = rec.mode & !S_ISUID;
         if mode & S_IXGRP != 0 {
             mode &= !S_ISGID;
         }
         if mode != rec.mode {
-            fs.log.inode_mut(ino)?.mode = mode;
+            fs.inode_mut(ino)?.mode = mode;
             changed = true;
         }
     }
@@ -58,7 +58,7 @@ pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result
 
 /// Whether [`drop_privileges`] would change anything, without changing it.
 pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
-    let mode = fs.log.inode(ino)?.mode;
+    let mode = fs.inode(ino)?.mode;
     if set_id && (mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP) {
         return Ok(true);
     }
@@ -66,7 +66,7 @@ pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<
 }
 
 fn touch_dir(fs: &mut Fs, dir: InodeNo, now: Timestamp) -> Result<()> {
-    let mut d = fs.log.inode_mut(dir)?;
+    let mut d = fs.inode_mut(dir)?;
     d.mtime = now;
     d.ctime = now;
     Ok(())
@@ -86,7 +86,7 @@ fn is_within(fs: &mut Fs, mut dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
         if dir == InodeNo::ROOT {
             return Ok(false);
         }
-        dir = fs.log.inode(dir)?.parent;
+        dir = fs.inode(dir)?.parent;
     }
     Err(Error::corrupt_meta("inode", 0, format!("the parent chain of directory {dir} loops")))
 }
@@ -106,7 +106,7 @@ impl Volume {
         }
         let ino = match name {
             b"." => parent,
-            b".." => match fs.log.inode(parent)?.parent {
+            b".." => match fs.inode(parent)?.parent {
                 InodeNo(0) => InodeNo::ROOT,
                 p => p,
             },
@@ -141,7 +141,7 @@ impl Volume {
         }
         self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             let stamp_size = set.size.is_some() && set.size_stamp == Stamp::Now;
             let mut changed = stamp_size;
             if let Some(mode) = set.mode {
@@ -198,12 +198,12 @@ impl Volume {
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.truncate_step(ino, size)?;
-                let orphan = fs.log.is_orphan(ino);
+                let orphan = fs.is_orphan(ino);
                 if !done && first && !orphan {
                     // Recovery trims whatever a crash leaves beyond the size.
-                    fs.log.set_orphan(ino, true);
-                } else if done && !first && orphan && fs.log.inode(ino)?.nlink > 0 {
-                    fs.log.set_orphan(ino, false);
+                    fs.set_orphan(ino, true);
+                } else if done && !first && orphan && fs.inode(ino)?.nlink > 0 {
+                    fs.set_orphan(ino, false);
                 }
                 Ok(done)
             })?;
@@ -234,7 +234,7 @@ impl Volume {
             if Volume::kind_of(fs, parent)? != FileKind::Directory {
                 return Err(Error::NotDir);
             }
-            let p = fs.log.inode(parent)?;
+            let p = fs.inode(parent)?;
             if p.nlink == 0 {
                 return Err(Error::NotFound);
             }
@@ -260,7 +260,7 @@ impl Volume {
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
             if kind == FileKind::Directory {
-                fs.log.inode_mut(parent)?.nlink += 1;
+                fs.inode_mut(parent)?.nlink += 1;
             }
             Volume::attr(fs, ino)
         })?;
@@ -324,7 +324,7 @@ impl Volume {
             } else {
                 Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, target) }
             };
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             rec.body = body;
             rec.size = target.len() as u64;
             Ok(())
@@ -341,7 +341,7 @@ impl Volume {
             if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
                 return Err(Error::NotSymlink);
             }
-            let target = match fs.log.inode(ino)?.body.clone() {
+            let target = match fs.inode(ino)?.body.clone() {
                 Body::Inline(t) => t,
                 Body::Blob { len, nodes } => fs.read_blob(&nodes, len)?,
                 _ => return Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
@@ -366,10 +366,10 @@ impl Volume {
             if Volume::kind_of(fs, parent)? != FileKind::Directory {
                 return Err(Error::NotDir);
             }
-            if fs.log.inode(parent)?.nlink == 0 {
+            if fs.inode(parent)?.nlink == 0 {
                 return Err(Error::NotFound);
             }
-            let nlink = fs.log.inode(ino)?.nlink;
+            let nlink = fs.inode(ino)?.nlink;
             if nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
             }
@@ -378,12 +378,12 @@ impl Volume {
             }
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             rec.nlink += 1;
             rec.ctime = now;
             drop(rec);
             if nlink == 0 {
-                fs.log.set_orphan(ino, false);
+                fs.set_orphan(ino, false);
             }
             Volume::attr(fs, ino)
         })?;
@@ -413,13 +413,13 @@ impl Volume {
     /// One link of `ino` is gone: count it, and put an inode left with no
     /// links on the orphan list in the same step, so a crash cannot leak it.
     fn unlink_inode(fs: &mut Fs, ino: InodeNo, now: Timestamp) -> Result<()> {
-        let mut rec = fs.log.inode_mut(ino)?;
+        let mut rec = fs.inode_mut(ino)?;
         rec.nlink = rec.nlink.saturating_sub(1);
         rec.ctime = now;
         let gone = rec.nlink == 0;
         drop(rec);
         if gone {
-            fs.log.set_orphan(ino, true);
+            fs.set_orphan(ino, true);
         }
         Ok(())
     }
@@ -440,12 +440,12 @@ impl Volume {
             }
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
-            fs.log.inode_mut(parent)?.nlink -= 1;
-            let mut rec = fs.log.inode_mut(e.ino)?;
+            fs.inode_mut(parent)?.nlink -= 1;
+            let mut rec = fs.inode_mut(e.ino)?;
             rec.nlink = 0;
             rec.ctime = now;
             drop(rec);
-            fs.log.set_orphan(e.ino, true);
+            fs.set_orphan(e.ino, true);
             Ok(e.ino)
         })?;
         self.drop_link(ino)
@@ -503,7 +503,7 @@ impl Volume {
                 Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
                 Volume::reparent(fs, dst.ino, dst.kind, new_parent, parent)?;
                 for i in [src.ino, dst.ino] {
-                    fs.log.inode_mut(i)?.ctime = now;
+                    fs.inode_mut(i)?.ctime = now;
                 }
                 touch_dir(fs, parent, now)?;
                 touch_dir(fs, new_parent, now)?;
@@ -525,17 +525,17 @@ impl Volume {
             }
             fs.dir_remove(parent, src.position)?;
             Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
-            fs.log.inode_mut(src.ino)?.ctime = now;
+            fs.inode_mut(src.ino)?.ctime = now;
             touch_dir(fs, parent, now)?;
             touch_dir(fs, new_parent, now)?;
             if let Some(d) = &dst {
                 if d.kind == FileKind::Directory {
-                    fs.log.inode_mut(new_parent)?.nlink -= 1;
-                    let mut rec = fs.log.inode_mut(d.ino)?;
+                    fs.inode_mut(new_parent)?.nlink -= 1;
+                    let mut rec = fs.inode_mut(d.ino)?;
                     rec.nlink = 0;
                     rec.ctime = now;
                     drop(rec);
-                    fs.log.set_orphan(d.ino, true);
+                    fs.set_orphan(d.ino, true);
                 } else {
                     Volume::unlink_inode(fs, d.ino, now)?;
                 }
@@ -554,9 +554,9 @@ impl Volume {
         if kind != FileKind::Directory || from == to {
             return Ok(());
         }
-        fs.log.inode_mut(ino)?.parent = to;
-        fs.log.inode_mut(from)?.nlink -= 1;
-        fs.log.inode_mut(to)?.nlink += 1;
+        fs.inode_mut(ino)?.parent = to;
+        fs.inode_mut(from)?.nlink -= 1;
+        fs.inode_mut(to)?.nlink += 1;
         Ok(())
     }
 
@@ -581,7 +581,7 @@ impl Volume {
             return Ok(());
         }
         if offset <= 1 {
-            let parent = match fs.log.inode(dir)?.parent {
+            let parent = match fs.inode(dir)?.parent {
                 InodeNo(0) => InodeNo::ROOT,
                 p => p,
             };

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
 use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::meta_log::Log;
-use dualfs_engine::meta_log::recovery::LogEnd;
+use dualfs_engine::meta_log::recovery::{LogEnd, Stop};
 use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, SegmentNo, Timestamp};
 use dualfs_engine::volume::MountOptions;
 use serde_json::{Value, json};
@@ -73,6 +73,17 @@ fn superblock_json(sb: &Superblock) -> Value {
     })
 }
 
+/// Why roll-forward stopped, for scripts: whether the end is clean, and the
+/// check each candidate place failed (its name, block and plain words).
+pub fn log_end_json(end: &LogEnd) -> Value {
+    let stop = |s: &Stop| json!({ "kind": s.name(), "block": s.block(), "why": s.to_string() });
+    json!({
+        "clean": end.is_clean(),
+        "reason": stop(&end.reason),
+        "next_segment": end.next_segment.as_ref().map(stop),
+    })
+}
+
 fn log_json(vol: &Volume) -> Value {
     let r = vol.open_report();
     let (head, durable, since) = vol.with_fs(|fs| (fs.log.head(), fs.log.durable(), fs.log.blocks_since_checkpoint()));
@@ -82,7 +93,8 @@ fn log_json(vol: &Volume) -> Value {
         "roll_forward": {
             "partial_segments": r.recovery.partial_segments,
             "blocks_scanned": r.recovery.blocks_scanned,
-            "end": match &r.recovery.end { LogEnd::Clean => "clean".to_string(), LogEnd::Invalid(why) => why.clone() },
+            "end": r.recovery.end.to_string(),
+            "stop": log_end_json(&r.recovery.end),
             "micros": r.recovery.micros,
         },
         "head": { "seq": head.seq.0, "segment": head.segment.0, "offset": head.offset, "next_segment": head.next_segment.0 },

@@ -170,7 +170,11 @@ fn the_fuse_adapter_uses_only_the_volume_and_its_types() {
         let text = fs::read_to_string(f).expect("readable source");
         bad.extend(adapter_overreach(&text).into_iter().map(|v| format!("{}:{v}", f.display())));
     }
-    assert!(bad.is_empty(), "the adapter reaches under the volume (re-export from volume instead):\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "the adapter reaches under the volume (re-export from volume instead):\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]

@@ -249,7 +249,11 @@ impl Control {
             s.stopped = stop.load(Ordering::Relaxed);
             match r {
                 Ok(report) => {
-                    log::info!("cleaned {} segments, freed {}", report.cleaner.segments_read, report.cleaner.segments_freed);
+                    log::info!(
+                        "cleaned {} segments, freed {}",
+                        report.cleaner.segments_read,
+                        report.cleaner.segments_freed
+                    );
                     s.report = report;
                 }
                 Err(e) => {

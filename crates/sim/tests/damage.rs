@@ -14,7 +14,6 @@ use std::sync::{Arc, OnceLock};
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::format::{block, checkpoint, checksum, descriptor, ifile, inode_block, node, superblock};
-use dualfs_engine::meta_log::recovery::LogEnd;
 use dualfs_engine::types::{BLOCK_SIZE, MetaBlock};
 use dualfs_sim::crash::{Choice, StateSpec};
 use dualfs_sim::explorer::{Config, Explorer};
@@ -92,8 +91,8 @@ fn judge(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Outcome {
     if let Some(why) = &r.fell_back {
         return Outcome::Named(format!("mount fell back: {why}"));
     }
-    if let LogEnd::Invalid(why) = &r.recovery.end {
-        return Outcome::Named(format!("mount: log ends early: {why}"));
+    if !r.recovery.end.is_clean() {
+        return Outcome::Named(format!("mount: log ends early: {}", r.recovery.end));
     }
     if let Some(p) = fsck {
         return Outcome::Named(format!("fsck: {p}"));

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::format::block::PAYLOAD_LEN;
-use crate::format::node::{Entries, MAX_LEVEL, Node, NodeSource, TreeKind};
+use crate::format::node::{Entries, MAX_LEVEL, NodeSource, TreeKind};
 use crate::types::NodeId;
 
 /// The entries of a tree in order, or the first broken invariant.
@@ -94,7 +94,7 @@ pub fn leaf_entries(store: &mut dyn NodeSource, root: NodeId, out: &mut Vec<(u64
 }
 
 fn leaf_entries_in(store: &mut dyn NodeSource, id: NodeId, depth: u16, out: &mut Vec<(u64, Vec<u8>)>) {
-    let Ok(node) = store.node(id).map(Node::clone) else { return };
+    let Ok(node) = store.node(id).cloned() else { return };
     match node.entries {
         Entries::Leaf(e) => out.extend(e),
         Entries::Internal(e) if depth > 0 => {

@@ -11,9 +11,9 @@ use crate::format::block::{self, BlockKind};
 use crate::format::codec::Reader;
 use crate::format::inode::{Body, Extent, InodeRecord, TreeRoot, Xattrs};
 use crate::format::inode_block;
+use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::format::node::{Node, NodeSource, TreeKind};
 use crate::meta_log::{Log, Object};
-use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::types::{BLOCK_BYTES, DataBlock, FileKind, InodeNo, MetaBlock, NodeId};
 
 fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, message: impl Into<String>) -> Problem {

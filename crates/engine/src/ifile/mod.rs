@@ -11,8 +11,8 @@
 use std::collections::BTreeSet;
 
 use crate::format::ifile::{IMAP_ORPHAN, IMAP_USED, ImapEntry, SegUsage, TableId};
-use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo, Seq};
 use crate::table::{Table, TableAccess};
+use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo, Seq};
 
 /// Where segments sit on the meta-data device.
 #[derive(Clone, Copy, Debug)]

@@ -7,10 +7,10 @@
 
 use super::Fs;
 use super::btree;
-use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
 use crate::format::inode::{Body, TreeRoot, inline_entries_len};
+use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::format::node::{Entries, Node, TreeKind};
 use crate::meta_log::Object;
 use crate::types::{FileKind, InodeNo, NodeId};

@@ -16,8 +16,8 @@ pub mod xattr;
 
 use std::collections::HashMap;
 
-pub use file::PageCache;
 pub use crate::format::name::FileName;
+pub use file::PageCache;
 
 use crate::meta_log::Log;
 use crate::types::InodeNo;

@@ -7,10 +7,10 @@
 
 use super::Fs;
 use super::btree;
-use crate::format::name::{COLLISION_SLOTS, hash_position};
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
 use crate::format::inode::{MAX_BLOB_NODES, MAX_INLINE_XATTR_BYTES, TreeRoot, Xattrs, inline_xattrs_len};
+use crate::format::name::{COLLISION_SLOTS, hash_position};
 use crate::format::node::{MAX_VALUE_LEN, TreeKind};
 use crate::types::{InodeNo, NodeId};
 

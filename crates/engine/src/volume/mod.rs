@@ -150,7 +150,7 @@ impl Volume {
             // anything was read or a torn tail was met: only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || recovery.end != crate::meta_log::recovery::LogEnd::Clean;
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
             if moved || !orphans.is_empty() {
                 vol.checkpoint()?;
             }
@@ -504,10 +504,7 @@ impl Volume {
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.delete_step(ino)?;
-                if !done
-                    && first
-                    && !fs.is_orphan(ino)
-                {
+                if !done && first && !fs.is_orphan(ino) {
                     fs.set_orphan(ino, true);
                 }
                 Ok(done)

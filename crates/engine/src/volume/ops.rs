@@ -9,11 +9,11 @@ use super::atime::Touch;
 use super::{Attr, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
+use crate::format::name::NAME_MAX;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
 use crate::namespace::file::MAX_FILE_SIZE;
 use crate::namespace::inode::NewInode;
-use crate::format::name::NAME_MAX;
 use crate::namespace::{FileName, Fs};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
 

@@ -1,8 +1,6 @@
 //! Running the cleaner: on demand, from the periodic tick when free
 //! segments run low, and synchronously when an operation finds no room.
 
-use std::time::Instant;
-
 use super::{Volume, lock};
 use crate::error::Result;
 use crate::meta_log::OP_MAX_BLOCKS;
@@ -84,7 +82,7 @@ impl Volume {
 
     /// [`Volume::clean`] with the cleaning lock held.
     fn clean_locked(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
-        let started = Instant::now();
+        let started = self.clock.reading();
         self.check_writable()?;
         // Hot data first, into its own group: what the cleaner moves is cold
         // and lands together, away from it.
@@ -142,7 +140,7 @@ impl Volume {
         Ok(CleanReport {
             cleaner,
             blocks_written: fs.log.stats().meta_blocks_written - written_before,
-            micros: started.elapsed().as_micros() as u64,
+            micros: self.since(started).as_micros() as u64,
         })
     }
 

@@ -12,6 +12,7 @@
 
 mod atime;
 mod clean;
+mod clock;
 mod files;
 mod mkfs;
 mod ops;
@@ -21,10 +22,11 @@ mod xattrs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::Instant;
+use std::time::Duration;
 
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
+pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
 pub use types::*;
 
@@ -46,10 +48,7 @@ use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
 /// How long without changes before the tick cleans in idle time.
-const IDLE_BEFORE_CLEANING: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Where time comes from: the wall clock, or a test's.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 struct CommitState {
@@ -68,9 +67,11 @@ pub struct Volume {
     clock: Clock,
     /// Set when a write failed: the reason; every later change is refused.
     failed: Mutex<Option<String>>,
-    last_commit: Mutex<Instant>,
-    /// When an operation last changed something: the cleaner works in idle time.
-    last_change: Mutex<Instant>,
+    /// When the last commit ended (a reading of `clock`).
+    last_commit: Mutex<Duration>,
+    /// When an operation last changed something (a reading of `clock`): the
+    /// cleaner works in idle time.
+    last_change: Mutex<Duration>,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
     open_report: OpenReport,
@@ -99,10 +100,11 @@ impl Volume {
     /// # Errors
     /// The devices are not a DualFS pair, a structure is corrupt, I/O fails.
     pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>, options: MountOptions) -> Result<Volume> {
-        Volume::open_with_clock(meta, data, options, Arc::new(Timestamp::now))
+        Volume::open_with_clock(meta, data, options, SystemClock::shared())
     }
 
-    /// [`Volume::open`] with a given clock.
+    /// [`Volume::open`] with a given clock: every time the volume stamps or
+    /// measures comes from it.
     ///
     /// # Errors
     /// As [`Volume::open`].
@@ -131,10 +133,10 @@ impl Volume {
             commit: Mutex::new(CommitState::default()),
             reuse: RwLock::new(()),
             options,
-            clock,
+            clock: clock.clone(),
             failed: Mutex::new(None),
-            last_commit: Mutex::new(Instant::now()),
-            last_change: Mutex::new(Instant::now()),
+            last_commit: Mutex::new(clock.reading()),
+            last_change: Mutex::new(clock.reading()),
             meta,
             data,
             open_report: report,
@@ -171,7 +173,12 @@ impl Volume {
     }
 
     fn now(&self) -> Timestamp {
-        (self.clock)()
+        self.clock.now()
+    }
+
+    /// Time elapsed since `earlier`, a reading of the volume's clock.
+    fn since(&self, earlier: Duration) -> Duration {
+        clock::since(self.clock.as_ref(), earlier)
     }
 
     /// Runs `f` with the file system locked, for inspection and checking.
@@ -219,7 +226,7 @@ impl Volume {
                 None => self.commit()?,
                 Some(Ok(r)) => {
                     if kind != OpKind::Clean {
-                        *lock(&self.last_change) = Instant::now();
+                        *lock(&self.last_change) = self.clock.reading();
                     }
                     return Ok(r);
                 }
@@ -300,7 +307,7 @@ impl Volume {
                 Volume::completed(&mut fs, s, id);
                 self.commits.fetch_add(1, Ordering::Relaxed);
             }
-            *lock(&self.last_commit) = Instant::now();
+            *lock(&self.last_commit) = self.clock.reading();
             if !more {
                 return Ok(());
             }
@@ -426,13 +433,13 @@ impl Volume {
             let fs = lock(&self.fs);
             (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
         };
-        if dirty && lock(&self.last_commit).elapsed() >= self.options.commit_interval {
+        if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
             self.commit_periodic()?;
         }
         if since_ckpt >= self.checkpoint_interval_blocks() {
             self.checkpoint()?;
         }
-        if self.clean_if_low()?.is_none() && lock(&self.last_change).elapsed() >= IDLE_BEFORE_CLEANING {
+        if self.clean_if_low()?.is_none() && self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING {
             self.clean_when_idle()?;
         }
         Ok(())

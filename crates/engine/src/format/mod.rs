@@ -19,4 +19,5 @@ pub mod inode;
 pub mod inode_block;
 pub mod name;
 pub mod node;
+pub mod record;
 pub mod superblock;

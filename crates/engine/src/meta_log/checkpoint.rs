@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::Log;
 use super::seal::{Body, SealedGroup};
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
@@ -73,13 +73,8 @@ impl SealedCheckpoint {
             p.write(meta, data)?;
         }
         let block = self.record.encode();
-        meta.write_blocks(self.slot.0, &block).map_err(|source| Error::Io {
-            device: DeviceRole::Meta,
-            op: "write",
-            block: self.slot.0,
-            source,
-        })?;
-        meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })
+        device::write(meta.as_ref(), DeviceRole::Meta, self.slot.0, &block)?;
+        device::flush(meta.as_ref(), DeviceRole::Meta)
     }
 
     /// Blocks written in all.

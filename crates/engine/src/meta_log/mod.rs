@@ -481,12 +481,4 @@ impl NodeStore for TreeStore<'_> {
     }
 }
 
-/// Reads `count` blocks from `dev`, naming the device in errors.
-///
-/// # Errors
-/// The device fails.
-pub fn read_blocks(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: usize) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; count * BLOCK_SIZE];
-    dev.read_blocks(first, &mut buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })?;
-    Ok(buf)
-}
+pub use crate::device::read as read_blocks;

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Log, Object};
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
@@ -73,28 +73,18 @@ impl SealedGroup {
     pub fn write(&self, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Result<()> {
         if !self.data.is_empty() {
             for (at, buf) in &self.data {
-                data.write_blocks(at.0, buf).map_err(|source| Error::Io {
-                    device: DeviceRole::Data,
-                    op: "write",
-                    block: at.0,
-                    source,
-                })?;
+                device::write(data.as_ref(), DeviceRole::Data, at.0, buf)?;
             }
             if !faults::active(Fault::NoDataFlush) {
-                data.flush().map_err(|source| Error::Io { device: DeviceRole::Data, op: "flush", block: 0, source })?;
+                device::flush(data.as_ref(), DeviceRole::Data)?;
             }
         }
         if !self.meta.is_empty() {
             for (at, buf) in &self.meta {
-                meta.write_blocks(at.0, buf).map_err(|source| Error::Io {
-                    device: DeviceRole::Meta,
-                    op: "write",
-                    block: at.0,
-                    source,
-                })?;
+                device::write(meta.as_ref(), DeviceRole::Meta, at.0, buf)?;
             }
             if !faults::active(Fault::FsyncBeforeFlush) {
-                meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })?;
+                device::flush(meta.as_ref(), DeviceRole::Meta)?;
             }
         }
         Ok(())

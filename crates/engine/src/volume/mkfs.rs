@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{MkfsOptions, Volume};
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::superblock::{
     CHECKPOINT_SLOTS, FORMAT_MAJOR, FORMAT_MINOR, MAX_INLINE_DATA, Role, SUPER_MAGIC, Superblock,
@@ -141,23 +141,16 @@ impl Volume {
             created: opts.now,
             label,
         };
-        let io = |role: DeviceRole, op: &'static str, block: u64| {
-            move |source| Error::Io { device: role, op, block, source }
-        };
         // Stale checkpoints of an earlier volume on the same device must not
         // be mistaken for this one's.
         let zero = vec![0u8; BLOCK_SIZE];
         for slot in CHECKPOINT_SLOTS {
-            meta.write_blocks(slot.0, &zero).map_err(io(DeviceRole::Meta, "write", slot.0))?;
+            device::write(meta.as_ref(), DeviceRole::Meta, slot.0, &zero)?;
         }
-        meta.write_blocks(0, &sb.encode()).map_err(io(DeviceRole::Meta, "write", 0))?;
-        data.write_blocks(0, &Superblock { role: Role::Data, ..sb.clone() }.encode()).map_err(io(
-            DeviceRole::Data,
-            "write",
-            0,
-        ))?;
-        data.flush().map_err(io(DeviceRole::Data, "flush", 0))?;
-        meta.flush().map_err(io(DeviceRole::Meta, "flush", 0))?;
+        device::write(meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
+        device::write(data.as_ref(), DeviceRole::Data, 0, &Superblock { role: Role::Data, ..sb.clone() }.encode())?;
+        device::flush(data.as_ref(), DeviceRole::Data)?;
+        device::flush(meta.as_ref(), DeviceRole::Meta)?;
 
         let log = Log::fresh(sb, meta.clone(), data.clone());
         let mut fs = Fs::new(log, FsConfig::default());

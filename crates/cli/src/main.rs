@@ -16,6 +16,7 @@ mod mount;
 mod options;
 mod progress;
 mod stats;
+mod sync;
 mod trace;
 mod umount;
 
@@ -58,6 +59,7 @@ fn run(argv: Vec<OsString>) -> Result<()> {
         Command::Inspect(a) => inspect::run(a),
         Command::Clean(a) => clean::run(a),
         Command::Stats(a) => stats::run(a),
+        Command::Sync(a) => sync::run(a),
         Command::Trace(a) => trace::run(a),
     }
 }

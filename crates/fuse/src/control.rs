@@ -9,10 +9,12 @@
 //! | getxattr | `dualfs.clean` | the state of the latest run, as JSON |
 //! | removexattr | `dualfs.clean` | asks a running clean to stop after its current pass |
 //! | getxattr | `dualfs.stats` | the log's and the cleaner's counters, as JSON |
+//! | setxattr | `dualfs.sync` | commits everything and writes a checkpoint; returns once durable |
 //!
-//! Only root and the user who mounted the volume may use them (EPERM for
-//! others): cleaning costs I/O, and the mounting user could as well unmount
-//! and clean offline.
+//! Only root and the user who mounted the volume may use `clean` and
+//! `stats` (EPERM for others): cleaning costs I/O, and the mounting user
+//! could as well unmount and clean offline. `sync` is anyone's who may
+//! write the root directory (the kernel checks), as sync(1) is anyone's.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +32,8 @@ pub const PREFIX: &str = "dualfs.";
 pub const CLEAN: &str = "dualfs.clean";
 /// Read for the counters.
 pub const STATS: &str = "dualfs.stats";
+/// Set (any value) to make everything durable: `dualfs sync`.
+pub const SYNC: &str = "dualfs.sync";
 
 /// Segments at least this full are left by an on-demand clean: moving one
 /// costs four blocks written for each block it frees.

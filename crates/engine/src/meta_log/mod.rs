@@ -130,6 +130,13 @@ impl Log {
         (self.readahead.windows, self.readahead.hits)
     }
 
+    /// An inode's record if it is in the cache, without reading it in or
+    /// counting the use.
+    #[must_use]
+    pub fn cached_inode(&self, ino: InodeNo) -> Option<&InodeRecord> {
+        self.cache.peek_inode(ino)
+    }
+
     /// Replaces the set of inodes the cache never evicts (those whose newest
     /// record is not yet the one on disk).
     pub fn pin_inodes(&mut self, pinned: std::collections::HashSet<InodeNo>) {

@@ -109,7 +109,7 @@ impl Volume {
             };
             let fits = |fs: &crate::namespace::Fs| need(fs) <= fs.log.available_blocks(OpKind::Clean);
             if !fits(&lock(&self.fs)) {
-                self.checkpoint()?;
+                self.checkpoint_for_room()?;
                 if !fits(&lock(&self.fs)) {
                     break;
                 }
@@ -129,7 +129,7 @@ impl Volume {
             progress(i + 1, victims.len());
         }
         if req.free_now {
-            self.checkpoint()?;
+            self.checkpoint_for_room()?;
         }
         let mut fs = lock(&self.fs);
         let freed = fs.log.finish_clean_pass(&victims);

@@ -150,8 +150,13 @@ impl Log {
         let mut part = None;
         let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
         if !bodies.is_empty() {
-            let (sealed, staged) =
-                self.write_group(PsKind::Checkpoint, bodies, Vec::new(), now, Vec::new(), |log, addresses, bodies| {
+            let (sealed, staged) = self.encode_group(
+                PsKind::Checkpoint,
+                bodies,
+                Vec::new(),
+                now,
+                Vec::new(),
+                |log, addresses, bodies| {
                     // Table blocks first: their addresses go into the index blocks that follow.
                     for (i, (t, b)) in dirty_keys.iter().enumerate() {
                         for tab in tables(log) {
@@ -177,7 +182,8 @@ impl Log {
                         staged.push(((*t, *c), addresses[i]));
                     }
                     staged
-                })?;
+                },
+            )?;
             new_index = staged;
             part = Some(sealed);
         }

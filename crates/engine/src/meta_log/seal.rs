@@ -213,7 +213,7 @@ impl Log {
             });
         }
 
-        let (group, ()) = self.write_group(PsKind::Normal, bodies, changes, now, data, |_, _, _| ())?;
+        let (group, ()) = self.encode_group(PsKind::Normal, bodies, changes, now, data, |_, _, _| ())?;
         self.ifile.release_freed_inodes();
         let ids: Vec<NodeId> = objects.iter().map(|(_, id)| *id).collect();
         if let Some(seq) = group.seq {
@@ -305,10 +305,13 @@ impl Log {
         }
     }
 
-    /// Places, encodes and applies one commit group. `fill` sees every
-    /// body's address before encoding (checkpoints put the addresses of
-    /// table blocks into the index blocks that follow them).
-    pub(crate) fn write_group<R>(
+    /// Places one commit group (plans its partial segments and moves the
+    /// head past them), encodes its blocks and applies its placements to the
+    /// IFile. Nothing is written: the bytes come back as a [`SealedGroup`],
+    /// whose [`SealedGroup::write`] the caller runs outside the volume lock.
+    /// `fill` sees every body's address before encoding (checkpoints put the
+    /// addresses of table blocks into the index blocks that follow them).
+    pub(crate) fn encode_group<R>(
         &mut self,
         kind: PsKind,
         mut bodies: Vec<Body>,

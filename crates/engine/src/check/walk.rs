@@ -336,14 +336,49 @@ impl Walk<'_> {
     }
 }
 
-/// Reachability, link counts, directories, per-inode structure, node ownership.
+/// Reachability, directory entries, link counts, per-inode structure, node
+/// ownership.
 pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, stats: &mut CheckStats) {
     let mut w = Walk { log, loaded, problems, node_owner: HashMap::new(), extents: Vec::new() };
-    let mut links: HashMap<InodeNo, u32> = HashMap::new();
-    let mut subdirs: HashMap<InodeNo, u32> = HashMap::new();
-    let mut reached: HashSet<InodeNo> = HashSet::new();
+    let Some(names) = reachability(&mut w, stats) else { return };
+    let mut inos: Vec<&InodeNo> = loaded.inodes.keys().collect();
+    inos.sort_unstable();
+    for &ino in inos {
+        let rec = &loaded.inodes[&ino];
+        let orphan = log.is_orphan(ino);
+        stats.inodes += 1;
+        stats.orphans += u64::from(orphan);
+        link_count(&mut w, &names, ino, rec, orphan);
+        inode_body(&mut w, stats, ino, rec, orphan);
+        w.xattrs(ino, rec);
+    }
+    let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
+    leaked.sort_unstable();
+    for id in leaked {
+        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
+    }
+    stats.nodes = loaded.nodes.len() as u64;
+    let extents = std::mem::take(&mut w.extents);
+    check_extents_disjoint(extents, w.problems);
+}
+
+/// What the walk from the root found: who is reached, and by how many names.
+#[derive(Default)]
+struct Names {
+    /// Inodes some directory reachable from the root names.
+    reached: HashSet<InodeNo>,
+    /// Names of each non-directory.
+    links: HashMap<InodeNo, u32>,
+    /// Subdirectories of each directory.
+    subdirs: HashMap<InodeNo, u32>,
+}
+
+/// Walks the tree from the root, breadth first: every directory has one
+/// name and its `..` says where that is. `None` when there is no root
+/// directory to walk from.
+fn reachability(w: &mut Walk<'_>, stats: &mut CheckStats) -> Option<Names> {
     let root = InodeNo::ROOT;
-    match loaded.inodes.get(&root) {
+    match w.loaded.inodes.get(&root) {
         Some(r) if FileKind::from_mode(r.mode) == Some(FileKind::Directory) => {
             if r.parent != root {
                 w.problems.push(problem("directory", Some(root), None, "the root's parent is not itself"));
@@ -351,82 +386,21 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
         }
         _ => {
             w.problems.push(problem("inode", Some(root), None, "the root directory is missing or not a directory"));
-            return;
+            return None;
         }
     }
+    let mut names = Names::default();
     let mut queue = VecDeque::from([root]);
-    reached.insert(root);
+    names.reached.insert(root);
     while let Some(dir) = queue.pop_front() {
-        let Some(rec) = loaded.inodes.get(&dir) else {
+        let Some(rec) = w.loaded.inodes.get(&dir) else {
             continue;
         };
-        let entries = match &rec.body {
-            Body::Empty => Vec::new(),
-            Body::Entries(e) => {
-                if e.is_empty() || crate::format::inode::inline_entries_len(e) > log.superblock().inline_max as usize {
-                    w.problems.push(problem(
-                        "directory",
-                        Some(dir),
-                        None,
-                        "inline entries empty or beyond the inline limit",
-                    ));
-                }
-                e.clone()
-            }
-            Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
-            _ => {
-                w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
-                Vec::new()
-            }
-        };
-        let mut names = HashSet::new();
-        for (pos, v) in entries {
-            stats.entries += 1;
-            let mut r = Reader::new(&v);
-            let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
-                w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
-                continue;
-            };
-            let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
-            let ino = InodeNo(ino);
-            let shown = String::from_utf8_lossy(&name).into_owned();
-            if FileName::new(&name).is_err() {
-                w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
-            }
-            let base = hash_position(&log.superblock().hash_key, &name);
-            if !(base..base + COLLISION_SLOTS).contains(&pos) {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} sits at a position its hash does not give"),
-                ));
-            }
-            if !names.insert(name.clone()) {
-                w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
-            }
-            let Some(target) = loaded.inodes.get(&ino) else {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} names inode {ino}, which is not in use"),
-                ));
-                continue;
-            };
-            let kind = FileKind::from_mode(target.mode);
-            if kind.map(FileKind::dirent_type) != Some(t) {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} has type {t} but inode {ino} is {kind:?}"),
-                ));
-            }
-            *links.entry(ino).or_default() += 1;
+        for (ino, kind, target) in directory_entries(w, stats, dir, rec) {
+            *names.links.entry(ino).or_default() += 1;
             if kind == Some(FileKind::Directory) {
-                *subdirs.entry(dir).or_default() += 1;
-                if !reached.insert(ino) {
+                *names.subdirs.entry(dir).or_default() += 1;
+                if !names.reached.insert(ino) {
                     w.problems.push(problem("directory", Some(ino), None, "directory has more than one name"));
                     continue;
                 }
@@ -440,109 +414,170 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
                 }
                 queue.push_back(ino);
             } else {
-                reached.insert(ino);
+                names.reached.insert(ino);
             }
         }
     }
+    Some(names)
+}
 
-    let mut inos: Vec<&InodeNo> = loaded.inodes.keys().collect();
-    inos.sort_unstable();
-    for &ino in inos {
-        let rec = &loaded.inodes[&ino];
-        let orphan = log.is_orphan(ino);
-        stats.inodes += 1;
-        stats.orphans += u64::from(orphan);
-        let kind = FileKind::from_mode(rec.mode);
-        let pending_free = orphan && rec.nlink == 0;
-        if !reached.contains(&ino) && !pending_free {
+/// The entries of directory `dir`, each checked: well formed, a valid name
+/// at the position its hash gives, named once, naming an inode in use of
+/// the type the entry says. Returns the entries that name an inode in use,
+/// with its kind and record.
+fn directory_entries<'a>(
+    w: &mut Walk<'a>,
+    stats: &mut CheckStats,
+    dir: InodeNo,
+    rec: &InodeRecord,
+) -> Vec<(InodeNo, Option<FileKind>, &'a InodeRecord)> {
+    let entries = match &rec.body {
+        Body::Empty => Vec::new(),
+        Body::Entries(e) => {
+            if e.is_empty() || crate::format::inode::inline_entries_len(e) > w.log.superblock().inline_max as usize {
+                w.problems.push(problem(
+                    "directory",
+                    Some(dir),
+                    None,
+                    "inline entries empty or beyond the inline limit",
+                ));
+            }
+            e.clone()
+        }
+        Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
+        _ => {
+            w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
+            Vec::new()
+        }
+    };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (pos, v) in entries {
+        stats.entries += 1;
+        let mut r = Reader::new(&v);
+        let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
+            w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
+            continue;
+        };
+        let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
+        let ino = InodeNo(ino);
+        let shown = String::from_utf8_lossy(&name).into_owned();
+        if FileName::new(&name).is_err() {
+            w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
+        }
+        let base = hash_position(&w.log.superblock().hash_key, &name);
+        if !(base..base + COLLISION_SLOTS).contains(&pos) {
+            w.problems.push(problem(
+                "directory",
+                Some(dir),
+                None,
+                format!("{shown:?} sits at a position its hash does not give"),
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
+        }
+        let Some(target) = w.loaded.inodes.get(&ino) else {
+            w.problems.push(problem(
+                "directory",
+                Some(dir),
+                None,
+                format!("{shown:?} names inode {ino}, which is not in use"),
+            ));
+            continue;
+        };
+        let kind = FileKind::from_mode(target.mode);
+        if kind.map(FileKind::dirent_type) != Some(t) {
+            w.problems.push(problem(
+                "directory",
+                Some(dir),
+                None,
+                format!("{shown:?} has type {t} but inode {ino} is {kind:?}"),
+            ));
+        }
+        out.push((ino, kind, target));
+    }
+    out
+}
+
+/// An inode in use is reached from the root (unless it waits on the orphan
+/// list to be freed), and its link count is the number of its names (for a
+/// directory: 2 plus its subdirectories).
+fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, orphan: bool) {
+    let reached = names.reached.contains(&ino);
+    let pending_free = orphan && rec.nlink == 0;
+    if !reached && !pending_free {
+        w.problems.push(problem(
+            "inode",
+            Some(ino),
+            None,
+            format!("in use (nlink {}) but not reachable from the root", rec.nlink),
+        ));
+    }
+    if pending_free && reached {
+        w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
+    }
+    if FileKind::from_mode(rec.mode) == Some(FileKind::Directory) {
+        let want = if reached { 2 + names.subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
+        if rec.nlink != want {
             w.problems.push(problem(
                 "inode",
                 Some(ino),
                 None,
-                format!("in use (nlink {}) but not reachable from the root", rec.nlink),
+                format!("directory link count {} but {want} expected", rec.nlink),
             ));
         }
-        if orphan && rec.nlink == 0 && reached.contains(&ino) {
-            w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
+    } else {
+        let want = names.links.get(&ino).copied().unwrap_or(0);
+        if rec.nlink != want {
+            w.problems.push(problem("inode", Some(ino), None, format!("link count {} but {want} names", rec.nlink)));
         }
-        match kind {
-            Some(FileKind::Directory) => {
-                stats.directories += 1;
-                let want = if reached.contains(&ino) { 2 + subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
-                if rec.nlink != want {
-                    w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        format!("directory link count {} but {want} expected", rec.nlink),
-                    ));
-                }
-            }
-            _ => {
-                let want = links.get(&ino).copied().unwrap_or(0);
-                if rec.nlink != want {
-                    w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        format!("link count {} but {want} names", rec.nlink),
-                    ));
-                }
-            }
-        }
-        match kind {
-            Some(FileKind::Regular) => {
-                stats.files += 1;
-                match &rec.body {
-                    Body::Inline(d) => {
-                        stats.inline_files += 1;
-                        if d.len() as u64 != rec.size || rec.size > u64::from(log.superblock().inline_max) {
-                            w.problems.push(problem(
-                                "inode",
-                                Some(ino),
-                                None,
-                                format!("inline data of {} bytes, size {}", d.len(), rec.size),
-                            ));
-                        }
-                    }
-                    Body::Empty | Body::Extents(_) | Body::Tree(_) => {
-                        stats.data_blocks += w.extents(ino, rec, orphan);
-                    }
-                    Body::Blob { .. } | Body::Entries(_) => {
-                        w.problems.push(problem("inode", Some(ino), None, "regular file with a blob or entries body"))
-                    }
-                }
-            }
-            Some(FileKind::Symlink) => {
-                stats.symlinks += 1;
-                match &rec.body {
-                    Body::Inline(t) if !t.is_empty() && t.len() as u64 == rec.size => {}
-                    Body::Blob { len, nodes } if u64::from(*len) == rec.size => {
-                        let nodes = nodes.clone();
-                        w.blob(ino, &nodes, *len, "symlink target");
-                    }
-                    _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
-                }
-            }
-            Some(FileKind::Directory) => {}
-            _ => {
-                stats.special += 1;
-                if rec.body != Body::Empty {
-                    w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
-                }
-            }
-        }
-        w.xattrs(ino, rec);
     }
+}
 
-    let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
-    leaked.sort_unstable();
-    for id in leaked {
-        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
+/// What an inode holds fits its kind: inline data or extents for a file, a
+/// target of its size for a symlink, nothing for a device, fifo or socket.
+/// (Directories' bodies are checked with their entries.)
+fn inode_body(w: &mut Walk<'_>, stats: &mut CheckStats, ino: InodeNo, rec: &InodeRecord, orphan: bool) {
+    match FileKind::from_mode(rec.mode) {
+        Some(FileKind::Regular) => {
+            stats.files += 1;
+            match &rec.body {
+                Body::Inline(d) => {
+                    stats.inline_files += 1;
+                    if d.len() as u64 != rec.size || rec.size > u64::from(w.log.superblock().inline_max) {
+                        w.problems.push(problem(
+                            "inode",
+                            Some(ino),
+                            None,
+                            format!("inline data of {} bytes, size {}", d.len(), rec.size),
+                        ));
+                    }
+                }
+                Body::Empty | Body::Extents(_) | Body::Tree(_) => {
+                    stats.data_blocks += w.extents(ino, rec, orphan);
+                }
+                Body::Blob { .. } | Body::Entries(_) => {
+                    w.problems.push(problem("inode", Some(ino), None, "regular file with a blob or entries body"))
+                }
+            }
+        }
+        Some(FileKind::Symlink) => {
+            stats.symlinks += 1;
+            match &rec.body {
+                Body::Inline(t) if !t.is_empty() && t.len() as u64 == rec.size => {}
+                Body::Blob { len, nodes } if u64::from(*len) == rec.size => w.blob(ino, nodes, *len, "symlink target"),
+                _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
+            }
+        }
+        Some(FileKind::Directory) => stats.directories += 1,
+        _ => {
+            stats.special += 1;
+            if rec.body != Body::Empty {
+                w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
+            }
+        }
     }
-    stats.nodes = loaded.nodes.len() as u64;
-    let extents = std::mem::take(&mut w.extents);
-    check_extents_disjoint(extents, w.problems);
 }
 
 /// No data block belongs to two files (or twice to one).

@@ -43,7 +43,7 @@ use crate::error::{DeviceRole, Error, Result};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
 use crate::meta_log::segments::OpKind;
-use crate::namespace::file::WriteBack;
+use crate::namespace::pages::WriteBack;
 use crate::namespace::replace::HoldPolicy;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};

@@ -186,11 +186,11 @@ fn histogram_json(log: &Log) -> Value {
 
 fn groups_json(vol: &Volume) -> Value {
     vol.with_fs(|fs| {
-        let total = fs.log.space.total_blocks();
-        let per = u64::from(fs.log.space.group_blocks());
+        let total = fs.log.space().total_blocks();
+        let per = u64::from(fs.log.space().group_blocks());
         let list: Vec<Value> = fs
             .log
-            .space
+            .space()
             .groups
             .entries()
             .iter()

@@ -633,7 +633,7 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
     let mut marked_used_but_free = 0u64;
     let mut first_bad = None;
     for (i, &w) in want.iter().enumerate() {
-        let have = log.space.bitmap.get(i);
+        let have = log.space().bitmap.get(i);
         if have != w {
             marked_free_but_used += u64::from((w & !have).count_ones());
             marked_used_but_free += u64::from((have & !w).count_ones());
@@ -656,12 +656,12 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
             format!("{marked_used_but_free} data blocks are marked in use but no file maps them"),
         ));
     }
-    for g in 0..log.space.groups.len() {
+    for g in 0..log.space().groups.len() {
         let start = g as u64 * u64::from(log.superblock().group_blocks);
         let end = (start + u64::from(log.superblock().group_blocks)).min(total);
         let free =
-            (start..end).filter(|&b| log.space.bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
-        let said = log.space.groups.get(g).free_blocks;
+            (start..end).filter(|&b| log.space().bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
+        let said = log.space().groups.get(g).free_blocks;
         if said != free {
             problems.push(problem(
                 "group descriptor",

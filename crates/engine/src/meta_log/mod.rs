@@ -26,7 +26,7 @@ use checkpoint::DurableCheckpoint;
 pub use seal::SealedGroup;
 
 use crate::data_space::DataSpace;
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::block::{self, BlockKind, PAYLOAD_LEN};
 use crate::format::checkpoint::LogPosition;
@@ -74,7 +74,7 @@ pub struct Log {
     /// Inode map, node map, segment usage.
     ifile: IFile,
     /// Data-group descriptors, bitmap and the allocator.
-    pub space: DataSpace,
+    space: DataSpace,
     /// Decoded meta-data.
     cache: MetaCache,
     /// Where the next partial segment goes.
@@ -109,6 +109,18 @@ impl Log {
     #[must_use]
     pub fn ifile(&self) -> &IFile {
         &self.ifile
+    }
+
+    /// The data device's groups, bitmap and allocator, to read.
+    #[must_use]
+    pub fn space(&self) -> &DataSpace {
+        &self.space
+    }
+
+    /// The data-device allocator, for the namespace's reservations and
+    /// write-back (its frees wait for the partial segment that records them).
+    pub fn space_mut(&mut self) -> &mut DataSpace {
+        &mut self.space
     }
 
     /// Whether `ino` is on the orphan list (in use, waiting to be freed or
@@ -190,7 +202,7 @@ impl Log {
     /// # Errors
     /// The device fails.
     pub fn read_meta(&self, at: MetaBlock, count: usize) -> Result<Vec<u8>> {
-        read_blocks(self.meta.as_ref(), DeviceRole::Meta, at.0, count)
+        device::read(self.meta.as_ref(), DeviceRole::Meta, at.0, count)
     }
 
     /// Reads one block of the log for the cache, reading ahead the window
@@ -487,5 +499,3 @@ impl NodeStore for TreeStore<'_> {
         self.log.free_object(id);
     }
 }
-
-pub use crate::device::read as read_blocks;

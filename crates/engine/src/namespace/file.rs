@@ -9,10 +9,10 @@
 
 use super::Fs;
 use super::pages::{Page, PageState};
+use crate::device;
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::descriptor::Change;
 use crate::format::inode::{Body, Extent};
-use crate::meta_log::read_blocks;
 use crate::types::{BLOCK_BYTES, BLOCK_SIZE, DataBlock, FileKind, InodeNo};
 
 /// Largest file: 16 TiB, as ext4.
@@ -60,7 +60,7 @@ impl Fs {
 
     /// Reads a block of the data device.
     fn read_data_block(&self, at: DataBlock) -> Result<Vec<u8>> {
-        read_blocks(self.log.data_device().as_ref(), DeviceRole::Data, at.0, 1)
+        device::read(self.log.data_device().as_ref(), DeviceRole::Data, at.0, 1)
     }
 
     /// Resolves a read of up to `size` bytes at `offset`.
@@ -173,7 +173,7 @@ impl Fs {
                 needed += 1;
             }
         }
-        self.log.space.reserve(needed)?;
+        self.log.space_mut().reserve(needed)?;
 
         let size = self.log.inode(ino)?.size;
         let mut pos = offset;
@@ -232,7 +232,7 @@ impl Fs {
             return Ok(());
         };
         let bytes = bytes.clone();
-        self.log.space.reserve(1)?;
+        self.log.space_mut().reserve(1)?;
         self.log.inode_mut(ino)?.body = Body::Empty;
         let mut data: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
         data[..bytes.len()].copy_from_slice(&bytes);
@@ -250,7 +250,7 @@ impl Fs {
         let mut total = 0u64;
         for &(start, len) in ranges {
             self.log.record(Change::DataFree { start, len });
-            self.log.space.free_deferred(start, len, seq);
+            self.log.space_mut().free_deferred(start, len, seq);
             total += u64::from(len);
         }
         if total > 0 {
@@ -286,7 +286,7 @@ impl Fs {
         if size < old {
             let keep = size.div_ceil(BLOCK_BYTES);
             let released = self.pages.discard(ino, keep, u64::MAX);
-            self.log.space.unreserve(released);
+            self.log.space_mut().unreserve(released);
             if !size.is_multiple_of(BLOCK_BYTES) {
                 self.zero_block_range(ino, size / BLOCK_BYTES, (size % BLOCK_BYTES) as usize, BLOCK_SIZE)?;
             }
@@ -359,7 +359,7 @@ impl Fs {
             return Ok(true);
         }
         let released = self.pages.discard(ino, first_whole, end_whole);
-        self.log.space.unreserve(released);
+        self.log.space_mut().unreserve(released);
         let (freed, done) = self.unmap_range(ino, first_whole, end_whole, TRUNCATE_STEP_EXTENTS)?;
         self.free_data(ino, &freed)?;
         Ok(done)
@@ -408,11 +408,11 @@ impl Fs {
             }
             let run_end =
                 self.pages.files.get(&ino).and_then(|f| f.range(b..stop).next().map(|(k, _)| *k)).unwrap_or(stop);
-            self.log.space.reserve(run_end - b)?;
+            self.log.space_mut().reserve(run_end - b)?;
             let goal = self.allocation_goal(ino, b)?;
-            let (at, n) = self.log.space.allocate(goal, run_end - b).ok_or(Error::NoSpace(DeviceRole::Data))?;
+            let (at, n) = self.log.space_mut().allocate(goal, run_end - b).ok_or(Error::NoSpace(DeviceRole::Data))?;
             self.log.record(Change::DataAlloc { start: at, len: n });
-            self.log.space.unreserve((run_end - b) - u64::from(n));
+            self.log.space_mut().unreserve((run_end - b) - u64::from(n));
             self.add_extent(ino, Extent { logical: b, physical: at, len: n, unwritten: true })?;
             self.log.inode_mut(ino)?.blocks += u64::from(n);
             b += u64::from(n);
@@ -473,6 +473,6 @@ impl Fs {
     /// Drops every page of a file being deleted.
     pub fn discard_pages(&mut self, ino: InodeNo) {
         let released = self.pages.discard(ino, 0, u64::MAX);
-        self.log.space.unreserve(released);
+        self.log.space_mut().unreserve(released);
     }
 }

@@ -58,7 +58,7 @@ impl Fs {
     /// The parent cannot be read.
     pub fn new_inode(&mut self, parent: InodeNo, new: NewInode, now: Timestamp) -> Result<InodeNo> {
         let (group, dir_parent) = if new.kind == FileKind::Directory {
-            (self.log.space.bind_directory(), parent)
+            (self.log.space_mut().bind_directory(), parent)
         } else {
             (self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0)), InodeNo(0))
         };
@@ -106,7 +106,7 @@ impl Fs {
         }
         self.xattr_destroy(ino)?;
         if kind == Some(FileKind::Directory) {
-            self.log.space.unbind_directory(group);
+            self.log.space_mut().unbind_directory(group);
         }
         self.log.destroy_inode(ino)?;
         Ok(true)

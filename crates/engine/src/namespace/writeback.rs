@@ -117,7 +117,7 @@ impl Fs {
                     })
                     .count() as u64;
                 debug_assert_eq!(stray, 0, "reserved page over a mapped block");
-                self.log.space.unreserve(stray);
+                self.log.space_mut().unreserve(stray);
                 for b in start..stop {
                     self.queue_page(ino, b, DataBlock(e.physical.0 + (b - e.logical)));
                 }
@@ -135,7 +135,7 @@ impl Fs {
                     })
                     .collect();
                 if !unreserved.is_empty() {
-                    self.log.space.reserve(unreserved.len() as u64)?;
+                    self.log.space_mut().reserve(unreserved.len() as u64)?;
                     self.pages.count_reserved(ino, unreserved.len() as u64, 0);
                     for b in unreserved {
                         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
@@ -144,7 +144,8 @@ impl Fs {
                     }
                 }
                 let goal = self.allocation_goal(ino, start)?;
-                let (at, len) = self.log.space.allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
+                let (at, len) =
+                    self.log.space_mut().allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
                 self.log.record(Change::DataAlloc { start: at, len });
                 self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
                 self.log.inode_mut(ino)?.blocks += u64::from(len);
@@ -177,6 +178,6 @@ impl Fs {
             return Ok(DataBlock(prev.physical.0 + (block - prev.logical)));
         }
         let group = self.log.inode(ino)?.group;
-        Ok(self.log.space.group_goal(group))
+        Ok(self.log.space_mut().group_goal(group))
     }
 }

@@ -73,7 +73,7 @@ impl Volume {
                 ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
                 ReadPiece::Device { at, skip, len } => {
                     let blocks = (skip + len).div_ceil(BLOCK_SIZE);
-                    let buf = crate::meta_log::read_blocks(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
+                    let buf = crate::device::read(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
                     out.extend_from_slice(&buf[skip..skip + len]);
                 }
             }

@@ -9,7 +9,7 @@ use crate::error::{DeviceRole, Error, Result};
 use crate::format::superblock::{
     CHECKPOINT_SLOTS, FORMAT_MAJOR, FORMAT_MINOR, MAX_INLINE_DATA, Role, SUPER_MAGIC, Superblock,
 };
-use crate::meta_log::{Log, read_blocks};
+use crate::meta_log::Log;
 use crate::namespace::inode::NewInode;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
@@ -27,7 +27,7 @@ pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
     if dev.block_count() == 0 {
         return Ok(None);
     }
-    let head = read_blocks(dev, DeviceRole::Meta, 0, 1)?;
+    let head = device::read(dev, DeviceRole::Meta, 0, 1)?;
     if head[..4] == SUPER_MAGIC.to_le_bytes() {
         return Ok(Some("DualFS"));
     }
@@ -38,7 +38,7 @@ pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
         return Ok(Some("ext2/3/4"));
     }
     if dev.block_count() > 16 {
-        let b = read_blocks(dev, DeviceRole::Meta, 16, 1)?;
+        let b = device::read(dev, DeviceRole::Meta, 16, 1)?;
         if &b[64..72] == b"_BHRfS_M" {
             return Ok(Some("btrfs"));
         }

@@ -624,8 +624,8 @@ impl Volume {
         let fs = lock(&self.fs);
         let log = &fs.log;
         let free_segments = u64::from(log.free_segments());
-        let total_data = log.space.total_blocks();
-        let free = log.space.free_for_statfs();
+        let total_data = log.space().total_blocks();
+        let free = log.space().free_for_statfs();
         let used_inodes = log.ifile().used_inodes();
         // The inode map grows on demand: what is left is as many inodes as
         // the free meta-data space could hold.

@@ -10,6 +10,7 @@
 //! partial segment that holds its blocks; everything else in this module
 //! arranges for each operation to land whole in one of them.
 
+pub mod beyond;
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;

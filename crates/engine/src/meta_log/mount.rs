@@ -1,7 +1,10 @@
 //! Bringing a log into memory: a fresh one for mkfs, or an existing one
 //! from its superblocks, newest valid checkpoint and roll-forward.
 
+use std::fmt;
 use std::sync::Arc;
+
+use super::beyond::Beyond;
 
 use super::checkpoint::DurableCheckpoint;
 use super::recovery::RecoveryReport;
@@ -23,6 +26,53 @@ pub struct OpenReport {
     pub fell_back: Option<String>,
     /// The roll-forward.
     pub recovery: RecoveryReport,
+    /// Damage no crash explains, one sentence each, whether or not it cost
+    /// anything: a checkpoint whose slot is intact but whose IFile is not,
+    /// IFile blocks walked over, commits lost.
+    pub damage: Vec<String>,
+    /// Commits that had been made durable and could not be applied.
+    pub loss: Option<Loss>,
+}
+
+impl OpenReport {
+    /// Whether opening met damage that a crash cannot explain.
+    #[must_use]
+    pub fn is_damaged(&self) -> bool {
+        !self.damage.is_empty() || self.loss.is_some()
+    }
+}
+
+/// Commits that were made durable (acknowledged) and that opening could
+/// not apply: what falling back or a damaged block costs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// The first sequence number not applied.
+    pub first: Seq,
+    /// The highest sequence number known to have been durable.
+    pub acknowledged_through: Seq,
+    /// Valid partial segments found past the damage, which cannot be
+    /// applied without what the damage took.
+    pub beyond: Option<Beyond>,
+    /// Where roll-forward stopped, and why.
+    pub stop: String,
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "commits with sequence numbers {}..={} had been made durable and cannot be applied (roll-forward stopped: {})",
+            self.first.0, self.acknowledged_through.0, self.stop
+        )?;
+        if let Some(b) = &self.beyond {
+            write!(
+                f,
+                "; {} valid partial segments ({} commit groups, up to sequence {}) lie beyond and are lost with them",
+                b.partial_segments, b.groups, b.last.0
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl Log {
@@ -157,7 +207,16 @@ impl Log {
                         slot_errors.iter().find(|e| !e.contains("bad magic")).cloned()
                     };
                     let recovery = log.roll_forward()?;
-                    return Ok((log, OpenReport { checkpoint: c.number, fell_back, recovery }));
+                    // A slot is written after the IFile it names is durable,
+                    // and that IFile is kept until a newer slot is: a newer
+                    // checkpoint that decodes and does not load is damage,
+                    // and everything before its log position was durable.
+                    let newer = slots[..i].first().map(|(n, _)| n);
+                    let report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
+                    for d in &report.damage {
+                        log::error!("{d}");
+                    }
+                    return Ok((log, report));
                 }
                 Err(e) => {
                     log::warn!("checkpoint {} in slot at block {slot} is unusable: {e}", c.number);
@@ -172,4 +231,38 @@ impl Log {
             reason: format!("no valid checkpoint in either slot ({})", slot_errors.join("; ")),
         }))
     }
+}
+
+/// What opening from checkpoint `number` found, with the damage and the
+/// loss it proves: a newer checkpoint that did not load (`newer`, with the
+/// reason), IFile blocks walked over, acknowledged commits not applied.
+fn judge(
+    number: u64,
+    fell_back: Option<String>,
+    recovery: RecoveryReport,
+    newer: Option<&Checkpoint>,
+    newer_err: Option<&Error>,
+) -> OpenReport {
+    let mut damage = recovery.walked_over.clone();
+    let mut through: Option<Seq> = recovery.beyond.as_ref().and_then(|b| b.acknowledged_through);
+    if let Some(n) = newer {
+        damage.push(format!(
+            "checkpoint {} cannot be loaded ({}); the volume was opened from checkpoint {number}",
+            n.number,
+            newer_err.map_or_else(|| "unknown reason".to_string(), ToString::to_string)
+        ));
+        let before = Seq(n.log.seq.0.saturating_sub(1));
+        through = Some(through.map_or(before, |t| t.max(before)));
+    }
+    let first = recovery.first_unapplied;
+    let loss = through.filter(|t| *t >= first).map(|t| Loss {
+        first,
+        acknowledged_through: t,
+        beyond: recovery.beyond.clone(),
+        stop: recovery.end.to_string(),
+    });
+    if let Some(l) = &loss {
+        damage.push(l.to_string());
+    }
+    OpenReport { checkpoint: number, fell_back, recovery, damage, loss }
 }

@@ -116,6 +116,18 @@ impl Volume {
         clock: Clock,
     ) -> Result<Volume> {
         let (log, report) = Log::open(meta.clone(), data.clone())?;
+        if let Some(loss) = &report.loss
+            && !options.read_only
+        {
+            if !options.accept_loss {
+                return Err(Error::Damaged(format!(
+                    "the volume is damaged: {loss}. Writing would make the loss permanent: mount read-only \
+                     (-o ro) to look at what is left, run `dualfs fsck`, or mount with -o recover=older to \
+                     accept the state before the damage"
+                )));
+            }
+            log::warn!("accepting the loss (recover=older): {loss}");
+        }
         let mut options = options;
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         if unknown != 0 && !options.read_only {

@@ -70,6 +70,8 @@ const SCAN_LIMIT_BLOCKS: u32 = 4096;
 /// One partial segment found, with what the search needs of it.
 #[derive(Clone, Copy, Debug)]
 struct Found {
+    /// The newest sequence its writer knew durable (0: not recorded).
+    vouched: Seq,
     group_end: bool,
     desc_crc: u32,
     after: LogPosition,
@@ -100,8 +102,12 @@ impl Log {
                 if found.contains_key(&key) || steps > bound {
                     break;
                 }
-                let f =
-                    Found { group_end: cur.desc.flags & PS_GROUP_END != 0, desc_crc: cur.desc_crc, after: cur.after() };
+                let f = Found {
+                    vouched: self.vouched_by(cur.desc.segment, cur.desc.offset)?,
+                    group_end: cur.desc.flags & PS_GROUP_END != 0,
+                    desc_crc: cur.desc_crc,
+                    after: cur.after(),
+                };
                 found.insert(key, f);
                 cur = match self.next_in_chain(f.after)? {
                     Some(next) => next,
@@ -114,10 +120,11 @@ impl Log {
         }
         // A group end whose successor (sequence + 1, naming its checksum)
         // was found too: that group was flushed before the successor was written.
-        let mut acknowledged_through = None;
+        let mut acknowledged_through: Option<Seq> = None;
         for (&(seq, _), f) in &found {
-            if f.group_end && self.chained_after(f)? {
-                acknowledged_through = Some(acknowledged_through.map_or(seq, |s: Seq| s.max(seq)));
+            let proven = if f.group_end && self.chained_after(f)? { seq.max(f.vouched) } else { f.vouched };
+            if proven.0 > 0 {
+                acknowledged_through = Some(acknowledged_through.map_or(proven, |a| a.max(proven)));
             }
         }
         let seqs: Vec<Seq> = found.keys().map(|k| k.0).collect();
@@ -128,6 +135,14 @@ impl Log {
             last: seqs.iter().copied().max().unwrap_or(stop.seq),
             acknowledged_through,
         }))
+    }
+
+    /// What the descriptor at `seg`/`off` vouches for: its first block's
+    /// header `owner` (FORMAT.md 3.3).
+    fn vouched_by(&self, seg: SegmentNo, off: u32) -> Result<Seq> {
+        let at = MetaBlock(self.ifile.geometry().start(seg).0 + u64::from(off));
+        let raw = self.read_meta(at, 1)?;
+        Ok(block::open_block(&raw, at, self.volume_id).map_or(Seq(0), |(h, _)| Seq(h.owner.0)))
     }
 
     /// Whether a valid partial segment follows `f` in its chain.

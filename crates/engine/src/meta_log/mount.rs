@@ -99,6 +99,8 @@ impl Log {
             changes: Vec::new(),
             change_bytes: 0,
             durable: Seq(0),
+            vouched: Seq(0),
+            detached: false,
             ckpt: DurableCheckpoint { number: 0, log: head, ..DurableCheckpoint::default() },
             blocks_since_checkpoint: 0,
             free_segments_cached: count.saturating_sub(2),

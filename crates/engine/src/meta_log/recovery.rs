@@ -360,6 +360,11 @@ impl Log {
         for ps in &group {
             self.ifile.note_write(ps.desc.segment, ps.desc.seq);
         }
+        // The search past the end looks at the reserved next segment: the
+        // log must not resume there either.
+        if !touched.is_empty() {
+            touched.push(pos.next_segment);
+        }
         if !end.is_clean() {
             // A torn tail lies where the next partial segment was expected.
             // Writing there again, with the same sequence number, could let
@@ -382,6 +387,8 @@ impl Log {
                 }
             }
         }
+        self.vouched = self.durable;
+        self.detached = !touched.is_empty();
         self.blocks_since_checkpoint = blocks_scanned;
         self.ifile.rebuild_free_lists();
         self.space.recount();

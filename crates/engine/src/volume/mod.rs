@@ -180,6 +180,13 @@ impl Volume {
         &self.open_report
     }
 
+    /// Why the volume turned read-only after a device error, if it did:
+    /// the error that made it so, kept for `dualfs stats` and the log.
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.failed).clone()
+    }
+
     /// The mount options.
     #[must_use]
     pub fn options(&self) -> &MountOptions {

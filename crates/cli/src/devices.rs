@@ -56,6 +56,7 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
         Access::Shared => (true, false),
     };
     match FileDevice::open(path, read_only, exclusive) {
+        Ok(d) if exclusive => crate::claim::claim(path, Arc::new(d)),
         Ok(d) => Ok(Arc::new(d)),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => bail!(
             "the volume is already mounted or in use: {} ({role}) is locked by another dualfs process",

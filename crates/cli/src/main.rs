@@ -4,6 +4,7 @@
 //! mkfs(8) use for helpers (see [`helper`]).
 
 mod args;
+mod claim;
 mod clean;
 mod control;
 mod devices;

@@ -100,6 +100,10 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
         ..MkfsOptions::default()
     };
     ensure_images(args)?;
+    // Whatever --force says: overwriting a mounted file system, or one a
+    // loop device or another program holds, destroys it under its user.
+    crate::claim::refuse_in_use(&args.meta)?;
+    crate::claim::refuse_in_use(&args.data)?;
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
     let meter = Meter::default();
     let activity = Activity::start("creating the volume".into(), meter.written.clone(), "written");

@@ -196,3 +196,20 @@ fn i8_a_data_block_mapped_twice_is_named() {
     assert!(found.iter().any(|(_, m)| m.contains("also mapped")), "{found:#?}");
     rig.assert_names(Invariant::I8);
 }
+
+#[test]
+fn i5_a_size_above_the_maximum_is_corruption_not_an_endless_file() {
+    let rig = Rig::new();
+    let vol = rig.open();
+    let f = vol.create(InodeNo::ROOT, b"huge", 0o644, Creds::ROOT).unwrap().ino;
+    vol.with_fs(|fs| fs.inode_mut(f).unwrap().size = u64::MAX - 7);
+    vol.commit().unwrap();
+    drop(vol);
+    let found = rig.fsck();
+    assert!(found.iter().any(|(i, m)| *i == Some(Invariant::I5) && m.contains("above the maximum")), "{found:#?}");
+    let vol = rig.open();
+    match vol.lookup(InodeNo::ROOT, b"huge") {
+        Err(e) => assert_eq!(e.errno(), libc::EUCLEAN, "{e}"),
+        Ok(a) => panic!("a file of size {} was served", a.size),
+    }
+}

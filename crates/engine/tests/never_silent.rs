@@ -213,3 +213,20 @@ fn fsck_reports_a_newer_checkpoint_that_does_not_load() {
     let msgs = rig.fsck_messages();
     assert!(msgs.iter().any(|m| m.contains("cannot be loaded")), "{msgs:?}");
 }
+
+#[test]
+fn a_damaged_meta_data_superblock_is_read_from_the_data_copy_and_written_again() {
+    let rig = Rig::new();
+    let vol = rig.open(options()).unwrap();
+    vol.create(InodeNo::ROOT, b"kept", 0o644, Creds::ROOT).unwrap();
+    vol.close().unwrap();
+    rig.zero(0);
+    let msgs = rig.fsck_messages();
+    assert!(msgs.iter().any(|m| m.contains("superblock is damaged")), "{msgs:?}");
+    let ro = rig.open(MountOptions { read_only: true, ..options() }).unwrap();
+    assert!(ro.lookup(InodeNo::ROOT, b"kept").is_ok());
+    drop(ro);
+    // A writable mount repairs it.
+    rig.open(options()).unwrap().close().unwrap();
+    assert!(rig.fsck_messages().is_empty(), "{:?}", rig.fsck_messages());
+}

@@ -32,6 +32,9 @@ pub struct OpenReport {
     pub damage: Vec<String>,
     /// Commits that had been made durable and could not be applied.
     pub loss: Option<Loss>,
+    /// The meta-data device's superblock did not decode and the data
+    /// device's copy was used: a writable open writes it back.
+    pub superblock_from_copy: bool,
 }
 
 impl OpenReport {
@@ -116,6 +119,59 @@ impl Log {
     /// Either device is not DualFS, or they belong to different volumes, or
     /// a device is smaller than its superblock says.
     pub fn read_superblocks(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
+        Log::read_superblocks_noting(meta, data).map(|(sb, _)| sb)
+    }
+
+    /// [`Log::read_superblocks`], taking the data device's copy when the
+    /// meta-data device's own is damaged (and the device's blocks show it
+    /// belongs to the volume); says so in the second value.
+    ///
+    /// # Errors
+    /// As [`Log::read_superblocks`].
+    pub fn read_superblocks_noting(
+        meta: &dyn BlockDevice,
+        data: &dyn BlockDevice,
+    ) -> Result<(Superblock, Option<String>)> {
+        match Log::read_superblocks_strict(meta, data) {
+            Ok(sb) => Ok((sb, None)),
+            Err(e) => match Log::superblock_from_data_copy(meta, data)? {
+                Some(sb) => Ok((
+                    sb,
+                    Some(format!(
+                        "the meta-data device's superblock is damaged ({e}); the copy on the data device was used"
+                    )),
+                )),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The data device's superblock copy, as the meta-data device's, when
+    /// the meta-data device's own does not decode and one of its log
+    /// blocks carries the volume's id at its own address (the blocks
+    /// identify themselves: another device would not).
+    fn superblock_from_data_copy(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Option<Superblock>> {
+        let raw = device::read(meta, DeviceRole::Meta, 0, 1)?;
+        if Superblock::decode(&raw).is_ok() || data.block_count() == 0 {
+            return Ok(None);
+        }
+        let raw = device::read(data, DeviceRole::Data, 0, 1)?;
+        let Ok(d) = Superblock::decode(&raw) else { return Ok(None) };
+        if d.role != Role::Data || meta.block_count() < d.meta_blocks {
+            return Ok(None);
+        }
+        let vid = d.volume_id();
+        for s in 0..u64::from(d.segment_count.min(64)) {
+            let at = d.first_segment_block + s * u64::from(d.segment_blocks);
+            let raw = device::read(meta, DeviceRole::Meta, at, 1)?;
+            if crate::format::block::open_block(&raw, crate::types::MetaBlock(at), vid).is_ok() {
+                return Ok(Some(Superblock { role: Role::Meta, ..d }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn read_superblocks_strict(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
         let read_sb = |dev: &dyn BlockDevice, role: DeviceRole| -> Result<Superblock> {
             if dev.block_count() == 0 {
                 return Err(Error::WrongVolume(format!("the {role} is empty (0 bytes)")));
@@ -185,7 +241,7 @@ impl Log {
     /// # Errors
     /// Superblock problems; no usable checkpoint; I/O errors.
     pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(Log, OpenReport)> {
-        let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
+        let (sb, sb_note) = Log::read_superblocks_noting(meta.as_ref(), data.as_ref())?;
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
         for slot in CHECKPOINT_SLOTS {
@@ -214,7 +270,9 @@ impl Log {
                     // checkpoint that decodes and does not load is damage,
                     // and everything before its log position was durable.
                     let newer = slots[..i].first().map(|(n, _)| n);
-                    let report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
+                    let mut report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
+                    report.superblock_from_copy = sb_note.is_some();
+                    report.damage.extend(sb_note.clone());
                     for d in &report.damage {
                         log::error!("{d}");
                     }
@@ -266,5 +324,5 @@ fn judge(
     if let Some(l) = &loss {
         damage.push(l.to_string());
     }
-    OpenReport { checkpoint: number, fell_back, recovery, damage, loss }
+    OpenReport { checkpoint: number, fell_back, recovery, damage, loss, superblock_from_copy: false }
 }

@@ -158,6 +158,13 @@ impl Volume {
             cleaning: Mutex::new(()),
         };
         if !options.read_only {
+            if vol.open_report.superblock_from_copy {
+                // Repair what can be repaired: the copy is whole.
+                let sb = lock(&vol.fs).log.superblock().clone();
+                crate::device::write(vol.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
+                crate::device::flush(vol.meta.as_ref(), DeviceRole::Meta)?;
+                log::warn!("the meta-data device's superblock was written again from the data device's copy");
+            }
             let orphans = lock(&vol.fs).log.ifile().orphans();
             for ino in &orphans {
                 vol.finish_orphan(*ino)?;

@@ -110,6 +110,19 @@ const STATS_HELP: &str = "\
 The counters run from the mount; the segment figures are the log's state
 now. --json prints them as one object, with the same names.";
 
+impl Command {
+    /// Whether the command only reads and prints: such a command may die
+    /// of SIGPIPE when its reader goes away, having nothing to leave half done.
+    #[must_use]
+    pub fn only_reports(&self) -> bool {
+        match self {
+            Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
+            Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
+            Command::Mkfs(_) | Command::Mount(_) | Command::Umount(_) | Command::Clean(_) => false,
+        }
+    }
+}
+
 /// A fraction from 0 to 1.
 fn parse_fraction(s: &str) -> Result<f64, String> {
     let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
@@ -176,7 +189,7 @@ pub struct MkfsArgs {
     pub inline_max: u32,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct MountArgs {
     /// The meta-data device or image file.
     pub meta: PathBuf,

@@ -55,16 +55,46 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
         Access::ExclusiveReadOnly => (true, true),
         Access::Shared => (true, false),
     };
-    match FileDevice::open(path, read_only, exclusive) {
-        Ok(d) => Ok(Arc::new(d)),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => bail!(
-            "the volume is already mounted or in use: {} ({role}) is locked by another dualfs process",
-            path.display()
-        ),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            bail!("{} ({role}): no such file or device", path.display())
+    let mut waiting = crate::holder::Wait::new(path);
+    loop {
+        match FileDevice::open(path, read_only, exclusive) {
+            Ok(d) => return Ok(Arc::new(d)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(role)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                bail!("{} ({role}): no such file or device", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {} ({role})", path.display())),
         }
-        Err(e) => Err(e).with_context(|| format!("cannot open {} ({role})", path.display())),
+    }
+}
+
+/// Whether an open failed because the device or file may not be written.
+fn write_refused(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<io::Error>())
+        .any(|io| matches!(io.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)))
+}
+
+/// Opens the devices for a mount: read-write under the lock even when the
+/// mount is read-only (nothing is written then), so that it can be
+/// remounted read-write later; read-only when writing is refused (a
+/// write-protected device, an image without write permission). Returns
+/// whether the devices can be written.
+///
+/// # Errors
+/// As [`open_pair`].
+pub fn open_pair_for_mount(
+    meta: &Path,
+    data: &Path,
+    read_only: bool,
+) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, bool)> {
+    match open_pair(meta, data, Access::Exclusive) {
+        Ok((m, d)) => Ok((m, d, true)),
+        Err(e) if read_only && write_refused(&e) => {
+            let (m, d) = open_pair(meta, data, Access::ExclusiveReadOnly)?;
+            Ok((m, d, false))
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -24,7 +24,7 @@ use fuser::{MountOption, Session, SessionUnmounter};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
-use crate::devices::{Access, open_pair};
+use crate::devices::open_pair_for_mount;
 use crate::options::{self, MountConfig};
 
 /// What the background child prints once the volume is mounted.
@@ -43,11 +43,33 @@ impl std::fmt::Display for Exit {
 
 impl std::error::Error for Exit {}
 
+/// Runs the mount helper (`mount.fuse.dualfs`, or `dualfs SOURCE MNT -o
+/// OPTS`): a `remount` changes the mount already there; a mount by root
+/// gets a kernel file system's defaults (see [`options::KERNEL_DEFAULTS`]).
+///
+/// # Errors
+/// As [`run`], or the remount fails.
+pub fn run_helper(args: &MountArgs) -> Result<()> {
+    let cfg = options::parse(&args.options)?;
+    if cfg.remount {
+        return crate::remount::run(args, &cfg);
+    }
+    let mut args = args.clone();
+    if nix::unistd::geteuid().is_root() {
+        args.options.insert(0, options::KERNEL_DEFAULTS.to_string());
+    }
+    run(&args)
+}
+
 /// Runs `dualfs mount`.
 ///
 /// # Errors
 /// Anything that keeps the volume from being mounted, or from closing cleanly.
 pub fn run(args: &MountArgs) -> Result<()> {
+    let cfg = options::parse(&args.options)?;
+    if cfg.remount {
+        return crate::remount::run(args, &cfg);
+    }
     if args.foreground || args.daemon_child { serve(args) } else { daemonize(args) }
 }
 
@@ -191,6 +213,7 @@ fn detach(cfg: &MountConfig) -> Result<()> {
     };
     nix::unistd::dup2_stdout(&null).context("cannot redirect standard output")?;
     nix::unistd::dup2_stderr(&log).context("cannot redirect standard error")?;
+    crate::log_to_file();
     // Do not keep the caller's working directory (and its file system) busy.
     std::env::set_current_dir("/").context("cannot change to /")?;
     Ok(())
@@ -213,13 +236,15 @@ fn serve(args: &MountArgs) -> Result<()> {
     if args.daemon_child {
         // Leave the caller's session: its terminal's signals are not ours.
         let _ = nix::unistd::setsid();
+    } else {
+        // A foreground mount's standard error is its log.
+        crate::log_to_file();
     }
     let signals = block_signals()?;
     check_mountpoint(&args.mountpoint)?;
     let meta = absolute(&args.meta)?;
     let data = absolute(&args.data)?;
-    let access = if cfg.read_only { Access::ExclusiveReadOnly } else { Access::Exclusive };
-    let (m, d) = open_pair(&meta, &data, access)?;
+    let (m, d, devices_writable) = open_pair_for_mount(&meta, &data, cfg.read_only)?;
     let (m, d) = match &cfg.trace {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
@@ -229,8 +254,8 @@ fn serve(args: &MountArgs) -> Result<()> {
     let rec = &vol.open_report().recovery;
     if rec.partial_segments > 0 {
         log::info!(
-            "recovered {} partial segments written after checkpoint {}",
-            rec.partial_segments,
+            "recovered {} written after checkpoint {}",
+            crate::words::count(rec.partial_segments as u64, "partial segment"),
             vol.open_report().checkpoint
         );
     }
@@ -245,6 +270,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
         owner_uid: nix::unistd::geteuid().as_raw(),
+        devices_writable,
         ..AdapterOptions::default()
     };
     let fs = DualFs::new(vol.clone(), adapter);
@@ -263,6 +289,11 @@ fn serve(args: &MountArgs) -> Result<()> {
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
     let served = session.run();
     log::info!("unmounted {}", args.mountpoint.display());
+    // Tells a mount of the same volume that finds it locked that it is
+    // closing, and worth waiting for (see holder.rs).
+    if let Err(e) = nix::sys::prctl::set_name(crate::holder::CLOSING_NAME) {
+        log::debug!("cannot rename the process: {e}");
+    }
     flusher.stop();
     close(vol)?;
     served.context("the FUSE session ended with an error")

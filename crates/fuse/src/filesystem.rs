@@ -207,6 +207,11 @@ impl DualFs {
         match n.as_bytes() {
             b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
             b if b == control::STATS.as_bytes() => Ok(control::stats_json(&self.vol).to_string().into_bytes()),
+            b if b == control::MODE.as_bytes() => Ok(control::mode_json(&self.vol).to_string().into_bytes()),
+            b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
+            b if b == control::REMOUNT_RW.as_bytes() => {
+                self.control.remount(&self.vol, false, self.options.devices_writable)
+            }
             _ => Err(Errno::NO_XATTR),
         }
     }
@@ -222,7 +227,13 @@ impl DualFs {
                 Ok(())
             }
             // Read-only attributes, and names that are not there.
-            (b, _) if b == control::STATS.as_bytes() => Err(Errno::EPERM),
+            (b, _)
+                if [control::STATS, control::MODE, control::REMOUNT_RO, control::REMOUNT_RW]
+                    .iter()
+                    .any(|n| n.as_bytes() == b) =>
+            {
+                Err(Errno::EPERM)
+            }
             _ => Err(Errno::NO_XATTR),
         }
     }

@@ -57,6 +57,9 @@ pub struct AdapterOptions {
     /// The user who mounted the volume: besides root, the only one who may
     /// use the control attributes ([`control`]).
     pub owner_uid: u32,
+    /// Whether the devices were opened for writing, so that a volume
+    /// mounted read-only may be remounted read-write.
+    pub devices_writable: bool,
 }
 
 impl Default for AdapterOptions {
@@ -67,6 +70,7 @@ impl Default for AdapterOptions {
             max_write: 1 << 20,
             writeback_cache: true,
             owner_uid: 0,
+            devices_writable: true,
         }
     }
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
 use dualfs_engine::volume::MountOptions;
+use dualfs_fuse::clock::KernelClock;
 use dualfs_fuse::{AdapterOptions, DualFs};
 use fuser::{MountOption, Session, SessionUnmounter};
 use nix::sys::signal::{SigSet, Signal};
@@ -249,7 +250,10 @@ fn serve(args: &MountArgs) -> Result<()> {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
     };
-    let vol = Volume::open(m, d, engine_options(&cfg))
+    // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
+    let clock = Arc::new(KernelClock::default());
+    let volume_clock = clock.clone();
+    let vol = Volume::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
         .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
     let rec = &vol.open_report().recovery;
     if rec.partial_segments > 0 {
@@ -273,7 +277,8 @@ fn serve(args: &MountArgs) -> Result<()> {
         devices_writable,
         ..AdapterOptions::default()
     };
-    let fs = DualFs::new(vol.clone(), adapter);
+    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock);
+    let notifier = fs.notifier_slot();
     let mut session = match Session::new(fs, &args.mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
@@ -281,6 +286,7 @@ fn serve(args: &MountArgs) -> Result<()> {
             bail!("cannot mount on {}: {e}", args.mountpoint.display());
         }
     };
+    let _ = notifier.set(session.notifier());
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {

@@ -238,6 +238,21 @@ impl DualFs {
         }
     }
 
+    /// Makes the kernel forget the attributes it caches of `node` when the
+    /// volume changed them behind a request that does not say so (the
+    /// set-id bits dropped by a write or fallocate), so that the next stat
+    /// asks. Only the attributes: offset -1 leaves the page cache alone.
+    fn attributes_changed(&self, node: INodeNo, changed: bool) {
+        if !changed {
+            return;
+        }
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(node, -1, 0)
+        {
+            log::debug!("cannot invalidate the attributes of inode {}: {e}", node.0);
+        }
+    }
+
     fn copy_range(&self, from: InodeNo, from_off: u64, to: InodeNo, to_off: u64, len: u64) -> Result<u64, Error> {
         let want = len.min(COPY_MAX);
         let mut done = 0u64;
@@ -302,7 +317,13 @@ impl Filesystem for DualFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        match self.vol.lookup(ino(parent), name(n)) {
+        // Path walks never send ".": the kernel asks it of a node id taken
+        // from a file handle (open_by_handle_at, the NFS server) whose inode
+        // it no longer caches, and that node may be any kind of file. A free
+        // or reused inode number answers ENOENT or another generation, which
+        // the kernel turns into ESTALE.
+        let found = if name(n) == b"." { self.vol.getattr(ino(parent)) } else { self.vol.lookup(ino(parent), name(n)) };
+        match found {
             Ok(a) => {
                 self.vol.remember(a.ino, 1);
                 self.entry(reply, &a);
@@ -344,6 +365,9 @@ impl Filesystem for DualFs {
     ) {
         // The kernel has done the permission checks and computed any set-id
         // bits to clear (it sends them as a mode): apply exactly what it says.
+        if let (Some(clock), Some(c)) = (&self.clock, ctime) {
+            clock.saw(convert::request_time(c));
+        }
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -458,7 +482,7 @@ impl Filesystem for DualFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -470,10 +494,17 @@ impl Filesystem for DualFs {
     ) {
         // Pages written back from the kernel's cache carry times the kernel
         // already owns (it sends them with a setattr); a direct write does not.
-        let stamp = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) { Stamp::Keep } else { Stamp::Now };
-        let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        if let Err(e) = self.vol.drop_privileges(ino(node), set_id) {
-            return reply.error(report("write", &e));
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let stamp = if cached { Stamp::Keep } else { Stamp::Now };
+        // The kernel flags the writes it knows to be unprivileged, but not
+        // an O_DIRECT write under the writeback cache: a write that comes
+        // straight from a caller other than root stands for one without
+        // CAP_FSETID, as for truncation. Page-cache write-back carries the
+        // flusher's credentials, so only the flag speaks for it.
+        let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) || (!cached && req.uid() != 0);
+        match self.vol.drop_privileges(ino(node), set_id) {
+            Ok(dropped) => self.attributes_changed(node, dropped),
+            Err(e) => return reply.error(report("write", &e)),
         }
         match self.vol.write_with(ino(node), offset, data, stamp) {
             // max_write bounds a request far below 4 GiB.
@@ -651,7 +682,7 @@ impl Filesystem for DualFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -663,7 +694,13 @@ impl Filesystem for DualFs {
             Ok(m) => m,
             Err(e) => return reply.error(e),
         };
-        let r = self.vol.fallocate(ino(node), offset, length, mode);
+        // As ext4's `file_modified`: every mode drops file capabilities, and
+        // the set-id bits unless the caller may keep them (root stands for
+        // CAP_FSETID; the kernel does not say).
+        let r = self.vol.drop_privileges(ino(node), req.uid() != 0).and_then(|dropped| {
+            self.attributes_changed(node, dropped);
+            self.vol.fallocate(ino(node), offset, length, mode)
+        });
         Self::reply_empty("fallocate", r, reply);
     }
 

@@ -43,7 +43,35 @@ pub enum Command {
     Stats(StatsArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(crate::trace::TraceArgs),
+    /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
+    #[command(after_help = PROBE_HELP)]
+    Probe(crate::probe::ProbeArgs),
+    /// Change a volume's label, UUID or default mount options (unmounted).
+    #[command(after_help = TUNE_HELP)]
+    Tune(crate::tune::TuneArgs),
 }
+
+const PROBE_HELP: &str = "\
+Without DEVICE, every block device is read (as blkid does) and the DualFS
+ones are listed. UUID is the volume's, on both of its devices; UUID_SUB
+the device's own; ROLE says which device it is (meta or data).
+
+Exit status: 0 when a DualFS device was found, 2 when none was (blkid's).
+
+Examples:
+  dualfs probe /dev/sdb1
+  dualfs probe --export volume/meta.img";
+
+const TUNE_HELP: &str = "\
+Changes both devices' superblocks; the volume must not be mounted. Stored
+mount options apply to every mount of the volume, before (and overridden
+by) the mount's own.
+
+Examples:
+  dualfs tune -L home volume/meta.img volume/data.img
+  dualfs tune -U random /dev/sdb1 /dev/sdc1
+  dualfs tune -o noatime,commit=30 LABEL=home
+  dualfs tune -o ^commit META DATA";
 
 const MKFS_HELP: &str = "\
 Sizes are bytes, or a number with a K, M, G or T suffix (powers of 1024).
@@ -118,7 +146,8 @@ impl Command {
         match self {
             Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
             Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
-            Command::Mkfs(_) | Command::Mount(_) | Command::Umount(_) | Command::Clean(_) => false,
+            Command::Probe(_) => true,
+            Command::Mkfs(_) | Command::Mount(_) | Command::Umount(_) | Command::Clean(_) | Command::Tune(_) => false,
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -95,6 +95,22 @@ pub fn open_pair_for_mount(
             Ok((m, d, false))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// The two devices a command line names: META and DATA, each a path,
+/// `UUID=…` or `LABEL=…`; or, without DATA, one SOURCE as fstab names it
+/// (`META#DATA`, a tag, or one device whose partner is found by scanning).
+///
+/// # Errors
+/// A tag or partner is not found; one SOURCE that names neither.
+pub fn named(meta: &Path, data: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
+    match data {
+        Some(d) => Ok((
+            crate::find::device(meta, dualfs_engine::format::superblock::Role::Meta)?,
+            crate::find::device(d, dualfs_engine::format::superblock::Role::Data)?,
+        )),
+        None => crate::helper::split_source(&meta.to_string_lossy(), None),
     }
 }
 

@@ -9,7 +9,6 @@ use serde_json::json;
 
 use crate::args::FsckArgs;
 use crate::devices::{Access, open_pair};
-use crate::helper::split_source;
 use crate::mount::Exit;
 use crate::progress::{Activity, Meter};
 use crate::words::count;
@@ -105,15 +104,12 @@ fn exit_on_interrupt() {
 /// `Exit(4)` when problems were found, `Exit(8)` when the volume could not
 /// be checked (after saying why).
 pub fn run(args: &FsckArgs) -> Result<()> {
-    let (meta, data): (PathBuf, PathBuf) = match &args.data {
-        Some(d) => (args.meta.clone(), d.clone()),
-        None => match split_source(&args.meta.to_string_lossy(), None) {
-            Ok(pair) => pair,
-            Err(e) => {
-                eprintln!("dualfs: {e:#}\nUsage: dualfs fsck META DATA (or META#DATA)");
-                return Err(Exit(i32::from(EXIT_USAGE)).into());
-            }
-        },
+    let (meta, data): (PathBuf, PathBuf) = match crate::devices::named(&args.meta, args.data.as_deref()) {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("dualfs: {e:#}\nUsage: dualfs fsck META DATA (or META#DATA, UUID=…, LABEL=…)");
+            return Err(Exit(i32::from(EXIT_USAGE)).into());
+        }
     };
     exit_on_interrupt();
     let meter = Meter::default();

@@ -16,6 +16,7 @@ mod args;
 mod clean;
 mod control;
 mod devices;
+mod find;
 mod fsck;
 mod helper;
 mod holder;
@@ -24,10 +25,12 @@ mod inspect_text;
 mod mkfs;
 mod mount;
 mod options;
+mod probe;
 mod progress;
 mod remount;
 mod stats;
 mod trace;
+mod tune;
 mod umount;
 mod words;
 
@@ -111,6 +114,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Clean(a) => clean::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Trace(a) => trace::run(a),
+        Command::Probe(a) => probe::run(a),
+        Command::Tune(a) => tune::run(a),
     }
 }
 

@@ -71,7 +71,22 @@ pub fn run(args: &MountArgs) -> Result<()> {
     if cfg.remount {
         return crate::remount::run(args, &cfg);
     }
-    if args.foreground || args.daemon_child { serve(args) } else { daemonize(args) }
+    if args.daemon_child {
+        // The parent has looked the devices and the stored options up.
+        return serve(args);
+    }
+    let mut args = args.clone();
+    let (meta, data) = crate::devices::named(&args.meta, Some(&args.data))?;
+    (args.meta, args.data) = (meta, data);
+    // Options stored by `dualfs tune -o` come first: the command line's win.
+    if let Ok(crate::find::Probed::DualFs(sb)) = crate::find::probe(&args.meta) {
+        let stored = options::defaults_not_overridden(&sb.mount_options_str(), &args.options);
+        if !stored.is_empty() {
+            log::debug!("default mount options from the superblock: {stored}");
+            args.options.insert(0, stored);
+        }
+    }
+    if args.foreground { serve(&args) } else { daemonize(&args) }
 }
 
 fn check_mountpoint(p: &Path) -> Result<()> {

@@ -237,6 +237,33 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
     Ok(c)
 }
 
+/// Which options decide the same thing: one access-time rule, `ro`/`rw`,
+/// `dev`/`nodev`..., else the option's name (`commit` for `commit=5`).
+fn group(opt: &str) -> &str {
+    if atime_mode(opt).is_some() {
+        return "atime";
+    }
+    match opt {
+        "ro" | "rw" => "ro",
+        "dev" | "nodev" => "dev",
+        "suid" | "nosuid" => "suid",
+        "exec" | "noexec" => "exec",
+        "sync" | "async" => "sync",
+        "writeback" | "nowriteback" => "writeback",
+        "allow_other" | "allow_root" => "allow",
+        _ => opt.split_once('=').map_or(opt, |(k, _)| k),
+    }
+}
+
+/// The default options stored in the superblock (`dualfs tune -o`) that
+/// the given ones do not override, to go before them: a mount's own
+/// `strictatime` replaces a stored `noatime` rather than contradict it.
+#[must_use]
+pub fn defaults_not_overridden(stored: &str, given: &[String]) -> String {
+    let given: Vec<&str> = given.iter().flat_map(|l| l.split(',')).map(|o| group(o.trim())).collect();
+    stored.split(',').filter(|o| !o.is_empty() && !given.contains(&group(o))).collect::<Vec<_>>().join(",")
+}
+
 /// What a kernel file system mounted by root gets when no option says
 /// otherwise: devices and set-id bits honoured. mount(8) never passes `dev`
 /// or `suid` to a helper (they are the absence of flags), so the helper puts
@@ -309,6 +336,14 @@ mod tests {
         assert!(parse(&["allow_other,allow_root".into()]).is_err());
         // What /proc/mounts shows of a FUSE mount, repeated by mount(8) on a remount.
         assert!(p("user_id=0,group_id=0,rootmode=40000").fuse.is_empty());
+    }
+
+    #[test]
+    fn stored_defaults_give_way_to_the_mount_s_own_options() {
+        let given = vec!["strictatime,commit=5".to_string()];
+        assert_eq!(defaults_not_overridden("noatime,commit=30,nowriteback", &given), "nowriteback");
+        assert_eq!(defaults_not_overridden("ro,noatime", &["rw".to_string()]), "noatime");
+        assert_eq!(defaults_not_overridden("", &given), "");
     }
 
     #[test]

@@ -146,6 +146,8 @@ impl Volume {
             hash_key: identity(),
             created: opts.now,
             label,
+            mount_options: [0; crate::format::superblock::MOUNT_OPTIONS_BYTES],
+            block_id: 0,
         };
         let io = |role: DeviceRole, op: &'static str, block: u64| {
             move |source| Error::Io { device: role, op, block, source }

@@ -49,7 +49,38 @@ pub enum Command {
     /// Change a volume's label, UUID or default mount options (unmounted).
     #[command(after_help = TUNE_HELP)]
     Tune(crate::tune::TuneArgs),
+    /// Print a file of an unmounted, even damaged, volume.
+    #[command(after_help = CAT_HELP)]
+    Cat(crate::extract::CatArgs),
+    /// Copy a file or a tree out of an unmounted, even damaged, volume.
+    #[command(after_help = GET_HELP)]
+    Get(crate::extract::GetArgs),
 }
+
+const CAT_HELP: &str = "\
+Reads the devices directly (no mount). Blocks that cannot be read are
+written as zeros and reported on standard error.
+
+Exit status: 0 all of the file was read, 4 part of it could not be, 1 it
+could not be read at all.
+
+Example: dualfs cat volume/meta.img volume/data.img /etc/fstab";
+
+const GET_HELP: &str = "\
+Reads the devices directly (no mount), from the newest usable checkpoint.
+What cannot be read (a damaged inode, directory or extent map, a failing
+data block) is skipped and reported on standard error, and everything else
+is copied: unreadable blocks of a file come out as zeros, a damaged
+directory as what could be listed of it. Modes, times, hard links,
+symlinks and user.* attributes are kept; owners, special files and the
+other attributes too when run by root. Holes stay holes.
+
+Exit status: 0 everything was copied, 4 something was skipped (listed), 1
+nothing could be copied.
+
+Examples:
+  dualfs get volume/meta.img volume/data.img / /mnt/rescue
+  dualfs get -v META DATA /home/alice/thesis.tex .";
 
 const PROBE_HELP: &str = "\
 Without DEVICE, every block device is read (as blkid does) and the DualFS
@@ -115,7 +146,12 @@ volume could not be checked at all, 16 usage error.";
 
 const INSPECT_HELP: &str = "\
 Nothing is written. A mounted volume may be inspected: what is shown is what
-is on the devices, which lags the mount by up to the commit interval.";
+is on the devices, which lags the mount by up to the commit interval.
+META and DATA may be UUID=… or LABEL=….
+
+Examples:
+  dualfs inspect META DATA extents /home/big.iso
+  dualfs inspect --json META DATA checkpoints";
 
 const CLEAN_HELP: &str = "\
 Without --segments, every segment in use that is less than --max-utilization
@@ -146,8 +182,13 @@ impl Command {
         match self {
             Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
             Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
-            Command::Probe(_) => true,
-            Command::Mkfs(_) | Command::Mount(_) | Command::Umount(_) | Command::Clean(_) | Command::Tune(_) => false,
+            Command::Probe(_) | Command::Cat(_) => true,
+            Command::Mkfs(_)
+            | Command::Mount(_)
+            | Command::Umount(_)
+            | Command::Clean(_)
+            | Command::Tune(_)
+            | Command::Get(_) => false,
         }
     }
 }
@@ -310,6 +351,13 @@ pub enum Inspect {
         /// An inode number, or a path inside the volume starting with '/'.
         dir: String,
     },
+    /// A file's extent map: file blocks, data-device blocks, groups.
+    Extents {
+        /// An inode number, or a path inside the volume starting with '/'.
+        file: String,
+    },
+    /// The two checkpoint slots: number, time, log position, which is used.
+    Checkpoints,
 }
 
 /// Parses `4096`, `64K`, `1M`, `128M`, `4G`, `1T` (binary units).

@@ -184,6 +184,8 @@ pub fn render(what: &Inspect, v: &Value) -> String {
         Inspect::Groups => groups(v),
         Inspect::Inode { .. } => inode(v),
         Inspect::Dir { .. } => dir(v),
+        Inspect::Extents { .. } => crate::extent_map::render(v),
+        Inspect::Checkpoints => crate::checkpoints::render(v),
         Inspect::Superblock | Inspect::Log => {
             let mut o = String::new();
             render_fields(&mut o, v, 0);

@@ -13,9 +13,12 @@ macro_rules! say {
 }
 
 mod args;
+mod checkpoints;
 mod clean;
 mod control;
 mod devices;
+mod extent_map;
+mod extract;
 mod find;
 mod fsck;
 mod helper;
@@ -116,6 +119,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Tune(a) => tune::run(a),
+        Command::Cat(a) => extract::cat(a),
+        Command::Get(a) => extract::get(a),
     }
 }
 

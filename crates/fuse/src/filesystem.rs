@@ -31,7 +31,7 @@ use crate::convert::{self, errno, file_attr, file_type, ino};
 /// stable across mounts), and POSIX ACLs: the kernel checks them and the
 /// engine keeps them, which needs the umask unapplied (a directory's
 /// default ACL replaces it).
-const WANTED: [InitFlags; 9] = [
+const WANTED: [InitFlags; 10] = [
     InitFlags::FUSE_POSIX_ACL,
     InitFlags::FUSE_DONT_MASK,
     InitFlags::FUSE_WRITEBACK_CACHE,
@@ -44,7 +44,18 @@ const WANTED: [InitFlags; 9] = [
     // chown ourselves; in return the kernel stops asking for
     // security.capability before every write (it sets SB_NOSEC).
     InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+    // Files opened for direct I/O on a nearly full volume (see `open`) can
+    // still be mapped (kernel 6.6 and later; older kernels refuse mmap).
+    InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
 ];
+
+/// Free data space under which a file opened for writing bypasses the
+/// kernel's page cache: a cached write(2) succeeds and its ENOSPC comes
+/// only at write-back, reported at fsync or close; an uncached one gets it
+/// at once, as on a local file system. At most this much, or an eighth of
+/// the data device: about what the kernel lets a FUSE mount hold dirty
+/// (its per-device limit is 1% of the dirty memory limit).
+const NEAR_FULL_BYTES: u64 = 64 << 20;
 
 /// Entries listed per engine call in readdirplus: the attributes are read
 /// outside the directory walk, a batch at a time, so that a reply buffer
@@ -236,6 +247,21 @@ impl DualFs {
             }
             _ => Err(Errno::NO_XATTR),
         }
+    }
+
+    /// Free data-device bytes under which the volume counts as nearly full
+    /// (see [`NEAR_FULL_BYTES`]), and the free bytes now.
+    fn space_window(&self) -> (u64, u64) {
+        let s = self.vol.statfs();
+        let bsize = u64::from(s.bsize);
+        (NEAR_FULL_BYTES.min(s.blocks * bsize / 8), s.bfree * bsize)
+    }
+
+    /// How a file opened for writing is served: through the page cache,
+    /// unless the volume is nearly full and the cache would hide ENOSPC.
+    fn write_open_flags(&self) -> FopenFlags {
+        let (window, free) = self.space_window();
+        if self.options.writeback_cache && free < window { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
     }
 
     /// Makes the kernel forget the attributes it caches of `node` when the
@@ -456,7 +482,10 @@ impl Filesystem for DualFs {
         // when a read would update one (under relatime, once after each
         // change), the cache is dropped so that this open's reads arrive.
         let reads = flags.acc_mode() != OpenAccMode::O_WRONLY;
+        let writes = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        let direct = if writes { self.write_open_flags() } else { FopenFlags::empty() };
         match self.vol.getattr(ino(node)) {
+            Ok(_) if !direct.is_empty() => reply.opened(FileHandle(0), direct),
             Ok(_) if reads && self.vol.access_due(ino(node)) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(report("open", &e)),
@@ -570,7 +599,16 @@ impl Filesystem for DualFs {
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
         let s = self.vol.statfs();
-        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        // Available is free less what the kernel may hold dirty and the
+        // volume has not seen yet (the near-full window): what a program
+        // can count on writing whatever is cached. `df` shows both.
+        let bavail = if self.options.writeback_cache {
+            let (window, _) = self.space_window();
+            s.bavail.saturating_sub(window / u64::from(s.bsize).max(1))
+        } else {
+            s.bavail
+        };
+        reply.statfs(s.blocks, s.bfree, bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
     fn setxattr(
@@ -657,7 +695,7 @@ impl Filesystem for DualFs {
                 &file_attr(&a),
                 Self::generation(&a),
                 FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                FopenFlags::FOPEN_KEEP_CACHE | self.write_open_flags(),
             ),
             Err(e) => reply.error(report("create", &e)),
         }

@@ -126,14 +126,31 @@ Options (-o, comma-separated, may be repeated):
   nowriteback      send every write to the volume at once instead of caching
                    it in the kernel (slower; modification times then come
                    from the volume's clock alone)
-  auto_unmount, dev, nodev, suid, nosuid, exec, noexec, noatime, sync, dirsync
-  and other FUSE options are passed on; fstab's defaults, noauto, nofail,
-  _netdev, user and x-* are accepted and ignored.
+  relatime, noatime, strictatime
+                   when reads update access times (default relatime; give one).
+                   A read the kernel answers from its page cache never reaches
+                   the volume: the cache is dropped at the open before a read
+                   that would update the time, so relatime loses nothing, but
+                   under strictatime further reads through the same open file
+                   are not counted (FUSE gives the volume no way to see them)
+  remount          change a mounted volume in place: ro commits, checkpoints
+                   and refuses changes; rw takes them again (mount -o remount,ro)
+  auto_unmount, dev, nodev, suid, nosuid, exec, noexec, sync, dirsync and
+  max_read=BYTES are passed on; fstab's defaults, noauto, nofail, _netdev,
+  user and x-* are accepted and ignored. Any other option is refused.
+  Through mount(8) (mount -t fuse.dualfs, fstab), a mount by root honours
+  devices and set-id bits unless nodev or nosuid say otherwise, as for any
+  kernel file system; `dualfs mount` keeps FUSE's nodev,nosuid by default.
+
+META and DATA may be UUID=… or LABEL=… (see dualfs probe). Options stored
+with `dualfs tune -o` come first; those given here override them.
 
 Without --foreground the command returns once the volume is mounted (or with
 the reason it could not be). SIGINT, SIGTERM, `dualfs umount` or
 `fusermount3 -u` unmount it; every dirty byte and a checkpoint are written
-before the process exits, so the next mount needs no recovery.";
+before the process exits, so the next mount needs no recovery. A mount that
+finds the volume still held by the process that served its last mount waits
+for it to finish closing (at most a minute), saying so.";
 
 const FSCK_HELP: &str = "\
 Every inode, directory, extent map and xattr set is read back from the

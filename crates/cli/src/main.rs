@@ -82,17 +82,19 @@ fn init_logging() {
 }
 
 /// Commands that only report die quietly of SIGPIPE when their reader goes
-/// away (`dualfs inspect ... | head`), as cat and dumpe2fs do. Rust ignores
-/// SIGPIPE, which makes `println!` panic on a closed pipe instead. Commands
-/// that write to a volume or serve one keep it ignored and print with
-/// [`say!`], which never fails.
+/// away (`dualfs inspect ... | head`), as cat and dumpe2fs do: the default
+/// from the start (help and usage included). Rust ignores SIGPIPE, which
+/// makes `println!` panic on a closed pipe instead; commands that write to
+/// a volume or serve one go back to ignoring it once the command line is
+/// read, and print with [`say!`], which never fails.
 #[allow(unsafe_code)]
-fn die_quietly_on_sigpipe() {
+fn die_of_sigpipe(die: bool) {
     use nix::sys::signal::{SigHandler, Signal, signal};
-    // SAFETY: SIG_DFL installs no handler code, and no other thread exists
-    // yet whose signal disposition could race with the change.
-    if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
-        log::debug!("SIGPIPE stays ignored: {e}");
+    let handler = if die { SigHandler::SigDfl } else { SigHandler::SigIgn };
+    // SAFETY: neither disposition installs handler code, and no other
+    // thread exists yet whose signal disposition could race with the change.
+    if let Err(e) = unsafe { signal(Signal::SIGPIPE, handler) } {
+        log::debug!("SIGPIPE disposition unchanged: {e}");
     }
 }
 
@@ -150,12 +152,13 @@ fn main() -> ExitCode {
         Personality::Dualfs => argv,
     };
     let fsck = argv.get(1).is_some_and(|a| a == "fsck");
+    die_of_sigpipe(true);
     let cli = match parse_cli(argv, fsck) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if cli.command.only_reports() {
-        die_quietly_on_sigpipe();
+    if !cli.command.only_reports() {
+        die_of_sigpipe(false);
     }
     exit_code(run(&cli))
 }

@@ -75,6 +75,9 @@ fn write_refused(e: &anyhow::Error) -> bool {
         .any(|io| matches!(io.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)))
 }
 
+/// A volume's two devices, opened: meta-data, data.
+pub type DevicePair = (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>);
+
 /// Opens the devices for a mount: read-write under the lock even when the
 /// mount is read-only (nothing is written then), so that it can be
 /// remounted read-write later; read-only when writing is refused (a
@@ -83,17 +86,10 @@ fn write_refused(e: &anyhow::Error) -> bool {
 ///
 /// # Errors
 /// As [`open_pair`].
-pub fn open_pair_for_mount(
-    meta: &Path,
-    data: &Path,
-    read_only: bool,
-) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, bool)> {
+pub fn open_pair_for_mount(meta: &Path, data: &Path, read_only: bool) -> Result<(DevicePair, bool)> {
     match open_pair(meta, data, Access::Exclusive) {
-        Ok((m, d)) => Ok((m, d, true)),
-        Err(e) if read_only && write_refused(&e) => {
-            let (m, d) = open_pair(meta, data, Access::ExclusiveReadOnly)?;
-            Ok((m, d, false))
-        }
+        Ok(pair) => Ok((pair, true)),
+        Err(e) if read_only && write_refused(&e) => Ok((open_pair(meta, data, Access::ExclusiveReadOnly)?, false)),
         Err(e) => Err(e),
     }
 }
@@ -118,7 +114,7 @@ pub fn named(meta: &Path, data: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
 ///
 /// # Errors
 /// A path does not exist, is the other path, or is locked by a mount.
-pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>)> {
+pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<DevicePair> {
     check_distinct(meta, data)?;
     let m = open_one(meta, "meta-data device", access)?;
     let d = open_one(data, "data device", access)?;

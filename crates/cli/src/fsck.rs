@@ -52,7 +52,7 @@ fn print_text(r: &CheckReport) {
     println!(
         "checkpoint {}, roll-forward of {} (log end: {end})",
         r.open.checkpoint,
-        count(r.open.recovery.partial_segments as u64, "partial segment")
+        count(r.open.recovery.partial_segments, "partial segment")
     );
     println!(
         "{}: {} ({} inline), {}, {}, {} special; {}, {}, {}, {}",

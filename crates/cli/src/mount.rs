@@ -260,7 +260,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     check_mountpoint(&args.mountpoint)?;
     let meta = absolute(&args.meta)?;
     let data = absolute(&args.data)?;
-    let (m, d, devices_writable) = open_pair_for_mount(&meta, &data, cfg.read_only)?;
+    let ((m, d), devices_writable) = open_pair_for_mount(&meta, &data, cfg.read_only)?;
     let (m, d) = match &cfg.trace {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
@@ -274,7 +274,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     if rec.partial_segments > 0 {
         log::info!(
             "recovered {} written after checkpoint {}",
-            crate::words::count(rec.partial_segments as u64, "partial segment"),
+            crate::words::count(rec.partial_segments, "partial segment"),
             vol.open_report().checkpoint
         );
     }

@@ -41,6 +41,9 @@ pub enum Command {
     /// The log's and the cleaner's counters of a mounted volume.
     #[command(after_help = STATS_HELP)]
     Stats(StatsArgs),
+    /// Make everything written to mounted volumes durable (sync(1) does not).
+    #[command(after_help = SYNC_HELP)]
+    Sync(SyncArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(crate::trace::TraceArgs),
     /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
@@ -150,7 +153,11 @@ the reason it could not be). SIGINT, SIGTERM, `dualfs umount` or
 `fusermount3 -u` unmount it; every dirty byte and a checkpoint are written
 before the process exits, so the next mount needs no recovery. A mount that
 finds the volume still held by the process that served its last mount waits
-for it to finish closing (at most a minute), saying so.";
+for it to finish closing (at most a minute), saying so.
+
+sync(1) does not make data durable on a FUSE file system: it ends in the
+volume's memory, durable at the next commit (commit=). Use `dualfs sync`,
+fsync, or `sync MOUNTPOINT` (an fsync of the root: everything is committed).";
 
 const FSCK_HELP: &str = "\
 Every inode, directory, extent map and xattr set is read back from the
@@ -205,7 +212,8 @@ impl Command {
             | Command::Umount(_)
             | Command::Clean(_)
             | Command::Tune(_)
-            | Command::Get(_) => false,
+            | Command::Get(_)
+            | Command::Sync(_) => false,
         }
     }
 }
@@ -237,6 +245,27 @@ pub struct CleanArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+const SYNC_HELP: &str = "\
+sync(1) and syncfs(2) hand the kernel's cached data to DualFS but cannot make
+it durable: Linux asks only virtiofs among FUSE file systems to do that. A
+volume commits what it holds every commit= seconds (default 5), so data is at
+most that old when the power fails; to be sure now, run dualfs sync, fsync a
+file (only it and what reaches it become durable), or fsync the mount's root
+directory (`sync MOUNTPOINT` does: everything is committed).
+
+dualfs sync has the kernel write its cached data of each mount, then the
+volume commit and checkpoint, and returns once both devices have flushed.
+Without a MOUNTPOINT it syncs every mounted DualFS volume.";
+
+#[derive(Args, Debug)]
+pub struct SyncArgs {
+    /// Mount points (default: every mounted DualFS volume).
+    pub mountpoints: Vec<PathBuf>,
+    /// Say what was done for each.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Args, Debug)]

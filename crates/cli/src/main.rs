@@ -32,6 +32,7 @@ mod probe;
 mod progress;
 mod remount;
 mod stats;
+mod sync;
 mod trace;
 mod tune;
 mod umount;
@@ -118,6 +119,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Inspect(a) => inspect::run(a),
         Command::Clean(a) => clean::run(a),
         Command::Stats(a) => stats::run(a),
+        Command::Sync(a) => sync::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Tune(a) => tune::run(a),

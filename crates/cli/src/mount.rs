@@ -308,6 +308,12 @@ fn serve(args: &MountArgs) -> Result<()> {
         detach(&cfg)?;
     }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
+    log::warn!(
+        "sync(1) does not make data durable on a FUSE file system: data is committed every {} s; run `dualfs \
+         sync {}` (or fsync) to make it durable now",
+        vol.options().commit_interval.as_secs(),
+        args.mountpoint.display()
+    );
     let served = session.run();
     log::info!("unmounted {}", args.mountpoint.display());
     // Tells a mount of the same volume that finds it locked that it is

@@ -15,16 +15,24 @@ pub enum Fault {
     FsyncBeforeFlush,
     /// Rule 2 for checkpoints: overwrite the same slot every time.
     CheckpointInPlace,
+    /// Replace-by-rename: let a rename over an existing file commit while
+    /// the new file's data waits as a delayed tail.
+    RenameBeforeData,
+    /// Replace-by-truncation: commit a truncation to zero before the new
+    /// contents are complete.
+    NoReplaceHold,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 7] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
         Fault::FsyncBeforeFlush,
         Fault::CheckpointInPlace,
+        Fault::RenameBeforeData,
+        Fault::NoReplaceHold,
     ];
 
     #[cfg(feature = "fault-injection")]

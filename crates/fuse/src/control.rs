@@ -9,6 +9,7 @@
 //! | getxattr | `dualfs.clean` | the state of the latest run, as JSON |
 //! | removexattr | `dualfs.clean` | asks a running clean to stop after its current pass |
 //! | getxattr | `dualfs.stats` | the log's and the cleaner's counters, as JSON |
+//! | setxattr | `dualfs.sync` | commits everything and writes a checkpoint; returns once durable |
 //! | getxattr | `dualfs.remount.ro` | commits, checkpoints and refuses changes from now on (EROFS); answers [`mode_json`] |
 //! | getxattr | `dualfs.remount.rw` | accepts changes again; answers [`mode_json`] |
 //! | getxattr | `dualfs.mode` | [`mode_json`]: whether the volume is read-only |
@@ -19,9 +20,10 @@
 //! writing, and writes its cached pages back while the volume still takes
 //! them), and from then on the kernel refuses setxattr with EROFS.
 //!
-//! Only root and the user who mounted the volume may use them (EPERM for
-//! others): cleaning costs I/O, and the mounting user could as well unmount
-//! and clean offline.
+//! Only root and the user who mounted the volume may use `clean` and
+//! `stats` (EPERM for others): cleaning costs I/O, and the mounting user
+//! could as well unmount and clean offline. `sync` is anyone's who may
+//! write the root directory (the kernel checks), as sync(1) is anyone's.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +54,8 @@ pub const MODE: &str = "dualfs.mode";
 pub fn mode_json(vol: &Volume) -> Value {
     json!({ "read_only": vol.is_read_only() })
 }
+/// Set (any value) to make everything durable: `dualfs sync`.
+pub const SYNC: &str = "dualfs.sync";
 
 /// Segments at least this full are left by an on-demand clean: moving one
 /// costs four blocks written for each block it frees.

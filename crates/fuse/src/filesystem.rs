@@ -228,6 +228,11 @@ impl DualFs {
     }
 
     fn control_set(&self, req: &Request, n: &OsStr, value: Option<&[u8]>) -> Result<(), Errno> {
+        if n.as_bytes() == control::SYNC.as_bytes() && value.is_some() {
+            // sync(2) never reaches a FUSE server (FUSE_SYNCFS is sent to
+            // virtiofs only): this is its stand-in, as open to users as it.
+            return self.vol.sync().map_err(|e| report("sync", &e));
+        }
         if !self.control.allowed(req.uid()) {
             return Err(Errno::EPERM);
         }
@@ -542,22 +547,26 @@ impl Filesystem for DualFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // close(2) is not a durability point; fsync is. The kernel has
-        // already sent the file's dirty pages.
+    fn flush(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // close(2) is not a durability point; fsync is. But the kernel has
+        // sent the file's dirty pages by now, so a rewrite after O_TRUNC is
+        // complete: the volume commits it whole (replace semantics).
+        self.vol.file_closed(ino(node));
         reply.ok();
     }
 
     fn release(
         &self,
         _req: &Request,
-        _node: INodeNo,
+        node: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // As flush, for a kernel that stops sending FLUSH.
+        self.vol.file_closed(ino(node));
         reply.ok();
     }
 

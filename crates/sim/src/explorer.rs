@@ -235,6 +235,8 @@ impl Explorer {
         }
         let mut history = History::with_partials(r.states.iter().map(Tree::of_model).collect(), &r.partials);
         history.delayed_tails = !self.config.mount.data_expire.is_zero();
+        history.holds = std::mem::take(&mut r.holds);
+        history.floors = std::mem::take(&mut r.floors);
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);

@@ -13,14 +13,19 @@
 //! With delayed tails (the default mount: a periodic commit may leave the
 //! newly written end of a file for later, recording a shorter size) a file
 //! may also be shorter than in state `k`: cut at a block boundary, never
-//! below its length at the last durable step.
+//! below its length at the last durable step, nor below what a rename over
+//! another file or the close that ends a replacement made whole.
+//!
+//! Replacement (`namespace::replace`): while a file the engine held after a
+//! truncation to zero is being rewritten, a crash must show its old
+//! contents, whatever else of state `k` it shows.
 
 use std::collections::HashMap;
 
 use crate::crash::Window;
 use crate::image::contains_poison;
 use crate::tree::{EntryKind, Tree};
-use crate::workload::{Step, tag};
+use crate::workload::{Floor, HoldSpan, Step, tag};
 
 /// The trees a workload went through, with an index by object.
 #[derive(Clone, Debug)]
@@ -32,6 +37,10 @@ pub struct History {
     partials: Vec<HashMap<u64, Vec<u8>>>,
     /// Files may be cut short at a block boundary (see the module's doc).
     pub delayed_tails: bool,
+    /// Files held for replacement: their old contents until they close.
+    pub holds: Vec<HoldSpan>,
+    /// Lengths files may not be cut below.
+    pub floors: Vec<Floor>,
 }
 
 impl History {
@@ -60,7 +69,7 @@ impl History {
                     .collect()
             })
             .collect();
-        History { trees, by_id, partials, delayed_tails: false }
+        History { trees, by_id, partials, delayed_tails: false, holds: Vec::new(), floors: Vec::new() }
     }
 
     fn last(&self) -> usize {
@@ -95,22 +104,44 @@ impl History {
         Ok(())
     }
 
-    /// State `k`'s tree with each file that `got` shows shorter cut to
-    /// `got`'s length, where delayed tails allow it: at a block boundary,
-    /// and no shorter than the file was at step `durable`.
+    /// State `k`'s tree as a crash may show it: each file held for
+    /// replacement with its old contents, and each file that `got` shows
+    /// shorter cut to `got`'s length where delayed tails allow it (at a
+    /// block boundary, and no shorter than the file was at step `durable`
+    /// or than a later floor says).
     fn cut_to(&self, got: &Tree, k: usize, durable: usize) -> std::borrow::Cow<'_, Tree> {
         let want = &self.trees[k];
-        if !self.delayed_tails {
-            return std::borrow::Cow::Borrowed(want);
-        }
         let mut cut: Option<Tree> = None;
+        let held: Vec<&HoldSpan> =
+            self.holds.iter().filter(|h| h.from > durable && h.from <= k && k < h.until).collect();
+        for h in &held {
+            if let Some(p) = self.by_id[k].get(&h.id) {
+                let t = cut.get_or_insert_with(|| want.clone());
+                if let Some(e) = t.entries.get_mut(p) {
+                    e.bytes.clone_from(&h.old);
+                }
+            }
+        }
+        if !self.delayed_tails {
+            return cut.map_or(std::borrow::Cow::Borrowed(want), std::borrow::Cow::Owned);
+        }
         for (p, w) in &want.entries {
             let Some(g) = got.entries.get(p) else { continue };
-            if w.kind != EntryKind::File || g.kind != EntryKind::File || g.bytes.len() >= w.bytes.len() {
+            if w.kind != EntryKind::File
+                || g.kind != EntryKind::File
+                || g.bytes.len() >= w.bytes.len()
+                || held.iter().any(|h| h.id == w.identity)
+            {
                 continue;
             }
-            let floor =
-                self.by_id[durable].get(&w.identity).map_or(0, |dp| self.trees[durable].entries[dp].bytes.len());
+            let floor = self
+                .floors
+                .iter()
+                .filter(|f| f.id == w.identity && f.from > durable && f.from <= k)
+                .map(|f| f.len)
+                .chain(self.by_id[durable].get(&w.identity).map(|dp| self.trees[durable].entries[dp].bytes.len()))
+                .max()
+                .unwrap_or(0);
             if g.bytes.len() % 4096 == 0 && g.bytes.len() >= floor {
                 let t = cut.get_or_insert_with(|| want.clone());
                 if let Some(e) = t.entries.get_mut(p) {

@@ -142,6 +142,34 @@ pub fn fixed_clock() -> dualfs_engine::volume::Clock {
     Arc::new(|| Timestamp { sec: 1_700_000_000, nsec: 0 })
 }
 
+/// A file the engine held for replacement: truncated to zero at step
+/// `from`, closed (or otherwise released) at step `until`. In between, a
+/// crash must show its old contents (`namespace::replace`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldSpan {
+    /// The file.
+    pub id: Id,
+    /// The step that truncated it.
+    pub from: usize,
+    /// The step that closed it (`usize::MAX`: never).
+    pub until: usize,
+    /// Its contents before the truncation.
+    pub old: Vec<u8>,
+}
+
+/// A length below which a file may not be cut (by a delayed tail) in
+/// states from step `from` on: what a rename over another file, or the
+/// close that ends a replacement, made whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Floor {
+    /// The file.
+    pub id: Id,
+    /// From the state after this step.
+    pub from: usize,
+    /// Its length then.
+    pub len: usize,
+}
+
 /// Runs steps against a volume and the model together.
 pub struct Runner<'a> {
     vol: &'a Volume,
@@ -162,6 +190,10 @@ pub struct Runner<'a> {
     /// What the workload's clean steps did, so that a test can tell that
     /// they moved live data.
     pub cleaned: CleanReport,
+    /// Files the engine held for replacement, and when they were let go.
+    pub holds: Vec<HoldSpan>,
+    /// Lengths files may not be cut below.
+    pub floors: Vec<Floor>,
 }
 
 impl std::fmt::Debug for Runner<'_> {
@@ -195,6 +227,8 @@ impl<'a> Runner<'a> {
             rec,
             tag_base,
             cleaned: CleanReport::default(),
+            holds: Vec::new(),
+            floors: Vec::new(),
         }
     }
 
@@ -253,13 +287,74 @@ impl<'a> Runner<'a> {
     /// model cannot (I/O, corruption).
     pub fn run(&mut self, n: usize, step: &Step) -> Result<(), String> {
         self.mark(Mark::StepStart(n));
+        let closes = self.closes(step);
+        let replaced = match step {
+            Step::Rename { from, to } => match (self.model_path(from), self.model_path(to)) {
+                (Some((_, _, Some(s))), Some((_, _, Some(d)))) if s != d && self.is_file(s) && self.is_file(d) => {
+                    Some(s)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
         let durable = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
         if durable {
             self.mark(Mark::Durable(n));
         }
         self.states.push(self.model.clone());
         self.partials.push(std::mem::take(&mut self.pending_partial));
+        let len_now = |r: &Self, id: Id| match r.model.nodes.get(&id).map(|n| &n.kind) {
+            Some(Kind::File(d)) => d.len(),
+            _ => 0,
+        };
+        // A rename over another file commits with the new file's data.
+        if let Some(s) = replaced
+            && self
+                .model_path(match step {
+                    Step::Rename { to, .. } => to,
+                    _ => unreachable!(),
+                })
+                .and_then(|(_, _, id)| id)
+                == Some(s)
+        {
+            self.floors.push(Floor { id: s, from: n, len: len_now(self, s) });
+        }
+        for h in self.holds.iter_mut().filter(|h| h.until == usize::MAX) {
+            if closes.as_ref().is_none_or(|ids| ids.contains(&h.id)) {
+                h.until = n;
+            }
+        }
+        let ended: Vec<Id> = self.holds.iter().filter(|h| h.until == n).map(|h| h.id).collect();
+        for id in ended {
+            let len = len_now(self, id);
+            self.floors.push(Floor { id, from: n, len });
+        }
+        if let Step::Truncate { path, size: 0 } = step
+            && let Some((_, _, Some(id))) = self.model_path(path)
+            && !self.holds.iter().any(|h| h.id == id && h.until == usize::MAX)
+            && self.vol.held_for_replacement(self.engine_path(path)?)
+        {
+            let old = match self.states[n - 1].nodes.get(&id).map(|n| &n.kind) {
+                Some(Kind::File(d)) => d.clone(),
+                _ => Vec::new(),
+            };
+            self.holds.push(HoldSpan { id, from: n, until: usize::MAX, old });
+        }
         Ok(())
+    }
+
+    /// The files step `step` closes or releases from a replacement hold
+    /// (`None`: every file, a durability point).
+    fn closes(&self, step: &Step) -> Option<Vec<Id>> {
+        let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
+        let ids = match step {
+            Step::Fsync(_) | Step::FsyncOpen(_) | Step::Sync => return None,
+            Step::Write { path, .. } | Step::SetXattr { path, .. } | Step::Unlink(path) => vec![at(path)],
+            Step::Rename { from, to } | Step::Link { from, to } => vec![at(from), at(to)],
+            Step::Close(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
+            _ => Vec::new(),
+        };
+        Some(ids.into_iter().flatten().collect())
     }
 
     /// Applies one step; says whether it promised durability of everything so far.
@@ -294,7 +389,10 @@ impl<'a> Runner<'a> {
                 let ino = self.engine_path(path)?;
                 let data = tagged(stamp, *offset, *len as usize);
                 self.model.write(id, *offset, &data);
-                (errno(vol.write(ino, *offset, &data)), Ok(()))
+                let got = errno(vol.write(ino, *offset, &data));
+                // A write by path opens, writes and closes.
+                vol.file_closed(ino);
+                (got, Ok(()))
             }
             Step::WriteOpen { h, offset, len } => {
                 let Some(&(id, ino)) = self.handles.get(h) else { return Ok(false) };

@@ -171,6 +171,51 @@ pub fn patterns() -> Vec<Workload> {
             Step::Fsync(s("A/y")),
         ],
     ));
+    // Replace-by-rename without fsync, as editors save: the new file's data
+    // goes with the commit that makes the rename durable (never an empty
+    // or cut file under the old name), over a file on the data device and
+    // over an inline one.
+    out.push(pattern(
+        "replace-by-rename",
+        vec![
+            Step::Create(s("B/foo.tmp")),
+            write("B/foo.tmp", 0, 10000),
+            Step::Rename { from: s("B/foo.tmp"), to: s("A/foo") },
+            Step::Tick,
+            Step::Create(s("B/after")),
+            write("B/after", 0, 5000),
+            Step::Tick,
+            Step::Create(s("A/bar.tmp")),
+            write("A/bar.tmp", 0, 9000),
+            Step::Rename { from: s("A/bar.tmp"), to: s("B/bar") },
+            Step::Create(s("A/more")),
+            Step::Tick,
+            Step::Mkdir(s("B/z")),
+            Step::Tick,
+        ],
+    ));
+    // Replace by truncation (open with O_TRUNC, write, close): periodic
+    // commits between the truncation and the close keep the old contents.
+    out.push(pattern(
+        "replace-by-truncation",
+        vec![
+            Step::Open { path: s("A/foo"), h: 0 },
+            Step::Truncate { path: s("A/foo"), size: 0 },
+            Step::WriteOpen { h: 0, offset: 0, len: 5000 },
+            Step::Create(s("B/x")),
+            Step::Tick,
+            Step::WriteOpen { h: 0, offset: 5000, len: 4000 },
+            Step::Tick,
+            Step::Close(0),
+            Step::Create(s("B/y")),
+            Step::Tick,
+            Step::Truncate { path: s("B/bar"), size: 0 },
+            write("B/bar", 0, 300),
+            Step::Tick,
+            Step::Create(s("B/z")),
+            Step::Tick,
+        ],
+    ));
     // Hard links: add, drop the first name, drop the last.
     out.push(pattern(
         "links",

@@ -156,18 +156,21 @@ impl Log {
     /// No segment left to move the log into (the space checks before every
     /// operation make this a bug, not a user error).
     pub fn seal(&mut self, data: Vec<(DataBlock, Vec<u8>)>, now: Timestamp) -> Result<Option<SealedGroup>> {
-        self.seal_capped(data, &HashMap::new(), now)
+        self.seal_substituted(data, &HashMap::new(), now)
     }
 
-    /// [`Log::seal`], recording for each inode of `caps` a size no larger
-    /// than the one given: its data past that is not written yet.
+    /// [`Log::seal`], writing for each dirty inode of `substitutes` the
+    /// record given instead of the cached one: a shorter size while its
+    /// data past it is not written yet (a delayed tail), or the record it
+    /// had before a truncation while its new contents are held back (see
+    /// `namespace::replace`).
     ///
     /// # Errors
     /// As [`Log::seal`].
-    pub fn seal_capped(
+    pub fn seal_substituted(
         &mut self,
         data: Vec<(DataBlock, Vec<u8>)>,
-        caps: &HashMap<InodeNo, u64>,
+        substitutes: &HashMap<InodeNo, InodeRecord>,
         now: Timestamp,
     ) -> Result<Option<SealedGroup>> {
         let data = coalesce(data);
@@ -195,7 +198,7 @@ impl Log {
         let mut packs: Vec<Vec<InodeNo>> = Vec::new();
         let (mut count, mut bytes) = (0usize, 0usize);
         for &ino in &inodes {
-            let Some(rec) = self.cache.peek_inode(ino) else { continue };
+            let Some(rec) = substitutes.get(&ino).or_else(|| self.cache.peek_inode(ino)) else { continue };
             let len = rec.encoded_len();
             if packs.is_empty() || !inode_block::fits(count, bytes, len) {
                 packs.push(Vec::new());
@@ -206,18 +209,8 @@ impl Log {
             bytes += len;
         }
         for inos in packs {
-            let capped: Vec<InodeRecord> = inos
-                .iter()
-                .filter_map(|i| {
-                    let cap = caps.get(i)?;
-                    let rec = self.cache.peek_inode(*i)?;
-                    (rec.size > *cap).then(|| InodeRecord { size: *cap, ..rec.clone() })
-                })
-                .collect();
-            let recs: Vec<&InodeRecord> = inos
-                .iter()
-                .filter_map(|i| capped.iter().find(|r| r.ino == *i).or_else(|| self.cache.peek_inode(*i)))
-                .collect();
+            let recs: Vec<&InodeRecord> =
+                inos.iter().filter_map(|i| substitutes.get(i).or_else(|| self.cache.peek_inode(*i))).collect();
             let list = recs
                 .iter()
                 .map(|r| InodeSummary { ino: r.ino, generation: r.generation, len: r.encoded_len() as u16 })

@@ -70,8 +70,13 @@ pub struct PageCache {
 /// What a commit may leave behind of a file's dirty data.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum WriteBack {
-    /// Every dirty page (sync, fsync, checkpoint, memory pressure).
+    /// Every dirty page, and every file held for replacement (sync, fsync,
+    /// unmount, memory pressure).
     All,
+    /// Every dirty page but those of files held for replacement (see
+    /// [`super::replace`]): a commit made to free room in the log or the
+    /// cache, which nobody asked to be durable.
+    AllButHeld,
     /// A periodic commit: the delayed tail of files first dirtied after
     /// this time may wait (see [`Fs::delayed_tail`]).
     Expired(Timestamp),
@@ -101,6 +106,18 @@ impl PageCache {
     #[must_use]
     pub fn has_dirty(&self, ino: InodeNo) -> bool {
         self.files.get(&ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
+    }
+
+    /// Whether `ino` has any cached page (dirty, queued or in flight).
+    #[must_use]
+    pub fn has_pages(&self, ino: InodeNo) -> bool {
+        self.files.contains_key(&ino)
+    }
+
+    /// Pages cached for `ino`.
+    #[must_use]
+    pub fn file_pages(&self, ino: InodeNo) -> usize {
+        self.files.get(&ino).map_or(0, BTreeMap::len)
     }
 
     fn page(&self, ino: InodeNo, block: u64) -> Option<&Page> {
@@ -641,7 +658,7 @@ impl Fs {
         }
         let keep = size.div_ceil(BLOCK_BYTES);
         let (freed, done) = self.unmap_range(ino, keep, u64::MAX, TRUNCATE_STEP_EXTENTS)?;
-        self.free_data(ino, &freed)?;
+        self.free_or_hold(ino, &freed)?;
         if keep == 0 && done {
             let mut rec = self.log.inode_mut(ino)?;
             if matches!(rec.body, Body::Extents(_)) || matches!(rec.body, Body::Tree(_)) {

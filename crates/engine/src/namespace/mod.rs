@@ -13,6 +13,7 @@ pub mod extents;
 pub mod file;
 pub mod inode;
 pub mod name;
+pub mod replace;
 pub mod xattr;
 
 use std::collections::HashMap;
@@ -32,11 +33,15 @@ pub struct FsConfig {
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
+    /// Keep a file's old contents on disk while it is rewritten after a
+    /// truncation to zero ([`replace`]). Off where a crash must show a
+    /// prefix of the operations (`data_expire=0`): the truncation is one.
+    pub hold_replacements: bool,
 }
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { inline_max: 1024, dirty_data_limit: 256 << 20, cache_budget: 262_144 }
+        FsConfig { inline_max: 1024, dirty_data_limit: 256 << 20, cache_budget: 262_144, hold_replacements: true }
     }
 }
 
@@ -49,6 +54,8 @@ pub struct Fs {
     pub pages: PageCache,
     /// Tunables.
     pub config: FsConfig,
+    /// Files being rewritten after a truncation to zero.
+    pub replacing: replace::Replacements,
     /// References held from outside (open files, kernel lookups): an inode
     /// with no links lives until they are gone.
     refs: HashMap<InodeNo, u64>,
@@ -58,7 +65,13 @@ impl Fs {
     /// Wraps a log.
     #[must_use]
     pub fn new(log: Log, config: FsConfig) -> Fs {
-        Fs { log, pages: PageCache::default(), config, refs: HashMap::new() }
+        Fs {
+            log,
+            pages: PageCache::default(),
+            config,
+            replacing: replace::Replacements::default(),
+            refs: HashMap::new(),
+        }
     }
 
     /// Outside references to `ino`.

@@ -83,7 +83,7 @@ impl Volume {
     /// Finishes an update [`Volume::touch_atime_locked`] could not do: commits,
     /// then tries once more. Called without locks.
     pub(super) fn touch_atime_after(&self, ino: InodeNo, touch: Touch) {
-        if touch == Touch::AfterCommit && self.commit().is_ok() {
+        if touch == Touch::AfterCommit && self.commit_for_room().is_ok() {
             let _ = self.touch_atime_locked(&mut lock(&self.fs), ino);
         }
     }

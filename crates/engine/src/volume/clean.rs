@@ -125,7 +125,7 @@ impl Volume {
             };
             let fits = |fs: &crate::namespace::Fs| need(fs) <= fs.log.available_blocks(OpKind::Clean);
             if !fits(&lock(&self.fs)) {
-                self.checkpoint()?;
+                self.checkpoint_for_room()?;
                 if !fits(&lock(&self.fs)) {
                     break;
                 }
@@ -150,7 +150,7 @@ impl Volume {
             progress(i + 1, victims.len());
         }
         if req.free_now {
-            self.checkpoint()?;
+            self.checkpoint_for_room()?;
         }
         let mut fs = lock(&self.fs);
         let freed = victims.iter().filter(|&&v| fs.log.segment_is_free(v)).count() as u64;

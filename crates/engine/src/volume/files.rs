@@ -25,7 +25,23 @@ impl Volume {
     /// # Errors
     /// Freeing an unlinked inode fails.
     pub fn release_file(&self, ino: InodeNo) -> Result<()> {
+        self.file_closed(ino);
         self.forget(ino, 1)
+    }
+
+    /// `ino` was closed (FUSE sends FLUSH at every close, after the
+    /// kernel's dirty pages of the file): a rewrite after a truncation to
+    /// zero is complete, and goes with the next commit (see
+    /// `namespace::replace`).
+    pub fn file_closed(&self, ino: InodeNo) {
+        lock(&self.fs).replacement_closed(ino);
+    }
+
+    /// Whether `ino` was truncated to zero and its old contents are kept
+    /// on disk until its new ones are complete (tests and `inspect`).
+    #[must_use]
+    pub fn held_for_replacement(&self, ino: InodeNo) -> bool {
+        lock(&self.fs).replacing.is_held(ino)
     }
 
     /// Reads up to `size` bytes at `offset`, updating the access time as
@@ -143,7 +159,12 @@ impl Volume {
             FileKind::Directory => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("fallocate needs a regular file")),
         }
-        lock(&self.fs).pages.expire(ino);
+        {
+            let mut fs = lock(&self.fs);
+            fs.pages.expire(ino);
+            // Allocation changes the mapping the held record would undo.
+            fs.release_replacement(ino)?;
+        }
         if mode.punch_hole || mode.zero_range {
             while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
         }

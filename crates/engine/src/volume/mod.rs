@@ -34,6 +34,7 @@ use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::file::WriteBack;
+use crate::namespace::replace::HoldPolicy;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
@@ -129,6 +130,7 @@ impl Volume {
             inline_max: log.sb.inline_max,
             dirty_data_limit: options.dirty_data_limit,
             cache_budget: options.cache_budget,
+            hold_replacements: !options.data_expire.is_zero(),
         };
         let vol = Volume {
             fs: Mutex::new(Fs::new(log, config)),
@@ -291,7 +293,7 @@ impl Volume {
                 }
             };
             match res {
-                None => self.commit()?,
+                None => self.commit_for_room()?,
                 Some(Ok(r)) => {
                     if kind != OpKind::Clean {
                         *lock(&self.last_change) = Instant::now();
@@ -308,7 +310,7 @@ impl Volume {
                     // then the cleaner makes room, as long as it frees any.
                     space_attempts += 1;
                     if space_attempts == 1 {
-                        self.checkpoint()?;
+                        self.checkpoint_for_room()?;
                     } else {
                         let req = CleanRequest {
                             max_segments: 8,
@@ -340,15 +342,29 @@ impl Volume {
         self.commit_locked(&mut c, WriteBack::All)
     }
 
-    /// The periodic commit: like [`Volume::commit`], except that the
-    /// delayed tails of files written less than `data_expire` ago may wait
-    /// (their inodes record the size their written data reaches).
+    /// A commit nobody asked to be durable, made to free room (in the
+    /// active group, the log or the cache): like [`Volume::commit`], but
+    /// files held for replacement keep their old records on disk.
+    fn commit_for_room(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        self.commit_locked(&mut c, WriteBack::AllButHeld)
+    }
+
+    /// The periodic commit: like [`Volume::commit_for_room`], except that
+    /// the delayed tails of files written less than `data_expire` ago may
+    /// wait (their inodes record the size their written data reaches).
     fn commit_periodic(&self) -> Result<()> {
         let mut c = lock(&self.commit);
+        let before = self.expire_before();
+        self.commit_locked(&mut c, WriteBack::Expired(before))
+    }
+
+    /// Data first dirtied before this is old enough to be written by a
+    /// periodic commit; a replacement held since before it is released.
+    fn expire_before(&self) -> Timestamp {
         let now = self.now();
         let expire = i64::try_from(self.options.data_expire.as_secs()).unwrap_or(i64::MAX);
-        let before = Timestamp::new(now.sec.saturating_sub(expire), now.nsec);
-        self.commit_locked(&mut c, WriteBack::Expired(before))
+        Timestamp::new(now.sec.saturating_sub(expire), now.nsec)
     }
 
     fn commit_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
@@ -386,16 +402,35 @@ impl Volume {
     /// commit group. Returns it, and whether dirty data is left over.
     fn seal_step(&self, fs: &mut Fs, id: u64, mode: WriteBack) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
         let mut more = false;
-        let dirty = fs.pages.dirty_files();
+        // Files held for replacement that this commit lets go are released
+        // first, so that their new contents go with it; the others are
+        // written as they were before their truncation, data and all left
+        // for later.
+        let hold = match mode {
+            WriteBack::All => HoldPolicy::ReleaseAll,
+            WriteBack::AllButHeld => HoldPolicy::Keep { expire_before: self.expire_before() },
+            WriteBack::Expired(before) => HoldPolicy::Keep { expire_before: before },
+        };
+        let mut substitutes = match fs.settle_replacements(hold) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(&e);
+                return Err(e);
+            }
+        };
+        let dirty: Vec<InodeNo> = fs.pages.dirty_files().into_iter().filter(|i| !substitutes.contains_key(i)).collect();
         // Every capped inode's cap is known before any is sealed: a group
         // cut short below still carries the inodes of files it did not reach.
-        let mut caps = HashMap::new();
         let mut tails = HashMap::new();
         for &ino in &dirty {
             match fs.delayed_cap(ino, mode) {
                 Ok(Some((tail, cap))) => {
                     tails.insert(ino, tail);
-                    caps.insert(ino, cap);
+                    if let Some(rec) = fs.log.cache.peek_inode(ino)
+                        && rec.size > cap
+                    {
+                        substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
+                    }
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -419,16 +454,16 @@ impl Volume {
         }
         fs.pages.forget_clean();
         let data = fs.pages.take_queued(id);
-        let sealed = match fs.log.seal_capped(data, &caps, self.now()) {
+        let sealed = match fs.log.seal_substituted(data, &substitutes, self.now()) {
             Ok(s) => s,
             Err(e) => {
                 self.fail(&e);
                 return Err(e);
             }
         };
-        // A capped inode stays cached until its tail is written, so that the
-        // shorter record on disk never replaces it.
-        fs.log.cache.set_pinned(caps.into_keys().collect());
+        // A capped or held inode stays cached until its new record is
+        // written, so that the one on disk never replaces it.
+        fs.log.cache.set_pinned(substitutes.into_keys().collect());
         Ok((sealed, more))
     }
 
@@ -443,8 +478,19 @@ impl Volume {
     /// # Errors
     /// A device fails (the volume turns read-only).
     pub fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_with(WriteBack::All)
+    }
+
+    /// A checkpoint nobody asked to be durable (by log volume, or to turn
+    /// segments waiting for one into free ones): files held for
+    /// replacement stay held.
+    fn checkpoint_for_room(&self) -> Result<()> {
+        self.checkpoint_with(WriteBack::AllButHeld)
+    }
+
+    fn checkpoint_with(&self, mode: WriteBack) -> Result<()> {
         let mut c = lock(&self.commit);
-        self.commit_locked(&mut c, WriteBack::All)?;
+        self.commit_locked(&mut c, mode)?;
         if self.no_writes.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -458,7 +504,7 @@ impl Volume {
             loop {
                 c.next_id += 1;
                 let id = c.next_id;
-                let (group, more) = self.seal_step(&mut fs, id, WriteBack::All)?;
+                let (group, more) = self.seal_step(&mut fs, id, mode)?;
                 if let Some(g) = &group {
                     if let Err(e) = g.write(&self.meta, &self.data) {
                         self.fail(&e);
@@ -505,7 +551,7 @@ impl Volume {
             self.commit_periodic()?;
         }
         if since_ckpt >= self.checkpoint_interval_blocks() {
-            self.checkpoint()?;
+            self.checkpoint_for_room()?;
         }
         if self.clean_if_low()?.is_none() && lock(&self.last_change).elapsed() >= IDLE_BEFORE_CLEANING {
             self.clean_when_idle()?;

@@ -141,6 +141,10 @@ impl Volume {
         }
         self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
+            if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
+                // The record held for a replacement would undo this change.
+                fs.release_replacement(ino)?;
+            }
             let mut rec = fs.log.inode_mut(ino)?;
             let stamp_size = set.size.is_some() && set.size_stamp == Stamp::Now;
             let mut changed = stamp_size;
@@ -193,7 +197,16 @@ impl Volume {
 
     /// Sets the size of a regular file, freeing what lies beyond in steps.
     fn truncate(&self, ino: InodeNo, size: u64) -> Result<()> {
-        lock(&self.fs).pages.expire(ino);
+        {
+            let mut fs = lock(&self.fs);
+            fs.pages.expire(ino);
+            // A truncation to zero usually starts a rewrite (O_TRUNC): the
+            // old contents stay on disk until the new ones are complete.
+            if size == 0 {
+                let now = self.now();
+                fs.hold_for_replacement(ino, now)?;
+            }
+        }
         let mut first = true;
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
@@ -376,6 +389,7 @@ impl Volume {
             if fs.dir_lookup(parent, name.as_bytes())?.is_some() {
                 return Err(Error::Exists);
             }
+            fs.release_replacement(ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
             let mut rec = fs.log.inode_mut(ino)?;
@@ -413,6 +427,7 @@ impl Volume {
     /// One link of `ino` is gone: count it, and put an inode left with no
     /// links on the orphan list in the same step, so a crash cannot leak it.
     fn unlink_inode(fs: &mut Fs, ino: InodeNo, now: Timestamp) -> Result<()> {
+        fs.release_replacement(ino)?;
         let mut rec = fs.log.inode_mut(ino)?;
         rec.nlink = rec.nlink.saturating_sub(1);
         rec.ctime = now;
@@ -517,8 +532,17 @@ impl Volume {
                     _ => {}
                 }
             }
+            fs.release_replacement(src.ino)?;
             match &dst {
-                Some(d) => fs.dir_replace(new_parent, d, src.ino, src.kind)?,
+                Some(d) => {
+                    // Replace-by-rename (ext4's auto_da_alloc, made atomic):
+                    // the new file's data goes with the commit that makes
+                    // the rename durable, none of it left as a delayed tail.
+                    if src.kind == FileKind::Regular && !crate::faults::active(crate::faults::Fault::RenameBeforeData) {
+                        fs.pages.expire(src.ino);
+                    }
+                    fs.dir_replace(new_parent, d, src.ino, src.kind)?;
+                }
                 None => {
                     fs.dir_insert(new_parent, &new_name, src.ino, src.kind)?;
                 }

@@ -61,6 +61,8 @@ impl Volume {
             return self.set_acl(ino, kind, Some(value), false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
+            // The record held for a replacement would undo this change.
+            fs.release_replacement(ino)?;
             fs.xattr_set(ino, name, value, mode)?;
             fs.log.inode_mut(ino)?.ctime = now;
             Ok(())
@@ -78,6 +80,7 @@ impl Volume {
             return self.set_acl(ino, kind, None, false);
         }
         self.mutate(OpKind::Shrink, |fs, now| {
+            fs.release_replacement(ino)?;
             fs.xattr_remove(ino, name)?;
             fs.log.inode_mut(ino)?.ctime = now;
             Ok(())
@@ -105,6 +108,7 @@ impl Volume {
             if file_kind == FileKind::Symlink {
                 return Err(Error::NotSupported);
             }
+            fs.release_replacement(ino)?;
             let mut changed = false;
             let mut stored = acl.as_ref();
             match kind {

@@ -1,0 +1,90 @@
+//! `dualfs sync [MOUNTPOINT...]`: make everything written to a mounted
+//! volume durable, as `sync` does for a kernel file system.
+//!
+//! sync(2) and syncfs(2) write the kernel's cached pages to a FUSE server,
+//! but mainline Linux asks only virtiofs to make them durable (it sends
+//! FUSE_SYNCFS to nobody else), so on DualFS they end in the volume's
+//! memory, durable at its next commit. This command first has the kernel
+//! write its cached pages of the mount (syncfs), then asks the serving
+//! process, through the `dualfs.sync` control attribute, to commit and
+//! checkpoint; it returns once both devices have flushed.
+//!
+//! A user who may not write the mount's root directory (the kernel's
+//! check on the control attribute) gets an fsync of the root instead,
+//! which commits everything too, without the checkpoint.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use rustix::fs::XattrFlags;
+
+use crate::args::SyncArgs;
+use crate::umount::{find, parse_mountinfo};
+
+/// How one mount point was synced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Synced {
+    /// Committed and checkpointed.
+    Checkpoint,
+    /// Committed (the caller may not use the control attribute).
+    Commit,
+}
+
+/// Syncs the DualFS volume mounted at `root` (canonical).
+///
+/// # Errors
+/// The kernel's write-back or the volume's commit failed.
+pub fn sync_mount(root: &Path) -> Result<Synced> {
+    let dir = File::open(root).with_context(|| format!("cannot open {}", root.display()))?;
+    rustix::fs::syncfs(dir.as_fd())
+        .with_context(|| format!("writing the kernel's cached data of {} failed", root.display()))?;
+    match rustix::fs::setxattr(root, dualfs_fuse::control::SYNC, b"1", XattrFlags::empty()) {
+        Ok(()) => Ok(Synced::Checkpoint),
+        Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => {
+            dir.sync_all().with_context(|| format!("committing {} failed", root.display()))?;
+            Ok(Synced::Commit)
+        }
+        Err(e) => bail!("syncing {}: {}", root.display(), std::io::Error::from(e)),
+    }
+}
+
+/// Every DualFS mount of this mount namespace.
+fn all_mounts() -> Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
+    Ok(parse_mountinfo(&text).into_iter().filter(|e| e.fstype == "fuse.dualfs").map(|e| e.mountpoint).collect())
+}
+
+/// Runs `dualfs sync`.
+///
+/// # Errors
+/// A mount point is not DualFS, or syncing it failed.
+pub fn run(args: &SyncArgs) -> Result<()> {
+    let roots = if args.mountpoints.is_empty() {
+        all_mounts()?
+    } else {
+        let mut v = Vec::new();
+        for m in &args.mountpoints {
+            let root = std::fs::canonicalize(m).with_context(|| format!("cannot resolve {}", m.display()))?;
+            find(&root)?;
+            v.push(root);
+        }
+        v
+    };
+    for root in roots {
+        match sync_mount(&root)? {
+            Synced::Checkpoint => {
+                if args.verbose {
+                    say!("{}: committed and checkpointed", root.display());
+                }
+            }
+            Synced::Commit => say!(
+                "{}: committed (without a checkpoint: only root, the mounting user and those who may write the \
+                 mount's root directory may ask for one)",
+                root.display()
+            ),
+        }
+    }
+    Ok(())
+}

@@ -49,14 +49,6 @@ const WANTED: [InitFlags; 10] = [
     InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
 ];
 
-/// Free data space under which a file opened for writing bypasses the
-/// kernel's page cache: a cached write(2) succeeds and its ENOSPC comes
-/// only at write-back, reported at fsync or close; an uncached one gets it
-/// at once, as on a local file system. At most this much, or an eighth of
-/// the data device: about what the kernel lets a FUSE mount hold dirty
-/// (its per-device limit is 1% of the dirty memory limit).
-const NEAR_FULL_BYTES: u64 = 64 << 20;
-
 /// Entries listed per engine call in readdirplus: the attributes are read
 /// outside the directory walk, a batch at a time, so that a reply buffer
 /// that fills early wastes few look-ups.
@@ -252,21 +244,6 @@ impl DualFs {
             }
             _ => Err(Errno::NO_XATTR),
         }
-    }
-
-    /// Free data-device bytes under which the volume counts as nearly full
-    /// (see [`NEAR_FULL_BYTES`]), and the free bytes now.
-    fn space_window(&self) -> (u64, u64) {
-        let s = self.vol.statfs();
-        let bsize = u64::from(s.bsize);
-        (NEAR_FULL_BYTES.min(s.blocks * bsize / 8), s.bfree * bsize)
-    }
-
-    /// How a file opened for writing is served: through the page cache,
-    /// unless the volume is nearly full and the cache would hide ENOSPC.
-    fn write_open_flags(&self) -> FopenFlags {
-        let (window, free) = self.space_window();
-        if self.options.writeback_cache && free < window { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
     }
 
     /// Makes the kernel forget the attributes it caches of `node` when the
@@ -608,15 +585,7 @@ impl Filesystem for DualFs {
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
         let s = self.vol.statfs();
-        // Available is free less what the kernel may hold dirty and the
-        // volume has not seen yet (the near-full window): what a program
-        // can count on writing whatever is cached. `df` shows both.
-        let bavail = if self.options.writeback_cache {
-            let (window, _) = self.space_window();
-            s.bavail.saturating_sub(window / u64::from(s.bsize).max(1))
-        } else {
-            s.bavail
-        };
+        let bavail = self.available_blocks(&s);
         reply.statfs(s.blocks, s.bfree, bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 

@@ -29,6 +29,7 @@ pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
+mod space;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

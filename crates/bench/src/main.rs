@@ -17,6 +17,7 @@ use clap::Parser;
 use dualfs_engine::Volume;
 use dualfs_engine::device::tracing::{TraceDevice, TraceSink, TracingDevice};
 use dualfs_engine::device::{BlockDevice, FileDevice, MemoryDevice};
+use dualfs_engine::format::classify;
 use dualfs_engine::types::{BLOCK_BYTES, InodeNo};
 use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
 use serde_json::json;
@@ -111,8 +112,8 @@ fn run(backend: &str, a: &Args) -> Result<serde_json::Value> {
         Some(path) => {
             let sink = TraceSink::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             [
-                Arc::new(TracingDevice::new(meta, TraceDevice::Meta, "meta", sink.clone())),
-                Arc::new(TracingDevice::new(data, TraceDevice::Data, "data", sink)),
+                Arc::new(TracingDevice::new(meta, TraceDevice::Meta, "meta", sink.clone(), classify::meta_block)),
+                Arc::new(TracingDevice::new(data, TraceDevice::Data, "data", sink, classify::data_block)),
             ]
         }
         None => [meta, data],
@@ -223,7 +224,7 @@ fn device_overhead(a: &Args) -> Result<()> {
     let mut rows = Vec::new();
     for blocks in [1usize, 16, 256] {
         let plain: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(1 << 16));
-        let traced = TracingDevice::new(plain.clone(), TraceDevice::Meta, "meta", sink.clone());
+        let traced = TracingDevice::new(plain.clone(), TraceDevice::Meta, "meta", sink.clone(), classify::meta_block);
         let n = 200_000 / blocks as u64;
         // Warm both (the memory device allocates on first write).
         per_request_ns(plain.as_ref(), blocks, n)?;

@@ -6,11 +6,10 @@ use std::fmt::Write as _;
 
 use dualfs_engine::DeviceRole;
 use dualfs_engine::device::BlockDevice;
+use dualfs_engine::device::read as read_blocks;
 use dualfs_engine::format::checkpoint::Checkpoint;
 use dualfs_engine::format::superblock::CHECKPOINT_SLOTS;
 use dualfs_engine::meta_log::mount::OpenReport;
-use dualfs_engine::meta_log::read_blocks;
-use dualfs_engine::meta_log::recovery::LogEnd;
 use serde_json::{Value, json};
 
 use crate::inspect::date;
@@ -59,7 +58,8 @@ pub fn checkpoints_json(meta: &dyn BlockDevice, open: Option<&OpenReport>) -> Va
         "after": open.map(|r| json!({
             "partial_segments": r.recovery.partial_segments,
             "blocks": r.recovery.blocks_scanned,
-            "end": match &r.recovery.end { LogEnd::Clean => "clean".to_string(), LogEnd::Invalid(why) => why.clone() },
+            "end": r.recovery.end.to_string(),
+            "stop": crate::inspect::log_end_json(&r.recovery.end),
         })),
     })
 }

@@ -24,7 +24,7 @@ pub fn extents_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
         return Err(anyhow!("inode {ino} is not a regular file: only files have extents"));
     }
     let inline = vol.is_inline(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?;
-    let group_blocks = vol.with_fs(|fs| u64::from(fs.log.space.group_blocks())).max(1);
+    let group_blocks = vol.with_fs(|fs| u64::from(fs.log.space().group_blocks())).max(1);
     let mut list = Vec::new();
     let mut next = 0u64;
     let mut mapped = 0u64;

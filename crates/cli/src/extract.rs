@@ -361,11 +361,11 @@ impl Copier<'_> {
     /// is damaged) to `dest/lost+found/#INODE`. Directories are left out:
     /// their entries were reached through them, or are unreadable.
     fn salvage_unreached(&mut self, dest: &Path) {
-        let numbers = self.vol.with_fs(|fs| fs.log.ifile.inodes.len() as u64);
+        let numbers = self.vol.with_fs(|fs| fs.log.ifile().inodes.len() as u64);
         let lost: Vec<InodeNo> = (1..numbers)
             .map(InodeNo)
             .filter(|i| !self.reached.contains(i))
-            .filter(|&i| self.vol.with_fs(|fs| fs.log.ifile.inode(i)).is_some_and(|e| e.in_use()))
+            .filter(|&i| self.vol.with_fs(|fs| fs.log.ifile().inode(i)).is_some_and(|e| e.in_use()))
             .collect();
         if lost.is_empty() {
             return;

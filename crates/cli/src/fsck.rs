@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
 use dualfs_engine::check::{CheckReport, check};
-use dualfs_engine::meta_log::recovery::LogEnd;
 use serde_json::json;
 
 use crate::args::FsckArgs;
@@ -40,15 +39,13 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
         },
         "checkpoint": r.open.checkpoint,
         "roll_forward_partial_segments": r.open.recovery.partial_segments,
+        "log_end": crate::inspect::log_end_json(&r.open.recovery.end),
     })
 }
 
 fn print_text(r: &CheckReport) {
     let s = &r.stats;
-    let end = match &r.open.recovery.end {
-        LogEnd::Clean => "clean".to_string(),
-        LogEnd::Invalid(why) => why.clone(),
-    };
+    let end = &r.open.recovery.end;
     println!(
         "checkpoint {}, roll-forward of {} (log end: {end})",
         r.open.checkpoint,

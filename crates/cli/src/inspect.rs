@@ -9,7 +9,7 @@ use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::meta_log::Log;
-use dualfs_engine::meta_log::recovery::LogEnd;
+use dualfs_engine::meta_log::recovery::{LogEnd, Stop};
 use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, SegmentNo, Timestamp};
 use dualfs_engine::volume::MountOptions;
 use serde_json::{Value, json};
@@ -74,6 +74,17 @@ fn superblock_json(sb: &Superblock) -> Value {
     })
 }
 
+/// Why roll-forward stopped, for scripts: whether the end is clean, and the
+/// check each candidate place failed (its name, block and plain words).
+pub fn log_end_json(end: &LogEnd) -> Value {
+    let stop = |s: &Stop| json!({ "kind": s.name(), "block": s.block(), "why": s.to_string() });
+    json!({
+        "clean": end.is_clean(),
+        "reason": stop(&end.reason),
+        "next_segment": end.next_segment.as_ref().map(stop),
+    })
+}
+
 fn log_json(vol: &Volume) -> Value {
     let r = vol.open_report();
     let (head, durable, since) = vol.with_fs(|fs| (fs.log.head(), fs.log.durable(), fs.log.blocks_since_checkpoint()));
@@ -83,7 +94,8 @@ fn log_json(vol: &Volume) -> Value {
         "roll_forward": {
             "partial_segments": r.recovery.partial_segments,
             "blocks_scanned": r.recovery.blocks_scanned,
-            "end": match &r.recovery.end { LogEnd::Clean => "clean".to_string(), LogEnd::Invalid(why) => why.clone() },
+            "end": r.recovery.end.to_string(),
+            "stop": log_end_json(&r.recovery.end),
             "micros": r.recovery.micros,
         },
         "head": { "seq": head.seq.0, "segment": head.segment.0, "offset": head.offset, "next_segment": head.next_segment.0 },
@@ -117,13 +129,13 @@ fn summary_json(sb: &Superblock, vol: &Volume) -> Value {
 
 fn segments_json(vol: &Volume, all: bool) -> Value {
     vol.with_fs(|fs| {
-        let count = fs.log.sb.segment_count;
-        let seg_bytes = u64::from(fs.log.sb.segment_blocks) * BLOCK_BYTES;
+        let count = fs.log.superblock().segment_count;
+        let seg_bytes = u64::from(fs.log.superblock().segment_blocks) * BLOCK_BYTES;
         let mut list = Vec::new();
         let mut free = 0u32;
         let mut live_total = 0u64;
         for s in 0..count {
-            let u = fs.log.ifile.segment(SegmentNo(s));
+            let u = fs.log.ifile().segment(SegmentNo(s));
             let is_free = fs.log.segment_is_free(SegmentNo(s));
             free += u32::from(is_free);
             live_total += u64::from(u.live_bytes);
@@ -157,10 +169,10 @@ const HISTOGRAM_BUCKETS: usize = 10;
 /// list: many nearly empty segments mean cleaning is cheap; most of them
 /// nearly full means it is not worth it.
 fn histogram_json(log: &Log) -> Value {
-    let seg_bytes = (f64::from(log.sb.segment_blocks) * BLOCK_BYTES as f64).max(1.0);
+    let seg_bytes = (f64::from(log.superblock().segment_blocks) * BLOCK_BYTES as f64).max(1.0);
     let mut counts = [0u64; HISTOGRAM_BUCKETS];
-    for s in (0..log.sb.segment_count).map(SegmentNo).filter(|&s| !log.segment_is_free(s)) {
-        let u = (f64::from(log.ifile.segment(s).live_bytes) / seg_bytes).clamp(0.0, 1.0);
+    for s in (0..log.superblock().segment_count).map(SegmentNo).filter(|&s| !log.segment_is_free(s)) {
+        let u = (f64::from(log.ifile().segment(s).live_bytes) / seg_bytes).clamp(0.0, 1.0);
         counts[((u * HISTOGRAM_BUCKETS as f64) as usize).min(HISTOGRAM_BUCKETS - 1)] += 1;
     }
     let step = 100 / HISTOGRAM_BUCKETS;
@@ -175,11 +187,11 @@ fn histogram_json(log: &Log) -> Value {
 
 fn groups_json(vol: &Volume) -> Value {
     vol.with_fs(|fs| {
-        let total = fs.log.space.total_blocks();
-        let per = u64::from(fs.log.space.group_blocks());
+        let total = fs.log.space().total_blocks();
+        let per = u64::from(fs.log.space().group_blocks());
         let list: Vec<Value> = fs
             .log
-            .space
+            .space()
             .groups
             .entries()
             .iter()
@@ -241,7 +253,7 @@ fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
         v["inline"] = json!(vol.is_inline(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?);
     }
     // Where its record is on the meta-data device (to find it with dd).
-    if let Some(entry) = vol.with_fs(|fs| fs.log.ifile.inode(ino)) {
+    if let Some(entry) = vol.with_fs(|fs| fs.log.ifile().inode(ino)) {
         v["record_block"] = json!(entry.address.0);
     }
     if a.kind == FileKind::Symlink {

@@ -108,10 +108,11 @@ fn df_reports_the_data_device_and_inodes_that_grow_with_the_inode_map() {
     v.umount();
 }
 
-/// Found through this test: see `a_full_meta_data_device_is_emptied_by_deletes`
-/// in crates/engine/tests/meta_device_full.rs for the mechanism.
+/// Through the mount, what `a_full_meta_data_device_is_emptied_by_deletes`
+/// (crates/engine/tests/meta_device_full.rs) shows of the engine: a log
+/// filled by small files says ENOSPC, and deletes empty it again (the
+/// releasing operations' layer of the log reserve, DESIGN.md "Full devices").
 #[test]
-#[ignore = "engine bug (meta_log reserve): after ENOSPC on the meta-data device, unlink gets ENOSPC and the volume turns read-only"]
 fn a_full_meta_data_device_says_enospc_and_recovers_after_deletes() {
     let Some(mut v) = TestVolume::create("64M") else {
         return;

@@ -116,8 +116,8 @@ sync .
     // The kernel may cache attributes for a second (the TTL): let the
     // block counts settle after write-back, then compare across a remount.
     std::thread::sleep(Duration::from_millis(1100));
-    // Times of what no write(2) touched last (see the ignored test below
-    // for those that were).
+    // Times of what no write(2) touched last (the tests below compare
+    // those that were).
     let timed = ". a a/b c c/f1 c/soft c/pipe c/null";
     let before = (stat_listing(&v.mnt), time_listing(&v.mnt, timed));
     v.remount();

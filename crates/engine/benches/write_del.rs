@@ -113,8 +113,8 @@ fn run(name: &'static str, meta_mib: u64, forced: bool, rounds: usize, tree: &Tr
     stop.store(true, Ordering::Relaxed);
     flusher.join().expect("flusher");
     let (meta_bytes, cleaned) =
-        vol.with_fs(|fs| (fs.log.stats.meta_blocks_written * 4096, fs.log.stats.cleaner.segments_freed));
-    let detail = vol.with_fs(|fs| format!("{:?}, {} checkpoints", fs.log.stats.cleaner, fs.log.stats.checkpoints));
+        vol.with_fs(|fs| (fs.log.stats().meta_blocks_written * 4096, fs.log.stats().cleaner.segments_freed));
+    let detail = vol.with_fs(|fs| format!("{:?}, {} checkpoints", fs.log.stats().cleaner, fs.log.stats().checkpoints));
     eprintln!("{name}: {detail}");
     match Arc::try_unwrap(vol) {
         Ok(v) => v.close().expect("close"),

@@ -9,7 +9,7 @@
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::ifile::{GroupDesc, TableId};
-use crate::ifile::{Table, TableAccess};
+use crate::table::{Table, TableAccess};
 use crate::types::{DataBlock, GroupNo, Seq};
 
 /// Longest extent handed out at once.

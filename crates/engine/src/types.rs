@@ -5,6 +5,7 @@
 //! system makes a whole class of mix-ups a compile error.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Size of every block on both devices, in bytes.
 pub const BLOCK_SIZE: usize = 4096;
@@ -101,7 +102,31 @@ impl Timestamp {
     /// The current wall-clock time.
     #[must_use]
     pub fn now() -> Timestamp {
-        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Timestamp::from(SystemTime::now())
+    }
+
+    /// The same instant as a `SystemTime`, saturating at the ends of
+    /// `SystemTime` (to the epoch, where it cannot go).
+    #[must_use]
+    pub fn to_system_time(self) -> SystemTime {
+        let nanos = Duration::from_nanos(u64::from(self.nsec));
+        let whole = Duration::from_secs(self.sec.unsigned_abs());
+        // `sec` may be negative; `nsec` always counts forwards from it.
+        let base = if self.sec >= 0 { UNIX_EPOCH.checked_add(whole) } else { UNIX_EPOCH.checked_sub(whole) };
+        base.and_then(|s| s.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
+    }
+
+    /// Nanoseconds since the epoch, saturating.
+    #[must_use]
+    pub fn as_nanos(self) -> i128 {
+        i128::from(self.sec) * 1_000_000_000 + i128::from(self.nsec)
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    /// Saturates past the ends of `i64` seconds.
+    fn from(t: SystemTime) -> Timestamp {
+        match t.duration_since(UNIX_EPOCH) {
             Ok(d) => Timestamp::new(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
             Err(e) => {
                 let d = e.duration();
@@ -113,12 +138,6 @@ impl Timestamp {
                 }
             }
         }
-    }
-
-    /// Nanoseconds since the epoch, saturating.
-    #[must_use]
-    pub fn as_nanos(self) -> i128 {
-        i128::from(self.sec) * 1_000_000_000 + i128::from(self.nsec)
     }
 }
 
@@ -204,6 +223,14 @@ impl FileKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_round_trip_through_system_time_on_both_sides_of_the_epoch() {
+        for (sec, nsec) in [(0, 0), (1_700_000_000, 123_456_789), (-1, 999_999_999), (-1, 0), (-86_400 * 365, 5)] {
+            let t = Timestamp { sec, nsec };
+            assert_eq!(Timestamp::from(t.to_system_time()), t, "{sec}.{nsec}");
+        }
+    }
 
     #[test]
     fn file_kind_codes_round_trip() {

@@ -46,9 +46,9 @@ fn value(seed: u64, len: usize) -> Vec<u8> {
 
 fn live_fraction(v: &Volume) -> f64 {
     v.with_fs(|fs| {
-        let n = fs.log.sb.segment_count;
+        let n = fs.log.superblock().segment_count;
         let live: u64 = (0..n).map(|s| fs.log.segment_live_bytes(dualfs_engine::types::SegmentNo(s))).sum();
-        live as f64 / (f64::from(n) * f64::from(fs.log.sb.segment_blocks) * 4096.0)
+        live as f64 / (f64::from(n) * f64::from(fs.log.superblock().segment_blocks) * 4096.0)
     })
 }
 
@@ -64,7 +64,7 @@ fn churn_of_twenty_times_the_device_never_runs_out_of_space() {
     let target_files = 3000;
     let mut max_live: f64 = 0.0;
     let mut ops = 0u64;
-    while v.with_fs(|fs| fs.log.stats.meta_blocks_written) < 20 * META_BLOCKS {
+    while v.with_fs(|fs| fs.log.stats().meta_blocks_written) < 20 * META_BLOCKS {
         ops += 1;
         let r = rng.below(100);
         if files.len() < target_files || r < 30 {

@@ -31,8 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
-use dualfs_engine::meta_log::cleaner::Policy;
-use dualfs_engine::volume::{CleanReport, CleanRequest};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Policy};
 use fuser::Errno;
 use serde_json::{Value, json};
 
@@ -152,12 +151,12 @@ impl fmt::Display for CleanOrder {
 #[must_use]
 pub fn report_json(r: &CleanReport) -> Value {
     json!({
-        "segments_read": r.segments_read,
-        "descriptor_blocks_read": r.blocks_read,
-        "nodes_moved": r.nodes_moved,
-        "inodes_moved": r.inodes_moved,
-        "ifile_blocks_moved": r.ifile_blocks_moved,
-        "segments_freed": r.segments_freed,
+        "segments_read": r.cleaner.segments_read,
+        "descriptor_blocks_read": r.cleaner.blocks_read,
+        "nodes_moved": r.cleaner.nodes_moved,
+        "inodes_moved": r.cleaner.inodes_moved,
+        "ifile_blocks_moved": r.cleaner.ifile_blocks_moved,
+        "segments_freed": r.cleaner.segments_freed,
         "bytes_written": r.blocks_written * dualfs_engine::types::BLOCK_BYTES,
         "micros": r.micros,
     })
@@ -275,7 +274,11 @@ impl Control {
             s.stopped = stop.load(Ordering::Relaxed);
             match r {
                 Ok(report) => {
-                    log::info!("cleaned {} segments, freed {}", report.segments_read, report.segments_freed);
+                    log::info!(
+                        "cleaned {} segments, freed {}",
+                        report.cleaner.segments_read,
+                        report.cleaner.segments_freed
+                    );
                     s.report = report;
                 }
                 Err(e) => {

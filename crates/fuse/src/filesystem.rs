@@ -8,9 +8,8 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use dualfs_engine::Error;
-use dualfs_engine::namespace::acl::AclKind;
 use dualfs_engine::types::InodeNo;
-use dualfs_engine::volume::{Attr, Creds, Listing, SetAttr, Stamp};
+use dualfs_engine::volume::{AclKind, Attr, Creds, Listing, SetAttr, Stamp};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,

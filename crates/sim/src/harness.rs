@@ -9,12 +9,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
-use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{FileKind, InodeNo};
-use dualfs_engine::volume::{Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr};
+use dualfs_engine::volume::{Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};
+use crate::workload::{FIXED_NOW, fixed_clock};
+
+/// The identity every harness volume is formatted with.
+pub const IDENTITY_SEED: u64 = 0x5EED_0FD0_A1F5;
 
 /// One operation, with selectors instead of paths.
 #[derive(Clone, Debug)]
@@ -102,9 +105,18 @@ impl Harness {
     pub fn with_inline_max(meta_blocks: u64, data_blocks: u64, options: MountOptions, inline_max: u32) -> Harness {
         let meta = Arc::new(MemoryDevice::new(meta_blocks));
         let data = Arc::new(MemoryDevice::new(data_blocks));
-        let mkfs = MkfsOptions { segment_blocks: 128, group_blocks: 4096, inline_max, ..MkfsOptions::default() };
+        // A fixed identity (UUIDs, name-hash key) and clock: the same
+        // operations build the same volume, so a failing case replays.
+        let mkfs = MkfsOptions {
+            segment_blocks: 128,
+            group_blocks: 4096,
+            inline_max,
+            now: FIXED_NOW,
+            identity_seed: Some(IDENTITY_SEED),
+            ..MkfsOptions::default()
+        };
         Volume::format(meta.clone(), data.clone(), &mkfs).expect("mkfs");
-        let vol = Volume::open(meta.clone(), data.clone(), options).expect("mount");
+        let vol = Volume::open_with_clock(meta.clone(), data.clone(), options, fixed_clock()).expect("mount");
         Harness { meta, data, vol: Some(vol), model: Model::default(), held: Vec::new(), options }
     }
 
@@ -287,7 +299,7 @@ impl Harness {
                 let v = self.vol.take().expect("mounted");
                 v.close().map_err(|e| format!("close: {e}"))?;
                 self.vol = Some(
-                    Volume::open(self.meta.clone(), self.data.clone(), self.options)
+                    Volume::open_with_clock(self.meta.clone(), self.data.clone(), self.options, fixed_clock())
                         .map_err(|e| format!("reopen: {e}"))?,
                 );
                 return Ok(());
@@ -298,7 +310,7 @@ impl Harness {
                 v.commit().map_err(|e| format!("commit: {e}"))?;
                 drop(v);
                 self.vol = Some(
-                    Volume::open(self.meta.clone(), self.data.clone(), self.options)
+                    Volume::open_with_clock(self.meta.clone(), self.data.clone(), self.options, fixed_clock())
                         .map_err(|e| format!("recovery: {e}"))?,
                 );
                 return Ok(());

@@ -6,6 +6,7 @@
 //! docs/TESTING.md says how to run the explorer and replay a failure.
 
 pub mod crash;
+pub mod decode;
 pub mod explorer;
 pub mod harness;
 pub mod image;

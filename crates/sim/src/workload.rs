@@ -11,10 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dualfs_engine::meta_log::cleaner::Policy;
-use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{InodeNo, Timestamp};
-use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, SetAttr};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, Policy, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};
@@ -141,10 +139,13 @@ pub fn tagged(step: u64, offset: u64, len: usize) -> Vec<u8> {
     (0..len as u64).map(|i| tag(step, offset + i)).collect()
 }
 
-/// The clock of every test volume: fixed, so that runs are byte-identical.
+/// The time of every test volume: fixed, so that runs are byte-identical.
+pub const FIXED_NOW: Timestamp = Timestamp { sec: 1_700_000_000, nsec: 0 };
+
+/// The clock of every test volume: [`FIXED_NOW`], for stamps and intervals.
 #[must_use]
 pub fn fixed_clock() -> dualfs_engine::volume::Clock {
-    Arc::new(|| Timestamp { sec: 1_700_000_000, nsec: 0 })
+    Arc::new(|| FIXED_NOW)
 }
 
 /// A file the engine held for replacement: truncated to zero at step

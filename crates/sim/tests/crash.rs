@@ -141,9 +141,9 @@ fn the_cleaning_workload_moves_live_data() {
     for (i, s) in steps.enumerate() {
         r.run(i + 1, &s).unwrap();
     }
-    let moved = r.cleaned.nodes_moved + r.cleaned.inodes_moved;
+    let moved = r.cleaned.cleaner.nodes_moved + r.cleaned.cleaner.inodes_moved;
     assert!(moved >= 40, "the clean steps moved only {moved} objects: {:?}", r.cleaned);
-    assert!(r.cleaned.segments_freed >= 2, "{:?}", r.cleaned);
+    assert!(r.cleaned.cleaner.segments_freed >= 2, "{:?}", r.cleaned);
 }
 
 /// With `data_expire=0` every commit carries every written byte, and the

@@ -13,10 +13,9 @@ use std::sync::{Arc, OnceLock};
 
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
-use dualfs_engine::format::{block, checkpoint, checksum, descriptor, ifile, inode_block, node, superblock};
-use dualfs_engine::meta_log::recovery::LogEnd;
 use dualfs_engine::types::{BLOCK_SIZE, MetaBlock};
 use dualfs_sim::crash::{Choice, StateSpec};
+use dualfs_sim::decode;
 use dualfs_sim::explorer::{Config, Explorer};
 use dualfs_sim::image::{Block, Image, OverlayDevice};
 use dualfs_sim::tree::Tree;
@@ -92,8 +91,8 @@ fn judge(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Outcome {
     if let Some(why) = &r.fell_back {
         return Outcome::Named(format!("mount fell back: {why}"));
     }
-    if let LogEnd::Invalid(why) = &r.recovery.end {
-        return Outcome::Named(format!("mount: log ends early: {why}"));
+    if !r.recovery.end.is_clean() {
+        return Outcome::Named(format!("mount: log ends early: {}", r.recovery.end));
     }
     if let Some(p) = fsck {
         return Outcome::Named(format!("fsck: {p}"));
@@ -232,35 +231,7 @@ proptest! {
         for (at, v) in &muts {
             x[*at] = *v;
         }
-        let r = catch_unwind(AssertUnwindSafe(|| decode_everything(*no, &mut x)));
+        let r = catch_unwind(AssertUnwindSafe(|| decode::decode_everything(&x, MetaBlock(*no))));
         prop_assert!(r.is_ok(), "a decoder panicked on block {no} with {muts:?}");
     }
-}
-
-/// Runs every decoder that could read block `no`'s bytes, after sealing the
-/// checksums its header and kind carry.
-fn decode_everything(no: u64, x: &mut [u8; BLOCK_SIZE]) {
-    let _ = superblock::Superblock::decode(&x[..]);
-    let mut sealed = *x;
-    checksum::seal(&mut sealed, 4);
-    let _ = superblock::Superblock::decode(&sealed[..]);
-    let _ = checkpoint::Checkpoint::decode(&sealed[..]);
-    let Ok((h, payload)) = block::open_block(&sealed[..], MetaBlock(no), vol_id(&sealed[..])) else { return };
-    let mut p = payload.to_vec();
-    let _ = inode_block::decode_all(&p);
-    let _ = node::Node::decode(&p, h.aux);
-    let _ = ifile::IndexBlock::decode(&p);
-    let _ = descriptor::Descriptor::peek(&p);
-    let _ = descriptor::Descriptor::decode(&[&p], 128);
-    // The descriptor's own checksum over its stream, sealed again.
-    if p.len() >= 8 {
-        let len = (u32::from_le_bytes(p[4..8].try_into().unwrap_or([0; 4])) as usize).min(p.len() - 8);
-        let crc = checksum::crc32c(&p[8..8 + len]);
-        p[..4].copy_from_slice(&crc.to_le_bytes());
-        let _ = descriptor::Descriptor::decode(&[&p], 128);
-    }
-}
-
-fn vol_id(b: &[u8]) -> u64 {
-    u64::from_le_bytes(b[16..24].try_into().unwrap_or([0; 8]))
 }

@@ -22,6 +22,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::device::tracing::{TRACE_HEADER, TraceDevice, TraceRecord, TraceSink, TracingDevice};
+use dualfs_engine::format::classify;
 
 /// Arguments of `dualfs trace`.
 #[derive(Args, Debug)]
@@ -136,8 +137,14 @@ pub fn wrap(
     data_name: &Path,
 ) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>)> {
     let sink = TraceSink::create(path).with_context(|| format!("cannot create trace file {}", path.display()))?;
-    let m = TracingDevice::new(meta, TraceDevice::Meta, &meta_name.display().to_string(), sink.clone());
-    let d = TracingDevice::new(data, TraceDevice::Data, &data_name.display().to_string(), sink);
+    let m = TracingDevice::new(
+        meta,
+        TraceDevice::Meta,
+        &meta_name.display().to_string(),
+        sink.clone(),
+        classify::meta_block,
+    );
+    let d = TracingDevice::new(data, TraceDevice::Data, &data_name.display().to_string(), sink, classify::data_block);
     Ok((Arc::new(m), Arc::new(d)))
 }
 

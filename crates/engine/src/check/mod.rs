@@ -7,6 +7,7 @@
 //! engine's caches: every inode block, every node, every directory, extent
 //! map and xattr set, and the result is compared with the IFile.
 
+pub mod tree;
 mod walk;
 
 use std::collections::HashMap;

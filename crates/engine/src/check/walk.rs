@@ -5,18 +5,15 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::{CheckStats, Loaded, Problem};
+use super::{CheckStats, Loaded, Problem, tree};
 use crate::error::{Error, Result};
 use crate::format::block::{self, BlockKind};
 use crate::format::codec::Reader;
-use crate::format::ifile::IMAP_ORPHAN;
 use crate::format::inode::{Body, Extent, InodeRecord, TreeRoot, Xattrs};
 use crate::format::inode_block;
-use crate::format::node::{Node, TreeKind};
+use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
+use crate::format::node::{Node, NodeSource, TreeKind};
 use crate::meta_log::{Log, Object};
-use crate::namespace::FileName;
-use crate::namespace::btree::{self, NodeSource};
-use crate::namespace::name::{COLLISION_SLOTS, hash_position};
 use crate::types::{BLOCK_BYTES, DataBlock, FileKind, InodeNo, MetaBlock, NodeId};
 
 fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, message: impl Into<String>) -> Problem {
@@ -27,8 +24,8 @@ fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, me
 pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
     let mut loaded = Loaded::default();
     let mut by_block: HashMap<MetaBlock, Vec<InodeNo>> = HashMap::new();
-    for i in 1..log.ifile.inodes.len() as u64 {
-        let e = log.ifile.inodes.get(i as usize);
+    for i in 1..log.ifile().inodes.len() as u64 {
+        let e = log.ifile().inodes.get(i as usize);
         if !e.in_use() {
             continue;
         }
@@ -54,7 +51,7 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             }
         };
         for ino in inos {
-            let e = log.ifile.inodes.get(ino.0 as usize);
+            let e = log.ifile().inodes.get(ino.0 as usize);
             match records.iter().find(|r| r.ino == ino) {
                 None => {
                     problems.push(problem("inode map", Some(ino), Some(at.0), "points at a block without the inode"))
@@ -81,8 +78,8 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             }
         }
     }
-    for id in 1..log.ifile.nodes.len() as u64 {
-        let at = log.ifile.node_address(NodeId(id));
+    for id in 1..log.ifile().nodes.len() as u64 {
+        let at = log.ifile().node_address(NodeId(id));
         if at.0 == 0 {
             continue;
         }
@@ -171,7 +168,7 @@ impl Walk<'_> {
     /// Checks a tree and returns its entries (empty on failure, with a problem).
     fn tree(&mut self, ino: InodeNo, t: &TreeRoot, kind: TreeKind, what: &'static str) -> Vec<(u64, Vec<u8>)> {
         let mut seen = Vec::new();
-        let res = btree::check(&mut Source { loaded: self.loaded }, Some(t.root), kind, &mut |id| seen.push(id));
+        let res = tree::check(&mut Source { loaded: self.loaded }, Some(t.root), kind, &mut |id| seen.push(id));
         for id in seen {
             self.claim(id, ino);
         }
@@ -246,7 +243,7 @@ impl Walk<'_> {
                 .collect(),
             _ => Vec::new(),
         };
-        let data_blocks = self.log.sb.data_blocks;
+        let data_blocks = self.log.superblock().data_blocks;
         let eof_block = rec.size.div_ceil(BLOCK_BYTES);
         let mut total = 0u64;
         for (i, e) in list.iter().enumerate() {
@@ -339,14 +336,49 @@ impl Walk<'_> {
     }
 }
 
-/// Reachability, link counts, directories, per-inode structure, node ownership.
+/// Reachability, directory entries, link counts, per-inode structure, node
+/// ownership.
 pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, stats: &mut CheckStats) {
     let mut w = Walk { log, loaded, problems, node_owner: HashMap::new(), extents: Vec::new() };
-    let mut links: HashMap<InodeNo, u32> = HashMap::new();
-    let mut subdirs: HashMap<InodeNo, u32> = HashMap::new();
-    let mut reached: HashSet<InodeNo> = HashSet::new();
+    let Some(names) = reachability(&mut w, stats) else { return };
+    let mut inos: Vec<&InodeNo> = loaded.inodes.keys().collect();
+    inos.sort_unstable();
+    for &ino in inos {
+        let rec = &loaded.inodes[&ino];
+        let orphan = log.is_orphan(ino);
+        stats.inodes += 1;
+        stats.orphans += u64::from(orphan);
+        link_count(&mut w, &names, ino, rec, orphan);
+        inode_body(&mut w, stats, ino, rec, orphan);
+        w.xattrs(ino, rec);
+    }
+    let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
+    leaked.sort_unstable();
+    for id in leaked {
+        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
+    }
+    stats.nodes = loaded.nodes.len() as u64;
+    let extents = std::mem::take(&mut w.extents);
+    check_extents_disjoint(extents, w.problems);
+}
+
+/// What the walk from the root found: who is reached, and by how many names.
+#[derive(Default)]
+struct Names {
+    /// Inodes some directory reachable from the root names.
+    reached: HashSet<InodeNo>,
+    /// Names of each non-directory.
+    links: HashMap<InodeNo, u32>,
+    /// Subdirectories of each directory.
+    subdirs: HashMap<InodeNo, u32>,
+}
+
+/// Walks the tree from the root, breadth first: every directory has one
+/// name and its `..` says where that is. `None` when there is no root
+/// directory to walk from.
+fn reachability(w: &mut Walk<'_>, stats: &mut CheckStats) -> Option<Names> {
     let root = InodeNo::ROOT;
-    match loaded.inodes.get(&root) {
+    match w.loaded.inodes.get(&root) {
         Some(r) if FileKind::from_mode(r.mode) == Some(FileKind::Directory) => {
             if r.parent != root {
                 w.problems.push(problem("directory", Some(root), None, "the root's parent is not itself"));
@@ -354,82 +386,21 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
         }
         _ => {
             w.problems.push(problem("inode", Some(root), None, "the root directory is missing or not a directory"));
-            return;
+            return None;
         }
     }
+    let mut names = Names::default();
     let mut queue = VecDeque::from([root]);
-    reached.insert(root);
+    names.reached.insert(root);
     while let Some(dir) = queue.pop_front() {
-        let Some(rec) = loaded.inodes.get(&dir) else {
+        let Some(rec) = w.loaded.inodes.get(&dir) else {
             continue;
         };
-        let entries = match &rec.body {
-            Body::Empty => Vec::new(),
-            Body::Entries(e) => {
-                if e.is_empty() || crate::format::inode::inline_entries_len(e) > log.sb.inline_max as usize {
-                    w.problems.push(problem(
-                        "directory",
-                        Some(dir),
-                        None,
-                        "inline entries empty or beyond the inline limit",
-                    ));
-                }
-                e.clone()
-            }
-            Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
-            _ => {
-                w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
-                Vec::new()
-            }
-        };
-        let mut names = HashSet::new();
-        for (pos, v) in entries {
-            stats.entries += 1;
-            let mut r = Reader::new(&v);
-            let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
-                w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
-                continue;
-            };
-            let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
-            let ino = InodeNo(ino);
-            let shown = String::from_utf8_lossy(&name).into_owned();
-            if FileName::new(&name).is_err() {
-                w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
-            }
-            let base = hash_position(&log.sb.hash_key, &name);
-            if !(base..base + COLLISION_SLOTS).contains(&pos) {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} sits at a position its hash does not give"),
-                ));
-            }
-            if !names.insert(name.clone()) {
-                w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
-            }
-            let Some(target) = loaded.inodes.get(&ino) else {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} names inode {ino}, which is not in use"),
-                ));
-                continue;
-            };
-            let kind = FileKind::from_mode(target.mode);
-            if kind.map(FileKind::dirent_type) != Some(t) {
-                w.problems.push(problem(
-                    "directory",
-                    Some(dir),
-                    None,
-                    format!("{shown:?} has type {t} but inode {ino} is {kind:?}"),
-                ));
-            }
-            *links.entry(ino).or_default() += 1;
+        for (ino, kind, target) in directory_entries(w, stats, dir, rec) {
+            *names.links.entry(ino).or_default() += 1;
             if kind == Some(FileKind::Directory) {
-                *subdirs.entry(dir).or_default() += 1;
-                if !reached.insert(ino) {
+                *names.subdirs.entry(dir).or_default() += 1;
+                if !names.reached.insert(ino) {
                     w.problems.push(problem("directory", Some(ino), None, "directory has more than one name"));
                     continue;
                 }
@@ -443,109 +414,170 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
                 }
                 queue.push_back(ino);
             } else {
-                reached.insert(ino);
+                names.reached.insert(ino);
             }
         }
     }
+    Some(names)
+}
 
-    let mut inos: Vec<&InodeNo> = loaded.inodes.keys().collect();
-    inos.sort_unstable();
-    for &ino in inos {
-        let rec = &loaded.inodes[&ino];
-        let orphan = log.ifile.inode(ino).is_some_and(|e| e.flags & IMAP_ORPHAN != 0);
-        stats.inodes += 1;
-        stats.orphans += u64::from(orphan);
-        let kind = FileKind::from_mode(rec.mode);
-        let pending_free = orphan && rec.nlink == 0;
-        if !reached.contains(&ino) && !pending_free {
+/// The entries of directory `dir`, each checked: well formed, a valid name
+/// at the position its hash gives, named once, naming an inode in use of
+/// the type the entry says. Returns the entries that name an inode in use,
+/// with its kind and record.
+fn directory_entries<'a>(
+    w: &mut Walk<'a>,
+    stats: &mut CheckStats,
+    dir: InodeNo,
+    rec: &InodeRecord,
+) -> Vec<(InodeNo, Option<FileKind>, &'a InodeRecord)> {
+    let entries = match &rec.body {
+        Body::Empty => Vec::new(),
+        Body::Entries(e) => {
+            if e.is_empty() || crate::format::inode::inline_entries_len(e) > w.log.superblock().inline_max as usize {
+                w.problems.push(problem(
+                    "directory",
+                    Some(dir),
+                    None,
+                    "inline entries empty or beyond the inline limit",
+                ));
+            }
+            e.clone()
+        }
+        Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
+        _ => {
+            w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
+            Vec::new()
+        }
+    };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (pos, v) in entries {
+        stats.entries += 1;
+        let mut r = Reader::new(&v);
+        let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
+            w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
+            continue;
+        };
+        let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
+        let ino = InodeNo(ino);
+        let shown = String::from_utf8_lossy(&name).into_owned();
+        if FileName::new(&name).is_err() {
+            w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
+        }
+        let base = hash_position(&w.log.superblock().hash_key, &name);
+        if !(base..base + COLLISION_SLOTS).contains(&pos) {
+            w.problems.push(problem(
+                "directory",
+                Some(dir),
+                None,
+                format!("{shown:?} sits at a position its hash does not give"),
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
+        }
+        let Some(target) = w.loaded.inodes.get(&ino) else {
+            w.problems.push(problem(
+                "directory",
+                Some(dir),
+                None,
+                format!("{shown:?} names inode {ino}, which is not in use"),
+            ));
+            continue;
+        };
+        let kind = FileKind::from_mode(target.mode);
+        if kind.map(FileKind::dirent_type) != Some(t) {
+            w.problems.push(problem(
+                "directory",
+                Some(dir),
+                None,
+                format!("{shown:?} has type {t} but inode {ino} is {kind:?}"),
+            ));
+        }
+        out.push((ino, kind, target));
+    }
+    out
+}
+
+/// An inode in use is reached from the root (unless it waits on the orphan
+/// list to be freed), and its link count is the number of its names (for a
+/// directory: 2 plus its subdirectories).
+fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, orphan: bool) {
+    let reached = names.reached.contains(&ino);
+    let pending_free = orphan && rec.nlink == 0;
+    if !reached && !pending_free {
+        w.problems.push(problem(
+            "inode",
+            Some(ino),
+            None,
+            format!("in use (nlink {}) but not reachable from the root", rec.nlink),
+        ));
+    }
+    if pending_free && reached {
+        w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
+    }
+    if FileKind::from_mode(rec.mode) == Some(FileKind::Directory) {
+        let want = if reached { 2 + names.subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
+        if rec.nlink != want {
             w.problems.push(problem(
                 "inode",
                 Some(ino),
                 None,
-                format!("in use (nlink {}) but not reachable from the root", rec.nlink),
+                format!("directory link count {} but {want} expected", rec.nlink),
             ));
         }
-        if orphan && rec.nlink == 0 && reached.contains(&ino) {
-            w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
+    } else {
+        let want = names.links.get(&ino).copied().unwrap_or(0);
+        if rec.nlink != want {
+            w.problems.push(problem("inode", Some(ino), None, format!("link count {} but {want} names", rec.nlink)));
         }
-        match kind {
-            Some(FileKind::Directory) => {
-                stats.directories += 1;
-                let want = if reached.contains(&ino) { 2 + subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
-                if rec.nlink != want {
-                    w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        format!("directory link count {} but {want} expected", rec.nlink),
-                    ));
-                }
-            }
-            _ => {
-                let want = links.get(&ino).copied().unwrap_or(0);
-                if rec.nlink != want {
-                    w.problems.push(problem(
-                        "inode",
-                        Some(ino),
-                        None,
-                        format!("link count {} but {want} names", rec.nlink),
-                    ));
-                }
-            }
-        }
-        match kind {
-            Some(FileKind::Regular) => {
-                stats.files += 1;
-                match &rec.body {
-                    Body::Inline(d) => {
-                        stats.inline_files += 1;
-                        if d.len() as u64 != rec.size || rec.size > u64::from(log.sb.inline_max) {
-                            w.problems.push(problem(
-                                "inode",
-                                Some(ino),
-                                None,
-                                format!("inline data of {} bytes, size {}", d.len(), rec.size),
-                            ));
-                        }
-                    }
-                    Body::Empty | Body::Extents(_) | Body::Tree(_) => {
-                        stats.data_blocks += w.extents(ino, rec, orphan);
-                    }
-                    Body::Blob { .. } | Body::Entries(_) => {
-                        w.problems.push(problem("inode", Some(ino), None, "regular file with a blob or entries body"))
-                    }
-                }
-            }
-            Some(FileKind::Symlink) => {
-                stats.symlinks += 1;
-                match &rec.body {
-                    Body::Inline(t) if !t.is_empty() && t.len() as u64 == rec.size => {}
-                    Body::Blob { len, nodes } if u64::from(*len) == rec.size => {
-                        let nodes = nodes.clone();
-                        w.blob(ino, &nodes, *len, "symlink target");
-                    }
-                    _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
-                }
-            }
-            Some(FileKind::Directory) => {}
-            _ => {
-                stats.special += 1;
-                if rec.body != Body::Empty {
-                    w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
-                }
-            }
-        }
-        w.xattrs(ino, rec);
     }
+}
 
-    let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
-    leaked.sort_unstable();
-    for id in leaked {
-        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
+/// What an inode holds fits its kind: inline data or extents for a file, a
+/// target of its size for a symlink, nothing for a device, fifo or socket.
+/// (Directories' bodies are checked with their entries.)
+fn inode_body(w: &mut Walk<'_>, stats: &mut CheckStats, ino: InodeNo, rec: &InodeRecord, orphan: bool) {
+    match FileKind::from_mode(rec.mode) {
+        Some(FileKind::Regular) => {
+            stats.files += 1;
+            match &rec.body {
+                Body::Inline(d) => {
+                    stats.inline_files += 1;
+                    if d.len() as u64 != rec.size || rec.size > u64::from(w.log.superblock().inline_max) {
+                        w.problems.push(problem(
+                            "inode",
+                            Some(ino),
+                            None,
+                            format!("inline data of {} bytes, size {}", d.len(), rec.size),
+                        ));
+                    }
+                }
+                Body::Empty | Body::Extents(_) | Body::Tree(_) => {
+                    stats.data_blocks += w.extents(ino, rec, orphan);
+                }
+                Body::Blob { .. } | Body::Entries(_) => {
+                    w.problems.push(problem("inode", Some(ino), None, "regular file with a blob or entries body"))
+                }
+            }
+        }
+        Some(FileKind::Symlink) => {
+            stats.symlinks += 1;
+            match &rec.body {
+                Body::Inline(t) if !t.is_empty() && t.len() as u64 == rec.size => {}
+                Body::Blob { len, nodes } if u64::from(*len) == rec.size => w.blob(ino, nodes, *len, "symlink target"),
+                _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
+            }
+        }
+        Some(FileKind::Directory) => stats.directories += 1,
+        _ => {
+            stats.special += 1;
+            if rec.body != Body::Empty {
+                w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
+            }
+        }
     }
-    stats.nodes = loaded.nodes.len() as u64;
-    let extents = std::mem::take(&mut w.extents);
-    check_extents_disjoint(extents, w.problems);
 }
 
 /// No data block belongs to two files (or twice to one).
@@ -566,7 +598,7 @@ fn check_extents_disjoint(mut extents: Vec<(DataBlock, u32, InodeNo)>, problems:
 
 /// The bitmap, the group counts and the segment usage table against what is live.
 pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, _stats: &mut CheckStats) {
-    let total = log.sb.data_blocks;
+    let total = log.superblock().data_blocks;
     let words = total.div_ceil(64) as usize;
     let mut want = vec![0u64; words];
     let mut set = |b: u64| want[(b / 64) as usize] |= 1 << (b % 64);
@@ -575,14 +607,15 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
         let list: Vec<Extent> = match &rec.body {
             Body::Extents(v) => v.clone(),
             Body::Tree(t) => {
+                let mut entries = Vec::new();
+                tree::leaf_entries(&mut Source { loaded }, t.root, &mut entries);
                 let mut out = Vec::new();
-                let _ = btree::scan(&mut Source { loaded }, Some(t.root), 0, &mut |k, v| {
-                    let mut r = Reader::new(v);
+                for (k, v) in entries {
+                    let mut r = Reader::new(&v);
                     if let (Ok(p), Ok(n)) = (r.u64(), r.u32()) {
                         out.push(Extent { logical: k, physical: DataBlock(p), len: n, unwritten: false });
                     }
-                    true
-                });
+                }
                 if FileKind::from_mode(rec.mode) == Some(FileKind::Regular) { out } else { Vec::new() }
             }
             _ => Vec::new(),
@@ -600,7 +633,7 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
     let mut marked_used_but_free = 0u64;
     let mut first_bad = None;
     for (i, &w) in want.iter().enumerate() {
-        let have = log.space.bitmap.get(i);
+        let have = log.space().bitmap.get(i);
         if have != w {
             marked_free_but_used += u64::from((w & !have).count_ones());
             marked_used_but_free += u64::from((have & !w).count_ones());
@@ -623,12 +656,12 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
             format!("{marked_used_but_free} data blocks are marked in use but no file maps them"),
         ));
     }
-    for g in 0..log.space.groups.len() {
-        let start = g as u64 * u64::from(log.sb.group_blocks);
-        let end = (start + u64::from(log.sb.group_blocks)).min(total);
+    for g in 0..log.space().groups.len() {
+        let start = g as u64 * u64::from(log.superblock().group_blocks);
+        let end = (start + u64::from(log.superblock().group_blocks)).min(total);
         let free =
-            (start..end).filter(|&b| log.space.bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
-        let said = log.space.groups.get(g).free_blocks;
+            (start..end).filter(|&b| log.space().bitmap.get((b / 64) as usize) >> (b % 64) & 1 == 0).count() as u32;
+        let said = log.space().groups.get(g).free_blocks;
         if said != free {
             problems.push(problem(
                 "group descriptor",
@@ -640,23 +673,23 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
     }
 
     // Segment usage: 4096 bytes per live node, the record length per live inode.
-    let geometry = log.ifile.geometry();
+    let geometry = log.ifile().geometry();
     let mut live = vec![0u64; geometry.count as usize];
-    for i in 1..log.ifile.inodes.len() {
-        let e = log.ifile.inodes.get(i);
+    for i in 1..log.ifile().inodes.len() {
+        let e = log.ifile().inodes.get(i);
         if e.in_use()
             && let Some(s) = geometry.segment_of(e.address)
         {
             live[s.0 as usize] += u64::from(e.record_len);
         }
     }
-    for id in 1..log.ifile.nodes.len() as u64 {
-        if let Some(s) = geometry.segment_of(log.ifile.node_address(NodeId(id))) {
+    for id in 1..log.ifile().nodes.len() as u64 {
+        if let Some(s) = geometry.segment_of(log.ifile().node_address(NodeId(id))) {
             live[s.0 as usize] += BLOCK_BYTES;
         }
     }
     for (s, &want) in live.iter().enumerate() {
-        let have = u64::from(log.ifile.segments.get(s).live_bytes);
+        let have = u64::from(log.ifile().segments.get(s).live_bytes);
         if have != want {
             problems.push(problem(
                 "segment usage",

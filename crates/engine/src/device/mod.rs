@@ -15,6 +15,7 @@ pub use memory::MemoryDevice;
 use std::fmt;
 use std::io;
 
+use crate::error::{DeviceRole, Error, Result};
 use crate::types::BLOCK_SIZE;
 
 /// A device addressed in [`BLOCK_SIZE`] blocks.
@@ -43,6 +44,34 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     /// # Errors
     /// The operating system's error.
     fn flush(&self) -> io::Result<()>;
+}
+
+/// Reads `count` blocks of the volume's `role` device. This and [`write`]
+/// and [`flush`] are how the engine talks to its devices: an error names the
+/// device, the request and its first block.
+///
+/// # Errors
+/// The device fails.
+pub fn read(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; count * BLOCK_SIZE];
+    dev.read_blocks(first, &mut buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })?;
+    Ok(buf)
+}
+
+/// Writes whole blocks to the volume's `role` device (see [`read`]).
+///
+/// # Errors
+/// The device fails.
+pub fn write(dev: &dyn BlockDevice, role: DeviceRole, first: u64, buf: &[u8]) -> Result<()> {
+    dev.write_blocks(first, buf).map_err(|source| Error::Io { device: role, op: "write", block: first, source })
+}
+
+/// Flushes the volume's `role` device (see [`read`]).
+///
+/// # Errors
+/// The device fails.
+pub fn flush(dev: &dyn BlockDevice, role: DeviceRole) -> Result<()> {
+    dev.flush().map_err(|source| Error::Io { device: role, op: "flush", block: 0, source })
 }
 
 /// Checks that a request is block-aligned and inside a device of `count` blocks.

@@ -5,14 +5,12 @@
 //! Slots are written alternately; mount takes the valid one with the highest
 //! number, so a torn newest slot falls back to the older one.
 
-use super::checksum;
-use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
+use super::codec::{DecodeResult, Writer, bad, bounded};
 use super::ifile::TableId;
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
 
 /// `"DFCK"` little-endian.
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"DFCK");
-const CRC_OFFSET: usize = 4;
 const FIXED_LEN: usize = 112;
 const INDEX_ENTRY_LEN: usize = 16;
 /// Most IFile index blocks one checkpoint can name.
@@ -96,10 +94,7 @@ impl Checkpoint {
         for e in &self.index {
             w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
         }
-        let mut block = w.into_inner();
-        block.resize(BLOCK_SIZE, 0);
-        checksum::seal(&mut block, CRC_OFFSET);
-        block
+        super::record::seal(w.into_inner())
     }
 
     /// Decodes and validates a checkpoint slot.
@@ -107,19 +102,7 @@ impl Checkpoint {
     /// # Errors
     /// Empty slot, bad checksum, unsupported version, or bad fields.
     pub fn decode(block: &[u8]) -> DecodeResult<Checkpoint> {
-        let mut r = Reader::new(block);
-        if r.u32()? != CHECKPOINT_MAGIC {
-            bad!("no checkpoint in this slot (bad magic)");
-        }
-        if block.len() < BLOCK_SIZE || !checksum::verify(&block[..BLOCK_SIZE], CRC_OFFSET) {
-            bad!("checksum mismatch (torn write)");
-        }
-        r.u32()?;
-        let major = r.u16()?;
-        let _minor = r.u16()?;
-        if major != super::superblock::FORMAT_MAJOR {
-            bad!("checkpoint format {major} is not supported");
-        }
+        let (mut r, _minor) = super::record::open(block, CHECKPOINT_MAGIC, "no checkpoint in this slot")?;
         let n = r.u32()?;
         let n = bounded(u64::from(n), "index block", MAX_INDEX_BLOCKS)?;
         let number = r.u64()?;

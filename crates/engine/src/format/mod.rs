@@ -11,10 +11,13 @@
 pub mod block;
 pub mod checkpoint;
 pub mod checksum;
+pub mod classify;
 pub mod codec;
 pub mod descriptor;
 pub mod ifile;
 pub mod inode;
 pub mod inode_block;
+pub mod name;
 pub mod node;
+pub mod record;
 pub mod superblock;

@@ -7,6 +7,7 @@
 
 use super::block::PAYLOAD_LEN;
 use super::codec::{DecodeResult, Reader, Writer, bad};
+use crate::error::Result;
 use crate::types::NodeId;
 
 /// Bytes before the first entry.
@@ -37,7 +38,7 @@ impl TreeKind {
             TreeKind::Xattrs => 3,
         }
     }
-    fn from_code(c: u8) -> Option<TreeKind> {
+    pub(crate) fn from_code(c: u8) -> Option<TreeKind> {
         Some(match c {
             1 => TreeKind::Directory,
             2 => TreeKind::Extents,
@@ -184,6 +185,29 @@ impl Node {
         }
         Ok(Node { tree, level, entries })
     }
+}
+
+/// Where a tree's nodes are read from.
+pub trait NodeSource {
+    /// Reads a node.
+    ///
+    /// # Errors
+    /// The node cannot be read or decoded.
+    fn node(&mut self, id: NodeId) -> Result<&Node>;
+}
+
+/// Where a tree's nodes live and change. The engine's implementation goes
+/// through the meta-data cache and the node map; tests use a plain map.
+pub trait NodeStore: NodeSource {
+    /// Reads a node for modification; it will be written with the next partial segment.
+    ///
+    /// # Errors
+    /// As [`NodeStore::node`].
+    fn node_mut(&mut self, id: NodeId) -> Result<&mut Node>;
+    /// Stores a new node and names it.
+    fn alloc(&mut self, node: Node) -> NodeId;
+    /// Releases a node.
+    fn free(&mut self, id: NodeId);
 }
 
 #[cfg(test)]

@@ -4,8 +4,7 @@
 //! both devices by UUID, so that a data device paired with the wrong meta-data
 //! device is refused before anything is read from it.
 
-use super::checksum;
-use super::codec::{DecodeResult, Reader, Writer, bad};
+use super::codec::{DecodeResult, Writer, bad};
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Timestamp};
 
 /// `"DUAL"` little-endian.
@@ -30,7 +29,6 @@ pub const KNOWN_RO_COMPAT: u64 = 0;
 pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
-const CRC_OFFSET: usize = 4;
 /// Largest inline-data limit: an inode record must fit an inode block.
 pub const MAX_INLINE_DATA: u32 = 3072;
 /// The two checkpoint slots.
@@ -224,10 +222,7 @@ impl Superblock {
             .bytes(&self.label)
             .bytes(&self.mount_options)
             .u64(self.block_id);
-        let mut block = w.into_inner();
-        block.resize(BLOCK_SIZE, 0);
-        checksum::seal(&mut block, CRC_OFFSET);
-        block
+        super::record::seal(w.into_inner())
     }
 
     /// Decodes and validates a superblock.
@@ -236,19 +231,7 @@ impl Superblock {
     /// Not a DualFS superblock, a bad checksum, an unsupported version or
     /// feature, or a geometry that does not add up.
     pub fn decode(block: &[u8]) -> DecodeResult<Superblock> {
-        let mut r = Reader::new(block);
-        if r.u32()? != SUPER_MAGIC {
-            bad!("no DualFS superblock (bad magic)");
-        }
-        if block.len() < BLOCK_SIZE || !checksum::verify(&block[..BLOCK_SIZE], CRC_OFFSET) {
-            bad!("checksum mismatch");
-        }
-        r.u32()?;
-        let major = r.u16()?;
-        let minor = r.u16()?;
-        if major != FORMAT_MAJOR {
-            bad!("format version {major}.{minor} is not supported (this is {FORMAT_MAJOR}.{FORMAT_MINOR})");
-        }
+        let (mut r, minor) = super::record::open(block, SUPER_MAGIC, "no DualFS superblock")?;
         let role = match r.u32()? {
             1 => Role::Meta,
             2 => Role::Data,
@@ -322,7 +305,7 @@ impl Superblock {
         }
         Ok(Superblock {
             role,
-            major,
+            major: FORMAT_MAJOR,
             minor,
             compat,
             ro_compat,

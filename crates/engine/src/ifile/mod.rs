@@ -8,13 +8,11 @@
 //! placements of the blocks and inodes the partial segment carries. So every
 //! commit exercises the recovery path.
 
-pub mod table;
-
 use std::collections::BTreeSet;
 
 use crate::format::ifile::{IMAP_ORPHAN, IMAP_USED, ImapEntry, SegUsage, TableId};
+use crate::table::{Table, TableAccess};
 use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo, Seq};
-pub use table::{Table, TableAccess};
 
 /// Where segments sit on the meta-data device.
 #[derive(Clone, Copy, Debug)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::Log;
 use super::seal::{Body, SealedGroup};
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
@@ -20,7 +20,7 @@ use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLO
 use crate::format::descriptor::{PsKind, Summary};
 use crate::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
 use crate::format::superblock::CHECKPOINT_SLOTS;
-use crate::ifile::TableAccess;
+use crate::table::TableAccess;
 use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
 
 /// The newest checkpoint known durable, and what it keeps alive.
@@ -73,13 +73,8 @@ impl SealedCheckpoint {
             p.write(meta, data)?;
         }
         let block = self.record.encode();
-        meta.write_blocks(self.slot.0, &block).map_err(|source| Error::Io {
-            device: DeviceRole::Meta,
-            op: "write",
-            block: self.slot.0,
-            source,
-        })?;
-        meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })
+        device::write(meta.as_ref(), DeviceRole::Meta, self.slot.0, &block)?;
+        device::flush(meta.as_ref(), DeviceRole::Meta)
     }
 
     /// Blocks written in all.
@@ -155,8 +150,13 @@ impl Log {
         let mut part = None;
         let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
         if !bodies.is_empty() {
-            let (sealed, staged) =
-                self.write_group(PsKind::Checkpoint, bodies, Vec::new(), now, Vec::new(), |log, addresses, bodies| {
+            let (sealed, staged) = self.encode_group(
+                PsKind::Checkpoint,
+                bodies,
+                Vec::new(),
+                now,
+                Vec::new(),
+                |log, addresses, bodies| {
                     // Table blocks first: their addresses go into the index blocks that follow.
                     for (i, (t, b)) in dirty_keys.iter().enumerate() {
                         for tab in tables(log) {
@@ -182,7 +182,8 @@ impl Log {
                         staged.push(((*t, *c), addresses[i]));
                     }
                     staged
-                })?;
+                },
+            )?;
             new_index = staged;
             part = Some(sealed);
         }

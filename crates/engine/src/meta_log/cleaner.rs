@@ -45,6 +45,33 @@ pub struct CleanerStats {
     pub segments_freed: u64,
 }
 
+impl CleanerStats {
+    /// The work done between `before` and now (each counter only grows).
+    #[must_use]
+    pub fn since(&self, before: &CleanerStats) -> CleanerStats {
+        CleanerStats {
+            passes: self.passes - before.passes,
+            segments_read: self.segments_read - before.segments_read,
+            blocks_read: self.blocks_read - before.blocks_read,
+            nodes_moved: self.nodes_moved - before.nodes_moved,
+            inodes_moved: self.inodes_moved - before.inodes_moved,
+            ifile_blocks_moved: self.ifile_blocks_moved - before.ifile_blocks_moved,
+            segments_freed: self.segments_freed - before.segments_freed,
+        }
+    }
+
+    /// Adds the work of a later stretch.
+    pub fn add(&mut self, other: &CleanerStats) {
+        self.passes += other.passes;
+        self.segments_read += other.segments_read;
+        self.blocks_read += other.blocks_read;
+        self.nodes_moved += other.nodes_moved;
+        self.inodes_moved += other.inodes_moved;
+        self.ifile_blocks_moved += other.ifile_blocks_moved;
+        self.segments_freed += other.segments_freed;
+    }
+}
+
 /// What must move out of a victim.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveSet {
@@ -113,11 +140,11 @@ impl Log {
     }
 
     /// Reads the descriptors of segment `s` and returns what is still live
-    /// in it. Returns the number of blocks read too.
+    /// in it, counting the segment and the blocks read in the cleaner's stats.
     ///
     /// # Errors
     /// The device fails.
-    pub fn live_in_segment(&self, s: SegmentNo) -> Result<(LiveSet, u64)> {
+    pub fn live_in_segment(&mut self, s: SegmentNo) -> Result<LiveSet> {
         let mut live = LiveSet::default();
         let mut off = 0u32;
         let mut read = 0u64;
@@ -171,7 +198,18 @@ impl Log {
             }
             off += desc.total_blocks() as u32;
         }
-        Ok((live, read))
+        self.stats.cleaner.segments_read += 1;
+        self.stats.cleaner.blocks_read += read;
+        Ok(live)
+    }
+
+    /// Ends a cleaning pass over `victims`: counts it, and the victims that
+    /// are free now, in the cleaner's stats. Returns that count.
+    pub fn finish_clean_pass(&mut self, victims: &[SegmentNo]) -> u64 {
+        let freed = victims.iter().filter(|&&v| self.segment_is_free(v)).count() as u64;
+        self.stats.cleaner.passes += 1;
+        self.stats.cleaner.segments_freed += freed;
+        freed
     }
 
     fn table_block_address(&self, t: TableId, b: u32) -> Option<MetaBlock> {

@@ -26,17 +26,16 @@ use checkpoint::DurableCheckpoint;
 pub use seal::SealedGroup;
 
 use crate::data_space::DataSpace;
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::block::{self, BlockKind, PAYLOAD_LEN};
 use crate::format::checkpoint::LogPosition;
 use crate::format::descriptor::Change;
 use crate::format::inode::InodeRecord;
 use crate::format::inode_block;
-use crate::format::node::Node;
+use crate::format::node::{Node, NodeSource, NodeStore};
 use crate::format::superblock::Superblock;
 use crate::ifile::IFile;
-use crate::namespace::btree::{NodeSource, NodeStore};
 use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, NodeId, Seq};
 
 /// Most blocks one operation may add to the active commit group. Every
@@ -68,16 +67,16 @@ pub struct LogStats {
 #[derive(Debug)]
 pub struct Log {
     /// Geometry and identity of the volume.
-    pub sb: Superblock,
+    sb: Superblock,
     volume_id: u64,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
     /// Inode map, node map, segment usage.
-    pub ifile: IFile,
+    ifile: IFile,
     /// Data-group descriptors, bitmap and the allocator.
-    pub space: DataSpace,
+    space: DataSpace,
     /// Decoded meta-data.
-    pub cache: MetaCache,
+    cache: MetaCache,
     /// Where the next partial segment goes.
     head: LogPosition,
     /// Change records for the active partial segment.
@@ -91,14 +90,71 @@ pub struct Log {
     /// only add to it, so it errs on the safe side).
     free_segments_cached: u32,
     /// Most blocks a commit group may grow to.
-    pub group_limit: usize,
+    group_limit: usize,
     /// Counters.
-    pub stats: LogStats,
+    stats: LogStats,
     /// Raw blocks read ahead of cold meta-data misses.
-    pub readahead: readahead::ReadAhead,
+    readahead: readahead::ReadAhead,
 }
 
 impl Log {
+    /// Geometry and identity of the volume.
+    #[must_use]
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Inode map, node map and segment usage, to read: they change only
+    /// through the log's own steps, which keep them and the cache in step.
+    #[must_use]
+    pub fn ifile(&self) -> &IFile {
+        &self.ifile
+    }
+
+    /// The data device's groups, bitmap and allocator, to read.
+    #[must_use]
+    pub fn space(&self) -> &DataSpace {
+        &self.space
+    }
+
+    /// The data-device allocator, for the namespace's reservations and
+    /// write-back (its frees wait for the partial segment that records them).
+    pub fn space_mut(&mut self) -> &mut DataSpace {
+        &mut self.space
+    }
+
+    /// Whether `ino` is on the orphan list (in use, waiting to be freed or
+    /// to have its blocks beyond its size released).
+    #[must_use]
+    pub fn is_orphan(&self, ino: InodeNo) -> bool {
+        self.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0)
+    }
+
+    /// The log's and the cleaner's counters.
+    #[must_use]
+    pub fn stats(&self) -> LogStats {
+        self.stats
+    }
+
+    /// Misses that read a window ahead, and blocks served from one.
+    #[must_use]
+    pub fn readahead_counts(&self) -> (u64, u64) {
+        (self.readahead.windows, self.readahead.hits)
+    }
+
+    /// An inode's record if it is in the cache, without reading it in or
+    /// counting the use.
+    #[must_use]
+    pub fn cached_inode(&self, ino: InodeNo) -> Option<&InodeRecord> {
+        self.cache.peek_inode(ino)
+    }
+
+    /// Replaces the set of inodes the cache never evicts (those whose newest
+    /// record is not yet the one on disk).
+    pub fn pin_inodes(&mut self, pinned: std::collections::HashSet<InodeNo>) {
+        self.cache.set_pinned(pinned);
+    }
+
     /// The volume id stamped in every block.
     #[must_use]
     pub fn volume_id(&self) -> u64 {
@@ -146,7 +202,7 @@ impl Log {
     /// # Errors
     /// The device fails.
     pub fn read_meta(&self, at: MetaBlock, count: usize) -> Result<Vec<u8>> {
-        read_blocks(self.meta.as_ref(), DeviceRole::Meta, at.0, count)
+        device::read(self.meta.as_ref(), DeviceRole::Meta, at.0, count)
     }
 
     /// Reads one block of the log for the cache, reading ahead the window
@@ -442,14 +498,4 @@ impl NodeStore for TreeStore<'_> {
     fn free(&mut self, id: NodeId) {
         self.log.free_object(id);
     }
-}
-
-/// Reads `count` blocks from `dev`, naming the device in errors.
-///
-/// # Errors
-/// The device fails.
-pub fn read_blocks(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: usize) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; count * BLOCK_SIZE];
-    dev.read_blocks(first, &mut buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })?;
-    Ok(buf)
 }

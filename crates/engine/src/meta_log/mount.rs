@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::checkpoint::DurableCheckpoint;
 use super::recovery::RecoveryReport;
-use super::{Log, LogStats, MetaCache, read_blocks};
+use super::{Log, LogStats, MetaCache};
 use crate::data_space::DataSpace;
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::checkpoint::{Checkpoint, LogPosition};
 use crate::format::superblock::{CHECKPOINT_SLOTS, Role, Superblock};
@@ -68,7 +68,7 @@ impl Log {
             if dev.block_count() == 0 {
                 return Err(Error::WrongVolume(format!("the {role} is empty (0 bytes)")));
             }
-            let raw = read_blocks(dev, role, 0, 1)?;
+            let raw = device::read(dev, role, 0, 1)?;
             Superblock::decode(&raw).map_err(|e| {
                 if e.0.contains("bad magic") {
                     Error::WrongVolume(format!("the {role} holds no DualFS volume"))
@@ -137,7 +137,7 @@ impl Log {
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
         for slot in CHECKPOINT_SLOTS {
-            let raw = read_blocks(meta.as_ref(), DeviceRole::Meta, slot.0, 1)?;
+            let raw = device::read(meta.as_ref(), DeviceRole::Meta, slot.0, 1)?;
             match Checkpoint::decode(&raw) {
                 Ok(c) => slots.push((c, slot.0)),
                 Err(e) => slot_errors.push(format!("slot at block {}: {e}", slot.0)),

@@ -8,6 +8,7 @@
 //! names the previous descriptor's checksum; the first one that is not ends
 //! the log.
 
+use std::fmt;
 use std::time::Instant;
 
 use super::Log;
@@ -15,18 +16,241 @@ use crate::error::Result;
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::LogPosition;
 use crate::format::checksum;
-use crate::format::codec::Writer;
+use crate::format::codec::{DecodeError, Writer};
 use crate::format::descriptor::{Change, Descriptor, PS_GROUP_END, PsKind};
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq};
 
-/// Why roll-forward stopped.
+/// Why roll-forward took no partial segment at a place the log could go on:
+/// one variant per check, in the order [`Log::read_descriptor`] and the
+/// partial-segment read run them.
+///
+/// [`Stop::is_end_of_log`] tells the stops that mean "nothing of this lap of
+/// the log was written here" (the clean end) from those where something was
+/// written and failed a check (a torn tail, or damage). A new check gets a
+/// new variant and a line in each `match` below; callers outside the crate
+/// must allow for variants they do not know.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LogEnd {
-    /// No partial segment followed the last one.
-    Clean,
-    /// The candidate after the last one failed a check (named): the tail of
-    /// the log was torn by a crash, or never written.
-    Invalid(String),
+#[non_exhaustive]
+pub enum Stop {
+    /// The place is at the end of its segment: the segment is full.
+    PastSegmentEnd {
+        /// The segment.
+        segment: SegmentNo,
+        /// The offset, at or past its last block.
+        offset: u32,
+    },
+    /// No descriptor starts at `block`: never written, or holding something
+    /// else (no magic, another volume, another kind or address).
+    Unwritten {
+        /// Where the descriptor was expected.
+        block: u64,
+        /// What the block decoded as instead.
+        detail: DecodeError,
+    },
+    /// The block carries the magic but fails its checksum: it was being
+    /// written when the power failed.
+    Torn {
+        /// The torn block.
+        block: u64,
+        /// The failed check.
+        detail: DecodeError,
+    },
+    /// An intact descriptor of another sequence number: an older lap of the log.
+    WrongSequence {
+        /// The descriptor's block.
+        block: u64,
+        /// Its sequence number.
+        found: Seq,
+        /// The one the log needs next (none when any would do).
+        expected: Option<Seq>,
+    },
+    /// The block is a later block of some descriptor, not its first.
+    MidDescriptor {
+        /// The block.
+        block: u64,
+    },
+    /// The descriptor claims more blocks than its segment has left, or
+    /// names a next segment beyond the log.
+    Overrun {
+        /// The descriptor's first block.
+        block: u64,
+    },
+    /// A later block of the descriptor belongs to another partial segment.
+    ForeignDescriptorBlock {
+        /// The foreign block.
+        block: u64,
+    },
+    /// A later descriptor block, or the descriptor as a whole, does not
+    /// decode (checksum, encoding).
+    BadDescriptor {
+        /// The block concerned.
+        block: u64,
+        /// The failed check.
+        detail: DecodeError,
+    },
+    /// The descriptor was written for another segment or offset.
+    Misplaced {
+        /// The descriptor's first block.
+        block: u64,
+    },
+    /// The descriptor does not name the previous descriptor's checksum: it
+    /// does not continue this log.
+    BrokenChain {
+        /// The descriptor's first block.
+        block: u64,
+    },
+    /// A body block of the partial segment does not decode (checksum,
+    /// magic, address).
+    BadBody {
+        /// The body block.
+        block: u64,
+        /// The failed check.
+        detail: DecodeError,
+    },
+    /// A body block is intact but not the one the descriptor lists: stale
+    /// from an older write, or misplaced.
+    StaleBody {
+        /// The body block.
+        block: u64,
+    },
+    /// The body blocks' checksums do not give the descriptor's body checksum.
+    BodyChecksum {
+        /// The descriptor's first block.
+        block: u64,
+    },
+    /// The partial segments of a commit group stopped before its last one,
+    /// for the reason inside: the whole group is dropped.
+    GroupCutShort(Box<Stop>),
+}
+
+impl Stop {
+    /// Whether the stop means that nothing of this lap of the log was
+    /// written at the place (the log's clean end), rather than that
+    /// something written there failed a check.
+    #[must_use]
+    pub fn is_end_of_log(&self) -> bool {
+        match self {
+            Stop::PastSegmentEnd { .. }
+            | Stop::Unwritten { .. }
+            | Stop::WrongSequence { .. }
+            | Stop::MidDescriptor { .. } => true,
+            Stop::Torn { .. }
+            | Stop::Overrun { .. }
+            | Stop::ForeignDescriptorBlock { .. }
+            | Stop::BadDescriptor { .. }
+            | Stop::Misplaced { .. }
+            | Stop::BrokenChain { .. }
+            | Stop::BadBody { .. }
+            | Stop::StaleBody { .. }
+            | Stop::BodyChecksum { .. }
+            | Stop::GroupCutShort(_) => false,
+        }
+    }
+
+    /// A short name of the variant, for JSON and scripts.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Stop::PastSegmentEnd { .. } => "past-segment-end",
+            Stop::Unwritten { .. } => "unwritten",
+            Stop::Torn { .. } => "torn",
+            Stop::WrongSequence { .. } => "wrong-sequence",
+            Stop::MidDescriptor { .. } => "mid-descriptor",
+            Stop::Overrun { .. } => "overrun",
+            Stop::ForeignDescriptorBlock { .. } => "foreign-descriptor-block",
+            Stop::BadDescriptor { .. } => "bad-descriptor",
+            Stop::Misplaced { .. } => "misplaced",
+            Stop::BrokenChain { .. } => "broken-chain",
+            Stop::BadBody { .. } => "bad-body",
+            Stop::StaleBody { .. } => "stale-body",
+            Stop::BodyChecksum { .. } => "body-checksum",
+            Stop::GroupCutShort(_) => "group-cut-short",
+        }
+    }
+
+    /// The meta-data block the stop concerns, if it names one.
+    #[must_use]
+    pub fn block(&self) -> Option<u64> {
+        match self {
+            Stop::PastSegmentEnd { .. } => None,
+            Stop::Unwritten { block, .. }
+            | Stop::Torn { block, .. }
+            | Stop::WrongSequence { block, .. }
+            | Stop::MidDescriptor { block }
+            | Stop::Overrun { block }
+            | Stop::ForeignDescriptorBlock { block }
+            | Stop::BadDescriptor { block, .. }
+            | Stop::Misplaced { block }
+            | Stop::BrokenChain { block }
+            | Stop::BadBody { block, .. }
+            | Stop::StaleBody { block }
+            | Stop::BodyChecksum { block } => Some(*block),
+            Stop::GroupCutShort(why) => why.block(),
+        }
+    }
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stop::PastSegmentEnd { segment, offset } => {
+                write!(f, "segment {} is full (offset {offset})", segment.0)
+            }
+            Stop::Unwritten { block, detail } => write!(f, "no partial segment at block {block}: {detail}"),
+            Stop::Torn { block, detail } => write!(f, "torn descriptor at block {block}: {detail}"),
+            Stop::WrongSequence { block, found, expected: Some(e) } => {
+                write!(f, "block {block} holds sequence {} where {} was expected", found.0, e.0)
+            }
+            Stop::WrongSequence { block, found, expected: None } => {
+                write!(f, "block {block} holds sequence {}", found.0)
+            }
+            Stop::MidDescriptor { block } => {
+                write!(f, "block {block} is the middle of a descriptor, not its start")
+            }
+            Stop::Overrun { block } => write!(f, "descriptor at block {block} overruns its segment"),
+            Stop::ForeignDescriptorBlock { block } => {
+                write!(f, "descriptor block {block} belongs to another partial segment")
+            }
+            Stop::BadDescriptor { block, detail } => write!(f, "descriptor block {block} is bad: {detail}"),
+            Stop::Misplaced { block } => write!(f, "descriptor at block {block} was written for another place"),
+            Stop::BrokenChain { block } => {
+                write!(f, "descriptor at block {block} does not continue the log (checksum chain)")
+            }
+            Stop::BadBody { block, detail } => write!(f, "body block {block} is bad: {detail}"),
+            Stop::StaleBody { block } => {
+                write!(f, "body block {block} does not match its descriptor (stale or misplaced)")
+            }
+            Stop::BodyChecksum { block } => write!(f, "partial segment at block {block}: body checksum mismatch"),
+            Stop::GroupCutShort(why) => write!(f, "a commit group was cut short: {why}"),
+        }
+    }
+}
+
+/// Where and why roll-forward stopped: what it found at each of the two
+/// places the next partial segment could have been.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEnd {
+    /// Why the partial segment expected where the log left off was not
+    /// taken. This decides whether the end is clean.
+    pub reason: Stop,
+    /// Why the candidate at the start of the next segment was not taken
+    /// either, when it was looked at.
+    pub next_segment: Option<Stop>,
+}
+
+impl LogEnd {
+    /// Whether no partial segment followed the last one (nothing torn, nothing
+    /// failed a check, no commit group cut short).
+    #[must_use]
+    pub fn is_clean(&self) -> bool {
+        self.reason.is_end_of_log()
+    }
+}
+
+impl fmt::Display for LogEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_clean() { write!(f, "clean: {}", self.reason) } else { write!(f, "{}", self.reason) }
+    }
 }
 
 /// What roll-forward did.
@@ -59,36 +283,27 @@ impl Log {
         let started = Instant::now();
         let mut pos = self.ckpt.log;
         let mut applied_pos = pos;
-        let mut report = RecoveryReport { partial_segments: 0, blocks_scanned: 0, end: LogEnd::Clean, micros: 0 };
+        let (mut partial_segments, mut blocks_scanned) = (0u64, 0u64);
         let mut group: Vec<ReadPs> = Vec::new();
         let mut touched: Vec<SegmentNo> = Vec::new();
-        loop {
-            let mut why = String::new();
-            let mut found = None;
-            for (seg, off) in [(pos.segment, pos.offset), (pos.next_segment, 0)] {
-                match self.read_ps(seg, off, pos.seq, pos.prev_crc)? {
-                    Ok(ps) => {
-                        found = Some(ps);
-                        break;
-                    }
-                    Err(reason) => {
-                        if why.is_empty() {
-                            why = reason;
-                        }
-                    }
-                }
-            }
-            let Some(ps) = found else {
-                report.end = if !group.is_empty() {
-                    LogEnd::Invalid(format!("a commit group was cut short ({why})"))
-                } else if why.starts_with("no partial segment") {
-                    LogEnd::Clean
-                } else {
-                    LogEnd::Invalid(why)
-                };
-                break;
+        let end = loop {
+            let found = match self.read_ps(pos.segment, pos.offset, pos.seq, pos.prev_crc)? {
+                Ok(ps) => Ok(ps),
+                Err(here) => match self.read_ps(pos.next_segment, 0, pos.seq, pos.prev_crc)? {
+                    Ok(ps) => Ok(ps),
+                    Err(there) => Err((here, there)),
+                },
             };
-            report.blocks_scanned += u64::from(ps.blocks);
+            let ps = match found {
+                Ok(ps) => ps,
+                Err((here, there)) => {
+                    // The place the log left off decides; a group begun
+                    // and not finished is never a clean end.
+                    let reason = if group.is_empty() { here } else { Stop::GroupCutShort(Box::new(here)) };
+                    break LogEnd { reason, next_segment: Some(there) };
+                }
+            };
+            blocks_scanned += u64::from(ps.blocks);
             touched.push(ps.desc.segment);
             pos = LogPosition {
                 seq: ps.desc.seq.next(),
@@ -100,12 +315,12 @@ impl Log {
             let end = ps.desc.flags & PS_GROUP_END != 0;
             group.push(ps);
             if end {
-                report.partial_segments += group.len() as u64;
+                partial_segments += group.len() as u64;
                 self.apply_group(&group);
                 group.clear();
                 applied_pos = pos;
             }
-        }
+        };
         self.durable = Seq(applied_pos.seq.0 - 1);
         self.head = applied_pos;
         // Segments a cut-short group wrote into hold nothing live, but must
@@ -113,7 +328,7 @@ impl Log {
         for ps in &group {
             self.ifile.note_write(ps.desc.segment, ps.desc.seq);
         }
-        if matches!(report.end, LogEnd::Invalid(_)) {
+        if !end.is_clean() {
             // A torn tail lies where the next partial segment was expected.
             // Writing there again, with the same sequence number, could let
             // a later torn write complete the old partial segment instead
@@ -135,12 +350,11 @@ impl Log {
                 }
             }
         }
-        self.blocks_since_checkpoint = report.blocks_scanned;
+        self.blocks_since_checkpoint = blocks_scanned;
         self.ifile.rebuild_free_lists();
         self.space.recount();
         self.recount_free_segments();
-        report.micros = started.elapsed().as_micros() as u64;
-        Ok(report)
+        Ok(RecoveryReport { partial_segments, blocks_scanned, end, micros: started.elapsed().as_micros() as u64 })
     }
 
     /// Applies one complete commit group: its change records (in order),
@@ -199,10 +413,10 @@ impl Log {
         seg: SegmentNo,
         off: u32,
         seq: Option<Seq>,
-    ) -> Result<std::result::Result<(Descriptor, u32, usize), String>> {
+    ) -> Result<std::result::Result<(Descriptor, u32, usize), Stop>> {
         let seg_blocks = self.sb.segment_blocks;
         if seg.0 >= self.sb.segment_count || off >= seg_blocks {
-            return Ok(Err("no partial segment: position beyond the segment".into()));
+            return Ok(Err(Stop::PastSegmentEnd { segment: seg, offset: off }));
         }
         let start = self.ifile.geometry().start(seg).0 + u64::from(off);
         let first = self.read_meta(MetaBlock(start), 1)?;
@@ -211,23 +425,23 @@ impl Log {
             // A block that carries the magic but fails its checksum was
             // being written when the power failed: a torn tail, not the
             // clean end of the log (which is unwritten or stale blocks).
-            Err(e) if first[..4] == block::BLOCK_MAGIC.to_le_bytes() && !checksum::verify(&first[..BLOCK_SIZE], 4) => {
-                return Ok(Err(format!("torn descriptor at block {start}: {e}")));
+            Err(detail)
+                if first[..4] == block::BLOCK_MAGIC.to_le_bytes() && !checksum::verify(&first[..BLOCK_SIZE], 4) =>
+            {
+                return Ok(Err(Stop::Torn { block: start, detail }));
             }
-            Err(e) => return Ok(Err(format!("no partial segment at block {start}: {e}"))),
+            Err(detail) => return Ok(Err(Stop::Unwritten { block: start, detail })),
         };
-        if seq.is_some_and(|s| h.seq != s) || h.aux != 0 {
-            return Ok(Err(format!(
-                "no partial segment: block {start} holds sequence {} where {seq:?} was expected",
-                h.seq.0
-            )));
+        if seq.is_some_and(|s| h.seq != s) {
+            return Ok(Err(Stop::WrongSequence { block: start, found: h.seq, expected: seq }));
+        }
+        if h.aux != 0 {
+            return Ok(Err(Stop::MidDescriptor { block: start }));
         }
         let seq = h.seq;
         let n = match Descriptor::peek(p) {
             Ok((_, n)) if n >= 1 && off as usize + n <= seg_blocks as usize => n,
-            _ => {
-                return Ok(Err(format!("descriptor at block {start} claims more blocks than the segment has")));
-            }
+            _ => return Ok(Err(Stop::Overrun { block: start })),
         };
         let mut raw = first;
         if n > 1 {
@@ -243,41 +457,33 @@ impl Log {
                 BlockKind::Descriptor,
             ) {
                 Ok((h, p)) if h.seq == seq && h.aux as usize == i => payloads.push(p),
-                Ok(_) => {
-                    return Ok(Err(format!("descriptor block {} belongs to another partial segment", at.0)));
-                }
-                Err(e) => return Ok(Err(format!("descriptor block {}: {e}", at.0))),
+                Ok(_) => return Ok(Err(Stop::ForeignDescriptorBlock { block: at.0 })),
+                Err(detail) => return Ok(Err(Stop::BadDescriptor { block: at.0, detail })),
             }
         }
         let (desc, desc_crc) = match Descriptor::decode(&payloads, seg_blocks as usize) {
             Ok(x) => x,
-            Err(e) => return Ok(Err(format!("descriptor at block {start}: {e}"))),
+            Err(detail) => return Ok(Err(Stop::BadDescriptor { block: start, detail })),
         };
         if desc.seq != seq || desc.segment != seg || desc.offset != off {
-            return Ok(Err(format!("descriptor at block {start} was written for another place")));
+            return Ok(Err(Stop::Misplaced { block: start }));
         }
         if off + desc.total_blocks() as u32 > seg_blocks || desc.next_segment.0 >= self.sb.segment_count {
-            return Ok(Err(format!("descriptor at block {start} overruns its segment")));
+            return Ok(Err(Stop::Overrun { block: start }));
         }
         Ok(Ok((desc, desc_crc, n)))
     }
 
     /// Reads and verifies the partial segment expected at `seg`/`off`.
     /// The inner error says why it is not valid.
-    fn read_ps(
-        &self,
-        seg: SegmentNo,
-        off: u32,
-        seq: Seq,
-        prev_crc: u32,
-    ) -> Result<std::result::Result<ReadPs, String>> {
+    fn read_ps(&self, seg: SegmentNo, off: u32, seq: Seq, prev_crc: u32) -> Result<std::result::Result<ReadPs, Stop>> {
         let (desc, desc_crc, n) = match self.read_descriptor(seg, off, Some(seq))? {
             Ok(x) => x,
             Err(why) => return Ok(Err(why)),
         };
         let start = self.ifile.geometry().start(seg).0 + u64::from(off);
         if desc.prev_crc != prev_crc {
-            return Ok(Err(format!("descriptor at block {start} does not continue the log (checksum chain)")));
+            return Ok(Err(Stop::BrokenChain { block: start }));
         }
         let total = desc.total_blocks() as u32;
         let body_count = total as usize - n;
@@ -289,22 +495,17 @@ impl Log {
             let blk = &body[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
             let (h, _) = match block::open_block(blk, at, self.volume_id) {
                 Ok(x) => x,
-                Err(e) => {
-                    return Ok(Err(format!("block {} of the partial segment at {start}: {e}", at.0)));
-                }
+                Err(detail) => return Ok(Err(Stop::BadBody { block: at.0, detail })),
             };
             let expected = desc.blocks.get(i).map_or(BlockKind::Inodes, |s| s.kind);
             let name_ok = desc.blocks.get(i).is_none_or(|s| s.name == h.name && s.owner == h.owner);
             if h.seq != seq || h.kind != expected || !name_ok {
-                return Ok(Err(format!(
-                    "block {} does not match the descriptor at {start} (stale or misplaced)",
-                    at.0
-                )));
+                return Ok(Err(Stop::StaleBody { block: at.0 }));
             }
             crcs.u32(block::stored_crc(blk));
         }
         if checksum::crc32c(&crcs.into_inner()) != desc.body_crc {
-            return Ok(Err(format!("partial segment at block {start}: body checksum mismatch")));
+            return Ok(Err(Stop::BodyChecksum { block: start }));
         }
         Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total }))
     }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Log, Object};
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
@@ -73,28 +73,18 @@ impl SealedGroup {
     pub fn write(&self, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Result<()> {
         if !self.data.is_empty() {
             for (at, buf) in &self.data {
-                data.write_blocks(at.0, buf).map_err(|source| Error::Io {
-                    device: DeviceRole::Data,
-                    op: "write",
-                    block: at.0,
-                    source,
-                })?;
+                device::write(data.as_ref(), DeviceRole::Data, at.0, buf)?;
             }
             if !faults::active(Fault::NoDataFlush) {
-                data.flush().map_err(|source| Error::Io { device: DeviceRole::Data, op: "flush", block: 0, source })?;
+                device::flush(data.as_ref(), DeviceRole::Data)?;
             }
         }
         if !self.meta.is_empty() {
             for (at, buf) in &self.meta {
-                meta.write_blocks(at.0, buf).map_err(|source| Error::Io {
-                    device: DeviceRole::Meta,
-                    op: "write",
-                    block: at.0,
-                    source,
-                })?;
+                device::write(meta.as_ref(), DeviceRole::Meta, at.0, buf)?;
             }
             if !faults::active(Fault::FsyncBeforeFlush) {
-                meta.flush().map_err(|source| Error::Io { device: DeviceRole::Meta, op: "flush", block: 0, source })?;
+                device::flush(meta.as_ref(), DeviceRole::Meta)?;
             }
         }
         Ok(())
@@ -223,7 +213,7 @@ impl Log {
             });
         }
 
-        let (group, ()) = self.write_group(PsKind::Normal, bodies, changes, now, data, |_, _, _| ())?;
+        let (group, ()) = self.encode_group(PsKind::Normal, bodies, changes, now, data, |_, _, _| ())?;
         self.ifile.release_freed_inodes();
         let ids: Vec<NodeId> = objects.iter().map(|(_, id)| *id).collect();
         if let Some(seq) = group.seq {
@@ -315,10 +305,13 @@ impl Log {
         }
     }
 
-    /// Places, encodes and applies one commit group. `fill` sees every
-    /// body's address before encoding (checkpoints put the addresses of
-    /// table blocks into the index blocks that follow them).
-    pub(crate) fn write_group<R>(
+    /// Places one commit group (plans its partial segments and moves the
+    /// head past them), encodes its blocks and applies its placements to the
+    /// IFile. Nothing is written: the bytes come back as a [`SealedGroup`],
+    /// whose [`SealedGroup::write`] the caller runs outside the volume lock.
+    /// `fill` sees every body's address before encoding (checkpoints put the
+    /// addresses of table blocks into the index blocks that follow them).
+    pub(crate) fn encode_group<R>(
         &mut self,
         kind: PsKind,
         mut bodies: Vec<Body>,

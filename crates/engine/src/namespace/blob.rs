@@ -25,7 +25,7 @@ impl Fs {
                 Object::Node(_) => {
                     return Err(Error::corrupt_meta(
                         "blob",
-                        self.log.ifile.node_address(*id).0,
+                        self.log.ifile().node_address(*id).0,
                         "a B-tree node where a blob was expected",
                     ));
                 }

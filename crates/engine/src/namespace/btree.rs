@@ -5,7 +5,7 @@
 //! never touches its parent: an insert dirties the leaf, and its ancestors
 //! only when it splits.
 //!
-//! Invariants (checked by [`check`]):
+//! Invariants (checked by fsck's [`crate::check::tree::check`]):
 //! - keys strictly increase within a node, and every key of child `i` of an
 //!   internal node is `>=` its separator `i` (for `i > 0`) and `<` separator
 //!   `i + 1`. The separator of child 0 is never used: keys below every
@@ -20,28 +20,9 @@ use crate::format::node::{
 };
 use crate::types::NodeId;
 
-/// Where a tree's nodes are read from.
-pub trait NodeSource {
-    /// Reads a node.
-    ///
-    /// # Errors
-    /// The node cannot be read or decoded.
-    fn node(&mut self, id: NodeId) -> Result<&Node>;
-}
-
-/// Where a tree's nodes live and change. The engine's implementation goes
-/// through the meta-data cache and the node map; tests use a plain map.
-pub trait NodeStore: NodeSource {
-    /// Reads a node for modification; it will be written with the next partial segment.
-    ///
-    /// # Errors
-    /// As [`NodeStore::node`].
-    fn node_mut(&mut self, id: NodeId) -> Result<&mut Node>;
-    /// Stores a new node and names it.
-    fn alloc(&mut self, node: Node) -> NodeId;
-    /// Releases a node.
-    fn free(&mut self, id: NodeId);
-}
+// The traits live with the node format, below the meta log that implements
+// them; the tree's users name them through here.
+pub use crate::format::node::{NodeSource, NodeStore};
 
 /// Nodes smaller than this are merged with or refilled from a sibling.
 const UNDERFULL: usize = PAYLOAD_LEN / 4;
@@ -384,85 +365,6 @@ pub fn internal_len(n: usize) -> usize {
     NODE_HEADER_LEN + n * INTERNAL_ENTRY_LEN
 }
 
-/// The entries of a tree in order, or the first broken invariant.
-pub type Checked = std::result::Result<Vec<(u64, Vec<u8>)>, String>;
-
-/// Walks the whole tree, checking every invariant; returns the entries in order.
-/// `visit_node` sees each node id (for reachability and ownership checks).
-///
-/// # Errors
-/// A node cannot be read, or a description of the first broken invariant.
-pub fn check(
-    store: &mut dyn NodeSource,
-    root: Option<NodeId>,
-    tree: TreeKind,
-    visit_node: &mut dyn FnMut(NodeId),
-) -> Result<Checked> {
-    let mut out = Vec::new();
-    let Some(root) = root else { return Ok(Ok(out)) };
-    let level = store.node(root)?.level;
-    let res = check_in(store, root, tree, level, None, None, &mut out, visit_node)?;
-    Ok(res.map(|()| out))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn check_in(
-    store: &mut dyn NodeSource,
-    id: NodeId,
-    tree: TreeKind,
-    level: u16,
-    lower: Option<u64>,
-    upper: Option<u64>,
-    out: &mut Vec<(u64, Vec<u8>)>,
-    visit_node: &mut dyn FnMut(NodeId),
-) -> Result<std::result::Result<(), String>> {
-    visit_node(id);
-    let node = store.node(id)?.clone();
-    if node.tree != tree {
-        return Ok(Err(format!("node {id:?} belongs to a {:?} tree, not {tree:?}", node.tree)));
-    }
-    if node.level != level {
-        return Ok(Err(format!("node {id:?} is at level {} where {level} was expected", node.level)));
-    }
-    if node.is_empty() {
-        return Ok(Err(format!("node {id:?} is empty")));
-    }
-    if node.encoded_len() > PAYLOAD_LEN {
-        return Ok(Err(format!("node {id:?} does not fit a block")));
-    }
-    let in_range = |k: u64| lower.is_none_or(|l| k >= l) && upper.is_none_or(|u| k < u);
-    match &node.entries {
-        Entries::Leaf(e) => {
-            for w in e.windows(2) {
-                if w[0].0 >= w[1].0 {
-                    return Ok(Err(format!("node {id:?}: keys out of order")));
-                }
-            }
-            if let Some((k, _)) = e.iter().find(|(k, _)| !in_range(*k)) {
-                return Ok(Err(format!("node {id:?}: key {k:#x} outside its parent's range")));
-            }
-            out.extend(e.iter().cloned());
-        }
-        Entries::Internal(e) => {
-            if level == 0 {
-                return Ok(Err(format!("node {id:?}: internal node at level 0")));
-            }
-            for (j, (k, c)) in e.iter().enumerate() {
-                if j > 0 && ((j > 1 && e[j - 1].0 >= *k) || !in_range(*k)) {
-                    return Ok(Err(format!("node {id:?}: separator {k:#x} out of order or range")));
-                }
-                let lo = if j == 0 { lower } else { Some(*k) };
-                let hi = e.get(j + 1).map(|(k, _)| *k).or(upper);
-                let r = check_in(store, *c, tree, level - 1, lo, hi, out, visit_node)?;
-                if r.is_err() {
-                    return Ok(r);
-                }
-            }
-        }
-    }
-    Ok(Ok(()))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use std::collections::{BTreeMap, HashMap};
@@ -501,7 +403,7 @@ pub(crate) mod tests {
 
     fn all(store: &mut MapStore, root: Option<NodeId>) -> Vec<(u64, Vec<u8>)> {
         let mut seen = 0;
-        let out = check(store, root, TreeKind::Directory, &mut |_| seen += 1).unwrap().unwrap();
+        let out = crate::check::tree::check(store, root, TreeKind::Directory, &mut |_| seen += 1).unwrap().unwrap();
         assert_eq!(seen, store.nodes.len(), "unreachable nodes leaked");
         out
     }

@@ -7,10 +7,10 @@
 
 use super::Fs;
 use super::btree;
-use super::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
 use crate::format::inode::{Body, TreeRoot, inline_entries_len};
+use crate::format::name::{COLLISION_SLOTS, FileName, hash_position};
 use crate::format::node::{Entries, Node, TreeKind};
 use crate::meta_log::Object;
 use crate::types::{FileKind, InodeNo, NodeId};
@@ -144,7 +144,7 @@ impl Fs {
     /// # Errors
     /// `NotDir`, or I/O and corruption errors.
     pub fn dir_lookup(&mut self, dir: InodeNo, name: &[u8]) -> Result<Option<DirEntry>> {
-        let base = hash_position(&self.log.sb.hash_key, name);
+        let base = hash_position(&self.log.superblock().hash_key, name);
         let mut found = None;
         let mut bad = None;
         self.dir_scan_raw(dir, base, &mut |k, v| {
@@ -174,7 +174,7 @@ impl Fs {
     /// # Errors
     /// `NoSpace` if 65536 names share a hash (never seen in practice), or I/O errors.
     pub fn dir_insert(&mut self, dir: InodeNo, name: &FileName, ino: InodeNo, kind: FileKind) -> Result<u64> {
-        let base = hash_position(&self.log.sb.hash_key, name.as_bytes());
+        let base = hash_position(&self.log.superblock().hash_key, name.as_bytes());
         let value = encode(ino, kind, name.as_bytes());
         let full = || Error::NoSpace(crate::error::DeviceRole::Meta);
         match self.dir_form(dir)? {

@@ -1,20 +1,19 @@
-//! File data: inline bytes, the page cache of dirty blocks, delayed
-//! allocation at write-back, reads, truncation, holes.
+//! File operations on data: inline bytes, reads, writes into the page cache
+//! ([`super::pages`]), truncation, holes, preallocation, seeking.
 //!
 //! A `write` only fills pages and reserves data blocks for the holes it
-//! covers. Blocks are allocated at write-back (LinLogFS's deferred
-//! addresses), when the whole dirty run of a file is known, so a file
-//! written sequentially gets one extent, placed after the file's previous
-//! extent or in its directory's group.
-
-use std::collections::{BTreeMap, HashMap};
+//! covers. Blocks are allocated at write-back ([`super::writeback`]), when
+//! the whole dirty run of a file is known, so a file written sequentially
+//! gets one extent, placed after the file's previous extent or in its
+//! directory's group.
 
 use super::Fs;
+use super::pages::{Page, PageState};
+use crate::device;
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::descriptor::Change;
 use crate::format::inode::{Body, Extent};
-use crate::meta_log::read_blocks;
-use crate::types::{BLOCK_BYTES, BLOCK_SIZE, DataBlock, FileKind, InodeNo, Timestamp};
+use crate::types::{BLOCK_BYTES, BLOCK_SIZE, DataBlock, FileKind, InodeNo};
 
 /// Largest file: 16 TiB, as ext4.
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
@@ -22,198 +21,6 @@ pub const MAX_FILE_SIZE: u64 = 1 << 44;
 /// Extents freed per truncation step, bounding the change records one
 /// operation adds to a partial segment.
 pub const TRUNCATE_STEP_EXTENTS: usize = 256;
-
-/// Where a page stands between `write` and the disk.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum PageState {
-    /// Changed since last queued; `reserved` when it holds a reservation for
-    /// a block not yet allocated.
-    Dirty {
-        /// Holds a data-block reservation.
-        reserved: bool,
-    },
-    /// Allocated at `at`, waiting for the next partial segment.
-    Queued {
-        /// Its data block.
-        at: DataBlock,
-    },
-    /// Being written to `at` by commit `commit`; dropped once that is durable.
-    InFlight {
-        /// Its data block.
-        at: DataBlock,
-        /// The commit writing it.
-        commit: u64,
-    },
-}
-
-/// A cached block of file data.
-#[derive(Debug)]
-pub struct Page {
-    data: Box<[u8; BLOCK_SIZE]>,
-    state: PageState,
-}
-
-/// Dirty and in-flight file data, by inode and file block.
-#[derive(Debug, Default)]
-pub struct PageCache {
-    files: HashMap<InodeNo, BTreeMap<u64, Page>>,
-    dirty_pages: usize,
-    /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
-    /// blocks the file will have once written back, which `stat` counts.
-    reserved: HashMap<InodeNo, u64>,
-    /// Per file with dirty pages: when a write first dirtied it, and its
-    /// size then (a file missing here counts as old: its pages go with the
-    /// next commit).
-    dirtied: HashMap<InodeNo, (Timestamp, u64)>,
-}
-
-/// What a commit may leave behind of a file's dirty data.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum WriteBack {
-    /// Every dirty page, and every file held for replacement (sync, fsync,
-    /// unmount, memory pressure).
-    All,
-    /// Every dirty page but those of files held for replacement (see
-    /// [`super::replace`]): a commit made to free room in the log or the
-    /// cache, which nobody asked to be durable.
-    AllButHeld,
-    /// A periodic commit: the delayed tail of files first dirtied after
-    /// this time may wait (see [`Fs::delayed_tail`]).
-    Expired(Timestamp),
-}
-
-impl PageCache {
-    /// Bytes of data not yet queued for writing.
-    #[must_use]
-    pub fn dirty_bytes(&self) -> usize {
-        self.dirty_pages * BLOCK_SIZE
-    }
-
-    /// Files with pages not yet queued.
-    #[must_use]
-    pub fn dirty_files(&self) -> Vec<InodeNo> {
-        let mut v: Vec<InodeNo> = self
-            .files
-            .iter()
-            .filter(|(_, p)| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
-            .map(|(i, _)| *i)
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Whether `ino` has pages not yet queued.
-    #[must_use]
-    pub fn has_dirty(&self, ino: InodeNo) -> bool {
-        self.files.get(&ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
-    }
-
-    /// Whether `ino` has any cached page (dirty, queued or in flight).
-    #[must_use]
-    pub fn has_pages(&self, ino: InodeNo) -> bool {
-        self.files.contains_key(&ino)
-    }
-
-    /// Pages cached for `ino`.
-    #[must_use]
-    pub fn file_pages(&self, ino: InodeNo) -> usize {
-        self.files.get(&ino).map_or(0, BTreeMap::len)
-    }
-
-    fn page(&self, ino: InodeNo, block: u64) -> Option<&Page> {
-        self.files.get(&ino)?.get(&block)
-    }
-
-    /// Notes that a write is about to dirty `ino`, `size` bytes long, at
-    /// `now` (a file already dirty keeps its older note).
-    pub fn note_dirtied(&mut self, ino: InodeNo, now: Timestamp, size: u64) {
-        self.dirtied.entry(ino).or_insert((now, size));
-    }
-
-    /// Makes `ino`'s dirty pages go with the next commit, whatever their
-    /// age: a truncation, an allocation or an inline file's bytes moving to
-    /// a page changed what the delayed tail may hide.
-    pub fn expire(&mut self, ino: InodeNo) {
-        self.dirtied.insert(ino, (Timestamp::new(i64::MIN, 0), 0));
-    }
-
-    /// Forgets the notes of files with no dirty page left.
-    pub fn forget_clean(&mut self) {
-        let files = &self.files;
-        self.dirtied.retain(|ino, _| {
-            files.get(ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
-        });
-    }
-
-    /// Blocks `ino` holds reservations for: written, not yet allocated.
-    /// Kept as a count, so that `getattr` need not walk the pages.
-    #[must_use]
-    pub fn reserved_blocks(&self, ino: InodeNo) -> u64 {
-        let n = self.reserved.get(&ino).copied().unwrap_or(0);
-        debug_assert_eq!(
-            n,
-            self.files
-                .get(&ino)
-                .map_or(0, |f| f.values().filter(|p| p.state == PageState::Dirty { reserved: true }).count() as u64),
-            "reserved-page count of inode {ino}"
-        );
-        n
-    }
-
-    fn count_reserved(&mut self, ino: InodeNo, added: u64, removed: u64) {
-        let n = self.reserved.entry(ino).or_default();
-        debug_assert!(*n + added >= removed, "reserved-page count of inode {ino} below zero");
-        *n = (*n + added).saturating_sub(removed);
-        if *n == 0 {
-            self.reserved.remove(&ino);
-        }
-    }
-
-    /// Hands every queued page to commit `commit`, copying its bytes.
-    pub fn take_queued(&mut self, commit: u64) -> Vec<(DataBlock, Vec<u8>)> {
-        let mut out = Vec::new();
-        for pages in self.files.values_mut() {
-            for p in pages.values_mut() {
-                if let PageState::Queued { at } = p.state {
-                    out.push((at, p.data.to_vec()));
-                    p.state = PageState::InFlight { at, commit };
-                }
-            }
-        }
-        out
-    }
-
-    /// Commit `commit` is durable: its pages may go (the kernel caches data).
-    pub fn drop_in_flight(&mut self, commit: u64) {
-        self.files.retain(|_, pages| {
-            pages.retain(|_, p| !matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit));
-            !pages.is_empty()
-        });
-    }
-
-    /// Removes pages of `ino` at blocks `>= from` (and `< to`); returns how
-    /// many held reservations.
-    fn discard(&mut self, ino: InodeNo, from: u64, to: u64) -> u64 {
-        let Some(pages) = self.files.get_mut(&ino) else {
-            return 0;
-        };
-        let doomed: Vec<u64> = pages.range(from..to).map(|(b, _)| *b).collect();
-        let mut reserved = 0;
-        for b in doomed {
-            if let Some(p) = pages.remove(&b)
-                && let PageState::Dirty { reserved: r } = p.state
-            {
-                self.dirty_pages -= 1;
-                reserved += u64::from(r);
-            }
-        }
-        if pages.is_empty() {
-            self.files.remove(&ino);
-        }
-        self.count_reserved(ino, 0, reserved);
-        reserved
-    }
-}
 
 /// A piece of a read, resolved under the lock and completed without it.
 #[derive(Debug)]
@@ -253,7 +60,7 @@ impl Fs {
 
     /// Reads a block of the data device.
     fn read_data_block(&self, at: DataBlock) -> Result<Vec<u8>> {
-        read_blocks(self.log.data_device().as_ref(), DeviceRole::Data, at.0, 1)
+        device::read(self.log.data_device().as_ref(), DeviceRole::Data, at.0, 1)
     }
 
     /// Resolves a read of up to `size` bytes at `offset`.
@@ -366,7 +173,7 @@ impl Fs {
                 needed += 1;
             }
         }
-        self.log.space.reserve(needed)?;
+        self.log.space_mut().reserve(needed)?;
 
         let size = self.log.inode(ino)?.size;
         let mut pos = offset;
@@ -425,7 +232,7 @@ impl Fs {
             return Ok(());
         };
         let bytes = bytes.clone();
-        self.log.space.reserve(1)?;
+        self.log.space_mut().reserve(1)?;
         self.log.inode_mut(ino)?.body = Body::Empty;
         let mut data: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
         data[..bytes.len()].copy_from_slice(&bytes);
@@ -437,182 +244,13 @@ impl Fs {
         Ok(())
     }
 
-    /// Allocates blocks for, and queues, up to `budget` runs of dirty pages
-    /// of `ino`. Returns whether every dirty page of the file is queued.
-    ///
-    /// # Errors
-    /// `NoSpace(Data)` if a reservation was not honoured (a bug); I/O errors.
-    pub fn write_back(&mut self, ino: InodeNo, budget: usize) -> Result<bool> {
-        self.write_back_below(ino, budget, u64::MAX)
-    }
-
-    /// What a commit of kind `mode` may leave of `ino`: the first block of
-    /// its delayed tail, and the size the inode's record must show on disk
-    /// while the tail waits (ext4's i_disksize): at least the file's size
-    /// when first dirtied, never past the tail's first block, so that a
-    /// crash shows the file cut short, never a hole where data was written.
-    ///
-    /// # Errors
-    /// `NotFound`; I/O errors reading the extent tree.
-    pub fn delayed_cap(&mut self, ino: InodeNo, mode: WriteBack) -> Result<Option<(u64, u64)>> {
-        let floor = match (mode, self.pages.dirtied.get(&ino)) {
-            (WriteBack::Expired(before), Some(&(at, floor))) if at > before => floor,
-            _ => return Ok(None),
-        };
-        let Some(first) = self.delayed_tail(ino)? else {
-            return Ok(None);
-        };
-        let size = self.log.inode(ino)?.size;
-        Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
-    }
-
-    /// The first block of `ino`'s delayed tail: the dirty pages at the end
-    /// of the file that hold reservations (no block yet), with nothing
-    /// mapped or queued after them. Leaving them out of a commit needs no
-    /// change but a shorter size on disk.
-    fn delayed_tail(&mut self, ino: InodeNo) -> Result<Option<u64>> {
-        let Some(pages) = self.pages.files.get(&ino) else {
-            return Ok(None);
-        };
-        let mut tail: Vec<u64> = pages
-            .iter()
-            .rev()
-            .take_while(|(_, p)| p.state == PageState::Dirty { reserved: true })
-            .map(|(b, _)| *b)
-            .collect();
-        tail.reverse();
-        let mut first = match tail.first() {
-            Some(&b) => b,
-            None => return Ok(None),
-        };
-        // Data mapped beyond the tail's start must stay reachable.
-        while let Some(e) = self.next_extent(ino, first)? {
-            let after = e.logical_end();
-            match tail.iter().find(|&&b| b >= after) {
-                Some(&b) => first = b,
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(first))
-    }
-
-    /// [`Fs::write_back`] of the pages below block `limit` only.
-    ///
-    /// # Errors
-    /// As [`Fs::write_back`].
-    pub fn write_back_below(&mut self, ino: InodeNo, budget: usize, limit: u64) -> Result<bool> {
-        let mut steps = 0;
-        loop {
-            let Some(pages) = self.pages.files.get(&ino) else {
-                return Ok(true);
-            };
-            let Some(start) =
-                pages.range(..limit).find(|(_, p)| matches!(p.state, PageState::Dirty { .. })).map(|(b, _)| *b)
-            else {
-                return Ok(true);
-            };
-            if steps >= budget || self.log.needs_seal() {
-                return Ok(false);
-            }
-            steps += 1;
-            let mut end = start;
-            while end - start < u64::from(crate::data_space::MAX_EXTENT_BLOCKS)
-                && end < limit
-                && pages.get(&end).is_some_and(|p| matches!(p.state, PageState::Dirty { .. }))
-            {
-                end += 1;
-            }
-            self.write_back_run(ino, start, end)?;
-        }
-    }
-
-    /// Queues the dirty pages of `[start, end)`, allocating where unmapped.
-    /// Handles the first mapping change of the run; the caller loops.
-    fn write_back_run(&mut self, ino: InodeNo, start: u64, end: u64) -> Result<()> {
-        match self.extent_at(ino, start)? {
-            Some(e) => {
-                let stop = end.min(e.logical_end());
-                if e.unwritten {
-                    self.mark_written(ino, start, stop)?;
-                }
-                // Pages over mapped blocks never hold reservations; keep the
-                // count right even if one slipped through.
-                let stray = (start..stop)
-                    .filter(|b| {
-                        matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: true }))
-                    })
-                    .count() as u64;
-                debug_assert_eq!(stray, 0, "reserved page over a mapped block");
-                self.log.space.unreserve(stray);
-                for b in start..stop {
-                    self.queue_page(ino, b, DataBlock(e.physical.0 + (b - e.logical)));
-                }
-            }
-            None => {
-                let stop = match self.next_extent(ino, start)? {
-                    Some(n) if n.logical < end => n.logical,
-                    _ => end,
-                };
-                // Pages that never held a reservation (their block was
-                // unmapped under them) take one now.
-                let unreserved: Vec<u64> = (start..stop)
-                    .filter(|b| {
-                        matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: false }))
-                    })
-                    .collect();
-                if !unreserved.is_empty() {
-                    self.log.space.reserve(unreserved.len() as u64)?;
-                    self.pages.count_reserved(ino, unreserved.len() as u64, 0);
-                    for b in unreserved {
-                        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
-                            p.state = PageState::Dirty { reserved: true };
-                        }
-                    }
-                }
-                let goal = self.allocation_goal(ino, start)?;
-                let (at, len) = self.log.space.allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
-                self.log.record(Change::DataAlloc { start: at, len });
-                self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
-                self.log.inode_mut(ino)?.blocks += u64::from(len);
-                for (i, b) in (start..start + u64::from(len)).enumerate() {
-                    self.queue_page(ino, b, DataBlock(at.0 + i as u64));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn queue_page(&mut self, ino: InodeNo, block: u64, at: DataBlock) {
-        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block))
-            && let PageState::Dirty { reserved } = p.state
-        {
-            p.state = PageState::Queued { at };
-            self.pages.dirty_pages -= 1;
-            // Its reservation became the block the caller allocated.
-            self.pages.count_reserved(ino, 0, u64::from(reserved));
-        }
-    }
-
-    /// Where a new extent at `block` should go: right after the file's
-    /// previous block if it has one, else in its group, after the group's
-    /// last allocation.
-    fn allocation_goal(&mut self, ino: InodeNo, block: u64) -> Result<DataBlock> {
-        if block > 0
-            && let Some(prev) = self.extent_at(ino, block - 1)?
-        {
-            return Ok(DataBlock(prev.physical.0 + (block - prev.logical)));
-        }
-        let group = self.log.inode(ino)?.group;
-        Ok(self.log.space.group_goal(group))
-    }
-
     /// Frees data blocks once the partial segment recording the free is durable.
     pub fn free_data(&mut self, ino: InodeNo, ranges: &[(DataBlock, u32)]) -> Result<()> {
         let seq = self.log.head().seq;
         let mut total = 0u64;
         for &(start, len) in ranges {
             self.log.record(Change::DataFree { start, len });
-            self.log.space.free_deferred(start, len, seq);
+            self.log.space_mut().free_deferred(start, len, seq);
             total += u64::from(len);
         }
         if total > 0 {
@@ -648,7 +286,7 @@ impl Fs {
         if size < old {
             let keep = size.div_ceil(BLOCK_BYTES);
             let released = self.pages.discard(ino, keep, u64::MAX);
-            self.log.space.unreserve(released);
+            self.log.space_mut().unreserve(released);
             if !size.is_multiple_of(BLOCK_BYTES) {
                 self.zero_block_range(ino, size / BLOCK_BYTES, (size % BLOCK_BYTES) as usize, BLOCK_SIZE)?;
             }
@@ -721,7 +359,7 @@ impl Fs {
             return Ok(true);
         }
         let released = self.pages.discard(ino, first_whole, end_whole);
-        self.log.space.unreserve(released);
+        self.log.space_mut().unreserve(released);
         let (freed, done) = self.unmap_range(ino, first_whole, end_whole, TRUNCATE_STEP_EXTENTS)?;
         self.free_data(ino, &freed)?;
         Ok(done)
@@ -770,11 +408,11 @@ impl Fs {
             }
             let run_end =
                 self.pages.files.get(&ino).and_then(|f| f.range(b..stop).next().map(|(k, _)| *k)).unwrap_or(stop);
-            self.log.space.reserve(run_end - b)?;
+            self.log.space_mut().reserve(run_end - b)?;
             let goal = self.allocation_goal(ino, b)?;
-            let (at, n) = self.log.space.allocate(goal, run_end - b).ok_or(Error::NoSpace(DeviceRole::Data))?;
+            let (at, n) = self.log.space_mut().allocate(goal, run_end - b).ok_or(Error::NoSpace(DeviceRole::Data))?;
             self.log.record(Change::DataAlloc { start: at, len: n });
-            self.log.space.unreserve((run_end - b) - u64::from(n));
+            self.log.space_mut().unreserve((run_end - b) - u64::from(n));
             self.add_extent(ino, Extent { logical: b, physical: at, len: n, unwritten: true })?;
             self.log.inode_mut(ino)?.blocks += u64::from(n);
             b += u64::from(n);
@@ -835,6 +473,6 @@ impl Fs {
     /// Drops every page of a file being deleted.
     pub fn discard_pages(&mut self, ino: InodeNo) {
         let released = self.pages.discard(ino, 0, u64::MAX);
-        self.log.space.unreserve(released);
+        self.log.space_mut().unreserve(released);
     }
 }

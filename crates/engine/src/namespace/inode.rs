@@ -3,6 +3,7 @@
 use super::Fs;
 use crate::error::Result;
 use crate::format::inode::{Body, InodeRecord};
+use crate::meta_log::InodeGuard;
 use crate::types::{FileKind, GroupNo, InodeNo, Timestamp};
 
 /// Who a new inode belongs to and what it is.
@@ -21,6 +22,34 @@ pub struct NewInode {
 }
 
 impl Fs {
+    /// An inode's record, read through the cache.
+    ///
+    /// # Errors
+    /// `NotFound` when the inode is not in use; the record cannot be read.
+    pub fn inode(&mut self, ino: InodeNo) -> Result<&InodeRecord> {
+        self.log.inode(ino)
+    }
+
+    /// An inode's record to change; it goes out with the next partial segment.
+    ///
+    /// # Errors
+    /// As [`Fs::inode`].
+    pub fn inode_mut(&mut self, ino: InodeNo) -> Result<InodeGuard<'_>> {
+        self.log.inode_mut(ino)
+    }
+
+    /// Whether `ino` is on the orphan list.
+    #[must_use]
+    pub fn is_orphan(&self, ino: InodeNo) -> bool {
+        self.log.is_orphan(ino)
+    }
+
+    /// Puts `ino` on the orphan list or takes it off (a change record of
+    /// the active partial segment).
+    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
+        self.log.set_orphan(ino, orphan);
+    }
+
     /// Creates an inode in directory `parent` (not yet linked anywhere).
     /// A directory is bound to the emptiest data group; anything else takes
     /// its parent's group, so a directory's files lie together.
@@ -29,7 +58,7 @@ impl Fs {
     /// The parent cannot be read.
     pub fn new_inode(&mut self, parent: InodeNo, new: NewInode, now: Timestamp) -> Result<InodeNo> {
         let (group, dir_parent) = if new.kind == FileKind::Directory {
-            (self.log.space.bind_directory(), parent)
+            (self.log.space_mut().bind_directory(), parent)
         } else {
             (self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0)), InodeNo(0))
         };
@@ -77,7 +106,7 @@ impl Fs {
         }
         self.xattr_destroy(ino)?;
         if kind == Some(FileKind::Directory) {
-            self.log.space.unbind_directory(group);
+            self.log.space_mut().unbind_directory(group);
         }
         self.log.destroy_inode(ino)?;
         Ok(true)

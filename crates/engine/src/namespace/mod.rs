@@ -12,14 +12,15 @@ pub mod dir;
 pub mod extents;
 pub mod file;
 pub mod inode;
-pub mod name;
+pub mod pages;
 pub mod replace;
+pub mod writeback;
 pub mod xattr;
 
 use std::collections::HashMap;
 
-pub use file::PageCache;
-pub use name::FileName;
+pub use crate::format::name::FileName;
+pub use pages::PageCache;
 
 use crate::meta_log::Log;
 use crate::types::InodeNo;

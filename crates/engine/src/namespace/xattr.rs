@@ -7,10 +7,10 @@
 
 use super::Fs;
 use super::btree;
-use super::name::{COLLISION_SLOTS, hash_position};
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
 use crate::format::inode::{MAX_BLOB_NODES, MAX_INLINE_XATTR_BYTES, TreeRoot, Xattrs, inline_xattrs_len};
+use crate::format::name::{COLLISION_SLOTS, hash_position};
 use crate::format::node::{MAX_VALUE_LEN, TreeKind};
 use crate::types::{InodeNo, NodeId};
 
@@ -78,7 +78,7 @@ fn decode_entry(v: &[u8], ino: InodeNo) -> Result<(Vec<u8>, Stored)> {
 impl Fs {
     /// Finds `name` in an xattr tree: its position and stored form.
     fn xattr_find(&mut self, ino: InodeNo, root: NodeId, name: &[u8]) -> Result<Option<(u64, Stored)>> {
-        let base = hash_position(&self.log.sb.hash_key, name);
+        let base = hash_position(&self.log.superblock().hash_key, name);
         let mut found = None;
         let mut bad = None;
         btree::scan(&mut self.log.tree(ino), Some(root), base, &mut |k, v| {
@@ -223,7 +223,7 @@ impl Fs {
                 p
             }
             None => {
-                let base = hash_position(&self.log.sb.hash_key, name);
+                let base = hash_position(&self.log.superblock().hash_key, name);
                 let mut slot = base;
                 btree::scan(&mut self.log.tree(ino), root, base, &mut |k, _| {
                     if k == slot && k < base + COLLISION_SLOTS - 1 {

@@ -52,7 +52,7 @@ impl Volume {
             return false;
         }
         let now = self.now();
-        lock(&self.fs).log.inode(ino).is_ok_and(|rec| atime_due(rec, now, self.options.atime))
+        lock(&self.fs).inode(ino).is_ok_and(|rec| atime_due(rec, now, self.options.atime))
     }
 
     fn atime_enabled(&self) -> bool {
@@ -66,14 +66,14 @@ impl Volume {
             return Touch::Settled;
         }
         let now = self.now();
-        if !fs.log.inode(ino).is_ok_and(|rec| atime_due(rec, now, self.options.atime)) {
+        if !fs.inode(ino).is_ok_and(|rec| atime_due(rec, now, self.options.atime)) {
             return Touch::Settled;
         }
         if fs.log.needs_seal() {
             return Touch::AfterCommit;
         }
         if fs.log.check_meta_space(OpKind::Grow).is_ok()
-            && let Ok(mut rec) = fs.log.inode_mut(ino)
+            && let Ok(mut rec) = fs.inode_mut(ino)
         {
             rec.atime = now;
         }

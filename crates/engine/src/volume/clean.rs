@@ -1,8 +1,6 @@
 //! Running the cleaner: on demand, from the periodic tick when free
 //! segments run low, and synchronously when an operation finds no room.
 
-use std::time::Instant;
-
 use super::{Volume, lock};
 use crate::error::Result;
 use crate::meta_log::OP_MAX_BLOCKS;
@@ -17,21 +15,12 @@ const MOVES_PER_STEP: usize = 32;
 /// run frees space as it goes and can stop between passes.
 const SEGMENTS_PER_PASS: usize = 8;
 
-/// What one cleaning pass did.
+/// What one cleaning pass (or a run of them) did.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CleanReport {
-    /// Victim segments read.
-    pub segments_read: u64,
-    /// Descriptor blocks read.
-    pub blocks_read: u64,
-    /// Nodes and blobs moved.
-    pub nodes_moved: u64,
-    /// Inodes moved.
-    pub inodes_moved: u64,
-    /// IFile blocks moved.
-    pub ifile_blocks_moved: u64,
-    /// Segments free after the pass that were not before.
-    pub segments_freed: u64,
+    /// The cleaner's counters over the pass: victims and descriptor blocks
+    /// read, objects moved, and segments free after it that were not before.
+    pub cleaner: CleanerStats,
     /// Blocks written to the meta-data device by the pass (moves and checkpoint).
     pub blocks_written: u64,
     /// Wall time.
@@ -41,12 +30,7 @@ pub struct CleanReport {
 impl CleanReport {
     /// Adds the figures of a later pass.
     pub fn add(&mut self, other: &CleanReport) {
-        self.segments_read += other.segments_read;
-        self.blocks_read += other.blocks_read;
-        self.nodes_moved += other.nodes_moved;
-        self.inodes_moved += other.inodes_moved;
-        self.ifile_blocks_moved += other.ifile_blocks_moved;
-        self.segments_freed += other.segments_freed;
+        self.cleaner.add(&other.cleaner);
         self.blocks_written += other.blocks_written;
         self.micros += other.micros;
     }
@@ -98,7 +82,7 @@ impl Volume {
 
     /// [`Volume::clean`] with the cleaning lock held.
     fn clean_locked(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
-        let started = Instant::now();
+        let started = self.clock.reading();
         self.check_writable()?;
         // Hot data first, into its own group: what the cleaner moves is cold
         // and lands together, away from it.
@@ -114,7 +98,7 @@ impl Volume {
                 v.truncate(req.max_segments);
                 v
             };
-            (victims, fs.log.free_segments(), fs.log.stats.meta_blocks_written, fs.log.stats.cleaner)
+            (victims, fs.log.free_segments(), fs.log.stats().meta_blocks_written, fs.log.stats().cleaner)
         };
         for (i, &v) in victims.iter().enumerate() {
             // Room to move this victim's live data, or else a checkpoint to
@@ -130,12 +114,7 @@ impl Volume {
                     break;
                 }
             }
-            let (live, read) = lock(&self.fs).log.live_in_segment(v)?;
-            {
-                let mut fs = lock(&self.fs);
-                fs.log.stats.cleaner.segments_read += 1;
-                fs.log.stats.cleaner.blocks_read += read;
-            }
+            let live = lock(&self.fs).log.live_in_segment(v)?;
             for chunk in live.nodes.chunks(MOVES_PER_STEP) {
                 self.mutate(OpKind::Clean, |fs, _| fs.log.relocate(chunk, &[], &[]))?;
             }
@@ -153,21 +132,16 @@ impl Volume {
             self.checkpoint_for_room()?;
         }
         let mut fs = lock(&self.fs);
-        let freed = victims.iter().filter(|&&v| fs.log.segment_is_free(v)).count() as u64;
-        fs.log.stats.cleaner.passes += 1;
-        fs.log.stats.cleaner.segments_freed += freed;
-        let after = fs.log.stats.cleaner;
-        let report = CleanReport {
-            segments_read: after.segments_read - stats_before.segments_read,
-            blocks_read: after.blocks_read - stats_before.blocks_read,
-            nodes_moved: after.nodes_moved - stats_before.nodes_moved,
-            inodes_moved: after.inodes_moved - stats_before.inodes_moved,
-            ifile_blocks_moved: after.ifile_blocks_moved - stats_before.ifile_blocks_moved,
-            segments_freed: u64::from(fs.log.free_segments().saturating_sub(free_before)).max(freed),
-            blocks_written: fs.log.stats.meta_blocks_written - written_before,
-            micros: started.elapsed().as_micros() as u64,
-        };
-        Ok(report)
+        let freed = fs.log.finish_clean_pass(&victims);
+        let mut cleaner = fs.log.stats().cleaner.since(&stats_before);
+        // Victims emptied by an earlier pass may turn free at this one's
+        // checkpoint: the report counts every segment the pass freed.
+        cleaner.segments_freed = u64::from(fs.log.free_segments().saturating_sub(free_before)).max(freed);
+        Ok(CleanReport {
+            cleaner,
+            blocks_written: fs.log.stats().meta_blocks_written - written_before,
+            micros: self.since(started).as_micros() as u64,
+        })
     }
 
     /// Segments `req` would clean now: those below its utilisation, at most
@@ -215,7 +189,7 @@ impl Volume {
     /// The cleaner's counters since the volume was opened.
     #[must_use]
     pub fn cleaner_stats(&self) -> CleanerStats {
-        lock(&self.fs).log.stats.cleaner
+        lock(&self.fs).log.stats().cleaner
     }
 
     /// Counters of the log and the cleaner, and the state of the log, as
@@ -224,7 +198,8 @@ impl Volume {
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
         let fs = lock(&self.fs);
         let log = &fs.log;
-        let s = log.stats;
+        let s = log.stats();
+        let (readahead_windows, readahead_hits) = log.readahead_counts();
         let c = s.cleaner;
         vec![
             ("commits", self.commit_count()),
@@ -232,15 +207,15 @@ impl Volume {
             ("meta_blocks_written", s.meta_blocks_written),
             ("data_blocks_written", s.data_blocks_written),
             ("checkpoints_written", s.checkpoints),
-            ("segments", u64::from(log.sb.segment_count)),
+            ("segments", u64::from(log.superblock().segment_count)),
             ("segments_free", u64::from(log.free_segments())),
             ("segments_reserved", u64::from(log.reserve_segments())),
             ("clean_threshold", u64::from(self.clean_threshold_locked(log))),
             ("log_blocks_since_checkpoint", log.blocks_since_checkpoint()),
             ("checkpoint_number", log.checkpoint_number()),
             ("dirty_data_bytes", fs.pages.dirty_bytes() as u64),
-            ("readahead_windows", log.readahead.windows),
-            ("readahead_hits", log.readahead.hits),
+            ("readahead_windows", readahead_windows),
+            ("readahead_hits", readahead_hits),
             ("cleaner_passes", c.passes),
             ("cleaner_segments_read", c.segments_read),
             ("cleaner_blocks_read", c.blocks_read),
@@ -255,7 +230,7 @@ impl Volume {
     #[must_use]
     pub fn segment_utilization(&self) -> Vec<f64> {
         let fs = lock(&self.fs);
-        (0..fs.log.sb.segment_count).map(|s| fs.log.utilization(crate::types::SegmentNo(s))).collect()
+        (0..fs.log.superblock().segment_count).map(|s| fs.log.utilization(crate::types::SegmentNo(s))).collect()
     }
 
     /// Free segments below which the tick cleans: the option, or enough to
@@ -265,8 +240,9 @@ impl Volume {
     }
 
     fn clean_threshold_locked(&self, log: &crate::meta_log::Log) -> u32 {
-        let derived = (log.reserve_segments() + 4).max(log.sb.segment_count / 20);
-        self.options.clean_threshold.unwrap_or(derived).min(log.sb.segment_count / 2)
+        let segments = log.superblock().segment_count;
+        let derived = (log.reserve_segments() + 4).max(segments / 20);
+        self.options.clean_threshold.unwrap_or(derived).min(segments / 2)
     }
 
     /// In idle time, cleans one mostly empty segment per call while less
@@ -274,7 +250,7 @@ impl Volume {
     pub(crate) fn clean_when_idle(&self) -> Result<Option<CleanReport>> {
         let worth = {
             let fs = lock(&self.fs);
-            fs.log.free_segments() < fs.log.sb.segment_count / 2
+            fs.log.free_segments() < fs.log.superblock().segment_count / 2
                 && !fs.log.pick_victims(Policy::CostBenefit, 1, 0.5).is_empty()
         };
         if !worth {

@@ -15,7 +15,7 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn open_file(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).log.inode(ino)?;
+        lock(&self.fs).inode(ino)?;
         self.remember(ino, 1);
         Ok(())
     }
@@ -73,7 +73,7 @@ impl Volume {
                 ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
                 ReadPiece::Device { at, skip, len } => {
                     let blocks = (skip + len).div_ceil(BLOCK_SIZE);
-                    let buf = crate::meta_log::read_blocks(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
+                    let buf = crate::device::read(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
                     out.extend_from_slice(&buf[skip..skip + len]);
                 }
             }
@@ -99,12 +99,12 @@ impl Volume {
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         let dirty = self.mutate(OpKind::Grow, |fs, now| {
             if !data.is_empty() {
-                let size = fs.log.inode(ino)?.size;
+                let size = fs.inode(ino)?.size;
                 fs.pages.note_dirtied(ino, now, size);
             }
             fs.write(ino, offset, data)?;
             if !data.is_empty() && stamp == Stamp::Now {
-                let mut rec = fs.log.inode_mut(ino)?;
+                let mut rec = fs.inode_mut(ino)?;
                 rec.mtime = now;
                 rec.ctime = now;
             }
@@ -131,7 +131,7 @@ impl Volume {
         self.mutate(OpKind::Grow, |fs, now| {
             let dropped = super::ops::drop_privileges(fs, ino, set_id)?;
             if dropped {
-                fs.log.inode_mut(ino)?.ctime = now;
+                fs.inode_mut(ino)?.ctime = now;
             }
             Ok(dropped)
         })
@@ -172,7 +172,7 @@ impl Volume {
             while !self.mutate(OpKind::Grow, |fs, _| fs.preallocate_step(ino, offset, len, 8))? {}
         }
         self.mutate(OpKind::Grow, |fs, now| {
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             if !mode.keep_size && !mode.punch_hole && end > rec.size {
                 rec.size = end;
             }
@@ -200,7 +200,7 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).log.inode(ino)?;
+        lock(&self.fs).inode(ino)?;
         self.commit()
     }
 
@@ -217,6 +217,6 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
-        Ok(matches!(lock(&self.fs).log.inode(ino)?.body, Body::Inline(_)))
+        Ok(matches!(lock(&self.fs).inode(ino)?.body, Body::Inline(_)))
     }
 }

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use super::{MkfsOptions, Volume};
-use crate::device::BlockDevice;
+use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::superblock::{
     CHECKPOINT_SLOTS, FORMAT_MAJOR, FORMAT_MINOR, MAX_INLINE_DATA, Role, SUPER_MAGIC, Superblock,
 };
-use crate::meta_log::{Log, read_blocks};
+use crate::meta_log::Log;
 use crate::namespace::inode::NewInode;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
@@ -28,7 +28,7 @@ pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
     if dev.block_count() == 0 {
         return Ok(None);
     }
-    let head = read_blocks(dev, DeviceRole::Meta, 0, 1)?;
+    let head = device::read(dev, DeviceRole::Meta, 0, 1)?;
     if head[..4] == SUPER_MAGIC.to_le_bytes() {
         return Ok(Some("a DualFS file system"));
     }
@@ -46,7 +46,7 @@ pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
         return Ok(Some("a LUKS encrypted volume"));
     }
     if dev.block_count() > 16 {
-        let b = read_blocks(dev, DeviceRole::Meta, 16, 1)?;
+        let b = device::read(dev, DeviceRole::Meta, 16, 1)?;
         if &b[64..72] == b"_BHRfS_M" {
             return Ok(Some("a btrfs file system"));
         }
@@ -149,23 +149,16 @@ impl Volume {
             mount_options: [0; crate::format::superblock::MOUNT_OPTIONS_BYTES],
             block_id: 0,
         };
-        let io = |role: DeviceRole, op: &'static str, block: u64| {
-            move |source| Error::Io { device: role, op, block, source }
-        };
         // Stale checkpoints of an earlier volume on the same device must not
         // be mistaken for this one's.
         let zero = vec![0u8; BLOCK_SIZE];
         for slot in CHECKPOINT_SLOTS {
-            meta.write_blocks(slot.0, &zero).map_err(io(DeviceRole::Meta, "write", slot.0))?;
+            device::write(meta.as_ref(), DeviceRole::Meta, slot.0, &zero)?;
         }
-        meta.write_blocks(0, &sb.encode()).map_err(io(DeviceRole::Meta, "write", 0))?;
-        data.write_blocks(0, &Superblock { role: Role::Data, ..sb.clone() }.encode()).map_err(io(
-            DeviceRole::Data,
-            "write",
-            0,
-        ))?;
-        data.flush().map_err(io(DeviceRole::Data, "flush", 0))?;
-        meta.flush().map_err(io(DeviceRole::Meta, "flush", 0))?;
+        device::write(meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
+        device::write(data.as_ref(), DeviceRole::Data, 0, &Superblock { role: Role::Data, ..sb.clone() }.encode())?;
+        device::flush(data.as_ref(), DeviceRole::Data)?;
+        device::flush(meta.as_ref(), DeviceRole::Meta)?;
 
         let log = Log::fresh(sb, meta.clone(), data.clone());
         let mut fs = Fs::new(log, FsConfig::default());

@@ -12,6 +12,7 @@
 
 mod atime;
 mod clean;
+mod clock;
 mod files;
 mod mkfs;
 mod ops;
@@ -21,28 +22,34 @@ mod xattrs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::Instant;
+use std::time::Duration;
 
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
+pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
 pub use types::*;
+
+// What callers of the volume name in its API but is defined below it: the
+// FUSE adapter and the tools import these from here, never from the layers
+// that define them.
+pub use crate::meta_log::cleaner::Policy;
+pub use crate::namespace::acl::AclKind;
+pub use crate::namespace::file::Whence;
+pub use crate::namespace::xattr::SetMode;
 
 use crate::device::BlockDevice;
 use crate::error::{DeviceRole, Error, Result};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
 use crate::meta_log::segments::OpKind;
-use crate::namespace::file::WriteBack;
+use crate::namespace::pages::WriteBack;
 use crate::namespace::replace::HoldPolicy;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
 /// How long without changes before the tick cleans in idle time.
-const IDLE_BEFORE_CLEANING: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Where time comes from: the wall clock, or a test's.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 struct CommitState {
@@ -71,9 +78,11 @@ pub struct Volume {
     clock: Clock,
     /// Set when a write failed: the reason; every later change is refused.
     failed: Mutex<Option<String>>,
-    last_commit: Mutex<Instant>,
-    /// When an operation last changed something: the cleaner works in idle time.
-    last_change: Mutex<Instant>,
+    /// When the last commit ended (a reading of `clock`).
+    last_commit: Mutex<Duration>,
+    /// When an operation last changed something (a reading of `clock`): the
+    /// cleaner works in idle time.
+    last_change: Mutex<Duration>,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
     open_report: OpenReport,
@@ -102,10 +111,11 @@ impl Volume {
     /// # Errors
     /// The devices are not a DualFS pair, a structure is corrupt, I/O fails.
     pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>, options: MountOptions) -> Result<Volume> {
-        Volume::open_with_clock(meta, data, options, Arc::new(Timestamp::now))
+        Volume::open_with_clock(meta, data, options, SystemClock::shared())
     }
 
-    /// [`Volume::open`] with a given clock.
+    /// [`Volume::open`] with a given clock: every time the volume stamps or
+    /// measures comes from it.
     ///
     /// # Errors
     /// As [`Volume::open`].
@@ -117,7 +127,7 @@ impl Volume {
     ) -> Result<Volume> {
         let (log, report) = Log::open(meta.clone(), data.clone())?;
         let mut options = options;
-        let unknown = log.sb.ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
+        let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         let never_writable = (unknown != 0)
             .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"));
         if let Some(why) = &never_writable
@@ -127,7 +137,7 @@ impl Volume {
             options.read_only = true;
         }
         let config = FsConfig {
-            inline_max: log.sb.inline_max,
+            inline_max: log.superblock().inline_max,
             dirty_data_limit: options.dirty_data_limit,
             cache_budget: options.cache_budget,
             hold_replacements: !options.data_expire.is_zero(),
@@ -140,10 +150,10 @@ impl Volume {
             read_only: AtomicBool::new(options.read_only),
             no_writes: AtomicBool::new(options.read_only),
             never_writable,
-            clock,
+            clock: clock.clone(),
             failed: Mutex::new(None),
-            last_commit: Mutex::new(Instant::now()),
-            last_change: Mutex::new(Instant::now()),
+            last_commit: Mutex::new(clock.reading()),
+            last_change: Mutex::new(clock.reading()),
             meta,
             data,
             open_report: report,
@@ -155,7 +165,7 @@ impl Volume {
             // anything was read or a torn tail was met: only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || recovery.end != crate::meta_log::recovery::LogEnd::Clean;
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
             vol.finish_recovery(moved)?;
         }
         Ok(vol)
@@ -165,7 +175,7 @@ impl Volume {
     /// deletions and truncations, and checkpoint if anything changed (or
     /// `checkpoint` asks for one).
     fn finish_recovery(&self, checkpoint: bool) -> Result<()> {
-        let orphans = lock(&self.fs).log.ifile.orphans();
+        let orphans = lock(&self.fs).log.ifile().orphans();
         for ino in &orphans {
             self.finish_orphan(*ino)?;
         }
@@ -249,7 +259,12 @@ impl Volume {
     }
 
     fn now(&self) -> Timestamp {
-        (self.clock)()
+        self.clock.now()
+    }
+
+    /// Time elapsed since `earlier`, a reading of the volume's clock.
+    fn since(&self, earlier: Duration) -> Duration {
+        clock::since(self.clock.as_ref(), earlier)
     }
 
     /// Runs `f` with the file system locked, for inspection and checking.
@@ -300,7 +315,7 @@ impl Volume {
                 None => self.commit_for_room()?,
                 Some(Ok(r)) => {
                     if kind != OpKind::Clean {
-                        *lock(&self.last_change) = Instant::now();
+                        *lock(&self.last_change) = self.clock.reading();
                     }
                     return Ok(r);
                 }
@@ -322,7 +337,7 @@ impl Volume {
                             max_utilization: 0.95,
                             free_now: true,
                         };
-                        if self.clean(req, &mut |_, _| {})?.segments_freed == 0 {
+                        if self.clean(req, &mut |_, _| {})?.cleaner.segments_freed == 0 {
                             space_attempts = 8;
                         }
                     }
@@ -395,7 +410,7 @@ impl Volume {
                 Volume::completed(&mut fs, s, id);
                 self.commits.fetch_add(1, Ordering::Relaxed);
             }
-            *lock(&self.last_commit) = Instant::now();
+            *lock(&self.last_commit) = self.clock.reading();
             if !more {
                 return Ok(());
             }
@@ -430,7 +445,7 @@ impl Volume {
             match fs.delayed_cap(ino, mode) {
                 Ok(Some((tail, cap))) => {
                     tails.insert(ino, tail);
-                    if let Some(rec) = fs.log.cache.peek_inode(ino)
+                    if let Some(rec) = fs.log.cached_inode(ino)
                         && rec.size > cap
                     {
                         substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
@@ -467,7 +482,7 @@ impl Volume {
         };
         // A capped or held inode stays cached until its new record is
         // written, so that the one on disk never replaces it.
-        fs.log.cache.set_pinned(substitutes.into_keys().collect());
+        fs.log.pin_inodes(substitutes.into_keys().collect());
         Ok((sealed, more))
     }
 
@@ -551,13 +566,13 @@ impl Volume {
             let fs = lock(&self.fs);
             (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
         };
-        if dirty && lock(&self.last_commit).elapsed() >= self.options.commit_interval {
+        if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
             self.commit_periodic()?;
         }
         if since_ckpt >= self.checkpoint_interval_blocks() {
             self.checkpoint_for_room()?;
         }
-        if self.clean_if_low()?.is_none() && lock(&self.last_change).elapsed() >= IDLE_BEFORE_CLEANING {
+        if self.clean_if_low()?.is_none() && self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING {
             self.clean_when_idle()?;
         }
         Ok(())
@@ -569,7 +584,7 @@ impl Volume {
     fn checkpoint_interval_blocks(&self) -> u64 {
         let log_blocks = {
             let fs = lock(&self.fs);
-            u64::from(fs.log.sb.segment_count) * u64::from(fs.log.sb.segment_blocks)
+            u64::from(fs.log.superblock().segment_count) * u64::from(fs.log.superblock().segment_blocks)
         };
         self.options.checkpoint_blocks.min(log_blocks / 4).max(1)
     }
@@ -613,7 +628,7 @@ impl Volume {
         let dead = {
             let mut fs = lock(&self.fs);
             let left = fs.drop_refs(ino, n);
-            left == 0 && fs.log.inode(ino).is_ok_and(|r| r.nlink == 0)
+            left == 0 && fs.inode(ino).is_ok_and(|r| r.nlink == 0)
         };
         // A read-only volume leaves it on the orphan list, where it went
         // when its last name did: the next writable open frees it.
@@ -631,11 +646,8 @@ impl Volume {
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.delete_step(ino)?;
-                if !done
-                    && first
-                    && fs.log.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN == 0)
-                {
-                    fs.log.set_orphan(ino, true);
+                if !done && first && !fs.is_orphan(ino) {
+                    fs.set_orphan(ino, true);
                 }
                 Ok(done)
             })?;
@@ -649,16 +661,16 @@ impl Volume {
     /// Finishes what a crash interrupted for an inode on the orphan list:
     /// frees it if it has no links, or trims it to its size.
     fn finish_orphan(&self, ino: InodeNo) -> Result<()> {
-        let nlink = lock(&self.fs).log.inode(ino).map(|r| r.nlink)?;
+        let nlink = lock(&self.fs).inode(ino).map(|r| r.nlink)?;
         if nlink == 0 {
             return self.delete_inode(ino);
         }
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
-                let size = fs.log.inode(ino)?.size;
+                let size = fs.inode(ino)?.size;
                 let done = fs.truncate_step(ino, size)?;
                 if done {
-                    fs.log.set_orphan(ino, false);
+                    fs.set_orphan(ino, false);
                 }
                 Ok(done)
             })?;
@@ -672,12 +684,12 @@ impl Volume {
     /// it on the orphan list while it is still referenced.
     fn drop_link(&self, ino: InodeNo) -> Result<()> {
         let free_now = self.mutate(OpKind::Shrink, |fs, _| {
-            let rec = fs.log.inode(ino)?;
+            let rec = fs.inode(ino)?;
             if rec.nlink > 0 {
                 return Ok(false);
             }
             if fs.refs(ino) > 0 {
-                fs.log.set_orphan(ino, true);
+                fs.set_orphan(ino, true);
                 return Ok(false);
             }
             Ok(true)
@@ -691,13 +703,13 @@ impl Volume {
     /// dirty data holds reservations for (allocated at write-back), so
     /// that `du` is right as soon as data is written.
     fn attr(fs: &mut Fs, ino: InodeNo) -> Result<Attr> {
-        let mut a = Attr::from_record(fs.log.inode(ino)?);
+        let mut a = Attr::from_record(fs.inode(ino)?);
         a.blocks += fs.pages.reserved_blocks(ino) * (crate::types::BLOCK_BYTES / 512);
         Ok(a)
     }
 
     fn kind_of(fs: &mut Fs, ino: InodeNo) -> Result<FileKind> {
-        let mode = fs.log.inode(ino)?.mode;
+        let mode = fs.inode(ino)?.mode;
         FileKind::from_mode(mode)
             .ok_or_else(|| Error::corrupt_meta("inode", 0, format!("inode {ino} has mode {mode:#o}")))
     }

@@ -9,11 +9,11 @@ use super::atime::Touch;
 use super::{Attr, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
+use crate::format::name::NAME_MAX;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
 use crate::namespace::file::MAX_FILE_SIZE;
 use crate::namespace::inode::NewInode;
-use crate::namespace::name::NAME_MAX;
 use crate::namespace::{FileName, Fs};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
 
@@ -38,13 +38,13 @@ const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
     let mut changed = false;
     if set_id {
-        let rec = fs.log.inode(ino)?;
+        let rec = fs.inode(ino)?;
         let mut mode = rec.mode & !S_ISUID;
         if mode & S_IXGRP != 0 {
             mode &= !S_ISGID;
         }
         if mode != rec.mode {
-            fs.log.inode_mut(ino)?.mode = mode;
+            fs.inode_mut(ino)?.mode = mode;
             changed = true;
         }
     }
@@ -58,7 +58,7 @@ pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result
 
 /// Whether [`drop_privileges`] would change anything, without changing it.
 pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
-    let mode = fs.log.inode(ino)?.mode;
+    let mode = fs.inode(ino)?.mode;
     if set_id && (mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP) {
         return Ok(true);
     }
@@ -66,7 +66,7 @@ pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<
 }
 
 fn touch_dir(fs: &mut Fs, dir: InodeNo, now: Timestamp) -> Result<()> {
-    let mut d = fs.log.inode_mut(dir)?;
+    let mut d = fs.inode_mut(dir)?;
     d.mtime = now;
     d.ctime = now;
     Ok(())
@@ -79,14 +79,14 @@ fn lookup_entry(fs: &mut Fs, dir: InodeNo, name: &FileName) -> Result<DirEntry> 
 /// Whether `dir` is `ancestor` or lies below it.
 fn is_within(fs: &mut Fs, mut dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
     // Bounded: a parent chain cannot be longer than the number of inodes.
-    for _ in 0..=fs.log.ifile.used_inodes() {
+    for _ in 0..=fs.log.ifile().used_inodes() {
         if dir == ancestor {
             return Ok(true);
         }
         if dir == InodeNo::ROOT {
             return Ok(false);
         }
-        dir = fs.log.inode(dir)?.parent;
+        dir = fs.inode(dir)?.parent;
     }
     Err(Error::corrupt_meta("inode", 0, format!("the parent chain of directory {dir} loops")))
 }
@@ -106,7 +106,7 @@ impl Volume {
         }
         let ino = match name {
             b"." => parent,
-            b".." => match fs.log.inode(parent)?.parent {
+            b".." => match fs.inode(parent)?.parent {
                 InodeNo(0) => InodeNo::ROOT,
                 p => p,
             },
@@ -145,7 +145,7 @@ impl Volume {
                 // The record held for a replacement would undo this change.
                 fs.release_replacement(ino)?;
             }
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             let stamp_size = set.size.is_some() && set.size_stamp == Stamp::Now;
             let mut changed = stamp_size;
             if let Some(mode) = set.mode {
@@ -211,12 +211,12 @@ impl Volume {
         loop {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.truncate_step(ino, size)?;
-                let orphan = fs.log.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0);
+                let orphan = fs.is_orphan(ino);
                 if !done && first && !orphan {
                     // Recovery trims whatever a crash leaves beyond the size.
-                    fs.log.set_orphan(ino, true);
-                } else if done && !first && orphan && fs.log.inode(ino)?.nlink > 0 {
-                    fs.log.set_orphan(ino, false);
+                    fs.set_orphan(ino, true);
+                } else if done && !first && orphan && fs.inode(ino)?.nlink > 0 {
+                    fs.set_orphan(ino, false);
                 }
                 Ok(done)
             })?;
@@ -247,7 +247,7 @@ impl Volume {
             if Volume::kind_of(fs, parent)? != FileKind::Directory {
                 return Err(Error::NotDir);
             }
-            let p = fs.log.inode(parent)?;
+            let p = fs.inode(parent)?;
             if p.nlink == 0 {
                 return Err(Error::NotFound);
             }
@@ -273,7 +273,7 @@ impl Volume {
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
             if kind == FileKind::Directory {
-                fs.log.inode_mut(parent)?.nlink += 1;
+                fs.inode_mut(parent)?.nlink += 1;
             }
             Volume::attr(fs, ino)
         })?;
@@ -337,7 +337,7 @@ impl Volume {
             } else {
                 Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, target) }
             };
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             rec.body = body;
             rec.size = target.len() as u64;
             Ok(())
@@ -354,7 +354,7 @@ impl Volume {
             if Volume::kind_of(&mut fs, ino)? != FileKind::Symlink {
                 return Err(Error::NotSymlink);
             }
-            let target = match fs.log.inode(ino)?.body.clone() {
+            let target = match fs.inode(ino)?.body.clone() {
                 Body::Inline(t) => t,
                 Body::Blob { len, nodes } => fs.read_blob(&nodes, len)?,
                 _ => return Err(Error::corrupt_meta("inode", 0, format!("symlink {ino} has no target"))),
@@ -379,10 +379,10 @@ impl Volume {
             if Volume::kind_of(fs, parent)? != FileKind::Directory {
                 return Err(Error::NotDir);
             }
-            if fs.log.inode(parent)?.nlink == 0 {
+            if fs.inode(parent)?.nlink == 0 {
                 return Err(Error::NotFound);
             }
-            let nlink = fs.log.inode(ino)?.nlink;
+            let nlink = fs.inode(ino)?.nlink;
             if nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
             }
@@ -392,12 +392,12 @@ impl Volume {
             fs.release_replacement(ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
             touch_dir(fs, parent, now)?;
-            let mut rec = fs.log.inode_mut(ino)?;
+            let mut rec = fs.inode_mut(ino)?;
             rec.nlink += 1;
             rec.ctime = now;
             drop(rec);
             if nlink == 0 {
-                fs.log.set_orphan(ino, false);
+                fs.set_orphan(ino, false);
             }
             Volume::attr(fs, ino)
         })?;
@@ -428,13 +428,13 @@ impl Volume {
     /// links on the orphan list in the same step, so a crash cannot leak it.
     fn unlink_inode(fs: &mut Fs, ino: InodeNo, now: Timestamp) -> Result<()> {
         fs.release_replacement(ino)?;
-        let mut rec = fs.log.inode_mut(ino)?;
+        let mut rec = fs.inode_mut(ino)?;
         rec.nlink = rec.nlink.saturating_sub(1);
         rec.ctime = now;
         let gone = rec.nlink == 0;
         drop(rec);
         if gone {
-            fs.log.set_orphan(ino, true);
+            fs.set_orphan(ino, true);
         }
         Ok(())
     }
@@ -455,12 +455,12 @@ impl Volume {
             }
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
-            fs.log.inode_mut(parent)?.nlink -= 1;
-            let mut rec = fs.log.inode_mut(e.ino)?;
+            fs.inode_mut(parent)?.nlink -= 1;
+            let mut rec = fs.inode_mut(e.ino)?;
             rec.nlink = 0;
             rec.ctime = now;
             drop(rec);
-            fs.log.set_orphan(e.ino, true);
+            fs.set_orphan(e.ino, true);
             Ok(e.ino)
         })?;
         self.drop_link(ino)
@@ -518,7 +518,7 @@ impl Volume {
                 Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
                 Volume::reparent(fs, dst.ino, dst.kind, new_parent, parent)?;
                 for i in [src.ino, dst.ino] {
-                    fs.log.inode_mut(i)?.ctime = now;
+                    fs.inode_mut(i)?.ctime = now;
                 }
                 touch_dir(fs, parent, now)?;
                 touch_dir(fs, new_parent, now)?;
@@ -549,17 +549,17 @@ impl Volume {
             }
             fs.dir_remove(parent, src.position)?;
             Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
-            fs.log.inode_mut(src.ino)?.ctime = now;
+            fs.inode_mut(src.ino)?.ctime = now;
             touch_dir(fs, parent, now)?;
             touch_dir(fs, new_parent, now)?;
             if let Some(d) = &dst {
                 if d.kind == FileKind::Directory {
-                    fs.log.inode_mut(new_parent)?.nlink -= 1;
-                    let mut rec = fs.log.inode_mut(d.ino)?;
+                    fs.inode_mut(new_parent)?.nlink -= 1;
+                    let mut rec = fs.inode_mut(d.ino)?;
                     rec.nlink = 0;
                     rec.ctime = now;
                     drop(rec);
-                    fs.log.set_orphan(d.ino, true);
+                    fs.set_orphan(d.ino, true);
                 } else {
                     Volume::unlink_inode(fs, d.ino, now)?;
                 }
@@ -578,9 +578,9 @@ impl Volume {
         if kind != FileKind::Directory || from == to {
             return Ok(());
         }
-        fs.log.inode_mut(ino)?.parent = to;
-        fs.log.inode_mut(from)?.nlink -= 1;
-        fs.log.inode_mut(to)?.nlink += 1;
+        fs.inode_mut(ino)?.parent = to;
+        fs.inode_mut(from)?.nlink -= 1;
+        fs.inode_mut(to)?.nlink += 1;
         Ok(())
     }
 
@@ -605,7 +605,7 @@ impl Volume {
             return Ok(());
         }
         if offset <= 1 {
-            let parent = match fs.log.inode(dir)?.parent {
+            let parent = match fs.inode(dir)?.parent {
                 InodeNo(0) => InodeNo::ROOT,
                 p => p,
             };
@@ -624,13 +624,13 @@ impl Volume {
         let fs = lock(&self.fs);
         let log = &fs.log;
         let free_segments = u64::from(log.free_segments());
-        let total_data = log.space.total_blocks();
-        let free = log.space.free_for_statfs();
-        let used_inodes = log.ifile.used_inodes();
+        let total_data = log.space().total_blocks();
+        let free = log.space().free_for_statfs();
+        let used_inodes = log.ifile().used_inodes();
         // The inode map grows on demand: what is left is as many inodes as
         // the free meta-data space could hold.
         let meta_free_bytes = free_segments.saturating_sub(u64::from(log.reserve_segments()))
-            * u64::from(log.sb.segment_blocks)
+            * u64::from(log.superblock().segment_blocks)
             * crate::types::BLOCK_BYTES;
         let ffree = meta_free_bytes / 256;
         StatFs {
@@ -641,7 +641,7 @@ impl Volume {
             files: used_inodes + ffree,
             ffree,
             namelen: NAME_MAX as u32,
-            meta_segments: u64::from(log.sb.segment_count),
+            meta_segments: u64::from(log.superblock().segment_count),
             meta_free_segments: free_segments,
         }
     }

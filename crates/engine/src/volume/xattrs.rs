@@ -64,7 +64,7 @@ impl Volume {
             // The record held for a replacement would undo this change.
             fs.release_replacement(ino)?;
             fs.xattr_set(ino, name, value, mode)?;
-            fs.log.inode_mut(ino)?.ctime = now;
+            fs.inode_mut(ino)?.ctime = now;
             Ok(())
         })
     }
@@ -82,7 +82,7 @@ impl Volume {
         self.mutate(OpKind::Shrink, |fs, now| {
             fs.release_replacement(ino)?;
             fs.xattr_remove(ino, name)?;
-            fs.log.inode_mut(ino)?.ctime = now;
+            fs.inode_mut(ino)?.ctime = now;
             Ok(())
         })
     }
@@ -115,13 +115,13 @@ impl Volume {
                 AclKind::Access => {
                     if let Some(a) = &acl {
                         let (perm, extended) = a.mode();
-                        let old = fs.log.inode(ino)?.mode;
+                        let old = fs.inode(ino)?.mode;
                         let mut mode = (old & !0o777) | perm;
                         if clear_setgid {
                             mode &= !S_ISGID;
                         }
                         if mode != old {
-                            fs.log.inode_mut(ino)?.mode = mode;
+                            fs.inode_mut(ino)?.mode = mode;
                             changed = true;
                         }
                         if !extended {
@@ -136,7 +136,7 @@ impl Volume {
             }
             changed |= fs.acl_put(ino, kind, stored)?;
             if changed {
-                fs.log.inode_mut(ino)?.ctime = now;
+                fs.inode_mut(ino)?.ctime = now;
             }
             Ok(())
         })

@@ -4,28 +4,14 @@
 #![allow(clippy::unwrap_used)]
 
 use dualfs_engine::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
-use dualfs_engine::format::checkpoint::Checkpoint;
-use dualfs_engine::format::descriptor::Descriptor;
-use dualfs_engine::format::ifile::IndexBlock;
 use dualfs_engine::format::inode::InodeRecord;
 use dualfs_engine::format::inode_block;
-use dualfs_engine::format::node::Node;
-use dualfs_engine::format::superblock::Superblock;
 use dualfs_engine::types::{InodeNo, MetaBlock, Seq};
+use dualfs_sim::decode;
 use proptest::prelude::*;
 
 fn decode_everything(bytes: &[u8]) {
-    let _ = Superblock::decode(bytes);
-    let _ = Checkpoint::decode(bytes);
-    let _ = block::open_block(bytes, MetaBlock(7), 1);
-    let _ = Descriptor::decode(&[bytes], 256);
-    let _ = Descriptor::peek(bytes);
-    let _ = IndexBlock::decode(bytes);
-    let _ = InodeRecord::decode(bytes);
-    let _ = inode_block::decode_all(bytes);
-    for level in [0, 1, 2, 17] {
-        let _ = Node::decode(bytes, level);
-    }
+    decode::decode_everything(bytes, MetaBlock(7));
 }
 
 /// Valid encodings of each structure, to mutate.

@@ -1,5 +1,9 @@
 //! One IFile table in memory: its entries, which blocks changed since the
 //! last checkpoint, and where each block's durable copy lives.
+//!
+//! It sits below both owners of IFile tables, [`crate::data_space`] (group
+//! descriptors, bitmap) and [`crate::ifile`] (segment usage, inode map, node
+//! map), so neither has to import the other.
 
 use std::collections::BTreeSet;
 

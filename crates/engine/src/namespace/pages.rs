@@ -1,0 +1,200 @@
+//! The page cache: file data between `write` and the data device, by inode
+//! and file block, each page dirty, queued for the next partial segment, or
+//! in flight. The file operations that fill it are in [`super::file`]; the
+//! write-back that empties it is in [`super::writeback`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, Timestamp};
+
+/// Where a page stands between `write` and the disk.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PageState {
+    /// Changed since last queued; `reserved` when it holds a reservation for
+    /// a block not yet allocated.
+    Dirty {
+        /// Holds a data-block reservation.
+        reserved: bool,
+    },
+    /// Allocated at `at`, waiting for the next partial segment.
+    Queued {
+        /// Its data block.
+        at: DataBlock,
+    },
+    /// Being written to `at` by commit `commit`; dropped once that is durable.
+    InFlight {
+        /// Its data block.
+        at: DataBlock,
+        /// The commit writing it.
+        commit: u64,
+    },
+}
+
+/// A cached block of file data.
+#[derive(Debug)]
+pub struct Page {
+    pub(super) data: Box<[u8; BLOCK_SIZE]>,
+    pub(super) state: PageState,
+}
+
+/// Dirty and in-flight file data, by inode and file block.
+#[derive(Debug, Default)]
+pub struct PageCache {
+    pub(super) files: HashMap<InodeNo, BTreeMap<u64, Page>>,
+    pub(super) dirty_pages: usize,
+    /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
+    /// blocks the file will have once written back, which `stat` counts.
+    pub(super) reserved: HashMap<InodeNo, u64>,
+    /// Per file with dirty pages: when a write first dirtied it, and its
+    /// size then (a file missing here counts as old: its pages go with the
+    /// next commit).
+    pub(super) dirtied: HashMap<InodeNo, (Timestamp, u64)>,
+}
+
+/// What a commit may leave behind of a file's dirty data.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WriteBack {
+    /// Every dirty page, and every file held for replacement (sync, fsync,
+    /// unmount, memory pressure).
+    All,
+    /// Every dirty page but those of files held for replacement (see
+    /// [`super::replace`]): a commit made to free room in the log or the
+    /// cache, which nobody asked to be durable.
+    AllButHeld,
+    /// A periodic commit: the delayed tail of files first dirtied after
+    /// this time may wait (see [`Fs::delayed_tail`]).
+    Expired(Timestamp),
+}
+
+impl PageCache {
+    /// Bytes of data not yet queued for writing.
+    #[must_use]
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty_pages * BLOCK_SIZE
+    }
+
+    /// Files with pages not yet queued.
+    #[must_use]
+    pub fn dirty_files(&self) -> Vec<InodeNo> {
+        let mut v: Vec<InodeNo> = self
+            .files
+            .iter()
+            .filter(|(_, p)| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
+            .map(|(i, _)| *i)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Whether `ino` has pages not yet queued.
+    #[must_use]
+    pub fn has_dirty(&self, ino: InodeNo) -> bool {
+        self.files.get(&ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
+    }
+
+    /// Whether `ino` has any cached page (dirty, queued or in flight).
+    #[must_use]
+    pub fn has_pages(&self, ino: InodeNo) -> bool {
+        self.files.contains_key(&ino)
+    }
+
+    /// Pages cached for `ino`.
+    #[must_use]
+    pub fn file_pages(&self, ino: InodeNo) -> usize {
+        self.files.get(&ino).map_or(0, BTreeMap::len)
+    }
+
+    pub(super) fn page(&self, ino: InodeNo, block: u64) -> Option<&Page> {
+        self.files.get(&ino)?.get(&block)
+    }
+
+    /// Notes that a write is about to dirty `ino`, `size` bytes long, at
+    /// `now` (a file already dirty keeps its older note).
+    pub fn note_dirtied(&mut self, ino: InodeNo, now: Timestamp, size: u64) {
+        self.dirtied.entry(ino).or_insert((now, size));
+    }
+
+    /// Makes `ino`'s dirty pages go with the next commit, whatever their
+    /// age: a truncation, an allocation or an inline file's bytes moving to
+    /// a page changed what the delayed tail may hide.
+    pub fn expire(&mut self, ino: InodeNo) {
+        self.dirtied.insert(ino, (Timestamp::new(i64::MIN, 0), 0));
+    }
+
+    /// Forgets the notes of files with no dirty page left.
+    pub fn forget_clean(&mut self) {
+        let files = &self.files;
+        self.dirtied.retain(|ino, _| {
+            files.get(ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
+        });
+    }
+
+    /// Blocks `ino` holds reservations for: written, not yet allocated.
+    /// Kept as a count, so that `getattr` need not walk the pages.
+    #[must_use]
+    pub fn reserved_blocks(&self, ino: InodeNo) -> u64 {
+        let n = self.reserved.get(&ino).copied().unwrap_or(0);
+        debug_assert_eq!(
+            n,
+            self.files
+                .get(&ino)
+                .map_or(0, |f| f.values().filter(|p| p.state == PageState::Dirty { reserved: true }).count() as u64),
+            "reserved-page count of inode {ino}"
+        );
+        n
+    }
+
+    pub(super) fn count_reserved(&mut self, ino: InodeNo, added: u64, removed: u64) {
+        let n = self.reserved.entry(ino).or_default();
+        debug_assert!(*n + added >= removed, "reserved-page count of inode {ino} below zero");
+        *n = (*n + added).saturating_sub(removed);
+        if *n == 0 {
+            self.reserved.remove(&ino);
+        }
+    }
+
+    /// Hands every queued page to commit `commit`, copying its bytes.
+    pub fn take_queued(&mut self, commit: u64) -> Vec<(DataBlock, Vec<u8>)> {
+        let mut out = Vec::new();
+        for pages in self.files.values_mut() {
+            for p in pages.values_mut() {
+                if let PageState::Queued { at } = p.state {
+                    out.push((at, p.data.to_vec()));
+                    p.state = PageState::InFlight { at, commit };
+                }
+            }
+        }
+        out
+    }
+
+    /// Commit `commit` is durable: its pages may go (the kernel caches data).
+    pub fn drop_in_flight(&mut self, commit: u64) {
+        self.files.retain(|_, pages| {
+            pages.retain(|_, p| !matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit));
+            !pages.is_empty()
+        });
+    }
+
+    /// Removes pages of `ino` at blocks `>= from` (and `< to`); returns how
+    /// many held reservations.
+    pub(super) fn discard(&mut self, ino: InodeNo, from: u64, to: u64) -> u64 {
+        let Some(pages) = self.files.get_mut(&ino) else {
+            return 0;
+        };
+        let doomed: Vec<u64> = pages.range(from..to).map(|(b, _)| *b).collect();
+        let mut reserved = 0;
+        for b in doomed {
+            if let Some(p) = pages.remove(&b)
+                && let PageState::Dirty { reserved: r } = p.state
+            {
+                self.dirty_pages -= 1;
+                reserved += u64::from(r);
+            }
+        }
+        if pages.is_empty() {
+            self.files.remove(&ino);
+        }
+        self.count_reserved(ino, 0, reserved);
+        reserved
+    }
+}

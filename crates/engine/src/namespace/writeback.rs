@@ -1,0 +1,183 @@
+//! Write-back: turning a file's dirty pages into allocated, queued blocks
+//! at commit time (LinLogFS's deferred addresses), and what a periodic
+//! commit may leave for later (the delayed tail, capped on disk at the
+//! size the written data reaches).
+
+use super::Fs;
+use super::pages::{PageState, WriteBack};
+use crate::error::{DeviceRole, Error, Result};
+use crate::format::descriptor::Change;
+use crate::format::inode::Extent;
+use crate::types::{BLOCK_BYTES, DataBlock, InodeNo};
+
+impl Fs {
+    /// Allocates blocks for, and queues, up to `budget` runs of dirty pages
+    /// of `ino`. Returns whether every dirty page of the file is queued.
+    ///
+    /// # Errors
+    /// `NoSpace(Data)` if a reservation was not honoured (a bug); I/O errors.
+    pub fn write_back(&mut self, ino: InodeNo, budget: usize) -> Result<bool> {
+        self.write_back_below(ino, budget, u64::MAX)
+    }
+
+    /// What a commit of kind `mode` may leave of `ino`: the first block of
+    /// its delayed tail, and the size the inode's record must show on disk
+    /// while the tail waits (ext4's i_disksize): at least the file's size
+    /// when first dirtied, never past the tail's first block, so that a
+    /// crash shows the file cut short, never a hole where data was written.
+    ///
+    /// # Errors
+    /// `NotFound`; I/O errors reading the extent tree.
+    pub fn delayed_cap(&mut self, ino: InodeNo, mode: WriteBack) -> Result<Option<(u64, u64)>> {
+        let floor = match (mode, self.pages.dirtied.get(&ino)) {
+            (WriteBack::Expired(before), Some(&(at, floor))) if at > before => floor,
+            _ => return Ok(None),
+        };
+        let Some(first) = self.delayed_tail(ino)? else {
+            return Ok(None);
+        };
+        let size = self.log.inode(ino)?.size;
+        Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
+    }
+
+    /// The first block of `ino`'s delayed tail: the dirty pages at the end
+    /// of the file that hold reservations (no block yet), with nothing
+    /// mapped or queued after them. Leaving them out of a commit needs no
+    /// change but a shorter size on disk.
+    fn delayed_tail(&mut self, ino: InodeNo) -> Result<Option<u64>> {
+        let Some(pages) = self.pages.files.get(&ino) else {
+            return Ok(None);
+        };
+        let mut tail: Vec<u64> = pages
+            .iter()
+            .rev()
+            .take_while(|(_, p)| p.state == PageState::Dirty { reserved: true })
+            .map(|(b, _)| *b)
+            .collect();
+        tail.reverse();
+        let mut first = match tail.first() {
+            Some(&b) => b,
+            None => return Ok(None),
+        };
+        // Data mapped beyond the tail's start must stay reachable.
+        while let Some(e) = self.next_extent(ino, first)? {
+            let after = e.logical_end();
+            match tail.iter().find(|&&b| b >= after) {
+                Some(&b) => first = b,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(first))
+    }
+
+    /// [`Fs::write_back`] of the pages below block `limit` only.
+    ///
+    /// # Errors
+    /// As [`Fs::write_back`].
+    pub fn write_back_below(&mut self, ino: InodeNo, budget: usize, limit: u64) -> Result<bool> {
+        let mut steps = 0;
+        loop {
+            let Some(pages) = self.pages.files.get(&ino) else {
+                return Ok(true);
+            };
+            let Some(start) =
+                pages.range(..limit).find(|(_, p)| matches!(p.state, PageState::Dirty { .. })).map(|(b, _)| *b)
+            else {
+                return Ok(true);
+            };
+            if steps >= budget || self.log.needs_seal() {
+                return Ok(false);
+            }
+            steps += 1;
+            let mut end = start;
+            while end - start < u64::from(crate::data_space::MAX_EXTENT_BLOCKS)
+                && end < limit
+                && pages.get(&end).is_some_and(|p| matches!(p.state, PageState::Dirty { .. }))
+            {
+                end += 1;
+            }
+            self.write_back_run(ino, start, end)?;
+        }
+    }
+
+    /// Queues the dirty pages of `[start, end)`, allocating where unmapped.
+    /// Handles the first mapping change of the run; the caller loops.
+    fn write_back_run(&mut self, ino: InodeNo, start: u64, end: u64) -> Result<()> {
+        match self.extent_at(ino, start)? {
+            Some(e) => {
+                let stop = end.min(e.logical_end());
+                if e.unwritten {
+                    self.mark_written(ino, start, stop)?;
+                }
+                // Pages over mapped blocks never hold reservations; keep the
+                // count right even if one slipped through.
+                let stray = (start..stop)
+                    .filter(|b| {
+                        matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: true }))
+                    })
+                    .count() as u64;
+                debug_assert_eq!(stray, 0, "reserved page over a mapped block");
+                self.log.space_mut().unreserve(stray);
+                for b in start..stop {
+                    self.queue_page(ino, b, DataBlock(e.physical.0 + (b - e.logical)));
+                }
+            }
+            None => {
+                let stop = match self.next_extent(ino, start)? {
+                    Some(n) if n.logical < end => n.logical,
+                    _ => end,
+                };
+                // Pages that never held a reservation (their block was
+                // unmapped under them) take one now.
+                let unreserved: Vec<u64> = (start..stop)
+                    .filter(|b| {
+                        matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: false }))
+                    })
+                    .collect();
+                if !unreserved.is_empty() {
+                    self.log.space_mut().reserve(unreserved.len() as u64)?;
+                    self.pages.count_reserved(ino, unreserved.len() as u64, 0);
+                    for b in unreserved {
+                        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
+                            p.state = PageState::Dirty { reserved: true };
+                        }
+                    }
+                }
+                let goal = self.allocation_goal(ino, start)?;
+                let (at, len) =
+                    self.log.space_mut().allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
+                self.log.record(Change::DataAlloc { start: at, len });
+                self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
+                self.log.inode_mut(ino)?.blocks += u64::from(len);
+                for (i, b) in (start..start + u64::from(len)).enumerate() {
+                    self.queue_page(ino, b, DataBlock(at.0 + i as u64));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn queue_page(&mut self, ino: InodeNo, block: u64, at: DataBlock) {
+        if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block))
+            && let PageState::Dirty { reserved } = p.state
+        {
+            p.state = PageState::Queued { at };
+            self.pages.dirty_pages -= 1;
+            // Its reservation became the block the caller allocated.
+            self.pages.count_reserved(ino, 0, u64::from(reserved));
+        }
+    }
+
+    /// Where a new extent at `block` should go: right after the file's
+    /// previous block if it has one, else in its group, after the group's
+    /// last allocation.
+    pub(super) fn allocation_goal(&mut self, ino: InodeNo, block: u64) -> Result<DataBlock> {
+        if block > 0
+            && let Some(prev) = self.extent_at(ino, block - 1)?
+        {
+            return Ok(DataBlock(prev.physical.0 + (block - prev.logical)));
+        }
+        let group = self.log.inode(ino)?.group;
+        Ok(self.log.space_mut().group_goal(group))
+    }
+}

@@ -165,11 +165,26 @@ fsync, or `sync MOUNTPOINT` (an fsync of the root: everything is committed).";
 const FSCK_HELP: &str = "\
 Every inode, directory, extent map and xattr set is read back from the
 devices and checked against the IFile, and the space accounting (bitmap,
-group counts, segment usage) against what the files use. Nothing is
-written: there is no repair mode yet.
+group counts, segment usage) against what the files use. Without -p, -y or
+--repair nothing is written (-n says so explicitly).
 
-Exit status, as fsck(8): 0 consistent, 4 problems found (listed), 8 the
-volume could not be checked at all, 16 usage error.";
+Repair rebuilds from what is intact: the IFile (from the log itself when
+no checkpoint loads), link counts, orphans, `..`, entries naming nothing,
+damaged trees from their readable parts, extents outside the device or
+claimed by two files (the second gets a copy), sizes beyond the data or
+above the maximum; what no directory reaches goes into /lost+found as
+#INODE; commits lost to damage are given up (the volume goes back to its
+state before them). Every repair is listed, and the result is checked
+before anything is written:
+  -p, -a    repair only what loses and changes nothing a user sees
+            (counts, the bitmap, link counts, types); anything more is
+            listed and nothing is written (exit 4: run -y)
+  -y        repair everything, without asking
+  --repair  list the repairs, then ask once before writing (a terminal)
+
+Exit status, as fsck(8): 0 consistent, 1 problems were repaired, 4
+problems left (listed), 8 the volume could not be checked at all, 16 usage
+error, 32 interrupted.";
 
 const INSPECT_HELP: &str = "\
 Nothing is written. A mounted volume may be inspected: what is shown is what
@@ -349,11 +364,18 @@ pub struct FsckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Accepted for fsck(8) (-a, -p, -n, -y, -f): the check never repairs.
-    #[arg(short = 'a', short_alias = 'p', hide = true)]
-    pub auto: bool,
-    /// Accepted for fsck(8): the check never changes anything anyway.
-    #[arg(short = 'n', short_alias = 'y', hide = true)]
+    /// Repair what loses and changes nothing a user sees (e2fsck's preen);
+    /// list the rest and write nothing if there is more.
+    #[arg(short = 'p', short_alias = 'a', conflicts_with_all = ["no", "yes", "repair"])]
+    pub preen: bool,
+    /// Repair everything that can be repaired, without asking.
+    #[arg(short = 'y', conflicts_with_all = ["no", "repair"])]
+    pub yes: bool,
+    /// List what a repair would do, then ask once before writing it.
+    #[arg(long, conflicts_with = "no")]
+    pub repair: bool,
+    /// Check only: write nothing (the default).
+    #[arg(short = 'n')]
     pub no: bool,
     /// Accepted for fsck(8): the check is always complete.
     #[arg(short = 'f', hide = true)]

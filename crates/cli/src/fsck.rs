@@ -1,9 +1,13 @@
-//! `dualfs fsck`: the engine's independent walk of the whole volume.
+//! `dualfs fsck`: the engine's independent walk of the whole volume, and
+//! its repair (`-p`, `-y`, `--repair`).
 
-use std::path::PathBuf;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Result, anyhow};
 use dualfs_engine::check::{CheckReport, check};
+use dualfs_engine::repair::{Prepared, Severity, prepare};
 use serde_json::json;
 
 use crate::args::FsckArgs;
@@ -13,6 +17,8 @@ use crate::progress::{Activity, Meter};
 use crate::words::count;
 use nix::sys::signal::{SigSet, Signal};
 
+/// fsck(8) exit status: problems were found and repaired.
+const EXIT_CORRECTED: i32 = 1;
 /// fsck(8) exit status: problems were found and left as they are.
 const EXIT_UNCORRECTED: i32 = 4;
 /// fsck(8) exit status: the check could not be done.
@@ -82,12 +88,22 @@ fn print_text(r: &CheckReport) {
     if r.is_clean() {
         println!("the volume is consistent");
     } else {
-        println!("{} found; nothing was changed", count(r.problems.len() as u64, "problem"));
+        println!(
+            "{} found; nothing was changed (`dualfs fsck -p` repairs what is safe, `-y` everything)",
+            count(r.problems.len() as u64, "problem")
+        );
     }
 }
 
+/// Set while a repair is written to the devices: an interruption then
+/// waits for the end of the writes (a repair cut short must be run again).
+static WRITING: AtomicBool = AtomicBool::new(false);
+/// Set when a signal came while writing: the status is then 32.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 /// An interrupted check ends at once with fsck(8)'s status 32: it has
-/// written nothing, so there is nothing to finish first.
+/// written nothing, so there is nothing to finish first. An interrupted
+/// repair ends so too before it writes, and after its writes if they began.
 fn exit_on_interrupt() {
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
@@ -97,6 +113,11 @@ fn exit_on_interrupt() {
     }
     let spawned = std::thread::Builder::new().name("dualfs-fsck-signals".into()).spawn(move || {
         if let Ok(sig) = set.wait() {
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            if WRITING.load(Ordering::SeqCst) {
+                eprintln!("dualfs: {sig}: the repair is being written; it ends when the writes do");
+                return;
+            }
             eprintln!("dualfs: {sig}: check interrupted");
             std::process::exit(EXIT_CANCELED);
         }
@@ -107,11 +128,25 @@ fn exit_on_interrupt() {
     }
 }
 
+/// How the user asked fsck to repair.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Check only (`-n`, or no option).
+    Check,
+    /// `-p`: safe repairs only.
+    Preen,
+    /// `-y`: every repair.
+    Yes,
+    /// `--repair`: ask once.
+    Ask,
+}
+
 /// Runs `dualfs fsck`.
 ///
 /// # Errors
-/// `Exit(4)` when problems were found, `Exit(8)` when the volume could not
-/// be checked (after saying why).
+/// `Exit(1)` when problems were repaired, `Exit(4)` when problems were
+/// found and left, `Exit(8)` when the volume could not be checked (after
+/// saying why).
 pub fn run(args: &FsckArgs) -> Result<()> {
     let (meta, data): (PathBuf, PathBuf) = match crate::devices::named(&args.meta, args.data.as_deref()) {
         Ok(pair) => pair,
@@ -120,9 +155,161 @@ pub fn run(args: &FsckArgs) -> Result<()> {
             return Err(Exit(i32::from(EXIT_USAGE)).into());
         }
     };
+    let mode = match (args.preen, args.yes, args.repair) {
+        (true, _, _) => Mode::Preen,
+        (_, true, _) => Mode::Yes,
+        (_, _, true) => Mode::Ask,
+        _ => Mode::Check,
+    };
     exit_on_interrupt();
+    if mode == Mode::Check {
+        return check_only(args, &meta, &data);
+    }
+    if mode == Mode::Ask && !std::io::stdin().is_terminal() {
+        eprintln!(
+            "dualfs: --repair asks before writing and needs a terminal; -y repairs without asking, -p only what is safe"
+        );
+        return Err(Exit(EXIT_OPERATIONAL).into());
+    }
+    repair(args, &meta, &data, mode)
+}
+
+fn repair_json(p: &Prepared, written: bool) -> serde_json::Value {
+    json!({
+        "source": p.source,
+        "repairs": p.repairs.iter().map(|r| json!({
+            "severity": r.severity.name(),
+            "ino": r.ino.map(|i| i.0),
+            "problem": r.problem,
+            "action": r.action,
+        })).collect::<Vec<_>>(),
+        "written": written,
+        "meta_blocks_written": if written { p.blocks_written.0 } else { 0 },
+        "data_blocks_written": if written { p.blocks_written.1 } else { 0 },
+        "after": p.after.as_ref().map(report_json),
+    })
+}
+
+/// Works out the repair on staged devices, writes it if the mode allows,
+/// and says what was done.
+fn repair(args: &FsckArgs, meta: &Path, data: &Path, mode: Mode) -> Result<()> {
     let meter = Meter::default();
-    let checked = open_pair(&meta, &data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
+    let prepared = open_pair(meta, data, Access::Exclusive).and_then(|(m, d)| {
+        let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
+        let p = prepare(meter.wrap(m.clone()), meter.wrap(d.clone()))
+            .map_err(|e| anyhow!("cannot repair {} and {}: {e}", meta.display(), data.display()))?;
+        Ok((p, m, d))
+    });
+    let (p, m, d) = match prepared {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("dualfs: {e:#}");
+            return Err(Exit(EXIT_OPERATIONAL).into());
+        }
+    };
+    let text = !args.json;
+    if text {
+        say!("{}", p.source);
+    }
+    if p.is_empty() {
+        if args.json {
+            say!("{}", serde_json::to_string_pretty(&repair_json(&p, false))?);
+        } else {
+            say!("the volume is consistent");
+        }
+        return Ok(());
+    }
+    let allowed = match mode {
+        Mode::Preen => p.severity() == Some(Severity::Safe),
+        Mode::Yes => true,
+        Mode::Ask => {
+            for r in &p.repairs {
+                say!("TO REPAIR ({}): {r}", r.severity.name());
+            }
+            ask(&format!("Write these {}? [y/N] ", count(p.repairs.len() as u64, "repair")))
+        }
+        Mode::Check => false,
+    };
+    if !allowed {
+        if args.json {
+            say!("{}", serde_json::to_string_pretty(&repair_json(&p, false))?);
+        } else {
+            if mode == Mode::Preen {
+                for r in &p.repairs {
+                    say!("PROBLEM ({}): {r}", r.severity.name());
+                }
+                say!(
+                    "UNEXPECTED INCONSISTENCY: {} would change or give up what a user sees; run `dualfs fsck -y` \
+                     (or --repair) by hand. Nothing was changed",
+                    count(p.repairs.iter().filter(|r| r.severity > Severity::Safe).count() as u64, "repair")
+                );
+            } else {
+                say!("nothing was changed");
+            }
+        }
+        return Err(Exit(EXIT_UNCORRECTED).into());
+    }
+    WRITING.store(true, Ordering::SeqCst);
+    let written = p.write(m.as_ref(), d.as_ref());
+    WRITING.store(false, Ordering::SeqCst);
+    if let Err(e) = written {
+        eprintln!("dualfs: writing the repair failed: {e}. The volume is as it was, or needs `dualfs fsck -y` again");
+        return Err(Exit(EXIT_OPERATIONAL).into());
+    }
+    // What is on the devices now, checked again from scratch.
+    let after = check(m, d).map_err(|e| anyhow!("cannot check the repaired volume: {e}"));
+    if args.json {
+        say!("{}", serde_json::to_string_pretty(&repair_json(&p, true))?);
+    } else {
+        for r in &p.repairs {
+            say!("REPAIRED ({}): {r}", r.severity.name());
+        }
+        say!(
+            "{} written ({} meta-data blocks, {} data blocks)",
+            count(p.repairs.len() as u64, "repair"),
+            p.blocks_written.0,
+            p.blocks_written.1
+        );
+    }
+    let status = match after {
+        Ok(r) if r.is_clean() => {
+            if text {
+                say!("the volume is consistent");
+            }
+            EXIT_CORRECTED
+        }
+        Ok(r) => {
+            for pr in &r.problems {
+                eprintln!("dualfs: left after the repair: {pr}");
+            }
+            EXIT_UNCORRECTED
+        }
+        Err(e) => {
+            eprintln!("dualfs: {e:#}");
+            EXIT_UNCORRECTED
+        }
+    };
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Err(Exit(EXIT_CANCELED).into());
+    }
+    Err(Exit(status).into())
+}
+
+/// Asks a yes/no question on the terminal; anything but y or yes is no.
+fn ask(question: &str) -> bool {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line).is_err() {
+        return false;
+    }
+    matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// The check alone (`-n`, or no option): nothing is written.
+fn check_only(args: &FsckArgs, meta: &Path, data: &Path) -> Result<()> {
+    let meter = Meter::default();
+    let checked = open_pair(meta, data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
         check(meter.wrap(m), meter.wrap(d))
             .map_err(|e| anyhow!("cannot check {} and {}: {e}", meta.display(), data.display()))

@@ -438,3 +438,78 @@ fn get_salvages_what_a_damaged_volume_still_holds() {
         assert_eq!(out.status.code(), Some(4), "fsck finds the damage: {}", stdout(&out));
     }
 }
+
+/// Sets the link count of `path` wrong through the engine (valid checksums).
+fn wrong_link_count(v: &Images, path: &[u8]) {
+    use dualfs_engine::device::FileDevice;
+    use dualfs_engine::volume::MountOptions;
+    use std::sync::Arc;
+    let m = Arc::new(FileDevice::open(Path::new(&v.meta), false, true).unwrap());
+    let d = Arc::new(FileDevice::open(Path::new(&v.data), false, true).unwrap());
+    let vol = dualfs_engine::Volume::open(m, d, MountOptions::default()).unwrap();
+    let root = dualfs_engine::types::InodeNo::ROOT;
+    let keep = vol.lookup(root, b"keep").unwrap().ino;
+    let f = vol.lookup(keep, path).unwrap().ino;
+    vol.with_fs(|fs| fs.inode_mut(f).unwrap().nlink = 7);
+    vol.close().unwrap();
+}
+
+#[test]
+fn fsck_repairs_with_e2fsck_options_and_statuses() {
+    let v = Images::new("128M", &[]);
+    populate_in_two_commits(&v);
+    let (m, d) = (v.meta.as_str(), v.data.as_str());
+    // Clean: every mode says so, status 0.
+    for opt in ["-n", "-p", "-a", "-y"] {
+        let out = dualfs(&["fsck", opt, m, d]);
+        assert_eq!(out.status.code(), Some(0), "{opt}: {}{}", stdout(&out), stderr(&out));
+    }
+    // What -p may do: a link count. Repaired, status 1, then clean.
+    wrong_link_count(&v, b"a");
+    let out = dualfs(&["fsck", m, d]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let out = dualfs(&["fsck", "-p", m, d]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("REPAIRED (safe)") && stdout(&out).contains("link count 7"), "{}", stdout(&out));
+    assert_eq!(dualfs(&["fsck", m, d]).status.code(), Some(0));
+
+    // What -p may not: a damaged record (its inode and the names of it go).
+    damage_record_of(m, d, "/lost/x");
+    let image = std::fs::read(m).unwrap();
+    let out = dualfs(&["fsck", "-p", m, d]);
+    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("UNEXPECTED INCONSISTENCY") && stdout(&out).contains("-y"), "{}", stdout(&out));
+    assert_eq!(std::fs::read(m).unwrap(), image, "-p changed the volume");
+    let out = dualfs(&["fsck", "--repair", m, d]);
+    assert_eq!(out.status.code(), Some(8), "no terminal to ask on: {}", stderr(&out));
+    assert_eq!(std::fs::read(m).unwrap(), image, "--repair without an answer changed the volume");
+    let out = dualfs(&["fsck", "-y", "--json", m, d]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["written"], true);
+    assert!(j["repairs"].as_array().unwrap().iter().any(|r| r["severity"] == "loses"), "{j}");
+    assert_eq!(j["after"]["clean"], true, "{j}");
+    // Clean after, and a second repair finds nothing.
+    assert_eq!(dualfs(&["fsck", m, d]).status.code(), Some(0));
+    assert_eq!(dualfs(&["fsck", "-y", m, d]).status.code(), Some(0));
+    // What the damage left is there, whole: /keep/a under its name or in
+    // lost+found (the damaged block may have held the directories too).
+    let dest = v.path("after-repair");
+    let out = dualfs(&["get", m, d, "/", dest.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "a repaired volume copies whole: {}", stderr(&out));
+    let mut found = false;
+    let mut stack = vec![dest];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap() {
+            let e = e.unwrap().path();
+            if e.is_dir() {
+                stack.push(e);
+            } else if std::fs::read(&e).is_ok_and(|b| b == vec![b'a'; 10_000]) {
+                found = true;
+            }
+        }
+    }
+    assert!(found, "the file the damage spared is gone");
+    // -n and -y together make no sense: fsck(8)'s usage status.
+    assert_eq!(dualfs(&["fsck", "-n", "-y", m, d]).status.code(), Some(16));
+}

@@ -73,6 +73,37 @@ impl DataSpace {
         self.free = free;
     }
 
+    /// Sets the bitmap to exactly block 0 and the ranges given (repair:
+    /// what the files map), recounting the groups. Returns how many blocks
+    /// were marked free while in use, and in use while free.
+    pub fn rebuild_bitmap(&mut self, used: &[(DataBlock, u32)]) -> (u64, u64) {
+        let words = self.bitmap.len();
+        let mut want = vec![0u64; words];
+        let mut set = |b: u64| want[(b / 64) as usize] |= 1 << (b % 64);
+        set(0);
+        for &(start, len) in used {
+            let end = start.0.saturating_add(u64::from(len)).min(self.total);
+            for b in start.0..end {
+                set(b);
+            }
+        }
+        let tail = self.total % 64;
+        if tail != 0 {
+            want[words - 1] |= !0u64 << tail;
+        }
+        let (mut were_free, mut were_used) = (0, 0);
+        for (i, w) in want.into_iter().enumerate() {
+            let have = self.bitmap.get(i);
+            if have != w {
+                were_free += u64::from((w & !have).count_ones());
+                were_used += u64::from((have & !w).count_ones());
+                self.bitmap.set(i, w);
+            }
+        }
+        self.recount();
+        (were_free, were_used)
+    }
+
     /// Both tables, for the checkpoint writer and loader.
     pub fn tables_mut(&mut self) -> [&mut dyn TableAccess; 2] {
         [&mut self.groups, &mut self.bitmap]

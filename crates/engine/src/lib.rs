@@ -29,6 +29,7 @@ pub mod format;
 pub mod ifile;
 pub mod meta_log;
 pub mod namespace;
+pub mod repair;
 pub mod table;
 pub mod types;
 pub mod volume;

@@ -6,113 +6,36 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use dualfs_engine::Volume;
-use dualfs_engine::check::{Invariant, check};
-use dualfs_engine::device::{BlockDevice, MemoryDevice};
-use dualfs_engine::format::block::{self, BlockKind};
-use dualfs_engine::format::checkpoint::Checkpoint;
-use dualfs_engine::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
-use dualfs_engine::format::superblock::CHECKPOINT_SLOTS;
-use dualfs_engine::types::{BLOCK_SIZE, InodeNo, MetaBlock, Timestamp};
-use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
-
-struct Rig {
-    meta: Arc<MemoryDevice>,
-    data: Arc<MemoryDevice>,
-}
-
-impl Rig {
-    /// A closed volume with files, a directory large enough for a B-tree
-    /// and a file on the data device.
-    fn new() -> Rig {
-        let (meta, data) = (Arc::new(MemoryDevice::new(8192)), Arc::new(MemoryDevice::new(16384)));
-        let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
-        Volume::format(meta.clone(), data.clone(), &opts).unwrap();
-        let rig = Rig { meta, data };
-        let vol = rig.open();
-        let d = vol.mkdir(InodeNo::ROOT, b"d", 0o755, Creds::ROOT).unwrap().ino;
-        for i in 0..120 {
-            vol.create(d, format!("a-rather-long-file-name-{i:04}").as_bytes(), 0o644, Creds::ROOT).unwrap();
-        }
-        let f = vol.create(InodeNo::ROOT, b"data", 0o644, Creds::ROOT).unwrap().ino;
-        vol.write(f, 0, &[7u8; 40_000]).unwrap();
-        vol.close().unwrap();
-        rig
-    }
-
-    fn open(&self) -> Volume {
-        let options = MountOptions { commit_interval: Duration::ZERO, ..MountOptions::default() };
-        Volume::open_with_clock(
-            self.meta.clone(),
-            self.data.clone(),
-            options,
-            Arc::new(|| Timestamp::new(1_700_000_000, 0)),
-        )
-        .unwrap()
-    }
-
-    fn read(&self, b: u64) -> Vec<u8> {
-        let mut buf = vec![0u8; BLOCK_SIZE];
-        self.meta.read_blocks(b, &mut buf).unwrap();
-        buf
-    }
-
-    fn volume_id(&self) -> u64 {
-        dualfs_engine::meta_log::Log::read_superblocks(self.meta.as_ref(), self.data.as_ref()).unwrap().volume_id()
-    }
-
-    /// Rewrites block `at` with its payload changed by `f`, its checksum
-    /// sealed again: valid, and wrong.
-    fn reseal(&self, at: MetaBlock, f: impl FnOnce(&mut Vec<u8>)) {
-        let raw = self.read(at.0);
-        let (h, payload) = block::open_block(&raw, at, self.volume_id()).unwrap();
-        let mut payload = payload.to_vec();
-        f(&mut payload);
-        self.meta.write_blocks(at.0, &block::seal_block(&h, &payload)).unwrap();
-    }
-
-    /// Where block `b` of IFile table `table` of the newest checkpoint is.
-    fn table_block(&self, table: TableId, b: u32) -> MetaBlock {
-        let c =
-            CHECKPOINT_SLOTS.iter().filter_map(|s| Checkpoint::decode(&self.read(s.0)).ok()).max_by_key(|c| c.number);
-        let c = c.unwrap();
-        let first = b / INDEX_PER_BLOCK as u32 * INDEX_PER_BLOCK as u32;
-        let r = c.index.iter().find(|r| r.table == table && r.first == first).unwrap();
-        let raw = self.read(r.address.0);
-        let (_, payload) = block::open_block_of_kind(&raw, r.address, self.volume_id(), BlockKind::IFileIndex).unwrap();
-        IndexBlock::decode(payload).unwrap().addresses[(b - first) as usize]
-    }
-
-    /// The node map entry `id` (its address).
-    fn node_address(&self, id: usize) -> u64 {
-        let at = self.table_block(TableId::NodeMap, 0);
-        let raw = self.read(at.0);
-        let (_, p) = block::open_block(&raw, at, self.volume_id()).unwrap();
-        u64::from_le_bytes(p[id * 8..id * 8 + 8].try_into().unwrap())
-    }
-
-    /// The invariants fsck names.
-    fn fsck(&self) -> Vec<(Option<Invariant>, String)> {
-        let r = check(self.meta.clone(), self.data.clone()).unwrap();
-        r.problems.iter().map(|p| (p.invariant, p.to_string())).collect()
-    }
-
-    fn assert_names(&self, want: Invariant) {
-        let found = self.fsck();
-        assert!(!found.is_empty(), "fsck found nothing");
-        assert!(found.iter().all(|(i, _)| *i == Some(want)), "{want:?} expected, fsck found {found:#?}");
-        for (_, m) in &found {
-            assert!(m.starts_with(&format!("[{}]", want.id())), "{m}");
-        }
-    }
-}
+use common::{Rig, breakers};
+use dualfs_engine::check::Invariant;
+use dualfs_engine::device::BlockDevice;
+use dualfs_engine::format::block;
+use dualfs_engine::format::ifile::TableId;
+use dualfs_engine::types::{InodeNo, MetaBlock};
+use dualfs_engine::volume::Creds;
 
 #[test]
 fn an_undamaged_volume_breaks_nothing() {
     assert!(Rig::new().fsck().is_empty());
+}
+
+/// Every way the repair tests break a volume is named by fsck, with the
+/// invariant it breaks among what fsck finds.
+#[test]
+fn every_breaker_is_named_with_its_invariant() {
+    for b in breakers() {
+        let rig = Rig::new();
+        (b.apply)(&rig);
+        let found = rig.fsck();
+        assert!(
+            found.iter().any(|(i, _)| *i == Some(b.invariant)),
+            "{}: {:?} expected, fsck found {found:#?}",
+            b.name,
+            b.invariant
+        );
+    }
 }
 
 #[test]

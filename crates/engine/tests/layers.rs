@@ -29,6 +29,7 @@ const LAYERS: &[&str] = &[
     "check",
     "namespace",
     "volume",
+    "repair",
 ];
 
 /// What the FUSE adapter may import from the engine: the volume's API and the

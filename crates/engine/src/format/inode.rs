@@ -290,66 +290,106 @@ impl InodeRecord {
     /// # Errors
     /// Any field out of range or inconsistent with its length.
     pub fn decode(bytes: &[u8]) -> DecodeResult<InodeRecord> {
-        let mut r = Reader::new(bytes);
-        let ino = InodeNo(r.u64()?);
-        let generation = r.u32()?;
-        let mode = r.u32()?;
-        let uid = r.u32()?;
-        let gid = r.u32()?;
-        let nlink = r.u32()?;
-        let flags = r.u32()?;
-        let size = r.u64()?;
-        if mode & 0o170_000 == 0o100_000 && size > MAX_FILE_SIZE {
-            bad!("inode {ino}: size {size} is above the maximum of {MAX_FILE_SIZE}");
-        }
-        let blocks = r.u64()?;
-        let atime = r.timestamp()?;
-        let mtime = r.timestamp()?;
-        let ctime = r.timestamp()?;
-        let crtime = r.timestamp()?;
-        let rdev = r.u64()?;
-        let group = GroupNo(r.u32()?);
-        let parent = InodeNo(r.u64()?);
-        let body_kind = r.u8()?;
-        let xattr_kind = r.u8()?;
-        let body_len = usize::from(r.u16()?);
-        let xattr_len = usize::from(r.u16()?);
-        r.reserved(FIXED_LEN - r.position())?;
-        if ino.0 == 0 {
-            bad!("inode number 0");
-        }
-        if crate::types::FileKind::from_mode(mode).is_none() {
-            bad!("inode {ino} has an unknown file type in mode {mode:#o}");
-        }
-        if flags != 0 {
-            bad!("inode {ino} has unknown flags {flags:#x}");
-        }
-        if r.remaining() != body_len + xattr_len {
-            bad!("inode {ino}: body {body_len} + xattrs {xattr_len} bytes, but {} remain", r.remaining());
-        }
-        let body = decode_body(&mut Reader::new(r.bytes(body_len)?), body_kind, body_len, ino)?;
-        let xattrs = decode_xattrs(&mut Reader::new(r.bytes(xattr_len)?), xattr_kind, xattr_len, ino)?;
-        Ok(InodeRecord {
-            ino,
-            generation,
-            mode,
-            uid,
-            gid,
-            nlink,
-            flags,
-            size,
-            blocks,
-            atime,
-            mtime,
-            ctime,
-            crtime,
-            rdev,
-            group,
-            parent,
-            body,
-            xattrs,
-        })
+        decode_record(bytes, None)
     }
+
+    /// Decodes a record for repair: what the strict decoder refuses but a
+    /// record can do without is set right and said (a size above the
+    /// maximum, unknown flags, reserved bytes, extents, inline entries or
+    /// inline xattrs out of order or malformed: those are dropped), one
+    /// sentence each in the second value. What leaves nothing to go on (an
+    /// unknown file type, lengths that do not add up) is still an error.
+    ///
+    /// # Errors
+    /// As [`InodeRecord::decode`], for what cannot be set right.
+    pub fn decode_salvaging(bytes: &[u8]) -> DecodeResult<(InodeRecord, Vec<String>)> {
+        let mut notes = Vec::new();
+        let rec = decode_record(bytes, Some(&mut notes))?;
+        Ok((rec, notes))
+    }
+}
+
+/// The one decoder of records: strict when `salvage` is None, otherwise
+/// setting right what it can and noting it there.
+fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeResult<InodeRecord> {
+    let mut r = Reader::new(bytes);
+    let ino = InodeNo(r.u64()?);
+    let generation = r.u32()?;
+    let mode = r.u32()?;
+    let uid = r.u32()?;
+    let gid = r.u32()?;
+    let nlink = r.u32()?;
+    let mut flags = r.u32()?;
+    let mut size = r.u64()?;
+    if mode & 0o170_000 == 0o100_000 && size > MAX_FILE_SIZE {
+        match salvage.as_deref_mut() {
+            None => bad!("inode {ino}: size {size} is above the maximum of {MAX_FILE_SIZE}"),
+            Some(notes) => {
+                notes.push(format!("size {size} is above the maximum of {MAX_FILE_SIZE}"));
+                size = MAX_FILE_SIZE;
+            }
+        }
+    }
+    let blocks = r.u64()?;
+    let atime = r.timestamp()?;
+    let mtime = r.timestamp()?;
+    let ctime = r.timestamp()?;
+    let crtime = r.timestamp()?;
+    let rdev = r.u64()?;
+    let group = GroupNo(r.u32()?);
+    let parent = InodeNo(r.u64()?);
+    let body_kind = r.u8()?;
+    let xattr_kind = r.u8()?;
+    let body_len = usize::from(r.u16()?);
+    let xattr_len = usize::from(r.u16()?);
+    match salvage.as_deref_mut() {
+        None => r.reserved(FIXED_LEN - r.position())?,
+        Some(notes) => {
+            if r.bytes(FIXED_LEN - r.position())?.iter().any(|&b| b != 0) {
+                notes.push("reserved bytes of the record are not zero".into());
+            }
+        }
+    }
+    if ino.0 == 0 {
+        bad!("inode number 0");
+    }
+    if crate::types::FileKind::from_mode(mode).is_none() {
+        bad!("inode {ino} has an unknown file type in mode {mode:#o}");
+    }
+    if flags != 0 {
+        match salvage.as_deref_mut() {
+            None => bad!("inode {ino} has unknown flags {flags:#x}"),
+            Some(notes) => {
+                notes.push(format!("unknown flags {flags:#x}"));
+                flags = 0;
+            }
+        }
+    }
+    if r.remaining() != body_len + xattr_len {
+        bad!("inode {ino}: body {body_len} + xattrs {xattr_len} bytes, but {} remain", r.remaining());
+    }
+    let body = decode_body(&mut Reader::new(r.bytes(body_len)?), body_kind, body_len, ino, salvage.as_deref_mut())?;
+    let xattrs = decode_xattrs(&mut Reader::new(r.bytes(xattr_len)?), xattr_kind, xattr_len, ino, salvage)?;
+    Ok(InodeRecord {
+        ino,
+        generation,
+        mode,
+        uid,
+        gid,
+        nlink,
+        flags,
+        size,
+        blocks,
+        atime,
+        mtime,
+        ctime,
+        crtime,
+        rdev,
+        group,
+        parent,
+        body,
+        xattrs,
+    })
 }
 
 fn decode_tree_root(r: &mut Reader<'_>, ino: InodeNo) -> DecodeResult<TreeRoot> {
@@ -361,7 +401,13 @@ fn decode_tree_root(r: &mut Reader<'_>, ino: InodeNo) -> DecodeResult<TreeRoot> 
     Ok(TreeRoot { root, count })
 }
 
-fn decode_body(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> DecodeResult<Body> {
+fn decode_body(
+    r: &mut Reader<'_>,
+    kind: u8,
+    len: usize,
+    ino: InodeNo,
+    mut salvage: Option<&mut Vec<String>>,
+) -> DecodeResult<Body> {
     let body = match kind {
         BODY_EMPTY => Body::Empty,
         BODY_INLINE => Body::Inline(r.bytes(len)?.to_vec()),
@@ -371,11 +417,18 @@ fn decode_body(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Decode
             }
             let mut es: Vec<Extent> = Vec::with_capacity(len / EXTENT_LEN);
             for _ in 0..len / EXTENT_LEN {
-                let e = Extent::decode(r)?;
-                if es.last().is_some_and(|p| p.logical_end() > e.logical) {
-                    bad!("inode {ino}: extents out of order or overlapping at file block {}", e.logical);
+                let raw = r.bytes(EXTENT_LEN)?;
+                let e = Extent::decode(&mut Reader::new(raw)).and_then(|e| {
+                    if es.last().is_some_and(|p| p.logical_end() > e.logical) {
+                        bad!("inode {ino}: extents out of order or overlapping at file block {}", e.logical);
+                    }
+                    Ok(e)
+                });
+                match (e, salvage.as_deref_mut()) {
+                    (Ok(e), _) => es.push(e),
+                    (Err(e), None) => return Err(e),
+                    (Err(e), Some(notes)) => notes.push(format!("extent dropped: {}", e.0)),
                 }
-                es.push(e);
             }
             Body::Extents(es)
         }
@@ -400,7 +453,13 @@ fn decode_body(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Decode
                 let vl = usize::from(r.u16()?);
                 let v = r.bytes(vl)?.to_vec();
                 if e.last().is_some_and(|(p, _)| *p >= k) {
-                    bad!("inode {ino}: inline entries out of order at {k:#x}");
+                    match salvage.as_deref_mut() {
+                        None => bad!("inode {ino}: inline entries out of order at {k:#x}"),
+                        Some(notes) => {
+                            notes.push(format!("inline directory entry at {k:#x} out of order, dropped"));
+                            continue;
+                        }
+                    }
                 }
                 e.push((k, v));
             }
@@ -414,7 +473,13 @@ fn decode_body(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Decode
     Ok(body)
 }
 
-fn decode_xattrs(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> DecodeResult<Xattrs> {
+fn decode_xattrs(
+    r: &mut Reader<'_>,
+    kind: u8,
+    len: usize,
+    ino: InodeNo,
+    mut salvage: Option<&mut Vec<String>>,
+) -> DecodeResult<Xattrs> {
     let x = match kind {
         XATTR_INLINE if len == 0 => Xattrs::Inline(Vec::new()),
         XATTR_INLINE => {
@@ -429,7 +494,16 @@ fn decode_xattrs(r: &mut Reader<'_>, kind: u8, len: usize, ino: InodeNo) -> Deco
                 let name = r.bytes(nl)?.to_vec();
                 let value = r.bytes(vl)?.to_vec();
                 if name.is_empty() || pairs.last().is_some_and(|(p, _)| *p >= name) {
-                    bad!("inode {ino}: inline xattr names empty or out of order");
+                    match salvage.as_deref_mut() {
+                        None => bad!("inode {ino}: inline xattr names empty or out of order"),
+                        Some(notes) => {
+                            notes.push(format!(
+                                "inline xattr {:?} empty or out of order, dropped",
+                                String::from_utf8_lossy(&name)
+                            ));
+                            continue;
+                        }
+                    }
                 }
                 pairs.push((name, value));
             }
@@ -506,6 +580,31 @@ pub(crate) mod tests {
         for n in 0..b.len() {
             assert!(InodeRecord::decode(&b[..n]).is_err(), "prefix {n}");
         }
+    }
+
+    #[test]
+    fn salvaging_sets_right_what_the_strict_decoder_refuses() {
+        let mut rec = sample(3);
+        rec.size = u64::MAX - 7;
+        rec.body = Body::Extents(vec![
+            Extent { logical: 0, physical: DataBlock(1), len: 4, unwritten: false },
+            Extent { logical: 3, physical: DataBlock(9), len: 1, unwritten: false },
+            Extent { logical: 9, physical: DataBlock(20), len: 1, unwritten: false },
+        ]);
+        let b = enc(&rec);
+        assert!(InodeRecord::decode(&b).is_err());
+        let (got, notes) = InodeRecord::decode_salvaging(&b).unwrap();
+        assert_eq!(got.size, MAX_FILE_SIZE);
+        assert_eq!(
+            got.body,
+            Body::Extents(vec![
+                Extent { logical: 0, physical: DataBlock(1), len: 4, unwritten: false },
+                Extent { logical: 9, physical: DataBlock(20), len: 1, unwritten: false },
+            ])
+        );
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        let (same, none) = InodeRecord::decode_salvaging(&enc(&sample(4))).unwrap();
+        assert_eq!((same, none.len()), (sample(4), 0));
     }
 
     #[test]

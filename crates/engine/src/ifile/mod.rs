@@ -139,6 +139,25 @@ impl IFile {
         (InodeNo(n), generation)
     }
 
+    /// Takes the free number `ino` with entry `e` (repair re-creating the
+    /// root directory as number 1).
+    pub fn take_inode(&mut self, ino: InodeNo, e: ImapEntry) {
+        if ino.0 >= self.inodes.len() as u64 {
+            let old_len = self.inodes.len() as u64;
+            self.inodes.grow(ino.0 as usize + 1);
+            self.free_inodes.extend(old_len..ino.0);
+        }
+        let old = self.inodes.get(ino.0 as usize);
+        if old.in_use() {
+            self.sub_live(old.address, u32::from(old.record_len));
+        } else {
+            self.used_inodes += 1;
+        }
+        self.free_inodes.remove(&ino.0);
+        self.freed_inodes.retain(|&i| i != ino.0);
+        self.inodes.set(ino.0 as usize, e);
+    }
+
     /// Releases `ino`; its next use gets `next_generation`.
     pub fn free_inode(&mut self, ino: InodeNo, next_generation: u32) {
         let Some(old) = self.inode(ino) else { return };
@@ -259,6 +278,42 @@ impl IFile {
     /// Records that partial segment `seq` was written into `seg`.
     pub fn note_write(&mut self, seg: SegmentNo, seq: Seq) {
         self.segments.update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
+    }
+
+    /// What the maps say each segment holds live (FORMAT.md 4.5): 4096
+    /// bytes per node, the record length per inode in use.
+    #[must_use]
+    pub fn live_bytes_from_maps(&self) -> Vec<u64> {
+        let mut live = vec![0u64; self.geometry.count as usize];
+        for i in 1..self.inodes.len() {
+            let e = self.inodes.get(i);
+            if e.in_use()
+                && let Some(s) = self.geometry.segment_of(e.address)
+            {
+                live[s.0 as usize] += u64::from(e.record_len);
+            }
+        }
+        for i in 1..self.nodes.len() {
+            if let Some(s) = self.geometry.segment_of(MetaBlock(self.nodes.get(i))) {
+                live[s.0 as usize] += BLOCK_BYTES;
+            }
+        }
+        live
+    }
+
+    /// Sets every segment's live bytes to what the maps say; returns the
+    /// segments that said otherwise, with what they said and what is true.
+    pub fn recount_live_bytes(&mut self) -> Vec<(SegmentNo, u32, u64)> {
+        let mut wrong = Vec::new();
+        for (s, want) in self.live_bytes_from_maps().into_iter().enumerate() {
+            let have = self.segments.get(s).live_bytes;
+            if u64::from(have) != want {
+                wrong.push((SegmentNo(s as u32), have, want));
+                let v = u32::try_from(want).unwrap_or(u32::MAX);
+                self.segments.update(s, |u| u.live_bytes = v);
+            }
+        }
+        wrong
     }
 
     fn add_live(&mut self, at: MetaBlock, bytes: u32) {

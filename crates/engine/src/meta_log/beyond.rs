@@ -159,7 +159,7 @@ impl Log {
     }
 
     /// A valid partial segment of any sequence at `seg`/`off`.
-    fn read_any_ps(&self, seg: SegmentNo, off: u32) -> Result<Option<ReadPs>> {
+    pub(super) fn read_any_ps(&self, seg: SegmentNo, off: u32) -> Result<Option<ReadPs>> {
         let Ok((desc, _, _)) = self.read_descriptor(seg, off, None)? else { return Ok(None) };
         Ok(self.read_ps(seg, off, desc.seq, desc.prev_crc)?.ok())
     }

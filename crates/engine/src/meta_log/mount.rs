@@ -242,6 +242,20 @@ impl Log {
     /// Superblock problems; no usable checkpoint; I/O errors.
     pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(Log, OpenReport)> {
         let (sb, sb_note) = Log::read_superblocks_noting(meta.as_ref(), data.as_ref())?;
+        Log::open_with_superblock(meta, data, sb, sb_note)
+    }
+
+    /// [`Log::open`] with the superblock already read (`sb_note`: the
+    /// damage met reading it, if any).
+    ///
+    /// # Errors
+    /// No usable checkpoint; I/O errors.
+    pub fn open_with_superblock(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        sb: Superblock,
+        sb_note: Option<String>,
+    ) -> Result<(Log, OpenReport)> {
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
         for slot in CHECKPOINT_SLOTS {

@@ -275,6 +275,7 @@ pub struct RecoveryReport {
 }
 
 /// One partial segment read back from the log.
+#[derive(Clone)]
 pub(crate) struct ReadPs {
     pub desc: Descriptor,
     pub desc_crc: u32,

@@ -131,8 +131,8 @@ impl Volume {
         let unaccepted = report.loss.as_ref().filter(|_| !options.accept_loss).map(|loss| {
             format!(
                 "the volume is damaged: {loss}. Writing would make the loss permanent: mount read-only \
-                 (-o ro) to look at what is left, run `dualfs fsck`, or mount with -o recover=older to \
-                 accept the state before the damage"
+                 (-o ro) to look at what is left, or accept the state before the damage: mount with \
+                 -o recover=older, or repair it with `dualfs fsck -y`"
             )
         });
         if let Some(why) = &unaccepted
@@ -145,11 +145,36 @@ impl Volume {
         {
             log::warn!("accepting the loss (recover=older): {loss}");
         }
+        let vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock);
+        if !vol.options.read_only {
+            // The head moved away from the checkpoint's log position when
+            // anything was read or a torn tail was met: only a checkpoint
+            // makes the new position the one a later roll-forward starts from.
+            let recovery = &vol.open_report.recovery;
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
+            vol.finish_recovery(moved)?;
+        }
+        Ok(vol)
+    }
+
+    /// A volume over a log already opened (or rebuilt, by repair), with
+    /// nothing done yet: the caller finishes recovery. `never` says why the
+    /// volume may never be written, if it may not (besides unknown
+    /// read-only-compatible features, which this adds).
+    pub(crate) fn assemble(
+        log: Log,
+        report: OpenReport,
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        options: MountOptions,
+        never: Option<String>,
+        clock: Clock,
+    ) -> Volume {
         let mut options = options;
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         let never_writable = (unknown != 0)
             .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"))
-            .or(unaccepted);
+            .or(never);
         if let Some(why) = &never_writable
             && !options.read_only
         {
@@ -162,7 +187,7 @@ impl Volume {
             cache_budget: options.cache_budget,
             hold_replacements: !options.data_expire.is_zero(),
         };
-        let vol = Volume {
+        Volume {
             fs: Mutex::new(Fs::new(log, config)),
             commit: Mutex::new(CommitState::default()),
             reuse: RwLock::new(()),
@@ -179,16 +204,29 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             cleaning: Mutex::new(()),
-        };
-        if !options.read_only {
-            // The head moved away from the checkpoint's log position when
-            // anything was read or a torn tail was met: only a checkpoint
-            // makes the new position the one a later roll-forward starts from.
-            let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
-            vol.finish_recovery(moved)?;
         }
-        Ok(vol)
+    }
+
+    /// One step of repair's work under the file-system lock, with room in
+    /// the active commit group ensured first, as for any operation.
+    ///
+    /// # Errors
+    /// Whatever the step returns; a device fails.
+    pub(crate) fn repair_step<R>(&self, f: impl FnMut(&mut Fs, Timestamp) -> Result<R>) -> Result<R> {
+        self.mutate(OpKind::Grow, f)
+    }
+
+    /// Frees or trims every inode on the orphan list (what a writable open
+    /// does after roll-forward), for repair.
+    ///
+    /// # Errors
+    /// A device fails, or an orphan cannot be read.
+    pub(crate) fn finish_orphans(&self) -> Result<()> {
+        let orphans = lock(&self.fs).log.ifile().orphans();
+        for ino in orphans {
+            self.finish_orphan(ino)?;
+        }
+        Ok(())
     }
 
     /// What opening read-write does after roll-forward: finish the orphans'

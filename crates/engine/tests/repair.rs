@@ -190,3 +190,43 @@ fn a_reported_loss_is_repaired_to_the_older_state_and_listed() {
     assert!(vol.lookup(InodeNo::ROOT, b"c0-9").is_ok());
     assert!(vol.lookup(InodeNo::ROOT, b"c3-0").is_err());
 }
+
+/// Both checkpoint slots gone: the maps come from a scan of the log, and
+/// every file is where it was, with its bytes.
+#[test]
+fn with_no_checkpoint_left_the_ifile_is_rebuilt_from_the_log() {
+    let rig = Rig::new();
+    let vol = rig.open();
+    let f = vol.create(InodeNo::ROOT, b"after-checkpoint", 0o644, Creds::ROOT).unwrap().ino;
+    vol.write(f, 0, &[3u8; 12_000]).unwrap();
+    vol.fsync(f).unwrap();
+    drop(vol);
+    for slot in [1, 2] {
+        rig.meta.write_blocks(slot, &[0u8; BLOCK_SIZE]).unwrap();
+    }
+    assert!(Volume::open_with_clock(rig.meta.clone(), rig.data.clone(), options(), clock()).is_err());
+    let p = repair(&rig, "no checkpoint");
+    assert!(p.source.contains("rebuilt"), "{}", p.source);
+    let vol = rig.open();
+    let d = vol.lookup(InodeNo::ROOT, b"d").unwrap().ino;
+    for i in 0..120 {
+        vol.lookup(d, format!("a-rather-long-file-name-{i:04}").as_bytes()).unwrap();
+    }
+    let data = rig.lookup(&vol, "data");
+    assert!(vol.read(data, 0, 40_000).unwrap() == vec![7u8; 40_000]);
+    let after = rig.lookup(&vol, "after-checkpoint");
+    assert!(vol.read(after, 0, 12_000).unwrap() == vec![3u8; 12_000]);
+    assert_eq!(vol.readlink(rig.lookup(&vol, "link")).unwrap(), b"d/sub/inner");
+}
+
+/// The second name of a directory goes, the one its `..` names stays.
+#[test]
+fn a_directory_keeps_the_name_its_dot_dot_names() {
+    let rig = Rig::new();
+    (breakers().into_iter().find(|b| b.name == "directory with two names").unwrap().apply)(&rig);
+    repair(&rig, "two names");
+    let vol = rig.open();
+    assert!(vol.lookup(InodeNo::ROOT, b"again").is_err());
+    let inner = rig.lookup(&vol, "d/sub/inner");
+    assert_eq!(vol.read(inner, 0, 100).unwrap(), b"inner contents");
+}

@@ -107,6 +107,46 @@ fn judge(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Outcome {
     }
 }
 
+/// What `fsck -y` made of a damaged image.
+#[derive(Debug, PartialEq, Eq)]
+enum Repaired {
+    /// Nothing to repair.
+    Nothing,
+    /// Repaired: clean, mounts, a second repair finds nothing; whether every
+    /// path of the undamaged tree is there, as it was.
+    Whole(bool),
+}
+
+/// Repairs the image pair (in overlays), then checks the result: fsck
+/// clean, a writable mount, a second repair with nothing to do. An error
+/// says what failed.
+fn repair(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Result<Repaired, String> {
+    let (m, d) = devices(meta, data);
+    let p = dualfs_engine::repair::prepare_with_clock(m.clone(), d.clone(), fixed_clock())
+        .map_err(|e| format!("repair: {e}"))?;
+    if p.is_empty() {
+        return Ok(Repaired::Nothing);
+    }
+    if let Some(after) = p.after.as_ref().filter(|a| !a.is_clean()) {
+        return Err(format!("not clean after repair: {:?}; repairs {:?}", after.problems, p.repairs));
+    }
+    p.write(m.as_ref(), d.as_ref()).map_err(|e| format!("write: {e}"))?;
+    let r = dualfs_engine::check::check(m.clone(), d.clone()).map_err(|e| format!("fsck after: {e}"))?;
+    if !r.is_clean() {
+        return Err(format!("fsck after the repair: {:?}", r.problems));
+    }
+    let again = dualfs_engine::repair::prepare_with_clock(m.clone(), d.clone(), fixed_clock())
+        .map_err(|e| format!("second repair: {e}"))?;
+    if !again.is_empty() {
+        return Err(format!("a second repair finds {:?}", again.repairs));
+    }
+    let vol = Volume::open_with_clock(m, d, Config::default().mount, fixed_clock())
+        .map_err(|e| format!("mount after the repair: {e}"))?;
+    let tree = Tree::of_volume(&vol).map_err(|e| format!("read after the repair: {e}"))?;
+    let whole = want.entries.iter().all(|(k, v)| tree.entries.get(k) == Some(v));
+    Ok(Repaired::Whole(whole))
+}
+
 fn kind_of(dev: &str, no: u64, b: &[u8]) -> &'static str {
     match (dev, no) {
         ("data", 0) => "superblock copy (data device)",
@@ -151,6 +191,8 @@ fn offsets(b: &[u8]) -> Vec<usize> {
 fn a_flipped_bit_in_any_kind_of_structure_is_named_or_harmless() {
     let (meta, data, want) = damaged_base();
     let mut seen: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    let mut repaired: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut unrepaired = Vec::new();
     let mut silent = Vec::new();
     for (dev, img) in [("meta", meta), ("data", data)] {
         for (no, b) in img.written() {
@@ -166,6 +208,13 @@ fn a_flipped_bit_in_any_kind_of_structure_is_named_or_harmless() {
                 let (m, d) = if dev == "meta" { (&damaged, data) } else { (meta, &damaged) };
                 let outcome = catch_unwind(AssertUnwindSafe(|| judge(m, d, want)))
                     .unwrap_or_else(|_| panic!("{kind} at {dev} block {no}, byte {byte}: a panic"));
+                let fixed = catch_unwind(AssertUnwindSafe(|| repair(m, d, want)))
+                    .unwrap_or_else(|_| panic!("{kind} at {dev} block {no}, byte {byte}: a panic in repair"));
+                match fixed {
+                    Ok(Repaired::Whole(_)) => *repaired.entry(kind).or_default() += 1,
+                    Ok(Repaired::Nothing) => {}
+                    Err(why) => unrepaired.push(format!("{kind} at {dev} block {no}, byte {byte}: {why}")),
+                }
                 let e = seen.entry(kind).or_default();
                 match outcome {
                     Outcome::Named(_) => e.0 += 1,
@@ -176,9 +225,11 @@ fn a_flipped_bit_in_any_kind_of_structure_is_named_or_harmless() {
         }
     }
     for (kind, (named, harmless)) in &seen {
-        println!("{kind:32} {named:4} named {harmless:4} harmless (stale copies)");
+        let fixed = repaired.get(kind).copied().unwrap_or(0);
+        println!("{kind:32} {named:4} named {harmless:4} harmless (stale copies) {fixed:4} repaired");
     }
     assert!(silent.is_empty(), "damage nobody noticed:\n{}", silent.join("\n"));
+    assert!(unrepaired.is_empty(), "damage fsck -y did not repair:\n{}", unrepaired.join("\n"));
     for kind in [
         "superblock",
         "superblock copy (data device)",
@@ -273,6 +324,12 @@ struct Sweep {
     /// group of the log: nothing after it vouches that it was durable, and a
     /// crash tearing that group looks the same (docs/TESTING.md).
     last_group: u32,
+    /// Repaired by `fsck -y` (clean, mounts, nothing more to repair).
+    repaired: u32,
+    /// Of those, every path of the undamaged tree is there as it was.
+    repaired_whole: u32,
+    /// Repairs that failed, with why.
+    unrepaired: Vec<String>,
 }
 
 /// The blocks of the partial segment with the highest sequence number.
@@ -318,6 +375,14 @@ fn sweep(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Sweep {
             s.unmountable.push(format!("{} at block {no}", kind_of("meta", no, &b[..])));
         }
         let same = tree.as_ref() == Some(want);
+        match repair(&damaged, data, want) {
+            Ok(Repaired::Whole(whole)) => {
+                s.repaired += 1;
+                s.repaired_whole += u32::from(whole);
+            }
+            Ok(Repaired::Nothing) => {}
+            Err(why) => s.unrepaired.push(format!("{} at block {no}: {why}", kind_of("meta", no, &b[..]))),
+        }
         match (said, same) {
             (true, true) => {
                 s.reported += 1;
@@ -335,11 +400,13 @@ fn sweep(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Sweep {
 #[test]
 fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
     let mut silent = Vec::new();
+    let mut unrepaired = Vec::new();
     for (name, (meta, data, want)) in [("small", small_base()), ("aged", damaged_base())] {
         let s = sweep(meta, data, want);
         println!(
             "single-block damage, {name} volume: {} used meta-data blocks zeroed: {} reported ({} of them with \
-             nothing lost), {} harmless, {} silent, {} in the last commit group (undetectable), {} unmountable {:?}",
+             nothing lost), {} harmless, {} silent, {} in the last commit group (undetectable), {} unmountable {:?}; \
+             {} repaired by fsck -y ({} with every file where it was)",
             s.blocks,
             s.reported,
             s.reported_no_loss,
@@ -347,9 +414,13 @@ fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
             s.silent.len(),
             s.last_group,
             s.unmountable.len(),
-            s.unmountable
+            s.unmountable,
+            s.repaired,
+            s.repaired_whole
         );
         silent.extend(s.silent.into_iter().map(|x| format!("{name}: {x}")));
+        unrepaired.extend(s.unrepaired.into_iter().map(|x| format!("{name}: {x}")));
     }
     assert!(silent.is_empty(), "damage nobody noticed:\n{}", silent.join("\n"));
+    assert!(unrepaired.is_empty(), "damage fsck -y did not repair:\n{}", unrepaired.join("\n"));
 }

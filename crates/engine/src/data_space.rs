@@ -27,6 +27,8 @@ pub struct DataSpace {
     free: u64,
     reserved: u64,
     pending: Vec<(Seq, DataBlock, u32)>,
+    /// The pending ranges by start (end), to refuse a second free of one.
+    pending_ranges: std::collections::BTreeMap<u64, u64>,
     pending_blocks: u64,
     cursor: Vec<u64>,
 }
@@ -45,6 +47,7 @@ impl DataSpace {
             free: 0,
             reserved: 0,
             pending: Vec::new(),
+            pending_ranges: std::collections::BTreeMap::new(),
             pending_blocks: 0,
             cursor: vec![0; groups],
         };
@@ -122,16 +125,21 @@ impl DataSpace {
     }
 
     /// Blocks neither in use nor reserved nor waiting for a durable free.
+    ///
+    /// # Panics
+    /// More blocks reserved than free: reservations are taken only from
+    /// what is available, so that would be a bug.
     #[must_use]
     pub fn available(&self) -> u64 {
-        self.free.saturating_sub(self.reserved)
+        assert!(self.reserved <= self.free, "{} blocks reserved, {} free", self.reserved, self.free);
+        self.free - self.reserved
     }
 
     /// Blocks free or about to be (pending frees count: they are freed by a
     /// partial segment already sealed), minus reservations. What `df` shows.
     #[must_use]
     pub fn free_for_statfs(&self) -> u64 {
-        (self.free + self.pending_blocks).saturating_sub(self.reserved)
+        self.available() + self.pending_blocks
     }
 
     /// Blocks freed but not yet durable.
@@ -159,9 +167,12 @@ impl DataSpace {
     }
 
     /// Returns a reservation that will not be used.
+    ///
+    /// # Panics
+    /// More than is reserved: the engine returns only what it took.
     pub fn unreserve(&mut self, n: u64) {
-        debug_assert!(self.reserved >= n, "unreserving {n} of {}", self.reserved);
-        self.reserved = self.reserved.saturating_sub(n);
+        assert!(self.reserved >= n, "unreserving {n} of {} reserved blocks", self.reserved);
+        self.reserved -= n;
     }
 
     /// Blocks reserved.
@@ -200,7 +211,9 @@ impl DataSpace {
         GroupNo(g as u32)
     }
 
-    /// A directory bound to `g` went away.
+    /// A directory bound to `g` went away. (The count only steers
+    /// placement, and change records do not carry it: after a crash it
+    /// may be off, so it stops at zero rather than assert.)
     pub fn unbind_directory(&mut self, g: GroupNo) {
         if (g.0 as usize) < self.groups.len() {
             self.groups.update(g.0 as usize, |d| d.directories = d.directories.saturating_sub(1));
@@ -236,20 +249,35 @@ impl DataSpace {
 
     /// Marks blocks in use (mkfs, roll-forward of an allocation). Returns how
     /// many were free before.
+    ///
+    /// # Panics
+    /// A range beyond the device: values read from disk are checked first.
     pub fn mark_used(&mut self, start: DataBlock, len: u32) -> u64 {
-        let len = u64::from(len).min(self.total.saturating_sub(start.0));
-        let n = self.set_bits(start.0, len, true);
+        self.assert_inside(start, len);
+        let n = self.set_bits(start.0, u64::from(len), true);
         self.free -= n;
         n
     }
 
     /// Marks blocks free at once (roll-forward of a free, which is durable by
     /// definition). Returns how many were in use before.
+    ///
+    /// # Panics
+    /// A range beyond the device: values read from disk are checked first.
     pub fn mark_free(&mut self, start: DataBlock, len: u32) -> u64 {
-        let len = u64::from(len).min(self.total.saturating_sub(start.0));
-        let n = self.set_bits(start.0, len, false);
+        self.assert_inside(start, len);
+        let n = self.set_bits(start.0, u64::from(len), false);
         self.free += n;
         n
+    }
+
+    fn assert_inside(&self, start: DataBlock, len: u32) {
+        assert!(
+            start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total),
+            "data blocks {}+{len} lie beyond the device's {}",
+            start.0,
+            self.total
+        );
     }
 
     /// Whether every block of the range is marked in use.
@@ -259,13 +287,40 @@ impl DataSpace {
             && (start.0..start.0 + u64::from(len)).all(|b| self.bit(b))
     }
 
+    /// Why freeing `[start, start + len)` would be wrong, if it would: a
+    /// block beyond the device, not in use, or already waiting to be freed.
+    /// What a file's extents name comes from the disk: a caller checks
+    /// here first and reports a damaged volume, never a broken allocator.
+    #[must_use]
+    pub fn check_free(&self, start: DataBlock, len: u32) -> Option<String> {
+        let Some(end) = start.0.checked_add(u64::from(len)).filter(|&e| e <= self.total && start.0 > 0) else {
+            return Some(format!("data blocks {}+{len} lie outside the data device", start.0));
+        };
+        if !self.all_used(start, len) {
+            return Some(format!("data blocks {}+{len} are mapped by a file but marked free", start.0));
+        }
+        let before = self.pending_ranges.range(..end).next_back();
+        if before.is_some_and(|(_, &e)| e > start.0) {
+            return Some(format!("data blocks {}+{len} are freed twice (another file maps them too)", start.0));
+        }
+        None
+    }
+
     /// Frees blocks once partial segment `seq` is durable.
+    ///
+    /// # Panics
+    /// The range cannot be freed ([`DataSpace::check_free`]): callers check
+    /// what comes from the disk first, so this is a bug of the engine.
     pub fn free_deferred(&mut self, start: DataBlock, len: u32, seq: Seq) {
+        if let Some(why) = self.check_free(start, len) {
+            panic!("the allocator was asked to free what it cannot: {why}");
+        }
         if faults::active(Fault::ImmediateReuse) {
             self.mark_free(start, len);
             return;
         }
         self.pending.push((seq, start, len));
+        self.pending_ranges.insert(start.0, start.0 + u64::from(len));
         self.pending_blocks += u64::from(len);
     }
 
@@ -275,7 +330,9 @@ impl DataSpace {
         for (seq, start, len) in pending {
             if seq <= durable {
                 self.pending_blocks -= u64::from(len);
-                self.mark_free(start, len);
+                self.pending_ranges.remove(&start.0);
+                let freed = self.mark_free(start, len);
+                assert_eq!(freed, u64::from(len), "a pending free of data blocks {}+{len} found some free", start.0);
             } else {
                 self.pending.push((seq, start, len));
             }
@@ -294,7 +351,8 @@ impl DataSpace {
             len += 1;
         }
         self.mark_used(DataBlock(start), len as u32);
-        self.reserved = self.reserved.saturating_sub(len);
+        assert!(self.reserved >= len, "allocating {len} blocks on a reservation of {}", self.reserved);
+        self.reserved -= len;
         let g = self.group_of(DataBlock(start)).0 as usize;
         self.cursor[g] = start + len;
         Some((DataBlock(start), len as u32))
@@ -370,7 +428,41 @@ mod tests {
         s.release(Seq(4));
         assert!(s.allocate(DataBlock(0), 1).is_none());
         s.release(Seq(5));
+        s.reserve(5).unwrap();
         assert_eq!(s.allocate(DataBlock(0), 5), Some((a, 5)));
+    }
+
+    #[test]
+    #[should_panic(expected = "marked free")]
+    fn freeing_blocks_not_in_use_is_a_bug_asserted() {
+        let mut s = DataSpace::new(100, 64);
+        s.free_deferred(DataBlock(10), 2, Seq(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "freed twice")]
+    fn freeing_blocks_twice_before_the_first_free_is_durable_is_a_bug_asserted() {
+        let mut s = DataSpace::new(100, 64);
+        s.reserve(4).unwrap();
+        let (a, n) = s.allocate(DataBlock(1), 4).unwrap();
+        s.free_deferred(a, n, Seq(1));
+        assert!(s.check_free(DataBlock(a.0 + 1), 1).is_some(), "a caller can tell first");
+        s.free_deferred(DataBlock(a.0 + 1), 1, Seq(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "unreserving")]
+    fn returning_more_than_was_reserved_is_a_bug_asserted() {
+        let mut s = DataSpace::new(100, 64);
+        s.reserve(2).unwrap();
+        s.unreserve(3);
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond the device")]
+    fn a_range_beyond_the_device_is_never_clamped() {
+        let mut s = DataSpace::new(100, 64);
+        s.mark_used(DataBlock(98), 4);
     }
 
     #[test]

@@ -136,3 +136,33 @@ fn i5_a_size_above_the_maximum_is_corruption_not_an_endless_file() {
         Ok(a) => panic!("a file of size {} was served", a.size),
     }
 }
+
+/// What the mount meets of damage is a corruption error (EUCLEAN) for the
+/// operation, never a panic of an allocator or a count clamped to zero:
+/// deleting a file whose blocks the bitmap says are free, unlinking a
+/// name of an inode with no links.
+#[test]
+fn damage_met_by_an_operation_is_a_corruption_error_not_a_panic() {
+    for (breaker, path) in [("used blocks marked free", "data"), ("link count", "data")] {
+        let rig = Rig::new();
+        let b = breakers().into_iter().find(|b| b.name == breaker).unwrap();
+        (b.apply)(&rig);
+        if breaker == "link count" {
+            rig.corrupt(|vol| {
+                let f = rig.lookup(vol, path);
+                vol.with_fs(|fs| fs.inode_mut(f).unwrap().nlink = 0);
+            });
+        }
+        let vol = rig.open();
+        match vol.unlink(InodeNo::ROOT, path.as_bytes()) {
+            Err(e) => assert_eq!(e.errno(), libc::EUCLEAN, "{breaker}: {e}"),
+            Ok(()) => {
+                // The free comes with the commit that makes room or closes.
+                let e = vol.close().expect_err("the damage is met at the latest when the volume closes");
+                assert_eq!(e.errno(), libc::EUCLEAN, "{breaker}: {e}");
+                continue;
+            }
+        }
+        assert!(vol.create(InodeNo::ROOT, b"after", 0o644, Creds::ROOT).is_err(), "{breaker}: still writable");
+    }
+}

@@ -165,6 +165,14 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
         .iter()
         .map(|d| Problem { invariant: None, structure: "log", ino: None, block: None, message: d.clone() })
         .collect();
+    // Live bytes the checkpoint had wrong were recounted when it was loaded.
+    problems.extend(open.recounted.iter().map(|r| Problem {
+        invariant: Some(Invariant::I7),
+        structure: "segment usage",
+        ino: None,
+        block: None,
+        message: r.clone(),
+    }));
     let mut stats = CheckStats::default();
     let loaded = walk::load(&log, &mut problems);
     walk::check_namespace(&log, &loaded, &mut problems, &mut stats);

@@ -67,6 +67,15 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
                     "points at a block without the inode (overwritten while live, or a misdirected write)",
                 )),
                 Some(r) => {
+                    if r.group.0 >= log.superblock().group_count {
+                        problems.push(problem(
+                            Invariant::I8,
+                            "inode",
+                            Some(ino),
+                            Some(at.0),
+                            format!("names data group {}, the volume has {}", r.group.0, log.superblock().group_count),
+                        ));
+                    }
                     if r.generation != e.generation {
                         problems.push(problem(
                             Invariant::I8,

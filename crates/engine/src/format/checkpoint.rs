@@ -115,6 +115,9 @@ impl Checkpoint {
             next_segment: SegmentNo(r.u32()?),
             prev_crc: r.u32()?,
         };
+        if number == 0 || log.seq.0 == 0 {
+            bad!("checkpoint number {number} or log sequence {} is 0", log.seq.0);
+        }
         let inode_count = r.u64()?;
         let node_count = r.u64()?;
         let free_data_blocks = r.u64()?;

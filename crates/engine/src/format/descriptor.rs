@@ -328,8 +328,19 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
             bad!("inode list of {n} entries");
         }
         let mut list = Vec::with_capacity(n);
+        let mut bytes = 0usize;
         for _ in 0..n {
-            list.push(InodeSummary { ino: InodeNo(r.u64()?), generation: r.u32()?, len: r.u16()? });
+            let s = InodeSummary { ino: InodeNo(r.u64()?), generation: r.u32()?, len: r.u16()? };
+            if usize::from(s.len) < super::inode::FIXED_LEN {
+                bad!("inode {} listed with a record of {} bytes", s.ino, s.len);
+            }
+            bytes += usize::from(s.len);
+            list.push(s);
+        }
+        // The records must fit the inode block the list describes: the
+        // live bytes they count are bounded by the blocks that hold them.
+        if super::inode_block::packed_len(n, bytes) > super::block::PAYLOAD_LEN {
+            bad!("inode list of {n} records, {bytes} bytes, does not fit an inode block");
         }
         inode_blocks.push(list);
     }
@@ -384,7 +395,7 @@ mod tests {
                 .collect(),
             inode_blocks: vec![
                 vec![
-                    InodeSummary { ino: InodeNo(1), generation: 0, len: 130 },
+                    InodeSummary { ino: InodeNo(1), generation: 0, len: 140 },
                     InodeSummary { ino: InodeNo(2), generation: 5, len: 200 },
                 ],
                 vec![InodeSummary { ino: InodeNo(9), generation: 1, len: 136 }],

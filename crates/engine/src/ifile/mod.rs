@@ -161,7 +161,10 @@ impl IFile {
     /// Releases `ino`; its next use gets `next_generation`.
     pub fn free_inode(&mut self, ino: InodeNo, next_generation: u32) {
         let Some(old) = self.inode(ino) else { return };
-        self.sub_live(old.address, u32::from(old.record_len));
+        // A free entry's address and length count nothing (4.5).
+        if old.in_use() {
+            self.sub_live(old.address, u32::from(old.record_len));
+        }
         self.inodes.set(ino.0 as usize, ImapEntry { generation: next_generation, ..ImapEntry::default() });
         if old.in_use() {
             self.freed_inodes.push(ino.0);
@@ -184,7 +187,9 @@ impl IFile {
             self.free_inodes.extend(old_len..ino.0);
         }
         let old = self.inodes.get(ino.0 as usize);
-        self.sub_live(old.address, u32::from(old.record_len));
+        if old.in_use() {
+            self.sub_live(old.address, u32::from(old.record_len));
+        }
         self.add_live(at, u32::from(len));
         if !old.in_use() {
             self.free_inodes.remove(&ino.0);
@@ -316,9 +321,18 @@ impl IFile {
         wrong
     }
 
+    // Live bytes are checked against the maps when a checkpoint is loaded
+    // (and recounted if they disagree), and every change after that adds
+    // and takes what the maps say: the engine keeps them, so a wrong sum is
+    // a bug, not damage. (A segment holds at most 65,536 blocks of 4 KiB:
+    // the sum cannot overflow, inode lists being checked to fit their block.)
     fn add_live(&mut self, at: MetaBlock, bytes: u32) {
         if let Some(seg) = self.geometry.segment_of(at) {
-            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_add(bytes));
+            self.segments.update(seg.0 as usize, |u| {
+                u.live_bytes = u.live_bytes.checked_add(bytes).unwrap_or_else(|| {
+                    panic!("segment {}: {} live bytes and {bytes} more overflow", seg.0, u.live_bytes)
+                });
+            });
         }
     }
 
@@ -327,9 +341,11 @@ impl IFile {
             return;
         }
         if let Some(seg) = self.geometry.segment_of(at) {
-            // Saturating: a corrupt image must not panic here; fsck reports
-            // any disagreement between this table and the live blocks.
-            self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
+            self.segments.update(seg.0 as usize, |u| {
+                u.live_bytes = u.live_bytes.checked_sub(bytes).unwrap_or_else(|| {
+                    panic!("segment {}: {bytes} live bytes leave, {} were there", seg.0, u.live_bytes)
+                });
+            });
         }
     }
 }
@@ -383,6 +399,28 @@ mod tests {
         assert_eq!(f.used_nodes(), 1);
         assert_eq!(f.alloc_inode().0, InodeNo(1));
         assert_eq!(f.alloc_node(), NodeId(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "live bytes leave")]
+    fn live_bytes_below_zero_are_a_bug_asserted() {
+        let mut f = ifile();
+        let n = f.alloc_node();
+        f.place_node(n, MetaBlock(300));
+        // The table says less than the maps: what a load would have recounted.
+        f.segments.update(0, |u| u.live_bytes = 0);
+        f.free_node(n);
+    }
+
+    #[test]
+    fn a_wrong_live_count_is_recounted_from_the_maps() {
+        let mut f = ifile();
+        let (a, g) = f.alloc_inode();
+        f.place_inode(a, g, MetaBlock(300), 200);
+        f.segments.update(0, |u| u.live_bytes = 999);
+        assert_eq!(f.recount_live_bytes(), vec![(SegmentNo(0), 999, 200)]);
+        assert_eq!(f.segment(SegmentNo(0)).live_bytes, 200);
+        assert!(f.recount_live_bytes().is_empty());
     }
 
     #[test]

@@ -295,6 +295,13 @@ impl Log {
                 ));
             }
         }
+        if c.inode_count > self.max_inode_number() + 1 || c.node_count > self.max_node_id() + 1 {
+            return Err(Error::corrupt_meta(
+                "checkpoint",
+                0,
+                format!("{} inodes and {} nodes: more than the log can hold", c.inode_count, c.node_count),
+            ));
+        }
         self.ifile.inodes.grow(c.inode_count as usize);
         self.ifile.nodes.grow(c.node_count as usize);
         let mut loaded: BTreeSet<(TableId, u32)> = BTreeSet::new();
@@ -349,9 +356,41 @@ impl Log {
         self.ckpt = DurableCheckpoint { number: c.number, log: c.log, pins: HashMap::new(), index };
         self.ckpt.pins = self.ifile_pins();
         self.head = c.log;
-        self.durable = crate::types::Seq(c.log.seq.0.saturating_sub(1));
+        // The checkpoint decoder refuses a log position of sequence 0.
+        self.durable = crate::types::Seq(c.log.seq.0 - 1);
         self.vouched = self.durable;
         self.ifile.rebuild_free_lists();
+        // What the segment usage derives from the maps is checked here, so
+        // that every change after adds and takes amounts that add up (a
+        // wrong sum is then a bug, and asserted); a wrong one is recounted
+        // and said. A segment written after the checkpoint's log position
+        // cannot be in its table.
+        for s in 0..self.sb.segment_count as usize {
+            let u = self.ifile.segments.get(s);
+            if u.last_seq >= c.log.seq {
+                return Err(Error::corrupt_meta(
+                    "segment usage table",
+                    0,
+                    format!(
+                        "segment {s} was last written at sequence {}, not before the checkpoint's {}",
+                        u.last_seq.0, c.log.seq.0
+                    ),
+                ));
+            }
+        }
+        for (seg, had, want) in self.ifile.recount_live_bytes() {
+            if want > u64::from(u32::MAX) {
+                return Err(Error::corrupt_meta(
+                    "inode map",
+                    0,
+                    format!("segment {} would hold {want} live bytes", seg.0),
+                ));
+            }
+            self.recounted.push(format!(
+                "segment {} says {had} live bytes, its live inodes and nodes hold {want} (recounted)",
+                seg.0
+            ));
+        }
         self.space.recount();
         if self.space.free_blocks() != c.free_data_blocks {
             return Err(Error::corrupt_meta(

@@ -107,6 +107,9 @@ pub struct Log {
     stats: LogStats,
     /// Raw blocks read ahead of cold meta-data misses.
     readahead: readahead::ReadAhead,
+    /// Counts the loaded checkpoint had wrong and loading recounted from
+    /// what they derive from (segment live bytes), one sentence each.
+    recounted: Vec<String>,
 }
 
 impl Log {
@@ -207,6 +210,20 @@ impl Log {
     #[must_use]
     pub fn checkpoint_number(&self) -> u64 {
         self.ckpt.number
+    }
+
+    /// The highest inode number the log could hold (30 records a block):
+    /// a larger one read from disk is corruption, and would make the inode
+    /// map grow without bound.
+    #[must_use]
+    pub fn max_inode_number(&self) -> u64 {
+        self.max_node_id() * 30
+    }
+
+    /// The highest node id the log could hold (one node a block).
+    #[must_use]
+    pub fn max_node_id(&self) -> u64 {
+        u64::from(self.sb.segment_count) * u64::from(self.sb.segment_blocks)
     }
 
     /// Reads `count` blocks of the meta-data device.
@@ -326,8 +343,19 @@ impl Log {
         // Neighbours written together are usually wanted together (a
         // directory's files); keep every record still live in this block.
         for rec in records {
-            let live = self.ifile.inode(rec.ino).is_some_and(|e| e.in_use() && e.address == entry.address);
+            // The group indexes the allocator's tables: out of range is
+            // damage, not a hint to clamp (a neighbour so damaged is not
+            // cached: its own read says so).
+            let group_ok = rec.group.0 < self.sb.group_count;
+            let live = group_ok && self.ifile.inode(rec.ino).is_some_and(|e| e.in_use() && e.address == entry.address);
             if rec.ino == ino {
+                if !group_ok {
+                    return Err(Error::corrupt_meta(
+                        "inode block",
+                        entry.address.0,
+                        format!("inode {ino} names data group {}, the volume has {}", rec.group.0, self.sb.group_count),
+                    ));
+                }
                 if rec.generation != entry.generation {
                     return Err(Error::corrupt_meta(
                         "inode block",

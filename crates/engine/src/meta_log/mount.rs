@@ -35,6 +35,10 @@ pub struct OpenReport {
     /// The meta-data device's superblock did not decode and the data
     /// device's copy was used: a writable open writes it back.
     pub superblock_from_copy: bool,
+    /// Counts of the checkpoint that disagreed with what they derive from
+    /// and were recounted (segment live bytes): fsck names them (I7), the
+    /// next checkpoint writes them right.
+    pub recounted: Vec<String>,
 }
 
 impl OpenReport {
@@ -106,10 +110,12 @@ impl Log {
             detached: false,
             ckpt: DurableCheckpoint { number: 0, log: head, ..DurableCheckpoint::default() },
             blocks_since_checkpoint: 0,
-            free_segments_cached: count.saturating_sub(2),
+            // The superblock decoder refuses fewer than 16 segments.
+            free_segments_cached: count - 2,
             group_limit: super::DEFAULT_GROUP_BLOCKS,
             stats: LogStats::default(),
             readahead: super::readahead::ReadAhead::default(),
+            recounted: Vec::new(),
         }
     }
 
@@ -286,6 +292,10 @@ impl Log {
                     let newer = slots[..i].first().map(|(n, _)| n);
                     let mut report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
                     report.superblock_from_copy = sb_note.is_some();
+                    report.recounted = std::mem::take(&mut log.recounted);
+                    for r in &report.recounted {
+                        log::warn!("{r}");
+                    }
                     report.damage.extend(sb_note.clone());
                     for d in &report.damage {
                         log::error!("{d}");
@@ -318,6 +328,9 @@ fn judge(
     newer_err: Option<&Error>,
 ) -> OpenReport {
     let mut damage = recovery.walked_over.clone();
+    damage.extend(
+        recovery.inconsistent.iter().map(|w| format!("roll-forward met a change record at odds with the IFile: {w}")),
+    );
     let mut through: Option<Seq> = recovery.beyond.as_ref().and_then(|b| b.acknowledged_through);
     if let Some(n) = newer {
         damage.push(format!(
@@ -325,7 +338,8 @@ fn judge(
             n.number,
             newer_err.map_or_else(|| "unknown reason".to_string(), ToString::to_string)
         ));
-        let before = Seq(n.log.seq.0.saturating_sub(1));
+        // The checkpoint decoder refuses a log position of sequence 0.
+        let before = Seq(n.log.seq.0 - 1);
         through = Some(through.map_or(before, |t| t.max(before)));
     }
     let first = recovery.first_unapplied;
@@ -338,5 +352,13 @@ fn judge(
     if let Some(l) = &loss {
         damage.push(l.to_string());
     }
-    OpenReport { checkpoint: number, fell_back, recovery, damage, loss, superblock_from_copy: false }
+    OpenReport {
+        checkpoint: number,
+        fell_back,
+        recovery,
+        damage,
+        loss,
+        superblock_from_copy: false,
+        recounted: Vec::new(),
+    }
 }

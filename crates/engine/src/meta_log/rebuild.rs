@@ -31,11 +31,6 @@ use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq};
 /// Blocks read per request while scanning.
 const SCAN_CHUNK_BLOCKS: u64 = 256;
 
-/// Most inode records one log block can hold: bounds the inode numbers a
-/// rebuild accepts (a damaged record could otherwise make the map grow
-/// without bound), as one node per block bounds the node ids.
-const INODES_PER_BLOCK: u64 = 30;
-
 /// What a rebuild found and used.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RebuildReport {
@@ -213,8 +208,8 @@ impl Log {
         let first = index as usize * table.per_block();
         let n = payload.len() / table.entry_len();
         let bound = match table {
-            TableId::InodeMap => self.max_rebuilt_entries() * INODES_PER_BLOCK,
-            _ => self.max_rebuilt_entries(),
+            TableId::InodeMap => self.max_inode_number(),
+            _ => self.max_node_id(),
         };
         if n > table.per_block() || (first + n) as u64 > bound {
             return;
@@ -316,15 +311,10 @@ impl Log {
         }
     }
 
-    /// Blocks in the log: no volume has more nodes than that.
-    fn max_rebuilt_entries(&self) -> u64 {
-        u64::from(self.sb.segment_count) * u64::from(self.sb.segment_blocks)
-    }
-
     /// Sets node map entry `id` (growing the map; id 0 stays reserved).
     /// Ids beyond what any volume could use are ignored.
     fn set_node_entry(&mut self, id: u64, address: u64) {
-        if id == 0 || id > self.max_rebuilt_entries() {
+        if id == 0 || id > self.max_node_id() {
             return;
         }
         self.ifile.nodes.grow(id as usize + 1);
@@ -334,7 +324,7 @@ impl Log {
     /// Sets inode map entry `ino` from its old value (growing the map;
     /// inode 0 stays reserved).
     fn set_inode_entry(&mut self, ino: u64, f: impl FnOnce(ImapEntry) -> ImapEntry) {
-        if ino == 0 || ino > self.max_rebuilt_entries() * INODES_PER_BLOCK {
+        if ino == 0 || ino > self.max_inode_number() {
             return;
         }
         self.ifile.inodes.grow(ino as usize + 1);

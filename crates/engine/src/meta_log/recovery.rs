@@ -270,6 +270,10 @@ pub struct RecoveryReport {
     /// Checkpoint partial segments walked over although their IFile blocks
     /// are damaged (roll-forward never needs them), one sentence each.
     pub walked_over: Vec<String>,
+    /// Change records that disagree with the IFile they were applied to
+    /// (blocks allocated that were in use, freed that were free): damage a
+    /// crash cannot leave, one sentence each.
+    pub inconsistent: Vec<String>,
     /// Wall time in microseconds.
     pub micros: u64,
 }
@@ -309,6 +313,7 @@ impl Log {
         let mut group: Vec<ReadPs> = Vec::new();
         let mut touched: Vec<SegmentNo> = Vec::new();
         let mut walked_over = Vec::new();
+        let mut inconsistent = Vec::new();
         let end = loop {
             let found = match self.read_ps(pos.segment, pos.offset, pos.seq, pos.prev_crc)? {
                 Ok(ps) => Ok(ps),
@@ -339,7 +344,7 @@ impl Log {
             group.push(ps);
             if end {
                 partial_segments += group.len() as u64;
-                self.apply_group(&group);
+                inconsistent.extend(self.apply_group(&group));
                 group.clear();
                 applied_pos = pos;
             }
@@ -400,6 +405,7 @@ impl Log {
             end,
             beyond,
             walked_over,
+            inconsistent,
             first_unapplied: applied_pos.seq,
             micros: started.elapsed().as_micros() as u64,
         })
@@ -436,13 +442,17 @@ impl Log {
 
     /// Applies one complete commit group: its change records (in order),
     /// then its placements, then its orphan-list changes (which concern
-    /// inodes the placements may have just brought into use).
-    fn apply_group(&mut self, group: &[ReadPs]) {
+    /// inodes the placements may have just brought into use). Returns the
+    /// records that disagree with the IFile.
+    fn apply_group(&mut self, group: &[ReadPs]) -> Vec<String> {
+        let mut inconsistent = Vec::new();
         for ps in group {
             if ps.desc.kind == PsKind::Normal {
                 for c in &ps.desc.changes {
-                    if !matches!(c, Change::OrphanAdd(_) | Change::OrphanRemove(_)) {
-                        self.apply_change(*c);
+                    if !matches!(c, Change::OrphanAdd(_) | Change::OrphanRemove(_))
+                        && let Some(why) = self.apply_change(*c)
+                    {
+                        inconsistent.push(format!("partial segment {}: {why}", ps.desc.seq.0));
                     }
                 }
             }
@@ -463,22 +473,29 @@ impl Log {
                 }
             }
         }
+        inconsistent
     }
 
-    /// Applies one change record to the IFile.
-    pub(crate) fn apply_change(&mut self, c: Change) {
+    /// Applies one change record to the IFile; says so when it disagrees
+    /// with it (its range was checked to lie inside the data device).
+    pub(crate) fn apply_change(&mut self, c: Change) -> Option<String> {
         match c {
             Change::NodeFree(id) => self.ifile.free_node(id),
             Change::InodeFree { ino, generation } => self.ifile.free_inode(ino, generation),
             Change::DataAlloc { start, len } => {
-                self.space.mark_used(start, len);
+                if self.space.mark_used(start, len) != u64::from(len) {
+                    return Some(format!("data blocks {}+{len} allocated while in use", start.0));
+                }
             }
             Change::DataFree { start, len } => {
-                self.space.mark_free(start, len);
+                if self.space.mark_free(start, len) != u64::from(len) {
+                    return Some(format!("data blocks {}+{len} freed while free", start.0));
+                }
             }
             Change::OrphanAdd(ino) => self.ifile.set_orphan(ino, true),
             Change::OrphanRemove(ino) => self.ifile.set_orphan(ino, false),
         }
+        None
     }
 
     /// Reads and decodes the descriptor of the partial segment at
@@ -548,7 +565,44 @@ impl Log {
         if off + desc.total_blocks() as u32 > seg_blocks || desc.next_segment.0 >= self.sb.segment_count {
             return Ok(Err(Stop::Overrun { block: start }));
         }
+        if let Some(why) = self.out_of_range(&desc) {
+            return Ok(Err(Stop::BadDescriptor { block: start, detail: DecodeError(why) }));
+        }
         Ok(Ok((desc, desc_crc, n)))
+    }
+
+    /// What in a decoded descriptor names something no volume of this
+    /// geometry holds: an inode number or node id beyond what the log can
+    /// hold, data blocks beyond the data device. Such a value is
+    /// corruption, never clamped: the partial segment is not valid.
+    fn out_of_range(&self, desc: &Descriptor) -> Option<String> {
+        let (max_ino, max_node) = (self.max_inode_number(), self.max_node_id());
+        let ino_ok = |i: u64| (1..=max_ino).contains(&i);
+        let node_ok = |i: u64| (1..=max_node).contains(&i);
+        for s in &desc.blocks {
+            if matches!(s.kind, BlockKind::Node | BlockKind::Blob) && !node_ok(s.name) {
+                return Some(format!("names node {} beyond the log's {max_node}", s.name));
+            }
+        }
+        for s in desc.inode_blocks.iter().flatten() {
+            if !ino_ok(s.ino.0) {
+                return Some(format!("names inode {} beyond the log's {max_ino}", s.ino));
+            }
+        }
+        let data = self.sb.data_blocks;
+        for c in &desc.changes {
+            let bad = match *c {
+                Change::NodeFree(id) => !node_ok(id.0),
+                Change::InodeFree { ino, .. } | Change::OrphanAdd(ino) | Change::OrphanRemove(ino) => !ino_ok(ino.0),
+                Change::DataAlloc { start, len } | Change::DataFree { start, len } => {
+                    len == 0 || start.0 == 0 || start.0.checked_add(u64::from(len)).is_none_or(|end| end > data)
+                }
+            };
+            if bad {
+                return Some(format!("change record {c:?} lies beyond the volume"));
+            }
+        }
+        None
     }
 
     /// Reads and verifies the partial segment expected at `seg`/`off`.

@@ -242,7 +242,10 @@ impl Fs {
                 if old.is_none() {
                     return Err(Error::NotFound);
                 }
-                self.store_tree(dir, root, t.count.saturating_sub(1))
+                let count = t.count.checked_sub(1).ok_or_else(|| {
+                    Error::corrupt_meta("directory", 0, format!("directory {dir} counts no entries but holds one"))
+                })?;
+                self.store_tree(dir, root, count)
             }
         }
     }

@@ -245,18 +245,53 @@ impl Fs {
     }
 
     /// Frees data blocks once the partial segment recording the free is durable.
+    ///
+    /// # Errors
+    /// A range the allocator cannot free (not in use, freed twice, outside
+    /// the device), or more blocks than the inode counts: the volume is
+    /// damaged (`dualfs fsck` names how).
     pub fn free_data(&mut self, ino: InodeNo, ranges: &[(DataBlock, u32)]) -> Result<()> {
+        let total = self.free_ranges(ino, ranges)?;
+        if total > 0 {
+            self.take_blocks(ino, total)?;
+        }
+        Ok(())
+    }
+
+    /// Frees data blocks no longer mapped, recording the frees; returns how
+    /// many (the caller counts them off the inode).
+    ///
+    /// # Errors
+    /// As [`Fs::free_data`].
+    pub(crate) fn free_ranges(&mut self, ino: InodeNo, ranges: &[(DataBlock, u32)]) -> Result<u64> {
         let seq = self.log.head().seq;
         let mut total = 0u64;
         for &(start, len) in ranges {
+            if let Some(why) = self.log.space().check_free(start, len) {
+                return Err(Error::corrupt_meta("extent map", 0, format!("inode {ino}: {why}")));
+            }
             self.log.record(Change::DataFree { start, len });
             self.log.space_mut().free_deferred(start, len, seq);
             total += u64::from(len);
         }
-        if total > 0 {
-            let mut rec = self.log.inode_mut(ino)?;
-            rec.blocks = rec.blocks.saturating_sub(total);
-        }
+        Ok(total)
+    }
+
+    /// Takes `n` freed blocks off the inode's count.
+    ///
+    /// # Errors
+    /// The inode counts fewer: its record is damaged.
+    pub(crate) fn take_blocks(&mut self, ino: InodeNo, n: u64) -> Result<()> {
+        let mut rec = self.log.inode_mut(ino)?;
+        let Some(left) = rec.blocks.checked_sub(n) else {
+            let had = rec.blocks;
+            return Err(Error::corrupt_meta(
+                "inode",
+                0,
+                format!("inode {ino} counts {had} data blocks, {n} are freed"),
+            ));
+        };
+        rec.blocks = left;
         Ok(())
     }
 

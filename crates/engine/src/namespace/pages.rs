@@ -146,8 +146,8 @@ impl PageCache {
 
     pub(super) fn count_reserved(&mut self, ino: InodeNo, added: u64, removed: u64) {
         let n = self.reserved.entry(ino).or_default();
-        debug_assert!(*n + added >= removed, "reserved-page count of inode {ino} below zero");
-        *n = (*n + added).saturating_sub(removed);
+        assert!(*n + added >= removed, "reserved-page count of inode {ino} below zero");
+        *n = *n + added - removed;
         if *n == 0 {
             self.reserved.remove(&ino);
         }

@@ -121,8 +121,7 @@ impl Fs {
         r.frees.extend_from_slice(ranges);
         let total: u64 = ranges.iter().map(|&(_, n)| u64::from(n)).sum();
         if total > 0 {
-            let mut rec = self.log.inode_mut(ino)?;
-            rec.blocks = rec.blocks.saturating_sub(total);
+            self.take_blocks(ino, total)?;
         }
         Ok(())
     }
@@ -144,7 +143,8 @@ impl Fs {
         let Some(r) = self.replacing.held.remove(&ino) else {
             return Ok(());
         };
-        self.free_data(ino, &r.frees)?;
+        // Their blocks came off the inode's count when they were held.
+        self.free_ranges(ino, &r.frees)?;
         // Sealed while held, the record in memory may be clean (the disk
         // has the old one): make it dirty, so that the new one is written.
         drop(self.log.inode_mut(ino)?);

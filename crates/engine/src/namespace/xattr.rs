@@ -267,8 +267,11 @@ impl Fs {
                     self.free_blob(&nodes);
                 }
                 let (root, _) = btree::remove(&mut self.log.tree(ino), Some(t.root), pos)?;
+                let count = t.count.checked_sub(1).ok_or_else(|| {
+                    Error::corrupt_meta("xattr tree", 0, format!("inode {ino} counts no attributes but holds one"))
+                })?;
                 self.log.inode_mut(ino)?.xattrs = match root {
-                    Some(root) => Xattrs::Tree(TreeRoot { root, count: t.count.saturating_sub(1) }),
+                    Some(root) => Xattrs::Tree(TreeRoot { root, count }),
                     None => Xattrs::Inline(Vec::new()),
                 };
                 Ok(())

@@ -257,6 +257,14 @@ fn opened(report: &OpenReport, repairs: &mut Vec<Repair>) {
             ),
         });
     }
+    for r in &report.recounted {
+        repairs.push(Repair {
+            severity: Severity::Safe,
+            ino: None,
+            problem: r.clone(),
+            action: "written right".into(),
+        });
+    }
     for d in &report.damage {
         if report.loss.as_ref().is_some_and(|l| *d == l.to_string()) {
             continue;
@@ -285,11 +293,13 @@ fn rebuilt_report(checkpoint: u64, why: String) -> OpenReport {
             beyond: None,
             first_unapplied: Seq(0),
             walked_over: Vec::new(),
+            inconsistent: Vec::new(),
             micros: 0,
         },
         damage: Vec::new(),
         loss: None,
         superblock_from_copy: false,
+        recounted: Vec::new(),
     }
 }
 

@@ -429,7 +429,9 @@ impl Volume {
     fn unlink_inode(fs: &mut Fs, ino: InodeNo, now: Timestamp) -> Result<()> {
         fs.release_replacement(ino)?;
         let mut rec = fs.inode_mut(ino)?;
-        rec.nlink = rec.nlink.saturating_sub(1);
+        rec.nlink = rec.nlink.checked_sub(1).ok_or_else(|| {
+            Error::corrupt_meta("inode", 0, format!("inode {ino} has no links, yet a directory names it"))
+        })?;
         rec.ctime = now;
         let gone = rec.nlink == 0;
         drop(rec);

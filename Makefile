@@ -17,7 +17,7 @@ DUALFS = target/release/dualfs
 PREFIX ?= /usr/local
 SBINDIR ?= /sbin
 
-.PHONY: test check-style deps mount umount build install uninstall bench bench-deps bench-report
+.PHONY: test check-style deps fuzz mount umount build install uninstall bench bench-deps bench-report
 
 # Every test, and the style gates CI enforces.
 test: deps check-style
@@ -69,6 +69,12 @@ bench: bench-deps build
 	target/release/engine-bench --json > bench/engine.json
 	python3 bench/suite.py --trace --out bench/results.json $(BENCH_ARGS)
 	$(MAKE) bench-report
+
+# Coverage-guided fuzzing (afl++, installed if missing), FUZZ_SECONDS per
+# target (default 300); not part of `test`, which replays what it keeps
+# (docs/TESTING.md, "Fuzzing").
+fuzz:
+	scripts/fuzz
 
 # Tables and plots from the stored results (bench/results.json, bench/engine.json).
 bench-report:

@@ -320,6 +320,8 @@ struct Sweep {
     silent: Vec<String>,
     /// Neither mountable nor checkable, by kind of block.
     unmountable: Vec<String>,
+    /// Of those, repaired by `fsck -y` with every file where it was.
+    unmountable_repaired_whole: u32,
     /// Nothing said, tree differs, and the block belongs to the last commit
     /// group of the log: nothing after it vouches that it was durable, and a
     /// crash tearing that group looks the same (docs/TESTING.md).
@@ -371,7 +373,8 @@ fn sweep(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Sweep {
             (Err(_), _) | (_, Err(_)) => true,
             (Ok(r), Ok(v)) => !r.is_clean() || v.open_report().is_damaged() || v.open_report().fell_back.is_some(),
         };
-        if fsck.is_err() && vol.is_err() {
+        let unmountable = fsck.is_err() && vol.is_err();
+        if unmountable {
             s.unmountable.push(format!("{} at block {no}", kind_of("meta", no, &b[..])));
         }
         let same = tree.as_ref() == Some(want);
@@ -379,6 +382,7 @@ fn sweep(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Sweep {
             Ok(Repaired::Whole(whole)) => {
                 s.repaired += 1;
                 s.repaired_whole += u32::from(whole);
+                s.unmountable_repaired_whole += u32::from(whole && unmountable);
             }
             Ok(Repaired::Nothing) => {}
             Err(why) => s.unrepaired.push(format!("{} at block {no}: {why}", kind_of("meta", no, &b[..]))),
@@ -406,7 +410,7 @@ fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
         println!(
             "single-block damage, {name} volume: {} used meta-data blocks zeroed: {} reported ({} of them with \
              nothing lost), {} harmless, {} silent, {} in the last commit group (undetectable), {} unmountable {:?}; \
-             {} repaired by fsck -y ({} with every file where it was)",
+             {} repaired by fsck -y ({} with every file where it was, {} of them unmountable before)",
             s.blocks,
             s.reported,
             s.reported_no_loss,
@@ -416,7 +420,8 @@ fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
             s.unmountable.len(),
             s.unmountable,
             s.repaired,
-            s.repaired_whole
+            s.repaired_whole,
+            s.unmountable_repaired_whole
         );
         silent.extend(s.silent.into_iter().map(|x| format!("{name}: {x}")));
         unrepaired.extend(s.unrepaired.into_iter().map(|x| format!("{name}: {x}")));

@@ -8,7 +8,7 @@
 //! - [`image`]: a small volume holding every kind of structure, its
 //!   meta-data blocks patched as the input says (the checksums sealed again
 //!   when it asks, so that wrong contents get past them), then fsck, the
-//!   repair fsck -y would write, a mount, a walk of the whole tree and a
+//!   repair fsck -y would write, a mount, a bounded walk of the tree and a
 //!   few operations chosen by the input, and a close.
 
 use std::sync::{Arc, OnceLock};
@@ -110,11 +110,49 @@ pub fn image(input: &[u8]) {
         _ => devices(),
     };
     let Ok(vol) = Volume::open_with_clock(meta, data, Config::default().mount, fixed_clock()) else { return };
-    let _ = crate::tree::Tree::of_volume(&vol);
+    walk(&vol);
     for &op in ops {
         operate(&vol, op);
     }
     let _ = vol.close();
+}
+
+/// Everything the mount serves, as a user's tools would ask for it, bounded
+/// (a damaged image may claim a huge file or a directory loop): every
+/// entry's attributes, at most 64 KiB at the start and end of each file,
+/// links and extended attributes.
+fn walk(vol: &Volume) {
+    use dualfs_engine::types::FileKind;
+    let mut stack = vec![InodeNo::ROOT];
+    let mut budget = 2000usize;
+    while let Some(ino) = stack.pop() {
+        budget = match budget.checked_sub(1) {
+            Some(b) => b,
+            None => return,
+        };
+        let Ok(a) = vol.getattr(ino) else { continue };
+        match a.kind {
+            FileKind::Directory => {
+                let _ = vol.readdir(ino, 0, &mut |l| {
+                    if l.name != b"." && l.name != b".." {
+                        stack.push(l.ino);
+                    }
+                    stack.len() < 4000
+                });
+            }
+            FileKind::Regular => {
+                let _ = vol.read(ino, 0, 65536);
+                let _ = vol.read(ino, a.size.saturating_sub(65536), 65536);
+            }
+            FileKind::Symlink => {
+                let _ = vol.readlink(ino);
+            }
+            _ => {}
+        }
+        for n in vol.listxattr(ino).unwrap_or_default() {
+            let _ = vol.getxattr(ino, &n);
+        }
+    }
 }
 
 fn to_block(b: &[u8]) -> Block {

@@ -141,10 +141,13 @@ pub fn report_json(r: &CleanReport) -> Value {
     })
 }
 
-/// The counters as a JSON object, in the engine's order.
+/// The engine's counters as a JSON object, and the adapter's requests
+/// per opcode under `fuse_requests`.
 #[must_use]
-pub fn stats_json(vol: &Volume) -> Value {
-    let map: serde_json::Map<String, Value> = vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Value {
+    let mut map: serde_json::Map<String, Value> =
+        vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    map.insert("fuse_requests".into(), requests.json());
     Value::Object(map)
 }
 

@@ -21,6 +21,7 @@ use crate::DualFs;
 use crate::caller;
 use crate::control;
 use crate::convert::{self, errno, file_attr, file_type, ino};
+use crate::requests::Op;
 
 /// Capabilities asked of the kernel, each for a reason:
 /// writeback caching (large, merged writes), readdirplus (one round trip
@@ -205,7 +206,9 @@ impl DualFs {
         }
         match n.as_bytes() {
             b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
-            b if b == control::STATS.as_bytes() => Ok(control::stats_json(&self.vol).to_string().into_bytes()),
+            b if b == control::STATS.as_bytes() => {
+                Ok(control::stats_json(&self.vol, &self.requests).to_string().into_bytes())
+            }
             _ => Err(Errno::NO_XATTR),
         }
     }
@@ -295,6 +298,7 @@ impl Filesystem for DualFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Lookup);
         match self.vol.lookup(ino(parent), name(n)) {
             Ok(a) => {
                 self.vol.remember(a.ino, 1);
@@ -305,12 +309,14 @@ impl Filesystem for DualFs {
     }
 
     fn forget(&self, _req: &Request, node: INodeNo, nlookup: u64) {
+        let _t = self.requests.time(Op::Forget);
         if let Err(e) = self.vol.forget(ino(node), nlookup) {
             log::error!("forget of inode {}: {e}", node.0);
         }
     }
 
     fn getattr(&self, _req: &Request, node: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _t = self.requests.time(Op::Getattr);
         match self.vol.getattr(ino(node)) {
             Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
             Err(e) => reply.error(report("getattr", &e)),
@@ -335,6 +341,7 @@ impl Filesystem for DualFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _t = self.requests.time(Op::Setattr);
         // The kernel has done the permission checks and computed any set-id
         // bits to clear (it sends them as a mode): apply exactly what it says.
         let set = SetAttr {
@@ -361,6 +368,7 @@ impl Filesystem for DualFs {
     }
 
     fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
+        let _t = self.requests.time(Op::Readlink);
         match self.vol.readlink(ino(node)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(report("readlink", &e)),
@@ -368,6 +376,7 @@ impl Filesystem for DualFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Mknod);
         let kind = match convert::mknod_kind(mode) {
             Ok(k) => k,
             Err(e) => return reply.error(e),
@@ -377,19 +386,23 @@ impl Filesystem for DualFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Mkdir);
         let r = self.vol.mkdir(ino(parent), name(n), mode & 0o7777, creds(req, umask));
         self.reply_entry("mkdir", r, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Unlink);
         Self::reply_empty("unlink", self.vol.unlink(ino(parent), name(n)), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Rmdir);
         Self::reply_empty("rmdir", self.vol.rmdir(ino(parent), name(n)), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Symlink);
         let r = self.vol.symlink(ino(parent), name(link_name), target.as_os_str().as_bytes(), creds(req, 0));
         self.reply_entry("symlink", r, reply);
     }
@@ -404,6 +417,7 @@ impl Filesystem for DualFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Rename);
         let flags = match convert::rename_flags(flags.bits()) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -413,11 +427,13 @@ impl Filesystem for DualFs {
     }
 
     fn link(&self, _req: &Request, node: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Link);
         let r = self.vol.link(ino(node), ino(new_parent), name(new_name));
         self.reply_entry("link", r, reply);
     }
 
     fn open(&self, _req: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.requests.time(Op::Open);
         // Stateless handles: the kernel's lookup reference keeps an open,
         // unlinked file alive. Keeping the page cache across opens is safe
         // because nobody but this kernel changes the volume. But reads the
@@ -443,6 +459,7 @@ impl Filesystem for DualFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _t = self.requests.time(Op::Read);
         match self.vol.read(ino(node), offset, size as usize) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(report("read", &e)),
@@ -461,6 +478,7 @@ impl Filesystem for DualFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _t = self.requests.time(Op::Write);
         // Pages written back from the kernel's cache carry times the kernel
         // already owns (it sends them with a setattr); a direct write does not.
         let stamp = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) { Stamp::Keep } else { Stamp::Now };
@@ -476,6 +494,7 @@ impl Filesystem for DualFs {
     }
 
     fn flush(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Flush);
         // close(2) is not a durability point; fsync is. But the kernel has
         // sent the file's dirty pages by now, so a rewrite after O_TRUNC is
         // complete: the volume commits it whole (replace semantics).
@@ -493,16 +512,19 @@ impl Filesystem for DualFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Release);
         // As flush, for a kernel that stops sending FLUSH.
         self.vol.file_closed(ino(node));
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Fsync);
         Self::reply_empty("fsync", self.vol.fsync(ino(node)), reply);
     }
 
     fn opendir(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.requests.time(Op::Opendir);
         match self.vol.getattr(ino(node)) {
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(report("opendir", &e)),
@@ -510,6 +532,7 @@ impl Filesystem for DualFs {
     }
 
     fn readdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _t = self.requests.time(Op::Readdir);
         let r = self.vol.readdir(ino(node), offset, &mut |l| {
             !reply.add(INodeNo(l.ino.0), l.next, file_type(l.kind), OsStr::from_bytes(&l.name))
         });
@@ -520,6 +543,7 @@ impl Filesystem for DualFs {
     }
 
     fn readdirplus(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _t = self.requests.time(Op::Readdirplus);
         match self.readdirplus_fill(ino(node), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(report("readdirplus", &e)),
@@ -527,14 +551,17 @@ impl Filesystem for DualFs {
     }
 
     fn releasedir(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Releasedir);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Fsyncdir);
         Self::reply_empty("fsyncdir", self.vol.fsync(ino(node)), reply);
     }
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
+        let _t = self.requests.time(Op::Statfs);
         let s = self.vol.statfs();
         reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
@@ -549,6 +576,7 @@ impl Filesystem for DualFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Setxattr);
         if Self::is_control(node, n) {
             return match self.control_set(req, n, Some(value)) {
                 Ok(()) => reply.ok(),
@@ -567,6 +595,7 @@ impl Filesystem for DualFs {
     }
 
     fn getxattr(&self, req: &Request, node: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let _t = self.requests.time(Op::Getxattr);
         if Self::is_control(node, n) {
             return match self.control_get(req, n) {
                 Ok(v) => Self::reply_xattr(v, size, reply),
@@ -580,6 +609,7 @@ impl Filesystem for DualFs {
     }
 
     fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
+        let _t = self.requests.time(Op::Listxattr);
         match self.vol.listxattr(ino(node)) {
             Ok(names) => Self::reply_xattr(convert::xattr_names(&names), size, reply),
             Err(e) => reply.error(report("listxattr", &e)),
@@ -587,6 +617,7 @@ impl Filesystem for DualFs {
     }
 
     fn removexattr(&self, req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Removexattr);
         if Self::is_control(node, n) {
             return match self.control_set(req, n, None) {
                 Ok(()) => reply.ok(),
@@ -601,6 +632,7 @@ impl Filesystem for DualFs {
     }
 
     fn access(&self, _req: &Request, node: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Access);
         // Only sent without default_permissions, which this adapter always
         // mounts with: the kernel checks the mode bits itself. Answer for
         // existence, as F_OK would.
@@ -617,6 +649,7 @@ impl Filesystem for DualFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let _t = self.requests.time(Op::Create);
         match self.vol.create(ino(parent), name(n), mode & 0o7777, creds(req, umask)) {
             Ok(a) => reply.created(
                 &self.options.entry_ttl,
@@ -640,6 +673,7 @@ impl Filesystem for DualFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        let _t = self.requests.time(Op::Ioctl);
         // No ioctl is implemented. ENOTTY is what a file system says to one
         // it does not know (isatty's TCGETS on every open by Python, say),
         // and fuser's default would log a warning per request.
@@ -656,6 +690,7 @@ impl Filesystem for DualFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Fallocate);
         let mode = match convert::fallocate_mode(mode) {
             Ok(m) => m,
             Err(e) => return reply.error(e),
@@ -665,6 +700,7 @@ impl Filesystem for DualFs {
     }
 
     fn lseek(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _t = self.requests.time(Op::Lseek);
         let Ok(from) = u64::try_from(offset) else {
             return reply.error(Errno::EINVAL);
         };
@@ -696,6 +732,7 @@ impl Filesystem for DualFs {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _t = self.requests.time(Op::CopyFileRange);
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }

@@ -28,6 +28,7 @@ mod caller;
 pub mod control;
 mod convert;
 mod filesystem;
+pub mod requests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,13 +80,21 @@ pub struct DualFs {
     /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
     acl: bool,
     control: control::Control,
+    /// Requests served, per opcode (`dualfs stats`).
+    requests: requests::RequestStats,
 }
 
 impl DualFs {
     /// Serves `vol` to the kernel.
     #[must_use]
     pub fn new(vol: Arc<Volume>, options: AdapterOptions) -> DualFs {
-        DualFs { vol, options, acl: false, control: control::Control::new(options.owner_uid) }
+        DualFs {
+            vol,
+            options,
+            acl: false,
+            control: control::Control::new(options.owner_uid),
+            requests: requests::RequestStats::default(),
+        }
     }
 
     /// The mount options the adapter relies on: the kernel must check

@@ -242,12 +242,16 @@ fn serve(args: &MountArgs) -> Result<()> {
     config.mount_options.extend(cfg.fuse.iter().cloned());
     config.acl = cfg.acl;
     config.n_threads = Some(cfg.threads);
+    let defaults = AdapterOptions::default();
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
         owner_uid: nix::unistd::geteuid().as_raw(),
-        ..AdapterOptions::default()
+        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
+        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
+        ..defaults
     };
     let fs = DualFs::new(vol.clone(), adapter);
+    let notifier = fs.notifier_slot();
     let mut session = match Session::new(fs, &args.mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
@@ -255,6 +259,8 @@ fn serve(args: &MountArgs) -> Result<()> {
             bail!("cannot mount on {}: {e}", args.mountpoint.display());
         }
     };
+    // Set before the session serves its first request.
+    let _ = notifier.set(session.notifier());
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use dualfs_engine::Error;
 use dualfs_engine::types::InodeNo;
@@ -304,6 +304,11 @@ impl Filesystem for DualFs {
                 self.vol.remember(a.ino, 1);
                 self.entry(reply, &a);
             }
+            // A negative entry the kernel may keep: the name can appear
+            // only through this kernel, which then replaces it.
+            Err(Error::NotFound) => {
+                reply.entry_with_ttls(&Duration::ZERO, &self.options.entry_ttl, &convert::absent(), Generation(0))
+            }
             Err(e) => reply.error(report("lookup", &e)),
         }
     }
@@ -483,8 +488,11 @@ impl Filesystem for DualFs {
         // already owns (it sends them with a setattr); a direct write does not.
         let stamp = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) { Stamp::Keep } else { Stamp::Now };
         let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        if let Err(e) = self.vol.drop_privileges(ino(node), set_id) {
-            return reply.error(report("write", &e));
+        match self.vol.drop_privileges(ino(node), set_id) {
+            // The kernel cached the mode it had.
+            Ok(true) => self.attributes_changed(ino(node)),
+            Ok(false) => {}
+            Err(e) => return reply.error(report("write", &e)),
         }
         match self.vol.write_with(ino(node), offset, data, stamp) {
             // max_write bounds a request far below 4 GiB.
@@ -499,7 +507,11 @@ impl Filesystem for DualFs {
         // sent the file's dirty pages by now, so a rewrite after O_TRUNC is
         // complete: the volume commits it whole (replace semantics).
         self.vol.file_closed(ino(node));
-        reply.ok();
+        // ENOSYS makes the kernel stop sending FLUSH (it sets no_flush and
+        // close(2) returns 0): one round trip less per close. It still
+        // writes a file's dirty pages at every close, and RELEASE, sent
+        // after the last close of an open file, ends a rewrite from then on.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -513,7 +525,7 @@ impl Filesystem for DualFs {
         reply: ReplyEmpty,
     ) {
         let _t = self.requests.time(Op::Release);
-        // As flush, for a kernel that stops sending FLUSH.
+        // The end of a rewrite (see flush): FLUSH is answered once only.
         self.vol.file_closed(ino(node));
         reply.ok();
     }
@@ -584,7 +596,12 @@ impl Filesystem for DualFs {
             };
         }
         if let Some(kind) = acl_kind(n) {
-            return Self::reply_empty("setxattr", self.set_acl(req, ino(node), kind, Some(value)), reply);
+            let r = self.set_acl(req, ino(node), kind, Some(value));
+            if r.is_ok() {
+                // The mode follows an access ACL, and loses set-group-id.
+                self.attributes_changed(ino(node));
+            }
+            return Self::reply_empty("setxattr", r, reply);
         }
         let mode = match convert::xattr_mode(flags) {
             Ok(m) => m,
@@ -625,7 +642,11 @@ impl Filesystem for DualFs {
             };
         }
         if let Some(kind) = acl_kind(n) {
-            return Self::reply_empty("removexattr", self.set_acl(req, ino(node), kind, None), reply);
+            let r = self.set_acl(req, ino(node), kind, None);
+            if r.is_ok() {
+                self.attributes_changed(ino(node));
+            }
+            return Self::reply_empty("removexattr", r, reply);
         }
         let r = self.vol.removexattr(ino(node), name(n));
         Self::reply_empty("removexattr", r, reply);

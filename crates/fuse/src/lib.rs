@@ -30,7 +30,7 @@ mod convert;
 mod filesystem;
 pub mod requests;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dualfs_engine::Volume;
@@ -39,16 +39,20 @@ pub use convert::errno;
 
 /// How long the kernel may trust what the adapter tells it.
 ///
-/// Caching attributes and names is safe because every change to the volume
-/// comes through this kernel mount: the kernel invalidates what its own
-/// operations change (and, after a read, the access time the engine may have
-/// changed). The block count does not move at write-back: it counts the
-/// blocks dirty data has reserved.
+/// Caching attributes and names for long is safe because every change to
+/// the volume comes through this kernel mount: the kernel invalidates what
+/// its own operations change (and, after a read, the access time the
+/// engine may have changed). Where the volume changes something the kernel
+/// cached on its own (the mode when an ACL is set, set-id bits a write
+/// drops), the adapter tells the kernel with a notification
+/// ([`DualFs::notifier_slot`]). The block count does not move at
+/// write-back: it counts the blocks dirty data has reserved.
 #[derive(Clone, Copy, Debug)]
 pub struct AdapterOptions {
     /// Lifetime of attributes in replies.
     pub attr_ttl: Duration,
-    /// Lifetime of name-to-inode entries in replies.
+    /// Lifetime of name-to-inode entries in replies, and of negative
+    /// entries (a name looked up and not found).
     pub entry_ttl: Duration,
     /// Largest write request (bytes) the kernel may send.
     pub max_write: u32,
@@ -60,11 +64,17 @@ pub struct AdapterOptions {
     pub owner_uid: u32,
 }
 
+/// Default lifetime of attributes and entries: an hour. Each request the
+/// kernel can answer from its cache is a round trip saved (`ls -l` of a
+/// listed directory, `stat` of a file seen a second ago, a path walked
+/// again); what the volume changes on its own is invalidated explicitly.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+
 impl Default for AdapterOptions {
     fn default() -> Self {
         AdapterOptions {
-            attr_ttl: Duration::from_secs(1),
-            entry_ttl: Duration::from_secs(1),
+            attr_ttl: DEFAULT_TTL,
+            entry_ttl: DEFAULT_TTL,
             max_write: 1 << 20,
             writeback_cache: true,
             owner_uid: 0,
@@ -82,6 +92,9 @@ pub struct DualFs {
     control: control::Control,
     /// Requests served, per opcode (`dualfs stats`).
     requests: requests::RequestStats,
+    /// How to tell the kernel that the volume changed what it caches;
+    /// filled once the session exists ([`DualFs::notifier_slot`]).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
 }
 
 impl DualFs {
@@ -94,6 +107,29 @@ impl DualFs {
             acl: false,
             control: control::Control::new(options.owner_uid),
             requests: requests::RequestStats::default(),
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the mount puts the session's notifier (`Session::notifier`)
+    /// once the session exists: the adapter is moved into the session, so
+    /// it cannot ask for it itself. Until then (and in tests without a
+    /// session) nothing needs invalidating: the kernel has cached nothing.
+    #[must_use]
+    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// The volume changed the attributes of `ino` on its own: the kernel
+    /// drops its cached ones (and cached ACLs) and asks again.
+    fn attributes_changed(&self, ino: dualfs_engine::types::InodeNo) {
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(fuser::INodeNo(ino.0), -1, 0)
+        {
+            // ENOENT: the kernel holds no such inode, so nothing is stale.
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                log::warn!("cannot invalidate the kernel's attributes of inode {}: {e}", ino.0);
+            }
         }
     }
 

@@ -15,7 +15,7 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn open_file(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).inode(ino)?;
+        self.read_op(|fs| fs.inode(ino).map(|_| ()))?;
         self.remember(ino, 1);
         Ok(())
     }
@@ -51,13 +51,12 @@ impl Volume {
     /// `IsDir`, `Invalid` for non-regular files; I/O errors.
     pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
         let reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (plan, touch) = {
-            let mut fs = lock(&self.fs);
+        let (plan, touch) = self.read_op(|fs| {
             let plan = fs.read_plan(ino, offset, size)?;
             // A read of nothing is no access (as Linux's filemap_read).
-            let touch = if size > 0 { self.touch_atime_locked(&mut fs, ino) } else { Touch::Settled };
-            (plan, touch)
-        };
+            let touch = if size > 0 { self.touch_atime_locked(fs, ino) } else { Touch::Settled };
+            Ok((plan, touch))
+        })?;
         let out = self.read_pieces(plan, size);
         // A commit takes the reuse lock exclusively: let go of it first.
         drop(reuse);
@@ -97,6 +96,7 @@ impl Volume {
     /// # Errors
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
+        self.prefetch(|fs| fs.inode(ino).map(|_| ()));
         let dirty = self.mutate(OpKind::Grow, |fs, now| {
             if !data.is_empty() {
                 let size = fs.inode(ino)?.size;
@@ -119,19 +119,21 @@ impl Volume {
     /// Drops what a write must drop before it writes (Linux's
     /// `file_remove_privs`): file capabilities always, and the set-id bits
     /// when `set_id` (the writer lacks CAP_FSETID). Costs no commit when
-    /// there is nothing to drop, the common case.
+    /// there is nothing to drop, the common case. Returns whether anything
+    /// was dropped (a caller that cached the mode must forget it).
     ///
     /// # Errors
     /// `NotFound`; I/O errors.
-    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<()> {
-        if !super::ops::has_privileges(&mut lock(&self.fs), ino, set_id)? {
-            return Ok(());
+    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<bool> {
+        if !self.read_op(|fs| super::ops::has_privileges(fs, ino, set_id))? {
+            return Ok(false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
-            if super::ops::drop_privileges(fs, ino, set_id)? {
+            let changed = super::ops::drop_privileges(fs, ino, set_id)?;
+            if changed {
                 fs.inode_mut(ino)?.ctime = now;
             }
-            Ok(())
+            Ok(changed)
         })
     }
 
@@ -186,7 +188,7 @@ impl Volume {
     /// # Errors
     /// `NoSuchOffset` at or past the end of the file.
     pub fn seek(&self, ino: InodeNo, offset: u64, whence: Whence) -> Result<u64> {
-        lock(&self.fs).seek(ino, offset, whence)
+        self.read_op(|fs| fs.seek(ino, offset, whence))
     }
 
     /// Makes `ino`'s data and the meta-data that reaches it durable.
@@ -198,7 +200,7 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).inode(ino)?;
+        self.read_op(|fs| fs.inode(ino).map(|_| ()))?;
         self.commit()
     }
 
@@ -215,6 +217,6 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
-        Ok(matches!(lock(&self.fs).inode(ino)?.body, Body::Inline(_)))
+        self.read_op(|fs| Ok(matches!(fs.inode(ino)?.body, Body::Inline(_))))
     }
 }

@@ -48,6 +48,10 @@ use crate::namespace::replace::HoldPolicy;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
+/// Attempts of a reader that read the device without the lock before it
+/// reads under it ([`Volume::read_op`]).
+const DEFERRED_READS_MAX: usize = 8;
+
 /// How long without changes before the tick cleans in idle time.
 const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 
@@ -77,6 +81,8 @@ pub struct Volume {
     data: Arc<dyn BlockDevice>,
     open_report: OpenReport,
     commits: AtomicU64,
+    /// Meta-data windows read by readers with the lock released.
+    deferred_reads: AtomicU64,
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
@@ -143,6 +149,7 @@ impl Volume {
             data,
             open_report: report,
             commits: AtomicU64::new(0),
+            deferred_reads: AtomicU64::new(0),
             cleaning: Mutex::new(()),
         };
         if !options.read_only {
@@ -188,6 +195,40 @@ impl Volume {
         f(&mut lock(&self.fs))
     }
 
+    /// Runs a reader with the file system locked but without reading a
+    /// device under the lock: a meta-data miss ends the attempt
+    /// ([`Error::MustRead`]), the block's read-ahead window is read with
+    /// the lock released (other requests go on meanwhile), kept unless the
+    /// log rewrote a block in between, and the reader runs again. So a
+    /// cold `stat` never makes a warm one wait for the device. `f` must
+    /// change nothing before its last read (readers only stamp access
+    /// times, at their end). After [`DEFERRED_READS_MAX`] attempts (a log
+    /// busy rewriting the same blocks) it reads under the lock.
+    pub(crate) fn read_op<R>(&self, mut f: impl FnMut(&mut Fs) -> Result<R>) -> Result<R> {
+        for attempt in 0.. {
+            let mut fs = lock(&self.fs);
+            let defer = attempt < DEFERRED_READS_MAX;
+            fs.log.set_defer_reads(defer);
+            let r = f(&mut fs);
+            fs.log.set_defer_reads(false);
+            let Err(Error::MustRead(block)) = r else { return r };
+            let (start, count, generation) = fs.log.read_window(crate::types::MetaBlock(block));
+            drop(fs);
+            let raw = crate::device::read(self.meta.as_ref(), DeviceRole::Meta, start.0, count)?;
+            self.deferred_reads.fetch_add(1, Ordering::Relaxed);
+            lock(&self.fs).log.fill_read_window(generation, start, &raw);
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Loads what a change is about to need (the names and inodes it
+    /// reads) the way [`Volume::read_op`] does, so that the change itself,
+    /// which holds the lock throughout, finds it in memory. Errors are the
+    /// change's to report: it meets them again.
+    pub(crate) fn prefetch(&self, f: impl FnMut(&mut Fs) -> Result<()>) {
+        let _ = self.read_op(f);
+    }
+
     fn check_writable(&self) -> Result<()> {
         if self.options.read_only {
             return Err(Error::ReadOnly("mounted read-only".into()));
@@ -215,6 +256,7 @@ impl Volume {
             self.check_writable()?;
             let res = {
                 let mut fs = lock(&self.fs);
+                fs.log.set_defer_reads(false);
                 if fs.log.needs_seal() {
                     None
                 } else {

@@ -27,6 +27,13 @@ ROUND_TRIP_K = ("fuse_dev_read", "fuse_dev_write", "fuse_dev_do_read", "fuse_dev
 
 def category(frames):
     """frames: leaf first, as (symbol, dso)."""
+    # A system call made by fuser's channel (reading a request, writing a
+    # reply): the kernel's side of the round trip, whatever it runs.
+    for sym, dso in frames:
+        if "fuser::channel::Channel::receive" in sym or "ioslice_concat" in sym:
+            if frames and ("kernel" in frames[0][1] or "libc" in frames[0][1]):
+                return "kernel round trip"
+            break
     for sym, dso in frames:
         if "futex" in sym:
             return "lock wait"

@@ -239,6 +239,22 @@ def seq_fsync(seq_mib, rand_ios, sync_ios):
     ]
 
 
+def seq_read(mib):
+    """A file written and synced in one mount, read in the next with a cold
+    cache (issue 10: cold sequential read)."""
+    fio = f"fio --output-format=json --directory=$MNT --ioengine=psync --name=seqr --bs=1M --size={mib}M"
+    return [("seq-read-cold", f"{fio} --rw=read > $OUT/fio-seqr.json", f"{fio} --rw=write --end_fsync=1 > /dev/null")]
+
+
+def seq_ls(files):
+    """`ls -l` of one directory of `files` empty files, cold, then again in
+    the same mount (warm: the second listing is what the kernel's caches
+    save)."""
+    mk = f"mkdir -p $MNT/many && cd $MNT/many && seq -f f%06.0f 1 {files} | xargs touch"
+    ls = "ls -l $MNT/many > /dev/null"
+    return [("ls-l-cold", ls, mk), ("ls-l-warm", ls, None, ls)]
+
+
 def seq_bonnie(n):
     return [("bonnie-small-files", f"bonnie++ -d $MNT -s 0 -n {n}:0:0:16 -u root -q > $OUT/bonnie.csv 2>/dev/null", None)]
 
@@ -254,7 +270,7 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
         outdir = os.path.join(args.work, "out")
         os.makedirs(outdir, exist_ok=True)
         env = f"export MNT={vol.mnt} OUT={outdir}; "
-        for phase, cmd, prep in phases:
+        for phase, cmd, prep, *warm in phases:
             if prep:
                 vol.mount()
                 sh(env + prep)
@@ -264,6 +280,9 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
                 vol.sem_trace = os.path.join(args.trace_dir, f"dualfs-{phase}-semantic.trace")
             vol.mount()
             vol.sem_trace = None
+            if warm and warm[0]:
+                # Untimed, in the same mount: the phase measures a warm cache.
+                sh(env + warm[0])
             c0 = vol.counters()
             ns0 = time.time_ns()
             t0 = time.monotonic()
@@ -300,11 +319,12 @@ def extra_output(phase, outdir):
             for line in txt.splitlines():
                 if "transactions" in line and "per second" in line:
                     return {"postmark_tx_s": float(line.split("(")[1].split()[0])}
-        if phase.startswith("rand-fsync") or phase.startswith("seq-write"):
-            name = {"seq-write-fsync": "fio-seq", "rand-fsync-256": "fio-r256", "rand-fsync-1": "fio-r1"}[phase]
+        if phase.startswith("rand-fsync") or phase.startswith("seq-write") or phase == "seq-read-cold":
+            name = {"seq-write-fsync": "fio-seq", "rand-fsync-256": "fio-r256", "rand-fsync-1": "fio-r1",
+                    "seq-read-cold": "fio-seqr"}[phase]
             with open(os.path.join(outdir, f"{name}.json")) as f:
                 j = json.load(f)
-            w = j["jobs"][0]["write"]
+            w = j["jobs"][0]["read" if phase == "seq-read-cold" else "write"]
             return {"iops": w["iops"], "bw_mib_s": w["bw"] / 1024.0, "ios": w["total_ios"]}
         if phase == "bonnie-small-files":
             with open(os.path.join(outdir, "bonnie.csv")) as f:
@@ -382,7 +402,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie")
+    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,read,ls")
     ap.add_argument("--work", default="/var/tmp/dualfs-bench")
     ap.add_argument("--out", default="bench/results.json")
     ap.add_argument("--repeats", type=int, default=3)
@@ -393,6 +413,8 @@ def main():
     ap.add_argument("--postmark", default="20000,150,100000", help="files,dirs,transactions")
     ap.add_argument("--fsync", default="256,4096,2000", help="seq MiB, random ios (fsync/256), random ios (fsync/1)")
     ap.add_argument("--bonnie-files", type=int, default=16, help="bonnie++ -n, in 1024s")
+    ap.add_argument("--read-mib", type=int, default=1024, help="the cold sequential read's file")
+    ap.add_argument("--ls-files", type=int, default=50_000, help="entries of the ls -l directory")
     ap.add_argument("--trace", action="store_true", help="one extra traced run per configuration and sequence")
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument("--src", help="the source tree (default: Linux 6.1 from linux-source-6.1, prepared)")
@@ -404,7 +426,8 @@ def main():
         sys.exit("the benchmark needs root (loop devices, mount)")
     if args.smoke:
         args.configs, args.repeats, args.size_mib, args.meta_mib = "dualfs,ext4", 1, 256, 32
-        args.sequences, args.procs, args.write_del_rounds = "micro,write-del", "1", 1
+        args.sequences, args.procs, args.write_del_rounds = "micro,write-del,read,ls", "1", 1
+        args.read_mib, args.ls_files = 16, 500
     os.makedirs(args.work, exist_ok=True)
     args.trace_dir = os.path.join(args.work, "traces")
     os.makedirs(args.trace_dir, exist_ok=True)
@@ -418,6 +441,8 @@ def main():
         "postmark": seq_postmark(*pm),
         "fsync": seq_fsync(*fs),
         "bonnie": seq_bonnie(args.bonnie_files),
+        "read": seq_read(args.read_mib),
+        "ls": seq_ls(args.ls_files),
     }
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):

@@ -9,6 +9,13 @@ use crate::meta_log::segments::OpKind;
 use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
 
+/// Pages one file may hold in memory before the background writer starts
+/// on them (32 MiB): a file written this far in one go is streamed, and its
+/// data had better go to the device while more arrives than all at once
+/// when the dirty limit stops every writer. Small files (PostMark's) never
+/// get there, so they still wait for their delayed-tail expiry.
+const STREAM_PAGES: usize = 8192;
+
 impl Volume {
     /// Takes a reference for an open file (engine users without FUSE lookups).
     ///
@@ -97,7 +104,7 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
-        let dirty = self.mutate(OpKind::Grow, |fs, now| {
+        let (dirty, streaming) = self.mutate(OpKind::Grow, |fs, now| {
             if !data.is_empty() {
                 let size = fs.inode(ino)?.size;
                 fs.pages.note_dirtied(ino, now, size);
@@ -108,10 +115,12 @@ impl Volume {
                 rec.mtime = now;
                 rec.ctime = now;
             }
-            Ok(fs.pages.dirty_bytes() > fs.config.dirty_data_limit)
+            Ok((fs.pages.dirty_bytes() > fs.config.dirty_data_limit, fs.pages.file_pages(ino) >= STREAM_PAGES))
         })?;
         if dirty {
             self.commit()?;
+        } else if streaming {
+            self.kick_write_back();
         }
         Ok(data.len())
     }

@@ -83,6 +83,9 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
+    /// Work for the background writer ([`Volume::background_step`]):
+    /// `(write back now, stop)`.
+    background: (Mutex<(bool, bool)>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
@@ -150,6 +153,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
+            background: (Mutex::new((false, false)), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
         };
         if !options.read_only {
@@ -427,7 +431,7 @@ impl Volume {
             }
         }
         fs.pages.forget_clean();
-        let data = fs.pages.take_queued(id);
+        let data = fs.pages.take_queued(id, crate::meta_log::seal::MAX_DATA_RUN_BLOCKS);
         let sealed = match fs.log.seal_substituted(data, &substitutes, self.now()) {
             Ok(s) => s,
             Err(e) => {
@@ -531,6 +535,52 @@ impl Volume {
             self.clean_when_idle()?;
         }
         Ok(())
+    }
+
+    /// One turn of the background writer (a mounted volume's flusher
+    /// thread): waits up to `period` for a request to write back (a file
+    /// being streamed, [`Volume::write_with`]) and commits if one came,
+    /// then does the periodic work ([`Volume::tick`]). Returns false once
+    /// [`Volume::stop_background`] was called.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn background_step(&self, period: Duration) -> Result<bool> {
+        let (write_back, stop) = {
+            let (m, cv) = &self.background;
+            let mut g = lock(m);
+            if !g.0 && !g.1 {
+                g = cv.wait_timeout(g, period).unwrap_or_else(PoisonError::into_inner).0;
+            }
+            let r = *g;
+            g.0 = false;
+            r
+        };
+        if stop {
+            return Ok(false);
+        }
+        if write_back && !self.options.read_only {
+            self.commit_for_room()?;
+        }
+        self.tick()?;
+        Ok(true)
+    }
+
+    /// Ends the background writer's loop at its next turn.
+    pub fn stop_background(&self) {
+        let (m, cv) = &self.background;
+        lock(m).1 = true;
+        cv.notify_all();
+    }
+
+    /// Asks the background writer to commit now.
+    pub(crate) fn kick_write_back(&self) {
+        let (m, cv) = &self.background;
+        let mut g = lock(m);
+        if !g.0 {
+            g.0 = true;
+            cv.notify_all();
+        }
     }
 
     /// Log blocks between checkpoints: the mount option, but never more than

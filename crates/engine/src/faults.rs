@@ -21,11 +21,14 @@ pub enum Fault {
     /// Replace-by-truncation: commit a truncation to zero before the new
     /// contents are complete.
     NoReplaceHold,
+    /// Remount read-only: refuse changes without committing those made
+    /// (the switch promises they are durable, as a sync does).
+    RemountWithoutCommit,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -33,6 +36,7 @@ impl Fault {
         Fault::CheckpointInPlace,
         Fault::RenameBeforeData,
         Fault::NoReplaceHold,
+        Fault::RemountWithoutCommit,
     ];
 
     #[cfg(feature = "fault-injection")]

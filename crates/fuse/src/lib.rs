@@ -25,10 +25,12 @@
 //! bits, which it refuses before calling the engine).
 
 mod caller;
+pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
 pub mod requests;
+mod space;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -62,6 +64,9 @@ pub struct AdapterOptions {
     /// The user who mounted the volume: besides root, the only one who may
     /// use the control attributes ([`control`]).
     pub owner_uid: u32,
+    /// Whether the devices were opened for writing, so that a volume
+    /// mounted read-only may be remounted read-write.
+    pub devices_writable: bool,
 }
 
 /// Default lifetime of attributes and entries: an hour. Each request the
@@ -78,6 +83,7 @@ impl Default for AdapterOptions {
             max_write: 1 << 20,
             writeback_cache: true,
             owner_uid: 0,
+            devices_writable: true,
         }
     }
 }
@@ -92,9 +98,11 @@ pub struct DualFs {
     control: control::Control,
     /// Requests served, per opcode (`dualfs stats`).
     requests: requests::RequestStats,
-    /// How to tell the kernel that the volume changed what it caches;
-    /// filled once the session exists ([`DualFs::notifier_slot`]).
+    /// How to tell the kernel that cached attributes changed; set by the
+    /// mounting code once the session exists ([`DualFs::notifier_slot`]).
     notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// The volume's clock, told the change times the kernel stamps.
+    clock: Option<Arc<clock::KernelClock>>,
 }
 
 impl DualFs {
@@ -107,30 +115,25 @@ impl DualFs {
             acl: false,
             control: control::Control::new(options.owner_uid),
             requests: requests::RequestStats::default(),
-            notifier: Arc::new(OnceLock::new()),
+            notifier: Arc::default(),
+            clock: None,
         }
     }
 
-    /// Where the mount puts the session's notifier (`Session::notifier`)
-    /// once the session exists: the adapter is moved into the session, so
-    /// it cannot ask for it itself. Until then (and in tests without a
-    /// session) nothing needs invalidating: the kernel has cached nothing.
+    /// Tells `clock` (the volume's, see [`clock`]) every change time the
+    /// kernel hands over, so that the volume never stamps below one.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<clock::KernelClock>) -> DualFs {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Where the mounting code puts the session's notifier
+    /// (`Session::notifier`), which exists only once the adapter has been
+    /// handed to the session.
     #[must_use]
     pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
         self.notifier.clone()
-    }
-
-    /// The volume changed the attributes of `ino` on its own: the kernel
-    /// drops its cached ones (and cached ACLs) and asks again.
-    fn attributes_changed(&self, ino: dualfs_engine::types::InodeNo) {
-        if let Some(n) = self.notifier.get()
-            && let Err(e) = n.inval_inode(fuser::INodeNo(ino.0), -1, 0)
-        {
-            // ENOENT: the kernel holds no such inode, so nothing is stale.
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                log::warn!("cannot invalidate the kernel's attributes of inode {}: {e}", ino.0);
-            }
-        }
     }
 
     /// The mount options the adapter relies on: the kernel must check

@@ -129,7 +129,7 @@ impl Volume {
     /// `file_remove_privs`): file capabilities always, and the set-id bits
     /// when `set_id` (the writer lacks CAP_FSETID). Costs no commit when
     /// there is nothing to drop, the common case. Returns whether anything
-    /// was dropped (a caller that cached the mode must forget it).
+    /// was dropped (a caller that caches attributes must forget them).
     ///
     /// # Errors
     /// `NotFound`; I/O errors.
@@ -138,11 +138,11 @@ impl Volume {
             return Ok(false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
-            let changed = super::ops::drop_privileges(fs, ino, set_id)?;
-            if changed {
+            let dropped = super::ops::drop_privileges(fs, ino, set_id)?;
+            if dropped {
                 fs.inode_mut(ino)?.ctime = now;
             }
-            Ok(changed)
+            Ok(dropped)
         })
     }
 

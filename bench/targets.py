@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Issue 10's targets from a run of bench/suite.py (DualFS and ext4 at
+least): medians of the repeats, ratios to ext4 of the same run, met or
+missed. Prints Markdown.
+
+    bench/targets.py bench/results-issue10.json
+
+Write requests are the loop devices' counters less their flushes (the
+block layer counts an empty flush as a write request too); meta-data bytes
+are DualFS's meta-data device against all of ext4's bytes less the file
+data DualFS wrote to its data device (as report.py).
+"""
+
+import json
+import statistics
+import sys
+
+WALL = [("untar", "untar"), ("find", "find"), ("grep", "grep"), ("tar", "tar"),
+        ("rw-data-meta", "cp -a inside (rw-data-meta)"), ("rm", "rm -rf"),
+        ("bonnie-small-files", "bonnie++ small files"), ("ls-l-cold", "ls -l, 50,000 entries, cold"),
+        ("ls-l-warm", "ls -l, 50,000 entries, warm")]
+RATES = [("postmark", "postmark_tx_s", "PostMark transactions/s", 0.5),
+         ("seq-write-fsync", "bw_mib_s", "1 GiB sequential write + fsync, MiB/s", 0.9),
+         ("seq-read-cold", "bw_mib_s", "1 GiB sequential read, cold, MiB/s", 0.9)]
+PAIRS = [("find", "find-4p"), ("grep", "grep-4p"), ("write-meta", "write-meta-4p"), ("rw-data-meta", "rw-data-meta-4p")]
+IO = ["untar", "write-meta", "rw-meta", "rm", "bonnie-small-files"]
+
+
+def load(path):
+    with open(path) as f:
+        d = json.load(f)
+    runs = {}
+    for r in d["runs"]:
+        if r.get("traced"):
+            continue
+        runs.setdefault((r["config"], r["phase"]), []).append(r)
+    return d, runs
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def wall(runs, cfg, phase):
+    return med([r["wall_s"] for r in runs.get((cfg, phase), [])])
+
+
+def rate(runs, cfg, phase, key):
+    return med([float(r["extra"][key]) for r in runs.get((cfg, phase), []) if key in r.get("extra", {})])
+
+
+def writes(r):
+    return sum(d["write_req"] - d["flush_req"] for d in r["devices"].values())
+
+
+def bytes_written(r, role=None):
+    return sum(d["write_sectors"] * 512 for k, d in r["devices"].items() if role is None or k == role)
+
+
+def mark(ok):
+    return "✅ met" if ok else "❌ missed"
+
+
+def main():
+    d, runs = load(sys.argv[1])
+    m = d.get("machine", {})
+    out = [f"Load average at start: {m.get('loadavg_start', '?')}; command: `{d.get('command', '?')}`.", ""]
+    out += ["| target | ext4 | DualFS | ratio | |", "|---|---:|---:|---:|---|"]
+    for phase, label in WALL:
+        e, f = wall(runs, "ext4", phase), wall(runs, "dualfs", phase)
+        if e and f:
+            out.append(f"| {label}: wall s (≤ 1.5× ext4) | {e:.2f} | {f:.2f} | {f / e:.2f} | {mark(f / e <= 1.5)} |")
+    for phase, key, label, limit in RATES:
+        e, f = rate(runs, "ext4", phase, key), rate(runs, "dualfs", phase, key)
+        if e and f:
+            out.append(f"| {label} (≥ {limit}× ext4) | {e:,.0f} | {f:,.0f} | {f / e:.2f} | {mark(f / e >= limit)} |")
+    for one, four in PAIRS:
+        e1, e4, f1, f4 = (wall(runs, c, p) for c, p in
+                          (("ext4", one), ("ext4", four), ("dualfs", one), ("dualfs", four)))
+        if all((e1, e4, f1, f4)):
+            se, sf = e1 / e4, f1 / f4
+            out.append(f"| {four}: speed-up over 1 process (≥ ext4's) | {se:.2f}× | {sf:.2f}× | "
+                       f"{sf / se:.2f} | {mark(sf >= se)} |")
+    pe, pf = runs.get(("ext4", "postmark"), []), runs.get(("dualfs", "postmark"), [])
+    if pe and pf:
+        we, wf = med([writes(r) for r in pe]), med([writes(r) for r in pf])
+        be, bf = med([bytes_written(r) for r in pe]), med([bytes_written(r) for r in pf])
+        out.append(f"| PostMark write requests (≤ 1.5× ext4) | {we:,.0f} | {wf:,.0f} | {wf / max(we, 1):.2f} | "
+                   f"{mark(wf <= 1.5 * we)} |")
+        out.append(f"| PostMark MiB written (≤ 1.5× ext4) | {be / 2**20:,.0f} | {bf / 2**20:,.0f} | "
+                   f"{bf / max(be, 1):.2f} | {mark(bf <= 1.5 * be)} |")
+    out += ["", "| phase | write requests ÷ ext4 (≤ 0.5) | meta-data bytes ÷ ext4 (≤ 0.5) |", "|---|---:|---:|"]
+    for p in IO:
+        e, f = runs.get(("ext4", p), []), runs.get(("dualfs", p), [])
+        if not (e and f):
+            continue
+        wr = med([writes(r) for r in f]) / max(med([writes(r) for r in e]), 1)
+        data = med([bytes_written(r, "data") for r in f])
+        meta_f = med([bytes_written(r, "meta") for r in f])
+        meta_e = max(med([bytes_written(r) for r in e]) - data, 1)
+        out.append(f"| {p} | {wr:.2f} {'✅' if wr <= 0.5 else '❌'} | {meta_f / meta_e:.2f} "
+                   f"{'✅' if meta_f / meta_e <= 0.5 else '❌'} |")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

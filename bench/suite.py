@@ -69,7 +69,10 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "ext4-extjournal", "xfs-extlog")
+        self.two = cfg in ("dualfs", "dualfs-base", "ext4-extjournal", "xfs-extlog")
+        # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
+        # comparison in one run.
+        self.dualfs = args.dualfs_base if cfg == "dualfs-base" else args.dualfs
         self.loops = {}      # role -> /dev/loopN
         self.servers = []    # trace serve processes
         self.fuse_proc = None
@@ -121,8 +124,8 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c == "dualfs":
-            sh(f"{self.args.dualfs} mkfs -f {m} {d}")
+        if c in ("dualfs", "dualfs-base"):
+            sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {d}")
         elif c in ("ext4", "fuse2fs"):
@@ -138,9 +141,9 @@ class Volume:
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c == "dualfs":
+        if c in ("dualfs", "dualfs-base"):
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
-            sh(f"{self.args.dualfs} mount -o {opts} {m} {d} {self.mnt}")
+            sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -156,8 +159,8 @@ class Volume:
             sh(f"mount -o noatime {d} {self.mnt}")
 
     def umount(self):
-        if self.cfg == "dualfs":
-            sh(f"{self.args.dualfs} umount {self.mnt}")
+        if self.cfg in ("dualfs", "dualfs-base"):
+            sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
             if self.fuse_proc is not None:
@@ -402,6 +405,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--dualfs-base", help="another DualFS binary, run as configuration dualfs-base (A/B in one run)")
     ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,read,ls")
     ap.add_argument("--work", default="/var/tmp/dualfs-bench")
     ap.add_argument("--out", default="bench/results.json")
@@ -422,6 +426,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny inputs, dualfs and ext4 only: checks the harness")
     args = ap.parse_args()
     args.dualfs = os.path.abspath(args.dualfs)
+    if args.dualfs_base:
+        args.dualfs_base = os.path.abspath(args.dualfs_base)
     if os.geteuid() != 0:
         sys.exit("the benchmark needs root (loop devices, mount)")
     if args.smoke:

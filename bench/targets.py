@@ -58,12 +58,29 @@ def bytes_written(r, role=None):
     return sum(d["write_sectors"] * 512 for k, d in r["devices"].items() if role is None or k == role)
 
 
+def ab(runs):
+    """DualFS against the build it started from (dualfs-base), both as
+    ratios to ext4 of the same repeats."""
+    lines = ["| phase | ext4 s | before s (÷ ext4) | after s (÷ ext4) | after ÷ before |", "|---|---:|---:|---:|---:|"]
+    phases = []
+    for (c, p) in runs:
+        if c == "dualfs-base" and p not in phases:
+            phases.append(p)
+    for p in phases:
+        e, b, f = wall(runs, "ext4", p), wall(runs, "dualfs-base", p), wall(runs, "dualfs", p)
+        if e and b and f:
+            lines.append(f"| {p} | {e:.2f} | {b:.2f} ({b / e:.2f}) | {f:.2f} ({f / e:.2f}) | {f / b:.2f} |")
+    return "\n".join(lines)
+
+
 def mark(ok):
     return "✅ met" if ok else "❌ missed"
 
 
 def main():
     d, runs = load(sys.argv[1])
+    if any(k[0] == "dualfs-base" for k in runs):
+        print(ab(runs) + "\n")
     m = d.get("machine", {})
     out = [f"Load average at start: {m.get('loadavg_start', '?')}; command: `{d.get('command', '?')}`.", ""]
     out += ["| target | ext4 | DualFS | ratio | |", "|---|---:|---:|---:|---|"]

@@ -121,6 +121,9 @@ Options (-o, comma-separated, may be repeated):
                    how long a periodic commit may leave the newly written end
                    of a file unwritten (default 30; 0: every commit writes
                    every byte, so a crash shows a prefix of all operations)
+  recover=older    mount writable although damage took commits that had been
+                   made durable (fsck says which), accepting the older state;
+                   without it such a volume mounts only with ro
   threads=N        requests served in parallel (default 4)
   attr_timeout=S, entry_timeout=S
                    how long the kernel may keep attributes and names (found or

@@ -41,6 +41,9 @@ pub struct MountConfig {
     pub attr_timeout: Option<Duration>,
     /// How long the kernel may keep names, found or not (`entry_timeout=`).
     pub entry_timeout: Option<Duration>,
+    /// `recover=older`: accept losing commits a damaged log can no longer
+    /// give back, and mount writable from the state before the damage.
+    pub accept_loss: bool,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -62,6 +65,7 @@ impl Default for MountConfig {
             trace: None,
             attr_timeout: None,
             entry_timeout: None,
+            accept_loss: false,
             remount: false,
         }
     }
@@ -202,6 +206,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 bail!("trace= needs a file name");
             }
             c.trace = Some(PathBuf::from(v));
+        } else if let Some(v) = opt.strip_prefix("recover=") {
+            if v != "older" {
+                bail!("recover={v}: the only recovery is recover=older (accept the state before the damage)");
+            }
+            c.accept_loss = true;
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

@@ -16,7 +16,7 @@ use crate::control::Mounted;
 fn text(stats: &Value, clean: &Value) -> String {
     let mut o = String::new();
     let counters: Vec<(&String, &Value)> =
-        stats.as_object().into_iter().flatten().filter(|(_, v)| !v.is_object()).collect();
+        stats.as_object().into_iter().flatten().filter(|(_, v)| !v.is_object() && !v.is_null()).collect();
     let width = counters.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in counters {
         let _ = writeln!(o, "{k:<width$}  {v}");

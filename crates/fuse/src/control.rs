@@ -168,6 +168,8 @@ pub fn report_json(r: &CleanReport) -> Value {
 pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Value {
     let mut map: serde_json::Map<String, Value> =
         vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    // Why the volume refuses changes, when a device error made it so.
+    map.insert("failed".into(), json!(vol.failure()));
     map.insert("fuse_requests".into(), requests.json());
     Value::Object(map)
 }

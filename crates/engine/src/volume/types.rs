@@ -211,6 +211,11 @@ pub struct MountOptions {
     pub clean_threshold: Option<u32>,
     /// When reads update access times.
     pub atime: AtimeMode,
+    /// Open a volume whose log lost commits that had been made durable
+    /// (see `OpenReport::loss`) for writing anyway, accepting the state
+    /// before the loss: the next checkpoint makes it permanent. Without
+    /// it such a volume opens only read-only.
+    pub accept_loss: bool,
 }
 
 impl Default for MountOptions {
@@ -224,6 +229,7 @@ impl Default for MountOptions {
             cache_budget: 262_144,
             clean_threshold: None,
             atime: AtimeMode::Relatime,
+            accept_loss: false,
         }
     }
 }

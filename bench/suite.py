@@ -158,6 +158,20 @@ class Volume:
         else:
             sh(f"mount -o noatime {d} {self.mnt}")
 
+    def fuse_requests(self):
+        """DualFS's FUSE requests since mount (`dualfs stats --json`):
+        opcode -> {count, total_us, mean_us}; None for the others, or for a
+        build without the counters."""
+        if self.cfg not in ("dualfs", "dualfs-base"):
+            return None
+        r = subprocess.run([self.dualfs, "stats", "--json", self.mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            return None
+        try:
+            return json.loads(r.stdout).get("fuse_requests") or None
+        except ValueError:
+            return None
+
     def umount(self):
         if self.cfg in ("dualfs", "dualfs-base"):
             sh(f"{self.dualfs} umount {self.mnt}")
@@ -286,19 +300,26 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
             if warm and warm[0]:
                 # Untimed, in the same mount: the phase measures a warm cache.
                 sh(env + warm[0])
+            fuse0 = vol.fuse_requests() or {}
             c0 = vol.counters()
             ns0 = time.time_ns()
             t0 = time.monotonic()
             sh(env + cmd, timeout=args.phase_timeout)
             t1 = time.monotonic()
+            # The FUSE requests the phase sent, per opcode with their serving
+            # time (issue 10); read before the unmount, and not timed.
+            fuse = vol.fuse_requests()
+            t1b = time.monotonic()
             vol.umount()
             t2 = time.monotonic()
             ns1 = time.time_ns()
             c1 = vol.counters()
             rec = {"config": vol.cfg, "phase": phase, "sequence": name, "rep": rep, "traced": trace_tag is not None,
-                   "wall_s": t1 - t0, "wall_umount_s": t2 - t0, "window_ns": [ns0, ns1],
+                   "wall_s": t1 - t0, "wall_umount_s": t2 - t0 - (t1b - t1), "window_ns": [ns0, ns1],
                    "devices": {role: diff(c0[role], c1[role]) for role in c0}}
             rec["extra"] = extra_output(phase, outdir)
+            if fuse:
+                rec["fuse_requests"] = fuse_diff(fuse0, fuse)
             results.append(rec)
             log(f"  {phase}: {rec['wall_s']:.2f} s (+umount {rec['wall_umount_s'] - rec['wall_s']:.2f} s), "
                 + ", ".join(f"{r} {d['write_req']} wr/{d['write_sectors'] / 2048:.1f} MiB"
@@ -311,6 +332,18 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
             except Exception as e:  # noqa: BLE001 - clean-up must go on
                 log(f"umount failed: {e}")
         vol.detach()
+
+
+def fuse_diff(before, after):
+    """The requests served between two `dualfs stats` readings (a warm
+    phase's untimed first run is in the mount's counters too)."""
+    out = {}
+    for op, v in after.items():
+        b = before.get(op, {})
+        n, us = v.get("count", 0) - b.get("count", 0), v.get("total_us", 0) - b.get("total_us", 0)
+        if n > 0:
+            out[op] = {"count": n, "total_us": us}
+    return out
 
 
 def extra_output(phase, outdir):

@@ -659,6 +659,18 @@ impl Volume {
         })
     }
 
+    /// The data device's size and its free space as [`Volume::statfs`]
+    /// counts them, in bytes, without the meta-data figures: what the
+    /// adapter's nearly-full check at every OPEN and CREATE needs. (statfs
+    /// counts the free meta-data segments one by one: 4% of the serving
+    /// CPU of PostMark when every open asked for it.)
+    #[must_use]
+    pub fn data_space(&self) -> (u64, u64) {
+        let fs = lock(&self.fs);
+        let space = fs.log.space();
+        (space.total_blocks() * crate::types::BLOCK_BYTES, space.free_for_statfs() * crate::types::BLOCK_BYTES)
+    }
+
     /// Space and inode figures.
     #[must_use]
     pub fn statfs(&self) -> StatFs {

@@ -145,11 +145,22 @@ impl Volume {
         {
             log::warn!("accepting the loss (recover=older): {loss}");
         }
+        let scanned = log.superblock().scanned_names().then(|| {
+            "the volume was restored from a dump whose names were replaced (dualfs metarestore): it can only \
+             be mounted read-only (-o ro)"
+                .to_string()
+        });
+        if let Some(why) = &scanned
+            && !options.read_only
+        {
+            return Err(Error::ReadOnly(why.clone()));
+        }
         let mut options = options;
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         let never_writable = (unknown != 0)
             .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"))
-            .or(unaccepted);
+            .or(unaccepted)
+            .or(scanned);
         if let Some(why) = &never_writable
             && !options.read_only
         {

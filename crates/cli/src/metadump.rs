@@ -566,9 +566,12 @@ pub fn metarestore(args: &MetarestoreArgs) -> Result<()> {
     if args.meta == args.data {
         bail!("{} is given twice: DualFS needs two different devices or image files", args.meta.display());
     }
+    // One file under two names must be refused before either is cleared.
+    if args.meta.exists() && args.data.exists() {
+        crate::devices::check_distinct(&args.meta, &args.data)?;
+    }
     let meta = open_target(&args.meta, header.meta_bytes, args.force, "meta-data device")?;
     let data = open_target(&args.data, header.data_bytes, args.force, "data device")?;
-    crate::devices::check_distinct(&args.meta, &args.data)?;
     let mut runs = 0u64;
     let mut blocks = 0u64;
     loop {

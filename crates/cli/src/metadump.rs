@@ -417,9 +417,17 @@ fn write_dump(
         let mut stored = vec![0u32; usize::try_from(meta.block_count())?];
         let mut descriptors = Vec::new();
         sweep(meta, &mut |a, b| {
-            ob.learn(b);
+            ob.learn(a, b);
             stored[a as usize] = le32(b, 4);
-            if le32(b, 0) == BLOCK_MAGIC && b[8] == 1 && b[10] == 0 && b[11] == 0 && checksum::verify(b, 4) {
+            // Descriptors of kinds the obfuscator drops are not resealed.
+            let known_kind = matches!(b[HEADER_LEN + 8], 1 | 2);
+            if le32(b, 0) == BLOCK_MAGIC
+                && b[8] == 1
+                && b[10] == 0
+                && b[11] == 0
+                && known_kind
+                && checksum::verify(b, 4)
+            {
                 descriptors.push((a, le64(b, 32), le64(b, 48)));
             }
             Ok(())
@@ -428,7 +436,7 @@ fn write_dump(
         let mut new_crcs = HashMap::new();
         sweep(meta, &mut |a, b| {
             if a > 2
-                && let Outcome::Resealed(_, new) = ob.rewrite(b)
+                && let Outcome::Resealed(_, new) = ob.rewrite(a, b)
             {
                 new_crcs.insert(a, new);
             }
@@ -451,7 +459,7 @@ fn write_dump(
         } else if obfuscate && a == 0 {
             mark_scanned(b);
         } else if obfuscate && a > 2 {
-            ob.rewrite(b);
+            ob.rewrite(a, b);
         }
         w.block(a, b)
     })?;

@@ -25,6 +25,12 @@ const KIND_BLOB: u8 = 4;
 const KIND_TABLE: u8 = 5;
 const KIND_INDEX: u8 = 6;
 
+/// Partial segment kinds whose descriptors hold no names (FORMAT.md 3.4):
+/// normal and checkpoint.
+const KNOWN_DESCRIPTORS: [u8; 2] = [1, 2];
+/// Descriptor blocks one partial segment may have (a segment's blocks).
+const MAX_DESCRIPTOR_BLOCKS: u64 = 65_536;
+
 /// Inode record layout (FORMAT.md 3.6).
 const RECORD_FIXED: usize = 136;
 const S_IFMT: u32 = 0o170_000;
@@ -89,6 +95,9 @@ pub struct Obfuscator {
     /// Node ids of blobs that hold symlink targets (the rest hold xattr
     /// values, which are zeroed).
     symlink_blobs: HashSet<u64>,
+    /// Descriptor blocks of partial segment kinds this version does not
+    /// know: dropped.
+    foreign: HashSet<u64>,
     /// What was done, for the summary.
     pub counts: Counts,
 }
@@ -124,18 +133,36 @@ impl Obfuscator {
             names: HashMap::new(),
             used: HashSet::new(),
             symlink_blobs: HashSet::new(),
+            foreign: HashSet::new(),
             counts: Counts::default(),
         }
     }
 
     /// First pass: learns from an inode block which blobs hold symlink
-    /// targets. Blocks whose CRC fails teach nothing.
-    pub fn learn(&mut self, block: &[u8]) {
-        if header(block).is_none_or(|(k, _)| k != KIND_INODES) || !checksum::verify(block, 4) {
+    /// targets, and from a descriptor of a kind this version does not know
+    /// (its records may hold names) which blocks to drop. Blocks whose CRC
+    /// fails teach nothing.
+    pub fn learn(&mut self, address: u64, block: &[u8]) {
+        let Some((kind, len)) = header(block) else { return };
+        if !checksum::verify(block, 4) {
             return;
         }
-        let Some((_, len)) = header(block) else { return };
         let payload = &block[HEADER_LEN..HEADER_LEN + len];
+        if kind == KIND_DESCRIPTOR {
+            // The first descriptor block (aux 0) carries the stream's kind
+            // at payload offset 8 and, in its header name, the number of
+            // descriptor blocks.
+            let first = u16_at(block, 10) == Some(0);
+            let stream_kind = payload.get(8).copied().unwrap_or(0);
+            if first && !KNOWN_DESCRIPTORS.contains(&stream_kind) {
+                let n = u64_at(block, 48).unwrap_or(1).clamp(1, MAX_DESCRIPTOR_BLOCKS);
+                self.foreign.extend(address..address + n);
+            }
+            return;
+        }
+        if kind != KIND_INODES {
+            return;
+        }
         for (start, end) in records(payload) {
             let rec = &payload[start..end];
             let is_link = u32_at(rec, 12).is_some_and(|m| m & S_IFMT == S_IFLNK);
@@ -217,7 +244,7 @@ impl Obfuscator {
 
     /// Rewrites one block of the meta-data device (not blocks 0–2: the
     /// superblock and checkpoints are handled by the dump).
-    pub fn rewrite(&mut self, block: &mut [u8]) -> Outcome {
+    pub fn rewrite(&mut self, address: u64, block: &mut [u8]) -> Outcome {
         let Some((kind, len)) = header(block) else {
             if block.iter().all(|&b| b == 0) {
                 return Outcome::Kept;
@@ -228,7 +255,8 @@ impl Obfuscator {
             self.counts.cleared += 1;
             return Outcome::Cleared;
         };
-        let known = [KIND_DESCRIPTOR, KIND_INODES, KIND_NODE, KIND_BLOB, KIND_TABLE, KIND_INDEX].contains(&kind);
+        let known = [KIND_DESCRIPTOR, KIND_INODES, KIND_NODE, KIND_BLOB, KIND_TABLE, KIND_INDEX].contains(&kind)
+            && !self.foreign.contains(&address);
         if !checksum::verify(block, 4) || !known {
             block[HEADER_LEN..].fill(0);
             if known {
@@ -462,13 +490,40 @@ mod tests {
     fn damaged_and_foreign_blocks_keep_nothing_and_stay_damaged() {
         let mut o = Obfuscator::new([1; 16]);
         let mut b = vec![7u8; 4096];
-        assert_eq!(o.rewrite(&mut b), Outcome::Cleared);
+        assert_eq!(o.rewrite(9, &mut b), Outcome::Cleared);
         assert!(b.iter().all(|&x| x == 0));
         b[..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
         b[8] = KIND_NODE;
         b[100] = 9;
-        assert_eq!(o.rewrite(&mut b), Outcome::Dropped);
+        assert_eq!(o.rewrite(9, &mut b), Outcome::Dropped);
         assert!(!checksum::verify(&b, 4));
         assert!(b[HEADER_LEN..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn descriptors_of_unknown_kinds_are_dropped_whole() {
+        let mut o = Obfuscator::new([1; 16]);
+        let descriptor = |aux: u16, stream_kind: u8| {
+            let mut b = vec![0u8; 4096];
+            b[..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+            b[8] = KIND_DESCRIPTOR;
+            b[9] = 1;
+            b[10..12].copy_from_slice(&aux.to_le_bytes());
+            b[12..16].copy_from_slice(&100u32.to_le_bytes());
+            b[48..56].copy_from_slice(&2u64.to_le_bytes());
+            b[HEADER_LEN + 8] = stream_kind;
+            b[HEADER_LEN + 20..HEADER_LEN + 30].copy_from_slice(b"secretname");
+            checksum::seal(&mut b, 4);
+            b
+        };
+        let (mut known, mut first, mut next) = (descriptor(0, 1), descriptor(0, 3), descriptor(1, 0));
+        o.learn(5, &known);
+        o.learn(10, &first);
+        o.learn(11, &next);
+        assert_eq!(o.rewrite(5, &mut known), Outcome::Kept);
+        assert_eq!(o.rewrite(10, &mut first), Outcome::Dropped);
+        assert_eq!(o.rewrite(11, &mut next), Outcome::Dropped);
+        assert!(!first.windows(10).any(|w| w == b"secretname"));
+        assert_eq!(o.counts.unknown, 2);
     }
 }

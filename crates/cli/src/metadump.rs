@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
@@ -348,7 +348,15 @@ fn sweep(dev: &dyn BlockDevice, each: &mut dyn FnMut(u64, &mut [u8]) -> Result<(
 /// standard output.
 fn open_out(args: &MetadumpArgs) -> Result<Box<dyn Write>> {
     if args.out.as_os_str() == "-" {
+        if std::io::stdout().is_terminal() {
+            bail!("the dump is binary and standard output is a terminal: give a file name, or pipe it");
+        }
         return Ok(Box::new(std::io::stdout().lock()));
+    }
+    for device in [&args.meta, &args.data] {
+        if same_file(&args.out, device) {
+            bail!("{} is the volume's device {}: the dump must go elsewhere", args.out.display(), device.display());
+        }
     }
     if let Ok(m) = std::fs::metadata(&args.out)
         && m.file_type().is_block_device()
@@ -370,6 +378,15 @@ fn open_out(args: &MetadumpArgs) -> Result<Box<dyn Write>> {
         }
     })?;
     Ok(Box::new(f))
+}
+
+/// Whether two paths name one existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 /// Runs `dualfs metadump`.
@@ -560,6 +577,11 @@ fn zero_device(f: &File, bytes: u64) -> std::io::Result<()> {
 /// Not a dump, a damaged or cut dump, targets in use or holding a file
 /// system (without --force), I/O errors.
 pub fn metarestore(args: &MetarestoreArgs) -> Result<()> {
+    for device in [&args.meta, &args.data] {
+        if same_file(&args.dump, device) {
+            bail!("{} is the dump itself: restore it to other files", device.display());
+        }
+    }
     let input: Box<dyn Read> = if args.dump.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
     } else {

@@ -163,14 +163,29 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// Mounts `meta`/`data` read-only at `mnt` in the background.
-fn mount_ro(meta: &Path, data: &Path, mnt: &Path) {
-    std::fs::create_dir_all(mnt).unwrap();
-    ok(&["mount", "-o", "ro", s(meta), s(data), s(mnt)]);
+/// A mount of this test, detached if the test fails before unmounting it
+/// (a mount left behind would meet other tests' `dualfs sync`).
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn umount(self) {
+        ok(&["umount", s(&self.0)]);
+    }
 }
 
-fn umount(mnt: &Path) {
-    ok(&["umount", s(mnt)]);
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.0) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Mounts `meta`/`data` read-only at `mnt` in the background.
+fn mount_ro(meta: &Path, data: &Path, mnt: &Path) -> Mounted {
+    std::fs::create_dir_all(mnt).unwrap();
+    ok(&["mount", "-o", "ro", s(meta), s(data), s(mnt)]);
+    Mounted(mnt.to_path_buf())
 }
 
 /// Clears the scanned-names bit in both superblocks, resealed: what a
@@ -211,7 +226,7 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
 
     let dir = v.dir.path().to_path_buf();
     let orig_mnt = dir.join("orig");
-    mount_ro(&v.meta, &v.data, &orig_mnt);
+    let orig = mount_ro(&v.meta, &v.data, &orig_mnt);
     // A volume in use is never overwritten, --force or not.
     let probe_dump = dir.join("probe.dump");
     ok(&["metadump", s(&v.meta), s(&v.data), s(&probe_dump)]);
@@ -253,9 +268,9 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
             assert!(stderr(&rw).contains("read-only (-o ro)"), "{}", stderr(&rw));
         } else {
             assert!(rw.status.success(), "{}", stderr(&rw));
-            umount(&mnt);
+            Mounted(mnt.clone()).umount();
         }
-        mount_ro(&meta, &data, &mnt);
+        let restored = mount_ro(&meta, &data, &mnt);
         assert_eq!(shape(&mnt), original_shape, "{tag}: the tree's shape");
         let restored_paths = paths(&mnt);
         if obfuscate {
@@ -297,9 +312,9 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
                 assert!(bytes == expect, "{tag}: {}", p.display());
             }
         }
-        umount(&mnt);
+        restored.umount();
     }
-    umount(&orig_mnt);
+    orig.umount();
 
     // Without the mark, the replaced names sit where their hashes do not
     // point: fsck sees it, so the mark is what keeps the volume sound.
@@ -387,6 +402,13 @@ fn metadump_and_metarestore_at_the_edges() {
     assert_eq!(out.status.code(), Some(1), "an existing dump is not overwritten");
     assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
     ok(&["metadump", "--force", s(&m), s(&d), s(&dump)]);
+    // Neither command writes over what it reads, --force or not.
+    let out = dualfs(&["metadump", "--force", s(&m), s(&d), s(&d)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("the dump must go elsewhere"), "{}", stderr(&out));
+    let out = dualfs(&["metarestore", "--force", s(&dump), s(&dir.join("other")), s(&dump)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is the dump itself"), "{}", stderr(&out));
     let report = fsck(&m, &d);
     assert_eq!(report.0, Some(0));
     let (rm, rd) = (dir.join("r-meta.img"), dir.join("r-data.img"));

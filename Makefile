@@ -17,7 +17,7 @@ DUALFS = target/release/dualfs
 PREFIX ?= /usr/local
 SBINDIR ?= /sbin
 
-.PHONY: test check-style deps mount umount build install uninstall bench bench-deps bench-report
+.PHONY: test check-style deps mount umount build install uninstall bench bench-deps bench-report bench-requests
 
 # Every test, and the style gates CI enforces.
 test: deps check-style
@@ -69,6 +69,17 @@ bench: bench-deps build
 	target/release/engine-bench --json > bench/engine.json
 	python3 bench/suite.py --trace --out bench/results.json $(BENCH_ARGS)
 	$(MAKE) bench-report
+
+# Issue 10's figures, easy to run again on a quiet machine: DualFS against
+# ext4 in one run (medians of 3, no traced run) with the targets table
+# (bench/targets.py), then system calls through the mount next to ext4 and
+# fuse2fs (bench/micro.py, FUSE requests counted per operation). BENCH_ARGS
+# goes to the suite (e.g. --sequences micro,postmark --repeats 1).
+bench-requests: bench-deps build
+	$(CARGO) build --release -p dualfs-bench
+	python3 bench/suite.py --configs dualfs,ext4 --repeats 3 --out bench/results-issue10.json $(BENCH_ARGS)
+	python3 bench/targets.py bench/results-issue10.json
+	python3 bench/micro.py --out bench/micro.json
 
 # Tables and plots from the stored results (bench/results.json, bench/engine.json).
 bench-report:

@@ -69,7 +69,10 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "ext4-extjournal", "xfs-extlog")
+        self.two = cfg in ("dualfs", "dualfs-base", "ext4-extjournal", "xfs-extlog")
+        # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
+        # comparison in one run.
+        self.dualfs = args.dualfs_base if cfg == "dualfs-base" else args.dualfs
         self.loops = {}      # role -> /dev/loopN
         self.servers = []    # trace serve processes
         self.fuse_proc = None
@@ -121,8 +124,8 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c == "dualfs":
-            sh(f"{self.args.dualfs} mkfs -f {m} {d}")
+        if c in ("dualfs", "dualfs-base"):
+            sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {d}")
         elif c in ("ext4", "fuse2fs"):
@@ -138,9 +141,9 @@ class Volume:
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c == "dualfs":
+        if c in ("dualfs", "dualfs-base"):
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
-            sh(f"{self.args.dualfs} mount -o {opts} {m} {d} {self.mnt}")
+            sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -155,9 +158,23 @@ class Volume:
         else:
             sh(f"mount -o noatime {d} {self.mnt}")
 
+    def fuse_requests(self):
+        """DualFS's FUSE requests since mount (`dualfs stats --json`):
+        opcode -> {count, total_us, mean_us}; None for the others, or for a
+        build without the counters."""
+        if self.cfg not in ("dualfs", "dualfs-base"):
+            return None
+        r = subprocess.run([self.dualfs, "stats", "--json", self.mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            return None
+        try:
+            return json.loads(r.stdout).get("fuse_requests") or None
+        except ValueError:
+            return None
+
     def umount(self):
-        if self.cfg == "dualfs":
-            sh(f"{self.args.dualfs} umount {self.mnt}")
+        if self.cfg in ("dualfs", "dualfs-base"):
+            sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
             if self.fuse_proc is not None:
@@ -239,6 +256,22 @@ def seq_fsync(seq_mib, rand_ios, sync_ios):
     ]
 
 
+def seq_read(mib):
+    """A file written and synced in one mount, read in the next with a cold
+    cache (issue 10: cold sequential read)."""
+    fio = f"fio --output-format=json --directory=$MNT --ioengine=psync --name=seqr --bs=1M --size={mib}M"
+    return [("seq-read-cold", f"{fio} --rw=read > $OUT/fio-seqr.json", f"{fio} --rw=write --end_fsync=1 > /dev/null")]
+
+
+def seq_ls(files):
+    """`ls -l` of one directory of `files` empty files, cold, then again in
+    the same mount (warm: the second listing is what the kernel's caches
+    save)."""
+    mk = f"mkdir -p $MNT/many && cd $MNT/many && seq -f f%06.0f 1 {files} | xargs touch"
+    ls = "ls -l $MNT/many > /dev/null"
+    return [("ls-l-cold", ls, mk), ("ls-l-warm", ls, None, ls)]
+
+
 def seq_bonnie(n):
     return [("bonnie-small-files", f"bonnie++ -d $MNT -s 0 -n {n}:0:0:16 -u root -q > $OUT/bonnie.csv 2>/dev/null", None)]
 
@@ -254,7 +287,7 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
         outdir = os.path.join(args.work, "out")
         os.makedirs(outdir, exist_ok=True)
         env = f"export MNT={vol.mnt} OUT={outdir}; "
-        for phase, cmd, prep in phases:
+        for phase, cmd, prep, *warm in phases:
             if prep:
                 vol.mount()
                 sh(env + prep)
@@ -264,19 +297,29 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
                 vol.sem_trace = os.path.join(args.trace_dir, f"dualfs-{phase}-semantic.trace")
             vol.mount()
             vol.sem_trace = None
+            if warm and warm[0]:
+                # Untimed, in the same mount: the phase measures a warm cache.
+                sh(env + warm[0])
+            fuse0 = vol.fuse_requests() or {}
             c0 = vol.counters()
             ns0 = time.time_ns()
             t0 = time.monotonic()
             sh(env + cmd, timeout=args.phase_timeout)
             t1 = time.monotonic()
+            # The FUSE requests the phase sent, per opcode with their serving
+            # time (issue 10); read before the unmount, and not timed.
+            fuse = vol.fuse_requests()
+            t1b = time.monotonic()
             vol.umount()
             t2 = time.monotonic()
             ns1 = time.time_ns()
             c1 = vol.counters()
             rec = {"config": vol.cfg, "phase": phase, "sequence": name, "rep": rep, "traced": trace_tag is not None,
-                   "wall_s": t1 - t0, "wall_umount_s": t2 - t0, "window_ns": [ns0, ns1],
+                   "wall_s": t1 - t0, "wall_umount_s": t2 - t0 - (t1b - t1), "window_ns": [ns0, ns1],
                    "devices": {role: diff(c0[role], c1[role]) for role in c0}}
             rec["extra"] = extra_output(phase, outdir)
+            if fuse:
+                rec["fuse_requests"] = fuse_diff(fuse0, fuse)
             results.append(rec)
             log(f"  {phase}: {rec['wall_s']:.2f} s (+umount {rec['wall_umount_s'] - rec['wall_s']:.2f} s), "
                 + ", ".join(f"{r} {d['write_req']} wr/{d['write_sectors'] / 2048:.1f} MiB"
@@ -291,6 +334,18 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
         vol.detach()
 
 
+def fuse_diff(before, after):
+    """The requests served between two `dualfs stats` readings (a warm
+    phase's untimed first run is in the mount's counters too)."""
+    out = {}
+    for op, v in after.items():
+        b = before.get(op, {})
+        n, us = v.get("count", 0) - b.get("count", 0), v.get("total_us", 0) - b.get("total_us", 0)
+        if n > 0:
+            out[op] = {"count": n, "total_us": us}
+    return out
+
+
 def extra_output(phase, outdir):
     """Rates the tools themselves report."""
     try:
@@ -300,11 +355,12 @@ def extra_output(phase, outdir):
             for line in txt.splitlines():
                 if "transactions" in line and "per second" in line:
                     return {"postmark_tx_s": float(line.split("(")[1].split()[0])}
-        if phase.startswith("rand-fsync") or phase.startswith("seq-write"):
-            name = {"seq-write-fsync": "fio-seq", "rand-fsync-256": "fio-r256", "rand-fsync-1": "fio-r1"}[phase]
+        if phase.startswith("rand-fsync") or phase.startswith("seq-write") or phase == "seq-read-cold":
+            name = {"seq-write-fsync": "fio-seq", "rand-fsync-256": "fio-r256", "rand-fsync-1": "fio-r1",
+                    "seq-read-cold": "fio-seqr"}[phase]
             with open(os.path.join(outdir, f"{name}.json")) as f:
                 j = json.load(f)
-            w = j["jobs"][0]["write"]
+            w = j["jobs"][0]["read" if phase == "seq-read-cold" else "write"]
             return {"iops": w["iops"], "bw_mib_s": w["bw"] / 1024.0, "ios": w["total_ios"]}
         if phase == "bonnie-small-files":
             with open(os.path.join(outdir, "bonnie.csv")) as f:
@@ -382,7 +438,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie")
+    ap.add_argument("--dualfs-base", help="another DualFS binary, run as configuration dualfs-base (A/B in one run)")
+    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,read,ls")
     ap.add_argument("--work", default="/var/tmp/dualfs-bench")
     ap.add_argument("--out", default="bench/results.json")
     ap.add_argument("--repeats", type=int, default=3)
@@ -393,6 +450,8 @@ def main():
     ap.add_argument("--postmark", default="20000,150,100000", help="files,dirs,transactions")
     ap.add_argument("--fsync", default="256,4096,2000", help="seq MiB, random ios (fsync/256), random ios (fsync/1)")
     ap.add_argument("--bonnie-files", type=int, default=16, help="bonnie++ -n, in 1024s")
+    ap.add_argument("--read-mib", type=int, default=1024, help="the cold sequential read's file")
+    ap.add_argument("--ls-files", type=int, default=50_000, help="entries of the ls -l directory")
     ap.add_argument("--trace", action="store_true", help="one extra traced run per configuration and sequence")
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument("--src", help="the source tree (default: Linux 6.1 from linux-source-6.1, prepared)")
@@ -400,11 +459,14 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny inputs, dualfs and ext4 only: checks the harness")
     args = ap.parse_args()
     args.dualfs = os.path.abspath(args.dualfs)
+    if args.dualfs_base:
+        args.dualfs_base = os.path.abspath(args.dualfs_base)
     if os.geteuid() != 0:
         sys.exit("the benchmark needs root (loop devices, mount)")
     if args.smoke:
         args.configs, args.repeats, args.size_mib, args.meta_mib = "dualfs,ext4", 1, 256, 32
-        args.sequences, args.procs, args.write_del_rounds = "micro,write-del", "1", 1
+        args.sequences, args.procs, args.write_del_rounds = "micro,write-del,read,ls", "1", 1
+        args.read_mib, args.ls_files = 16, 500
     os.makedirs(args.work, exist_ok=True)
     args.trace_dir = os.path.join(args.work, "traces")
     os.makedirs(args.trace_dir, exist_ok=True)
@@ -418,6 +480,8 @@ def main():
         "postmark": seq_postmark(*pm),
         "fsync": seq_fsync(*fs),
         "bonnie": seq_bonnie(args.bonnie_files),
+        "read": seq_read(args.read_mib),
+        "ls": seq_ls(args.ls_files),
     }
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):

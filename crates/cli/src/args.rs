@@ -156,6 +156,11 @@ Options (-o, comma-separated, may be repeated):
                    made durable (fsck says which), accepting the older state;
                    without it such a volume mounts only with ro
   threads=N        requests served in parallel (default 4)
+  attr_timeout=S, entry_timeout=S
+                   how long the kernel may keep attributes and names (found or
+                   not) without asking (default 3600; every change made through
+                   the mount updates them, and the volume invalidates what it
+                   changes itself)
   log=FILE         where a background mount writes its log (default: nowhere)
   trace=FILE       record every block request on both devices in FILE
                    (see dualfs trace summary / replay)

@@ -12,7 +12,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -170,28 +169,30 @@ fn watch_signals(set: SigSet, mut unmounter: SessionUnmounter, mountpoint: PathB
 /// Calls `Volume::tick` about once a second: commits on the interval,
 /// checkpoints by log volume. Stopped before the volume is closed.
 struct Flusher {
-    stop: mpsc::Sender<()>,
+    vol: Arc<Volume>,
     handle: JoinHandle<()>,
 }
 
 impl Flusher {
     fn start(vol: Arc<Volume>) -> Result<Flusher> {
-        let (stop, rx) = mpsc::channel::<()>();
+        let v = vol.clone();
         let handle = thread::Builder::new()
             .name("dualfs-flusher".into())
             .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
-                    if let Err(e) = vol.tick() {
-                        log::error!("periodic commit failed: {e}");
+                loop {
+                    match v.background_step(Duration::from_secs(1)) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(e) => log::error!("periodic commit failed: {e}"),
                     }
                 }
             })
             .context("cannot start the flusher thread")?;
-        Ok(Flusher { stop, handle })
+        Ok(Flusher { vol, handle })
     }
 
     fn stop(self) {
-        let _ = self.stop.send(());
+        self.vol.stop_background();
         if self.handle.join().is_err() {
             log::error!("the flusher thread panicked");
         }
@@ -291,11 +292,14 @@ fn serve(args: &MountArgs) -> Result<()> {
     config.mount_options.extend(cfg.fuse.iter().cloned());
     config.acl = cfg.acl;
     config.n_threads = Some(cfg.threads);
+    let defaults = AdapterOptions::default();
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
         owner_uid: nix::unistd::geteuid().as_raw(),
+        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
+        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
         devices_writable,
-        ..AdapterOptions::default()
+        ..defaults
     };
     let fs = DualFs::new(vol.clone(), adapter).with_clock(clock);
     let notifier = fs.notifier_slot();

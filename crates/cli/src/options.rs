@@ -37,6 +37,10 @@ pub struct MountConfig {
     pub atime: AtimeMode,
     /// Where to write a block-level trace of both devices, if anywhere.
     pub trace: Option<PathBuf>,
+    /// How long the kernel may keep attributes (`attr_timeout=`).
+    pub attr_timeout: Option<Duration>,
+    /// How long the kernel may keep names, found or not (`entry_timeout=`).
+    pub entry_timeout: Option<Duration>,
     /// `recover=older`: accept losing commits a damaged log can no longer
     /// give back, and mount writable from the state before the damage.
     pub accept_loss: bool,
@@ -59,6 +63,8 @@ impl Default for MountConfig {
             writeback: true,
             atime: AtimeMode::Relatime,
             trace: None,
+            attr_timeout: None,
+            entry_timeout: None,
             accept_loss: false,
             remount: false,
         }
@@ -150,6 +156,14 @@ fn atime_name(mode: AtimeMode) -> &'static str {
     }
 }
 
+/// Seconds as libfuse's `attr_timeout=` takes them: a fraction is allowed.
+fn seconds(name: &str, v: &str) -> Result<Duration> {
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=1e9).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => bail!("{name}={v}: give a number of seconds"),
+    }
+}
+
 /// Parses every `-o` argument (each a comma-separated list).
 ///
 /// Of flags that undo each other (`dev` and `nodev`, `ro` and `rw`), the
@@ -173,6 +187,10 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
         } else if let Some(v) = opt.strip_prefix("data_expire=") {
             let secs: u64 = v.parse().map_err(|_| anyhow::anyhow!("data_expire={v}: give a number of seconds"))?;
             c.data_expire = Some(Duration::from_secs(secs));
+        } else if let Some(v) = opt.strip_prefix("attr_timeout=") {
+            c.attr_timeout = Some(seconds("attr_timeout", v)?);
+        } else if let Some(v) = opt.strip_prefix("entry_timeout=") {
+            c.entry_timeout = Some(seconds("entry_timeout", v)?);
         } else if let Some(v) = opt.strip_prefix("threads=") {
             match v.parse::<usize>() {
                 Ok(n) if (1..=64).contains(&n) => c.threads = n,
@@ -313,6 +331,10 @@ mod tests {
         assert!(parse(&["data_expire=later".into()]).is_err());
         assert_eq!(p("data_expire=0").data_expire, Some(Duration::ZERO));
         assert!(parse(&["threads=0".into()]).is_err());
+        assert_eq!(p("attr_timeout=0.5,entry_timeout=0").attr_timeout, Some(Duration::from_millis(500)));
+        assert_eq!(p("entry_timeout=0").entry_timeout, Some(Duration::ZERO));
+        assert!(parse(&["attr_timeout=-1".into()]).is_err());
+        assert!(parse(&["entry_timeout=soon".into()]).is_err());
         assert!(parse(&["log=".into()]).is_err());
         assert!(parse(&["trace=".into()]).is_err());
     }

@@ -1,5 +1,6 @@
 //! `dualfs stats MOUNTPOINT`: the counters of the log and the cleaner of a
-//! mounted volume, read from its `dualfs.stats` control attribute.
+//! mounted volume and the FUSE requests it served, read from its
+//! `dualfs.stats` control attribute.
 
 use std::fmt::Write as _;
 
@@ -10,12 +11,34 @@ use serde_json::Value;
 use crate::args::StatsArgs;
 use crate::control::Mounted;
 
-/// One `name value` line per counter, and the state of a clean if one runs.
+/// One `name value` line per counter, a table of the FUSE requests served
+/// since mount, and the state of a clean if one runs.
 fn text(stats: &Value, clean: &Value) -> String {
     let mut o = String::new();
-    let width = stats.as_object().map_or(0, |m| m.keys().map(String::len).max().unwrap_or(0));
-    for (k, v) in stats.as_object().into_iter().flatten().filter(|(_, v)| !v.is_null()) {
+    let counters: Vec<(&String, &Value)> =
+        stats.as_object().into_iter().flatten().filter(|(_, v)| !v.is_object() && !v.is_null()).collect();
+    let width = counters.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in counters {
         let _ = writeln!(o, "{k:<width$}  {v}");
+    }
+    if let Some(reqs) = stats["fuse_requests"].as_object().filter(|m| !m.is_empty()) {
+        let mut rows: Vec<(&String, &Value)> = reqs.iter().collect();
+        // The opcodes that took the most serving time first.
+        rows.sort_by_key(|(_, r)| std::cmp::Reverse(r["total_us"].as_u64().unwrap_or(0)));
+        let _ = writeln!(
+            o,
+            "\nFUSE requests since mount:\n{:<16} {:>12} {:>14} {:>10}",
+            "opcode", "count", "total µs", "mean µs"
+        );
+        for (op, r) in rows {
+            let _ = writeln!(
+                o,
+                "{op:<16} {:>12} {:>14} {:>10.2}",
+                r["count"].as_u64().unwrap_or(0),
+                r["total_us"].as_u64().unwrap_or(0),
+                r["mean_us"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
     if clean["state"] == "running" {
         let _ = writeln!(

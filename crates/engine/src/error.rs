@@ -113,6 +113,12 @@ pub enum Error {
     /// The device is in use or the volume busy.
     #[error("device or resource busy: {0}")]
     Busy(String),
+    /// A reader met a meta-data block that is not in memory while the
+    /// volume lock forbade reading it: the volume reads the block with the
+    /// lock released and runs the reader again. Never returned by a
+    /// [`crate::Volume`] method.
+    #[error("meta-data block {0} must be read first")]
+    MustRead(u64),
 }
 
 /// Shorthand used everywhere in the engine.
@@ -145,6 +151,7 @@ impl Error {
             Error::Busy(_) => libc::EBUSY,
             Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
+            Error::MustRead(_) => libc::EIO,
         }
     }
 

@@ -162,13 +162,15 @@ pub fn report_json(r: &CleanReport) -> Value {
     })
 }
 
-/// The counters as a JSON object, in the engine's order.
+/// The engine's counters as a JSON object, and the adapter's requests
+/// per opcode under `fuse_requests`.
 #[must_use]
-pub fn stats_json(vol: &Volume) -> Value {
+pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Value {
     let mut map: serde_json::Map<String, Value> =
         vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
     // Why the volume refuses changes, when a device error made it so.
     map.insert("failed".into(), json!(vol.failure()));
+    map.insert("fuse_requests".into(), requests.json());
     Value::Object(map)
 }
 
@@ -367,5 +369,71 @@ mod tests {
         assert!(CleanOrder::parse("max_utilization=1.5").is_err());
         assert!(CleanOrder::parse("colour=blue").is_err());
         assert!(CleanOrder::parse("greedy").is_err());
+    }
+}
+
+/// The control attributes as requests: the adapter's side.
+mod requests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use dualfs_engine::types::InodeNo;
+    use fuser::{Errno, INodeNo, Request};
+
+    use crate::control;
+    use crate::convert::ino;
+    use crate::filesystem::report;
+
+    impl crate::DualFs {
+        /// Whether a request is for a control attribute: a `dualfs.` name on
+        /// the root directory.
+        pub(crate) fn is_control(node: INodeNo, n: &OsStr) -> bool {
+            ino(node) == InodeNo::ROOT && n.as_bytes().starts_with(control::PREFIX.as_bytes())
+        }
+
+        pub(crate) fn control_get(&self, req: &Request, n: &OsStr) -> Result<Vec<u8>, Errno> {
+            if !self.control.allowed(req.uid()) {
+                return Err(Errno::EPERM);
+            }
+            match n.as_bytes() {
+                b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
+                b if b == control::STATS.as_bytes() => {
+                    Ok(control::stats_json(&self.vol, &self.requests).to_string().into_bytes())
+                }
+                b if b == control::MODE.as_bytes() => Ok(control::mode_json(&self.vol).to_string().into_bytes()),
+                b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
+                b if b == control::REMOUNT_RW.as_bytes() => {
+                    self.control.remount(&self.vol, false, self.options.devices_writable)
+                }
+                _ => Err(Errno::NO_XATTR),
+            }
+        }
+
+        pub(crate) fn control_set(&self, req: &Request, n: &OsStr, value: Option<&[u8]>) -> Result<(), Errno> {
+            if n.as_bytes() == control::SYNC.as_bytes() && value.is_some() {
+                // sync(2) never reaches a FUSE server (FUSE_SYNCFS is sent to
+                // virtiofs only): this is its stand-in, as open to users as it.
+                return self.vol.sync().map_err(|e| report("sync", &e));
+            }
+            if !self.control.allowed(req.uid()) {
+                return Err(Errno::EPERM);
+            }
+            match (n.as_bytes(), value) {
+                (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
+                (b, None) if b == control::CLEAN.as_bytes() => {
+                    self.control.stop_clean();
+                    Ok(())
+                }
+                // Read-only attributes, and names that are not there.
+                (b, _)
+                    if [control::STATS, control::MODE, control::REMOUNT_RO, control::REMOUNT_RW]
+                        .iter()
+                        .any(|n| n.as_bytes() == b) =>
+                {
+                    Err(Errno::EPERM)
+                }
+                _ => Err(Errno::NO_XATTR),
+            }
+        }
     }
 }

@@ -57,6 +57,28 @@ pub fn file_type(k: FileKind) -> FileType {
     }
 }
 
+/// The attributes of a negative entry: node id 0 tells the kernel that the
+/// name does not exist, and that it may remember so for the entry's TTL.
+pub fn absent() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 /// Engine attributes as `stat` fields for the kernel.
 pub fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use dualfs_engine::Error;
 use dualfs_engine::types::InodeNo;
@@ -19,8 +19,8 @@ use fuser::{
 
 use crate::DualFs;
 use crate::caller;
-use crate::control;
 use crate::convert::{self, errno, file_attr, file_type, ino};
+use crate::requests::Op;
 
 /// Capabilities asked of the kernel, each for a reason:
 /// writeback caching (large, merged writes), readdirplus (one round trip
@@ -77,7 +77,7 @@ fn acl_kind(n: &OsStr) -> Option<AclKind> {
 
 /// Logs errors the kernel's caller will only see as an errno but an
 /// administrator must hear about (I/O, corruption, a volume gone read-only).
-fn report(op: &str, e: &Error) -> Errno {
+pub(crate) fn report(op: &str, e: &Error) -> Errno {
     match e {
         Error::Io { .. } | Error::Corrupt { .. } => log::error!("{op}: {e}"),
         Error::ReadOnly(why) if why.contains("after an error") => log::warn!("{op}: {e}"),
@@ -196,55 +196,6 @@ impl DualFs {
         self.vol.set_acl(node, kind, value, clear_setgid)
     }
 
-    /// Whether a request is for a control attribute: a `dualfs.` name on
-    /// the root directory.
-    fn is_control(node: INodeNo, n: &OsStr) -> bool {
-        ino(node) == InodeNo::ROOT && n.as_bytes().starts_with(control::PREFIX.as_bytes())
-    }
-
-    fn control_get(&self, req: &Request, n: &OsStr) -> Result<Vec<u8>, Errno> {
-        if !self.control.allowed(req.uid()) {
-            return Err(Errno::EPERM);
-        }
-        match n.as_bytes() {
-            b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
-            b if b == control::STATS.as_bytes() => Ok(control::stats_json(&self.vol).to_string().into_bytes()),
-            b if b == control::MODE.as_bytes() => Ok(control::mode_json(&self.vol).to_string().into_bytes()),
-            b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
-            b if b == control::REMOUNT_RW.as_bytes() => {
-                self.control.remount(&self.vol, false, self.options.devices_writable)
-            }
-            _ => Err(Errno::NO_XATTR),
-        }
-    }
-
-    fn control_set(&self, req: &Request, n: &OsStr, value: Option<&[u8]>) -> Result<(), Errno> {
-        if n.as_bytes() == control::SYNC.as_bytes() && value.is_some() {
-            // sync(2) never reaches a FUSE server (FUSE_SYNCFS is sent to
-            // virtiofs only): this is its stand-in, as open to users as it.
-            return self.vol.sync().map_err(|e| report("sync", &e));
-        }
-        if !self.control.allowed(req.uid()) {
-            return Err(Errno::EPERM);
-        }
-        match (n.as_bytes(), value) {
-            (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
-            (b, None) if b == control::CLEAN.as_bytes() => {
-                self.control.stop_clean();
-                Ok(())
-            }
-            // Read-only attributes, and names that are not there.
-            (b, _)
-                if [control::STATS, control::MODE, control::REMOUNT_RO, control::REMOUNT_RW]
-                    .iter()
-                    .any(|n| n.as_bytes() == b) =>
-            {
-                Err(Errno::EPERM)
-            }
-            _ => Err(Errno::NO_XATTR),
-        }
-    }
-
     /// Makes the kernel forget the attributes it caches of `node` when the
     /// volume changed them behind a request that does not say so (the
     /// set-id bits dropped by a write or fallocate), so that the next stat
@@ -324,6 +275,7 @@ impl Filesystem for DualFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Lookup);
         // Path walks never send ".": the kernel asks it of a node id taken
         // from a file handle (open_by_handle_at, the NFS server) whose inode
         // it no longer caches, and that node may be any kind of file. A free
@@ -335,17 +287,24 @@ impl Filesystem for DualFs {
                 self.vol.remember(a.ino, 1);
                 self.entry(reply, &a);
             }
+            // A negative entry the kernel may keep: the name can appear
+            // only through this kernel, which then replaces it.
+            Err(Error::NotFound) => {
+                reply.entry_with_ttls(&Duration::ZERO, &self.options.entry_ttl, &convert::absent(), Generation(0))
+            }
             Err(e) => reply.error(report("lookup", &e)),
         }
     }
 
     fn forget(&self, _req: &Request, node: INodeNo, nlookup: u64) {
+        let _t = self.requests.time(Op::Forget);
         if let Err(e) = self.vol.forget(ino(node), nlookup) {
             log::error!("forget of inode {}: {e}", node.0);
         }
     }
 
     fn getattr(&self, _req: &Request, node: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _t = self.requests.time(Op::Getattr);
         match self.vol.getattr(ino(node)) {
             Ok(a) => reply.attr(&self.options.attr_ttl, &file_attr(&a)),
             Err(e) => reply.error(report("getattr", &e)),
@@ -370,6 +329,7 @@ impl Filesystem for DualFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _t = self.requests.time(Op::Setattr);
         // The kernel has done the permission checks and computed any set-id
         // bits to clear (it sends them as a mode): apply exactly what it says.
         if let (Some(clock), Some(c)) = (&self.clock, ctime) {
@@ -399,6 +359,7 @@ impl Filesystem for DualFs {
     }
 
     fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
+        let _t = self.requests.time(Op::Readlink);
         match self.vol.readlink(ino(node)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(report("readlink", &e)),
@@ -406,6 +367,7 @@ impl Filesystem for DualFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Mknod);
         let kind = match convert::mknod_kind(mode) {
             Ok(k) => k,
             Err(e) => return reply.error(e),
@@ -415,19 +377,23 @@ impl Filesystem for DualFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Mkdir);
         let r = self.vol.mkdir(ino(parent), name(n), mode & 0o7777, creds(req, umask));
         self.reply_entry("mkdir", r, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Unlink);
         Self::reply_empty("unlink", self.vol.unlink(ino(parent), name(n)), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Rmdir);
         Self::reply_empty("rmdir", self.vol.rmdir(ino(parent), name(n)), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Symlink);
         let r = self.vol.symlink(ino(parent), name(link_name), target.as_os_str().as_bytes(), creds(req, 0));
         self.reply_entry("symlink", r, reply);
     }
@@ -442,6 +408,7 @@ impl Filesystem for DualFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Rename);
         let flags = match convert::rename_flags(flags.bits()) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -451,11 +418,13 @@ impl Filesystem for DualFs {
     }
 
     fn link(&self, _req: &Request, node: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let _t = self.requests.time(Op::Link);
         let r = self.vol.link(ino(node), ino(new_parent), name(new_name));
         self.reply_entry("link", r, reply);
     }
 
     fn open(&self, _req: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.requests.time(Op::Open);
         // Stateless handles: the kernel's lookup reference keeps an open,
         // unlinked file alive. Keeping the page cache across opens is safe
         // because nobody but this kernel changes the volume. But reads the
@@ -484,6 +453,7 @@ impl Filesystem for DualFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _t = self.requests.time(Op::Read);
         match self.vol.read(ino(node), offset, size as usize) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(report("read", &e)),
@@ -502,6 +472,7 @@ impl Filesystem for DualFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _t = self.requests.time(Op::Write);
         // Pages written back from the kernel's cache carry times the kernel
         // already owns (it sends them with a setattr); a direct write does not.
         let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
@@ -524,11 +495,16 @@ impl Filesystem for DualFs {
     }
 
     fn flush(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Flush);
         // close(2) is not a durability point; fsync is. But the kernel has
         // sent the file's dirty pages by now, so a rewrite after O_TRUNC is
         // complete: the volume commits it whole (replace semantics).
         self.vol.file_closed(ino(node));
-        reply.ok();
+        // ENOSYS makes the kernel stop sending FLUSH (it sets no_flush and
+        // close(2) returns 0): one round trip less per close. It still
+        // writes a file's dirty pages at every close, and RELEASE, sent
+        // after the last close of an open file, ends a rewrite from then on.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -541,16 +517,19 @@ impl Filesystem for DualFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // As flush, for a kernel that stops sending FLUSH.
+        let _t = self.requests.time(Op::Release);
+        // The end of a rewrite (see flush): FLUSH is answered once only.
         self.vol.file_closed(ino(node));
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Fsync);
         Self::reply_empty("fsync", self.vol.fsync(ino(node)), reply);
     }
 
     fn opendir(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.requests.time(Op::Opendir);
         match self.vol.getattr(ino(node)) {
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(report("opendir", &e)),
@@ -558,6 +537,7 @@ impl Filesystem for DualFs {
     }
 
     fn readdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _t = self.requests.time(Op::Readdir);
         let r = self.vol.readdir(ino(node), offset, &mut |l| {
             !reply.add(INodeNo(l.ino.0), l.next, file_type(l.kind), OsStr::from_bytes(&l.name))
         });
@@ -568,6 +548,7 @@ impl Filesystem for DualFs {
     }
 
     fn readdirplus(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _t = self.requests.time(Op::Readdirplus);
         match self.readdirplus_fill(ino(node), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(report("readdirplus", &e)),
@@ -575,14 +556,17 @@ impl Filesystem for DualFs {
     }
 
     fn releasedir(&self, _req: &Request, _node: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Releasedir);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Fsyncdir);
         Self::reply_empty("fsyncdir", self.vol.fsync(ino(node)), reply);
     }
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
+        let _t = self.requests.time(Op::Statfs);
         let s = self.vol.statfs();
         let bavail = self.available_blocks(&s);
         reply.statfs(s.blocks, s.bfree, bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
@@ -598,6 +582,7 @@ impl Filesystem for DualFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Setxattr);
         if Self::is_control(node, n) {
             return match self.control_set(req, n, Some(value)) {
                 Ok(()) => reply.ok(),
@@ -605,7 +590,12 @@ impl Filesystem for DualFs {
             };
         }
         if let Some(kind) = acl_kind(n) {
-            return Self::reply_empty("setxattr", self.set_acl(req, ino(node), kind, Some(value)), reply);
+            let r = self.set_acl(req, ino(node), kind, Some(value));
+            if r.is_ok() {
+                // The mode follows an access ACL, and loses set-group-id.
+                self.attributes_changed(node, true);
+            }
+            return Self::reply_empty("setxattr", r, reply);
         }
         let mode = match convert::xattr_mode(flags) {
             Ok(m) => m,
@@ -616,6 +606,7 @@ impl Filesystem for DualFs {
     }
 
     fn getxattr(&self, req: &Request, node: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let _t = self.requests.time(Op::Getxattr);
         if Self::is_control(node, n) {
             return match self.control_get(req, n) {
                 Ok(v) => Self::reply_xattr(v, size, reply),
@@ -629,6 +620,7 @@ impl Filesystem for DualFs {
     }
 
     fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
+        let _t = self.requests.time(Op::Listxattr);
         match self.vol.listxattr(ino(node)) {
             Ok(names) => Self::reply_xattr(convert::xattr_names(&names), size, reply),
             Err(e) => reply.error(report("listxattr", &e)),
@@ -636,6 +628,7 @@ impl Filesystem for DualFs {
     }
 
     fn removexattr(&self, req: &Request, node: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Removexattr);
         if Self::is_control(node, n) {
             return match self.control_set(req, n, None) {
                 Ok(()) => reply.ok(),
@@ -643,13 +636,18 @@ impl Filesystem for DualFs {
             };
         }
         if let Some(kind) = acl_kind(n) {
-            return Self::reply_empty("removexattr", self.set_acl(req, ino(node), kind, None), reply);
+            let r = self.set_acl(req, ino(node), kind, None);
+            if r.is_ok() {
+                self.attributes_changed(node, true);
+            }
+            return Self::reply_empty("removexattr", r, reply);
         }
         let r = self.vol.removexattr(ino(node), name(n));
         Self::reply_empty("removexattr", r, reply);
     }
 
     fn access(&self, _req: &Request, node: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _t = self.requests.time(Op::Access);
         // Only sent without default_permissions, which this adapter always
         // mounts with: the kernel checks the mode bits itself. Answer for
         // existence, as F_OK would.
@@ -666,6 +664,7 @@ impl Filesystem for DualFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let _t = self.requests.time(Op::Create);
         match self.vol.create(ino(parent), name(n), mode & 0o7777, creds(req, umask)) {
             Ok(a) => reply.created(
                 &self.options.entry_ttl,
@@ -689,6 +688,7 @@ impl Filesystem for DualFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        let _t = self.requests.time(Op::Ioctl);
         // No ioctl is implemented. ENOTTY is what a file system says to one
         // it does not know (isatty's TCGETS on every open by Python, say),
         // and fuser's default would log a warning per request.
@@ -705,6 +705,7 @@ impl Filesystem for DualFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _t = self.requests.time(Op::Fallocate);
         let mode = match convert::fallocate_mode(mode) {
             Ok(m) => m,
             Err(e) => return reply.error(e),
@@ -720,6 +721,7 @@ impl Filesystem for DualFs {
     }
 
     fn lseek(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _t = self.requests.time(Op::Lseek);
         let Ok(from) = u64::try_from(offset) else {
             return reply.error(Errno::EINVAL);
         };
@@ -751,6 +753,7 @@ impl Filesystem for DualFs {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _t = self.requests.time(Op::CopyFileRange);
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }

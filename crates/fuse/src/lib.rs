@@ -29,6 +29,7 @@ pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
+pub mod requests;
 mod space;
 
 use std::sync::{Arc, OnceLock};
@@ -40,16 +41,20 @@ pub use convert::errno;
 
 /// How long the kernel may trust what the adapter tells it.
 ///
-/// Caching attributes and names is safe because every change to the volume
-/// comes through this kernel mount: the kernel invalidates what its own
-/// operations change (and, after a read, the access time the engine may have
-/// changed). The block count does not move at write-back: it counts the
-/// blocks dirty data has reserved.
+/// Caching attributes and names for long is safe because every change to
+/// the volume comes through this kernel mount: the kernel invalidates what
+/// its own operations change (and, after a read, the access time the
+/// engine may have changed). Where the volume changes something the kernel
+/// cached on its own (the mode when an ACL is set, set-id bits a write
+/// drops), the adapter tells the kernel with a notification
+/// ([`DualFs::notifier_slot`]). The block count does not move at
+/// write-back: it counts the blocks dirty data has reserved.
 #[derive(Clone, Copy, Debug)]
 pub struct AdapterOptions {
     /// Lifetime of attributes in replies.
     pub attr_ttl: Duration,
-    /// Lifetime of name-to-inode entries in replies.
+    /// Lifetime of name-to-inode entries in replies, and of negative
+    /// entries (a name looked up and not found).
     pub entry_ttl: Duration,
     /// Largest write request (bytes) the kernel may send.
     pub max_write: u32,
@@ -64,11 +69,17 @@ pub struct AdapterOptions {
     pub devices_writable: bool,
 }
 
+/// Default lifetime of attributes and entries: an hour. Each request the
+/// kernel can answer from its cache is a round trip saved (`ls -l` of a
+/// listed directory, `stat` of a file seen a second ago, a path walked
+/// again); what the volume changes on its own is invalidated explicitly.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+
 impl Default for AdapterOptions {
     fn default() -> Self {
         AdapterOptions {
-            attr_ttl: Duration::from_secs(1),
-            entry_ttl: Duration::from_secs(1),
+            attr_ttl: DEFAULT_TTL,
+            entry_ttl: DEFAULT_TTL,
             max_write: 1 << 20,
             writeback_cache: true,
             owner_uid: 0,
@@ -85,6 +96,8 @@ pub struct DualFs {
     /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
     acl: bool,
     control: control::Control,
+    /// Requests served, per opcode (`dualfs stats`).
+    requests: requests::RequestStats,
     /// How to tell the kernel that cached attributes changed; set by the
     /// mounting code once the session exists ([`DualFs::notifier_slot`]).
     notifier: Arc<OnceLock<fuser::Notifier>>,
@@ -101,6 +114,7 @@ impl DualFs {
             options,
             acl: false,
             control: control::Control::new(options.owner_uid),
+            requests: requests::RequestStats::default(),
             notifier: Arc::default(),
             clock: None,
         }

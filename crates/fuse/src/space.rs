@@ -17,10 +17,10 @@ use crate::DualFs;
 /// (its per-device limit is 1% of the dirty memory limit).
 pub(crate) const NEAR_FULL_BYTES: u64 = 64 << 20;
 
-/// The near-full window of a volume in bytes: [`NEAR_FULL_BYTES`], or an
-/// eighth of the data device if smaller.
-fn window_bytes(s: &StatFs) -> u64 {
-    NEAR_FULL_BYTES.min(s.blocks * u64::from(s.bsize) / 8)
+/// The near-full window of a data device of `total` bytes:
+/// [`NEAR_FULL_BYTES`], or an eighth of the device if smaller.
+fn window_bytes(total: u64) -> u64 {
+    NEAR_FULL_BYTES.min(total / 8)
 }
 
 impl DualFs {
@@ -30,8 +30,10 @@ impl DualFs {
         if !self.options.writeback_cache {
             return FopenFlags::empty();
         }
-        let s = self.vol.statfs();
-        if s.bfree * u64::from(s.bsize) < window_bytes(&s) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
+        // Not statfs: this runs at every open for writing, and statfs also
+        // counts the meta-data space (DESIGN.md, requests as cheap).
+        let (total, free) = self.vol.data_space();
+        if free < window_bytes(total) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
     }
 
     /// Available blocks for statfs: free less the near-full window, what a
@@ -41,6 +43,6 @@ impl DualFs {
         if !self.options.writeback_cache {
             return s.bavail;
         }
-        s.bavail.saturating_sub(window_bytes(s) / u64::from(s.bsize).max(1))
+        s.bavail.saturating_sub(window_bytes(s.blocks * u64::from(s.bsize)) / u64::from(s.bsize).max(1))
     }
 }

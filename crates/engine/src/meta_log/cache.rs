@@ -5,7 +5,9 @@
 //! dropped only once the partial segment holding its newest copy is durable
 //! (before that the disk does not have it yet).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+
+use rustc_hash::FxHashMap;
 
 use crate::format::inode::InodeRecord;
 use crate::format::node::Node;
@@ -35,8 +37,8 @@ struct Entry<T> {
 /// Decoded meta-data objects by name.
 #[derive(Debug, Default)]
 pub struct MetaCache {
-    inodes: HashMap<InodeNo, Entry<InodeRecord>>,
-    nodes: HashMap<NodeId, Entry<Object>>,
+    inodes: FxHashMap<InodeNo, Entry<InodeRecord>>,
+    nodes: FxHashMap<NodeId, Entry<Object>>,
     dirty_inodes: BTreeSet<InodeNo>,
     dirty_nodes: BTreeSet<NodeId>,
     dirty_inode_bytes: usize,

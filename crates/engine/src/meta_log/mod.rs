@@ -221,6 +221,9 @@ impl Log {
         if let Some(b) = self.readahead.take(at) {
             return Ok(b.into_vec());
         }
+        if self.readahead.defer {
+            return Err(Error::MustRead(at.0));
+        }
         let Some((start, count)) = readahead::ReadAhead::window(&self.sb, at) else {
             return self.read_meta(at, 1);
         };
@@ -229,6 +232,27 @@ impl Log {
         let block = raw[i..i + BLOCK_SIZE].to_vec();
         self.readahead.fill(start, &raw, at);
         Ok(block)
+    }
+
+    /// While set, a cache miss does not read the device but fails with
+    /// [`Error::MustRead`]: the caller holds the volume lock and reads the
+    /// block without it ([`Log::read_window`], [`Log::fill_read_window`]).
+    pub fn set_defer_reads(&mut self, on: bool) {
+        self.readahead.defer = on;
+    }
+
+    /// What to read for a miss on `at`, and the read-ahead generation to
+    /// hand back to [`Log::fill_read_window`] with the bytes.
+    #[must_use]
+    pub fn read_window(&self, at: MetaBlock) -> (MetaBlock, usize, u64) {
+        let (start, count) = readahead::ReadAhead::window(&self.sb, at).unwrap_or((at, 1));
+        (start, count, self.readahead.generation())
+    }
+
+    /// Keeps a window read without the lock, unless the log rewrote any
+    /// block since `generation`. Returns whether it was kept.
+    pub fn fill_read_window(&mut self, generation: u64, start: MetaBlock, raw: &[u8]) -> bool {
+        self.readahead.fill_if(generation, start, raw)
     }
 
     // ---- change records ----

@@ -27,6 +27,13 @@ pub struct ReadAhead {
     pub windows: u64,
     /// Blocks served without a device request.
     pub hits: u64,
+    /// Bumped whenever blocks are forgotten (the log rewrites them): a
+    /// window read without the volume lock is kept only if no forget came
+    /// between the miss and the read's end ([`ReadAhead::fill_if`]).
+    generation: u64,
+    /// Set while a reader runs that must not read the device itself (it
+    /// holds the volume lock): a miss returns `Error::MustRead` instead.
+    pub defer: bool,
 }
 
 impl ReadAhead {
@@ -76,8 +83,27 @@ impl ReadAhead {
         }
     }
 
+    /// The count of forgets so far (see [`ReadAhead::fill_if`]).
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Keeps every block of a window read from `start` without the volume
+    /// lock, if nothing was forgotten since `generation` was taken before
+    /// the read (else the window may hold blocks the log has rewritten
+    /// since, and is dropped: the reader will miss and read again).
+    pub fn fill_if(&mut self, generation: u64, start: MetaBlock, raw: &[u8]) -> bool {
+        if generation != self.generation {
+            return false;
+        }
+        self.fill(start, raw, MetaBlock(u64::MAX));
+        true
+    }
+
     /// Forgets blocks `start..start + count`: they are being rewritten.
     pub fn forget(&mut self, start: MetaBlock, count: usize) {
+        self.generation += 1;
         if self.blocks.is_empty() {
             return;
         }
@@ -106,6 +132,20 @@ mod tests {
         ra.forget(MetaBlock(103), 1);
         assert!(ra.take(MetaBlock(103)).is_none());
         assert_eq!(ra.take(MetaBlock(100)).unwrap()[0], 0);
+    }
+
+    #[test]
+    fn a_window_read_across_a_forget_is_dropped() {
+        let mut ra = ReadAhead::default();
+        let raw = vec![7u8; BLOCK_SIZE * 2];
+        let g = ra.generation();
+        ra.forget(MetaBlock(500), 1);
+        assert!(!ra.fill_if(g, MetaBlock(10), &raw), "a forget came between the miss and the read");
+        assert!(ra.take(MetaBlock(10)).is_none());
+        let g = ra.generation();
+        assert!(ra.fill_if(g, MetaBlock(10), &raw));
+        assert!(ra.take(MetaBlock(10)).is_some(), "the block asked for is kept too");
+        assert!(ra.take(MetaBlock(11)).is_some());
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::format::inode_block;
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, MetaBlock, NodeId, SegmentNo, Seq, Timestamp};
 
 /// Longest single write request to the data device.
-const MAX_DATA_RUN_BLOCKS: usize = 2048;
+pub(crate) const MAX_DATA_RUN_BLOCKS: usize = 2048;
 
 /// A commit group ready to be written, with the data it makes reachable.
 #[derive(Debug)]

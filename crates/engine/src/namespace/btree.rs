@@ -61,10 +61,13 @@ pub fn scan(
     let Some(root) = root else { return Ok(()) };
     let mut from = from;
     loop {
-        // Descend to the leaf holding `from`, remembering where the leaf's range ends.
+        // Descend to the leaf holding `from`, remembering where the leaf's
+        // range ends; then visit it in place (a lookup in a directory stops
+        // at its first entry: copying the rest of the leaf was most of the
+        // cost of a lookup).
         let mut id = root;
         let mut upper: Option<u64> = None;
-        let leaf: Vec<(u64, Vec<u8>)> = loop {
+        loop {
             match &store.node(id)?.entries {
                 Entries::Internal(e) => {
                     let i = child_index(e, from);
@@ -75,13 +78,13 @@ pub fn scan(
                 }
                 Entries::Leaf(e) => {
                     let start = e.partition_point(|(k, _)| *k < from);
-                    break e[start..].to_vec();
+                    for (k, v) in &e[start..] {
+                        if !visit(*k, v) {
+                            return Ok(());
+                        }
+                    }
+                    break;
                 }
-            }
-        };
-        for (k, v) in &leaf {
-            if !visit(*k, v) {
-                return Ok(());
             }
         }
         match upper {

@@ -209,7 +209,7 @@ impl Fs {
             }
             return Ok(());
         }
-        let mut data: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
+        let mut data = self.pages.new_buffer();
         let reserved = match self.extent_at(ino, block)? {
             Some(e) => {
                 if !whole && !e.unwritten {

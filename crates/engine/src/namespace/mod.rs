@@ -17,8 +17,6 @@ pub mod replace;
 pub mod writeback;
 pub mod xattr;
 
-use std::collections::HashMap;
-
 pub use crate::format::name::FileName;
 pub use pages::PageCache;
 
@@ -59,7 +57,7 @@ pub struct Fs {
     pub replacing: replace::Replacements,
     /// References held from outside (open files, kernel lookups): an inode
     /// with no links lives until they are gone.
-    refs: HashMap<InodeNo, u64>,
+    refs: rustc_hash::FxHashMap<InodeNo, u64>,
 }
 
 impl Fs {
@@ -71,7 +69,7 @@ impl Fs {
             pages: PageCache::default(),
             config,
             replacing: replace::Replacements::default(),
-            refs: HashMap::new(),
+            refs: rustc_hash::FxHashMap::default(),
         }
     }
 

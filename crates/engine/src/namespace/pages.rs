@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use rustc_hash::FxHashMap;
+
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, Timestamp};
 
 /// Where a page stands between `write` and the disk.
@@ -30,6 +32,9 @@ pub enum PageState {
     },
 }
 
+/// Page buffers kept for reuse at most (16 MiB).
+const SPARE_PAGES: usize = 4096;
+
 /// A cached block of file data.
 #[derive(Debug)]
 pub struct Page {
@@ -40,11 +45,16 @@ pub struct Page {
 /// Dirty and in-flight file data, by inode and file block.
 #[derive(Debug, Default)]
 pub struct PageCache {
-    pub(super) files: HashMap<InodeNo, BTreeMap<u64, Page>>,
+    pub(super) files: FxHashMap<InodeNo, BTreeMap<u64, Page>>,
     pub(super) dirty_pages: usize,
+    /// Buffers of pages that went (written, truncated away), for the next
+    /// pages: allocating a fresh 4 KiB block per page was the largest cost
+    /// of a small write in the PostMark profile (the allocator gave the
+    /// memory back after each commit and faulted it in again).
+    spare: Vec<Box<[u8; BLOCK_SIZE]>>,
     /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
     /// blocks the file will have once written back, which `stat` counts.
-    pub(super) reserved: HashMap<InodeNo, u64>,
+    pub(super) reserved: FxHashMap<InodeNo, u64>,
     /// Per file with dirty pages: when a write first dirtied it, and its
     /// size then (a file missing here counts as old: its pages go with the
     /// next commit).
@@ -153,26 +163,64 @@ impl PageCache {
         }
     }
 
-    /// Hands every queued page to commit `commit`, copying its bytes.
-    pub fn take_queued(&mut self, commit: u64) -> Vec<(DataBlock, Vec<u8>)> {
-        let mut out = Vec::new();
+    /// Hands every queued page to commit `commit`, copying its bytes once
+    /// into runs of consecutive blocks (at most `max_run` blocks each), so
+    /// that neither a buffer per page nor a second copy to merge them is
+    /// needed.
+    pub fn take_queued(&mut self, commit: u64, max_run: usize) -> Vec<(DataBlock, Vec<u8>)> {
+        let mut queued: Vec<(DataBlock, &mut Page)> = Vec::new();
         for pages in self.files.values_mut() {
             for p in pages.values_mut() {
                 if let PageState::Queued { at } = p.state {
-                    out.push((at, p.data.to_vec()));
                     p.state = PageState::InFlight { at, commit };
+                    queued.push((at, p));
                 }
             }
+        }
+        queued.sort_unstable_by_key(|(at, _)| *at);
+        let mut out: Vec<(DataBlock, Vec<u8>)> = Vec::new();
+        let mut i = 0;
+        while i < queued.len() {
+            let start = queued[i].0;
+            let mut n = 1;
+            while i + n < queued.len() && n < max_run && queued[i + n].0.0 == start.0 + n as u64 {
+                n += 1;
+            }
+            let mut run = Vec::with_capacity(n * BLOCK_SIZE);
+            for (_, p) in &queued[i..i + n] {
+                run.extend_from_slice(&p.data[..]);
+            }
+            out.push((start, run));
+            i += n;
         }
         out
     }
 
     /// Commit `commit` is durable: its pages may go (the kernel caches data).
     pub fn drop_in_flight(&mut self, commit: u64) {
+        let spare = &mut self.spare;
         self.files.retain(|_, pages| {
-            pages.retain(|_, p| !matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit));
+            pages.retain(|_, p| {
+                let gone = matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit);
+                if gone && spare.len() < SPARE_PAGES {
+                    spare.push(std::mem::replace(&mut p.data, Box::new([0; BLOCK_SIZE])));
+                }
+                !gone
+            });
             !pages.is_empty()
         });
+    }
+
+    /// A zeroed page buffer (never another file's bytes: what a write does
+    /// not cover reads as zeros).
+    pub(super) fn new_buffer(&mut self) -> Box<[u8; BLOCK_SIZE]> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                b.fill(0);
+                b
+            }
+            None => Box::new([0; BLOCK_SIZE]),
+        }
     }
 
     /// Removes pages of `ino` at blocks `>= from` (and `< to`); returns how
@@ -184,11 +232,14 @@ impl PageCache {
         let doomed: Vec<u64> = pages.range(from..to).map(|(b, _)| *b).collect();
         let mut reserved = 0;
         for b in doomed {
-            if let Some(p) = pages.remove(&b)
-                && let PageState::Dirty { reserved: r } = p.state
-            {
-                self.dirty_pages -= 1;
-                reserved += u64::from(r);
+            if let Some(p) = pages.remove(&b) {
+                if let PageState::Dirty { reserved: r } = p.state {
+                    self.dirty_pages -= 1;
+                    reserved += u64::from(r);
+                }
+                if self.spare.len() < SPARE_PAGES {
+                    self.spare.push(p.data);
+                }
             }
         }
         if pages.is_empty() {

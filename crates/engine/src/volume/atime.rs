@@ -52,7 +52,7 @@ impl Volume {
             return false;
         }
         let now = self.now();
-        lock(&self.fs).inode(ino).is_ok_and(|rec| atime_due(rec, now, self.options.atime))
+        self.read_op(|fs| Ok(atime_due(fs.inode(ino)?, now, self.options.atime))).unwrap_or(false)
     }
 
     fn atime_enabled(&self) -> bool {

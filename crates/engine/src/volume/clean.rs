@@ -216,6 +216,7 @@ impl Volume {
             ("dirty_data_bytes", fs.pages.dirty_bytes() as u64),
             ("readahead_windows", readahead_windows),
             ("readahead_hits", readahead_hits),
+            ("meta_reads_unlocked", self.deferred_reads.load(std::sync::atomic::Ordering::Relaxed)),
             ("cleaner_passes", c.passes),
             ("cleaner_segments_read", c.segments_read),
             ("cleaner_blocks_read", c.blocks_read),

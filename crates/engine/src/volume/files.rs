@@ -9,13 +9,20 @@ use crate::meta_log::segments::OpKind;
 use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
 
+/// Pages one file may hold in memory before the background writer starts
+/// on them (32 MiB): a file written this far in one go is streamed, and its
+/// data had better go to the device while more arrives than all at once
+/// when the dirty limit stops every writer. Small files (PostMark's) never
+/// get there, so they still wait for their delayed-tail expiry.
+const STREAM_PAGES: usize = 8192;
+
 impl Volume {
     /// Takes a reference for an open file (engine users without FUSE lookups).
     ///
     /// # Errors
     /// `NotFound`.
     pub fn open_file(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).inode(ino)?;
+        self.read_op(|fs| fs.inode(ino).map(|_| ()))?;
         self.remember(ino, 1);
         Ok(())
     }
@@ -51,13 +58,12 @@ impl Volume {
     /// `IsDir`, `Invalid` for non-regular files; I/O errors.
     pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
         let reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (plan, touch) = {
-            let mut fs = lock(&self.fs);
+        let (plan, touch) = self.read_op(|fs| {
             let plan = fs.read_plan(ino, offset, size)?;
             // A read of nothing is no access (as Linux's filemap_read).
-            let touch = if size > 0 { self.touch_atime_locked(&mut fs, ino) } else { Touch::Settled };
-            (plan, touch)
-        };
+            let touch = if size > 0 { self.touch_atime_locked(fs, ino) } else { Touch::Settled };
+            Ok((plan, touch))
+        })?;
         let out = self.read_pieces(plan, size);
         // A commit takes the reuse lock exclusively: let go of it first.
         drop(reuse);
@@ -97,7 +103,8 @@ impl Volume {
     /// # Errors
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
-        let dirty = self.mutate(OpKind::Grow, |fs, now| {
+        self.prefetch(|fs| fs.inode(ino).map(|_| ()));
+        let (dirty, streaming) = self.mutate(OpKind::Grow, |fs, now| {
             if !data.is_empty() {
                 let size = fs.inode(ino)?.size;
                 fs.pages.note_dirtied(ino, now, size);
@@ -108,10 +115,12 @@ impl Volume {
                 rec.mtime = now;
                 rec.ctime = now;
             }
-            Ok(fs.pages.dirty_bytes() > fs.config.dirty_data_limit)
+            Ok((fs.pages.dirty_bytes() > fs.config.dirty_data_limit, fs.pages.file_pages(ino) >= STREAM_PAGES))
         })?;
         if dirty {
             self.commit()?;
+        } else if streaming {
+            self.kick_write_back();
         }
         Ok(data.len())
     }
@@ -125,7 +134,7 @@ impl Volume {
     /// # Errors
     /// `NotFound`; I/O errors.
     pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<bool> {
-        if !super::ops::has_privileges(&mut lock(&self.fs), ino, set_id)? {
+        if !self.read_op(|fs| super::ops::has_privileges(fs, ino, set_id))? {
             return Ok(false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
@@ -188,7 +197,7 @@ impl Volume {
     /// # Errors
     /// `NoSuchOffset` at or past the end of the file.
     pub fn seek(&self, ino: InodeNo, offset: u64, whence: Whence) -> Result<u64> {
-        lock(&self.fs).seek(ino, offset, whence)
+        self.read_op(|fs| fs.seek(ino, offset, whence))
     }
 
     /// Makes `ino`'s data and the meta-data that reaches it durable.
@@ -200,7 +209,7 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
-        lock(&self.fs).inode(ino)?;
+        self.read_op(|fs| fs.inode(ino).map(|_| ()))?;
         self.commit()
     }
 
@@ -217,6 +226,6 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn is_inline(&self, ino: InodeNo) -> Result<bool> {
-        Ok(matches!(lock(&self.fs).inode(ino)?.body, Body::Inline(_)))
+        self.read_op(|fs| Ok(matches!(fs.inode(ino)?.body, Body::Inline(_))))
     }
 }

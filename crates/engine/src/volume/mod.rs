@@ -48,6 +48,10 @@ use crate::namespace::replace::HoldPolicy;
 use crate::namespace::{Fs, FsConfig};
 use crate::types::{FileKind, InodeNo, Timestamp};
 
+/// Attempts of a reader that read the device without the lock before it
+/// reads under it ([`Volume::read_op`]).
+const DEFERRED_READS_MAX: usize = 8;
+
 /// How long without changes before the tick cleans in idle time.
 const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 
@@ -87,6 +91,11 @@ pub struct Volume {
     data: Arc<dyn BlockDevice>,
     open_report: OpenReport,
     commits: AtomicU64,
+    /// Meta-data windows read by readers with the lock released.
+    deferred_reads: AtomicU64,
+    /// Work for the background writer ([`Volume::background_step`]):
+    /// `(write back now, stop)`.
+    background: (Mutex<(bool, bool)>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
@@ -189,6 +198,8 @@ impl Volume {
             data,
             open_report: report,
             commits: AtomicU64::new(0),
+            deferred_reads: AtomicU64::new(0),
+            background: (Mutex::new((false, false)), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
         };
         if !options.read_only {
@@ -317,6 +328,40 @@ impl Volume {
         f(&mut lock(&self.fs))
     }
 
+    /// Runs a reader with the file system locked but without reading a
+    /// device under the lock: a meta-data miss ends the attempt
+    /// ([`Error::MustRead`]), the block's read-ahead window is read with
+    /// the lock released (other requests go on meanwhile), kept unless the
+    /// log rewrote a block in between, and the reader runs again. So a
+    /// cold `stat` never makes a warm one wait for the device. `f` must
+    /// change nothing before its last read (readers only stamp access
+    /// times, at their end). After [`DEFERRED_READS_MAX`] attempts (a log
+    /// busy rewriting the same blocks) it reads under the lock.
+    pub(crate) fn read_op<R>(&self, mut f: impl FnMut(&mut Fs) -> Result<R>) -> Result<R> {
+        for attempt in 0.. {
+            let mut fs = lock(&self.fs);
+            let defer = attempt < DEFERRED_READS_MAX;
+            fs.log.set_defer_reads(defer);
+            let r = f(&mut fs);
+            fs.log.set_defer_reads(false);
+            let Err(Error::MustRead(block)) = r else { return r };
+            let (start, count, generation) = fs.log.read_window(crate::types::MetaBlock(block));
+            drop(fs);
+            let raw = crate::device::read(self.meta.as_ref(), DeviceRole::Meta, start.0, count)?;
+            self.deferred_reads.fetch_add(1, Ordering::Relaxed);
+            lock(&self.fs).log.fill_read_window(generation, start, &raw);
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Loads what a change is about to need (the names and inodes it
+    /// reads) the way [`Volume::read_op`] does, so that the change itself,
+    /// which holds the lock throughout, finds it in memory. Errors are the
+    /// change's to report: it meets them again.
+    pub(crate) fn prefetch(&self, f: impl FnMut(&mut Fs) -> Result<()>) {
+        let _ = self.read_op(f);
+    }
+
     fn check_writable(&self) -> Result<()> {
         if self.is_read_only() {
             return Err(Error::ReadOnly("mounted read-only".into()));
@@ -344,6 +389,7 @@ impl Volume {
             self.check_writable()?;
             let res = {
                 let mut fs = lock(&self.fs);
+                fs.log.set_defer_reads(false);
                 // Again under the lock: a remount read-only may have come
                 // between the check above and the lock.
                 self.check_writable()?;
@@ -517,7 +563,7 @@ impl Volume {
             }
         }
         fs.pages.forget_clean();
-        let data = fs.pages.take_queued(id);
+        let data = fs.pages.take_queued(id, crate::meta_log::seal::MAX_DATA_RUN_BLOCKS);
         let sealed = match fs.log.seal_substituted(data, &substitutes, self.now()) {
             Ok(s) => s,
             Err(e) => {
@@ -621,6 +667,52 @@ impl Volume {
             self.clean_when_idle()?;
         }
         Ok(())
+    }
+
+    /// One turn of the background writer (a mounted volume's flusher
+    /// thread): waits up to `period` for a request to write back (a file
+    /// being streamed, [`Volume::write_with`]) and commits if one came,
+    /// then does the periodic work ([`Volume::tick`]). Returns false once
+    /// [`Volume::stop_background`] was called.
+    ///
+    /// # Errors
+    /// A device fails.
+    pub fn background_step(&self, period: Duration) -> Result<bool> {
+        let (write_back, stop) = {
+            let (m, cv) = &self.background;
+            let mut g = lock(m);
+            if !g.0 && !g.1 {
+                g = cv.wait_timeout(g, period).unwrap_or_else(PoisonError::into_inner).0;
+            }
+            let r = *g;
+            g.0 = false;
+            r
+        };
+        if stop {
+            return Ok(false);
+        }
+        if write_back && !self.options.read_only {
+            self.commit_for_room()?;
+        }
+        self.tick()?;
+        Ok(true)
+    }
+
+    /// Ends the background writer's loop at its next turn.
+    pub fn stop_background(&self) {
+        let (m, cv) = &self.background;
+        lock(m).1 = true;
+        cv.notify_all();
+    }
+
+    /// Asks the background writer to commit now.
+    pub(crate) fn kick_write_back(&self) {
+        let (m, cv) = &self.background;
+        let mut g = lock(m);
+        if !g.0 {
+            g.0 = true;
+            cv.notify_all();
+        }
     }
 
     /// Log blocks between checkpoints: the mount option, but never more than

@@ -2,7 +2,7 @@
 //! `system.posix_acl_access` and `system.posix_acl_default` are xattrs
 //! with ext4's rules (see [`crate::namespace::acl`]).
 
-use super::{Volume, lock};
+use super::Volume;
 use crate::error::{Error, Result};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::acl::{Acl, AclKind};
@@ -38,7 +38,7 @@ impl Volume {
     /// `security` namespaces and the ACL names.
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
         check_name(name)?;
-        lock(&self.fs).xattr_get(ino, name)
+        self.read_op(|fs| fs.xattr_get(ino, name))
     }
 
     /// Every extended attribute name.
@@ -46,7 +46,7 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
-        lock(&self.fs).xattr_list(ino)
+        self.read_op(|fs| fs.xattr_list(ino))
     }
 
     /// Sets an extended attribute. An ACL name sets the ACL, as

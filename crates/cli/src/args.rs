@@ -58,7 +58,38 @@ pub enum Command {
     /// Copy a file or a tree out of an unmounted, even damaged, volume.
     #[command(after_help = GET_HELP)]
     Get(crate::extract::GetArgs),
+    /// Write a volume's meta-data (names replaced, no file contents) to a
+    /// file to send to a developer.
+    #[command(after_help = METADUMP_HELP)]
+    Metadump(crate::metadump::MetadumpArgs),
+    /// Turn a metadump back into a volume (file contents read as zeros).
+    #[command(after_help = METARESTORE_HELP)]
+    Metarestore(crate::metadump::MetarestoreArgs),
 }
+
+const METADUMP_HELP: &str = "\
+Copies every non-zero block of the meta-data device and the data device's
+superblock, as they are: the volume need not mount, a damaged volume dumps
+with its damage. No file contents are copied (they live on the data
+device). By default names, xattr names and symlink targets are replaced by
+pseudo-random names of the same length (the same name always by the same
+one; . .. and lost+found kept) and inline file data and xattr values by
+zeros (POSIX ACLs are kept); the checksums covering a changed block are
+sealed again, except where they were already wrong. Such a dump restores
+to a volume that mounts read-only only. --no-obfuscate keeps everything.
+
+The volume should not be mounted (a mounted volume dumps as it was last
+written). The dump compresses well: dualfs metadump M D - | zstd > dump.zst
+
+Example: dualfs metadump volume/meta.img volume/data.img volume.dump";
+const METARESTORE_HELP: &str = "\
+Writes the meta-data device and the data device (sized as they were, zero
+but for the superblock), creating image files that do not exist. A device
+that holds a file system, DualFS or other, is refused without --force; one
+that is mounted or in use is refused always.
+
+Example: dualfs metarestore volume.dump meta.img data.img
+         dualfs mount -o ro meta.img data.img /mnt";
 
 const CAT_HELP: &str = "\
 Reads the devices directly (no mount). Blocks that cannot be read are
@@ -229,13 +260,14 @@ impl Command {
         match self {
             Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
             Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
-            Command::Probe(_) | Command::Cat(_) => true,
+            Command::Probe(_) | Command::Cat(_) | Command::Metadump(_) => true,
             Command::Mkfs(_)
             | Command::Mount(_)
             | Command::Umount(_)
             | Command::Clean(_)
             | Command::Tune(_)
             | Command::Get(_)
+            | Command::Metarestore(_)
             | Command::Sync(_) => false,
         }
     }

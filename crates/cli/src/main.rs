@@ -26,8 +26,10 @@ mod helper;
 mod holder;
 mod inspect;
 mod inspect_text;
+mod metadump;
 mod mkfs;
 mod mount;
+mod obfuscate;
 mod options;
 mod probe;
 mod progress;
@@ -126,6 +128,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Tune(a) => tune::run(a),
         Command::Cat(a) => extract::cat(a),
         Command::Get(a) => extract::get(a),
+        Command::Metadump(a) => metadump::metadump(a),
+        Command::Metarestore(a) => metadump::metarestore(a),
     }
 }
 

@@ -31,6 +31,9 @@ pub enum Synced {
     Checkpoint,
     /// Committed (the caller may not use the control attribute).
     Commit,
+    /// Mounted read-only: nothing to commit (as sync(1) says of a
+    /// read-only file system).
+    ReadOnly,
 }
 
 /// Syncs the DualFS volume mounted at `root` (canonical).
@@ -46,6 +49,14 @@ pub fn sync_mount(root: &Path) -> Result<Synced> {
         Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => {
             dir.sync_all().with_context(|| format!("committing {} failed", root.display()))?;
             Ok(Synced::Commit)
+        }
+        // The kernel refuses the attribute on a read-only mount, which
+        // holds nothing to commit. A volume turned read-only by a failed
+        // write is not mounted read-only: its EROFS stays an error.
+        Err(rustix::io::Errno::ROFS)
+            if rustix::fs::statvfs(root).is_ok_and(|s| s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)) =>
+        {
+            Ok(Synced::ReadOnly)
         }
         Err(e) => bail!("syncing {}: {}", root.display(), std::io::Error::from(e)),
     }
@@ -95,6 +106,11 @@ pub fn run(args: &SyncArgs) -> Result<()> {
             Synced::Checkpoint => {
                 if args.verbose {
                     say!("{}: committed and checkpointed", root.display());
+                }
+            }
+            Synced::ReadOnly => {
+                if args.verbose {
+                    say!("{}: mounted read-only, nothing to commit", root.display());
                 }
             }
             Synced::Commit => say!(

@@ -81,9 +81,18 @@ fn dualfs_sync_of_every_mount_and_of_a_path_that_is_not_dualfs() {
     let mut child = dead.spawn_mount(&[]);
     child.kill().unwrap();
     child.wait().unwrap();
+    // And one mounted read-only, which has nothing to commit.
+    let mut ro = TestVolume::create("64M").unwrap();
+    ro.mount_with("ro");
     let out = dualfs(&["sync", "-v"]);
     sh(&format!("umount -l {}", dead.m()));
+    ro.umount();
     assert!(out.status.success(), "dualfs sync: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("{}: mounted read-only", ro.m())),
+        "the read-only mount is passed over: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains(v.m()), "every mount is synced and named with -v");
     assert!(String::from_utf8_lossy(&out.stderr).contains("serving process is gone"), "the dead mount is named");
     let out = dualfs(&["sync", "/"]);

@@ -21,12 +21,18 @@ pub const COMPAT_MOUNT_OPTIONS: u64 = 1;
 /// rather than the first 8 bytes of `volume_uuid`, which `dualfs tune -U`
 /// changed after the blocks were written. Since 1.1.
 pub const INCOMPAT_BLOCK_ID: u64 = 1;
+/// `incompat`: names are not at the hash positions of their keys (a volume
+/// restored by `dualfs metarestore` from a dump whose names were replaced):
+/// a reader looks a name up by scanning its directory or xattr tree, and
+/// the volume mounts read-only only. A reader that hashed would find
+/// nothing, hence incompat. Bit 1 belongs to the fsync log of 1.2. Since 1.2.
+pub const INCOMPAT_SCANNED_NAMES: u64 = 1 << 2;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_SCANNED_NAMES;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -117,6 +123,13 @@ impl Superblock {
             self.minor = self.minor.max(1);
         }
         self.volume_uuid = uuid;
+    }
+
+    /// Whether names must be looked up by scanning rather than by their
+    /// hash position ([`INCOMPAT_SCANNED_NAMES`]).
+    #[must_use]
+    pub fn scanned_names(&self) -> bool {
+        self.incompat & INCOMPAT_SCANNED_NAMES != 0
     }
 
     /// The default mount options as text (empty when none are stored).

@@ -144,11 +144,14 @@ impl Fs {
     /// # Errors
     /// `NotDir`, or I/O and corruption errors.
     pub fn dir_lookup(&mut self, dir: InodeNo, name: &[u8]) -> Result<Option<DirEntry>> {
-        let base = hash_position(&self.log.superblock().hash_key, name);
+        // A restored dump's names no longer hash to their positions: every
+        // entry is a candidate, from the first.
+        let scan_all = self.log.superblock().scanned_names();
+        let base = if scan_all { 0 } else { hash_position(&self.log.superblock().hash_key, name) };
         let mut found = None;
         let mut bad = None;
         self.dir_scan_raw(dir, base, &mut |k, v| {
-            if k >= base + COLLISION_SLOTS {
+            if !scan_all && k >= base + COLLISION_SLOTS {
                 return false;
             }
             match decode(k, v, dir) {

@@ -78,11 +78,13 @@ fn decode_entry(v: &[u8], ino: InodeNo) -> Result<(Vec<u8>, Stored)> {
 impl Fs {
     /// Finds `name` in an xattr tree: its position and stored form.
     fn xattr_find(&mut self, ino: InodeNo, root: NodeId, name: &[u8]) -> Result<Option<(u64, Stored)>> {
-        let base = hash_position(&self.log.superblock().hash_key, name);
+        // As in `dir_lookup`: a restored dump's names are found by scanning.
+        let scan_all = self.log.superblock().scanned_names();
+        let base = if scan_all { 0 } else { hash_position(&self.log.superblock().hash_key, name) };
         let mut found = None;
         let mut bad = None;
         btree::scan(&mut self.log.tree(ino), Some(root), base, &mut |k, v| {
-            if k >= base + COLLISION_SLOTS {
+            if !scan_all && k >= base + COLLISION_SLOTS {
                 return false;
             }
             match decode_entry(v, ino) {

@@ -113,6 +113,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Why a volume restored from a dump with replaced names may never be
+/// written: its names are not at their hash positions (FORMAT.md 1.4).
+fn scanned_names(log: &Log) -> Option<String> {
+    log.superblock().scanned_names().then(|| {
+        "the volume was restored from a dump whose names were replaced (dualfs metarestore): it can only be \
+         mounted read-only (-o ro)"
+            .to_string()
+    })
+}
+
 impl Volume {
     /// Opens a volume: newest checkpoint, roll-forward, orphan cleanup, and
     /// (unless read-only) a checkpoint if anything was recovered.
@@ -154,6 +164,11 @@ impl Volume {
         {
             log::warn!("accepting the loss (recover=older): {loss}");
         }
+        if let Some(why) = scanned_names(&log)
+            && !options.read_only
+        {
+            return Err(Error::ReadOnly(why));
+        }
         let vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
@@ -183,7 +198,8 @@ impl Volume {
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         let never_writable = (unknown != 0)
             .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"))
-            .or(never);
+            .or(never)
+            .or_else(|| scanned_names(&log));
         if let Some(why) = &never_writable
             && !options.read_only
         {

@@ -1,0 +1,529 @@
+//! What `dualfs metadump` removes from a meta-data device's blocks by
+//! default: names become pseudo-random names of the same length, symlink
+//! targets the same (component by component, keeping `/`, `.` and `..`),
+//! inline file data and xattr values zeros. Blocks are edited in place,
+//! byte by byte, so that every length, offset and key stays as it was;
+//! each rewritten block gets its CRC again (the descriptors and
+//! checkpoints that cover those CRCs are resealed by [`crate::metadump`]).
+//!
+//! The parsing here is lenient and never panics: a record or entry that
+//! does not parse is left alone, a block whose CRC fails is not resealed
+//! (its payload is dropped: it may hold names, and its damage stays).
+
+use std::collections::{HashMap, HashSet};
+
+use dualfs_engine::format::block::{BLOCK_MAGIC, HEADER_LEN, PAYLOAD_LEN};
+use dualfs_engine::format::checksum;
+use dualfs_engine::format::name::hash_position;
+
+/// Block kinds (FORMAT.md 3.3) this module rewrites or knows to hold no
+/// names.
+const KIND_DESCRIPTOR: u8 = 1;
+const KIND_INODES: u8 = 2;
+const KIND_NODE: u8 = 3;
+const KIND_BLOB: u8 = 4;
+const KIND_TABLE: u8 = 5;
+const KIND_INDEX: u8 = 6;
+
+/// Partial segment kinds whose descriptors hold no names (FORMAT.md 3.4):
+/// normal and checkpoint.
+const KNOWN_DESCRIPTORS: [u8; 2] = [1, 2];
+/// Descriptor blocks one partial segment may have (a segment's blocks).
+const MAX_DESCRIPTOR_BLOCKS: u64 = 65_536;
+
+/// Inode record layout (FORMAT.md 3.6).
+const RECORD_FIXED: usize = 136;
+const S_IFMT: u32 = 0o170_000;
+const S_IFLNK: u32 = 0o120_000;
+const BODY_INLINE: u8 = 1;
+const BODY_BLOB: u8 = 4;
+const BODY_ENTRIES: u8 = 5;
+/// B-tree kinds (FORMAT.md 3.8).
+const TREE_DIRECTORY: u8 = 1;
+const TREE_XATTRS: u8 = 3;
+
+/// Names kept as they are: they carry no one's information and tools
+/// look for them.
+const KEPT_NAMES: [&[u8]; 3] = [b".", b"..", b"lost+found"];
+/// Xattrs kept whole, value included: POSIX ACLs hold only ids and
+/// permission bits, and a zeroed ACL would make every access to its file
+/// an error on the restored volume.
+const KEPT_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+/// Characters of obfuscated names, while the name's length has room.
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// What happened to one block.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Outcome {
+    /// Nothing to change.
+    Kept,
+    /// Rewritten and resealed: its stored CRC went from `.0` to `.1`.
+    Resealed(u32, u32),
+    /// Its CRC failed (or its kind is unknown): payload dropped, header
+    /// kept, not resealed, so that it reads as damaged as before.
+    Dropped,
+    /// Not a meta-data block: cleared to zeros.
+    Cleared,
+}
+
+/// Counts for the summary.
+#[derive(Default, Debug)]
+pub struct Counts {
+    /// Directory entry names replaced (every occurrence, old blocks too).
+    pub names: u64,
+    /// Xattr names replaced.
+    pub xattrs: u64,
+    /// Symlink targets replaced.
+    pub symlinks: u64,
+    /// Inline file contents, xattr values and value blobs zeroed.
+    pub zeroed: u64,
+    /// Blocks whose CRC failed, payload dropped.
+    pub damaged: u64,
+    /// Blocks of kinds this version does not know, payload dropped.
+    pub unknown: u64,
+    /// Blocks that were not meta-data blocks, cleared.
+    pub cleared: u64,
+}
+
+/// The replacement names of one dump: the same name always gets the same
+/// replacement, and two names never share one.
+pub struct Obfuscator {
+    key: [u8; 16],
+    names: HashMap<Vec<u8>, Vec<u8>>,
+    used: HashSet<Vec<u8>>,
+    /// Node ids of blobs that hold symlink targets (the rest hold xattr
+    /// values, which are zeroed).
+    symlink_blobs: HashSet<u64>,
+    /// Descriptor blocks of partial segment kinds this version does not
+    /// know: dropped.
+    foreign: HashSet<u64>,
+    /// What was done, for the summary.
+    pub counts: Counts,
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<usize> {
+    Some(usize::from(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?)))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// A meta-data block's kind and payload range, when it carries the magic.
+fn header(block: &[u8]) -> Option<(u8, usize)> {
+    if u32_at(block, 0)? != BLOCK_MAGIC {
+        return None;
+    }
+    let len = u32_at(block, 12)? as usize;
+    (len <= PAYLOAD_LEN).then_some((block[8], len))
+}
+
+impl Obfuscator {
+    /// A fresh obfuscator; `key` (random, never stored) makes the
+    /// replacements of one dump unpredictable from another's.
+    #[must_use]
+    pub fn new(key: [u8; 16]) -> Obfuscator {
+        Obfuscator {
+            key,
+            names: HashMap::new(),
+            used: HashSet::new(),
+            symlink_blobs: HashSet::new(),
+            foreign: HashSet::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// First pass: learns from an inode block which blobs hold symlink
+    /// targets, and from a descriptor of a kind this version does not know
+    /// (its records may hold names) which blocks to drop. Blocks whose CRC
+    /// fails teach nothing.
+    pub fn learn(&mut self, address: u64, block: &[u8]) {
+        let Some((kind, len)) = header(block) else { return };
+        if !checksum::verify(block, 4) {
+            return;
+        }
+        let payload = &block[HEADER_LEN..HEADER_LEN + len];
+        if kind == KIND_DESCRIPTOR {
+            // The first descriptor block (aux 0) carries the stream's kind
+            // at payload offset 8 and, in its header name, the number of
+            // descriptor blocks.
+            let first = u16_at(block, 10) == Some(0);
+            let stream_kind = payload.get(8).copied().unwrap_or(0);
+            if first && !KNOWN_DESCRIPTORS.contains(&stream_kind) {
+                let n = u64_at(block, 48).unwrap_or(1).clamp(1, MAX_DESCRIPTOR_BLOCKS);
+                self.foreign.extend(address..address + n);
+            }
+            return;
+        }
+        if kind != KIND_INODES {
+            return;
+        }
+        for (start, end) in records(payload) {
+            let rec = &payload[start..end];
+            let is_link = u32_at(rec, 12).is_some_and(|m| m & S_IFMT == S_IFLNK);
+            if !is_link || rec.get(116) != Some(&BODY_BLOB) {
+                continue;
+            }
+            let Some(body_len) = u16_at(rec, 118) else { continue };
+            let Some(body) = rec.get(RECORD_FIXED..RECORD_FIXED + body_len) else { continue };
+            let n = u16_at(body, 4).unwrap_or(0);
+            for i in 0..n {
+                if let Some(id) = u64_at(body, 6 + 8 * i) {
+                    self.symlink_blobs.insert(id);
+                }
+            }
+        }
+    }
+
+    /// The replacement of a name: same length, never `.`, `..`,
+    /// `lost+found`, itself or another name's replacement.
+    pub fn name(&mut self, name: &[u8]) -> Vec<u8> {
+        if name.is_empty() || KEPT_NAMES.contains(&name) {
+            return name.to_vec();
+        }
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let mut chosen = None;
+        for attempt in 0u32..2000 {
+            let mut seed_input = name.to_vec();
+            seed_input.extend_from_slice(&attempt.to_le_bytes());
+            let mut state = hash_position(&self.key, &seed_input);
+            let candidate: Vec<u8> = (0..name.len())
+                .map(|_| {
+                    state = splitmix(state);
+                    // Short names run out of the alphabet's combinations:
+                    // then any byte a name may hold but '/' and NUL.
+                    if attempt < 100 {
+                        ALPHABET[(state % ALPHABET.len() as u64) as usize]
+                    } else {
+                        let b = (state % 254) as u8 + 1;
+                        if b == b'/' { 0xff } else { b }
+                    }
+                })
+                .collect();
+            if candidate != name && !KEPT_NAMES.contains(&candidate.as_slice()) && !self.used.contains(&candidate) {
+                chosen = Some(candidate);
+                break;
+            }
+        }
+        // Every name of this length is taken (a directory of all 1-byte
+        // names): the name stays as it was.
+        let chosen = chosen.unwrap_or_else(|| name.to_vec());
+        self.used.insert(chosen.clone());
+        self.names.insert(name.to_vec(), chosen.clone());
+        chosen
+    }
+
+    /// An xattr name's replacement: the namespace (through the first '.')
+    /// stays, so that the kernel still knows what the attribute is.
+    fn xattr_name(&mut self, name: &[u8]) -> Vec<u8> {
+        let cut = name.iter().position(|&b| b == b'.').map_or(0, |i| i + 1);
+        let mut out = name[..cut].to_vec();
+        out.extend(self.name(&name[cut..]));
+        out
+    }
+
+    /// A symlink target's replacement, component by component.
+    fn path(&mut self, target: &mut [u8]) {
+        let mut start = 0;
+        while start <= target.len() {
+            let end = target[start..].iter().position(|&b| b == b'/').map_or(target.len(), |i| start + i);
+            if end > start {
+                let n = self.name(&target[start..end]);
+                target[start..end].copy_from_slice(&n);
+            }
+            start = end + 1;
+        }
+    }
+
+    /// Rewrites one block of the meta-data device (not blocks 0–2: the
+    /// superblock and checkpoints are handled by the dump).
+    pub fn rewrite(&mut self, address: u64, block: &mut [u8]) -> Outcome {
+        let Some((kind, len)) = header(block) else {
+            if block.iter().all(|&b| b == 0) {
+                return Outcome::Kept;
+            }
+            // No meta-data block lives here: whatever it is (an old
+            // device's contents, garbage) it is not the volume's.
+            block.fill(0);
+            self.counts.cleared += 1;
+            return Outcome::Cleared;
+        };
+        let known = [KIND_DESCRIPTOR, KIND_INODES, KIND_NODE, KIND_BLOB, KIND_TABLE, KIND_INDEX].contains(&kind)
+            && !self.foreign.contains(&address);
+        if !checksum::verify(block, 4) || !known {
+            block[HEADER_LEN..].fill(0);
+            if known {
+                self.counts.damaged += 1;
+            } else {
+                self.counts.unknown += 1;
+            }
+            return Outcome::Dropped;
+        }
+        let old = u32_at(block, 4).unwrap_or(0);
+        let level = u16_at(block, 10).unwrap_or(0);
+        let node_id = u64_at(block, 48).unwrap_or(0);
+        let payload = &mut block[HEADER_LEN..HEADER_LEN + len];
+        let changed = match kind {
+            KIND_INODES => {
+                let mut any = false;
+                for (start, end) in records(payload) {
+                    any |= self.record(&mut payload[start..end]);
+                }
+                any
+            }
+            KIND_NODE if level == 0 => self.leaf(payload),
+            KIND_BLOB if !payload.is_empty() => {
+                if self.symlink_blobs.contains(&node_id) {
+                    self.path(payload);
+                    self.counts.symlinks += 1;
+                } else {
+                    payload.fill(0);
+                    self.counts.zeroed += 1;
+                }
+                true
+            }
+            _ => false,
+        };
+        if !changed {
+            return Outcome::Kept;
+        }
+        checksum::seal(block, 4);
+        let new = u32_at(block, 4).unwrap_or(0);
+        if new == old { Outcome::Kept } else { Outcome::Resealed(old, new) }
+    }
+
+    /// One inode record: its body (inline data, inline entries, an inline
+    /// symlink target) and its inline xattrs.
+    fn record(&mut self, rec: &mut [u8]) -> bool {
+        let (Some(mode), Some(body_len), Some(xattr_len)) = (u32_at(rec, 12), u16_at(rec, 118), u16_at(rec, 120))
+        else {
+            return false;
+        };
+        if RECORD_FIXED + body_len + xattr_len != rec.len() {
+            return false;
+        }
+        let (body_kind, xattr_kind) = (rec[116], rec[117]);
+        let (body, xattrs) = rec[RECORD_FIXED..].split_at_mut(body_len);
+        let mut changed = false;
+        match body_kind {
+            BODY_INLINE if mode & S_IFMT == S_IFLNK => {
+                self.path(body);
+                self.counts.symlinks += 1;
+                changed = true;
+            }
+            BODY_INLINE if body.iter().any(|&b| b != 0) => {
+                body.fill(0);
+                self.counts.zeroed += 1;
+                changed = true;
+            }
+            BODY_ENTRIES => changed |= self.entries(body, 2, u16_at(body, 0).unwrap_or(0)),
+            _ => {}
+        }
+        if xattr_kind == 0 && !xattrs.is_empty() {
+            changed |= self.inline_xattrs(xattrs);
+        }
+        changed
+    }
+
+    /// `count` directory entries `(u64 key, u16 len, value)` from `at`: the
+    /// name at the end of each value is replaced.
+    fn entries(&mut self, b: &mut [u8], mut at: usize, count: usize) -> bool {
+        let mut changed = false;
+        for _ in 0..count {
+            let Some(len) = u16_at(b, at + 8) else { break };
+            let Some(value) = b.get_mut(at + 10..at + 10 + len) else { break };
+            if value.len() > 9 {
+                let n = self.name(&value[9..]);
+                value[9..].copy_from_slice(&n);
+                self.counts.names += 1;
+                changed = true;
+            }
+            at += 10 + len;
+        }
+        changed
+    }
+
+    /// A B-tree leaf: directory entries' names, xattr names and inline
+    /// values; extent leaves hold nothing to hide.
+    fn leaf(&mut self, payload: &mut [u8]) -> bool {
+        let (Some(&tree), Some(count)) = (payload.first(), u16_at(payload, 2)) else { return false };
+        match tree {
+            TREE_DIRECTORY => self.entries(payload, 4, count),
+            TREE_XATTRS => {
+                let mut at = 4;
+                let mut changed = false;
+                for _ in 0..count {
+                    let Some(len) = u16_at(payload, at + 8) else { break };
+                    let Some(value) = payload.get_mut(at + 10..at + 10 + len) else { break };
+                    changed |= self.tree_xattr(value);
+                    at += 10 + len;
+                }
+                changed
+            }
+            _ => false,
+        }
+    }
+
+    /// One xattr tree value: `form, name_len, name, value or blob list`.
+    fn tree_xattr(&mut self, v: &mut [u8]) -> bool {
+        let (Some(&form), Some(&name_len)) = (v.first(), v.get(1)) else { return false };
+        let end = 2 + usize::from(name_len);
+        let Some(name) = v.get(2..end) else { return false };
+        if KEPT_XATTRS.contains(&name) {
+            return false;
+        }
+        let n = self.xattr_name(name);
+        v[2..end].copy_from_slice(&n);
+        self.counts.xattrs += 1;
+        if form == 0 && v.len() > end {
+            v[end..].fill(0);
+            self.counts.zeroed += 1;
+        }
+        true
+    }
+
+    /// An inode's inline xattr list: names replaced, values zeroed, pairs
+    /// sorted again by their new names (the format keeps them in order).
+    fn inline_xattrs(&mut self, area: &mut [u8]) -> bool {
+        let Some(count) = u16_at(area, 0) else { return false };
+        let mut pairs = Vec::with_capacity(count);
+        let mut at = 2;
+        for _ in 0..count {
+            let (Some(&name_len), Some(value_len)) = (area.get(at), u16_at(area, at + 1)) else { return false };
+            let name_end = at + 3 + usize::from(name_len);
+            let (Some(name), Some(value)) = (area.get(at + 3..name_end), area.get(name_end..name_end + value_len))
+            else {
+                return false;
+            };
+            pairs.push((name.to_vec(), value.to_vec()));
+            at = name_end + value_len;
+        }
+        if at != area.len() {
+            return false;
+        }
+        let mut changed = false;
+        for (name, value) in &mut pairs {
+            if KEPT_XATTRS.contains(&name.as_slice()) {
+                continue;
+            }
+            *name = self.xattr_name(name);
+            value.fill(0);
+            self.counts.xattrs += 1;
+            changed = true;
+        }
+        pairs.sort();
+        let mut out = Vec::with_capacity(area.len());
+        out.extend_from_slice(&area[..2]);
+        for (name, value) in &pairs {
+            out.push(name.len() as u8);
+            out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+            out.extend_from_slice(name);
+            out.extend_from_slice(value);
+        }
+        area.copy_from_slice(&out);
+        changed
+    }
+}
+
+/// The record ranges of an inode block's payload, as far as its table is
+/// sound (FORMAT.md 3.5).
+fn records(payload: &[u8]) -> Vec<(usize, usize)> {
+    let Some(count) = u16_at(payload, 0) else { return Vec::new() };
+    let mut out = Vec::new();
+    for i in 0..count.min(27) {
+        let (Some(off), Some(len)) = (u16_at(payload, 2 + 12 * i + 8), u16_at(payload, 2 + 12 * i + 10)) else {
+            break;
+        };
+        if len < RECORD_FIXED || off + len > payload.len() || off < 2 + 12 * count {
+            break;
+        }
+        out.push((off, off + len));
+    }
+    out
+}
+
+/// splitmix64: the next state of a small generator.
+fn splitmix(s: u64) -> u64 {
+    let mut z = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_their_length_and_never_meet() {
+        let mut o = Obfuscator::new([3; 16]);
+        let mut seen = HashSet::new();
+        for n in 0..=255u8 {
+            if n == b'/' || n == 0 || n == b'.' {
+                continue;
+            }
+            let r = o.name(&[n]);
+            assert_eq!(r.len(), 1);
+            assert!(!r.contains(&b'/') && !r.contains(&0) && r != b".");
+            assert!(seen.insert(r), "two 1-byte names share a replacement");
+        }
+        assert_eq!(o.name(b"hello"), o.name(b"hello"));
+        assert_ne!(o.name(b"hello"), b"hello");
+        assert_eq!(o.name(b"lost+found"), b"lost+found");
+        let mut t = *b"../a/bc//lost+found/.";
+        o.path(&mut t);
+        assert_eq!(&t[..3], b"../");
+        assert_eq!(t[4], b'/');
+        assert_eq!(&t[7..9], b"//");
+        assert_eq!(&t[9..], b"lost+found/.");
+        assert_eq!(o.xattr_name(b"user.secret")[..5], *b"user.");
+    }
+
+    #[test]
+    fn damaged_and_foreign_blocks_keep_nothing_and_stay_damaged() {
+        let mut o = Obfuscator::new([1; 16]);
+        let mut b = vec![7u8; 4096];
+        assert_eq!(o.rewrite(9, &mut b), Outcome::Cleared);
+        assert!(b.iter().all(|&x| x == 0));
+        b[..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        b[8] = KIND_NODE;
+        b[100] = 9;
+        assert_eq!(o.rewrite(9, &mut b), Outcome::Dropped);
+        assert!(!checksum::verify(&b, 4));
+        assert!(b[HEADER_LEN..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn descriptors_of_unknown_kinds_are_dropped_whole() {
+        let mut o = Obfuscator::new([1; 16]);
+        let descriptor = |aux: u16, stream_kind: u8| {
+            let mut b = vec![0u8; 4096];
+            b[..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+            b[8] = KIND_DESCRIPTOR;
+            b[9] = 1;
+            b[10..12].copy_from_slice(&aux.to_le_bytes());
+            b[12..16].copy_from_slice(&100u32.to_le_bytes());
+            b[48..56].copy_from_slice(&2u64.to_le_bytes());
+            b[HEADER_LEN + 8] = stream_kind;
+            b[HEADER_LEN + 20..HEADER_LEN + 30].copy_from_slice(b"secretname");
+            checksum::seal(&mut b, 4);
+            b
+        };
+        let (mut known, mut first, mut next) = (descriptor(0, 1), descriptor(0, 3), descriptor(1, 0));
+        o.learn(5, &known);
+        o.learn(10, &first);
+        o.learn(11, &next);
+        assert_eq!(o.rewrite(5, &mut known), Outcome::Kept);
+        assert_eq!(o.rewrite(10, &mut first), Outcome::Dropped);
+        assert_eq!(o.rewrite(11, &mut next), Outcome::Dropped);
+        assert!(!first.windows(10).any(|w| w == b"secretname"));
+        assert_eq!(o.counts.unknown, 2);
+    }
+}

@@ -12,6 +12,9 @@ use crate::format::ifile::{GroupDesc, TableId};
 use crate::table::{Table, TableAccess};
 use crate::types::{DataBlock, GroupNo, Seq};
 
+/// The tag of a free whose commit group is not sealed yet.
+const UNSEALED: Seq = Seq(u64::MAX);
+
 /// Longest extent handed out at once.
 pub const MAX_EXTENT_BLOCKS: u32 = 32768;
 
@@ -221,6 +224,13 @@ impl DataSpace {
         n
     }
 
+    /// Whether every block of the range is free in the bitmap.
+    #[must_use]
+    pub fn all_free(&self, start: DataBlock, len: u32) -> bool {
+        start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total)
+            && (start.0..start.0 + u64::from(len)).all(|b| !self.bit(b))
+    }
+
     /// Whether every block of the range is marked in use.
     #[must_use]
     pub fn all_used(&self, start: DataBlock, len: u32) -> bool {
@@ -228,14 +238,28 @@ impl DataSpace {
             && (start.0..start.0 + u64::from(len)).all(|b| self.bit(b))
     }
 
-    /// Frees blocks once partial segment `seq` is durable.
-    pub fn free_deferred(&mut self, start: DataBlock, len: u32, seq: Seq) {
+    /// Frees blocks once the commit group that records the free is durable
+    /// ([`DataSpace::seal_frees`] names it when it is sealed).
+    pub fn free_deferred(&mut self, start: DataBlock, len: u32) {
         if faults::active(Fault::ImmediateReuse) {
             self.mark_free(start, len);
             return;
         }
-        self.pending.push((seq, start, len));
+        self.pending.push((UNSEALED, start, len));
         self.pending_blocks += u64::from(len);
+    }
+
+    /// The commit group ending with partial segment `seq` carries every free
+    /// not yet sealed: they wait for it. (Tagging a free with the log head
+    /// when it happens would not do: an fsync partial segment written in
+    /// between takes that sequence number, and its durability would release
+    /// the free before the group recording it is on disk.)
+    pub fn seal_frees(&mut self, seq: Seq) {
+        for p in &mut self.pending {
+            if p.0 == UNSEALED {
+                p.0 = seq;
+            }
+        }
     }
 
     /// Partial segments up to `durable` reached the disk: their frees may be reused.
@@ -333,9 +357,12 @@ mod tests {
         let (a, n) = s.allocate(DataBlock(0), 99).unwrap();
         assert_eq!((a, n), (DataBlock(1), 99));
         assert!(s.allocate(DataBlock(0), 1).is_none());
-        s.free_deferred(a, 10, Seq(5));
+        s.free_deferred(a, 10);
         assert!(s.allocate(DataBlock(0), 1).is_none(), "reused before durable");
         assert_eq!(s.free_for_statfs(), 10);
+        s.release(Seq(1000));
+        assert!(s.allocate(DataBlock(0), 1).is_none(), "released before its group was sealed");
+        s.seal_frees(Seq(5));
         s.release(Seq(4));
         assert!(s.allocate(DataBlock(0), 1).is_none());
         s.release(Seq(5));

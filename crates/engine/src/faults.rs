@@ -21,11 +21,20 @@ pub enum Fault {
     /// Replace-by-truncation: commit a truncation to zero before the new
     /// contents are complete.
     NoReplaceHold,
+    /// Untangled fsync: replay fsync records that a later commit group
+    /// already folded in, over the newer state that group wrote.
+    ReplayFolded,
+    /// Untangled fsync: leave out the entry that names a new parent
+    /// directory (its inode is logged, its name is not).
+    FsyncOmitsParent,
+    /// `order=strict`: let an fsync write only its file's records while
+    /// other operations before it are not yet durable.
+    StrictFsyncUntangled,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 10] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -33,6 +42,9 @@ impl Fault {
         Fault::CheckpointInPlace,
         Fault::RenameBeforeData,
         Fault::NoReplaceHold,
+        Fault::ReplayFolded,
+        Fault::FsyncOmitsParent,
+        Fault::StrictFsyncUntangled,
     ];
 
     #[cfg(feature = "fault-injection")]

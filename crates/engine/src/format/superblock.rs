@@ -11,14 +11,20 @@ use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Timestamp};
 pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
 /// On-disk format version this library writes.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Minor version: additions that older readers may ignore.
-pub const FORMAT_MINOR: u16 = 0;
-/// Feature bits this library understands, by class. None are defined yet.
+/// Minor version: additions that older readers may ignore. 1.1 added
+/// [`INCOMPAT_FSYNC_LOG`].
+pub const FORMAT_MINOR: u16 = 1;
+/// `incompat`: the log may hold fsync partial segments (descriptor kind 3),
+/// which a reader must replay; one that does not know them would take the
+/// first for a torn tail and drop what was fsync'd, and everything after.
+/// mkfs sets it. Since 1.1.
+pub const INCOMPAT_FSYNC_LOG: u64 = 1 << 1;
+/// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = 0;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 = 0;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_FSYNC_LOG;
 /// Largest inline-data limit: an inode record must fit an inode block.
 pub const MAX_INLINE_DATA: u32 = 3072;
 /// The two checkpoint slots.
@@ -162,7 +168,11 @@ impl Superblock {
         let ro_compat = r.u64()?;
         let incompat = r.u64()?;
         if incompat & !KNOWN_INCOMPAT != 0 {
-            bad!("unknown incompatible features {:#x}", incompat & !KNOWN_INCOMPAT);
+            bad!(
+                "the volume uses incompatible features {:#x} that this version of DualFS does not know \
+                 (it was made or changed by a newer version)",
+                incompat & !KNOWN_INCOMPAT
+            );
         }
         let volume_uuid = r.array()?;
         let meta_uuid = r.array()?;

@@ -55,6 +55,7 @@ impl Log {
             group_limit: super::DEFAULT_GROUP_BLOCKS,
             stats: LogStats::default(),
             readahead: super::readahead::ReadAhead::default(),
+            pending_fsync: Vec::new(),
         }
     }
 

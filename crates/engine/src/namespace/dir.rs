@@ -174,6 +174,7 @@ impl Fs {
     /// # Errors
     /// `NoSpace` if 65536 names share a hash (never seen in practice), or I/O errors.
     pub fn dir_insert(&mut self, dir: InodeNo, name: &FileName, ino: InodeNo, kind: FileKind) -> Result<u64> {
+        self.intents.linked(dir, name, ino, kind);
         let base = hash_position(&self.log.superblock().hash_key, name.as_bytes());
         let value = encode(ino, kind, name.as_bytes());
         let full = || Error::NoSpace(crate::error::DeviceRole::Meta);
@@ -208,6 +209,10 @@ impl Fs {
     /// # Errors
     /// I/O errors.
     pub fn dir_replace(&mut self, dir: InodeNo, entry: &DirEntry, ino: InodeNo, kind: FileKind) -> Result<()> {
+        self.intents.unlinked(dir, &entry.name, entry.ino);
+        if let Ok(name) = FileName::new(&entry.name) {
+            self.intents.linked(dir, &name, ino, kind);
+        }
         let value = encode(ino, kind, &entry.name);
         match self.dir_form(dir)? {
             Form::Empty => Err(Error::NotFound),
@@ -234,14 +239,18 @@ impl Fs {
             Form::Empty => Err(Error::NotFound),
             Form::Inline(mut e) => {
                 let i = e.binary_search_by_key(&position, |(k, _)| *k).map_err(|_| Error::NotFound)?;
-                e.remove(i);
+                let (_, v) = e.remove(i);
+                let gone = decode(position, &v, dir)?;
+                self.intents.unlinked(dir, &gone.name, gone.ino);
                 self.store_inline(dir, e)
             }
             Form::Tree(t) => {
                 let (root, old) = btree::remove(&mut self.log.tree(dir), Some(t.root), position)?;
-                if old.is_none() {
+                let Some(v) = old else {
                     return Err(Error::NotFound);
-                }
+                };
+                let gone = decode(position, &v, dir)?;
+                self.intents.unlinked(dir, &gone.name, gone.ino);
                 self.store_tree(dir, root, t.count.saturating_sub(1))
             }
         }

@@ -159,6 +159,13 @@ impl Fs {
     /// # Errors
     /// I/O and corruption errors.
     pub fn replace_extents(&mut self, ino: InodeNo, old: &[Extent], new: Vec<Extent>) -> Result<()> {
+        // Every change of a block map passes here: an fsync record carries
+        // the ranges it touched (`namespace::intents`).
+        let lo = old.iter().chain(&new).map(|e| e.logical).min();
+        let hi = old.iter().chain(&new).map(Extent::logical_end).max();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            self.intents.remapped(ino, lo, hi);
+        }
         let new = normalize(new);
         let body = self.log.inode(ino)?.body.clone();
         match body {

@@ -152,7 +152,12 @@ impl Fs {
             bytes.resize(size, 0);
             bytes[offset as usize..end as usize].copy_from_slice(data);
             rec.body = Body::Inline(bytes);
+            let grew = rec.size != size as u64;
             rec.size = size as u64;
+            drop(rec);
+            if grew {
+                self.intents.resized(ino);
+            }
             return Ok(());
         }
         self.uninline(ino)?;
@@ -193,7 +198,12 @@ impl Fs {
             src = &src[n..];
         }
         let mut rec = self.log.inode_mut(ino)?;
+        let grew = end > rec.size;
         rec.size = rec.size.max(end);
+        drop(rec);
+        if grew {
+            self.intents.resized(ino);
+        }
         Ok(())
     }
 
@@ -246,11 +256,10 @@ impl Fs {
 
     /// Frees data blocks once the partial segment recording the free is durable.
     pub fn free_data(&mut self, ino: InodeNo, ranges: &[(DataBlock, u32)]) -> Result<()> {
-        let seq = self.log.head().seq;
         let mut total = 0u64;
         for &(start, len) in ranges {
             self.log.record(Change::DataFree { start, len });
-            self.log.space_mut().free_deferred(start, len, seq);
+            self.log.space_mut().free_deferred(start, len);
             total += u64::from(len);
         }
         if total > 0 {
@@ -279,6 +288,8 @@ impl Fs {
                     b.resize(size as usize, 0);
                 }
                 rec.size = size;
+                drop(rec);
+                self.intents.resized(ino);
                 return Ok(true);
             }
             self.uninline(ino)?;
@@ -293,6 +304,7 @@ impl Fs {
         }
         if size != old {
             self.log.inode_mut(ino)?.size = size;
+            self.intents.resized(ino);
         }
         let keep = size.div_ceil(BLOCK_BYTES);
         let (freed, done) = self.unmap_range(ino, keep, u64::MAX, TRUNCATE_STEP_EXTENTS)?;

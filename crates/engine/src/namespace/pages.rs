@@ -153,6 +153,21 @@ impl PageCache {
         }
     }
 
+    /// Puts a block of `ino` in the cache, queued for the next commit to
+    /// write at `at` (a data copy replayed from an fsync record).
+    pub fn insert_queued(&mut self, ino: InodeNo, block: u64, at: DataBlock, data: &[u8]) {
+        let mut page: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
+        let n = data.len().min(BLOCK_SIZE);
+        page[..n].copy_from_slice(&data[..n]);
+        if let Some(old) =
+            self.files.entry(ino).or_default().insert(block, Page { data: page, state: PageState::Queued { at } })
+            && let PageState::Dirty { reserved } = old.state
+        {
+            self.dirty_pages -= 1;
+            self.count_reserved(ino, 0, u64::from(reserved));
+        }
+    }
+
     /// Hands every queued page to commit `commit`, copying its bytes.
     pub fn take_queued(&mut self, commit: u64) -> Vec<(DataBlock, Vec<u8>)> {
         let mut out = Vec::new();
@@ -165,6 +180,20 @@ impl PageCache {
             }
         }
         out
+    }
+
+    /// Pages handed to commit `commit` go back to the queue (it will not
+    /// write them: another will).
+    pub fn requeue(&mut self, commit: u64) {
+        for pages in self.files.values_mut() {
+            for p in pages.values_mut() {
+                if let PageState::InFlight { at, commit: c } = p.state
+                    && c == commit
+                {
+                    p.state = PageState::Queued { at };
+                }
+            }
+        }
     }
 
     /// Commit `commit` is durable: its pages may go (the kernel caches data).

@@ -14,6 +14,7 @@ mod atime;
 mod clean;
 mod clock;
 mod files;
+mod fsync;
 mod mkfs;
 mod ops;
 pub mod types;
@@ -52,7 +53,7 @@ use crate::types::{FileKind, InodeNo, Timestamp};
 const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
-struct CommitState {
+pub(super) struct CommitState {
     next_id: u64,
 }
 
@@ -80,6 +81,12 @@ pub struct Volume {
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
+    /// Files waiting for an fsync (group commit).
+    fsync_queue: Mutex<fsync::FsyncQueue>,
+    /// What fsyncs turned into.
+    fsyncs_count: fsync::FsyncCounters,
+    /// What replaying fsync records at open did.
+    replay_report: crate::namespace::replay::ReplayReport,
 }
 
 impl std::fmt::Debug for Volume {
@@ -124,14 +131,24 @@ impl Volume {
             );
             options.read_only = true;
         }
+        let strict = options.order == Order::Strict;
+        if strict {
+            // A prefix of every operation: nothing may wait behind a later one.
+            options.data_expire = Duration::ZERO;
+        }
         let config = FsConfig {
             inline_max: log.superblock().inline_max,
             dirty_data_limit: options.dirty_data_limit,
             cache_budget: options.cache_budget,
             hold_replacements: !options.data_expire.is_zero(),
+            strict,
         };
+        let mut fs = Fs::new(log, config);
+        // What fsyncs made durable after the last commit group.
+        let pending = fs.log.take_pending_fsync();
+        let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
         let vol = Volume {
-            fs: Mutex::new(Fs::new(log, config)),
+            fs: Mutex::new(fs),
             commit: Mutex::new(CommitState::default()),
             reuse: RwLock::new(()),
             options,
@@ -144,6 +161,9 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             cleaning: Mutex::new(()),
+            fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
+            fsyncs_count: fsync::FsyncCounters::default(),
+            replay_report,
         };
         if !options.read_only {
             let orphans = lock(&vol.fs).log.ifile().orphans();
@@ -166,6 +186,12 @@ impl Volume {
     #[must_use]
     pub fn open_report(&self) -> &OpenReport {
         &self.open_report
+    }
+
+    /// What replaying the fsync records found after the last commit group did.
+    #[must_use]
+    pub fn replay_report(&self) -> crate::namespace::replay::ReplayReport {
+        self.replay_report
     }
 
     /// The mount options.
@@ -393,6 +419,9 @@ impl Volume {
                 return Err(e);
             }
         };
+        if sealed.as_ref().is_some_and(|s| s.seq.is_some()) {
+            fs.intents.sealed(substitutes.keys().copied());
+        }
         // A capped or held inode stays cached until its new record is
         // written, so that the one on disk never replaces it.
         fs.log.pin_inodes(substitutes.into_keys().collect());

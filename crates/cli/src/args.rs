@@ -46,7 +46,66 @@ pub enum Command {
     Sync(SyncArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(crate::trace::TraceArgs),
+    /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
+    #[command(after_help = PROBE_HELP)]
+    Probe(crate::probe::ProbeArgs),
+    /// Change a volume's label, UUID or default mount options (unmounted).
+    #[command(after_help = TUNE_HELP)]
+    Tune(crate::tune::TuneArgs),
+    /// Print a file of an unmounted, even damaged, volume.
+    #[command(after_help = CAT_HELP)]
+    Cat(crate::extract::CatArgs),
+    /// Copy a file or a tree out of an unmounted, even damaged, volume.
+    #[command(after_help = GET_HELP)]
+    Get(crate::extract::GetArgs),
 }
+
+const CAT_HELP: &str = "\
+Reads the devices directly (no mount). Blocks that cannot be read are
+written as zeros and reported on standard error.
+
+Exit status: 0 all of the file was read, 4 part of it could not be, 1 it
+could not be read at all.
+
+Example: dualfs cat volume/meta.img volume/data.img /etc/fstab";
+
+const GET_HELP: &str = "\
+Reads the devices directly (no mount), from the newest usable checkpoint.
+What cannot be read (a damaged inode, directory or extent map, a failing
+data block) is skipped and reported on standard error, and everything else
+is copied: unreadable blocks of a file come out as zeros, a damaged
+directory as what could be listed of it. Modes, times, hard links,
+symlinks and user.* attributes are kept; owners, special files and the
+other attributes too when run by root. Holes stay holes.
+
+Exit status: 0 everything was copied, 4 something was skipped (listed), 1
+nothing could be copied.
+
+Examples:
+  dualfs get volume/meta.img volume/data.img / /mnt/rescue
+  dualfs get -v META DATA /home/alice/thesis.tex .";
+
+const PROBE_HELP: &str = "\
+Without DEVICE, every block device is read (as blkid does) and the DualFS
+ones are listed. UUID is the volume's, on both of its devices; UUID_SUB
+the device's own; ROLE says which device it is (meta or data).
+
+Exit status: 0 when a DualFS device was found, 2 when none was (blkid's).
+
+Examples:
+  dualfs probe /dev/sdb1
+  dualfs probe --export volume/meta.img";
+
+const TUNE_HELP: &str = "\
+Changes both devices' superblocks; the volume must not be mounted. Stored
+mount options apply to every mount of the volume, before (and overridden
+by) the mount's own.
+
+Examples:
+  dualfs tune -L home volume/meta.img volume/data.img
+  dualfs tune -U random /dev/sdb1 /dev/sdc1
+  dualfs tune -o noatime,commit=30 LABEL=home
+  dualfs tune -o ^commit META DATA";
 
 const MKFS_HELP: &str = "\
 Sizes are bytes, or a number with a K, M, G or T suffix (powers of 1024).
@@ -70,14 +129,31 @@ Options (-o, comma-separated, may be repeated):
   nowriteback      send every write to the volume at once instead of caching
                    it in the kernel (slower; modification times then come
                    from the volume's clock alone)
-  auto_unmount, dev, nodev, suid, nosuid, exec, noexec, noatime, sync, dirsync
-  and other FUSE options are passed on; fstab's defaults, noauto, nofail,
-  _netdev, user and x-* are accepted and ignored.
+  relatime, noatime, strictatime
+                   when reads update access times (default relatime; give one).
+                   A read the kernel answers from its page cache never reaches
+                   the volume: the cache is dropped at the open before a read
+                   that would update the time, so relatime loses nothing, but
+                   under strictatime further reads through the same open file
+                   are not counted (FUSE gives the volume no way to see them)
+  remount          change a mounted volume in place: ro commits, checkpoints
+                   and refuses changes; rw takes them again (mount -o remount,ro)
+  auto_unmount, dev, nodev, suid, nosuid, exec, noexec, sync, dirsync and
+  max_read=BYTES are passed on; fstab's defaults, noauto, nofail, _netdev,
+  user and x-* are accepted and ignored. Any other option is refused.
+  Through mount(8) (mount -t fuse.dualfs, fstab), a mount by root honours
+  devices and set-id bits unless nodev or nosuid say otherwise, as for any
+  kernel file system; `dualfs mount` keeps FUSE's nodev,nosuid by default.
+
+META and DATA may be UUID=… or LABEL=… (see dualfs probe). Options stored
+with `dualfs tune -o` come first; those given here override them.
 
 Without --foreground the command returns once the volume is mounted (or with
 the reason it could not be). SIGINT, SIGTERM, `dualfs umount` or
 `fusermount3 -u` unmount it; every dirty byte and a checkpoint are written
-before the process exits, so the next mount needs no recovery.
+before the process exits, so the next mount needs no recovery. A mount that
+finds the volume still held by the process that served its last mount waits
+for it to finish closing (at most a minute), saying so.
 
 sync(1) does not make data durable on a FUSE file system: it ends in the
 volume's memory, durable at the next commit (commit=). Use `dualfs sync`,
@@ -94,7 +170,12 @@ volume could not be checked at all, 16 usage error.";
 
 const INSPECT_HELP: &str = "\
 Nothing is written. A mounted volume may be inspected: what is shown is what
-is on the devices, which lags the mount by up to the commit interval.";
+is on the devices, which lags the mount by up to the commit interval.
+META and DATA may be UUID=… or LABEL=….
+
+Examples:
+  dualfs inspect META DATA extents /home/big.iso
+  dualfs inspect --json META DATA checkpoints";
 
 const CLEAN_HELP: &str = "\
 Without --segments, every segment in use that is less than --max-utilization
@@ -116,6 +197,26 @@ Examples:
 const STATS_HELP: &str = "\
 The counters run from the mount; the segment figures are the log's state
 now. --json prints them as one object, with the same names.";
+
+impl Command {
+    /// Whether the command only reads and prints: such a command may die
+    /// of SIGPIPE when its reader goes away, having nothing to leave half done.
+    #[must_use]
+    pub fn only_reports(&self) -> bool {
+        match self {
+            Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
+            Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
+            Command::Probe(_) | Command::Cat(_) => true,
+            Command::Mkfs(_)
+            | Command::Mount(_)
+            | Command::Umount(_)
+            | Command::Clean(_)
+            | Command::Tune(_)
+            | Command::Get(_)
+            | Command::Sync(_) => false,
+        }
+    }
+}
 
 /// A fraction from 0 to 1.
 fn parse_fraction(s: &str) -> Result<f64, String> {
@@ -204,7 +305,7 @@ pub struct MkfsArgs {
     pub inline_max: u32,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct MountArgs {
     /// The meta-data device or image file.
     pub meta: PathBuf,
@@ -296,6 +397,13 @@ pub enum Inspect {
         /// An inode number, or a path inside the volume starting with '/'.
         dir: String,
     },
+    /// A file's extent map: file blocks, data-device blocks, groups.
+    Extents {
+        /// An inode number, or a path inside the volume starting with '/'.
+        file: String,
+    },
+    /// The two checkpoint slots: number, time, log position, which is used.
+    Checkpoints,
 }
 
 /// Parses `4096`, `64K`, `1M`, `128M`, `4G`, `1T` (binary units).

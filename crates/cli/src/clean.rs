@@ -18,6 +18,7 @@ use crate::devices::{Access, open_pair};
 use crate::helper::split_source;
 use crate::mkfs::human_bytes;
 use crate::progress::segment_bar;
+use crate::words::count;
 
 /// How often a mounted clean's progress is read.
 const POLL: Duration = Duration::from_millis(100);
@@ -111,15 +112,15 @@ fn text(v: &Value, order: &CleanOrder) -> String {
         ));
     }
     o.push_str(&format!(
-        "  segments read    {} ({} descriptor blocks)\n",
+        "  segments read    {} ({})\n",
         u(&r["segments_read"]),
-        u(&r["descriptor_blocks_read"])
+        count(u(&r["descriptor_blocks_read"]), "descriptor block")
     ));
     o.push_str(&format!(
-        "  moved            {} nodes, {} inodes, {} IFile blocks\n",
-        u(&r["nodes_moved"]),
-        u(&r["inodes_moved"]),
-        u(&r["ifile_blocks_moved"])
+        "  moved            {}, {}, {}\n",
+        count(u(&r["nodes_moved"]), "node"),
+        count(u(&r["inodes_moved"]), "inode"),
+        count(u(&r["ifile_blocks_moved"]), "IFile block")
     ));
     o.push_str(&format!(
         "  segments freed   {} (free: {} before, {} after, of {})\n",
@@ -148,9 +149,9 @@ pub fn run(args: &CleanArgs) -> Result<()> {
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        say!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", text(&value, &order));
+        say!("{}", text(&value, &order).trim_end());
     }
     Ok(())
 }

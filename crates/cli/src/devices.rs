@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -55,16 +55,58 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
         Access::ExclusiveReadOnly => (true, true),
         Access::Shared => (true, false),
     };
-    match FileDevice::open(path, read_only, exclusive) {
-        Ok(d) => Ok(Arc::new(d)),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => bail!(
-            "the volume is already mounted or in use: {} ({role}) is locked by another dualfs process",
-            path.display()
-        ),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            bail!("{} ({role}): no such file or device", path.display())
+    let mut waiting = crate::holder::Wait::new(path);
+    loop {
+        match FileDevice::open(path, read_only, exclusive) {
+            Ok(d) => return Ok(Arc::new(d)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(role)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                bail!("{} ({role}): no such file or device", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {} ({role})", path.display())),
         }
-        Err(e) => Err(e).with_context(|| format!("cannot open {} ({role})", path.display())),
+    }
+}
+
+/// Whether an open failed because the device or file may not be written.
+fn write_refused(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<io::Error>())
+        .any(|io| matches!(io.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)))
+}
+
+/// A volume's two devices, opened: meta-data, data.
+pub type DevicePair = (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>);
+
+/// Opens the devices for a mount: read-write under the lock even when the
+/// mount is read-only (nothing is written then), so that it can be
+/// remounted read-write later; read-only when writing is refused (a
+/// write-protected device, an image without write permission). Returns
+/// whether the devices can be written.
+///
+/// # Errors
+/// As [`open_pair`].
+pub fn open_pair_for_mount(meta: &Path, data: &Path, read_only: bool) -> Result<(DevicePair, bool)> {
+    match open_pair(meta, data, Access::Exclusive) {
+        Ok(pair) => Ok((pair, true)),
+        Err(e) if read_only && write_refused(&e) => Ok((open_pair(meta, data, Access::ExclusiveReadOnly)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The two devices a command line names: META and DATA, each a path,
+/// `UUID=…` or `LABEL=…`; or, without DATA, one SOURCE as fstab names it
+/// (`META#DATA`, a tag, or one device whose partner is found by scanning).
+///
+/// # Errors
+/// A tag or partner is not found; one SOURCE that names neither.
+pub fn named(meta: &Path, data: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
+    match data {
+        Some(d) => Ok((
+            crate::find::device(meta, dualfs_engine::format::superblock::Role::Meta)?,
+            crate::find::device(d, dualfs_engine::format::superblock::Role::Data)?,
+        )),
+        None => crate::helper::split_source(&meta.to_string_lossy(), None),
     }
 }
 
@@ -72,7 +114,7 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
 ///
 /// # Errors
 /// A path does not exist, is the other path, or is locked by a mount.
-pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>)> {
+pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<DevicePair> {
     check_distinct(meta, data)?;
     let m = open_one(meta, "meta-data device", access)?;
     let d = open_one(data, "data device", access)?;

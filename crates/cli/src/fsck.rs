@@ -8,14 +8,19 @@ use serde_json::json;
 
 use crate::args::FsckArgs;
 use crate::devices::{Access, open_pair};
-use crate::helper::split_source;
 use crate::mount::Exit;
 use crate::progress::{Activity, Meter};
+use crate::words::count;
+use nix::sys::signal::{SigSet, Signal};
 
 /// fsck(8) exit status: problems were found and left as they are.
 const EXIT_UNCORRECTED: i32 = 4;
 /// fsck(8) exit status: the check could not be done.
 const EXIT_OPERATIONAL: i32 = 8;
+/// fsck(8) exit status: a usage error (bad or missing arguments).
+pub const EXIT_USAGE: u8 = 16;
+/// fsck(8) exit status: the check was interrupted (SIGINT, SIGTERM).
+const EXIT_CANCELED: i32 = 32;
 
 fn report_json(r: &CheckReport) -> serde_json::Value {
     let s = &r.stats;
@@ -42,21 +47,22 @@ fn print_text(r: &CheckReport) {
     let s = &r.stats;
     let end = &r.open.recovery.end;
     println!(
-        "checkpoint {}, roll-forward of {} partial segments (log end: {end})",
-        r.open.checkpoint, r.open.recovery.partial_segments
+        "checkpoint {}, roll-forward of {} (log end: {end})",
+        r.open.checkpoint,
+        count(r.open.recovery.partial_segments, "partial segment")
     );
     println!(
-        "{} inodes: {} files ({} inline), {} directories, {} symlinks, {} special; {} entries, {} nodes, {} data blocks, {} orphans",
-        s.inodes,
-        s.files,
+        "{}: {} ({} inline), {}, {}, {} special; {}, {}, {}, {}",
+        count(s.inodes, "inode"),
+        count(s.files, "file"),
         s.inline_files,
-        s.directories,
-        s.symlinks,
+        count(s.directories, "directory"),
+        count(s.symlinks, "symlink"),
         s.special,
-        s.entries,
-        s.nodes,
-        s.data_blocks,
-        s.orphans
+        count(s.entries, "entry"),
+        count(s.nodes, "node"),
+        count(s.data_blocks, "data block"),
+        count(s.orphans, "orphan")
     );
     for p in &r.problems {
         println!("PROBLEM: {p}");
@@ -64,7 +70,28 @@ fn print_text(r: &CheckReport) {
     if r.is_clean() {
         println!("the volume is consistent");
     } else {
-        println!("{} problems found; nothing was changed", r.problems.len());
+        println!("{} found; nothing was changed", count(r.problems.len() as u64, "problem"));
+    }
+}
+
+/// An interrupted check ends at once with fsck(8)'s status 32: it has
+/// written nothing, so there is nothing to finish first.
+fn exit_on_interrupt() {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    if set.thread_block().is_err() {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("dualfs-fsck-signals".into()).spawn(move || {
+        if let Ok(sig) = set.wait() {
+            eprintln!("dualfs: {sig}: check interrupted");
+            std::process::exit(EXIT_CANCELED);
+        }
+    });
+    if spawned.is_err() {
+        // Without the thread, the signals must kill as they would have.
+        let _ = set.thread_unblock();
     }
 }
 
@@ -74,10 +101,14 @@ fn print_text(r: &CheckReport) {
 /// `Exit(4)` when problems were found, `Exit(8)` when the volume could not
 /// be checked (after saying why).
 pub fn run(args: &FsckArgs) -> Result<()> {
-    let (meta, data): (PathBuf, PathBuf) = match &args.data {
-        Some(d) => (args.meta.clone(), d.clone()),
-        None => split_source(&args.meta.to_string_lossy(), None)?,
+    let (meta, data): (PathBuf, PathBuf) = match crate::devices::named(&args.meta, args.data.as_deref()) {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("dualfs: {e:#}\nUsage: dualfs fsck META DATA (or META#DATA, UUID=…, LABEL=…)");
+            return Err(Exit(i32::from(EXIT_USAGE)).into());
+        }
     };
+    exit_on_interrupt();
     let meter = Meter::default();
     let checked = open_pair(&meta, &data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");

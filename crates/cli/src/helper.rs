@@ -9,14 +9,19 @@
 //!   `fuse`) to a program named `dualfs`.
 //!
 //! SOURCE names both devices: `META#DATA`, or `META:DATA` when neither
-//! path contains a colon, or just `META` with `-o data=DATA`.
+//! path contains a colon, or just `META` with `-o data=DATA`. Either side
+//! may be `UUID=…` or `LABEL=…`, and SOURCE may be one tag or one device
+//! alone, whose partner is then looked for among the block devices.
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
+use dualfs_engine::format::superblock::Role;
+
 use crate::args::MountArgs;
+use crate::find;
 
 /// Whether `word` is one of `dualfs`'s own subcommands (taken from the
 /// command line's definition, so that a new one is never mistaken for a
@@ -57,22 +62,33 @@ pub fn personality(argv: &[OsString]) -> Personality {
     }
 }
 
-/// Splits SOURCE into the two device paths.
+/// Splits SOURCE into the two device paths, looking tags up.
 ///
 /// # Errors
-/// A SOURCE that does not name both devices.
+/// A SOURCE that does not name both devices, a tag no device answers to,
+/// or one device whose partner is not found.
 pub fn split_source(source: &str, data_option: Option<&str>) -> Result<(PathBuf, PathBuf)> {
+    let pair = |m: &str, d: &str| -> Result<(PathBuf, PathBuf)> {
+        Ok((find::device(Path::new(m), Role::Meta)?, find::device(Path::new(d), Role::Data)?))
+    };
     if let Some(data) = data_option {
-        return Ok((PathBuf::from(source), PathBuf::from(data)));
+        return pair(source, data);
     }
     if let Some((m, d)) = source.split_once('#') {
-        return Ok((PathBuf::from(m), PathBuf::from(d)));
+        return pair(m, d);
     }
     let colons: Vec<_> = source.match_indices(':').collect();
-    if let [(i, _)] = colons[..] {
-        return Ok((PathBuf::from(&source[..i]), PathBuf::from(&source[i + 1..])));
+    if let [(i, _)] = colons[..]
+        && find::Tag::parse(source).is_none()
+    {
+        return pair(&source[..i], &source[i + 1..]);
     }
-    bail!("the source {source:?} must name both devices: META#DATA (or META:DATA), or META with -o data=DATA")
+    if find::Tag::parse(source).is_some() || Path::new(source).exists() {
+        return find::both(source);
+    }
+    bail!(
+        "the source {source:?} must name both devices: META#DATA (or META:DATA), META with -o data=DATA, UUID=… or LABEL=…"
+    )
 }
 
 /// Reads a mount helper's command line: `SOURCE MOUNTPOINT` and the flags

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
+use dualfs_engine::device::BlockDevice;
 use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::meta_log::Log;
 use dualfs_engine::meta_log::recovery::{LogEnd, Stop};
@@ -210,7 +211,10 @@ fn groups_json(vol: &Volume) -> Value {
 }
 
 /// An inode number, or a '/'-rooted path resolved inside the volume.
-fn resolve(vol: &Volume, spec: &str) -> Result<InodeNo> {
+///
+/// # Errors
+/// Neither a number nor a '/'-rooted path, or a name on the way is missing.
+pub fn resolve(vol: &Volume, spec: &str) -> Result<InodeNo> {
     if let Ok(n) = spec.parse::<u64>() {
         return Ok(InodeNo(n));
     }
@@ -248,6 +252,10 @@ fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
     if a.kind == FileKind::Regular {
         v["inline"] = json!(vol.is_inline(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?);
     }
+    // Where its record is on the meta-data device (to find it with dd).
+    if let Some(entry) = vol.with_fs(|fs| fs.log.ifile().inode(ino)) {
+        v["record_block"] = json!(entry.address.0);
+    }
     if a.kind == FileKind::Symlink {
         let t = vol.readlink(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?;
         v["target"] = json!(String::from_utf8_lossy(&t));
@@ -274,16 +282,25 @@ fn dir_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
 /// # Errors
 /// The devices are not a DualFS pair, are corrupt, or the inode is unknown.
 pub fn run(args: &InspectArgs) -> Result<()> {
-    let (meta, data) = open_pair(&args.meta, &args.data, Access::Shared)?;
+    let (meta_path, data_path) = crate::devices::named(&args.meta, Some(&args.data))?;
+    let (meta, data) = open_pair(&meta_path, &data_path, Access::Shared)?;
     let sb = Log::read_superblocks(meta.as_ref(), data.as_ref()).context("cannot read the superblocks")?;
     let what = args.what.clone().unwrap_or(Inspect::Summary);
-    // The superblock needs no checkpoint: it can be shown when the rest is broken.
+    // The superblock needs no checkpoint: it can be shown when the rest is
+    // broken, and so can the checkpoint slots.
     let value = if let Inspect::Superblock = what {
         superblock_json(&sb)
+    } else if let Inspect::Checkpoints = what {
+        let options = MountOptions { read_only: true, ..MountOptions::default() };
+        let opened = Volume::open(meta.clone(), data, options);
+        if let Err(e) = &opened {
+            eprintln!("dualfs: the volume cannot be opened: {e}");
+        }
+        crate::checkpoints::checkpoints_json(meta.as_ref(), opened.as_ref().ok().map(Volume::open_report))
     } else {
         let options = MountOptions { read_only: true, ..MountOptions::default() };
-        let vol = Volume::open(meta, data, options).context("cannot open the volume")?;
-        volume_view(&what, &sb, &vol)?
+        let vol = Volume::open(meta.clone(), data, options).context("cannot open the volume")?;
+        volume_view(&what, &sb, &vol, meta.as_ref())?
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -293,7 +310,7 @@ pub fn run(args: &InspectArgs) -> Result<()> {
     Ok(())
 }
 
-fn volume_view(what: &Inspect, sb: &Superblock, vol: &Volume) -> Result<Value> {
+fn volume_view(what: &Inspect, sb: &Superblock, vol: &Volume, meta: &dyn BlockDevice) -> Result<Value> {
     Ok(match what {
         Inspect::Summary => summary_json(sb, vol),
         Inspect::Superblock => superblock_json(sb),
@@ -302,6 +319,8 @@ fn volume_view(what: &Inspect, sb: &Superblock, vol: &Volume) -> Result<Value> {
         Inspect::Groups => groups_json(vol),
         Inspect::Inode { inode } => inode_json(vol, resolve(vol, inode)?)?,
         Inspect::Dir { dir } => dir_json(vol, resolve(vol, dir)?)?,
+        Inspect::Extents { file } => crate::extent_map::extents_json(vol, resolve(vol, file)?)?,
+        Inspect::Checkpoints => crate::checkpoints::checkpoints_json(meta, Some(vol.open_report())),
     })
 }
 

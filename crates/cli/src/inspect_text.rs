@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::args::Inspect;
 use crate::inspect::render_fields;
 use crate::mkfs::human_bytes;
+use crate::words::count;
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -36,7 +37,8 @@ fn summary(v: &Value) -> String {
     let (segs, free) = (u(&m["segments"]), u(&m["free_segments"]));
     let _ = writeln!(
         o,
-        "meta-data  {segs} segments of {}: {free} free ({:.1}% used)",
+        "meta-data  {} of {}: {free} free ({:.1}% used)",
+        count(segs, "segment"),
         human_bytes(u(&m["segment_bytes"])),
         percent(segs - free.min(segs), segs)
     );
@@ -44,11 +46,11 @@ fn summary(v: &Value) -> String {
     let (blocks, bfree) = (u(&d["blocks"]), u(&d["free_blocks"]));
     let _ = writeln!(
         o,
-        "data       {}: {} free ({:.1}% used), {} groups of {}",
+        "data       {}: {} free ({:.1}% used), {} of {}",
         human_bytes(blocks * 4096),
         human_bytes(bfree * 4096),
         percent(blocks - bfree.min(blocks), blocks),
-        u(&d["groups"]),
+        count(u(&d["groups"]), "group"),
         human_bytes(u(&d["group_bytes"]))
     );
     let _ = writeln!(o, "inodes     {} used, {} free", u(&v["inodes"]["used"]), u(&v["inodes"]["free"]));
@@ -56,10 +58,10 @@ fn summary(v: &Value) -> String {
     let rf = &l["roll_forward"];
     let _ = writeln!(
         o,
-        "log        checkpoint {}; roll-forward applied {} partial segments ({} blocks) in {} µs; log end: {}",
+        "log        checkpoint {}; roll-forward applied {} ({}) in {} µs; log end: {}",
         u(&l["checkpoint"]),
-        u(&rf["partial_segments"]),
-        u(&rf["blocks_scanned"]),
+        count(u(&rf["partial_segments"]), "partial segment"),
+        count(u(&rf["blocks_scanned"]), "block"),
         u(&rf["micros"]),
         rf["end"].as_str().unwrap_or_default()
     );
@@ -91,8 +93,8 @@ fn segments(v: &Value) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{} segments of {}: {} free, {} kept in reserve for the cleaner; {} live",
-        u(&v["segments"]),
+        "{} of {}: {} free, {} kept in reserve for the cleaner; {} live",
+        count(u(&v["segments"]), "segment"),
         human_bytes(u(&v["segment_bytes"])),
         u(&v["free"]),
         u(&v["reserve"]),
@@ -161,7 +163,7 @@ fn inode(v: &Value) -> String {
 fn dir(v: &Value) -> String {
     let mut o = String::new();
     let entries = v["entries"].as_array().map_or(&[][..], Vec::as_slice);
-    let _ = writeln!(o, "directory {}: {} entries", u(&v["ino"]), entries.len());
+    let _ = writeln!(o, "directory {}: {}", u(&v["ino"]), count(entries.len() as u64, "entry"));
     for e in entries {
         let _ = writeln!(
             o,
@@ -182,6 +184,8 @@ pub fn render(what: &Inspect, v: &Value) -> String {
         Inspect::Groups => groups(v),
         Inspect::Inode { .. } => inode(v),
         Inspect::Dir { .. } => dir(v),
+        Inspect::Extents { .. } => crate::extent_map::render(v),
+        Inspect::Checkpoints => crate::checkpoints::render(v),
         Inspect::Superblock | Inspect::Log => {
             let mut o = String::new();
             render_fields(&mut o, v, 0);

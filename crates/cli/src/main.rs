@@ -3,31 +3,62 @@
 //! One binary with subcommands; it also answers to the names mount(8) and
 //! mkfs(8) use for helpers (see [`helper`]).
 
+/// `println!` that never fails: for commands that write to a volume, whose
+/// work must not stop (nor panic) because their reader has gone away.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod args;
+mod checkpoints;
 mod clean;
 mod control;
 mod devices;
+mod extent_map;
+mod extract;
+mod find;
 mod fsck;
 mod helper;
+mod holder;
 mod inspect;
 mod inspect_text;
 mod mkfs;
 mod mount;
 mod options;
+mod probe;
 mod progress;
+mod remount;
 mod stats;
 mod sync;
 mod trace;
+mod tune;
 mod umount;
+mod words;
 
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
 use crate::helper::Personality;
+
+/// Whether log lines carry a timestamp, level and source: yes in a log
+/// file and in a foreground mount's stream, which are read later; no on
+/// the terminal of a command a person is waiting for, where a message is
+/// one plain line like any other of the command's.
+static LOG_TIMESTAMPS: AtomicBool = AtomicBool::new(false);
+
+/// From now on, log lines are for a log file (see [`LOG_TIMESTAMPS`]).
+pub fn log_to_file() {
+    LOG_TIMESTAMPS.store(true, Ordering::Relaxed);
+}
 
 /// Logs go to standard error (a background mount redirects it to its log
 /// file); RUST_LOG overrides the default of informational messages from
@@ -37,20 +68,49 @@ fn init_logging() {
         env_logger::Env::default()
             .default_filter_or("warn,fuser::session=error,dualfs=info,dualfs_fuse=info,dualfs_engine=info"),
     )
-    .format_timestamp_millis()
+    .format(|buf, record| {
+        if LOG_TIMESTAMPS.load(Ordering::Relaxed) {
+            let ts = buf.timestamp_millis();
+            writeln!(buf, "[{ts} {:<5} {}] {}", record.level(), record.target(), record.args())
+        } else {
+            match record.level() {
+                log::Level::Info => writeln!(buf, "dualfs: {}", record.args()),
+                level => writeln!(buf, "dualfs: {}: {}", level.as_str().to_lowercase(), record.args()),
+            }
+        }
+    })
     .init();
 }
 
-fn run(argv: Vec<OsString>) -> Result<()> {
-    let cli = match helper::personality(&argv) {
-        Personality::MountHelper => return mount::run(&helper::mount_args(&argv)?),
-        Personality::Tool(sub) => {
-            let mut v: Vec<OsString> = vec!["dualfs".into(), sub.into()];
-            v.extend(argv.into_iter().skip(1));
-            Cli::parse_from(v)
-        }
-        Personality::Dualfs => Cli::parse_from(argv),
-    };
+/// Commands that only report die quietly of SIGPIPE when their reader goes
+/// away (`dualfs inspect ... | head`), as cat and dumpe2fs do: the default
+/// from the start (help and usage included). Rust ignores SIGPIPE, which
+/// makes `println!` panic on a closed pipe instead; commands that write to
+/// a volume or serve one go back to ignoring it once the command line is
+/// read, and print with [`say!`], which never fails.
+#[allow(unsafe_code)]
+fn die_of_sigpipe(die: bool) {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    let handler = if die { SigHandler::SigDfl } else { SigHandler::SigIgn };
+    // SAFETY: neither disposition installs handler code, and no other
+    // thread exists yet whose signal disposition could race with the change.
+    if let Err(e) = unsafe { signal(Signal::SIGPIPE, handler) } {
+        log::debug!("SIGPIPE disposition unchanged: {e}");
+    }
+}
+
+/// Reads the command line; a usage error is printed and ends the program
+/// with clap's status (2), or fsck(8)'s (16) for fsck.
+fn parse_cli(argv: Vec<OsString>, fsck: bool) -> std::result::Result<Cli, ExitCode> {
+    Cli::try_parse_from(argv).map_err(|e| {
+        // Help and version go to standard output, and may meet a closed pipe.
+        let _ = e.print();
+        if e.use_stderr() && fsck { ExitCode::from(fsck::EXIT_USAGE) } else { ExitCode::from(e.exit_code() as u8) }
+    })
+}
+
+/// Runs what the command line asks for.
+fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Mkfs(a) => mkfs::run(a),
         Command::Mount(a) => mount::run(a),
@@ -61,12 +121,15 @@ fn run(argv: Vec<OsString>) -> Result<()> {
         Command::Stats(a) => stats::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Trace(a) => trace::run(a),
+        Command::Probe(a) => probe::run(a),
+        Command::Tune(a) => tune::run(a),
+        Command::Cat(a) => extract::cat(a),
+        Command::Get(a) => extract::get(a),
     }
 }
 
-fn main() -> ExitCode {
-    init_logging();
-    match run(std::env::args_os().collect()) {
+fn exit_code(r: Result<()>) -> ExitCode {
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if let Some(mount::Exit(code)) = e.downcast_ref::<mount::Exit>() {
@@ -76,4 +139,28 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let argv = match helper::personality(&argv) {
+        Personality::MountHelper => return exit_code(helper::mount_args(&argv).and_then(|a| mount::run_helper(&a))),
+        Personality::Tool(sub) => {
+            let mut v: Vec<OsString> = vec!["dualfs".into(), sub.into()];
+            v.extend(argv.into_iter().skip(1));
+            v
+        }
+        Personality::Dualfs => argv,
+    };
+    let fsck = argv.get(1).is_some_and(|a| a == "fsck");
+    die_of_sigpipe(true);
+    let cli = match parse_cli(argv, fsck) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if !cli.command.only_reports() {
+        die_of_sigpipe(false);
+    }
+    exit_code(run(&cli))
 }

@@ -1,7 +1,7 @@
 //! `dualfs mkfs`: image files if asked for, then the engine's format.
 
 use std::fs::OpenOptions;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use dualfs_engine::Volume;
@@ -13,6 +13,7 @@ use dualfs_engine::volume::MkfsOptions;
 use crate::args::MkfsArgs;
 use crate::devices::{Access, open_pair};
 use crate::progress::{Activity, Meter};
+use crate::words::count;
 
 /// How a total size is split: the meta-data device takes about a tenth.
 const META_SHARE_DIVISOR: u64 = 10;
@@ -36,19 +37,63 @@ pub fn split_size(total: u64, segment_bytes: u64) -> Result<(u64, u64)> {
 }
 
 /// Creates `path` as a sparse file of `len` bytes; it must not exist yet.
-fn create_image(path: &Path, len: u64) -> Result<()> {
+fn create_image(path: &Path, len: u64, created: &mut Created) -> Result<()> {
     let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
+    created.0.push(path.to_path_buf());
     f.set_len(len).with_context(|| format!("cannot size {} to {len} bytes", path.display()))?;
-    println!("created {} ({}, sparse)", path.display(), human_bytes(len));
+    say!("created {} ({}, sparse)", path.display(), human_bytes(len));
     Ok(())
 }
 
+/// Refuses, before anything is created, paths that cannot both become
+/// image files: the same path twice, a folder, a missing parent folder.
+fn check_distinct_paths(args: &MkfsArgs) -> Result<()> {
+    if args.meta == args.data {
+        bail!("{} is given twice: DualFS needs two different devices or image files", args.meta.display());
+    }
+    for p in [&args.meta, &args.data] {
+        if p.is_dir() {
+            bail!("{} is a directory: give a device or an image file", p.display());
+        }
+        if !p.exists() {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                bail!("cannot create {}: {} is not a directory", p.display(), parent.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Image files this run created: removed again unless the volume is made,
+/// so that a failed mkfs leaves nothing behind (a 16 TiB sparse file least
+/// of all).
+#[derive(Debug, Default)]
+struct Created(Vec<PathBuf>);
+
+impl Created {
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            match std::fs::remove_file(p) {
+                Ok(()) => eprintln!("dualfs: removed {}, which this mkfs had created", p.display()),
+                Err(e) => eprintln!("dualfs: cannot remove {} again: {e}", p.display()),
+            }
+        }
+    }
+}
+
 /// Creates whichever image files are missing when `--size` is given.
-fn ensure_images(args: &MkfsArgs) -> Result<()> {
+fn ensure_images(args: &MkfsArgs, created: &mut Created) -> Result<()> {
     let missing: Vec<&Path> = [args.meta.as_path(), args.data.as_path()].into_iter().filter(|p| !p.exists()).collect();
     if missing.is_empty() {
         if args.size.is_some() {
@@ -63,11 +108,13 @@ fn ensure_images(args: &MkfsArgs) -> Result<()> {
         );
     };
     let (meta_len, data_len) = split_size(total, args.segment_size)?;
-    if !args.meta.exists() {
-        create_image(&args.meta, meta_len)?;
-    }
-    if !args.data.exists() {
-        create_image(&args.data, data_len)?;
+    // Both paths are checked before either is made: a data path in a
+    // missing folder must not leave a meta-data image behind.
+    check_distinct_paths(args)?;
+    for (path, len) in [(&args.meta, meta_len), (&args.data, data_len)] {
+        if !path.exists() {
+            create_image(path, len, created)?;
+        }
     }
     Ok(())
 }
@@ -99,31 +146,41 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
         label: args.label.clone(),
         ..MkfsOptions::default()
     };
-    ensure_images(args)?;
+    let mut created = Created::default();
+    ensure_images(args, &mut created)?;
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
     let meter = Meter::default();
     let activity = Activity::start("creating the volume".into(), meter.written.clone(), "written");
-    Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options).map_err(|e| {
-        anyhow::anyhow!("cannot create a DualFS volume on {} and {}: {e}", args.meta.display(), args.data.display())
-    })?;
+    let formatted = Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options);
     drop(activity);
+    if let Err(e) = formatted {
+        // The first checkpoint holds the whole IFile; on the largest
+        // devices (about 15 TiB of data) it no longer fits.
+        let hint = if matches!(e, dualfs_engine::Error::NoSpace(dualfs_engine::error::DeviceRole::Meta)) {
+            " (the data device is too large for this version: a checkpoint of its bitmap does not fit; about 15 TiB is the most)"
+        } else {
+            ""
+        };
+        bail!("cannot create a DualFS volume on {} and {}: {e}{hint}", args.meta.display(), args.data.display());
+    }
+    created.keep();
     let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
-    println!(
+    say!(
         "DualFS volume {} created{}",
         crate::inspect::uuid(&sb.volume_uuid),
         if sb.label_str().is_empty() { String::new() } else { format!(", label {:?}", sb.label_str()) }
     );
-    println!(
-        "  meta-data device {}: {} segments of {}",
+    say!(
+        "  meta-data device {}: {} of {}",
         args.meta.display(),
-        sb.segment_count,
+        count(u64::from(sb.segment_count), "segment"),
         human_bytes(u64::from(sb.segment_blocks) * BLOCK_BYTES)
     );
-    println!(
-        "  data device {}: {} in {} groups of {}",
+    say!(
+        "  data device {}: {} in {} of {}",
         args.data.display(),
         human_bytes(sb.data_blocks * BLOCK_BYTES),
-        sb.group_count,
+        count(u64::from(sb.group_count), "group"),
         human_bytes(u64::from(sb.group_blocks) * BLOCK_BYTES)
     );
     Ok(())

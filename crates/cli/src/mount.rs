@@ -19,12 +19,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
 use dualfs_engine::volume::MountOptions;
+use dualfs_fuse::clock::KernelClock;
 use dualfs_fuse::{AdapterOptions, DualFs};
 use fuser::{MountOption, Session, SessionUnmounter};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
-use crate::devices::{Access, open_pair};
+use crate::devices::open_pair_for_mount;
 use crate::options::{self, MountConfig};
 
 /// What the background child prints once the volume is mounted.
@@ -43,12 +44,49 @@ impl std::fmt::Display for Exit {
 
 impl std::error::Error for Exit {}
 
+/// Runs the mount helper (`mount.fuse.dualfs`, or `dualfs SOURCE MNT -o
+/// OPTS`): a `remount` changes the mount already there; a mount by root
+/// gets a kernel file system's defaults (see [`options::KERNEL_DEFAULTS`]).
+///
+/// # Errors
+/// As [`run`], or the remount fails.
+pub fn run_helper(args: &MountArgs) -> Result<()> {
+    let cfg = options::parse(&args.options)?;
+    if cfg.remount {
+        return crate::remount::run(args, &cfg);
+    }
+    let mut args = args.clone();
+    if nix::unistd::geteuid().is_root() {
+        args.options.insert(0, options::KERNEL_DEFAULTS.to_string());
+    }
+    run(&args)
+}
+
 /// Runs `dualfs mount`.
 ///
 /// # Errors
 /// Anything that keeps the volume from being mounted, or from closing cleanly.
 pub fn run(args: &MountArgs) -> Result<()> {
-    if args.foreground || args.daemon_child { serve(args) } else { daemonize(args) }
+    let cfg = options::parse(&args.options)?;
+    if cfg.remount {
+        return crate::remount::run(args, &cfg);
+    }
+    if args.daemon_child {
+        // The parent has looked the devices and the stored options up.
+        return serve(args);
+    }
+    let mut args = args.clone();
+    let (meta, data) = crate::devices::named(&args.meta, Some(&args.data))?;
+    (args.meta, args.data) = (meta, data);
+    // Options stored by `dualfs tune -o` come first: the command line's win.
+    if let Ok(crate::find::Probed::DualFs(sb)) = crate::find::probe(&args.meta) {
+        let stored = options::defaults_not_overridden(&sb.mount_options_str(), &args.options);
+        if !stored.is_empty() {
+            log::debug!("default mount options from the superblock: {stored}");
+            args.options.insert(0, stored);
+        }
+    }
+    if args.foreground { serve(&args) } else { daemonize(&args) }
 }
 
 fn check_mountpoint(p: &Path) -> Result<()> {
@@ -191,6 +229,7 @@ fn detach(cfg: &MountConfig) -> Result<()> {
     };
     nix::unistd::dup2_stdout(&null).context("cannot redirect standard output")?;
     nix::unistd::dup2_stderr(&log).context("cannot redirect standard error")?;
+    crate::log_to_file();
     // Do not keep the caller's working directory (and its file system) busy.
     std::env::set_current_dir("/").context("cannot change to /")?;
     Ok(())
@@ -213,24 +252,29 @@ fn serve(args: &MountArgs) -> Result<()> {
     if args.daemon_child {
         // Leave the caller's session: its terminal's signals are not ours.
         let _ = nix::unistd::setsid();
+    } else {
+        // A foreground mount's standard error is its log.
+        crate::log_to_file();
     }
     let signals = block_signals()?;
     check_mountpoint(&args.mountpoint)?;
     let meta = absolute(&args.meta)?;
     let data = absolute(&args.data)?;
-    let access = if cfg.read_only { Access::ExclusiveReadOnly } else { Access::Exclusive };
-    let (m, d) = open_pair(&meta, &data, access)?;
+    let ((m, d), devices_writable) = open_pair_for_mount(&meta, &data, cfg.read_only)?;
     let (m, d) = match &cfg.trace {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
     };
-    let vol = Volume::open(m, d, engine_options(&cfg))
+    // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
+    let clock = Arc::new(KernelClock::default());
+    let volume_clock = clock.clone();
+    let vol = Volume::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
         .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
     let rec = &vol.open_report().recovery;
     if rec.partial_segments > 0 {
         log::info!(
-            "recovered {} partial segments written after checkpoint {}",
-            rec.partial_segments,
+            "recovered {} written after checkpoint {}",
+            crate::words::count(rec.partial_segments, "partial segment"),
             vol.open_report().checkpoint
         );
     }
@@ -245,9 +289,11 @@ fn serve(args: &MountArgs) -> Result<()> {
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
         owner_uid: nix::unistd::geteuid().as_raw(),
+        devices_writable,
         ..AdapterOptions::default()
     };
-    let fs = DualFs::new(vol.clone(), adapter);
+    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock);
+    let notifier = fs.notifier_slot();
     let mut session = match Session::new(fs, &args.mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
@@ -255,6 +301,7 @@ fn serve(args: &MountArgs) -> Result<()> {
             bail!("cannot mount on {}: {e}", args.mountpoint.display());
         }
     };
+    let _ = notifier.set(session.notifier());
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {
@@ -269,6 +316,11 @@ fn serve(args: &MountArgs) -> Result<()> {
     );
     let served = session.run();
     log::info!("unmounted {}", args.mountpoint.display());
+    // Tells a mount of the same volume that finds it locked that it is
+    // closing, and worth waiting for (see holder.rs).
+    if let Err(e) = nix::sys::prctl::set_name(crate::holder::CLOSING_NAME) {
+        log::debug!("cannot rename the process: {e}");
+    }
     flusher.stop();
     close(vol)?;
     served.context("the FUSE session ended with an error")

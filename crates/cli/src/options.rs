@@ -37,6 +37,9 @@ pub struct MountConfig {
     pub atime: AtimeMode,
     /// Where to write a block-level trace of both devices, if anywhere.
     pub trace: Option<PathBuf>,
+    /// `remount`: change the options of the mount already there (mount(8)
+    /// runs the helper again with it for `mount -o remount,...`).
+    pub remount: bool,
 }
 
 impl Default for MountConfig {
@@ -53,6 +56,7 @@ impl Default for MountConfig {
             writeback: true,
             atime: AtimeMode::Relatime,
             trace: None,
+            remount: false,
         }
     }
 }
@@ -82,6 +86,27 @@ fn ignored(opt: &str) -> bool {
         || opt.starts_with("comment=")
         || opt.starts_with("subtype=")
         || opt.starts_with("data=")
+        // What the kernel shows of a FUSE mount in /proc/mounts, and so what
+        // mount(8) repeats on a remount: the mount itself sets them.
+        || opt.starts_with("user_id=")
+        || opt.starts_with("group_id=")
+        || opt.starts_with("rootmode=")
+        || opt.starts_with("fd=")
+}
+
+/// The option that undoes `f` (`nodev` for `dev`), if any.
+fn opposite(f: &MountOption) -> Option<MountOption> {
+    Some(match f {
+        MountOption::Dev => MountOption::NoDev,
+        MountOption::NoDev => MountOption::Dev,
+        MountOption::Suid => MountOption::NoSuid,
+        MountOption::NoSuid => MountOption::Suid,
+        MountOption::Exec => MountOption::NoExec,
+        MountOption::NoExec => MountOption::Exec,
+        MountOption::Sync => MountOption::Async,
+        MountOption::Async => MountOption::Sync,
+        _ => return None,
+    })
 }
 
 fn flag(opt: &str) -> Option<MountOption> {
@@ -112,12 +137,29 @@ fn atime_mode(opt: &str) -> Option<AtimeMode> {
     })
 }
 
+/// The name an option goes by in messages and in the atime group.
+fn atime_name(mode: AtimeMode) -> &'static str {
+    match mode {
+        AtimeMode::NoAtime => "noatime",
+        AtimeMode::Relatime => "relatime",
+        AtimeMode::StrictAtime => "strictatime",
+    }
+}
+
 /// Parses every `-o` argument (each a comma-separated list).
 ///
+/// Of flags that undo each other (`dev` and `nodev`, `ro` and `rw`), the
+/// last wins, as with mount(8). Two different access-time rules are
+/// refused as contradictory, unless remounting: mount(8) then repeats the
+/// mount's current options before the new ones, and the new ones win.
+///
 /// # Errors
-/// A malformed `commit=`, `threads=` or `log=`.
+/// A malformed `commit=`, `threads=` or `log=`, an option DualFS does not
+/// know, or contradictory options.
 pub fn parse(lists: &[String]) -> Result<MountConfig> {
     let mut c = MountConfig::default();
+    let remount = lists.iter().flat_map(|l| l.split(',')).any(|o| o.trim() == "remount");
+    let mut atime_given: Option<&'static str> = None;
     for opt in lists.iter().flat_map(|l| l.split(',')) {
         let opt = opt.trim();
         if let Some(v) = opt.strip_prefix("commit=") {
@@ -145,6 +187,13 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {
+            let name = atime_name(mode);
+            match atime_given {
+                Some(before) if before != name && !remount => {
+                    bail!("the mount options {before} and {opt} contradict each other: give one of them")
+                }
+                _ => atime_given = Some(name),
+            }
             c.atime = mode;
             // The kernel never updates a FUSE file's atime itself; noatime
             // is passed on only so that /proc/mounts says so.
@@ -157,18 +206,29 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
         } else if opt == "ro" {
             c.read_only = true;
             c.fuse.push(MountOption::RO);
-        } else if opt == "allow_other" {
-            c.acl = SessionACL::All;
-        } else if opt == "allow_root" {
-            c.acl = SessionACL::RootAndOwner;
+        } else if opt == "allow_other" || opt == "allow_root" {
+            let acl = if opt == "allow_other" { SessionACL::All } else { SessionACL::RootAndOwner };
+            if c.acl != SessionACL::Owner && c.acl != acl {
+                bail!("the mount options allow_other and allow_root contradict each other: give one of them");
+            }
+            c.acl = acl;
+        } else if opt == "remount" {
+            c.remount = true;
         } else if ignored(opt) {
             log::debug!("mount option {opt:?} ignored");
         } else if let Some(f) = flag(opt) {
+            if let Some(undo) = opposite(&f) {
+                c.fuse.retain(|o| *o != undo && *o != f);
+            }
             c.fuse.push(f);
-        } else {
-            // Kernel FUSE options (max_read=, blksize=, ...): the kernel
-            // refuses the mount if it does not know one.
+        } else if let Some(v) = opt.strip_prefix("max_read=") {
+            // The one kernel FUSE option with a use here: it caps read requests.
+            if v.parse::<u32>().map_or(true, |n| n == 0) {
+                bail!("max_read={v}: give a number of bytes");
+            }
             c.fuse.push(MountOption::CUSTOM(opt.to_string()));
+        } else {
+            bail!("unknown mount option {opt:?} (dualfs mount --help lists the options)");
         }
     }
     if c.read_only {
@@ -176,6 +236,40 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
     }
     Ok(c)
 }
+
+/// Which options decide the same thing: one access-time rule, `ro`/`rw`,
+/// `dev`/`nodev`..., else the option's name (`commit` for `commit=5`).
+fn group(opt: &str) -> &str {
+    if atime_mode(opt).is_some() {
+        return "atime";
+    }
+    match opt {
+        "ro" | "rw" => "ro",
+        "dev" | "nodev" => "dev",
+        "suid" | "nosuid" => "suid",
+        "exec" | "noexec" => "exec",
+        "sync" | "async" => "sync",
+        "writeback" | "nowriteback" => "writeback",
+        "allow_other" | "allow_root" => "allow",
+        _ => opt.split_once('=').map_or(opt, |(k, _)| k),
+    }
+}
+
+/// The default options stored in the superblock (`dualfs tune -o`) that
+/// the given ones do not override, to go before them: a mount's own
+/// `strictatime` replaces a stored `noatime` rather than contradict it.
+#[must_use]
+pub fn defaults_not_overridden(stored: &str, given: &[String]) -> String {
+    let given: Vec<&str> = given.iter().flat_map(|l| l.split(',')).map(|o| group(o.trim())).collect();
+    stored.split(',').filter(|o| !o.is_empty() && !given.contains(&group(o))).collect::<Vec<_>>().join(",")
+}
+
+/// What a kernel file system mounted by root gets when no option says
+/// otherwise: devices and set-id bits honoured. mount(8) never passes `dev`
+/// or `suid` to a helper (they are the absence of flags), so the helper puts
+/// them first, where a later `nodev` or `nosuid` overrides them; FUSE's own
+/// default, which `dualfs mount` keeps, is the opposite.
+pub const KERNEL_DEFAULTS: &str = "dev,suid";
 
 #[cfg(test)]
 mod tests {
@@ -215,15 +309,49 @@ mod tests {
     }
 
     #[test]
-    fn access_time_options_choose_the_rule_and_the_last_wins() {
+    fn access_time_options_choose_the_rule_and_contradictions_are_refused() {
         assert_eq!(p("").atime, AtimeMode::Relatime);
         assert_eq!(p("strictatime").atime, AtimeMode::StrictAtime);
         let c = p("noatime");
         assert_eq!(c.atime, AtimeMode::NoAtime);
         assert_eq!(c.fuse, vec![MountOption::NoAtime]);
-        let c = p("noatime,relatime");
+        let e = parse(&["noatime,strictatime".into()]).unwrap_err().to_string();
+        assert!(e.contains("noatime and strictatime contradict"), "{e}");
+        assert!(parse(&["noatime".into(), "relatime".into()]).is_err());
+        // The same rule twice, or under two names, is no contradiction.
+        assert_eq!(p("relatime,atime").atime, AtimeMode::Relatime);
+        // A remount repeats the current options first: the new ones win.
+        let c = p("rw,noatime,remount,relatime");
+        assert!(c.remount);
         assert_eq!(c.atime, AtimeMode::Relatime);
-        assert!(c.fuse.is_empty());
+        assert_eq!(c.fuse, vec![MountOption::RW]);
+    }
+
+    #[test]
+    fn unknown_options_are_refused_in_plain_words() {
+        let e = parse(&["nosuchoption".into()]).unwrap_err().to_string();
+        assert!(e.contains("unknown mount option \"nosuchoption\""), "{e}");
+        assert!(parse(&["max_read=abc".into()]).is_err());
+        assert_eq!(p("max_read=65536").fuse, vec![MountOption::CUSTOM("max_read=65536".into())]);
+        assert!(parse(&["allow_other,allow_root".into()]).is_err());
+        // What /proc/mounts shows of a FUSE mount, repeated by mount(8) on a remount.
+        assert!(p("user_id=0,group_id=0,rootmode=40000").fuse.is_empty());
+    }
+
+    #[test]
+    fn stored_defaults_give_way_to_the_mount_s_own_options() {
+        let given = vec!["strictatime,commit=5".to_string()];
+        assert_eq!(defaults_not_overridden("noatime,commit=30,nowriteback", &given), "nowriteback");
+        assert_eq!(defaults_not_overridden("ro,noatime", &["rw".to_string()]), "noatime");
+        assert_eq!(defaults_not_overridden("", &given), "");
+    }
+
+    #[test]
+    fn the_last_of_two_opposite_flags_wins_and_the_helper_defaults_to_dev_suid() {
+        assert_eq!(p("nodev,dev,suid,nosuid").fuse, vec![MountOption::Dev, MountOption::NoSuid]);
+        let c = parse(&[KERNEL_DEFAULTS.into(), "nosuid".into()]).unwrap();
+        assert_eq!(c.fuse, vec![MountOption::Dev, MountOption::NoSuid]);
+        assert_eq!(p(KERNEL_DEFAULTS).fuse, vec![MountOption::Dev, MountOption::Suid]);
     }
 
     #[test]

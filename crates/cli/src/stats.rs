@@ -20,9 +20,9 @@ fn text(stats: &Value, clean: &Value) -> String {
     if clean["state"] == "running" {
         let _ = writeln!(
             o,
-            "a clean is running: {} of {} segments ({})",
+            "a clean is running: {} of {} ({})",
             clean["done"],
-            clean["total"],
+            crate::words::count(clean["total"].as_u64().unwrap_or(0), "segment"),
             clean["request"].as_str().unwrap_or_default()
         );
     }

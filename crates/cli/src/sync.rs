@@ -76,10 +76,10 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         match sync_mount(&root)? {
             Synced::Checkpoint => {
                 if args.verbose {
-                    println!("{}: committed and checkpointed", root.display());
+                    say!("{}: committed and checkpointed", root.display());
                 }
             }
-            Synced::Commit => println!(
+            Synced::Commit => say!(
                 "{}: committed (without a checkpoint: only root, the mounting user and those who may write the \
                  mount's root directory may ask for one)",
                 root.display()

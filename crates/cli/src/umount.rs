@@ -155,7 +155,7 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     match meta_of_source(&entry.source) {
         Some(meta) if meta.exists() => {
             wait_closed(&meta, Duration::from_secs(args.timeout))?;
-            println!("unmounted {}; the volume is closed", mnt.display());
+            say!("unmounted {}; the volume is closed", mnt.display());
         }
         _ => println!(
             "unmounted {} (source {:?} does not name the devices: not waiting for the close)",

@@ -79,7 +79,10 @@ fn df_reports_the_data_device_and_inodes_that_grow_with_the_inode_map() {
     let fresh = df(&v);
     let [size, used, avail, inodes, iused, ifree] = fresh;
     assert_eq!(size, data_blocks, "df's size is the data device's");
-    assert_eq!(used + avail, size);
+    // Available leaves out what the kernel may hold dirty: 64 MiB or an
+    // eighth of the data device (docs/FUSE.md, a full data device).
+    let window = (64 << 20) / 4096u64;
+    assert_eq!(used + avail + window.min(size / 8), size);
     assert!(used <= 1, "a fresh volume uses the data device's superblock at most: {used}");
     assert_eq!(iused, 1, "the root directory");
     assert_eq!(inodes, iused + ifree);

@@ -21,6 +21,9 @@ pub enum Fault {
     /// Replace-by-truncation: commit a truncation to zero before the new
     /// contents are complete.
     NoReplaceHold,
+    /// Remount read-only: refuse changes without committing those made
+    /// (the switch promises they are durable, as a sync does).
+    RemountWithoutCommit,
     /// Untangled fsync: replay fsync records that a later commit group
     /// already folded in, over the newer state that group wrote.
     ReplayFolded,
@@ -34,7 +37,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -42,6 +45,7 @@ impl Fault {
         Fault::CheckpointInPlace,
         Fault::RenameBeforeData,
         Fault::NoReplaceHold,
+        Fault::RemountWithoutCommit,
         Fault::ReplayFolded,
         Fault::FsyncOmitsParent,
         Fault::StrictFsyncUntangled,

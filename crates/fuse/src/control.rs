@@ -10,6 +10,15 @@
 //! | removexattr | `dualfs.clean` | asks a running clean to stop after its current pass |
 //! | getxattr | `dualfs.stats` | the log's and the cleaner's counters, as JSON |
 //! | setxattr | `dualfs.sync` | commits everything and writes a checkpoint; returns once durable |
+//! | getxattr | `dualfs.remount.ro` | commits, checkpoints and refuses changes from now on (EROFS); answers [`mode_json`] |
+//! | getxattr | `dualfs.remount.rw` | accepts changes again; answers [`mode_json`] |
+//! | getxattr | `dualfs.mode` | [`mode_json`]: whether the volume is read-only |
+//!
+//! The remount requests are reads because a read is what still reaches the
+//! volume once the kernel has made the mount read-only: a remount to
+//! read-only goes to the kernel first (it refuses while files are open for
+//! writing, and writes its cached pages back while the volume still takes
+//! them), and from then on the kernel refuses setxattr with EROFS.
 //!
 //! Only root and the user who mounted the volume may use `clean` and
 //! `stats` (EPERM for others): cleaning costs I/O, and the mounting user
@@ -32,6 +41,18 @@ pub const PREFIX: &str = "dualfs.";
 pub const CLEAN: &str = "dualfs.clean";
 /// Read for the counters.
 pub const STATS: &str = "dualfs.stats";
+/// Read to make the volume read-only (a remount's second half).
+pub const REMOUNT_RO: &str = "dualfs.remount.ro";
+/// Read to make the volume writable again (a remount's first half).
+pub const REMOUNT_RW: &str = "dualfs.remount.rw";
+/// Read for whether the volume is read-only.
+pub const MODE: &str = "dualfs.mode";
+
+/// `{"read_only": bool}`: the answer of the remount and mode attributes.
+#[must_use]
+pub fn mode_json(vol: &Volume) -> Value {
+    json!({ "read_only": vol.is_read_only() })
+}
 /// Set (any value) to make everything durable: `dualfs sync`.
 pub const SYNC: &str = "dualfs.sync";
 
@@ -289,6 +310,32 @@ impl Control {
     /// Asks a running clean to stop after its current pass.
     pub fn stop_clean(&self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Remounts the volume read-only or read-write. A clean that runs is
+    /// stopped first: it is a change like any other.
+    ///
+    /// # Errors
+    /// EROFS when the volume cannot become writable (`writable` says the
+    /// devices were opened read-only, or the engine refuses), EIO when the
+    /// final commit fails.
+    pub fn remount(&self, vol: &Volume, read_only: bool, writable: bool) -> Result<Vec<u8>, Errno> {
+        if read_only {
+            self.shutdown();
+        } else if !writable {
+            log::warn!("cannot remount read-write: the devices were opened read-only");
+            return Err(Errno::EROFS);
+        }
+        match vol.set_read_only(read_only) {
+            Ok(()) => {
+                log::info!("remounted {}", if read_only { "read-only" } else { "read-write" });
+                Ok(mode_json(vol).to_string().into_bytes())
+            }
+            Err(e) => {
+                log::error!("remount {}: {e}", if read_only { "read-only" } else { "read-write" });
+                Err(Errno::from_i32(e.errno()))
+            }
+        }
     }
 
     /// Stops a running clean and waits for it, so that the volume can be

@@ -30,7 +30,7 @@ use crate::convert::{self, errno, file_attr, file_type, ino};
 /// stable across mounts), and POSIX ACLs: the kernel checks them and the
 /// engine keeps them, which needs the umask unapplied (a directory's
 /// default ACL replaces it).
-const WANTED: [InitFlags; 9] = [
+const WANTED: [InitFlags; 10] = [
     InitFlags::FUSE_POSIX_ACL,
     InitFlags::FUSE_DONT_MASK,
     InitFlags::FUSE_WRITEBACK_CACHE,
@@ -43,6 +43,9 @@ const WANTED: [InitFlags; 9] = [
     // chown ourselves; in return the kernel stops asking for
     // security.capability before every write (it sets SB_NOSEC).
     InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+    // Files opened for direct I/O on a nearly full volume (see `open`) can
+    // still be mapped (kernel 6.6 and later; older kernels refuse mmap).
+    InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
 ];
 
 /// Entries listed per engine call in readdirplus: the attributes are read
@@ -206,6 +209,11 @@ impl DualFs {
         match n.as_bytes() {
             b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
             b if b == control::STATS.as_bytes() => Ok(control::stats_json(&self.vol).to_string().into_bytes()),
+            b if b == control::MODE.as_bytes() => Ok(control::mode_json(&self.vol).to_string().into_bytes()),
+            b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
+            b if b == control::REMOUNT_RW.as_bytes() => {
+                self.control.remount(&self.vol, false, self.options.devices_writable)
+            }
             _ => Err(Errno::NO_XATTR),
         }
     }
@@ -226,8 +234,29 @@ impl DualFs {
                 Ok(())
             }
             // Read-only attributes, and names that are not there.
-            (b, _) if b == control::STATS.as_bytes() => Err(Errno::EPERM),
+            (b, _)
+                if [control::STATS, control::MODE, control::REMOUNT_RO, control::REMOUNT_RW]
+                    .iter()
+                    .any(|n| n.as_bytes() == b) =>
+            {
+                Err(Errno::EPERM)
+            }
             _ => Err(Errno::NO_XATTR),
+        }
+    }
+
+    /// Makes the kernel forget the attributes it caches of `node` when the
+    /// volume changed them behind a request that does not say so (the
+    /// set-id bits dropped by a write or fallocate), so that the next stat
+    /// asks. Only the attributes: offset -1 leaves the page cache alone.
+    fn attributes_changed(&self, node: INodeNo, changed: bool) {
+        if !changed {
+            return;
+        }
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(node, -1, 0)
+        {
+            log::debug!("cannot invalidate the attributes of inode {}: {e}", node.0);
         }
     }
 
@@ -295,7 +324,13 @@ impl Filesystem for DualFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        match self.vol.lookup(ino(parent), name(n)) {
+        // Path walks never send ".": the kernel asks it of a node id taken
+        // from a file handle (open_by_handle_at, the NFS server) whose inode
+        // it no longer caches, and that node may be any kind of file. A free
+        // or reused inode number answers ENOENT or another generation, which
+        // the kernel turns into ESTALE.
+        let found = if name(n) == b"." { self.vol.getattr(ino(parent)) } else { self.vol.lookup(ino(parent), name(n)) };
+        match found {
             Ok(a) => {
                 self.vol.remember(a.ino, 1);
                 self.entry(reply, &a);
@@ -337,6 +372,9 @@ impl Filesystem for DualFs {
     ) {
         // The kernel has done the permission checks and computed any set-id
         // bits to clear (it sends them as a mode): apply exactly what it says.
+        if let (Some(clock), Some(c)) = (&self.clock, ctime) {
+            clock.saw(convert::request_time(c));
+        }
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -425,7 +463,10 @@ impl Filesystem for DualFs {
         // when a read would update one (under relatime, once after each
         // change), the cache is dropped so that this open's reads arrive.
         let reads = flags.acc_mode() != OpenAccMode::O_WRONLY;
+        let writes = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        let direct = if writes { self.write_open_flags() } else { FopenFlags::empty() };
         match self.vol.getattr(ino(node)) {
+            Ok(_) if !direct.is_empty() => reply.opened(FileHandle(0), direct),
             Ok(_) if reads && self.vol.access_due(ino(node)) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(report("open", &e)),
@@ -451,7 +492,7 @@ impl Filesystem for DualFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -463,10 +504,17 @@ impl Filesystem for DualFs {
     ) {
         // Pages written back from the kernel's cache carry times the kernel
         // already owns (it sends them with a setattr); a direct write does not.
-        let stamp = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) { Stamp::Keep } else { Stamp::Now };
-        let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        if let Err(e) = self.vol.drop_privileges(ino(node), set_id) {
-            return reply.error(report("write", &e));
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let stamp = if cached { Stamp::Keep } else { Stamp::Now };
+        // The kernel flags the writes it knows to be unprivileged, but not
+        // an O_DIRECT write under the writeback cache: a write that comes
+        // straight from a caller other than root stands for one without
+        // CAP_FSETID, as for truncation. Page-cache write-back carries the
+        // flusher's credentials, so only the flag speaks for it.
+        let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) || (!cached && req.uid() != 0);
+        match self.vol.drop_privileges(ino(node), set_id) {
+            Ok(dropped) => self.attributes_changed(node, dropped),
+            Err(e) => return reply.error(report("write", &e)),
         }
         match self.vol.write_with(ino(node), offset, data, stamp) {
             // max_write bounds a request far below 4 GiB.
@@ -537,7 +585,8 @@ impl Filesystem for DualFs {
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
         let s = self.vol.statfs();
-        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        let bavail = self.available_blocks(&s);
+        reply.statfs(s.blocks, s.bfree, bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
     fn setxattr(
@@ -624,7 +673,7 @@ impl Filesystem for DualFs {
                 &file_attr(&a),
                 Self::generation(&a),
                 FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                FopenFlags::FOPEN_KEEP_CACHE | self.write_open_flags(),
             ),
             Err(e) => reply.error(report("create", &e)),
         }
@@ -649,7 +698,7 @@ impl Filesystem for DualFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -661,7 +710,13 @@ impl Filesystem for DualFs {
             Ok(m) => m,
             Err(e) => return reply.error(e),
         };
-        let r = self.vol.fallocate(ino(node), offset, length, mode);
+        // As ext4's `file_modified`: every mode drops file capabilities, and
+        // the set-id bits unless the caller may keep them (root stands for
+        // CAP_FSETID; the kernel does not say).
+        let r = self.vol.drop_privileges(ino(node), req.uid() != 0).and_then(|dropped| {
+            self.attributes_changed(node, dropped);
+            self.vol.fallocate(ino(node), offset, length, mode)
+        });
         Self::reply_empty("fallocate", r, reply);
     }
 

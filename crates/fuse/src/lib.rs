@@ -25,11 +25,13 @@
 //! bits, which it refuses before calling the engine).
 
 mod caller;
+pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
+mod space;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dualfs_engine::Volume;
@@ -57,6 +59,9 @@ pub struct AdapterOptions {
     /// The user who mounted the volume: besides root, the only one who may
     /// use the control attributes ([`control`]).
     pub owner_uid: u32,
+    /// Whether the devices were opened for writing, so that a volume
+    /// mounted read-only may be remounted read-write.
+    pub devices_writable: bool,
 }
 
 impl Default for AdapterOptions {
@@ -67,6 +72,7 @@ impl Default for AdapterOptions {
             max_write: 1 << 20,
             writeback_cache: true,
             owner_uid: 0,
+            devices_writable: true,
         }
     }
 }
@@ -79,13 +85,41 @@ pub struct DualFs {
     /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
     acl: bool,
     control: control::Control,
+    /// How to tell the kernel that cached attributes changed; set by the
+    /// mounting code once the session exists ([`DualFs::notifier_slot`]).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// The volume's clock, told the change times the kernel stamps.
+    clock: Option<Arc<clock::KernelClock>>,
 }
 
 impl DualFs {
     /// Serves `vol` to the kernel.
     #[must_use]
     pub fn new(vol: Arc<Volume>, options: AdapterOptions) -> DualFs {
-        DualFs { vol, options, acl: false, control: control::Control::new(options.owner_uid) }
+        DualFs {
+            vol,
+            options,
+            acl: false,
+            control: control::Control::new(options.owner_uid),
+            notifier: Arc::default(),
+            clock: None,
+        }
+    }
+
+    /// Tells `clock` (the volume's, see [`clock`]) every change time the
+    /// kernel hands over, so that the volume never stamps below one.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<clock::KernelClock>) -> DualFs {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Where the mounting code puts the session's notifier
+    /// (`Session::notifier`), which exists only once the adapter has been
+    /// handed to the session.
+    #[must_use]
+    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
     }
 
     /// The mount options the adapter relies on: the kernel must check

@@ -84,6 +84,11 @@ pub enum Step {
     Fdatasync(String),
     /// `sync`: a commit and a checkpoint.
     Sync,
+    /// `mount -o remount,ro` (`Volume::set_read_only`): everything so far
+    /// becomes durable, and a change tried while read-only is refused.
+    RemountRo,
+    /// `mount -o remount,rw`: changes are taken again.
+    RemountRw,
     /// The periodic work: commit, and checkpoint when enough log was written.
     Tick,
     /// An on-demand clean (`dualfs clean`): the `segments` emptiest
@@ -379,7 +384,7 @@ impl<'a> Runner<'a> {
     fn closes(&self, step: &Step) -> Option<Vec<Id>> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
-            Step::Sync => return None,
+            Step::Sync | Step::RemountRo => return None,
             Step::Fsync(p) | Step::Fdatasync(p) => match at(p) {
                 Some(id) if self.is_file(id) => vec![Some(id)],
                 _ => return None,
@@ -519,6 +524,19 @@ impl<'a> Runner<'a> {
             }
             Step::Tick => {
                 vol.tick().map_err(|e| format!("tick: {e}"))?;
+                return Ok(Promise::None);
+            }
+            Step::RemountRo => {
+                vol.set_read_only(true).map_err(|e| format!("remount ro: {e}"))?;
+                // A change while read-only is refused and leaves no trace.
+                match vol.mkdir(InodeNo::ROOT, b"refused", 0o755, Creds::ROOT) {
+                    Err(Error::ReadOnly(_)) => {}
+                    other => return Err(format!("mkdir on a read-only volume: {other:?}")),
+                }
+                return Ok(Promise::All);
+            }
+            Step::RemountRw => {
+                vol.set_read_only(false).map_err(|e| format!("remount rw: {e}"))?;
                 return Ok(Promise::None);
             }
             Step::Clean { segments } => {

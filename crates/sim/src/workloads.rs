@@ -134,6 +134,20 @@ pub fn patterns() -> Vec<Workload> {
     let mut steps: Vec<Step> = (0..8u64).map(|i| write("A/foo", (i * 2711) % 10000, 1800)).collect();
     steps.push(Step::Sync);
     out.push(pattern("overwrites", steps));
+    // Remount read-only and back (mount -o remount,ro): the switch makes
+    // what came before it durable, as sync does, and refuses changes.
+    let mut steps: Vec<Step> = (0..6u64).map(|i| write("A/foo", (i * 2711) % 10000, 1800)).collect();
+    steps.extend([
+        Step::Create(s("B/new")),
+        write("B/new", 0, 5000),
+        Step::RemountRo,
+        Step::RemountRw,
+        write("A/foo", 100, 700),
+        Step::Unlink(s("B/bar")),
+        Step::RemountRo,
+        Step::RemountRw,
+    ]);
+    out.push(pattern("remount", steps));
     // Truncates down and up, with writes between.
     out.push(pattern(
         "truncates",

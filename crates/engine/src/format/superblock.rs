@@ -12,19 +12,29 @@ pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
 /// On-disk format version this library writes.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
+/// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`].
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 2;
+/// `compat`: default mount options are stored at bytes 256..320 (`dualfs
+/// tune -o`). Since 1.1.
+pub const COMPAT_MOUNT_OPTIONS: u64 = 1;
+/// `incompat`: meta-data block headers carry `block_id` (bytes 320..328)
+/// rather than the first 8 bytes of `volume_uuid`, which `dualfs tune -U`
+/// changed after the blocks were written. Since 1.1.
+pub const INCOMPAT_BLOCK_ID: u64 = 1;
 /// `incompat`: the log may hold fsync partial segments (descriptor kind 3),
 /// which a reader must replay; one that does not know them would take the
 /// first for a torn tail and drop what was fsync'd, and everything after.
-/// mkfs sets it. Since 1.1.
+/// mkfs sets it. Since 1.2.
 pub const INCOMPAT_FSYNC_LOG: u64 = 1 << 1;
 /// Feature bits this library understands, by class.
-pub const KNOWN_COMPAT: u64 = 0;
+pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_FSYNC_LOG;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG;
+/// Bytes of the default mount options field.
+pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
 pub const MAX_INLINE_DATA: u32 = 3072;
 /// The two checkpoint slots.
@@ -82,15 +92,82 @@ pub struct Superblock {
     pub created: Timestamp,
     /// A name for people, NUL-padded.
     pub label: [u8; 64],
+    /// Default mount options, NUL-padded; all zero unless
+    /// [`COMPAT_MOUNT_OPTIONS`] is set.
+    pub mount_options: [u8; MOUNT_OPTIONS_BYTES],
+    /// The id in meta-data block headers when [`INCOMPAT_BLOCK_ID`] is set;
+    /// zero otherwise.
+    pub block_id: u64,
 }
 
 impl Superblock {
-    /// A 64-bit id of the volume, stored in every meta-data block header.
+    /// A 64-bit id of the volume, stored in every meta-data block header:
+    /// the first 8 bytes of the volume UUID, or the `block_id` kept when
+    /// the UUID was changed.
     #[must_use]
     pub fn volume_id(&self) -> u64 {
+        if self.incompat & INCOMPAT_BLOCK_ID != 0 {
+            return self.block_id;
+        }
         let mut b = [0u8; 8];
         b.copy_from_slice(&self.volume_uuid[..8]);
         u64::from_le_bytes(b)
+    }
+
+    /// Gives the volume a new UUID, keeping the id its meta-data blocks
+    /// carry (which sets [`INCOMPAT_BLOCK_ID`] if it was not yet).
+    pub fn set_volume_uuid(&mut self, uuid: [u8; 16]) {
+        if self.incompat & INCOMPAT_BLOCK_ID == 0 {
+            self.block_id = self.volume_id();
+            self.incompat |= INCOMPAT_BLOCK_ID;
+            self.minor = self.minor.max(1);
+        }
+        self.volume_uuid = uuid;
+    }
+
+    /// The default mount options as text (empty when none are stored).
+    #[must_use]
+    pub fn mount_options_str(&self) -> String {
+        let end = self.mount_options.iter().position(|&b| b == 0).unwrap_or(MOUNT_OPTIONS_BYTES);
+        String::from_utf8_lossy(&self.mount_options[..end]).into_owned()
+    }
+
+    /// Stores default mount options (empty: none).
+    ///
+    /// # Errors
+    /// Longer than [`MOUNT_OPTIONS_BYTES`], or a NUL inside.
+    pub fn set_mount_options(&mut self, options: &str) -> Result<(), String> {
+        if options.len() > MOUNT_OPTIONS_BYTES {
+            return Err(format!("default mount options are at most {MOUNT_OPTIONS_BYTES} bytes"));
+        }
+        if options.contains('\0') {
+            return Err("default mount options cannot contain NUL".into());
+        }
+        self.mount_options = [0; MOUNT_OPTIONS_BYTES];
+        self.mount_options[..options.len()].copy_from_slice(options.as_bytes());
+        if options.is_empty() {
+            self.compat &= !COMPAT_MOUNT_OPTIONS;
+        } else {
+            self.compat |= COMPAT_MOUNT_OPTIONS;
+            self.minor = self.minor.max(1);
+        }
+        Ok(())
+    }
+
+    /// Sets the label (at most 64 bytes).
+    ///
+    /// # Errors
+    /// Longer than 64 bytes, or a NUL inside.
+    pub fn set_label(&mut self, label: &str) -> Result<(), String> {
+        if label.len() > self.label.len() {
+            return Err(format!("the label is at most {} bytes", self.label.len()));
+        }
+        if label.contains('\0') {
+            return Err("the label cannot contain NUL".into());
+        }
+        self.label = [0; 64];
+        self.label[..label.len()].copy_from_slice(label.as_bytes());
+        Ok(())
     }
 
     /// First block of segment `seg`.
@@ -148,7 +225,9 @@ impl Superblock {
             .bytes(&self.hash_key)
             .timestamp(self.created)
             .u32(0)
-            .bytes(&self.label);
+            .bytes(&self.label)
+            .bytes(&self.mount_options)
+            .u64(self.block_id);
         super::record::seal(w.into_inner())
     }
 
@@ -197,6 +276,14 @@ impl Superblock {
         let created = r.timestamp()?;
         r.reserved(4)?;
         let label = r.array()?;
+        let mount_options: [u8; MOUNT_OPTIONS_BYTES] = r.array()?;
+        if compat & COMPAT_MOUNT_OPTIONS == 0 && mount_options.iter().any(|&b| b != 0) {
+            bad!("mount options are stored but the feature bit is clear");
+        }
+        let block_id = r.u64()?;
+        if incompat & INCOMPAT_BLOCK_ID == 0 && block_id != 0 {
+            bad!("a block id is stored but the feature bit is clear");
+        }
         r.reserved(BLOCK_SIZE - r.position())?;
 
         if [slot_a, slot_b] != [CHECKPOINT_SLOTS[0].0, CHECKPOINT_SLOTS[1].0] {
@@ -247,6 +334,8 @@ impl Superblock {
             hash_key,
             created,
             label,
+            mount_options,
+            block_id,
         })
     }
 }
@@ -274,6 +363,8 @@ pub(crate) fn sample() -> Superblock {
         hash_key: [9; 16],
         created: Timestamp { sec: 1, nsec: 2 },
         label: [0; 64],
+        mount_options: [0; MOUNT_OPTIONS_BYTES],
+        block_id: 0,
     }
 }
 
@@ -308,6 +399,38 @@ mod tests {
         let mut sb = sample();
         sb.incompat = 1 << 40;
         assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("incompatible"));
+    }
+
+    #[test]
+    fn a_new_uuid_keeps_the_block_id_and_options_round_trip() {
+        let mut sb = sample();
+        let id = sb.volume_id();
+        sb.set_volume_uuid([7; 16]);
+        assert_eq!(sb.volume_id(), id, "blocks written before still match");
+        assert_ne!(sb.incompat & INCOMPAT_BLOCK_ID, 0);
+        sb.set_volume_uuid([8; 16]);
+        assert_eq!(sb.volume_id(), id, "and after a second change");
+        sb.set_mount_options("noatime,commit=30").unwrap();
+        sb.set_label("home").unwrap();
+        let back = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(back, sb);
+        assert_eq!(back.mount_options_str(), "noatime,commit=30");
+        assert_eq!(back.label_str(), "home");
+        sb.set_mount_options("").unwrap();
+        assert_eq!(sb.compat & COMPAT_MOUNT_OPTIONS, 0);
+        assert!(sb.set_mount_options(&"x".repeat(65)).is_err());
+        assert!(sb.set_label(&"x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn stored_bytes_without_their_feature_bit_are_refused() {
+        let mut sb = sample();
+        sb.set_mount_options("noatime").unwrap();
+        sb.compat = 0;
+        assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("feature bit"));
+        let mut sb = sample();
+        sb.block_id = 5;
+        assert!(Superblock::decode(&sb.encode()).unwrap_err().0.contains("feature bit"));
     }
 
     #[test]

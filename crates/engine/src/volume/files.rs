@@ -119,19 +119,21 @@ impl Volume {
     /// Drops what a write must drop before it writes (Linux's
     /// `file_remove_privs`): file capabilities always, and the set-id bits
     /// when `set_id` (the writer lacks CAP_FSETID). Costs no commit when
-    /// there is nothing to drop, the common case.
+    /// there is nothing to drop, the common case. Returns whether anything
+    /// was dropped (a caller that caches attributes must forget them).
     ///
     /// # Errors
     /// `NotFound`; I/O errors.
-    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<()> {
+    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<bool> {
         if !super::ops::has_privileges(&mut lock(&self.fs), ino, set_id)? {
-            return Ok(());
+            return Ok(false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
-            if super::ops::drop_privileges(fs, ino, set_id)? {
+            let dropped = super::ops::drop_privileges(fs, ino, set_id)?;
+            if dropped {
                 fs.inode_mut(ino)?.ctime = now;
             }
-            Ok(())
+            Ok(dropped)
         })
     }
 

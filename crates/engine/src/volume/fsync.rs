@@ -98,7 +98,8 @@ impl Volume {
             let mut fs = lock(&self.fs);
             (Volume::kind_of(&mut fs, ino)?, fs.log.fsync_records_enabled())
         };
-        if self.options.read_only {
+        if self.no_writes.load(Ordering::Acquire) {
+            // Read-only: everything changed before the switch is durable.
             return Ok(());
         }
         if kind == FileKind::Directory || !enabled {

@@ -19,7 +19,8 @@ pub const MIN_SEGMENTS: u32 = 16;
 /// Smallest data device, in blocks (1 MiB).
 pub const MIN_DATA_BLOCKS: u64 = 256;
 
-/// Names the file system a device already holds, if it recognises one.
+/// Says what a device already holds, if it recognises it, as a noun
+/// phrase ("an XFS file system", "swap space").
 ///
 /// # Errors
 /// The device cannot be read.
@@ -29,18 +30,25 @@ pub fn probe_existing(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
     }
     let head = device::read(dev, DeviceRole::Meta, 0, 1)?;
     if head[..4] == SUPER_MAGIC.to_le_bytes() {
-        return Ok(Some("DualFS"));
+        return Ok(Some("a DualFS file system"));
     }
     if &head[..4] == b"XFSB" {
-        return Ok(Some("XFS"));
+        return Ok(Some("an XFS file system"));
     }
     if head[1080..1082] == [0x53, 0xEF] {
-        return Ok(Some("ext2/3/4"));
+        return Ok(Some("an ext2/3/4 file system"));
+    }
+    // mkswap's signature ends the first page (4 KiB here; old or new style).
+    if &head[4086..4096] == b"SWAPSPACE2" || &head[4086..4096] == b"SWAP-SPACE" {
+        return Ok(Some("swap space"));
+    }
+    if head[..6] == *b"LUKS\xba\xbe" {
+        return Ok(Some("a LUKS encrypted volume"));
     }
     if dev.block_count() > 16 {
         let b = device::read(dev, DeviceRole::Meta, 16, 1)?;
         if &b[64..72] == b"_BHRfS_M" {
-            return Ok(Some("btrfs"));
+            return Ok(Some("a btrfs file system"));
         }
     }
     Ok(None)
@@ -106,9 +114,7 @@ impl Volume {
         if !opts.force {
             for (dev, role) in [(&meta, DeviceRole::Meta), (&data, DeviceRole::Data)] {
                 if let Some(fs) = probe_existing(dev.as_ref())? {
-                    return Err(Error::Busy(format!(
-                        "the {role} already holds a {fs} file system (use --force to overwrite it)"
-                    )));
+                    return Err(Error::Busy(format!("the {role} already holds {fs} (use --force to overwrite it)")));
                 }
             }
         }
@@ -140,6 +146,8 @@ impl Volume {
             hash_key: identity(),
             created: opts.now,
             label,
+            mount_options: [0; crate::format::superblock::MOUNT_OPTIONS_BYTES],
+            block_id: 0,
         };
         // Stale checkpoints of an earlier volume on the same device must not
         // be mistaken for this one's.

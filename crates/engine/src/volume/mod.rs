@@ -21,7 +21,7 @@ pub mod types;
 mod xattrs;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -66,6 +66,16 @@ pub struct Volume {
     /// a block cannot be reused under a read that is still looking at it.
     reuse: RwLock<()>,
     options: MountOptions,
+    /// Refusing changes (EROFS) and writing nothing: mounted `ro`, or
+    /// remounted read-only since ([`Volume::set_read_only`]). Changed only
+    /// with `fs` held, so that an operation sees one value throughout.
+    read_only: AtomicBool,
+    /// Writing nothing at all (commits, checkpoints, the close): set with
+    /// `read_only`, except while a remount read-only writes what came before.
+    no_writes: AtomicBool,
+    /// Why the volume may never become writable, if it may not (features
+    /// this version cannot write).
+    never_writable: Option<String>,
     clock: Clock,
     /// Set when a write failed: the reason; every later change is refused.
     failed: Mutex<Option<String>>,
@@ -125,10 +135,12 @@ impl Volume {
         let (log, report) = Log::open(meta.clone(), data.clone())?;
         let mut options = options;
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
-        if unknown != 0 && !options.read_only {
-            log::warn!(
-                "mounting read-only: the volume uses read-only-compatible features {unknown:#x} this version does not know"
-            );
+        let never_writable = (unknown != 0)
+            .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"));
+        if let Some(why) = &never_writable
+            && !options.read_only
+        {
+            log::warn!("mounting read-only: {why}");
             options.read_only = true;
         }
         let strict = options.order == Order::Strict;
@@ -152,6 +164,9 @@ impl Volume {
             commit: Mutex::new(CommitState::default()),
             reuse: RwLock::new(()),
             options,
+            read_only: AtomicBool::new(options.read_only),
+            no_writes: AtomicBool::new(options.read_only),
+            never_writable,
             clock: clock.clone(),
             failed: Mutex::new(None),
             last_commit: Mutex::new(clock.reading()),
@@ -166,20 +181,89 @@ impl Volume {
             replay_report,
         };
         if !options.read_only {
-            let orphans = lock(&vol.fs).log.ifile().orphans();
-            for ino in &orphans {
-                vol.finish_orphan(*ino)?;
-            }
             // The head moved away from the checkpoint's log position when
             // anything was read or a torn tail was met: only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
             let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
-            if moved || !orphans.is_empty() {
-                vol.checkpoint()?;
-            }
+            vol.finish_recovery(moved)?;
         }
         Ok(vol)
+    }
+
+    /// What opening read-write does after roll-forward: finish the orphans'
+    /// deletions and truncations, and checkpoint if anything changed (or
+    /// `checkpoint` asks for one).
+    fn finish_recovery(&self, checkpoint: bool) -> Result<()> {
+        let orphans = lock(&self.fs).log.ifile().orphans();
+        for ino in &orphans {
+            self.finish_orphan(*ino)?;
+        }
+        if checkpoint || !orphans.is_empty() {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the volume refuses changes now (mounted or remounted read-only).
+    #[must_use]
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
+
+    /// Switches a mounted volume between read-only and read-write, as a
+    /// kernel file system's remount does.
+    ///
+    /// To read-only: from the moment the switch is made no operation
+    /// changes anything (they get `ReadOnly`, EROFS); what earlier ones
+    /// changed is committed and a checkpoint written, so that the devices
+    /// hold the whole volume, ready to be copied, and the next open needs
+    /// no roll-forward. To read-write: a volume opened read-only finishes
+    /// what its open left undone (orphans, the recovery checkpoint).
+    ///
+    /// # Errors
+    /// `ReadOnly` when the volume can never be written (unknown features,
+    /// or it turned read-only after a failed write); a device fails while
+    /// committing (the volume then stays writable, for a later try).
+    pub fn set_read_only(&self, read_only: bool) -> Result<()> {
+        if read_only == self.is_read_only() {
+            return Ok(());
+        }
+        if read_only {
+            // Under the lock, so that no operation is between its check
+            // and its change: every change made is in memory now, and none
+            // follows.
+            self.read_only_locked(&mut lock(&self.fs), true);
+            if crate::faults::active(crate::faults::Fault::RemountWithoutCommit) {
+                self.no_writes.store(true, Ordering::Release);
+                return Ok(());
+            }
+            let written = self.checkpoint();
+            match &written {
+                Ok(()) => self.no_writes.store(true, Ordering::Release),
+                Err(_) => self.read_only_locked(&mut lock(&self.fs), false),
+            }
+            return written;
+        }
+        if let Some(why) = &self.never_writable {
+            return Err(Error::ReadOnly(why.clone()));
+        }
+        if let Some(why) = lock(&self.failed).as_ref() {
+            return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
+        }
+        self.no_writes.store(false, Ordering::Release);
+        self.read_only_locked(&mut lock(&self.fs), false);
+        let finished = self.finish_recovery(true);
+        if finished.is_err() {
+            self.read_only_locked(&mut lock(&self.fs), true);
+            self.no_writes.store(true, Ordering::Release);
+        }
+        finished
+    }
+
+    /// Sets the flag; `_fs` is the proof that the file-system lock is held.
+    fn read_only_locked(&self, _fs: &mut Fs, read_only: bool) {
+        self.read_only.store(read_only, Ordering::Release);
     }
 
     /// What opening found: checkpoint, fallback, roll-forward.
@@ -215,7 +299,7 @@ impl Volume {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if self.options.read_only {
+        if self.is_read_only() {
             return Err(Error::ReadOnly("mounted read-only".into()));
         }
         if let Some(why) = lock(&self.failed).as_ref() {
@@ -241,6 +325,9 @@ impl Volume {
             self.check_writable()?;
             let res = {
                 let mut fs = lock(&self.fs);
+                // Again under the lock: a remount read-only may have come
+                // between the check above and the lock.
+                self.check_writable()?;
                 if fs.log.needs_seal() {
                     None
                 } else {
@@ -327,7 +414,7 @@ impl Volume {
 
     fn commit_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
         loop {
-            if self.options.read_only {
+            if self.no_writes.load(Ordering::Acquire) {
                 return Ok(());
             }
             if let Some(why) = lock(&self.failed).as_ref() {
@@ -452,7 +539,7 @@ impl Volume {
     fn checkpoint_with(&self, mode: WriteBack) -> Result<()> {
         let mut c = lock(&self.commit);
         self.commit_locked(&mut c, mode)?;
-        if self.options.read_only {
+        if self.no_writes.load(Ordering::Acquire) {
             return Ok(());
         }
         let sealed = {
@@ -501,7 +588,7 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn tick(&self) -> Result<()> {
-        if self.options.read_only || lock(&self.failed).is_some() {
+        if self.no_writes.load(Ordering::Acquire) || lock(&self.failed).is_some() {
             return Ok(());
         }
         let (dirty, since_ckpt) = {
@@ -537,7 +624,7 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn close(self) -> Result<()> {
-        if self.options.read_only {
+        if self.no_writes.load(Ordering::Acquire) {
             return Ok(());
         }
         self.check_writable()?;
@@ -572,7 +659,9 @@ impl Volume {
             let left = fs.drop_refs(ino, n);
             left == 0 && fs.inode(ino).is_ok_and(|r| r.nlink == 0)
         };
-        if dead {
+        // A read-only volume leaves it on the orphan list, where it went
+        // when its last name did: the next writable open frees it.
+        if dead && !self.is_read_only() {
             self.delete_inode(ino)?;
         }
         Ok(())

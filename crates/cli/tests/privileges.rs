@@ -1,0 +1,77 @@
+//! Privileges and time through the mount, against what ext4 does: a
+//! fallocate or an O_DIRECT write by another user drops set-id bits and
+//! file capabilities (as buffered writes and truncation do), and times the
+//! kernel stamps and times the volume stamps never run backwards.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use common::{TestVolume, sh};
+
+/// Mode bits and capability of `f`, as `stat` and `getcap` say them.
+fn privileges(m: &str, f: &str) -> String {
+    sh(&format!("cd {m} && echo \"$(stat -c %a {f}) $(getcap {f} | cut -d' ' -f2)\"")).trim().to_string()
+}
+
+#[test]
+fn fallocate_and_direct_writes_by_others_drop_set_id_bits_and_capabilities() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    if !common::sh_output("command -v setcap && command -v setpriv").status.success() {
+        println!("SKIPPED: setcap (libcap2-bin) or setpriv (util-linux) is missing");
+        return;
+    }
+    v.mount_with("allow_other");
+    let m = v.m().to_string();
+    sh(&format!("chmod 777 {m}"));
+    for (i, op) in [
+        "fallocate -l 65536",
+        "fallocate -n -l 65536",
+        "fallocate -p -o 0 -l 4096",
+        "fallocate -z -o 0 -l 4096",
+        "dd if=/dev/zero bs=4096 count=1 oflag=direct conv=notrunc status=none of=",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let f = format!("f{i}");
+        sh(&format!("cd {m} && head -c 8192 /dev/urandom > {f} && chmod 6777 {f} && setcap cap_net_raw+ep {f}"));
+        assert_eq!(privileges(&m, &f), "6777 cap_net_raw=ep", "{op}: set up");
+        let cmd = if op.ends_with('=') { format!("{op}{f}") } else { format!("{op} {f}") };
+        sh(&format!("cd {m} && setpriv --reuid 1000 --regid 1000 --clear-groups sh -c '{cmd}'"));
+        // Seen at once: the kernel is told to forget the mode it cached.
+        assert_eq!(privileges(&m, &f), "777", "{op} by another user");
+        // Root keeps the set-id bits, but never the capability (ext4's
+        // file_modified drops it for everyone).
+        sh(&format!("cd {m} && chmod 6777 {f} && setcap cap_net_raw+ep {f} && {cmd}"));
+        assert_eq!(privileges(&m, &f), "6777", "{op} by root");
+    }
+    v.umount();
+}
+
+#[test]
+fn times_stamped_by_the_kernel_and_by_the_volume_never_run_backwards() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    v.mount();
+    // Each round: a reference stamped by the volume (create), then a write
+    // the kernel stamps (writeback cache), then a link the volume stamps
+    // while the kernel owns the file's times (its pages are dirty).
+    let out = sh(&format!(
+        r#"cd {m}; bad=0
+for i in $(seq 100); do
+  touch ref$i
+  echo data > w$i
+  exec 3>>x$i; echo more >&3; ln x$i y$i; exec 3>&-
+  [ "$(stat -c %.9Y w$i)" \< "$(stat -c %.9Y ref$i)" ] && bad=$((bad+1))
+  [ "$(stat -c %.9Z y$i)" \< "$(stat -c %.9Z ref$i)" ] && bad=$((bad+1))
+done
+echo $bad"#,
+        m = v.m()
+    ));
+    assert_eq!(out.trim(), "0", "later events stamped earlier");
+    v.umount();
+}

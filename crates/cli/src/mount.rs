@@ -236,7 +236,8 @@ fn detach(cfg: &MountConfig) -> Result<()> {
 }
 
 fn engine_options(cfg: &MountConfig) -> MountOptions {
-    let mut o = MountOptions { read_only: cfg.read_only, atime: cfg.atime, ..MountOptions::default() };
+    let mut o =
+        MountOptions { read_only: cfg.read_only, atime: cfg.atime, order: cfg.order, ..MountOptions::default() };
     if let Some(c) = cfg.commit {
         o.commit_interval = c;
     }

@@ -33,11 +33,14 @@ pub enum Fault {
     /// `order=strict`: let an fsync write only its file's records while
     /// other operations before it are not yet durable.
     StrictFsyncUntangled,
+    /// `order=strict`: overwrite data in place, so that a commit's data can
+    /// reach the disk without the operations before it.
+    StrictInPlace,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -49,6 +52,7 @@ impl Fault {
         Fault::ReplayFolded,
         Fault::FsyncOmitsParent,
         Fault::StrictFsyncUntangled,
+        Fault::StrictInPlace,
     ];
 
     #[cfg(feature = "fault-injection")]

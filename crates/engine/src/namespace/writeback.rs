@@ -104,6 +104,13 @@ impl Fs {
     /// Handles the first mapping change of the run; the caller loops.
     fn write_back_run(&mut self, ino: InodeNo, start: u64, end: u64) -> Result<()> {
         match self.extent_at(ino, start)? {
+            Some(e)
+                if self.config.strict
+                    && !e.unwritten
+                    && !crate::faults::active(crate::faults::Fault::StrictInPlace) =>
+            {
+                self.relocate_run(ino, start, end.min(e.logical_end()))?;
+            }
             Some(e) => {
                 let stop = end.min(e.logical_end());
                 if e.unwritten {
@@ -153,6 +160,36 @@ impl Fs {
                     self.queue_page(ino, b, DataBlock(at.0 + i as u64));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// `order=strict`: dirty pages over written blocks `[start, stop)` go to
+    /// new blocks, and the old ones are freed with the commit that maps the
+    /// new: until it is durable, the disk shows the old data under the old
+    /// meta-data, never the new data under it (no overwrite in place).
+    fn relocate_run(&mut self, ino: InodeNo, start: u64, stop: u64) -> Result<()> {
+        let unreserved = (start..stop)
+            .filter(|b| matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: false })))
+            .collect::<Vec<u64>>();
+        if !unreserved.is_empty() {
+            self.log.space_mut().reserve(unreserved.len() as u64)?;
+            self.pages.count_reserved(ino, unreserved.len() as u64, 0);
+            for b in unreserved {
+                if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
+                    p.state = PageState::Dirty { reserved: true };
+                }
+            }
+        }
+        let goal = self.allocation_goal(ino, start)?;
+        let (at, len) = self.log.space_mut().allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
+        let (old, _) = self.unmap_range(ino, start, start + u64::from(len), usize::MAX)?;
+        self.free_data(ino, &old)?;
+        self.log.record(Change::DataAlloc { start: at, len });
+        self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
+        self.log.inode_mut(ino)?.blocks += u64::from(len);
+        for (i, b) in (start..start + u64::from(len)).enumerate() {
+            self.queue_page(ino, b, DataBlock(at.0 + i as u64));
         }
         Ok(())
     }

@@ -29,6 +29,7 @@ import sys
 import time
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
+# Also known: "xfs" (one device) and "dualfs-strict" (DualFS mounted -o order=strict).
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 
@@ -69,7 +70,7 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "ext4-extjournal", "xfs-extlog")
+        self.two = cfg in ("dualfs", "dualfs-strict", "ext4-extjournal", "xfs-extlog")
         self.loops = {}      # role -> /dev/loopN
         self.servers = []    # trace serve processes
         self.fuse_proc = None
@@ -121,7 +122,7 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c == "dualfs":
+        if c in ("dualfs", "dualfs-strict"):
             sh(f"{self.args.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {d}")
@@ -132,14 +133,18 @@ class Volume:
             sh(f"mkfs.ext4 -q -F -b 4096 -J device={m} {d}")
         elif c == "xfs-extlog":
             sh(f"mkfs.xfs -q -f -l logdev={m},size={self.args.meta_mib - 8}m {d}")
+        elif c == "xfs":
+            sh(f"mkfs.xfs -q -f {d}")
         elif c == "btrfs":
             sh(f"mkfs.btrfs -q -f {d}")
 
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c == "dualfs":
+        if c in ("dualfs", "dualfs-strict"):
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
+            if c == "dualfs-strict":
+                opts += ",order=strict"
             sh(f"{self.args.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
@@ -156,7 +161,7 @@ class Volume:
             sh(f"mount -o noatime {d} {self.mnt}")
 
     def umount(self):
-        if self.cfg == "dualfs":
+        if self.cfg in ("dualfs", "dualfs-strict"):
             sh(f"{self.args.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
@@ -239,6 +244,31 @@ def seq_fsync(seq_mib, rand_ios, sync_ios):
     ]
 
 
+def seq_durability(args):
+    """Issue 11's measurements: an fsync beside other dirty data, fio random
+    writes with an fsync (or fdatasync) each, 1 and 4 jobs, and SQLite
+    inserts of one transaction each, alone and beside a 1 GiB copy."""
+    probe = f"python3 {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'durability.py')}"
+    fio = ("fio --output-format=json --directory=$MNT --ioengine=psync --bs=4k --rw=randwrite --size=64M "
+           "--group_reporting")
+    run = f"--time_based --runtime={args.durability_seconds}"
+    phases = []
+    for mib in (0, 64, 256):
+        phases.append((f"tangle-{mib}", f'{probe} tangle --mnt $MNT --devs "$DEVS" --dirty-mib {mib} --n 200 '
+                                        f"> $OUT/tangle-{mib}.json", None))
+    for name, sync, jobs in (("fio-fsync-1j", "fsync", 1), ("fio-fsync-4j", "fsync", 4),
+                             ("fio-fdatasync-1j", "fdatasync", 1)):
+        phases.append((name, f"{fio} --name=f --numjobs={jobs} --{sync}=1 {run} > $OUT/{name}.json",
+                       f"{fio} --name=f --numjobs={jobs} --create_only=1 > /dev/null"))
+    for mode in ("wal", "delete"):
+        phases.append((f"sqlite-{mode}", f'{probe} sqlite --mnt $MNT --devs "$DEVS" --mode {mode} '
+                                         f"--seconds {args.durability_seconds} > $OUT/sqlite-{mode}.json", None))
+        phases.append((f"sqlite-{mode}-copy", f'{probe} sqlite --mnt $MNT --devs "$DEVS" --mode {mode} '
+                                              f"--seconds {args.durability_seconds} --copy {args.copy_src} "
+                                              f"> $OUT/sqlite-{mode}-copy.json", None))
+    return phases
+
+
 def seq_bonnie(n):
     return [("bonnie-small-files", f"bonnie++ -d $MNT -s 0 -n {n}:0:0:16 -u root -q > $OUT/bonnie.csv 2>/dev/null", None)]
 
@@ -253,7 +283,8 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
         vol.mkfs()
         outdir = os.path.join(args.work, "out")
         os.makedirs(outdir, exist_ok=True)
-        env = f"export MNT={vol.mnt} OUT={outdir}; "
+        devs = " ".join(f"{role}={dev}" for role, dev in vol.loops.items())
+        env = f"export MNT={vol.mnt} OUT={outdir} DEVS='{devs}'; "
         for phase, cmd, prep in phases:
             if prep:
                 vol.mount()
@@ -306,6 +337,20 @@ def extra_output(phase, outdir):
                 j = json.load(f)
             w = j["jobs"][0]["write"]
             return {"iops": w["iops"], "bw_mib_s": w["bw"] / 1024.0, "ios": w["total_ios"]}
+        if phase.startswith("tangle-") or phase.startswith("sqlite-"):
+            with open(os.path.join(outdir, f"{phase}.json")) as f:
+                return json.load(f)
+        if phase.startswith("fio-"):
+            with open(os.path.join(outdir, f"{phase}.json")) as f:
+                j = json.load(f)
+            job = j["jobs"][0]
+            w, sy = job["write"], job.get("sync", {})
+            def p99(section):
+                pc = section.get("lat_ns", section.get("clat_ns", {})).get("percentile", {})
+                return pc.get("99.000000", 0) / 1e6
+            return {"iops": w["iops"], "ios": w["total_ios"], "write_p99_ms": p99(w),
+                    "sync_p99_ms": p99(sy) if sy else 0.0,
+                    "sync_mean_ms": sy.get("lat_ns", {}).get("mean", 0) / 1e6 if sy else 0.0}
         if phase == "bonnie-small-files":
             with open(os.path.join(outdir, "bonnie.csv")) as f:
                 row = f.read().strip().splitlines()[-1].split(",")
@@ -382,7 +427,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie")
+    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,durability")
     ap.add_argument("--work", default="/var/tmp/dualfs-bench")
     ap.add_argument("--out", default="bench/results.json")
     ap.add_argument("--repeats", type=int, default=3)
@@ -393,6 +438,7 @@ def main():
     ap.add_argument("--postmark", default="20000,150,100000", help="files,dirs,transactions")
     ap.add_argument("--fsync", default="256,4096,2000", help="seq MiB, random ios (fsync/256), random ios (fsync/1)")
     ap.add_argument("--bonnie-files", type=int, default=16, help="bonnie++ -n, in 1024s")
+    ap.add_argument("--durability-seconds", type=int, default=20, help="fio and SQLite runs of the durability sequence")
     ap.add_argument("--trace", action="store_true", help="one extra traced run per configuration and sequence")
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument("--src", help="the source tree (default: Linux 6.1 from linux-source-6.1, prepared)")
@@ -412,12 +458,16 @@ def main():
     procs = [int(p) for p in args.procs.split(",")]
     pm = [int(x) for x in args.postmark.split(",")]
     fs = [int(x) for x in args.fsync.split(",")]
+    args.copy_src = os.path.join(args.work, "copy-src")
+    if "durability" in args.sequences and not os.path.exists(args.copy_src):
+        sh(f"dd if=/dev/urandom of={args.copy_src} bs=1M count=1024 status=none")
     seqs = {
         "micro": seq_micro(src, tar, procs),
         "write-del": seq_write_del(src, args.write_del_rounds),
         "postmark": seq_postmark(*pm),
         "fsync": seq_fsync(*fs),
         "bonnie": seq_bonnie(args.bonnie_files),
+        "durability": seq_durability(args),
     }
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):

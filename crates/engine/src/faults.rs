@@ -36,11 +36,15 @@ pub enum Fault {
     /// `order=strict`: overwrite data in place, so that a commit's data can
     /// reach the disk without the operations before it.
     StrictInPlace,
+    /// Rule 1 for data copied into fsync records and written in place in
+    /// the background: let the commit group that folds the records skip
+    /// the data flush when it has no data of its own.
+    HomeWriteUnflushed,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -53,6 +57,7 @@ impl Fault {
         Fault::FsyncOmitsParent,
         Fault::StrictFsyncUntangled,
         Fault::StrictInPlace,
+        Fault::HomeWriteUnflushed,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -151,6 +151,11 @@ impl Log {
         }
     }
 
+    /// Counts data blocks written outside commits (fsync data in place).
+    pub fn count_data_written(&mut self, blocks: u64) {
+        self.stats.data_blocks_written += blocks;
+    }
+
     /// The fsync partial segments roll-forward found after the last complete
     /// commit group, in log order, for the volume to replay. Taken once.
     pub fn take_pending_fsync(&mut self) -> Vec<PendingFsync> {

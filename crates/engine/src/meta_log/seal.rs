@@ -77,7 +77,22 @@ impl SealedGroup {
     /// # Errors
     /// A device fails; the caller turns the volume read-only.
     pub fn write(&self, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Result<()> {
-        if !self.data.is_empty() {
+        self.write_after(meta, data, false)
+    }
+
+    /// [`SealedGroup::write`], flushing the data device first even when the
+    /// group brings no data of its own if `flush_data` (data it makes
+    /// reachable was written in place before, and not flushed yet).
+    ///
+    /// # Errors
+    /// As [`SealedGroup::write`].
+    pub fn write_after(
+        &self,
+        meta: &Arc<dyn BlockDevice>,
+        data: &Arc<dyn BlockDevice>,
+        flush_data: bool,
+    ) -> Result<()> {
+        if !self.data.is_empty() || (flush_data && !self.meta.is_empty()) {
             for (at, buf) in &self.data {
                 device::write(data.as_ref(), DeviceRole::Data, at.0, buf)?;
             }

@@ -43,7 +43,9 @@ pub struct Intents {
     tangled: HashSet<InodeNo>,
     /// Names removed since the last seal.
     removed: HashSet<(InodeNo, FileName)>,
-    /// Per file, the file-block ranges whose mapping changed, merged and sorted.
+    /// Per file, the file-block ranges whose mapping changed since a record
+    /// last carried the file (or since the seal), merged and sorted: a
+    /// record carries only these, and replay applies records in order.
     mapped: HashMap<InodeNo, Vec<(u64, u64)>>,
     /// Files whose size or mapping changed since an fsync record last
     /// carried them (or since the seal): fdatasync must log them.
@@ -171,6 +173,7 @@ impl Intents {
     /// sealed for `ino`.
     pub fn logged(&mut self, ino: InodeNo, image: InodeRecord, copies: bool) {
         self.unlogged.remove(&ino);
+        self.mapped.remove(&ino);
         self.logged.insert(ino, image);
         if copies {
             self.copied.insert(ino);

@@ -153,6 +153,29 @@ impl PageCache {
         }
     }
 
+    /// Hands at most `max` queued pages to write `commit`, copying their
+    /// bytes, coalescing neighbours first (by data block).
+    pub fn take_queued_up_to(&mut self, commit: u64, max: usize) -> Vec<(DataBlock, Vec<u8>)> {
+        let mut found: Vec<(DataBlock, InodeNo, u64)> = Vec::new();
+        for (&ino, pages) in &self.files {
+            for (&b, p) in pages {
+                if let PageState::Queued { at } = p.state {
+                    found.push((at, ino, b));
+                }
+            }
+        }
+        found.sort_unstable_by_key(|f| f.0);
+        found.truncate(max);
+        let mut out = Vec::with_capacity(found.len());
+        for (at, ino, b) in found {
+            if let Some(p) = self.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
+                out.push((at, p.data.to_vec()));
+                p.state = PageState::InFlight { at, commit };
+            }
+        }
+        out
+    }
+
     /// Puts a block of `ino` in the cache, queued for the next commit to
     /// write at `at` (a data copy replayed from an fsync record).
     pub fn insert_queued(&mut self, ino: InodeNo, block: u64, at: DataBlock, data: &[u8]) {

@@ -199,12 +199,14 @@ impl Volume {
                     self.fail(&e);
                     return Err(e);
                 }
-                lock(&self.fs).pages.drop_in_flight(id);
+                let mut fs = lock(&self.fs);
+                fs.pages.drop_in_flight(id);
+                fs.log.count_data_written(data.len() as u64);
                 Ok(())
             }
             Step::Sealed(sealed) => {
                 self.fsyncs_count.records.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = sealed.write(&self.meta, &self.data) {
+                if let Err(e) = self.write_group(&sealed) {
                     self.fail(&e);
                     return Err(e);
                 }

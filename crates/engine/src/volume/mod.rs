@@ -91,6 +91,19 @@ pub struct Volume {
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
+    /// Held while data is written in place outside a commit (the data
+    /// copied into fsync records, [`Volume::write_home`]) and by every
+    /// writer of a commit group or fsync record from before its data flush:
+    /// the flush must come after those writes, which the group may make
+    /// reachable. Lock order: `commit`, `home`, `reuse`, `fs`.
+    home: Mutex<()>,
+    /// Ids of the background writes of [`Volume::write_home`] (top bit set,
+    /// apart from commit ids).
+    home_ids: AtomicU64,
+    /// [`Volume::write_home`] wrote data the data device has not flushed
+    /// since: the next group flushes it before its meta-data, even if it
+    /// has no data of its own. Changed with `home` held.
+    home_unflushed: std::sync::atomic::AtomicBool,
     /// Files waiting for an fsync (group commit).
     fsync_queue: Mutex<fsync::FsyncQueue>,
     /// What fsyncs turned into.
@@ -176,6 +189,9 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             cleaning: Mutex::new(()),
+            home: Mutex::new(()),
+            home_ids: AtomicU64::new(1 << 63),
+            home_unflushed: std::sync::atomic::AtomicBool::new(false),
             fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
             fsyncs_count: fsync::FsyncCounters::default(),
             replay_report,
@@ -427,7 +443,7 @@ impl Volume {
                 self.seal_step(&mut fs, id, mode)?
             };
             if let Some(s) = &sealed {
-                if let Err(e) = s.write(&self.meta, &self.data) {
+                if let Err(e) = self.write_group(s) {
                     self.fail(&e);
                     return Err(e);
                 }
@@ -515,6 +531,60 @@ impl Volume {
         Ok((sealed, more))
     }
 
+    /// Writes a sealed group (or fsync record) once no data written in
+    /// place outside a commit is still under way (see `home`).
+    fn write_group(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        let _home = lock(&self.home);
+        self.write_group_home_held(g)
+    }
+
+    /// [`Volume::write_group`] with `home` held by the caller.
+    fn write_group_home_held(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        let unflushed = self.home_unflushed.load(Ordering::Acquire)
+            && !crate::faults::active(crate::faults::Fault::HomeWriteUnflushed);
+        g.write_after(&self.meta, &self.data, unflushed)?;
+        if unflushed && g.meta_blocks() > 0 {
+            self.home_unflushed.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Writes the data copied into fsync records to its place on the data
+    /// device, a megabyte at a time, without the commit lock: then the
+    /// next commit, which must make it durable before folding the records
+    /// away, has little data left to write, and fsyncs do not wait behind
+    /// it. Nothing is flushed: the records keep the data durable until the
+    /// commit's flush does.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn write_home(&self) -> Result<()> {
+        const BATCH_PAGES: usize = 256;
+        loop {
+            let id = self.home_ids.fetch_add(1, Ordering::Relaxed);
+            let home = lock(&self.home);
+            let pages = lock(&self.fs).pages.take_queued_up_to(id, BATCH_PAGES);
+            if pages.is_empty() {
+                return Ok(());
+            }
+            let n = pages.len();
+            self.home_unflushed.store(true, Ordering::Release);
+            for (at, buf) in &pages {
+                if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf) {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+            drop(home);
+            let mut fs = lock(&self.fs);
+            fs.pages.drop_in_flight(id);
+            fs.log.count_data_written(n as u64);
+            if n < BATCH_PAGES {
+                return Ok(());
+            }
+        }
+    }
+
     fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
         let budget = fs.config.cache_budget;
         fs.log.complete(sealed, budget);
@@ -547,6 +617,7 @@ impl Volume {
             // held, so that the checkpoint sees no pending change and no
             // pending free (a free not yet released would be lost: the
             // checkpoint's roll-forward starts after it).
+            let _home = lock(&self.home);
             let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
             let mut fs = lock(&self.fs);
             loop {
@@ -554,7 +625,7 @@ impl Volume {
                 let id = c.next_id;
                 let (group, more) = self.seal_step(&mut fs, id, mode)?;
                 if let Some(g) = &group {
-                    if let Err(e) = g.write(&self.meta, &self.data) {
+                    if let Err(e) = self.write_group_home_held(g) {
                         self.fail(&e);
                         return Err(e);
                     }
@@ -595,6 +666,7 @@ impl Volume {
             let fs = lock(&self.fs);
             (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
         };
+        self.write_home()?;
         if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
             self.commit_periodic()?;
         }

@@ -138,7 +138,7 @@ struct Plan {
 }
 
 /// Sorts data blocks by address and merges neighbours into large requests.
-fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> {
+pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> {
     blocks.sort_unstable_by_key(|(b, _)| *b);
     let mut runs: Vec<(DataBlock, Vec<u8>)> = Vec::new();
     for (b, buf) in blocks {

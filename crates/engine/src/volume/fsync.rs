@@ -206,7 +206,7 @@ impl Volume {
             }
             Step::Sealed(sealed) => {
                 self.fsyncs_count.records.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = self.write_group(&sealed) {
+                if let Err(e) = self.write_record(&sealed) {
                     self.fail(&e);
                     return Err(e);
                 }

@@ -538,6 +538,15 @@ impl Volume {
         self.write_group_home_held(g)
     }
 
+    /// Writes an fsync record. One that carries its data (or needs none)
+    /// makes no page of [`Volume::write_home`] reachable and folds nothing:
+    /// it need not wait for those writes. One that writes data in place
+    /// first does, so that an older copy written in the background never
+    /// lands after the newer data.
+    fn write_record(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        if g.data_blocks() == 0 { g.write(&self.meta, &self.data) } else { self.write_group(g) }
+    }
+
     /// [`Volume::write_group`] with `home` held by the caller.
     fn write_group_home_held(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
         let unflushed = self.home_unflushed.load(Ordering::Acquire)
@@ -559,7 +568,8 @@ impl Volume {
     /// # Errors
     /// A device fails (the volume turns read-only).
     pub fn write_home(&self) -> Result<()> {
-        const BATCH_PAGES: usize = 256;
+        // Small batches: a commit group waits for the batch under way.
+        const BATCH_PAGES: usize = 32;
         loop {
             let id = self.home_ids.fetch_add(1, Ordering::Relaxed);
             let home = lock(&self.home);
@@ -569,7 +579,7 @@ impl Volume {
             }
             let n = pages.len();
             self.home_unflushed.store(true, Ordering::Release);
-            for (at, buf) in &pages {
+            for (at, buf) in &crate::meta_log::seal::coalesce(pages) {
                 if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf) {
                     self.fail(&e);
                     return Err(e);

@@ -452,6 +452,19 @@ fn untangled() -> Vec<Workload> {
             Step::Fsync(s("B/f")),
         ],
     ));
+    // More dirty data than the explorer's 1 MiB limit: the writes that pass
+    // it commit in steps, the new file's end waiting (its size capped), while
+    // another file is fsync'd between them.
+    let mut steps = vec![Step::Create(s("A/big"))];
+    for i in 0..12u64 {
+        steps.push(write("A/big", i * 262_144, 262_144));
+        if i % 3 == 2 {
+            steps.push(write("B/bar", 600 + i * 100, 100));
+            steps.push(Step::Fsync(s("B/bar")));
+        }
+    }
+    steps.push(Step::Fsync(s("A/big")));
+    out.push(pattern("fsync-under-pressure", steps));
     let mut steps = vec![Step::Create(s("A/sparse")), Step::Create(s("B/filler"))];
     for i in 0..24u64 {
         steps.push(write("A/sparse", i * 8192, 4096));

@@ -64,6 +64,11 @@ pub enum WriteBack {
     /// A periodic commit: the delayed tail of files first dirtied after
     /// this time may wait (see [`Fs::delayed_tail`]).
     Expired(Timestamp),
+    /// One step of a commit made to relieve memory: every dirty page but
+    /// the delayed tails beyond this many blocks (all files together),
+    /// which wait for the next step; their inodes record the size the
+    /// written data reaches, as for a delayed tail.
+    Chunk(u64),
 }
 
 impl PageCache {

@@ -40,6 +40,58 @@ impl Fs {
         Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
     }
 
+    /// Where one step of a commit relieving memory stops writing `ino`
+    /// when `budget` blocks of delayed tails may still be written: the
+    /// block from which its tail waits (None: the whole file goes, for it
+    /// has no tail, or the tail fits, or it was expired — a truncation or
+    /// a rename over another file made its size matter), and the tail
+    /// blocks this step writes.
+    ///
+    /// # Errors
+    /// As [`Fs::delayed_cap`].
+    pub fn chunk_limit(&mut self, ino: InodeNo, budget: u64) -> Result<(Option<u64>, u64)> {
+        if !self.tail_may_wait(ino) {
+            return Ok((None, 0));
+        }
+        let Some(first) = self.delayed_tail(ino)? else {
+            return Ok((None, 0));
+        };
+        let tail: Vec<u64> =
+            self.pages.files.get(&ino).map(|p| p.range(first..).map(|(b, _)| *b).collect()).unwrap_or_default();
+        match usize::try_from(budget).ok().and_then(|b| tail.get(b)) {
+            Some(&limit) => Ok((Some(limit), budget)),
+            None => Ok((None, tail.len() as u64)),
+        }
+    }
+
+    /// The size `ino`'s record must show on disk after a step of a commit
+    /// relieving memory, taken once its write-back is done: the size its
+    /// written data reaches, found again from the pages still waiting, so
+    /// that a step cut short (the group full) caps at what it did write.
+    /// None when nothing waits, or the file's size matters (expired).
+    ///
+    /// # Errors
+    /// As [`Fs::delayed_cap`].
+    pub fn written_cap(&mut self, ino: InodeNo) -> Result<Option<u64>> {
+        let Some(&(_, floor)) = self.pages.dirtied.get(&ino) else {
+            return Ok(None);
+        };
+        if !self.tail_may_wait(ino) {
+            return Ok(None);
+        }
+        let Some(first) = self.delayed_tail(ino)? else {
+            return Ok(None);
+        };
+        let size = self.log.inode(ino)?.size;
+        Ok(Some(size.min(floor.max(first * BLOCK_BYTES))))
+    }
+
+    /// Whether `ino`'s delayed tail may wait at all: it was noted dirtied
+    /// by a write, and not expired since.
+    fn tail_may_wait(&self, ino: InodeNo) -> bool {
+        self.pages.dirtied.get(&ino).is_some_and(|(at, _)| at.sec != i64::MIN)
+    }
+
     /// The first block of `ino`'s delayed tail: the dirty pages at the end
     /// of the file that hold reservations (no block yet), with nothing
     /// mapped or queued after them. Leaving them out of a commit needs no

@@ -111,7 +111,7 @@ impl Volume {
             Ok(fs.pages.dirty_bytes() > fs.config.dirty_data_limit)
         })?;
         if dirty {
-            self.commit()?;
+            self.commit_under_pressure()?;
         }
         Ok(data.len())
     }

@@ -45,6 +45,19 @@ pub(super) struct FsyncQueue {
     done: HashSet<u64>,
 }
 
+impl FsyncQueue {
+    /// The newest ticket handed out.
+    pub(super) fn last_ticket(&self) -> u64 {
+        self.next
+    }
+
+    /// Whether an fsync with a ticket up to `ticket` still waits for a
+    /// batch to take it.
+    pub(super) fn waits_up_to(&self, ticket: u64) -> bool {
+        self.waiting.iter().any(|w| w.0 <= ticket)
+    }
+}
+
 /// What fsyncs turned into, for `dualfs stats` and benchmarks.
 #[derive(Debug, Default)]
 pub(super) struct FsyncCounters {

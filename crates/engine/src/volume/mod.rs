@@ -104,6 +104,8 @@ pub struct Volume {
     /// since: the next group flushes it before its meta-data, even if it
     /// has no data of its own. Changed with `home` held.
     home_unflushed: std::sync::atomic::AtomicBool,
+    /// Held by the writer relieving memory ([`Volume::commit_under_pressure`]).
+    pressure: Mutex<()>,
     /// Files waiting for an fsync (group commit).
     fsync_queue: Mutex<fsync::FsyncQueue>,
     /// What fsyncs turned into.
@@ -192,6 +194,7 @@ impl Volume {
             home: Mutex::new(()),
             home_ids: AtomicU64::new(1 << 63),
             home_unflushed: std::sync::atomic::AtomicBool::new(false),
+            pressure: Mutex::new(()),
             fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
             fsyncs_count: fsync::FsyncCounters::default(),
             replay_report,
@@ -393,6 +396,50 @@ impl Volume {
         }
     }
 
+    /// The commit a write makes when dirty data passed the limit: in steps
+    /// of at most a sixteenth of the limit (16 MiB by default) of delayed
+    /// tails (the newly written ends of files, whose inodes record the
+    /// size the written data reaches meanwhile), with the commit lock let
+    /// go between steps, so that an fsync of another file waits for one
+    /// step, not for the whole of it. It stops once half the limit is
+    /// left. One writer does it at a time; the others wait for it, then go
+    /// on.
+    fn commit_under_pressure(&self) -> Result<()> {
+        if self.options.data_expire.is_zero() || self.options.order == Order::Strict {
+            // No tail may wait: a crash must show a prefix of the operations.
+            return self.commit();
+        }
+        let step_blocks = (self.options.dirty_data_limit as u64 / 16 / crate::types::BLOCK_BYTES).max(16);
+        let Ok(_relieving) = self.pressure.try_lock() else {
+            drop(lock(&self.pressure));
+            return Ok(());
+        };
+        loop {
+            let more = {
+                let mut c = lock(&self.commit);
+                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+            };
+            let dirty = lock(&self.fs).pages.dirty_bytes();
+            if !more || dirty <= self.options.dirty_data_limit / 2 {
+                return Ok(());
+            }
+            self.let_fsyncs_in();
+        }
+    }
+
+    /// Between two steps of [`Volume::commit_under_pressure`]: waits until
+    /// the fsyncs queued by now have been taken by a batch (which holds the
+    /// commit lock), so that the next step queues behind them rather than
+    /// winning the lock again (a mutex is not fair). Bounded, so that a
+    /// caller descheduled between queueing and locking cannot stall it.
+    fn let_fsyncs_in(&self) {
+        let mark = lock(&self.fsync_queue).last_ticket();
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while lock(&self.fsync_queue).waits_up_to(mark) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
+
     /// Seals and writes everything dirty: all file data, then all meta-data,
     /// in as many partial segments as it takes.
     ///
@@ -429,34 +476,37 @@ impl Volume {
     }
 
     fn commit_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
-        loop {
-            if self.no_writes.load(Ordering::Acquire) {
-                return Ok(());
-            }
-            if let Some(why) = lock(&self.failed).as_ref() {
-                return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
-            }
-            c.next_id += 1;
-            let id = c.next_id;
-            let (sealed, more) = {
-                let mut fs = lock(&self.fs);
-                self.seal_step(&mut fs, id, mode)?
-            };
-            if let Some(s) = &sealed {
-                if let Err(e) = self.write_group(s) {
-                    self.fail(&e);
-                    return Err(e);
-                }
-                let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
-                let mut fs = lock(&self.fs);
-                Volume::completed(&mut fs, s, id);
-                self.commits.fetch_add(1, Ordering::Relaxed);
-            }
-            *lock(&self.last_commit) = self.clock.reading();
-            if !more {
-                return Ok(());
-            }
+        while self.commit_step(c, mode)? {}
+        Ok(())
+    }
+
+    /// Seals and writes one commit group; returns whether dirty data is
+    /// left for another.
+    fn commit_step(&self, c: &mut CommitState, mode: WriteBack) -> Result<bool> {
+        if self.no_writes.load(Ordering::Acquire) {
+            return Ok(false);
         }
+        if let Some(why) = lock(&self.failed).as_ref() {
+            return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
+        }
+        c.next_id += 1;
+        let id = c.next_id;
+        let (sealed, more) = {
+            let mut fs = lock(&self.fs);
+            self.seal_step(&mut fs, id, mode)?
+        };
+        if let Some(s) = &sealed {
+            if let Err(e) = self.write_group(s) {
+                self.fail(&e);
+                return Err(e);
+            }
+            let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+            let mut fs = lock(&self.fs);
+            Volume::completed(&mut fs, s, id);
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        *lock(&self.last_commit) = self.clock.reading();
+        Ok(more)
     }
 
     /// Writes back dirty data (while the group has room) and seals one
@@ -471,6 +521,7 @@ impl Volume {
             WriteBack::All => HoldPolicy::ReleaseAll,
             WriteBack::AllButHeld => HoldPolicy::Keep { expire_before: self.expire_before() },
             WriteBack::Expired(before) => HoldPolicy::Keep { expire_before: before },
+            WriteBack::Chunk(_) => HoldPolicy::ReleaseAll,
         };
         let mut substitutes = match fs.settle_replacements(hold) {
             Ok(s) => s,
@@ -481,17 +532,27 @@ impl Volume {
         };
         let dirty: Vec<InodeNo> = fs.pages.dirty_files().into_iter().filter(|i| !substitutes.contains_key(i)).collect();
         // Every capped inode's cap is known before any is sealed: a group
-        // cut short below still carries the inodes of files it did not reach.
-        let mut tails = HashMap::new();
+        // cut short below still carries the inodes of files it did not
+        // reach. A step relieving memory stops each file's write-back at a
+        // limit instead, and takes its caps after it (below).
+        let mut tails: HashMap<InodeNo, (u64, Option<u64>)> = HashMap::new();
+        let mut budget = match mode {
+            WriteBack::Chunk(b) => b,
+            _ => 0,
+        };
         for &ino in &dirty {
-            match fs.delayed_cap(ino, mode) {
-                Ok(Some((tail, cap))) => {
-                    tails.insert(ino, tail);
-                    if let Some(rec) = fs.log.cached_inode(ino)
-                        && rec.size > cap
-                    {
-                        substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
-                    }
+            let capped = match mode {
+                WriteBack::Chunk(_) => fs.chunk_limit(ino, budget).map(|(limit, used)| {
+                    budget -= used;
+                    // A tail waits for the next step.
+                    more |= limit.is_some();
+                    limit.map(|l| (l, None))
+                }),
+                _ => fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap)))),
+            };
+            match capped {
+                Ok(Some(t)) => {
+                    tails.insert(ino, t);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -501,7 +562,7 @@ impl Volume {
             }
         }
         for &ino in &dirty {
-            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).copied().unwrap_or(u64::MAX)) {
+            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).map_or(u64::MAX, |t| t.0)) {
                 Ok(true) => {}
                 Ok(false) => {
                     more = true;
@@ -511,6 +572,30 @@ impl Volume {
                     self.fail(&e);
                     return Err(e);
                 }
+            }
+        }
+        // The capped records are taken after the write-back, whose blocks
+        // they map. A step relieving memory caps every file whose written
+        // end waits, at what this step (or one before) did write: its limit,
+        // or less when the group filled first.
+        let mut caps: Vec<(InodeNo, u64)> = tails.iter().filter_map(|(&i, &(_, c))| c.map(|c| (i, c))).collect();
+        if matches!(mode, WriteBack::Chunk(_)) {
+            for &ino in &dirty {
+                match fs.written_cap(ino) {
+                    Ok(Some(cap)) => caps.push((ino, cap)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.fail(&e);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        for (ino, cap) in caps {
+            if let Some(rec) = fs.log.cached_inode(ino)
+                && rec.size > cap
+            {
+                substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
             }
         }
         fs.pages.forget_clean();

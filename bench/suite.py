@@ -438,6 +438,7 @@ def main():
     ap.add_argument("--postmark", default="20000,150,100000", help="files,dirs,transactions")
     ap.add_argument("--fsync", default="256,4096,2000", help="seq MiB, random ios (fsync/256), random ios (fsync/1)")
     ap.add_argument("--bonnie-files", type=int, default=16, help="bonnie++ -n, in 1024s")
+    ap.add_argument("--phases", help="only the phases whose names are in this comma-separated list")
     ap.add_argument("--durability-seconds", type=int, default=20, help="fio and SQLite runs of the durability sequence")
     ap.add_argument("--trace", action="store_true", help="one extra traced run per configuration and sequence")
     ap.add_argument("--keep-traces", action="store_true")
@@ -469,6 +470,9 @@ def main():
         "bonnie": seq_bonnie(args.bonnie_files),
         "durability": seq_durability(args),
     }
+    if args.phases:
+        keep = set(args.phases.split(","))
+        seqs = {name: [p for p in phases if p[0] in keep] for name, phases in seqs.items()}
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):
         traced = args.trace and rep == args.repeats

@@ -126,6 +126,9 @@ Options (-o, comma-separated, may be repeated):
                    new blocks, and an fsync makes every earlier operation
                    durable too (slower for overwrites and for fsync while
                    other files are dirty; order=default is the default)
+  recover=older    mount writable although damage took commits that had been
+                   made durable (fsck says which), accepting the older state;
+                   without it such a volume mounts only with ro
   threads=N        requests served in parallel (default 4)
   log=FILE         where a background mount writes its log (default: nowhere)
   trace=FILE       record every block request on both devices in FILE

@@ -58,6 +58,7 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
     let mut waiting = crate::holder::Wait::new(path);
     loop {
         match FileDevice::open(path, read_only, exclusive) {
+            Ok(d) if exclusive => return crate::claim::claim(path, Arc::new(d)),
             Ok(d) => return Ok(Arc::new(d)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(role)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {

@@ -27,6 +27,7 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
     json!({
         "clean": r.is_clean(),
         "problems": r.problems.iter().map(|p| json!({
+            "invariant": p.invariant.map(|i| i.id()),
             "structure": p.structure,
             "ino": p.ino.map(|i| i.0),
             "block": p.block,
@@ -41,6 +42,14 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
         "roll_forward_partial_segments": r.open.recovery.partial_segments,
         "fsync_records_pending": r.open.recovery.fsync_pending,
         "log_end": crate::inspect::log_end_json(&r.open.recovery.end),
+        "damage": r.open.damage,
+        "loss": r.open.loss.as_ref().map(|l| json!({
+            "first_seq": l.first.0,
+            "acknowledged_through": l.acknowledged_through.0,
+            "partial_segments_beyond": l.beyond.as_ref().map(|b| b.partial_segments),
+            "groups_beyond": l.beyond.as_ref().map(|b| b.groups),
+            "last_seq_beyond": l.beyond.as_ref().map(|b| b.last.0),
+        })),
     })
 }
 
@@ -72,6 +81,9 @@ fn print_text(r: &CheckReport) {
         count(s.data_blocks, "data block"),
         count(s.orphans, "orphan")
     );
+    if let Some(b) = r.open.recovery.beyond.as_ref().filter(|_| r.open.loss.is_none()) {
+        println!("past the end of the log: {b}");
+    }
     for p in &r.problems {
         println!("PROBLEM: {p}");
     }

@@ -14,6 +14,7 @@ macro_rules! say {
 
 mod args;
 mod checkpoints;
+mod claim;
 mod clean;
 mod control;
 mod devices;

@@ -148,6 +148,10 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     };
     let mut created = Created::default();
     ensure_images(args, &mut created)?;
+    // Whatever --force says: overwriting a mounted file system, or one a
+    // loop device or another program holds, destroys it under its user.
+    crate::claim::refuse_in_use(&args.meta)?;
+    crate::claim::refuse_in_use(&args.data)?;
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
     let meter = Meter::default();
     let activity = Activity::start("creating the volume".into(), meter.written.clone(), "written");

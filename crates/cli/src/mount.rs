@@ -236,8 +236,13 @@ fn detach(cfg: &MountConfig) -> Result<()> {
 }
 
 fn engine_options(cfg: &MountConfig) -> MountOptions {
-    let mut o =
-        MountOptions { read_only: cfg.read_only, atime: cfg.atime, order: cfg.order, ..MountOptions::default() };
+    let mut o = MountOptions {
+        read_only: cfg.read_only,
+        atime: cfg.atime,
+        order: cfg.order,
+        accept_loss: cfg.accept_loss,
+        ..MountOptions::default()
+    };
     if let Some(c) = cfg.commit {
         o.commit_interval = c;
     }

@@ -39,6 +39,9 @@ pub struct MountConfig {
     pub atime: AtimeMode,
     /// Where to write a block-level trace of both devices, if anywhere.
     pub trace: Option<PathBuf>,
+    /// `recover=older`: accept losing commits a damaged log can no longer
+    /// give back, and mount writable from the state before the damage.
+    pub accept_loss: bool,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -59,6 +62,7 @@ impl Default for MountConfig {
             writeback: true,
             atime: AtimeMode::Relatime,
             trace: None,
+            accept_loss: false,
             remount: false,
         }
     }
@@ -193,6 +197,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 bail!("trace= needs a file name");
             }
             c.trace = Some(PathBuf::from(v));
+        } else if let Some(v) = opt.strip_prefix("recover=") {
+            if v != "older" {
+                bail!("recover={v}: the only recovery is recover=older (accept the state before the damage)");
+            }
+            c.accept_loss = true;
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

@@ -14,7 +14,7 @@ use crate::control::Mounted;
 fn text(stats: &Value, clean: &Value) -> String {
     let mut o = String::new();
     let width = stats.as_object().map_or(0, |m| m.keys().map(String::len).max().unwrap_or(0));
-    for (k, v) in stats.as_object().into_iter().flatten() {
+    for (k, v) in stats.as_object().into_iter().flatten().filter(|(_, v)| !v.is_null()) {
         let _ = writeln!(o, "{k:<width$}  {v}");
     }
     if clean["state"] == "running" {

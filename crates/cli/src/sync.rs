@@ -14,6 +14,7 @@
 //! which commits everything too, without the checkpoint.
 
 use std::fs::File;
+use std::io::Write as _;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,11 @@ fn all_mounts() -> Result<Vec<PathBuf>> {
     Ok(parse_mountinfo(&text).into_iter().filter(|e| e.fstype == "fuse.dualfs").map(|e| e.mountpoint).collect())
 }
 
+/// A FUSE mount whose serving process has gone answers ENOTCONN.
+fn abandoned(root: &Path) -> bool {
+    matches!(std::fs::metadata(root), Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTCONN.raw_os_error()))
+}
+
 /// Runs `dualfs sync`.
 ///
 /// # Errors
@@ -72,7 +78,19 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         }
         v
     };
+    let every = args.mountpoints.is_empty();
     for root in roots {
+        // Like sync(1), syncing every mount passes over one whose serving
+        // process is gone (killed, crashed): it holds nothing to sync.
+        if every && abandoned(&root) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "dualfs: {}: its serving process is gone, nothing to sync (`umount {}` removes it)",
+                root.display(),
+                root.display()
+            );
+            continue;
+        }
         match sync_mount(&root)? {
             Synced::Checkpoint => {
                 if args.verbose {

@@ -76,9 +76,16 @@ fn dualfs_sync_of_every_mount_and_of_a_path_that_is_not_dualfs() {
         return;
     };
     v.mount();
+    // A second mount whose serving process was killed: sync passes over it.
+    let dead = TestVolume::create("64M").unwrap();
+    let mut child = dead.spawn_mount(&[]);
+    child.kill().unwrap();
+    child.wait().unwrap();
     let out = dualfs(&["sync", "-v"]);
+    sh(&format!("umount -l {}", dead.m()));
     assert!(out.status.success(), "dualfs sync: {}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains(v.m()), "every mount is synced and named with -v");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serving process is gone"), "the dead mount is named");
     let out = dualfs(&["sync", "/"]);
     assert!(!out.status.success(), "syncing a path that is no DualFS mount must fail");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not DualFS"), "and say why");

@@ -105,6 +105,11 @@ pub enum Error {
     /// Seeking past the end of the file for data or a hole.
     #[error("no such device or address (offset beyond the end of file)")]
     NoSuchOffset,
+    /// Opening found commits that had been made durable and cannot be
+    /// applied: writing would make the loss permanent, so the volume opens
+    /// read-only or with the loss accepted (`MountOptions::accept_loss`).
+    #[error("{0}")]
+    Damaged(String),
     /// The device is in use or the volume busy.
     #[error("device or resource busy: {0}")]
     Busy(String),
@@ -138,6 +143,7 @@ impl Error {
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::WrongVolume(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
+            Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
         }
     }

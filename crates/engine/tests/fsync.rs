@@ -451,7 +451,7 @@ fn an_fsync_beside_a_writer_past_the_dirty_limit_waits_for_one_step() {
             let v = v2;
             v.write(b, 0, &bytes(4096, 9)).unwrap();
             v.fsync(b).unwrap();
-            tx.send(stat(&v, "data_blocks_written") - base).unwrap();
+            tx.send(stat(v, "data_blocks_written") - base).unwrap();
         });
         while stat(&v, "fsync_calls") == 0 {
             std::thread::yield_now();

@@ -165,7 +165,10 @@ pub fn report_json(r: &CleanReport) -> Value {
 /// The counters as a JSON object, in the engine's order.
 #[must_use]
 pub fn stats_json(vol: &Volume) -> Value {
-    let map: serde_json::Map<String, Value> = vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let mut map: serde_json::Map<String, Value> =
+        vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    // Why the volume refuses changes, when a device error made it so.
+    map.insert("failed".into(), json!(vol.failure()));
     Value::Object(map)
 }
 

@@ -339,6 +339,11 @@ impl Explorer {
             println!("recording:\n{}", show_events(&run.recording.events));
             println!("state {index} ({spec}): window {:?}, torn {:?}\nrecovery: {report:?}", img.window, img.torn);
         }
+        // A crash is never damage: nothing a crash leaves may be reported
+        // as lost or broken (docs/TESTING.md).
+        if report.is_damaged() {
+            return Err(format!("a crash state reported as damage: {}", report.damage.join("; ")));
+        }
         stats.fell_back += u64::from(report.fell_back.is_some());
         stats.rolled_forward += u64::from(report.recovery.partial_segments > 0);
         stats.replayed += u64::from(vol.replay_report().partial_segments > 0);
@@ -383,6 +388,9 @@ impl Explorer {
         let data2 = Arc::new(OverlayDevice::new(img2.data.clone()));
         let vol2 = Volume::open_with_clock(meta2.clone(), data2.clone(), self.config.mount, fixed_clock())
             .map_err(|e| format!("recovery failed: {e}"))?;
+        if vol2.open_report().is_damaged() {
+            return Err(format!("a second crash reported as damage: {}", vol2.open_report().damage.join("; ")));
+        }
         let t2 = Tree::of_volume(&vol2)?;
         if self.config.verbose {
             println!("second recording:\n{}", show_events(&second.events));

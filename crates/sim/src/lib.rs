@@ -8,6 +8,7 @@
 pub mod crash;
 pub mod decode;
 pub mod explorer;
+pub mod faulty;
 pub mod harness;
 pub mod image;
 pub mod model;

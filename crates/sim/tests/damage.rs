@@ -235,3 +235,121 @@ proptest! {
         prop_assert!(r.is_ok(), "a decoder panicked on block {no} with {muts:?}");
     }
 }
+
+/// The small volume of the explorer's setup, one commit after its checkpoint.
+fn small_base() -> &'static (Arc<Image>, Arc<Image>, Tree) {
+    static BASE: OnceLock<(Arc<Image>, Arc<Image>, Tree)> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+        let steps = vec![
+            Step::Create("A/new".into()),
+            Step::Write { path: "A/new".into(), offset: 0, len: 5000 },
+            Step::Fsync("A".into()),
+        ];
+        let w = Workload { name: "small".into(), steps, scale: 1 };
+        let run = ex.record(&w).expect("workload");
+        let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
+        let vol = mount(&img.meta, &img.data).expect("the undamaged image mounts");
+        let tree = Tree::of_volume(&vol).expect("and reads");
+        (img.meta, img.data, tree)
+    })
+}
+
+/// What zeroing one block did, judged by mount and fsck.
+#[derive(Default, Debug)]
+struct Sweep {
+    blocks: u32,
+    /// Mount or fsck said something (refused, fell back, damage, problems).
+    reported: u32,
+    /// Of those, the volume still mounted and read the same.
+    reported_no_loss: u32,
+    /// Nothing said, nothing changed (stale copies, unused blocks).
+    harmless: u32,
+    /// Nothing said and the tree differs.
+    silent: Vec<String>,
+    /// Neither mountable nor checkable, by kind of block.
+    unmountable: Vec<String>,
+    /// Nothing said, tree differs, and the block belongs to the last commit
+    /// group of the log: nothing after it vouches that it was durable, and a
+    /// crash tearing that group looks the same (docs/TESTING.md).
+    last_group: u32,
+}
+
+/// The blocks of the partial segment with the highest sequence number.
+fn last_partial_segment(meta: &Arc<Image>) -> std::ops::Range<u64> {
+    let mut best: Option<(u64, u64, u64)> = None;
+    for (no, b) in meta.written() {
+        if b[..4] == *b"DFSM" && b[8] == 1 && b[10..12] == [0, 0] {
+            let seq = u64::from_le_bytes(b[32..40].try_into().unwrap());
+            // Count the blocks that follow with the same sequence number.
+            let mut n = 1;
+            while meta.written().iter().any(|(m, x)| *m == no + n && x[..4] == *b"DFSM" && x[32..40] == b[32..40]) {
+                n += 1;
+            }
+            if best.is_none_or(|(s, _, _)| seq > s) {
+                best = Some((seq, no, n));
+            }
+        }
+    }
+    best.map_or(0..0, |(_, no, n)| no..no + n)
+}
+
+fn sweep(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Sweep {
+    let mut s = Sweep::default();
+    let zero: Block = Arc::new([0u8; BLOCK_SIZE]);
+    let last = last_partial_segment(meta);
+    for (no, b) in meta.written() {
+        if b.iter().all(|&x| x == 0) {
+            continue;
+        }
+        s.blocks += 1;
+        let damaged = Arc::new(meta.with_blocks([(no, zero.clone())]));
+        let (m, d) = devices(&damaged, data);
+        let fsck = dualfs_engine::check::check(m, d);
+        let ro = dualfs_engine::volume::MountOptions { read_only: true, ..Config::default().mount };
+        let (m, d) = devices(&damaged, data);
+        let vol = Volume::open_with_clock(m, d, ro, fixed_clock());
+        let tree = vol.as_ref().ok().and_then(|v| Tree::of_volume(v).ok());
+        let said = match (&fsck, &vol) {
+            (Err(_), _) | (_, Err(_)) => true,
+            (Ok(r), Ok(v)) => !r.is_clean() || v.open_report().is_damaged() || v.open_report().fell_back.is_some(),
+        };
+        if fsck.is_err() && vol.is_err() {
+            s.unmountable.push(format!("{} at block {no}", kind_of("meta", no, &b[..])));
+        }
+        let same = tree.as_ref() == Some(want);
+        match (said, same) {
+            (true, true) => {
+                s.reported += 1;
+                s.reported_no_loss += 1;
+            }
+            (true, false) => s.reported += 1,
+            (false, true) => s.harmless += 1,
+            (false, false) if last.contains(&no) => s.last_group += 1,
+            (false, false) => s.silent.push(format!("{} at block {no}", kind_of("meta", no, &b[..]))),
+        }
+    }
+    s
+}
+
+#[test]
+fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
+    let mut silent = Vec::new();
+    for (name, (meta, data, want)) in [("small", small_base()), ("aged", damaged_base())] {
+        let s = sweep(meta, data, want);
+        println!(
+            "single-block damage, {name} volume: {} used meta-data blocks zeroed: {} reported ({} of them with \
+             nothing lost), {} harmless, {} silent, {} in the last commit group (undetectable), {} unmountable {:?}",
+            s.blocks,
+            s.reported,
+            s.reported_no_loss,
+            s.harmless,
+            s.silent.len(),
+            s.last_group,
+            s.unmountable.len(),
+            s.unmountable
+        );
+        silent.extend(s.silent.into_iter().map(|x| format!("{name}: {x}")));
+    }
+    assert!(silent.is_empty(), "damage nobody noticed:\n{}", silent.join("\n"));
+}

@@ -21,9 +21,60 @@ use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
 use crate::types::{InodeNo, NodeId};
 
+/// The invariants of docs/DESIGN.md, by id: what a [`Problem`] breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    /// I1 data before meta-data.
+    I1,
+    /// I2 no reuse before a durable free.
+    I2,
+    /// I3 fsync durable on both devices.
+    I3,
+    /// I4 orphans.
+    I4,
+    /// I5 hostile images: every structure decodes or is refused.
+    I5,
+    /// I6 one operation, one group.
+    I6,
+    /// I7 live bytes.
+    I7,
+    /// I8 namespace.
+    I8,
+    /// I9 replacement.
+    I9,
+}
+
+impl Invariant {
+    /// The id and name, as docs/DESIGN.md writes them.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::I1 => "I1 data before meta-data",
+            Invariant::I2 => "I2 no reuse before a durable free",
+            Invariant::I3 => "I3 fsync durable",
+            Invariant::I4 => "I4 orphans",
+            Invariant::I5 => "I5 hostile images",
+            Invariant::I6 => "I6 one operation, one group",
+            Invariant::I7 => "I7 live bytes",
+            Invariant::I8 => "I8 namespace",
+            Invariant::I9 => "I9 replacement",
+        }
+    }
+
+    /// The short id ("I8").
+    #[must_use]
+    pub fn id(self) -> &'static str {
+        self.name().split(' ').next().unwrap_or("I?")
+    }
+}
+
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
+    /// The invariant it breaks; None for damage found while opening the
+    /// volume (a checkpoint that does not load, commits lost), which is
+    /// no broken rule of the engine's.
+    pub invariant: Option<Invariant>,
     /// The structure concerned ("inode", "directory", "extent map", "bitmap", ...).
     pub structure: &'static str,
     /// The inode concerned, if any.
@@ -36,6 +87,9 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(i) = self.invariant {
+            write!(f, "[{}] ", i.id())?;
+        }
         write!(f, "{}", self.structure)?;
         if let Some(i) = self.ino {
             write!(f, " of inode {i}")?;
@@ -105,7 +159,12 @@ pub(crate) struct Loaded {
 /// checkpoint, I/O failure); every inconsistency past that is a [`Problem`].
 pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<CheckReport> {
     let (log, open) = Log::open(meta, data)?;
-    let mut problems = Vec::new();
+    // Damage met while opening comes first: what it cost is what matters most.
+    let mut problems: Vec<Problem> = open
+        .damage
+        .iter()
+        .map(|d| Problem { invariant: None, structure: "log", ino: None, block: None, message: d.clone() })
+        .collect();
     let mut stats = CheckStats::default();
     let loaded = walk::load(&log, &mut problems);
     walk::check_namespace(&log, &loaded, &mut problems, &mut stats);

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::{CheckStats, Loaded, Problem, tree};
+use super::{CheckStats, Invariant, Loaded, Problem, tree};
 use crate::error::{Error, Result};
 use crate::format::block::{self, BlockKind};
 use crate::format::codec::Reader;
@@ -16,8 +16,14 @@ use crate::format::node::{Node, NodeSource, TreeKind};
 use crate::meta_log::{Log, Object};
 use crate::types::{BLOCK_BYTES, DataBlock, FileKind, InodeNo, MetaBlock, NodeId};
 
-fn problem(structure: &'static str, ino: Option<InodeNo>, block: Option<u64>, message: impl Into<String>) -> Problem {
-    Problem { structure, ino, block, message: message.into() }
+fn problem(
+    invariant: Invariant,
+    structure: &'static str,
+    ino: Option<InodeNo>,
+    block: Option<u64>,
+    message: impl Into<String>,
+) -> Problem {
+    Problem { invariant: Some(invariant), structure, ino, block, message: message.into() }
 }
 
 /// Reads every live inode record and node from the meta-data device.
@@ -30,7 +36,7 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
             continue;
         }
         if e.address.0 == 0 {
-            problems.push(problem("inode map", Some(InodeNo(i)), None, "in use but never written"));
+            problems.push(problem(Invariant::I8, "inode map", Some(InodeNo(i)), None, "in use but never written"));
             continue;
         }
         by_block.entry(e.address).or_default().push(InodeNo(i));
@@ -46,19 +52,24 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
         let records = match records {
             Ok(r) => r,
             Err(e) => {
-                problems.push(problem("inode block", None, Some(at.0), e.to_string()));
+                problems.push(problem(Invariant::I5, "inode block", None, Some(at.0), e.to_string()));
                 continue;
             }
         };
         for ino in inos {
             let e = log.ifile().inodes.get(ino.0 as usize);
             match records.iter().find(|r| r.ino == ino) {
-                None => {
-                    problems.push(problem("inode map", Some(ino), Some(at.0), "points at a block without the inode"))
-                }
+                None => problems.push(problem(
+                    Invariant::I2,
+                    "inode map",
+                    Some(ino),
+                    Some(at.0),
+                    "points at a block without the inode (overwritten while live, or a misdirected write)",
+                )),
                 Some(r) => {
                     if r.generation != e.generation {
                         problems.push(problem(
+                            Invariant::I8,
                             "inode",
                             Some(ino),
                             Some(at.0),
@@ -67,6 +78,7 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
                     }
                     if r.encoded_len() != usize::from(e.record_len) {
                         problems.push(problem(
+                            Invariant::I7,
                             "inode map",
                             Some(ino),
                             Some(at.0),
@@ -83,32 +95,37 @@ pub(super) fn load(log: &Log, problems: &mut Vec<Problem>) -> Loaded {
         if at.0 == 0 {
             continue;
         }
-        let obj = log.read_meta(at, 1).and_then(|raw| {
+        // A valid block of another identity where the map points was
+        // reused while live (I2); anything else fails to decode (I5).
+        let obj = (|| -> std::result::Result<_, (Invariant, String)> {
+            let raw = log.read_meta(at, 1).map_err(|e| (Invariant::I5, e.to_string()))?;
             let (h, payload) = block::open_block(&raw, at, log.volume_id())
-                .map_err(|e| Error::corrupt_meta("meta-data block", at.0, e.0))?;
+                .map_err(|e| (Invariant::I5, format!("meta-data block: {}", e.0)))?;
             if h.name != id {
-                return Err(Error::corrupt_meta(
-                    "meta-data block",
-                    at.0,
-                    format!("holds node {} instead of {id}", h.name),
+                return Err((
+                    Invariant::I2,
+                    format!("holds node {} instead of {id} (overwritten while live, or a misdirected write)", h.name),
                 ));
             }
             let obj = match h.kind {
                 BlockKind::Node => Object::Node(
-                    Node::decode(payload, h.aux).map_err(|e| Error::corrupt_meta("B-tree node", at.0, e.0))?,
+                    Node::decode(payload, h.aux).map_err(|e| (Invariant::I5, format!("B-tree node: {}", e.0)))?,
                 ),
                 BlockKind::Blob => Object::Blob(payload.to_vec()),
                 k => {
-                    return Err(Error::corrupt_meta("meta-data block", at.0, format!("node {id} is a {}", k.name())));
+                    return Err((
+                        Invariant::I2,
+                        format!("node {id} is a {} (overwritten while live, or a misdirected write)", k.name()),
+                    ));
                 }
             };
             Ok((h.owner, obj))
-        });
+        })();
         match obj {
             Ok(o) => {
                 loaded.nodes.insert(NodeId(id), o);
             }
-            Err(e) => problems.push(problem("node", None, Some(at.0), e.to_string())),
+            Err((invariant, why)) => problems.push(problem(invariant, "node", None, Some(at.0), why)),
         }
     }
     loaded
@@ -152,6 +169,7 @@ impl Walk<'_> {
     fn claim(&mut self, id: NodeId, ino: InodeNo) {
         if let Some(prev) = self.node_owner.insert(id, ino) {
             self.problems.push(problem(
+                Invariant::I8,
                 "node",
                 Some(ino),
                 None,
@@ -161,7 +179,13 @@ impl Walk<'_> {
         if let Some((owner, _)) = self.loaded.nodes.get(&id)
             && *owner != ino
         {
-            self.problems.push(problem("node", Some(ino), None, format!("node {id} says it belongs to inode {owner}")));
+            self.problems.push(problem(
+                Invariant::I8,
+                "node",
+                Some(ino),
+                None,
+                format!("node {id} says it belongs to inode {owner}"),
+            ));
         }
     }
 
@@ -176,6 +200,7 @@ impl Walk<'_> {
             Ok(Ok(entries)) => {
                 if entries.len() as u64 != t.count {
                     self.problems.push(problem(
+                        Invariant::I8,
                         what,
                         Some(ino),
                         None,
@@ -185,11 +210,11 @@ impl Walk<'_> {
                 entries
             }
             Ok(Err(msg)) => {
-                self.problems.push(problem(what, Some(ino), None, msg));
+                self.problems.push(problem(Invariant::I8, what, Some(ino), None, msg));
                 Vec::new()
             }
             Err(e) => {
-                self.problems.push(problem(what, Some(ino), None, e.to_string()));
+                self.problems.push(problem(Invariant::I8, what, Some(ino), None, e.to_string()));
                 Vec::new()
             }
         }
@@ -201,13 +226,23 @@ impl Walk<'_> {
             self.claim(*id, ino);
             match self.loaded.nodes.get(id) {
                 Some((_, Object::Blob(b))) => total += b.len(),
-                _ => {
-                    self.problems.push(problem(what, Some(ino), None, format!("blob node {id} missing or not a blob")))
-                }
+                _ => self.problems.push(problem(
+                    Invariant::I8,
+                    what,
+                    Some(ino),
+                    None,
+                    format!("blob node {id} missing or not a blob"),
+                )),
             }
         }
         if total != len as usize {
-            self.problems.push(problem(what, Some(ino), None, format!("blob holds {total} bytes, expected {len}")));
+            self.problems.push(problem(
+                Invariant::I8,
+                what,
+                Some(ino),
+                None,
+                format!("blob holds {total} bytes, expected {len}"),
+            ));
         }
     }
 
@@ -232,6 +267,7 @@ impl Walk<'_> {
                     })();
                     if e.is_none() {
                         self.problems.push(problem(
+                            Invariant::I5,
                             "extent map",
                             Some(ino),
                             None,
@@ -249,6 +285,7 @@ impl Walk<'_> {
         for (i, e) in list.iter().enumerate() {
             if i > 0 && list[i - 1].logical_end() > e.logical {
                 self.problems.push(problem(
+                    Invariant::I8,
                     "extent map",
                     Some(ino),
                     None,
@@ -257,6 +294,7 @@ impl Walk<'_> {
             }
             if e.physical.0 == 0 || e.physical.0.saturating_add(u64::from(e.len)) > data_blocks {
                 self.problems.push(problem(
+                    Invariant::I8,
                     "extent map",
                     Some(ino),
                     None,
@@ -269,6 +307,7 @@ impl Walk<'_> {
             }
             if !e.unwritten && e.logical_end() > eof_block && !orphan {
                 self.problems.push(problem(
+                    Invariant::I8,
                     "extent map",
                     Some(ino),
                     None,
@@ -285,6 +324,7 @@ impl Walk<'_> {
         }
         if total != rec.blocks {
             self.problems.push(problem(
+                Invariant::I8,
                 "inode",
                 Some(ino),
                 None,
@@ -317,10 +357,11 @@ impl Walk<'_> {
                 }
             })();
             match parsed {
-                None => self.problems.push(problem("xattr tree", Some(ino), None, "malformed entry")),
+                None => self.problems.push(problem(Invariant::I5, "xattr tree", Some(ino), None, "malformed entry")),
                 Some((name, blob)) => {
                     if !names.insert(name.clone()) {
                         self.problems.push(problem(
+                            Invariant::I8,
                             "xattr tree",
                             Some(ino),
                             None,
@@ -355,7 +396,13 @@ pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Pro
     let mut leaked: Vec<NodeId> = loaded.nodes.keys().filter(|id| !w.node_owner.contains_key(id)).copied().collect();
     leaked.sort_unstable();
     for id in leaked {
-        w.problems.push(problem("node", None, None, format!("node {id} is allocated but nothing refers to it")));
+        w.problems.push(problem(
+            Invariant::I8,
+            "node",
+            None,
+            None,
+            format!("node {id} is allocated but nothing refers to it"),
+        ));
     }
     stats.nodes = loaded.nodes.len() as u64;
     let extents = std::mem::take(&mut w.extents);
@@ -381,11 +428,23 @@ fn reachability(w: &mut Walk<'_>, stats: &mut CheckStats) -> Option<Names> {
     match w.loaded.inodes.get(&root) {
         Some(r) if FileKind::from_mode(r.mode) == Some(FileKind::Directory) => {
             if r.parent != root {
-                w.problems.push(problem("directory", Some(root), None, "the root's parent is not itself"));
+                w.problems.push(problem(
+                    Invariant::I8,
+                    "directory",
+                    Some(root),
+                    None,
+                    "the root's parent is not itself",
+                ));
             }
         }
         _ => {
-            w.problems.push(problem("inode", Some(root), None, "the root directory is missing or not a directory"));
+            w.problems.push(problem(
+                Invariant::I8,
+                "inode",
+                Some(root),
+                None,
+                "the root directory is missing or not a directory",
+            ));
             return None;
         }
     }
@@ -401,11 +460,18 @@ fn reachability(w: &mut Walk<'_>, stats: &mut CheckStats) -> Option<Names> {
             if kind == Some(FileKind::Directory) {
                 *names.subdirs.entry(dir).or_default() += 1;
                 if !names.reached.insert(ino) {
-                    w.problems.push(problem("directory", Some(ino), None, "directory has more than one name"));
+                    w.problems.push(problem(
+                        Invariant::I8,
+                        "directory",
+                        Some(ino),
+                        None,
+                        "directory has more than one name",
+                    ));
                     continue;
                 }
                 if target.parent != dir {
                     w.problems.push(problem(
+                        Invariant::I8,
                         "directory",
                         Some(ino),
                         None,
@@ -436,6 +502,7 @@ fn directory_entries<'a>(
         Body::Entries(e) => {
             if e.is_empty() || crate::format::inode::inline_entries_len(e) > w.log.superblock().inline_max as usize {
                 w.problems.push(problem(
+                    Invariant::I8,
                     "directory",
                     Some(dir),
                     None,
@@ -446,7 +513,7 @@ fn directory_entries<'a>(
         }
         Body::Tree(t) => w.tree(dir, t, TreeKind::Directory, "directory"),
         _ => {
-            w.problems.push(problem("directory", Some(dir), None, "body is neither empty nor a tree"));
+            w.problems.push(problem(Invariant::I8, "directory", Some(dir), None, "body is neither empty nor a tree"));
             Vec::new()
         }
     };
@@ -456,18 +523,25 @@ fn directory_entries<'a>(
         stats.entries += 1;
         let mut r = Reader::new(&v);
         let (Ok(ino), Ok(t)) = (r.u64(), r.u8()) else {
-            w.problems.push(problem("directory", Some(dir), None, format!("malformed entry at {pos:#x}")));
+            w.problems.push(problem(
+                Invariant::I5,
+                "directory",
+                Some(dir),
+                None,
+                format!("malformed entry at {pos:#x}"),
+            ));
             continue;
         };
         let name = r.bytes(r.remaining()).unwrap_or_default().to_vec();
         let ino = InodeNo(ino);
         let shown = String::from_utf8_lossy(&name).into_owned();
         if FileName::new(&name).is_err() {
-            w.problems.push(problem("directory", Some(dir), None, format!("invalid name {shown:?}")));
+            w.problems.push(problem(Invariant::I8, "directory", Some(dir), None, format!("invalid name {shown:?}")));
         }
         let base = hash_position(&w.log.superblock().hash_key, &name);
         if !(base..base + COLLISION_SLOTS).contains(&pos) {
             w.problems.push(problem(
+                Invariant::I8,
                 "directory",
                 Some(dir),
                 None,
@@ -475,10 +549,11 @@ fn directory_entries<'a>(
             ));
         }
         if !seen.insert(name.clone()) {
-            w.problems.push(problem("directory", Some(dir), None, format!("{shown:?} appears twice")));
+            w.problems.push(problem(Invariant::I8, "directory", Some(dir), None, format!("{shown:?} appears twice")));
         }
         let Some(target) = w.loaded.inodes.get(&ino) else {
             w.problems.push(problem(
+                Invariant::I8,
                 "directory",
                 Some(dir),
                 None,
@@ -489,6 +564,7 @@ fn directory_entries<'a>(
         let kind = FileKind::from_mode(target.mode);
         if kind.map(FileKind::dirent_type) != Some(t) {
             w.problems.push(problem(
+                Invariant::I8,
                 "directory",
                 Some(dir),
                 None,
@@ -507,20 +583,29 @@ fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, 
     let reached = names.reached.contains(&ino);
     let pending_free = orphan && rec.nlink == 0;
     if !reached && !pending_free {
+        // An inode without links that is not on the orphan list would
+        // never be freed (I4); one with links that nothing names is lost (I8).
+        let (invariant, message) = if rec.nlink == 0 {
+            (Invariant::I4, "has no links, is not reachable and is not on the orphan list".to_string())
+        } else {
+            (Invariant::I8, format!("in use (nlink {}) but not reachable from the root", rec.nlink))
+        };
+        w.problems.push(problem(invariant, "inode", Some(ino), None, message));
+    }
+    if pending_free && reached {
         w.problems.push(problem(
+            Invariant::I4,
             "inode",
             Some(ino),
             None,
-            format!("in use (nlink {}) but not reachable from the root", rec.nlink),
+            "has no links but a directory still names it",
         ));
-    }
-    if pending_free && reached {
-        w.problems.push(problem("inode", Some(ino), None, "has no links but a directory still names it"));
     }
     if FileKind::from_mode(rec.mode) == Some(FileKind::Directory) {
         let want = if reached { 2 + names.subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
         if rec.nlink != want {
             w.problems.push(problem(
+                Invariant::I8,
                 "inode",
                 Some(ino),
                 None,
@@ -530,7 +615,13 @@ fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, 
     } else {
         let want = names.links.get(&ino).copied().unwrap_or(0);
         if rec.nlink != want {
-            w.problems.push(problem("inode", Some(ino), None, format!("link count {} but {want} names", rec.nlink)));
+            w.problems.push(problem(
+                Invariant::I8,
+                "inode",
+                Some(ino),
+                None,
+                format!("link count {} but {want} names", rec.nlink),
+            ));
         }
     }
 }
@@ -547,6 +638,7 @@ fn inode_body(w: &mut Walk<'_>, stats: &mut CheckStats, ino: InodeNo, rec: &Inod
                     stats.inline_files += 1;
                     if d.len() as u64 != rec.size || rec.size > u64::from(w.log.superblock().inline_max) {
                         w.problems.push(problem(
+                            Invariant::I8,
                             "inode",
                             Some(ino),
                             None,
@@ -557,9 +649,13 @@ fn inode_body(w: &mut Walk<'_>, stats: &mut CheckStats, ino: InodeNo, rec: &Inod
                 Body::Empty | Body::Extents(_) | Body::Tree(_) => {
                     stats.data_blocks += w.extents(ino, rec, orphan);
                 }
-                Body::Blob { .. } | Body::Entries(_) => {
-                    w.problems.push(problem("inode", Some(ino), None, "regular file with a blob or entries body"))
-                }
+                Body::Blob { .. } | Body::Entries(_) => w.problems.push(problem(
+                    Invariant::I8,
+                    "inode",
+                    Some(ino),
+                    None,
+                    "regular file with a blob or entries body",
+                )),
             }
         }
         Some(FileKind::Symlink) => {
@@ -567,14 +663,20 @@ fn inode_body(w: &mut Walk<'_>, stats: &mut CheckStats, ino: InodeNo, rec: &Inod
             match &rec.body {
                 Body::Inline(t) if !t.is_empty() && t.len() as u64 == rec.size => {}
                 Body::Blob { len, nodes } if u64::from(*len) == rec.size => w.blob(ino, nodes, *len, "symlink target"),
-                _ => w.problems.push(problem("inode", Some(ino), None, "symlink without a target of its size")),
+                _ => w.problems.push(problem(
+                    Invariant::I8,
+                    "inode",
+                    Some(ino),
+                    None,
+                    "symlink without a target of its size",
+                )),
             }
         }
         Some(FileKind::Directory) => stats.directories += 1,
         _ => {
             stats.special += 1;
             if rec.body != Body::Empty {
-                w.problems.push(problem("inode", Some(ino), None, "device, fifo or socket with a body"));
+                w.problems.push(problem(Invariant::I8, "inode", Some(ino), None, "device, fifo or socket with a body"));
             }
         }
     }
@@ -587,6 +689,7 @@ fn check_extents_disjoint(mut extents: Vec<(DataBlock, u32, InodeNo)>, problems:
         let (a, b) = (pair[0], pair[1]);
         if a.0.0 + u64::from(a.1) > b.0.0 {
             problems.push(problem(
+                Invariant::I8,
                 "extent map",
                 Some(b.2),
                 None,
@@ -642,6 +745,7 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
     }
     if marked_free_but_used > 0 {
         problems.push(problem(
+            Invariant::I8,
             "bitmap",
             None,
             first_bad,
@@ -650,6 +754,7 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
     }
     if marked_used_but_free > 0 {
         problems.push(problem(
+            Invariant::I8,
             "bitmap",
             None,
             first_bad,
@@ -664,6 +769,7 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
         let said = log.space().groups.get(g).free_blocks;
         if said != free {
             problems.push(problem(
+                Invariant::I8,
                 "group descriptor",
                 None,
                 None,
@@ -692,6 +798,7 @@ pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem
         let have = u64::from(log.ifile().segments.get(s).live_bytes);
         if have != want {
             problems.push(problem(
+                Invariant::I7,
                 "segment usage",
                 None,
                 Some(geometry.start(crate::types::SegmentNo(s as u32)).0),

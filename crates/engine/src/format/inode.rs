@@ -18,6 +18,9 @@ pub const EXTENT_LEN: usize = 21;
 pub const MAX_INLINE_XATTR_BYTES: usize = 512;
 /// Most blob blocks a body may name (a 4095-byte symlink needs two).
 pub const MAX_BLOB_NODES: usize = 32;
+/// Largest size of a regular file (16 TiB): a larger one on disk is
+/// corruption, refused by the decoder, not a file reads never finish.
+pub const MAX_FILE_SIZE: u64 = 1 << 44;
 
 /// Extent flag: allocated but never written (reads as zeros).
 pub const EXTENT_UNWRITTEN: u8 = 1;
@@ -296,6 +299,9 @@ impl InodeRecord {
         let nlink = r.u32()?;
         let flags = r.u32()?;
         let size = r.u64()?;
+        if mode & 0o170_000 == 0o100_000 && size > MAX_FILE_SIZE {
+            bad!("inode {ino}: size {size} is above the maximum of {MAX_FILE_SIZE}");
+        }
         let blocks = r.u64()?;
         let atime = r.timestamp()?;
         let mtime = r.timestamp()?;

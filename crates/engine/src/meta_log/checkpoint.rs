@@ -222,6 +222,9 @@ impl Log {
         if let Some(seq) = c.part.as_ref().and_then(|p| p.seq) {
             self.durable = self.durable.max(seq);
         }
+        // The new checkpoint starts a chain that reaches the head.
+        self.detached = false;
+        self.vouched = self.durable;
         self.ckpt.number = c.record.number;
         self.ckpt.log = c.record.log;
         self.ckpt.index = c.index.clone();
@@ -347,6 +350,7 @@ impl Log {
         self.ckpt.pins = self.ifile_pins();
         self.head = c.log;
         self.durable = crate::types::Seq(c.log.seq.0.saturating_sub(1));
+        self.vouched = self.durable;
         self.ifile.rebuild_free_lists();
         self.space.recount();
         if self.space.free_blocks() != c.free_data_blocks {

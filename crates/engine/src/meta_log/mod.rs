@@ -10,6 +10,7 @@
 //! partial segment that holds its blocks; everything else in this module
 //! arranges for each operation to land whole in one of them.
 
+pub mod beyond;
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
@@ -87,6 +88,15 @@ pub struct Log {
     change_bytes: usize,
     /// Newest partial segment known durable.
     durable: Seq,
+    /// What each descriptor written vouches for (its header `owner`, see
+    /// FORMAT.md 3.3): the newest sequence known durable *and* reachable by
+    /// roll-forward from the durable checkpoint, so that a later search past
+    /// a damaged block can tell acknowledged commits from a torn tail.
+    vouched: Seq,
+    /// The head was moved off the checkpoint's chain by recovery and no
+    /// checkpoint records it yet: commits written meanwhile vouch for
+    /// nothing new (a crash now would make them unreachable).
+    detached: bool,
     ckpt: DurableCheckpoint,
     blocks_since_checkpoint: u64,
     /// Free segments as of the last seal or checkpoint (frees in between

@@ -1,7 +1,10 @@
 //! Bringing a log into memory: a fresh one for mkfs, or an existing one
 //! from its superblocks, newest valid checkpoint and roll-forward.
 
+use std::fmt;
 use std::sync::Arc;
+
+use super::beyond::Beyond;
 
 use super::checkpoint::DurableCheckpoint;
 use super::recovery::RecoveryReport;
@@ -23,6 +26,56 @@ pub struct OpenReport {
     pub fell_back: Option<String>,
     /// The roll-forward.
     pub recovery: RecoveryReport,
+    /// Damage no crash explains, one sentence each, whether or not it cost
+    /// anything: a checkpoint whose slot is intact but whose IFile is not,
+    /// IFile blocks walked over, commits lost.
+    pub damage: Vec<String>,
+    /// Commits that had been made durable and could not be applied.
+    pub loss: Option<Loss>,
+    /// The meta-data device's superblock did not decode and the data
+    /// device's copy was used: a writable open writes it back.
+    pub superblock_from_copy: bool,
+}
+
+impl OpenReport {
+    /// Whether opening met damage that a crash cannot explain.
+    #[must_use]
+    pub fn is_damaged(&self) -> bool {
+        !self.damage.is_empty() || self.loss.is_some()
+    }
+}
+
+/// Commits that were made durable (acknowledged) and that opening could
+/// not apply: what falling back or a damaged block costs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// The first sequence number not applied.
+    pub first: Seq,
+    /// The highest sequence number known to have been durable.
+    pub acknowledged_through: Seq,
+    /// Valid partial segments found past the damage, which cannot be
+    /// applied without what the damage took.
+    pub beyond: Option<Beyond>,
+    /// Where roll-forward stopped, and why.
+    pub stop: String,
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "commits with sequence numbers {}..={} had been made durable and cannot be applied (roll-forward stopped: {})",
+            self.first.0, self.acknowledged_through.0, self.stop
+        )?;
+        if let Some(b) = &self.beyond {
+            write!(
+                f,
+                "; {} valid partial segments ({} commit groups, up to sequence {}) lie beyond and are lost with them",
+                b.partial_segments, b.groups, b.last.0
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl Log {
@@ -49,6 +102,8 @@ impl Log {
             changes: Vec::new(),
             change_bytes: 0,
             durable: Seq(0),
+            vouched: Seq(0),
+            detached: false,
             ckpt: DurableCheckpoint { number: 0, log: head, ..DurableCheckpoint::default() },
             blocks_since_checkpoint: 0,
             free_segments_cached: count.saturating_sub(2),
@@ -65,6 +120,59 @@ impl Log {
     /// Either device is not DualFS, or they belong to different volumes, or
     /// a device is smaller than its superblock says.
     pub fn read_superblocks(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
+        Log::read_superblocks_noting(meta, data).map(|(sb, _)| sb)
+    }
+
+    /// [`Log::read_superblocks`], taking the data device's copy when the
+    /// meta-data device's own is damaged (and the device's blocks show it
+    /// belongs to the volume); says so in the second value.
+    ///
+    /// # Errors
+    /// As [`Log::read_superblocks`].
+    pub fn read_superblocks_noting(
+        meta: &dyn BlockDevice,
+        data: &dyn BlockDevice,
+    ) -> Result<(Superblock, Option<String>)> {
+        match Log::read_superblocks_strict(meta, data) {
+            Ok(sb) => Ok((sb, None)),
+            Err(e) => match Log::superblock_from_data_copy(meta, data)? {
+                Some(sb) => Ok((
+                    sb,
+                    Some(format!(
+                        "the meta-data device's superblock is damaged ({e}); the copy on the data device was used"
+                    )),
+                )),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The data device's superblock copy, as the meta-data device's, when
+    /// the meta-data device's own does not decode and one of its log
+    /// blocks carries the volume's id at its own address (the blocks
+    /// identify themselves: another device would not).
+    fn superblock_from_data_copy(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Option<Superblock>> {
+        let raw = device::read(meta, DeviceRole::Meta, 0, 1)?;
+        if Superblock::decode(&raw).is_ok() || data.block_count() == 0 {
+            return Ok(None);
+        }
+        let raw = device::read(data, DeviceRole::Data, 0, 1)?;
+        let Ok(d) = Superblock::decode(&raw) else { return Ok(None) };
+        if d.role != Role::Data || meta.block_count() < d.meta_blocks {
+            return Ok(None);
+        }
+        let vid = d.volume_id();
+        for s in 0..u64::from(d.segment_count.min(64)) {
+            let at = d.first_segment_block + s * u64::from(d.segment_blocks);
+            let raw = device::read(meta, DeviceRole::Meta, at, 1)?;
+            if crate::format::block::open_block(&raw, crate::types::MetaBlock(at), vid).is_ok() {
+                return Ok(Some(Superblock { role: Role::Meta, ..d }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn read_superblocks_strict(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
         let read_sb = |dev: &dyn BlockDevice, role: DeviceRole| -> Result<Superblock> {
             if dev.block_count() == 0 {
                 return Err(Error::WrongVolume(format!("the {role} is empty (0 bytes)")));
@@ -134,7 +242,7 @@ impl Log {
     /// # Errors
     /// Superblock problems; no usable checkpoint; I/O errors.
     pub fn open(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(Log, OpenReport)> {
-        let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
+        let (sb, sb_note) = Log::read_superblocks_noting(meta.as_ref(), data.as_ref())?;
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
         for slot in CHECKPOINT_SLOTS {
@@ -158,7 +266,18 @@ impl Log {
                         slot_errors.iter().find(|e| !e.contains("bad magic")).cloned()
                     };
                     let recovery = log.roll_forward()?;
-                    return Ok((log, OpenReport { checkpoint: c.number, fell_back, recovery }));
+                    // A slot is written after the IFile it names is durable,
+                    // and that IFile is kept until a newer slot is: a newer
+                    // checkpoint that decodes and does not load is damage,
+                    // and everything before its log position was durable.
+                    let newer = slots[..i].first().map(|(n, _)| n);
+                    let mut report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
+                    report.superblock_from_copy = sb_note.is_some();
+                    report.damage.extend(sb_note.clone());
+                    for d in &report.damage {
+                        log::error!("{d}");
+                    }
+                    return Ok((log, report));
                 }
                 Err(e) => {
                     log::warn!("checkpoint {} in slot at block {slot} is unusable: {e}", c.number);
@@ -173,4 +292,38 @@ impl Log {
             reason: format!("no valid checkpoint in either slot ({})", slot_errors.join("; ")),
         }))
     }
+}
+
+/// What opening from checkpoint `number` found, with the damage and the
+/// loss it proves: a newer checkpoint that did not load (`newer`, with the
+/// reason), IFile blocks walked over, acknowledged commits not applied.
+fn judge(
+    number: u64,
+    fell_back: Option<String>,
+    recovery: RecoveryReport,
+    newer: Option<&Checkpoint>,
+    newer_err: Option<&Error>,
+) -> OpenReport {
+    let mut damage = recovery.walked_over.clone();
+    let mut through: Option<Seq> = recovery.beyond.as_ref().and_then(|b| b.acknowledged_through);
+    if let Some(n) = newer {
+        damage.push(format!(
+            "checkpoint {} cannot be loaded ({}); the volume was opened from checkpoint {number}",
+            n.number,
+            newer_err.map_or_else(|| "unknown reason".to_string(), ToString::to_string)
+        ));
+        let before = Seq(n.log.seq.0.saturating_sub(1));
+        through = Some(through.map_or(before, |t| t.max(before)));
+    }
+    let first = recovery.first_unapplied;
+    let loss = through.filter(|t| *t >= first).map(|t| Loss {
+        first,
+        acknowledged_through: t,
+        beyond: recovery.beyond.clone(),
+        stop: recovery.end.to_string(),
+    });
+    if let Some(l) = &loss {
+        damage.push(l.to_string());
+    }
+    OpenReport { checkpoint: number, fell_back, recovery, damage, loss, superblock_from_copy: false }
 }

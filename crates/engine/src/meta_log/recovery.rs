@@ -265,6 +265,14 @@ pub struct RecoveryReport {
     pub blocks_scanned: u64,
     /// How it ended.
     pub end: LogEnd,
+    /// Valid partial segments found past the end, if any (see
+    /// [`super::beyond`]): a crash's torn tail, or commits lost to damage.
+    pub beyond: Option<super::beyond::Beyond>,
+    /// The first sequence number roll-forward did not apply.
+    pub first_unapplied: Seq,
+    /// Checkpoint partial segments walked over although their IFile blocks
+    /// are damaged (roll-forward never needs them), one sentence each.
+    pub walked_over: Vec<String>,
     /// Wall time in microseconds.
     pub micros: u64,
     /// Fsync partial segments after the last complete commit group: what
@@ -275,13 +283,26 @@ pub struct RecoveryReport {
 }
 
 /// One partial segment read back from the log.
-struct ReadPs {
-    desc: Descriptor,
-    desc_crc: u32,
-    first_body: MetaBlock,
-    blocks: u32,
+pub(crate) struct ReadPs {
+    pub desc: Descriptor,
+    pub desc_crc: u32,
+    pub first_body: MetaBlock,
+    pub blocks: u32,
     /// The raw data blocks of an fsync partial segment.
-    copies: Vec<Vec<u8>>,
+    pub copies: Vec<Vec<u8>>,
+}
+
+impl ReadPs {
+    /// Where the partial segment after this one is expected.
+    pub fn after(&self) -> LogPosition {
+        LogPosition {
+            seq: self.desc.seq.next(),
+            segment: self.desc.segment,
+            offset: self.desc.offset + self.blocks,
+            next_segment: self.desc.next_segment,
+            prev_crc: self.desc_crc,
+        }
+    }
 }
 
 impl Log {
@@ -298,6 +319,7 @@ impl Log {
         let (mut partial_segments, mut blocks_scanned) = (0u64, 0u64);
         let mut group: Vec<ReadPs> = Vec::new();
         let mut touched: Vec<SegmentNo> = Vec::new();
+        let mut walked_over = Vec::new();
         let end = loop {
             let found = match self.read_ps(pos.segment, pos.offset, pos.seq, pos.prev_crc)? {
                 Ok(ps) => Ok(ps),
@@ -308,22 +330,22 @@ impl Log {
             };
             let ps = match found {
                 Ok(ps) => ps,
-                Err((here, there)) => {
-                    // The place the log left off decides; a group begun
-                    // and not finished is never a clean end.
-                    let reason = if group.is_empty() { here } else { Stop::GroupCutShort(Box::new(here)) };
-                    break LogEnd { reason, next_segment: Some(there) };
-                }
+                Err((here, there)) => match self.walk_over_checkpoint(pos)? {
+                    Some((ps, why)) => {
+                        walked_over.push(why);
+                        ps
+                    }
+                    None => {
+                        // The place the log left off decides; a group begun
+                        // and not finished is never a clean end.
+                        let reason = if group.is_empty() { here } else { Stop::GroupCutShort(Box::new(here)) };
+                        break LogEnd { reason, next_segment: Some(there) };
+                    }
+                },
             };
             blocks_scanned += u64::from(ps.blocks);
             touched.push(ps.desc.segment);
-            pos = LogPosition {
-                seq: ps.desc.seq.next(),
-                segment: ps.desc.segment,
-                offset: ps.desc.offset + ps.blocks,
-                next_segment: ps.desc.next_segment,
-                prev_crc: ps.desc_crc,
-            };
+            pos = ps.after();
             let end = ps.desc.flags & PS_GROUP_END != 0;
             group.push(ps);
             if end {
@@ -349,12 +371,27 @@ impl Log {
                 applied_pos = pos;
             }
         };
+        // Whatever valid partial segments lie past the end tells a crash
+        // (nothing there was ever acknowledged) from damage.
+        let beyond = self.look_beyond(pos)?;
         self.durable = Seq(applied_pos.seq.0 - 1);
         self.head = applied_pos;
+        if let Some(b) = &beyond {
+            // Never reuse a sequence number something on the disk still
+            // carries: a later search past a later end must not take those
+            // partial segments for this lap's.
+            self.head.seq = self.head.seq.max(b.last.next());
+            touched.extend([pos.segment, pos.next_segment]);
+        }
         // Segments a cut-short group wrote into hold nothing live, but must
         // not be reused before the recovery checkpoint moves past them.
         for ps in &group {
             self.ifile.note_write(ps.desc.segment, ps.desc.seq);
+        }
+        // The search past the end looks at the reserved next segment: the
+        // log must not resume there either.
+        if !touched.is_empty() {
+            touched.push(pos.next_segment);
         }
         if !end.is_clean() {
             // A torn tail lies where the next partial segment was expected.
@@ -378,6 +415,8 @@ impl Log {
                 }
             }
         }
+        self.vouched = self.durable;
+        self.detached = !touched.is_empty();
         self.blocks_since_checkpoint = blocks_scanned;
         self.ifile.rebuild_free_lists();
         self.space.recount();
@@ -386,10 +425,42 @@ impl Log {
             partial_segments,
             blocks_scanned,
             end,
+            beyond,
+            walked_over,
+            first_unapplied: applied_pos.seq,
             micros: started.elapsed().as_micros() as u64,
             fsync_pending: self.pending_fsync.len() as u64,
             fsync_folded,
         })
+    }
+
+    /// A checkpoint's partial segment at `pos` whose descriptor is intact
+    /// but whose body (IFile blocks) fails a check, when the log goes on
+    /// after it: roll-forward walks over such partial segments without
+    /// reading their bodies, so damage there costs nothing. (A checkpoint
+    /// torn by a crash has nothing valid after it, and still ends the log.)
+    fn walk_over_checkpoint(&self, pos: LogPosition) -> Result<Option<(ReadPs, String)>> {
+        for (seg, off) in [(pos.segment, pos.offset), (pos.next_segment, 0)] {
+            let Ok((desc, desc_crc, n)) = self.read_descriptor(seg, off, Some(pos.seq))? else { continue };
+            if desc.kind != PsKind::Checkpoint || desc.prev_crc != pos.prev_crc {
+                continue;
+            }
+            let start = self.ifile.geometry().start(seg).0 + u64::from(off);
+            let ps = ReadPs { desc, desc_crc, first_body: MetaBlock(start + n as u64), blocks: 0, copies: Vec::new() };
+            let ps = ReadPs { blocks: ps.desc.total_blocks() as u32, ..ps };
+            let after = ps.after();
+            let next_ok = self.read_ps(after.segment, after.offset, after.seq, after.prev_crc)?.is_ok()
+                || self.read_ps(after.next_segment, 0, after.seq, after.prev_crc)?.is_ok();
+            if next_ok {
+                let why = format!(
+                    "the IFile blocks of the checkpoint partial segment at block {start} (sequence {}) are damaged; \
+                     roll-forward walked over them",
+                    ps.desc.seq.0
+                );
+                return Ok(Some((ps, why)));
+            }
+        }
+        Ok(None)
     }
 
     /// Applies one complete commit group: its change records (in order),
@@ -511,7 +582,13 @@ impl Log {
 
     /// Reads and verifies the partial segment expected at `seg`/`off`.
     /// The inner error says why it is not valid.
-    fn read_ps(&self, seg: SegmentNo, off: u32, seq: Seq, prev_crc: u32) -> Result<std::result::Result<ReadPs, Stop>> {
+    pub(crate) fn read_ps(
+        &self,
+        seg: SegmentNo,
+        off: u32,
+        seq: Seq,
+        prev_crc: u32,
+    ) -> Result<std::result::Result<ReadPs, Stop>> {
         let (desc, desc_crc, n) = match self.read_descriptor(seg, off, Some(seq))? {
             Ok(x) => x,
             Err(why) => return Ok(Err(why)),

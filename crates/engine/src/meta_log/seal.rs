@@ -404,7 +404,7 @@ impl Log {
                     volume_id: self.volume_id,
                     address: MetaBlock(p.start + i as u64),
                     seq,
-                    owner: InodeNo(0),
+                    owner: InodeNo(self.vouched.0),
                     name: p.desc_blocks as u64,
                 };
                 buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].copy_from_slice(&block::seal_block(&header, pl));
@@ -456,6 +456,9 @@ impl Log {
         sealed.forget_read_ahead(&mut self.readahead);
         if let Some(seq) = sealed.seq {
             self.durable = self.durable.max(seq);
+        }
+        if !self.detached {
+            self.vouched = self.durable;
         }
         self.space.release(self.durable);
         self.cache.evict(cache_budget, self.durable);

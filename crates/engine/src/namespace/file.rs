@@ -16,7 +16,7 @@ use crate::format::inode::{Body, Extent};
 use crate::types::{BLOCK_BYTES, BLOCK_SIZE, DataBlock, FileKind, InodeNo};
 
 /// Largest file: 16 TiB, as ext4.
-pub const MAX_FILE_SIZE: u64 = 1 << 44;
+pub use crate::format::inode::MAX_FILE_SIZE;
 
 /// Extents freed per truncation step, bounding the change records one
 /// operation adds to a partial segment.

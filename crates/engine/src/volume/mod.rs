@@ -148,10 +148,30 @@ impl Volume {
         clock: Clock,
     ) -> Result<Volume> {
         let (log, report) = Log::open(meta.clone(), data.clone())?;
+        // A loss not accepted keeps the volume read-only: the next
+        // checkpoint would make it permanent behind the user's back.
+        let unaccepted = report.loss.as_ref().filter(|_| !options.accept_loss).map(|loss| {
+            format!(
+                "the volume is damaged: {loss}. Writing would make the loss permanent: mount read-only \
+                 (-o ro) to look at what is left, run `dualfs fsck`, or mount with -o recover=older to \
+                 accept the state before the damage"
+            )
+        });
+        if let Some(why) = &unaccepted
+            && !options.read_only
+        {
+            return Err(Error::Damaged(why.clone()));
+        }
+        if let Some(loss) = &report.loss
+            && options.accept_loss
+        {
+            log::warn!("accepting the loss (recover=older): {loss}");
+        }
         let mut options = options;
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         let never_writable = (unknown != 0)
-            .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"));
+            .then(|| format!("the volume uses read-only-compatible features {unknown:#x} this version does not know"))
+            .or(unaccepted);
         if let Some(why) = &never_writable
             && !options.read_only
         {
@@ -214,6 +234,13 @@ impl Volume {
     /// deletions and truncations, and checkpoint if anything changed (or
     /// `checkpoint` asks for one).
     fn finish_recovery(&self, checkpoint: bool) -> Result<()> {
+        if self.open_report.superblock_from_copy {
+            // Repair what can be repaired: the data device's copy is whole.
+            let sb = lock(&self.fs).log.superblock().clone();
+            crate::device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
+            crate::device::flush(self.meta.as_ref(), DeviceRole::Meta)?;
+            log::warn!("the meta-data device's superblock was written again from the data device's copy");
+        }
         let orphans = lock(&self.fs).log.ifile().orphans();
         for ino in &orphans {
             self.finish_orphan(*ino)?;
@@ -295,6 +322,13 @@ impl Volume {
     #[must_use]
     pub fn replay_report(&self) -> crate::namespace::replay::ReplayReport {
         self.replay_report
+    }
+
+    /// Why the volume turned read-only after a device error, if it did:
+    /// the error that made it so, kept for `dualfs stats` and the log.
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.failed).clone()
     }
 
     /// The mount options.

@@ -231,6 +231,11 @@ pub struct MountOptions {
     pub atime: AtimeMode,
     /// What a crash may show (`order=strict` implies `data_expire=0`).
     pub order: Order,
+    /// Open a volume whose log lost commits that had been made durable
+    /// (see `OpenReport::loss`) for writing anyway, accepting the state
+    /// before the loss: the next checkpoint makes it permanent. Without
+    /// it such a volume opens only read-only.
+    pub accept_loss: bool,
 }
 
 impl Default for MountOptions {
@@ -245,6 +250,7 @@ impl Default for MountOptions {
             clean_threshold: None,
             atime: AtimeMode::Relatime,
             order: Order::Default,
+            accept_loss: false,
         }
     }
 }

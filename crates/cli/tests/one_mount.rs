@@ -1,0 +1,108 @@
+//! One mount per volume whatever path reaches it (the image files, loop
+//! devices over them, another name of the same device), and mkfs never
+//! writing to storage in use, `--force` or not. Needs root, FUSE and loop
+//! devices; skipped otherwise.
+
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{TestVolume, dualfs, is_mounted, sh, sh_output};
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A loop device over `file`, detached when dropped.
+struct Loop(PathBuf);
+
+impl Loop {
+    fn over(file: &Path) -> Option<Loop> {
+        let out = sh_output(&format!("losetup -f --show {}", file.display()));
+        if !out.status.success() {
+            eprintln!("no loop devices here: {}", stderr(&out));
+            return None;
+        }
+        Some(Loop(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())))
+    }
+
+    fn s(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = sh_output(&format!("losetup -d {}", self.0.display()));
+    }
+}
+
+#[test]
+fn a_volume_mounted_through_its_files_is_refused_through_loop_devices_and_back() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    let (Some(lm), Some(ld)) = (Loop::over(&v.meta), Loop::over(&v.data)) else {
+        return;
+    };
+    let second = v.dir.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    let second = second.to_str().unwrap().to_string();
+
+    // Mounted through the files: the loop devices over them are refused.
+    v.mount();
+    let out = dualfs(&["mount", lm.s(), ld.s(), &second]);
+    assert!(!out.status.success(), "a second mount through loop devices was accepted");
+    assert!(stderr(&out).contains("in use") || stderr(&out).contains("already mounted"), "{}", stderr(&out));
+    assert!(!is_mounted(Path::new(&second)));
+    // So is another name of the same loop device.
+    let alias = v.dir.path().join("alias");
+    std::os::unix::fs::symlink(&lm.0, &alias).unwrap();
+    let out = dualfs(&["mount", alias.to_str().unwrap(), ld.s(), &second]);
+    assert!(!out.status.success());
+    v.umount();
+
+    // Mounted through the loop devices: the files are refused, and so is
+    // mkfs on either name, --force or not.
+    let out = dualfs(&["mount", lm.s(), ld.s(), &second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let third = v.dir.path().join("third");
+    std::fs::create_dir(&third).unwrap();
+    let (meta, data) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());
+    let out = dualfs(&["mount", &meta, &data, third.to_str().unwrap()]);
+    assert!(!out.status.success(), "a second mount through the image files was accepted");
+    assert!(!is_mounted(&third));
+    for target in [(&meta, &data), (&lm.s().to_string(), &ld.s().to_string())] {
+        let out = dualfs(&["mkfs", "--force", target.0, target.1]);
+        assert!(!out.status.success(), "mkfs --force wrote to a mounted volume ({target:?})");
+        assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+    }
+    sh(&format!("umount {second}"));
+    assert!(common::wait_unlocked(&lm.0, std::time::Duration::from_secs(30)));
+    v.fsck();
+}
+
+#[test]
+fn mkfs_force_never_overwrites_a_mounted_file_system() {
+    let Some(v) = TestVolume::create("64M") else {
+        return;
+    };
+    let ext4 = v.dir.path().join("ext4.img");
+    sh(&format!("truncate -s 64M {0} && mkfs.ext4 -q -F {0}", ext4.display()));
+    let Some(lo) = Loop::over(&ext4) else {
+        return;
+    };
+    let mnt = v.dir.path().join("ext4mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    sh(&format!("mount {} {}", lo.s(), mnt.display()));
+    sh(&format!("echo precious > {}/f && sync", mnt.display()));
+    let data = v.data.to_str().unwrap();
+    for target in [lo.s(), ext4.to_str().unwrap()] {
+        let out = dualfs(&["mkfs", "--force", target, data]);
+        assert!(!out.status.success(), "mkfs --force wrote over a mounted ext4 through {target}");
+        assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+    }
+    assert_eq!(sh(&format!("cat {}/f", mnt.display())).trim(), "precious");
+    sh(&format!("umount {}", mnt.display()));
+}

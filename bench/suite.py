@@ -29,6 +29,7 @@ import sys
 import time
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
+# Also known: "xfs" (one device) and "dualfs-strict" (DualFS mounted -o order=strict).
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 
@@ -69,9 +70,9 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "dualfs-base", "ext4-extjournal", "xfs-extlog")
+        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "ext4-extjournal", "xfs-extlog")
         # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
-        # comparison in one run.
+        # comparison in one run; dualfs-strict: DualFS with -o order=strict.
         self.dualfs = args.dualfs_base if cfg == "dualfs-base" else args.dualfs
         self.loops = {}      # role -> /dev/loopN
         self.servers = []    # trace serve processes
@@ -124,7 +125,7 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in ("dualfs", "dualfs-base"):
+        if c in ("dualfs", "dualfs-base", "dualfs-strict"):
             sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {d}")
@@ -135,14 +136,18 @@ class Volume:
             sh(f"mkfs.ext4 -q -F -b 4096 -J device={m} {d}")
         elif c == "xfs-extlog":
             sh(f"mkfs.xfs -q -f -l logdev={m},size={self.args.meta_mib - 8}m {d}")
+        elif c == "xfs":
+            sh(f"mkfs.xfs -q -f {d}")
         elif c == "btrfs":
             sh(f"mkfs.btrfs -q -f {d}")
 
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in ("dualfs", "dualfs-base"):
+        if c in ("dualfs", "dualfs-base", "dualfs-strict"):
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
+            if c == "dualfs-strict":
+                opts += ",order=strict"
             sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
@@ -162,7 +167,7 @@ class Volume:
         """DualFS's FUSE requests since mount (`dualfs stats --json`):
         opcode -> {count, total_us, mean_us}; None for the others, or for a
         build without the counters."""
-        if self.cfg not in ("dualfs", "dualfs-base"):
+        if self.cfg not in ("dualfs", "dualfs-base", "dualfs-strict"):
             return None
         r = subprocess.run([self.dualfs, "stats", "--json", self.mnt], capture_output=True, text=True)
         if r.returncode != 0:
@@ -173,7 +178,7 @@ class Volume:
             return None
 
     def umount(self):
-        if self.cfg in ("dualfs", "dualfs-base"):
+        if self.cfg in ("dualfs", "dualfs-base", "dualfs-strict"):
             sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
@@ -272,6 +277,31 @@ def seq_ls(files):
     return [("ls-l-cold", ls, mk), ("ls-l-warm", ls, None, ls)]
 
 
+def seq_durability(args):
+    """Issue 11's measurements: an fsync beside other dirty data, fio random
+    writes with an fsync (or fdatasync) each, 1 and 4 jobs, and SQLite
+    inserts of one transaction each, alone and beside a 1 GiB copy."""
+    probe = f"python3 {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'durability.py')}"
+    fio = ("fio --output-format=json --directory=$MNT --ioengine=psync --bs=4k --rw=randwrite --size=64M "
+           "--group_reporting")
+    run = f"--time_based --runtime={args.durability_seconds}"
+    phases = []
+    for mib in (0, 64, 256):
+        phases.append((f"tangle-{mib}", f'{probe} tangle --mnt $MNT --devs "$DEVS" --dirty-mib {mib} --n 200 '
+                                        f"> $OUT/tangle-{mib}.json", None))
+    for name, sync, jobs in (("fio-fsync-1j", "fsync", 1), ("fio-fsync-4j", "fsync", 4),
+                             ("fio-fdatasync-1j", "fdatasync", 1)):
+        phases.append((name, f"{fio} --name=f --numjobs={jobs} --{sync}=1 {run} > $OUT/{name}.json",
+                       f"{fio} --name=f --numjobs={jobs} --create_only=1 > /dev/null"))
+    for mode in ("wal", "delete"):
+        phases.append((f"sqlite-{mode}", f'{probe} sqlite --mnt $MNT --devs "$DEVS" --mode {mode} '
+                                         f"--seconds {args.durability_seconds} > $OUT/sqlite-{mode}.json", None))
+        phases.append((f"sqlite-{mode}-copy", f'{probe} sqlite --mnt $MNT --devs "$DEVS" --mode {mode} '
+                                              f"--seconds {args.durability_seconds} --copy {args.copy_src} "
+                                              f"> $OUT/sqlite-{mode}-copy.json", None))
+    return phases
+
+
 def seq_bonnie(n):
     return [("bonnie-small-files", f"bonnie++ -d $MNT -s 0 -n {n}:0:0:16 -u root -q > $OUT/bonnie.csv 2>/dev/null", None)]
 
@@ -286,7 +316,8 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
         vol.mkfs()
         outdir = os.path.join(args.work, "out")
         os.makedirs(outdir, exist_ok=True)
-        env = f"export MNT={vol.mnt} OUT={outdir}; "
+        devs = " ".join(f"{role}={dev}" for role, dev in vol.loops.items())
+        env = f"export MNT={vol.mnt} OUT={outdir} DEVS='{devs}'; "
         for phase, cmd, prep, *warm in phases:
             if prep:
                 vol.mount()
@@ -362,6 +393,20 @@ def extra_output(phase, outdir):
                 j = json.load(f)
             w = j["jobs"][0]["read" if phase == "seq-read-cold" else "write"]
             return {"iops": w["iops"], "bw_mib_s": w["bw"] / 1024.0, "ios": w["total_ios"]}
+        if phase.startswith("tangle-") or phase.startswith("sqlite-"):
+            with open(os.path.join(outdir, f"{phase}.json")) as f:
+                return json.load(f)
+        if phase.startswith("fio-"):
+            with open(os.path.join(outdir, f"{phase}.json")) as f:
+                j = json.load(f)
+            job = j["jobs"][0]
+            w, sy = job["write"], job.get("sync", {})
+            def p99(section):
+                pc = section.get("lat_ns", section.get("clat_ns", {})).get("percentile", {})
+                return pc.get("99.000000", 0) / 1e6
+            return {"iops": w["iops"], "ios": w["total_ios"], "write_p99_ms": p99(w),
+                    "sync_p99_ms": p99(sy) if sy else 0.0,
+                    "sync_mean_ms": sy.get("lat_ns", {}).get("mean", 0) / 1e6 if sy else 0.0}
         if phase == "bonnie-small-files":
             with open(os.path.join(outdir, "bonnie.csv")) as f:
                 row = f.read().strip().splitlines()[-1].split(",")
@@ -439,7 +484,7 @@ def main():
     ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--dualfs-base", help="another DualFS binary, run as configuration dualfs-base (A/B in one run)")
-    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,read,ls")
+    ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,read,ls,durability")
     ap.add_argument("--work", default="/var/tmp/dualfs-bench")
     ap.add_argument("--out", default="bench/results.json")
     ap.add_argument("--repeats", type=int, default=3)
@@ -452,6 +497,8 @@ def main():
     ap.add_argument("--bonnie-files", type=int, default=16, help="bonnie++ -n, in 1024s")
     ap.add_argument("--read-mib", type=int, default=1024, help="the cold sequential read's file")
     ap.add_argument("--ls-files", type=int, default=50_000, help="entries of the ls -l directory")
+    ap.add_argument("--phases", help="only the phases whose names are in this comma-separated list")
+    ap.add_argument("--durability-seconds", type=int, default=20, help="fio and SQLite runs of the durability sequence")
     ap.add_argument("--trace", action="store_true", help="one extra traced run per configuration and sequence")
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument("--src", help="the source tree (default: Linux 6.1 from linux-source-6.1, prepared)")
@@ -474,6 +521,9 @@ def main():
     procs = [int(p) for p in args.procs.split(",")]
     pm = [int(x) for x in args.postmark.split(",")]
     fs = [int(x) for x in args.fsync.split(",")]
+    args.copy_src = os.path.join(args.work, "copy-src")
+    if "durability" in args.sequences and not os.path.exists(args.copy_src):
+        sh(f"dd if=/dev/urandom of={args.copy_src} bs=1M count=1024 status=none")
     seqs = {
         "micro": seq_micro(src, tar, procs),
         "write-del": seq_write_del(src, args.write_del_rounds),
@@ -482,7 +532,11 @@ def main():
         "bonnie": seq_bonnie(args.bonnie_files),
         "read": seq_read(args.read_mib),
         "ls": seq_ls(args.ls_files),
+        "durability": seq_durability(args),
     }
+    if args.phases:
+        keep = set(args.phases.split(","))
+        seqs = {name: [p for p in phases if p[0] in keep] for name, phases in seqs.items()}
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):
         traced = args.trace and rep == args.repeats

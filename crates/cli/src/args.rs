@@ -151,7 +151,12 @@ Options (-o, comma-separated, may be repeated):
   data_expire=SECONDS
                    how long a periodic commit may leave the newly written end
                    of a file unwritten (default 30; 0: every commit writes
-                   every byte, so a crash shows a prefix of all operations)
+                   every byte, so no file is cut short by a crash)
+  order=strict     a crash shows a prefix of every operation, data included:
+                   no delayed tails, no held replacements, overwrites go to
+                   new blocks, and an fsync makes every earlier operation
+                   durable too (slower for overwrites and for fsync while
+                   other files are dirty; order=default is the default)
   recover=older    mount writable although damage took commits that had been
                    made durable (fsck says which), accepting the older state;
                    without it such a volume mounts only with ro
@@ -196,7 +201,9 @@ for it to finish closing (at most a minute), saying so.
 
 sync(1) does not make data durable on a FUSE file system: it ends in the
 volume's memory, durable at the next commit (commit=). Use `dualfs sync`,
-fsync, or `sync MOUNTPOINT` (an fsync of the root: everything is committed).";
+or `sync MOUNTPOINT` (an fsync of the root: everything is committed). An
+fsync of a file makes that file durable, and nothing else (except with
+order=strict).";
 
 const FSCK_HELP: &str = "\
 Every inode, directory, extent map and xattr set is read back from the

@@ -46,6 +46,7 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
         },
         "checkpoint": r.open.checkpoint,
         "roll_forward_partial_segments": r.open.recovery.partial_segments,
+        "fsync_records_pending": r.open.recovery.fsync_pending,
         "log_end": crate::inspect::log_end_json(&r.open.recovery.end),
         "damage": r.open.damage,
         "loss": r.open.loss.as_ref().map(|l| json!({
@@ -66,6 +67,13 @@ fn print_text(r: &CheckReport) {
         r.open.checkpoint,
         count(r.open.recovery.partial_segments, "partial segment")
     );
+    if r.open.recovery.fsync_pending > 0 {
+        // What is checked is the state before them; mount replays them.
+        println!(
+            "{} after the last commit group, replayed at the next mount",
+            count(r.open.recovery.fsync_pending, "fsync record")
+        );
+    }
     println!(
         "{}: {} ({} inline), {}, {}, {} special; {}, {}, {}, {}",
         count(s.inodes, "inode"),

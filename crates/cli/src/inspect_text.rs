@@ -65,6 +65,17 @@ fn summary(v: &Value) -> String {
         u(&rf["micros"]),
         rf["end"].as_str().unwrap_or_default()
     );
+    let fr = &l["fsync_replay"];
+    if u(&fr["partial_segments"]) > 0 {
+        let _ = writeln!(
+            o,
+            "fsync      replayed {} after the last commit group ({}, {} created, {} put back)",
+            count(u(&fr["partial_segments"]), "fsync record"),
+            count(u(&fr["records"]), "change"),
+            count(u(&fr["inodes_created"]), "inode"),
+            count(u(&fr["data_blocks"]), "data block")
+        );
+    }
     if let Some(why) = l["fell_back"].as_str() {
         let _ = writeln!(o, "warning    the newest checkpoint was unusable: {why}");
     }

@@ -240,6 +240,7 @@ fn engine_options(cfg: &MountConfig) -> MountOptions {
     let mut o = MountOptions {
         read_only: cfg.read_only,
         atime: cfg.atime,
+        order: cfg.order,
         accept_loss: cfg.accept_loss,
         ..MountOptions::default()
     };

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use dualfs_engine::volume::AtimeMode;
+use dualfs_engine::volume::{AtimeMode, Order};
 use fuser::{MountOption, SessionACL};
 
 /// Requests served at once by default: enough that a commit writing a
@@ -20,6 +20,8 @@ pub struct MountConfig {
     pub commit: Option<Duration>,
     /// How long a periodic commit may leave a file's new end unwritten.
     pub data_expire: Option<Duration>,
+    /// What a crash may show (`order=`).
+    pub order: Order,
     /// Who may use the mount.
     pub acl: SessionACL,
     /// Options for fuser and the kernel.
@@ -55,6 +57,7 @@ impl Default for MountConfig {
             read_only: false,
             commit: None,
             data_expire: None,
+            order: Order::Default,
             acl: SessionACL::Owner,
             fuse: Vec::new(),
             log: None,
@@ -191,6 +194,12 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.attr_timeout = Some(seconds("attr_timeout", v)?);
         } else if let Some(v) = opt.strip_prefix("entry_timeout=") {
             c.entry_timeout = Some(seconds("entry_timeout", v)?);
+        } else if let Some(v) = opt.strip_prefix("order=") {
+            c.order = match v {
+                "strict" => Order::Strict,
+                "default" => Order::Default,
+                _ => bail!("order={v}: give strict or default"),
+            };
         } else if let Some(v) = opt.strip_prefix("threads=") {
             match v.parse::<usize>() {
                 Ok(n) if (1..=64).contains(&n) => c.threads = n,
@@ -330,6 +339,9 @@ mod tests {
         assert!(parse(&["commit=soon".into()]).is_err());
         assert!(parse(&["data_expire=later".into()]).is_err());
         assert_eq!(p("data_expire=0").data_expire, Some(Duration::ZERO));
+        assert_eq!(p("order=strict").order, Order::Strict);
+        assert_eq!(p("order=strict,order=default").order, Order::Default);
+        assert!(parse(&["order=sloppy".into()]).is_err());
         assert!(parse(&["threads=0".into()]).is_err());
         assert_eq!(p("attr_timeout=0.5,entry_timeout=0").attr_timeout, Some(Duration::from_millis(500)));
         assert_eq!(p("entry_timeout=0").entry_timeout, Some(Duration::ZERO));

@@ -8,6 +8,12 @@
 //! A file unlinked while open is written to throughout: after the kill,
 //! recovery must free it (the orphan list) and fsck find nothing leaked.
 //!
+//! Two more threads exercise the untangled fsync: one rewrites random
+//! blocks of a database-like file in place, each followed by fsync or
+//! fdatasync in turn (every block must hold its last synced version or a
+//! later one), while another writes a large file that is never synced
+//! (dirty data an fsync must leave alone, and which may be lost).
+//!
 //! `DUALFS_KILL9_ROUNDS` sets the number of rounds (default 20);
 //! `DUALFS_KILL9_SEED` replays one round's seed, as a failure prints it.
 
@@ -89,6 +95,108 @@ fn workload(dir: &Path, seed: u64, progress: &Mutex<Progress>) {
     }
 }
 
+/// Blocks of the database-like file.
+const DB_BLOCKS: usize = 64;
+
+/// Version `v` of block `b` of the database file (no zero bytes).
+fn db_block(seed: u64, b: usize, v: u32) -> Vec<u8> {
+    let mut rng = Rng::new(seed ^ ((b as u64) << 32 | u64::from(v)).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let mut out = vec![0u8; 4096];
+    rng.fill(&mut out);
+    for x in &mut out {
+        *x |= 1;
+    }
+    out
+}
+
+/// What the database writer got to: per block, the version whose fsync or
+/// fdatasync returned, and the newest version written.
+#[derive(Default, Debug)]
+struct DbProgress {
+    /// The first version of every block was synced.
+    ready: bool,
+    synced: Vec<u32>,
+    written: Vec<u32>,
+    syncs: u64,
+}
+
+/// Fills the database file, syncs it, then rewrites random blocks in
+/// place, syncing after each (fsync and fdatasync in turn).
+fn db_workload(dir: &Path, seed: u64, p: &Mutex<DbProgress>) {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::FileExt;
+    let run = || -> std::io::Result<()> {
+        let mut f = File::options().read(true).write(true).create_new(true).open(dir.join("db"))?;
+        for b in 0..DB_BLOCKS {
+            f.write_all(&db_block(seed, b, 0))?;
+        }
+        f.sync_all()?;
+        {
+            let mut p = p.lock().unwrap();
+            p.ready = true;
+            p.synced = vec![0; DB_BLOCKS];
+            p.written = vec![0; DB_BLOCKS];
+        }
+        f.seek(SeekFrom::Start(0))?;
+        let mut rng = Rng::new(seed ^ 0xDB);
+        for n in 1u64.. {
+            let b = rng.below(DB_BLOCKS as u64) as usize;
+            let v = p.lock().unwrap().written[b] + 1;
+            p.lock().unwrap().written[b] = v;
+            f.write_all_at(&db_block(seed, b, v), (b * 4096) as u64)?;
+            if n % 2 == 0 {
+                f.sync_data()?
+            } else {
+                f.sync_all()?
+            }
+            let mut p = p.lock().unwrap();
+            p.synced[b] = v;
+            p.syncs += 1;
+        }
+        Ok(())
+    };
+    let _ = run();
+}
+
+/// A large file written in pieces and never synced.
+fn bulk_workload(dir: &Path) {
+    let run = || -> std::io::Result<()> {
+        let mut f = File::create(dir.join("bulk"))?;
+        let piece = vec![0xB5u8; 1 << 20];
+        for _ in 0..48 {
+            f.write_all(&piece)?;
+        }
+        Ok(())
+    };
+    let _ = run();
+}
+
+/// Checks the database file and the never-synced one.
+fn check_db(dir: &Path, seed: u64, p: &DbProgress) -> Result<(), String> {
+    if let Ok(bulk) = std::fs::read(dir.join("bulk"))
+        && let Some(at) = bulk.iter().position(|&x| x != 0 && x != 0xB5)
+    {
+        return Err(format!("bulk holds a byte at {at} it was never given"));
+    }
+    if !p.ready {
+        return Ok(());
+    }
+    let db = std::fs::read(dir.join("db")).map_err(|e| format!("db was synced, now: {e}"))?;
+    if db.len() != DB_BLOCKS * 4096 {
+        return Err(format!("db has {} bytes, {} were synced", db.len(), DB_BLOCKS * 4096));
+    }
+    for b in 0..DB_BLOCKS {
+        let got = &db[b * 4096..(b + 1) * 4096];
+        if !(p.synced[b]..=p.written[b]).any(|v| got == db_block(seed, b, v).as_slice()) {
+            return Err(format!(
+                "db block {b} holds none of versions {}..={} (version {} was synced)",
+                p.synced[b], p.written[b], p.synced[b]
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks the remounted directory against what the workload recorded.
 fn check(dir: &Path, seed: u64, p: &Progress) -> Result<(), String> {
     if dir.join("held").exists() {
@@ -157,6 +265,15 @@ fn round(seed: u64) {
         let (dir, progress) = (dir.clone(), progress.clone());
         std::thread::spawn(move || workload(&dir, seed, &progress))
     };
+    let db = Arc::new(Mutex::new(DbProgress::default()));
+    let db_worker = {
+        let (dir, db) = (dir.clone(), db.clone());
+        std::thread::spawn(move || db_workload(&dir, seed, &db))
+    };
+    let bulk_worker = {
+        let dir = dir.clone();
+        std::thread::spawn(move || bulk_workload(&dir))
+    };
     std::thread::sleep(Duration::from_millis(50 + rng.below(700)));
     // SIGKILL: no unmount, no final commit, no checkpoint.
     child.kill().unwrap();
@@ -165,10 +282,13 @@ fn round(seed: u64) {
     // next request fails then.
     sh(&format!("umount -l {}", v.m()));
     worker.join().unwrap();
+    db_worker.join().unwrap();
+    bulk_worker.join().unwrap();
     let p = std::mem::take(&mut *progress.lock().unwrap());
+    let db = std::mem::take(&mut *db.lock().unwrap());
     v.fsck();
     v.mount();
-    if let Err(e) = check(&dir, seed, &p) {
+    if let Err(e) = check(&dir, seed, &p).and_then(|()| check_db(&dir, seed, &db)) {
         panic!(
             "round with seed {seed:#x} ({commit}, {} files begun, {} fsync'd): {e}\n  replay with DUALFS_KILL9_SEED={seed:#x}",
             p.begun,
@@ -176,7 +296,12 @@ fn round(seed: u64) {
         );
     }
     v.umount();
-    println!("seed {seed:#x}: {commit}, {} files begun, {} fsync'd: recovered", p.begun, p.synced.len());
+    println!(
+        "seed {seed:#x}: {commit}, {} files begun, {} fsync'd, {} database syncs: recovered",
+        p.begun,
+        p.synced.len(),
+        db.syncs
+    );
 }
 
 #[test]

@@ -12,6 +12,9 @@ use crate::format::ifile::{GroupDesc, TableId};
 use crate::table::{Table, TableAccess};
 use crate::types::{DataBlock, GroupNo, Seq};
 
+/// The tag of a free whose commit group is not sealed yet.
+const UNSEALED: Seq = Seq(u64::MAX);
+
 /// Longest extent handed out at once.
 pub const MAX_EXTENT_BLOCKS: u32 = 32768;
 
@@ -280,6 +283,13 @@ impl DataSpace {
         );
     }
 
+    /// Whether every block of the range is free in the bitmap.
+    #[must_use]
+    pub fn all_free(&self, start: DataBlock, len: u32) -> bool {
+        start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total)
+            && (start.0..start.0 + u64::from(len)).all(|b| !self.bit(b))
+    }
+
     /// Whether every block of the range is marked in use.
     #[must_use]
     pub fn all_used(&self, start: DataBlock, len: u32) -> bool {
@@ -306,12 +316,13 @@ impl DataSpace {
         None
     }
 
-    /// Frees blocks once partial segment `seq` is durable.
+    /// Frees blocks once the commit group that records the free is durable
+    /// ([`DataSpace::seal_frees`] names it when it is sealed).
     ///
     /// # Panics
     /// The range cannot be freed ([`DataSpace::check_free`]): callers check
     /// what comes from the disk first, so this is a bug of the engine.
-    pub fn free_deferred(&mut self, start: DataBlock, len: u32, seq: Seq) {
+    pub fn free_deferred(&mut self, start: DataBlock, len: u32) {
         if let Some(why) = self.check_free(start, len) {
             panic!("the allocator was asked to free what it cannot: {why}");
         }
@@ -319,9 +330,22 @@ impl DataSpace {
             self.mark_free(start, len);
             return;
         }
-        self.pending.push((seq, start, len));
+        self.pending.push((UNSEALED, start, len));
         self.pending_ranges.insert(start.0, start.0 + u64::from(len));
         self.pending_blocks += u64::from(len);
+    }
+
+    /// The commit group ending with partial segment `seq` carries every free
+    /// not yet sealed: they wait for it. (Tagging a free with the log head
+    /// when it happens would not do: an fsync partial segment written in
+    /// between takes that sequence number, and its durability would release
+    /// the free before the group recording it is on disk.)
+    pub fn seal_frees(&mut self, seq: Seq) {
+        for p in &mut self.pending {
+            if p.0 == UNSEALED {
+                p.0 = seq;
+            }
+        }
     }
 
     /// Partial segments up to `durable` reached the disk: their frees may be reused.
@@ -422,9 +446,12 @@ mod tests {
         let (a, n) = s.allocate(DataBlock(0), 99).unwrap();
         assert_eq!((a, n), (DataBlock(1), 99));
         assert!(s.allocate(DataBlock(0), 1).is_none());
-        s.free_deferred(a, 10, Seq(5));
+        s.free_deferred(a, 10);
         assert!(s.allocate(DataBlock(0), 1).is_none(), "reused before durable");
         assert_eq!(s.free_for_statfs(), 10);
+        s.release(Seq(1000));
+        assert!(s.allocate(DataBlock(0), 1).is_none(), "released before its group was sealed");
+        s.seal_frees(Seq(5));
         s.release(Seq(4));
         assert!(s.allocate(DataBlock(0), 1).is_none());
         s.release(Seq(5));
@@ -436,7 +463,7 @@ mod tests {
     #[should_panic(expected = "marked free")]
     fn freeing_blocks_not_in_use_is_a_bug_asserted() {
         let mut s = DataSpace::new(100, 64);
-        s.free_deferred(DataBlock(10), 2, Seq(1));
+        s.free_deferred(DataBlock(10), 2);
     }
 
     #[test]
@@ -445,9 +472,9 @@ mod tests {
         let mut s = DataSpace::new(100, 64);
         s.reserve(4).unwrap();
         let (a, n) = s.allocate(DataBlock(1), 4).unwrap();
-        s.free_deferred(a, n, Seq(1));
+        s.free_deferred(a, n);
         assert!(s.check_free(DataBlock(a.0 + 1), 1).is_some(), "a caller can tell first");
-        s.free_deferred(DataBlock(a.0 + 1), 1, Seq(1));
+        s.free_deferred(DataBlock(a.0 + 1), 1);
     }
 
     #[test]

@@ -24,11 +24,27 @@ pub enum Fault {
     /// Remount read-only: refuse changes without committing those made
     /// (the switch promises they are durable, as a sync does).
     RemountWithoutCommit,
+    /// Untangled fsync: replay fsync records that a later commit group
+    /// already folded in, over the newer state that group wrote.
+    ReplayFolded,
+    /// Untangled fsync: leave out the entry that names a new parent
+    /// directory (its inode is logged, its name is not).
+    FsyncOmitsParent,
+    /// `order=strict`: let an fsync write only its file's records while
+    /// other operations before it are not yet durable.
+    StrictFsyncUntangled,
+    /// `order=strict`: overwrite data in place, so that a commit's data can
+    /// reach the disk without the operations before it.
+    StrictInPlace,
+    /// Rule 1 for data copied into fsync records and written in place in
+    /// the background: let the commit group that folds the records skip
+    /// the data flush when it has no data of its own.
+    HomeWriteUnflushed,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 13] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -37,6 +53,11 @@ impl Fault {
         Fault::RenameBeforeData,
         Fault::NoReplaceHold,
         Fault::RemountWithoutCommit,
+        Fault::ReplayFolded,
+        Fault::FsyncOmitsParent,
+        Fault::StrictFsyncUntangled,
+        Fault::StrictInPlace,
+        Fault::HomeWriteUnflushed,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -523,9 +523,10 @@ impl Filesystem for DualFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let _t = self.requests.time(Op::Fsync);
-        Self::reply_empty("fsync", self.vol.fsync(ino(node)), reply);
+        let r = if datasync { self.vol.fdatasync(ino(node)) } else { self.vol.fsync(ino(node)) };
+        Self::reply_empty("fsync", r, reply);
     }
 
     fn opendir(&self, _req: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

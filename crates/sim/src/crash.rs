@@ -69,13 +69,16 @@ impl std::fmt::Display for StateSpec {
 }
 
 /// The operations a crash state may show: at least up to `durable`, at
-/// most up to `issued` (step numbers; 0 = none).
+/// most up to `issued` (step numbers; 0 = none), and every file fsync'd by
+/// a step up to `synced` as that step left it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
     /// Last step promised durable before the cut.
     pub durable: usize,
     /// Last step begun before the cut.
     pub issued: usize,
+    /// Last step whose file fsync returned before the cut.
+    pub synced: usize,
 }
 
 /// The two device images of a crash state, and its window.
@@ -117,7 +120,7 @@ impl Recording {
         let cut = spec.cut.min(self.events.len());
         let mut durable: [HashMap<u64, Block>; 2] = [HashMap::new(), HashMap::new()];
         let mut pending: [Vec<(u64, Block)>; 2] = [Vec::new(), Vec::new()];
-        let mut window = Window { durable: 0, issued: 0 };
+        let mut window = Window { durable: 0, issued: 0, synced: 0 };
         for e in &self.events[..cut] {
             match e {
                 Event::Write { dev, block, data } => pending[dev.index()].push((*block, data.clone())),
@@ -129,6 +132,7 @@ impl Recording {
                 }
                 Event::Mark(Mark::StepStart(n)) => window.issued = *n,
                 Event::Mark(Mark::Durable(n)) => window.durable = *n,
+                Event::Mark(Mark::Synced(n)) => window.synced = *n,
             }
         }
         let mut rng = match spec.choice {
@@ -313,7 +317,7 @@ mod tests {
         assert_eq!(s.meta.block(7)[0], 2);
         assert_eq!(s.data.block(5)[0], 1);
         assert_eq!(s.data.block(6)[..8], crate::image::poison_block(6)[..8]);
-        assert_eq!(s.window, Window { durable: 0, issued: 1 });
+        assert_eq!(s.window, Window { durable: 0, issued: 1, synced: 0 });
         let all = r.build(&StateSpec { cut: 6, choice: Choice::All });
         assert_eq!(all.data.block(6)[0], 3);
     }
@@ -322,7 +326,7 @@ mod tests {
     fn marks_give_the_window_and_in_flight_writes_may_be_lost() {
         let r = rec();
         let s = r.build(&StateSpec { cut: 10, choice: Choice::Flushed });
-        assert_eq!(s.window, Window { durable: 1, issued: 2 });
+        assert_eq!(s.window, Window { durable: 1, issued: 2, synced: 0 });
         assert_eq!(s.meta.block(7)[0], 2, "the in-flight rewrite is lost");
         assert_eq!(s.meta.block(8)[0], 0);
         let kept: Vec<u8> = (0..64)

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::types::Timestamp;
-use dualfs_engine::volume::{MkfsOptions, MountOptions};
+use dualfs_engine::volume::{MkfsOptions, MountOptions, Order};
 
 use crate::crash::{Recording, Seen, StateSpec};
 use crate::image::{Fill, Image, OverlayDevice};
@@ -104,6 +104,8 @@ pub struct Stats {
     pub rolled_forward: u64,
     /// Second-crash states (cut into recovery and the work after it) checked.
     pub second_crash_states: u64,
+    /// States whose recovery replayed fsync records.
+    pub replayed: u64,
 }
 
 impl Stats {
@@ -117,6 +119,7 @@ impl Stats {
         self.fell_back += o.fell_back;
         self.rolled_forward += o.rolled_forward;
         self.second_crash_states += o.second_crash_states;
+        self.replayed += o.replayed;
     }
 }
 
@@ -223,7 +226,9 @@ impl Explorer {
         let data = Arc::new(RecordingDevice::new(Dev::Data, self.data.clone(), rec.clone()));
         let vol = Volume::open_with_clock(meta, data, self.config.mount, fixed_clock())
             .map_err(|e| format!("mount of the base image: {e}"))?;
+        let strict = self.config.mount.order == Order::Strict;
         let mut r = Runner::new(&vol, self.model.clone(), Some(rec.clone()), 0);
+        r.strict = strict;
         for (i, s) in w.steps.iter().enumerate() {
             r.run(i + 1, s)?;
         }
@@ -234,9 +239,11 @@ impl Explorer {
             return Err("before any crash, file contents differ from the model".into());
         }
         let mut history = History::with_partials(r.states.iter().map(Tree::of_model).collect(), &r.partials);
-        history.delayed_tails = !self.config.mount.data_expire.is_zero();
+        history.delayed_tails = !self.config.mount.data_expire.is_zero() && !strict;
         history.holds = std::mem::take(&mut r.holds);
         history.floors = std::mem::take(&mut r.floors);
+        history.fsyncs = std::mem::take(&mut r.fsyncs);
+        history.strict = strict;
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
@@ -339,6 +346,7 @@ impl Explorer {
         }
         stats.fell_back += u64::from(report.fell_back.is_some());
         stats.rolled_forward += u64::from(report.recovery.partial_segments > 0);
+        stats.replayed += u64::from(vol.replay_report().partial_segments > 0);
         let recovered = Tree::of_volume(&vol).map_err(|e| format!("the recovered volume cannot be read: {e}"))?;
         if self.config.verbose {
             println!("recovered tree:\n{}", show_tree(&recovered));
@@ -346,7 +354,7 @@ impl Explorer {
         let tags = tag_steps(w.steps.len());
         run.history.find(&recovered, img.window, &w.steps, &tags)?;
         fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
-        let expected = new_work(&vol, &recovered, &rec, &tags, !self.config.mount.data_expire.is_zero())?;
+        let expected = new_work(&vol, &recovered, &rec, &tags, &self.config.mount)?;
         drop(vol);
 
         if !sampled {
@@ -402,17 +410,22 @@ fn new_work(
     recovered: &Tree,
     rec: &Arc<Recorder>,
     tags: &[u64],
-    delayed_tails: bool,
+    mount: &MountOptions,
 ) -> Result<History, String> {
+    let strict = mount.order == Order::Strict;
     let mut r = Runner::new(vol, Model::default(), Some(rec.clone()), AFTER_TAG);
+    r.strict = strict;
     let after = after_steps();
     for (i, s) in after.iter().enumerate() {
         r.run(i + 1, s).map_err(|e| format!("after recovery, new work failed: {e}"))?;
     }
     let mut expected = History::new(r.states.iter().map(|m| with_new_work(recovered, m)).collect());
-    expected.delayed_tails = delayed_tails;
+    expected.delayed_tails = !mount.data_expire.is_zero() && !strict;
+    expected.strict = strict;
+    // The new work's ids, as `with_new_work` keeps them apart.
+    expected.fsyncs = r.fsyncs.iter().map(|&(f, id)| (f, id | (1 << 62))).collect();
     let live = Tree::of_volume(vol)?;
-    let all = crate::crash::Window { durable: after.len(), issued: after.len() };
+    let all = crate::crash::Window { durable: after.len(), issued: after.len(), synced: after.len() };
     expected.find(&live, all, &after, tags).map_err(|e| format!("after recovery and new work: {e}"))?;
     Ok(expected)
 }

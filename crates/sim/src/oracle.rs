@@ -24,6 +24,7 @@ use std::collections::HashMap;
 
 use crate::crash::Window;
 use crate::image::contains_poison;
+use crate::model::Id;
 use crate::tree::{EntryKind, Tree};
 use crate::workload::{Floor, HoldSpan, Step, tag};
 
@@ -41,6 +42,13 @@ pub struct History {
     pub holds: Vec<HoldSpan>,
     /// Lengths files may not be cut below.
     pub floors: Vec<Floor>,
+    /// File fsyncs: (step, file). A crash after step `k` must also show
+    /// each file fsync'd by a later step that returned, as that step left
+    /// it (and the one in progress may show too).
+    pub fsyncs: Vec<(usize, Id)>,
+    /// `order=strict`: a prefix of every operation, data included: no byte
+    /// of a later step is allowed where an earlier one is expected.
+    pub strict: bool,
 }
 
 impl History {
@@ -69,7 +77,16 @@ impl History {
                     .collect()
             })
             .collect();
-        History { trees, by_id, partials, delayed_tails: false, holds: Vec::new(), floors: Vec::new() }
+        History {
+            trees,
+            by_id,
+            partials,
+            delayed_tails: false,
+            holds: Vec::new(),
+            floors: Vec::new(),
+            fsyncs: Vec::new(),
+            strict: false,
+        }
     }
 
     fn last(&self) -> usize {
@@ -96,7 +113,7 @@ impl History {
                 continue;
             }
             for (o, (&gb, &wb)) in g.bytes.iter().zip(&w.bytes).enumerate() {
-                if gb != wb && !self.byte_seen(w.identity, o, gb, k + 1, to) {
+                if gb != wb && (self.strict || !self.byte_seen(w.identity, o, gb, k + 1, to)) {
                     return Err(stale_bytes(p, &g.bytes, o, tag_steps));
                 }
             }
@@ -152,6 +169,84 @@ impl History {
         cut.map_or(std::borrow::Cow::Borrowed(want), std::borrow::Cow::Owned)
     }
 
+    /// `base` (a state `k`) with the files of `steps` (file fsyncs after
+    /// `k`, in order) as those steps left them: an existing file takes its
+    /// contents, mode and attributes (its names and link count stay); a
+    /// file new since `k` comes with its path and any directories above it
+    /// that `base` lacks. Directory link counts follow the tree.
+    fn overlay(&self, base: &Tree, steps: &[(usize, Id)]) -> Tree {
+        let mut t = base.clone();
+        for &(f, id) in steps {
+            let src = &self.trees[f];
+            let Some(path) = self.by_id[f].get(&id) else { continue };
+            let e = &src.entries[path];
+            let mut found = false;
+            for w in t.entries.values_mut().filter(|w| w.identity == id && w.kind == EntryKind::File) {
+                w.bytes.clone_from(&e.bytes);
+                w.perm = e.perm;
+                w.xattrs.clone_from(&e.xattrs);
+                found = true;
+            }
+            if found {
+                continue;
+            }
+            let mut at = String::new();
+            let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+            for (i, c) in parts.iter().enumerate() {
+                at = format!("{at}/{c}");
+                if t.entries.contains_key(&at) {
+                    continue;
+                }
+                let Some(mut add) = src.entries.get(&at).cloned() else { break };
+                if i + 1 == parts.len() {
+                    add.nlink = 1;
+                }
+                t.entries.insert(at.clone(), add);
+            }
+        }
+        let dirs: Vec<String> =
+            t.entries.iter().filter(|(_, e)| e.kind == EntryKind::Dir).map(|(p, _)| p.clone()).collect();
+        for d in dirs {
+            let prefix = if d == "/" { "/".to_string() } else { format!("{d}/") };
+            let subdirs = t
+                .entries
+                .iter()
+                .filter(|(p, e)| {
+                    e.kind == EntryKind::Dir
+                        && p.len() > prefix.len()
+                        && p.starts_with(&prefix)
+                        && !p[prefix.len()..].contains('/')
+                })
+                .count();
+            if let Some(e) = t.entries.get_mut(&d) {
+                e.nlink = 2 + subdirs as u32;
+            }
+        }
+        t
+    }
+
+    /// The trees a crash may show for base state `k`: its file fsyncs after
+    /// `k` that returned (up to `synced`) applied, and the one under way at
+    /// the cut applied or not.
+    fn candidates<'a>(
+        &self,
+        base: std::borrow::Cow<'a, Tree>,
+        k: usize,
+        window: Window,
+        to: usize,
+    ) -> Vec<std::borrow::Cow<'a, Tree>> {
+        let after: Vec<(usize, Id)> = self.fsyncs.iter().filter(|(f, _)| *f > k && *f <= to).copied().collect();
+        if after.is_empty() {
+            return vec![base];
+        }
+        let done: Vec<(usize, Id)> = after.iter().filter(|(f, _)| *f <= window.synced).copied().collect();
+        let mut out = vec![std::borrow::Cow::Owned(self.overlay(&base, &done))];
+        if done.len() < after.len() {
+            out.push(std::borrow::Cow::Owned(self.overlay(&base, &after)));
+        }
+        out
+    }
+
     /// Finds the step whose tree `got` is, within `window`.
     ///
     /// # Errors
@@ -162,17 +257,25 @@ impl History {
         let from = window.durable.min(to);
         let mut content_err = None;
         for k in from..=to {
-            let want = self.cut_to(got, k, from);
-            if got.same_namespace(&want).is_ok() {
-                match self.contents_fit(got, &want, to, k, tag_steps) {
-                    Ok(()) => return Ok(k),
-                    Err(e) => {
-                        content_err
-                            .get_or_insert(format!("stale data: the namespace is the one after step {k}, but {e}"));
+            for want in self.candidates(self.cut_to(got, k, from), k, window, to) {
+                if got.same_namespace(&want).is_ok() {
+                    match self.contents_fit(got, &want, to, k, tag_steps) {
+                        Ok(()) => return Ok(k),
+                        Err(e) => {
+                            content_err
+                                .get_or_insert(format!("stale data: the namespace is the one after step {k}, but {e}"));
+                        }
                     }
                 }
             }
         }
+        // A state the window allows, but for the files fsync'd since: those
+        // fsyncs were lost.
+        let lost_file = (from..=to).find_map(|k| {
+            let base = self.cut_to(got, k, from);
+            let f = self.fsyncs.iter().find(|(f, _)| *f > k && *f <= window.synced.min(to))?;
+            (got.same_namespace(&base).is_ok() && self.contents_fit(got, &base, to, k, tag_steps).is_ok()).then_some(*f)
+        });
         for k in (0..from).rev() {
             let want = &self.trees[k];
             if got.same_namespace(want).is_ok() && self.contents_fit(got, want, to, k, tag_steps).is_ok() {
@@ -201,6 +304,11 @@ impl History {
         }
         if let Some(e) = content_err {
             return Err(e);
+        }
+        if let Some((f, _)) = lost_file {
+            return Err(format!(
+                "durability: step {f} fsync'd a file that the recovered volume does not show as that step left it"
+            ));
         }
         let near = got.same_namespace(&self.trees[to]).err().unwrap_or_default();
         Err(format!(
@@ -249,7 +357,7 @@ mod tests {
     #[test]
     fn the_recovered_tree_must_lie_in_the_window() {
         let (h, steps) = history();
-        let w = Window { durable: 1, issued: 2 };
+        let w = Window { durable: 1, issued: 2, synced: 0 };
         assert_eq!(h.find(&h.trees[1], w, &steps, &[1]), Ok(1));
         assert_eq!(h.find(&h.trees[2], w, &steps, &[1]), Ok(2));
         let e = h.find(&h.trees[0], w, &steps, &[1]).unwrap_err();
@@ -262,7 +370,7 @@ mod tests {
         let mut both = h.trees[2].clone();
         let a = h.trees[1].entries["/a"].clone();
         both.entries.insert("/a".into(), a);
-        let e = h.find(&both, Window { durable: 1, issued: 2 }, &steps, &[1]).unwrap_err();
+        let e = h.find(&both, Window { durable: 1, issued: 2, synced: 0 }, &steps, &[1]).unwrap_err();
         assert!(e.starts_with("rename atomicity"), "{e}");
     }
 
@@ -281,14 +389,14 @@ mod tests {
         // b's create is committed, a's data past 4096 not yet.
         let mut got = h.trees[3].clone();
         got.entries.get_mut("/a").unwrap().bytes.truncate(4096);
-        let w = Window { durable: 1, issued: 3 };
+        let w = Window { durable: 1, issued: 3, synced: 0 };
         assert!(h.find(&got, w, &steps, &[1]).is_err(), "strict: no state has a cut short");
         h.delayed_tails = true;
         assert_eq!(h.find(&got, w, &steps, &[1]), Ok(3));
         let mut odd = h.trees[3].clone();
         odd.entries.get_mut("/a").unwrap().bytes.truncate(5000);
         assert!(h.find(&odd, w, &steps, &[1]).is_err(), "cuts fall on block boundaries");
-        let durable = Window { durable: 2, issued: 3 };
+        let durable = Window { durable: 2, issued: 3, synced: 0 };
         assert!(h.find(&got, durable, &steps, &[1]).is_err(), "never below the durable length");
     }
 
@@ -297,7 +405,7 @@ mod tests {
         let (h, steps) = history();
         let mut t = h.trees[2].clone();
         t.entries.get_mut("/b").unwrap().bytes[..16].copy_from_slice(&crate::image::poison_block(9)[..16]);
-        let e = h.find(&t, Window { durable: 2, issued: 2 }, &steps, &[1]).unwrap_err();
+        let e = h.find(&t, Window { durable: 2, issued: 2, synced: 0 }, &steps, &[1]).unwrap_err();
         assert!(e.contains("stale data") && e.contains("poison"), "{e}");
     }
 }

@@ -42,8 +42,12 @@ impl Dev {
 pub enum Mark {
     /// Step `n` (1-based) of the workload begins.
     StepStart(usize),
-    /// Every step up to `n` was promised durable (an fsync or sync returned).
+    /// Every step up to `n` was promised durable (a directory fsync or a
+    /// sync returned, or any fsync with `order=strict`).
     Durable(usize),
+    /// The file fsync of step `n` returned: that file, as step `n` left it,
+    /// is durable, and nothing else is promised.
+    Synced(usize),
 }
 
 /// One event of the recording.

@@ -73,9 +73,15 @@ pub enum Step {
         /// Value length.
         len: u16,
     },
-    /// `fsync` of a file or directory: every step so far becomes durable
-    /// (DualFS commits the whole log; DESIGN.md, "fsync commits everything").
+    /// `fsync` of a file or directory. Of a directory: every step so far
+    /// becomes durable (a commit). Of a file: that file as it is now, and
+    /// the names that reach it if it is new (an fsync record; DESIGN.md,
+    /// "fsync writes only its file"), unless `order=strict`, where every
+    /// step so far becomes durable.
     Fsync(String),
+    /// `fdatasync` of a file: as a file fsync (workloads using it change
+    /// no modes or attributes of the file, which fdatasync may leave).
+    Fdatasync(String),
     /// `sync`: a commit and a checkpoint.
     Sync,
     /// `mount -o remount,ro` (`Volume::set_read_only`): everything so far
@@ -200,6 +206,21 @@ pub struct Runner<'a> {
     pub holds: Vec<HoldSpan>,
     /// Lengths files may not be cut below.
     pub floors: Vec<Floor>,
+    /// File fsyncs: (step, file).
+    pub fsyncs: Vec<(usize, Id)>,
+    /// `order=strict`: an fsync promises every step before it.
+    pub strict: bool,
+}
+
+/// What a step promised once it returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Promise {
+    /// Nothing.
+    None,
+    /// Every step so far.
+    All,
+    /// This file as it is now.
+    File(Id),
 }
 
 impl std::fmt::Debug for Runner<'_> {
@@ -235,6 +256,8 @@ impl<'a> Runner<'a> {
             cleaned: CleanReport::default(),
             holds: Vec::new(),
             floors: Vec::new(),
+            fsyncs: Vec::new(),
+            strict: false,
         }
     }
 
@@ -303,16 +326,23 @@ impl<'a> Runner<'a> {
             },
             _ => None,
         };
-        let durable = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
-        if durable {
-            self.mark(Mark::Durable(n));
-        }
-        self.states.push(self.model.clone());
-        self.partials.push(std::mem::take(&mut self.pending_partial));
+        let promise = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
         let len_now = |r: &Self, id: Id| match r.model.nodes.get(&id).map(|n| &n.kind) {
             Some(Kind::File(d)) => d.len(),
             _ => 0,
         };
+        match promise {
+            Promise::None => {}
+            Promise::All => self.mark(Mark::Durable(n)),
+            Promise::File(id) => {
+                self.mark(Mark::Synced(n));
+                self.fsyncs.push((n, id));
+                // Whatever a later commit leaves for later, never this much.
+                self.floors.push(Floor { id, from: n, len: len_now(self, id) });
+            }
+        }
+        self.states.push(self.model.clone());
+        self.partials.push(std::mem::take(&mut self.pending_partial));
         // A rename over another file commits with the new file's data.
         if let Some(s) = replaced
             && self
@@ -354,7 +384,12 @@ impl<'a> Runner<'a> {
     fn closes(&self, step: &Step) -> Option<Vec<Id>> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
-            Step::Fsync(_) | Step::FsyncOpen(_) | Step::Sync | Step::RemountRo => return None,
+            Step::Sync | Step::RemountRo => return None,
+            Step::Fsync(p) | Step::Fdatasync(p) => match at(p) {
+                Some(id) if self.is_file(id) => vec![Some(id)],
+                _ => return None,
+            },
+            Step::FsyncOpen(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
             Step::Write { path, .. } | Step::SetXattr { path, .. } | Step::Unlink(path) => vec![at(path)],
             Step::Rename { from, to } | Step::Link { from, to } => vec![at(from), at(to)],
             Step::Close(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
@@ -363,13 +398,18 @@ impl<'a> Runner<'a> {
         Some(ids.into_iter().flatten().collect())
     }
 
-    /// Applies one step; says whether it promised durability of everything so far.
-    fn apply(&mut self, n: usize, step: &Step) -> Result<bool, String> {
+    /// What a file fsync of `id` promises in this mode.
+    fn file_promise(&self, id: Id) -> Promise {
+        if self.strict { Promise::All } else { Promise::File(id) }
+    }
+
+    /// Applies one step; says what it promised.
+    fn apply(&mut self, n: usize, step: &Step) -> Result<Promise, String> {
         let stamp = self.tag_base + n as u64;
         let vol = self.vol;
         let (got, want): (Result<(), i32>, Result<(), i32>) = match step {
             Step::Mkdir(p) | Step::Create(p) | Step::Symlink { path: p, .. } => {
-                let Some((dir, name, _)) = self.model_path(p) else { return Ok(false) };
+                let Some((dir, name, _)) = self.model_path(p) else { return Ok(Promise::None) };
                 let di = self.parent_ino(p)?;
                 let (got, want) = match step {
                     Step::Mkdir(_) => (vol.mkdir(di, &name, 0o755, Creds::ROOT), self.model.mkdir(dir, &name, 0o755)),
@@ -388,9 +428,9 @@ impl<'a> Runner<'a> {
                 (errno(got), want.map(|_| ()))
             }
             Step::Write { path, offset, len } => {
-                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
                 if !self.is_file(id) {
-                    return Ok(false);
+                    return Ok(Promise::None);
                 }
                 let ino = self.engine_path(path)?;
                 let data = tagged(stamp, *offset, *len as usize);
@@ -401,15 +441,15 @@ impl<'a> Runner<'a> {
                 (got, Ok(()))
             }
             Step::WriteOpen { h, offset, len } => {
-                let Some(&(id, ino)) = self.handles.get(h) else { return Ok(false) };
+                let Some(&(id, ino)) = self.handles.get(h) else { return Ok(Promise::None) };
                 let data = tagged(stamp, *offset, *len as usize);
                 self.model.write(id, *offset, &data);
                 (errno(vol.write(ino, *offset, &data)), Ok(()))
             }
             Step::Truncate { path, size } => {
-                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
                 if !self.is_file(id) {
-                    return Ok(false);
+                    return Ok(Promise::None);
                 }
                 let ino = self.engine_path(path)?;
                 if let Kind::File(d) = &self.model.nodes[&id].kind
@@ -425,7 +465,7 @@ impl<'a> Runner<'a> {
                 (errno(vol.setattr(ino, &SetAttr { size: Some(*size), ..SetAttr::default() })), Ok(()))
             }
             Step::Unlink(p) | Step::Rmdir(p) => {
-                let Some((dir, name, _)) = self.model_path(p) else { return Ok(false) };
+                let Some((dir, name, _)) = self.model_path(p) else { return Ok(Promise::None) };
                 let di = self.parent_ino(p)?;
                 let held = self.held();
                 if matches!(step, Step::Unlink(_)) {
@@ -436,7 +476,7 @@ impl<'a> Runner<'a> {
             }
             Step::Rename { from, to } => {
                 let (Some((fd, fname, _)), Some((td, tname, _))) = (self.model_path(from), self.model_path(to)) else {
-                    return Ok(false);
+                    return Ok(Promise::None);
                 };
                 let (fi, ti) = (self.parent_ino(from)?, self.parent_ino(to)?);
                 let held = self.held();
@@ -446,7 +486,7 @@ impl<'a> Runner<'a> {
             Step::Link { from, to } => {
                 let (Some((_, _, Some(id))), Some((td, tname, _))) = (self.model_path(from), self.model_path(to))
                 else {
-                    return Ok(false);
+                    return Ok(Promise::None);
                 };
                 let ino = self.engine_path(from)?;
                 let ti = self.parent_ino(to)?;
@@ -457,30 +497,34 @@ impl<'a> Runner<'a> {
                 (errno(got), self.model.link(id, td, &tname))
             }
             Step::SetXattr { path, len } => {
-                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
                 let ino = self.engine_path(path)?;
                 let value = tagged(stamp, 0, usize::from(*len));
                 self.model.setxattr(id, b"user.k", &value);
                 (errno(vol.setxattr(ino, b"user.k", &value, SetMode::Any)), Ok(()))
             }
-            Step::Fsync(p) => {
-                let Some((_, _, Some(_))) = self.model_path(p) else { return Ok(false) };
+            Step::Fsync(p) | Step::Fdatasync(p) => {
+                let Some((_, _, Some(id))) = self.model_path(p) else { return Ok(Promise::None) };
                 let ino = self.engine_path(p)?;
-                vol.fsync(ino).map_err(|e| format!("fsync: {e}"))?;
-                return Ok(true);
+                if matches!(step, Step::Fdatasync(_)) {
+                    vol.fdatasync(ino).map_err(|e| format!("fdatasync: {e}"))?;
+                } else {
+                    vol.fsync(ino).map_err(|e| format!("fsync: {e}"))?;
+                }
+                return Ok(if self.is_file(id) { self.file_promise(id) } else { Promise::All });
             }
             Step::FsyncOpen(h) => {
-                let Some(&(_, ino)) = self.handles.get(h) else { return Ok(false) };
+                let Some(&(id, ino)) = self.handles.get(h) else { return Ok(Promise::None) };
                 vol.fsync(ino).map_err(|e| format!("fsync: {e}"))?;
-                return Ok(true);
+                return Ok(self.file_promise(id));
             }
             Step::Sync => {
                 vol.sync().map_err(|e| format!("sync: {e}"))?;
-                return Ok(true);
+                return Ok(Promise::All);
             }
             Step::Tick => {
                 vol.tick().map_err(|e| format!("tick: {e}"))?;
-                return Ok(false);
+                return Ok(Promise::None);
             }
             Step::RemountRo => {
                 vol.set_read_only(true).map_err(|e| format!("remount ro: {e}"))?;
@@ -489,11 +533,11 @@ impl<'a> Runner<'a> {
                     Err(Error::ReadOnly(_)) => {}
                     other => return Err(format!("mkdir on a read-only volume: {other:?}")),
                 }
-                return Ok(true);
+                return Ok(Promise::All);
             }
             Step::RemountRw => {
                 vol.set_read_only(false).map_err(|e| format!("remount rw: {e}"))?;
-                return Ok(false);
+                return Ok(Promise::None);
             }
             Step::Clean { segments } => {
                 let req = CleanRequest {
@@ -506,31 +550,31 @@ impl<'a> Runner<'a> {
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:
                 // the durable marks around it make the oracle strict.
-                return Ok(false);
+                return Ok(Promise::None);
             }
             Step::Open { path, h } => {
-                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(false) };
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
                 if !self.is_file(id) || self.handles.contains_key(h) {
-                    return Ok(false);
+                    return Ok(Promise::None);
                 }
                 let ino = self.engine_path(path)?;
                 vol.open_file(ino).map_err(|e| format!("open: {e}"))?;
                 self.handles.insert(*h, (id, ino));
-                return Ok(false);
+                return Ok(Promise::None);
             }
             Step::Close(h) => {
-                let Some((id, ino)) = self.handles.remove(h) else { return Ok(false) };
+                let Some((id, ino)) = self.handles.remove(h) else { return Ok(Promise::None) };
                 vol.release_file(ino).map_err(|e| format!("close: {e}"))?;
                 if !self.handles.values().any(|(i, _)| *i == id) {
                     self.model.release(id);
                 }
-                return Ok(false);
+                return Ok(Promise::None);
             }
         };
         if got != want {
             return Err(format!("engine says {got:?}, model says {want:?}"));
         }
-        Ok(false)
+        Ok(Promise::None)
     }
 
     /// Closes every handle still open (engine and model).

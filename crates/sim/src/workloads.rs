@@ -351,6 +351,146 @@ pub fn patterns() -> Vec<Workload> {
             Step::Fsync(s("B/n3")),
         ],
     ));
+    out.extend(untangled());
+    out
+}
+
+/// Untangled fsync: one file made durable while others are dirty and being
+/// renamed, new files under new directories, fdatasync of overwrites in
+/// place, small fsyncs whose data copies a larger one writes over in place,
+/// records folded into later commits, and a file whose map outgrows its
+/// inode between fsyncs.
+fn untangled() -> Vec<Workload> {
+    let mut out = vec![pattern(
+        "fsync-among-renames",
+        vec![
+            write("A/foo", 12288, 30000),
+            Step::Create(s("A/n1")),
+            write("A/n1", 0, 7000),
+            Step::Rename { from: s("A/foo"), to: s("B/moved") },
+            write("B/bar", 600, 5000),
+            Step::Fsync(s("B/bar")),
+            Step::Rename { from: s("A/n1"), to: s("B/n1") },
+            write("B/bar", 5600, 3000),
+            Step::Fsync(s("B/bar")),
+            Step::Mkdir(s("C")),
+            Step::Mkdir(s("C/D")),
+            Step::Create(s("C/D/x")),
+            write("C/D/x", 0, 9000),
+            Step::Create(s("C/y")),
+            write("C/y", 0, 100),
+            Step::Fsync(s("C/D/x")),
+            write("C/D/x", 9000, 2000),
+            Step::Fdatasync(s("C/D/x")),
+            Step::Rename { from: s("B/moved"), to: s("C/moved") },
+            Step::Truncate { path: s("B/bar"), size: 100 },
+            Step::Fsync(s("B/bar")),
+            Step::Tick,
+            write("C/D/x", 1000, 4096),
+            Step::Fsync(s("C/D/x")),
+            Step::Create(s("C/D/z")),
+            Step::Fsync(s("C/D/z")),
+        ],
+    )];
+    out.push(pattern(
+        "fdatasync-overwrites",
+        vec![
+            write("A/foo", 0, 4096),
+            Step::Fdatasync(s("A/foo")),
+            write("A/foo", 8192, 2000),
+            Step::Fdatasync(s("A/foo")),
+            Step::Create(s("B/other")),
+            write("B/other", 0, 5000),
+            write("A/foo", 4096, 4096),
+            Step::Fdatasync(s("A/foo")),
+            write("A/foo", 12288, 3000),
+            Step::Fdatasync(s("A/foo")),
+            write("A/foo", 0, 100),
+            Step::Fsync(s("A/foo")),
+            write("A/foo", 200, 100),
+            Step::Fdatasync(s("A/foo")),
+        ],
+    ));
+    out.push(pattern(
+        "fsync-small-then-large",
+        vec![
+            Step::Create(s("A/big")),
+            write("A/big", 0, 6000),
+            Step::Fsync(s("A/big")),
+            write("A/big", 2000, 3000),
+            Step::Fsync(s("A/big")),
+            write("A/big", 0, 120_000),
+            Step::Fsync(s("A/big")),
+            write("A/big", 4096, 100),
+            Step::Fsync(s("A/big")),
+            Step::Tick,
+            write("A/big", 8192, 100),
+            Step::Fsync(s("A/big")),
+        ],
+    ));
+    out.push(pattern(
+        "fsync-then-commit",
+        vec![
+            Step::Create(s("B/f")),
+            write("B/f", 0, 9000),
+            Step::Fsync(s("B/f")),
+            Step::Create(s("B/g")),
+            write("B/g", 0, 2000),
+            Step::Fsync(s("B/g")),
+            Step::Unlink(s("B/g")),
+            Step::Create(s("B/h")),
+            Step::Truncate { path: s("B/f"), size: 3000 },
+            Step::Tick,
+            write("B/f", 3000, 100),
+            Step::Fsync(s("B/f")),
+            Step::Unlink(s("A/foo")),
+            Step::Create(s("A/foo")),
+            write("A/foo", 0, 500),
+            Step::Fsync(s("A/foo")),
+            Step::Tick,
+            write("B/f", 0, 20000),
+            Step::Fsync(s("B/f")),
+        ],
+    ));
+    // More dirty data than the explorer's 1 MiB limit: the writes that pass
+    // it commit in steps, the new file's end waiting (its size capped), while
+    // another file is fsync'd between them.
+    let mut steps = vec![Step::Create(s("A/big"))];
+    for i in 0..12u64 {
+        steps.push(write("A/big", i * 262_144, 262_144));
+        if i % 3 == 2 {
+            steps.push(write("B/bar", 600 + i * 100, 100));
+            steps.push(Step::Fsync(s("B/bar")));
+        }
+    }
+    steps.push(Step::Fsync(s("A/big")));
+    out.push(pattern("fsync-under-pressure", steps));
+    let mut steps = vec![Step::Create(s("A/sparse")), Step::Create(s("B/filler"))];
+    for i in 0..24u64 {
+        steps.push(write("A/sparse", i * 8192, 4096));
+        steps.push(write("B/filler", i * 4096, 4096));
+        steps.push(Step::Fsync(s("A/sparse")));
+    }
+    steps.push(Step::Truncate { path: s("A/sparse"), size: 50000 });
+    steps.push(Step::Fsync(s("A/sparse")));
+    out.push(pattern("fsync-many-extents", steps));
+    out.push(pattern(
+        "fsync-own-replacement",
+        vec![
+            Step::Open { path: s("A/foo"), h: 0 },
+            Step::Truncate { path: s("A/foo"), size: 0 },
+            Step::WriteOpen { h: 0, offset: 0, len: 6000 },
+            Step::Open { path: s("B/bar"), h: 1 },
+            Step::Truncate { path: s("B/bar"), size: 0 },
+            Step::WriteOpen { h: 1, offset: 0, len: 200 },
+            Step::FsyncOpen(0),
+            Step::Tick,
+            Step::WriteOpen { h: 1, offset: 200, len: 200 },
+            Step::Close(0),
+            Step::Close(1),
+            Step::Tick,
+        ],
+    ));
     out
 }
 

@@ -33,7 +33,9 @@ fn replay(spec: &str) {
     let w = workloads::by_name(name).unwrap_or_else(|| panic!("no workload {name}"));
     let state = if state == "-" { None } else { Some(state.parse().expect("state number")) };
     let verbose = env("DUALFS_CRASH_VERBOSE").is_some();
-    let ex = Explorer::new(Config { seed, verbose, ..Config::default() }, &workloads::setup()).expect("base image");
+    let mount = if env("DUALFS_CRASH_STRICT").is_some() { strict_mount() } else { Config::default().mount };
+    let ex =
+        Explorer::new(Config { seed, verbose, mount, ..Config::default() }, &workloads::setup()).expect("base image");
     match ex.replay(&w, state) {
         Ok(s) => println!("replayed {spec}: passes ({s:?})"),
         Err(f) => panic!("{f}"),
@@ -98,13 +100,15 @@ fn every_crash_state_recovers_to_a_state_the_model_allows() {
     let secs = started.elapsed().as_secs_f64();
     println!(
         "crash explorer: {} workloads, {} events, {} states drawn, {} distinct states checked ({} torn, {} rolled \
-         forward, {} fell back to the older checkpoint), {} second-crash states, in {secs:.1} s",
+         forward, {} replayed fsync records, {} fell back to the older checkpoint), {} second-crash states, in \
+         {secs:.1} s",
         all.workloads,
         all.events,
         all.states_drawn,
         all.states_checked,
         all.torn,
         all.rolled_forward,
+        all.replayed,
         all.fell_back,
         all.second_crash_states
     );
@@ -115,6 +119,7 @@ fn every_crash_state_recovers_to_a_state_the_model_allows() {
     if rounds == 0 {
         assert!(all.workloads >= 1000, "only {} workloads", all.workloads);
         assert!(all.states_checked >= 100_000, "only {} crash states", all.states_checked);
+        assert!(all.replayed >= 1_000, "only {} crash states replayed fsync records", all.replayed);
     }
 }
 
@@ -146,12 +151,34 @@ fn the_cleaning_workload_moves_live_data() {
     assert!(r.cleaned.cleaner.segments_freed >= 2, "{:?}", r.cleaned);
 }
 
-/// With `data_expire=0` every commit carries every written byte, and the
-/// oracle allows no file cut short: a crash shows a prefix of all
-/// operations. The named patterns (ticks between writes among them) keep
-/// that mode honest.
+/// `order=strict`: a crash shows a prefix of every operation, data
+/// included. The oracle allows no file cut short, no byte of a later step
+/// where an earlier one is expected, and takes every fsync for a promise
+/// of all steps before it. The named patterns run in that mode.
+/// (`DUALFS_CRASH_STRICT=1` replays a failure of this test.)
 #[test]
-fn without_delayed_tails_a_crash_shows_a_prefix_of_the_operations() {
+fn in_strict_order_a_crash_shows_a_prefix_of_every_operation() {
+    if env("DUALFS_CRASH_REPLAY").is_some() {
+        return;
+    }
+    let config = Config { mount: strict_mount(), ..Config::default() };
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    for w in workloads::patterns() {
+        if let Err(f) = ex.explore(&w) {
+            panic!("{f}\n  (with DUALFS_CRASH_STRICT=1)");
+        }
+    }
+}
+
+fn strict_mount() -> dualfs_engine::volume::MountOptions {
+    dualfs_engine::volume::MountOptions { order: dualfs_engine::volume::Order::Strict, ..Config::default().mount }
+}
+
+/// With `data_expire=0` every commit carries every written byte, and the
+/// oracle allows no file cut short. The named patterns (ticks between
+/// writes among them) keep that mode honest.
+#[test]
+fn without_delayed_tails_no_file_is_cut_short() {
     if env("DUALFS_CRASH_REPLAY").is_some() {
         return;
     }

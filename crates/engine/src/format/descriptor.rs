@@ -13,6 +13,7 @@
 use super::block::{BlockKind, PAYLOAD_LEN};
 use super::checksum;
 use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
+use super::fsync::FsyncRecord;
 use crate::types::{DataBlock, InodeNo, NodeId, SegmentNo, Seq, Timestamp};
 
 /// What a partial segment carries.
@@ -22,6 +23,22 @@ pub enum PsKind {
     Normal,
     /// IFile blocks written by a checkpoint (skipped by roll-forward).
     Checkpoint,
+    /// Fsync records and the raw data blocks they carry: what one or more
+    /// fsyncs made durable without a commit group (see [`super::fsync`]).
+    /// Since format 1.1.
+    Fsync,
+}
+
+impl PsKind {
+    /// The code stored in the descriptor.
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            PsKind::Normal => 1,
+            PsKind::Checkpoint => 2,
+            PsKind::Fsync => 3,
+        }
+    }
 }
 
 /// Owner and name of one body block.
@@ -124,6 +141,9 @@ pub struct Descriptor {
     pub inode_blocks: Vec<Vec<InodeSummary>>,
     /// Change records, applied in order.
     pub changes: Vec<Change>,
+    /// Fsync records (kind `Fsync` only; the other kinds have none). Each
+    /// [`FsyncRecord::Data`] among them names the next raw body block.
+    pub fsync: Vec<FsyncRecord>,
 }
 
 /// Bytes of the stream before the summaries.
@@ -143,7 +163,14 @@ impl Descriptor {
     /// Body blocks (everything after the descriptor).
     #[must_use]
     pub fn body_blocks(&self) -> usize {
-        self.blocks.len() + self.inode_blocks.len()
+        self.blocks.len() + self.inode_blocks.len() + self.data_copies()
+    }
+
+    /// Raw data blocks an fsync partial segment carries (one per
+    /// [`FsyncRecord::Data`]).
+    #[must_use]
+    pub fn data_copies(&self) -> usize {
+        self.fsync.iter().filter(|r| matches!(r, FsyncRecord::Data { .. })).count()
     }
 
     /// Length of the stream this descriptor encodes to.
@@ -159,6 +186,7 @@ impl Descriptor {
         }
         n += self.inode_blocks.iter().map(|b| 2 + b.len() * 14).sum::<usize>();
         n += self.changes.iter().map(Change::encoded_len).sum::<usize>();
+        n += self.fsync.iter().map(FsyncRecord::encoded_len).sum::<usize>();
         n
     }
 
@@ -180,23 +208,26 @@ impl Descriptor {
     pub fn encode(&self) -> (Vec<Vec<u8>>, u32) {
         let desc_blocks = self.desc_blocks();
         let mut w = Writer::with_capacity(self.stream_len());
-        w.u8(match self.kind {
-            PsKind::Normal => 1,
-            PsKind::Checkpoint => 2,
-        })
-        .u8(self.flags)
-        .zeros(2)
-        .u64(self.seq.0)
-        .timestamp(self.time)
-        .u32(self.segment.0)
-        .u32(self.offset)
-        .u32(self.next_segment.0)
-        .u32(self.prev_crc)
-        .u32(self.body_crc)
-        .u32(self.blocks.len() as u32)
-        .u32(self.inode_blocks.len() as u32)
-        .u32(self.changes.len() as u32)
-        .u32(desc_blocks as u32);
+        // An fsync partial segment counts its raw data blocks where the
+        // others count summaries, and its records where they count changes.
+        let (n_blocks, n_records) = match self.kind {
+            PsKind::Fsync => (self.data_copies(), self.fsync.len()),
+            _ => (self.blocks.len(), self.changes.len()),
+        };
+        w.u8(self.kind.code())
+            .u8(self.flags)
+            .zeros(2)
+            .u64(self.seq.0)
+            .timestamp(self.time)
+            .u32(self.segment.0)
+            .u32(self.offset)
+            .u32(self.next_segment.0)
+            .u32(self.prev_crc)
+            .u32(self.body_crc)
+            .u32(n_blocks as u32)
+            .u32(self.inode_blocks.len() as u32)
+            .u32(n_records as u32)
+            .u32(desc_blocks as u32);
         debug_assert_eq!(w.len(), FIXED_STREAM_LEN);
         let mut i = 0;
         while i < self.blocks.len() {
@@ -223,6 +254,9 @@ impl Descriptor {
                 Change::OrphanAdd(i) => w.u8(5).u64(i.0),
                 Change::OrphanRemove(i) => w.u8(6).u64(i.0),
             };
+        }
+        for f in &self.fsync {
+            f.encode(&mut w);
         }
         let stream = w.into_inner();
         debug_assert_eq!(stream.len(), self.stream_len());
@@ -282,6 +316,7 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
     let kind = match r.u8()? {
         1 => PsKind::Normal,
         2 => PsKind::Checkpoint,
+        3 => PsKind::Fsync,
         k => bad!("unknown partial-segment kind {k}"),
     };
     let flags = r.u8()?;
@@ -304,6 +339,15 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
     }
     if desc_blocks + n_blocks + n_inode_blocks > max_blocks {
         bad!("{} blocks do not fit a segment of {max_blocks}", desc_blocks + n_blocks + n_inode_blocks);
+    }
+    if kind == PsKind::Fsync {
+        return decode_fsync_stream(
+            r,
+            FsyncHeader { flags, seq, time, segment, offset, next_segment, prev_crc, body_crc },
+            n_blocks,
+            n_inode_blocks,
+            n_changes,
+        );
     }
     let mut blocks = Vec::with_capacity(n_blocks);
     while blocks.len() < n_blocks {
@@ -372,7 +416,63 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         blocks,
         inode_blocks,
         changes,
+        fsync: Vec::new(),
     })
+}
+
+/// The fixed fields of a descriptor, passed on to the fsync decoder.
+struct FsyncHeader {
+    flags: u8,
+    seq: Seq,
+    time: Timestamp,
+    segment: SegmentNo,
+    offset: u32,
+    next_segment: SegmentNo,
+    prev_crc: u32,
+    body_crc: u32,
+}
+
+/// The rest of an fsync partial segment's stream: its records, which must
+/// name exactly `n_copies` raw data blocks.
+fn decode_fsync_stream(
+    mut r: Reader<'_>,
+    h: FsyncHeader,
+    n_copies: usize,
+    n_inode_blocks: usize,
+    n_records: usize,
+) -> DecodeResult<Descriptor> {
+    if n_inode_blocks != 0 {
+        bad!("an fsync partial segment lists {n_inode_blocks} inode blocks");
+    }
+    if h.flags & PS_GROUP_END == 0 {
+        bad!("an fsync partial segment must end its group");
+    }
+    let mut fsync = Vec::with_capacity(n_records.min(r.remaining()));
+    for _ in 0..n_records {
+        fsync.push(FsyncRecord::decode(&mut r)?);
+    }
+    if r.remaining() != 0 {
+        bad!("{} trailing bytes in the descriptor stream", r.remaining());
+    }
+    let d = Descriptor {
+        kind: PsKind::Fsync,
+        flags: h.flags,
+        seq: h.seq,
+        time: h.time,
+        segment: h.segment,
+        offset: h.offset,
+        next_segment: h.next_segment,
+        prev_crc: h.prev_crc,
+        body_crc: h.body_crc,
+        blocks: Vec::new(),
+        inode_blocks: Vec::new(),
+        changes: Vec::new(),
+        fsync,
+    };
+    if d.data_copies() != n_copies {
+        bad!("an fsync partial segment counts {n_copies} data blocks but its records name {}", d.data_copies());
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -408,7 +508,32 @@ mod tests {
                 Change::OrphanAdd(InodeNo(7)),
                 Change::OrphanRemove(InodeNo(7)),
             ],
+            fsync: Vec::new(),
         }
+    }
+
+    fn fsync_sample() -> Descriptor {
+        let records = crate::format::fsync::tests::samples();
+        Descriptor {
+            kind: PsKind::Fsync,
+            blocks: Vec::new(),
+            inode_blocks: Vec::new(),
+            changes: Vec::new(),
+            fsync: records,
+            ..sample(0)
+        }
+    }
+
+    #[test]
+    fn an_fsync_descriptor_round_trips_and_counts_its_data_blocks() {
+        let d = fsync_sample();
+        assert_eq!(d.data_copies(), 1);
+        assert_eq!(d.total_blocks(), d.desc_blocks() + 1);
+        assert_eq!(round_trip(&d), d);
+        let mut open = d.clone();
+        open.flags = 0;
+        let (payloads, _) = open.encode();
+        assert!(Descriptor::decode(&[&payloads[0]], 100_000).is_err(), "an fsync partial segment ends its group");
     }
 
     fn round_trip(d: &Descriptor) -> Descriptor {

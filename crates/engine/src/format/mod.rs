@@ -14,6 +14,7 @@ pub mod checksum;
 pub mod classify;
 pub mod codec;
 pub mod descriptor;
+pub mod fsync;
 pub mod ifile;
 pub mod inode;
 pub mod inode_block;

@@ -12,8 +12,9 @@ pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
 /// On-disk format version this library writes.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
-/// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`].
-pub const FORMAT_MINOR: u16 = 1;
+/// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
+/// [`INCOMPAT_FSYNC_LOG`].
+pub const FORMAT_MINOR: u16 = 2;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
 /// tune -o`). Since 1.1.
 pub const COMPAT_MOUNT_OPTIONS: u64 = 1;
@@ -27,12 +28,17 @@ pub const INCOMPAT_BLOCK_ID: u64 = 1;
 /// the volume mounts read-only only. A reader that hashed would find
 /// nothing, hence incompat. Bit 1 belongs to the fsync log of 1.2. Since 1.2.
 pub const INCOMPAT_SCANNED_NAMES: u64 = 1 << 2;
+/// `incompat`: the log may hold fsync partial segments (descriptor kind 3),
+/// which a reader must replay; one that does not know them would take the
+/// first for a torn tail and drop what was fsync'd, and everything after.
+/// mkfs sets it. Since 1.2.
+pub const INCOMPAT_FSYNC_LOG: u64 = 1 << 1;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_SCANNED_NAMES;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG | INCOMPAT_SCANNED_NAMES;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -254,7 +260,11 @@ impl Superblock {
         let ro_compat = r.u64()?;
         let incompat = r.u64()?;
         if incompat & !KNOWN_INCOMPAT != 0 {
-            bad!("unknown incompatible features {:#x}", incompat & !KNOWN_INCOMPAT);
+            bad!(
+                "the volume uses incompatible features {:#x} that this version of DualFS does not know \
+                 (it was made or changed by a newer version)",
+                incompat & !KNOWN_INCOMPAT
+            );
         }
         let volume_uuid = r.array()?;
         let meta_uuid = r.array()?;

@@ -158,6 +158,28 @@ impl IFile {
         self.inodes.set(ino.0 as usize, e);
     }
 
+    /// Takes inode number `ino` with `generation` out of the free list
+    /// (replaying an fsync record of a new inode). Returns false when it
+    /// is in use already.
+    pub fn claim_inode(&mut self, ino: InodeNo, generation: u32) -> bool {
+        if ino.0 == 0 {
+            return false;
+        }
+        if ino.0 >= self.inodes.len() as u64 {
+            let old_len = self.inodes.len() as u64;
+            self.inodes.grow(ino.0 as usize + 1);
+            self.free_inodes.extend(old_len..ino.0);
+        } else if self.inodes.get(ino.0 as usize).in_use() {
+            return false;
+        }
+        self.free_inodes.remove(&ino.0);
+        self.freed_inodes.retain(|&i| i != ino.0);
+        self.inodes
+            .set(ino.0 as usize, ImapEntry { address: MetaBlock(0), generation, flags: IMAP_USED, record_len: 0 });
+        self.used_inodes += 1;
+        true
+    }
+
     /// Releases `ino`; its next use gets `next_generation`.
     pub fn free_inode(&mut self, ino: InodeNo, next_generation: u32) {
         let Some(old) = self.inode(ino) else { return };

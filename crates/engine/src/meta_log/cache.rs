@@ -156,6 +156,12 @@ impl MetaCache {
         self.dirty_inodes.remove(&ino);
     }
 
+    /// Whether `ino`'s cached record is newer than every sealed one.
+    #[must_use]
+    pub fn is_dirty_inode(&self, ino: InodeNo) -> bool {
+        self.dirty_inodes.contains(&ino)
+    }
+
     /// Dirty inodes, by number.
     #[must_use]
     pub fn dirty_inodes(&self) -> Vec<InodeNo> {

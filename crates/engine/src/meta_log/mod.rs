@@ -14,6 +14,7 @@ pub mod beyond;
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod fsync;
 pub mod mend;
 pub mod mount;
 pub mod readahead;
@@ -62,6 +63,8 @@ pub struct LogStats {
     pub data_blocks_written: u64,
     /// Checkpoints written.
     pub checkpoints: u64,
+    /// Fsync partial segments written (included in `partial_segments`).
+    pub fsync_partial_segments: u64,
     /// The cleaner's work.
     pub cleaner: cleaner::CleanerStats,
 }
@@ -110,6 +113,9 @@ pub struct Log {
     /// Counts the loaded checkpoint had wrong and loading recounted from
     /// what they derive from (segment live bytes), one sentence each.
     recounted: Vec<String>,
+    /// Fsync partial segments roll-forward found after the last complete
+    /// commit group, for the volume to replay.
+    pending_fsync: Vec<fsync::PendingFsync>,
 }
 
 impl Log {
@@ -162,6 +168,30 @@ impl Log {
     #[must_use]
     pub fn cached_inode(&self, ino: InodeNo) -> Option<&InodeRecord> {
         self.cache.peek_inode(ino)
+    }
+
+    /// Whether `ino` changed since the last seal.
+    #[must_use]
+    pub fn inode_is_dirty(&self, ino: InodeNo) -> bool {
+        self.cache.is_dirty_inode(ino)
+    }
+
+    /// Inodes changed since the last seal.
+    #[must_use]
+    pub fn dirty_inodes(&self) -> Vec<InodeNo> {
+        self.cache.dirty_inodes()
+    }
+
+    /// The owners of the nodes and blobs changed since the last seal.
+    #[must_use]
+    pub fn dirty_object_owners(&self) -> std::collections::HashSet<InodeNo> {
+        self.cache.dirty_objects().into_iter().map(|(owner, _)| owner).collect()
+    }
+
+    /// The change records of the active commit group.
+    #[must_use]
+    pub fn pending_changes(&self) -> &[Change] {
+        &self.changes
     }
 
     /// Replaces the set of inodes the cache never evicts (those whose newest
@@ -413,6 +443,24 @@ impl Log {
         rec.generation = generation;
         self.cache.insert_dirty_inode(rec);
         ino
+    }
+
+    /// Brings inode number `rec.ino` into use with `rec` as its record
+    /// (replaying an fsync record of a new inode): it is written with the
+    /// next commit group.
+    ///
+    /// # Errors
+    /// `Corrupt` when the number is in use already.
+    pub fn claim_inode(&mut self, rec: InodeRecord) -> Result<()> {
+        if !self.ifile.claim_inode(rec.ino, rec.generation) {
+            return Err(Error::corrupt_meta(
+                "fsync record",
+                0,
+                format!("it creates inode {}, which is in use", rec.ino),
+            ));
+        }
+        self.cache.insert_dirty_inode(rec);
+        Ok(())
     }
 
     /// Releases an inode whose blocks are already gone.

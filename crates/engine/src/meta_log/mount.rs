@@ -116,6 +116,7 @@ impl Log {
             stats: LogStats::default(),
             readahead: super::readahead::ReadAhead::default(),
             recounted: Vec::new(),
+            pending_fsync: Vec::new(),
         }
     }
 

@@ -12,12 +12,15 @@ use std::fmt;
 use std::time::Instant;
 
 use super::Log;
+use super::fsync::PendingFsync;
 use crate::error::Result;
+use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::LogPosition;
 use crate::format::checksum;
 use crate::format::codec::{DecodeError, Writer};
 use crate::format::descriptor::{Change, Descriptor, PS_GROUP_END, PsKind};
+use crate::format::fsync::FsyncRecord;
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq};
 
 /// Why roll-forward took no partial segment at a place the log could go on:
@@ -276,6 +279,11 @@ pub struct RecoveryReport {
     pub inconsistent: Vec<String>,
     /// Wall time in microseconds.
     pub micros: u64,
+    /// Fsync partial segments after the last complete commit group: what
+    /// the volume replays (those before it were folded into a group).
+    pub fsync_pending: u64,
+    /// Fsync partial segments read and folded into a later commit group.
+    pub fsync_folded: u64,
 }
 
 /// One partial segment read back from the log.
@@ -285,6 +293,8 @@ pub(crate) struct ReadPs {
     pub desc_crc: u32,
     pub first_body: MetaBlock,
     pub blocks: u32,
+    /// The raw data blocks of an fsync partial segment.
+    pub copies: Vec<Vec<u8>>,
 }
 
 impl ReadPs {
@@ -307,6 +317,8 @@ impl Log {
     /// A device fails (an invalid partial segment is the end of the log, not an error).
     pub(crate) fn roll_forward(&mut self) -> Result<RecoveryReport> {
         let started = Instant::now();
+        let mut fsync_folded = 0u64;
+        self.pending_fsync.clear();
         let mut pos = self.ckpt.log;
         let mut applied_pos = pos;
         let (mut partial_segments, mut blocks_scanned) = (0u64, 0u64);
@@ -345,7 +357,23 @@ impl Log {
             if end {
                 partial_segments += group.len() as u64;
                 inconsistent.extend(self.apply_group(&group));
-                group.clear();
+                for ps in group.drain(..) {
+                    match ps.desc.kind {
+                        // A commit group carries all that the fsync records
+                        // before it said: they are folded into it.
+                        PsKind::Normal if !faults::active(Fault::ReplayFolded) => {
+                            fsync_folded += self.pending_fsync.len() as u64;
+                            self.pending_fsync.clear();
+                        }
+                        PsKind::Fsync => self.pending_fsync.push(PendingFsync {
+                            seq: ps.desc.seq,
+                            at: MetaBlock(self.ifile.geometry().start(ps.desc.segment).0 + u64::from(ps.desc.offset)),
+                            records: ps.desc.fsync,
+                            copies: ps.copies,
+                        }),
+                        _ => {}
+                    }
+                }
                 applied_pos = pos;
             }
         };
@@ -408,6 +436,8 @@ impl Log {
             inconsistent,
             first_unapplied: applied_pos.seq,
             micros: started.elapsed().as_micros() as u64,
+            fsync_pending: self.pending_fsync.len() as u64,
+            fsync_folded,
         })
     }
 
@@ -423,7 +453,7 @@ impl Log {
                 continue;
             }
             let start = self.ifile.geometry().start(seg).0 + u64::from(off);
-            let ps = ReadPs { desc, desc_crc, first_body: MetaBlock(start + n as u64), blocks: 0 };
+            let ps = ReadPs { desc, desc_crc, first_body: MetaBlock(start + n as u64), blocks: 0, copies: Vec::new() };
             let ps = ReadPs { blocks: ps.desc.total_blocks() as u32, ..ps };
             let after = ps.after();
             let next_ok = self.read_ps(after.segment, after.offset, after.seq, after.prev_crc)?.is_ok()
@@ -627,6 +657,30 @@ impl Log {
         let first_body = MetaBlock(start + n as u64);
         let body = if body_count > 0 { self.read_meta(first_body, body_count)? } else { Vec::new() };
         let mut crcs = Writer::with_capacity(body_count * 4);
+        if desc.kind == PsKind::Fsync {
+            // Raw data blocks: each must have the checksum its record names.
+            let wanted = desc.fsync.iter().filter_map(|r| match r {
+                FsyncRecord::Data { crc, .. } => Some(*crc),
+                _ => None,
+            });
+            let mut copies = Vec::with_capacity(body_count);
+            for (i, want) in wanted.enumerate() {
+                let blk = &body[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
+                let got = checksum::crc32c(blk);
+                if got != want {
+                    return Ok(Err(Stop::BadBody {
+                        block: first_body.0 + i as u64,
+                        detail: DecodeError(format!("data copy has checksum {got:#x}, its record says {want:#x}")),
+                    }));
+                }
+                crcs.u32(got);
+                copies.push(blk.to_vec());
+            }
+            if checksum::crc32c(&crcs.into_inner()) != desc.body_crc {
+                return Ok(Err(Stop::BodyChecksum { block: start }));
+            }
+            return Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total, copies }));
+        }
         for i in 0..body_count {
             let at = MetaBlock(first_body.0 + i as u64);
             let blk = &body[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
@@ -644,6 +698,6 @@ impl Log {
         if checksum::crc32c(&crcs.into_inner()) != desc.body_crc {
             return Ok(Err(Stop::BodyChecksum { block: start }));
         }
-        Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total }))
+        Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total, copies: Vec::new() }))
     }
 }

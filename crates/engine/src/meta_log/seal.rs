@@ -44,6 +44,12 @@ pub struct SealedGroup {
 }
 
 impl SealedGroup {
+    /// A group of `meta` blocks (ending with partial segment `seq`) that
+    /// makes `data` reachable.
+    pub(crate) fn new(seq: Option<Seq>, meta: Vec<(MetaBlock, Vec<u8>)>, data: Vec<(DataBlock, Vec<u8>)>) -> Self {
+        SealedGroup { seq, meta, data: coalesce(data) }
+    }
+
     /// Blocks it puts on the meta-data device.
     #[must_use]
     pub fn meta_blocks(&self) -> usize {
@@ -71,7 +77,22 @@ impl SealedGroup {
     /// # Errors
     /// A device fails; the caller turns the volume read-only.
     pub fn write(&self, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Result<()> {
-        if !self.data.is_empty() {
+        self.write_after(meta, data, false)
+    }
+
+    /// [`SealedGroup::write`], flushing the data device first even when the
+    /// group brings no data of its own if `flush_data` (data it makes
+    /// reachable was written in place before, and not flushed yet).
+    ///
+    /// # Errors
+    /// As [`SealedGroup::write`].
+    pub fn write_after(
+        &self,
+        meta: &Arc<dyn BlockDevice>,
+        data: &Arc<dyn BlockDevice>,
+        flush_data: bool,
+    ) -> Result<()> {
+        if !self.data.is_empty() || (flush_data && !self.meta.is_empty()) {
             for (at, buf) in &self.data {
                 device::write(data.as_ref(), DeviceRole::Data, at.0, buf)?;
             }
@@ -117,7 +138,7 @@ struct Plan {
 }
 
 /// Sorts data blocks by address and merges neighbours into large requests.
-fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> {
+pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> {
     blocks.sort_unstable_by_key(|(b, _)| *b);
     let mut runs: Vec<(DataBlock, Vec<u8>)> = Vec::new();
     for (b, buf) in blocks {
@@ -215,6 +236,9 @@ impl Log {
 
         let (group, ()) = self.encode_group(PsKind::Normal, bodies, changes, now, data, |_, _, _| ())?;
         self.ifile.release_freed_inodes();
+        if let Some(seq) = group.seq {
+            self.space.seal_frees(seq);
+        }
         let ids: Vec<NodeId> = objects.iter().map(|(_, id)| *id).collect();
         if let Some(seq) = group.seq {
             self.cache.mark_sealed(&inodes, &ids, seq);
@@ -223,7 +247,7 @@ impl Log {
     }
 
     /// Moves the log into its reserved next segment and reserves another.
-    fn advance_segment(&mut self) -> Result<()> {
+    pub(super) fn advance_segment(&mut self) -> Result<()> {
         let next = self.head.next_segment;
         // The segment after it is chosen before the head moves, so that a
         // full device leaves the head where it was.
@@ -349,6 +373,7 @@ impl Log {
                 blocks: items.iter().filter(|b| b.inodes.is_none()).map(|b| b.summary).collect(),
                 inode_blocks: items.iter().filter_map(|b| b.inodes.clone()).collect(),
                 changes: changes[p.changes.clone()].to_vec(),
+                fsync: Vec::new(),
             };
             debug_assert_eq!(desc.desc_blocks(), p.desc_blocks, "descriptor size planned wrong");
             let mut buf = Vec::with_capacity((p.desc_blocks + items.len()) * BLOCK_SIZE);

@@ -177,6 +177,7 @@ impl Fs {
     /// # Errors
     /// `NoSpace` if 65536 names share a hash (never seen in practice), or I/O errors.
     pub fn dir_insert(&mut self, dir: InodeNo, name: &FileName, ino: InodeNo, kind: FileKind) -> Result<u64> {
+        self.intents.linked(dir, name, ino, kind);
         let base = hash_position(&self.log.superblock().hash_key, name.as_bytes());
         let value = encode(ino, kind, name.as_bytes());
         let full = || Error::NoSpace(crate::error::DeviceRole::Meta);
@@ -211,6 +212,10 @@ impl Fs {
     /// # Errors
     /// I/O errors.
     pub fn dir_replace(&mut self, dir: InodeNo, entry: &DirEntry, ino: InodeNo, kind: FileKind) -> Result<()> {
+        self.intents.unlinked(dir, &entry.name, entry.ino);
+        if let Ok(name) = FileName::new(&entry.name) {
+            self.intents.linked(dir, &name, ino, kind);
+        }
         let value = encode(ino, kind, &entry.name);
         match self.dir_form(dir)? {
             Form::Empty => Err(Error::NotFound),
@@ -237,14 +242,18 @@ impl Fs {
             Form::Empty => Err(Error::NotFound),
             Form::Inline(mut e) => {
                 let i = e.binary_search_by_key(&position, |(k, _)| *k).map_err(|_| Error::NotFound)?;
-                e.remove(i);
+                let (_, v) = e.remove(i);
+                let gone = decode(position, &v, dir)?;
+                self.intents.unlinked(dir, &gone.name, gone.ino);
                 self.store_inline(dir, e)
             }
             Form::Tree(t) => {
                 let (root, old) = btree::remove(&mut self.log.tree(dir), Some(t.root), position)?;
-                if old.is_none() {
+                let Some(v) = old else {
                     return Err(Error::NotFound);
-                }
+                };
+                let gone = decode(position, &v, dir)?;
+                self.intents.unlinked(dir, &gone.name, gone.ino);
                 let count = t.count.checked_sub(1).ok_or_else(|| {
                     Error::corrupt_meta("directory", 0, format!("directory {dir} counts no entries but holds one"))
                 })?;

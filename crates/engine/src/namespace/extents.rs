@@ -66,6 +66,31 @@ fn clip(e: &Extent, start: u64, end: u64) -> Option<Extent> {
     })
 }
 
+/// The file-block ranges whose mapping (data block, unwritten flag)
+/// differs between `old` and `new`, merged: a split extent or a piece
+/// marked written changes only its own blocks, not the whole extent's.
+fn changed_ranges(old: &[Extent], new: &[Extent]) -> Vec<(u64, u64)> {
+    let mut cuts: Vec<u64> = old.iter().chain(new).flat_map(|e| [e.logical, e.logical_end()]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let at = |list: &[Extent], b: u64| {
+        list.iter()
+            .find(|e| e.logical <= b && b < e.logical_end())
+            .map(|e| (e.physical.0 + (b - e.logical), e.unwritten))
+    };
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for w in cuts.windows(2) {
+        // Inside [w[0], w[1]) no extent starts or ends: one look decides.
+        if at(old, w[0]) != at(new, w[0]) {
+            match out.last_mut() {
+                Some(last) if last.1 == w[0] => last.1 = w[1],
+                _ => out.push((w[0], w[1])),
+            }
+        }
+    }
+    out
+}
+
 impl Fs {
     /// The extent covering file block `block`, if any.
     ///
@@ -159,6 +184,11 @@ impl Fs {
     /// # Errors
     /// I/O and corruption errors.
     pub fn replace_extents(&mut self, ino: InodeNo, old: &[Extent], new: Vec<Extent>) -> Result<()> {
+        // Every change of a block map passes here: an fsync record carries
+        // the ranges whose mapping it changed (`namespace::intents`).
+        for (s, t) in changed_ranges(old, &new) {
+            self.intents.remapped(ino, s, t);
+        }
         let new = normalize(new);
         let body = self.log.inode(ino)?.body.clone();
         match body {
@@ -296,6 +326,20 @@ mod tests {
     fn normalize_merges_contiguous_runs_only() {
         let v = normalize(vec![e(10, 110, 5), e(0, 100, 10), e(15, 200, 1)]);
         assert_eq!(v, vec![e(0, 100, 15), e(15, 200, 1)]);
+    }
+
+    #[test]
+    fn only_the_blocks_whose_mapping_changed_are_a_changed_range() {
+        let whole = Extent { unwritten: true, ..e(0, 100, 50) };
+        let written = vec![
+            Extent { unwritten: true, ..e(0, 100, 10) },
+            e(10, 110, 2),
+            Extent { unwritten: true, ..e(12, 112, 38) },
+        ];
+        assert_eq!(changed_ranges(&[whole], &written), vec![(10, 12)]);
+        assert_eq!(changed_ranges(&[e(0, 100, 4)], &[e(0, 100, 2), e(2, 300, 2)]), vec![(2, 4)]);
+        assert_eq!(changed_ranges(&[e(0, 100, 4)], &[]), vec![(0, 4)]);
+        assert_eq!(changed_ranges(&[], &[e(7, 9, 1)]), vec![(7, 8)]);
     }
 
     #[test]

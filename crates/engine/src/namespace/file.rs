@@ -152,24 +152,31 @@ impl Fs {
             bytes.resize(size, 0);
             bytes[offset as usize..end as usize].copy_from_slice(data);
             rec.body = Body::Inline(bytes);
+            let grew = rec.size != size as u64;
             rec.size = size as u64;
+            drop(rec);
+            if grew {
+                self.intents.resized(ino);
+            }
             return Ok(());
         }
         self.uninline(ino)?;
 
-        // Reserve every block this write brings into existence before touching any.
+        // Reserve every block this write brings into existence before
+        // touching any (with order=strict, an overwrite brings one too).
         let first = offset / BLOCK_BYTES;
         let last = (end - 1) / BLOCK_BYTES;
         let mut needed = 0;
         let mut extent: Option<Extent> = None;
         for b in first..=last {
-            if self.pages.page(ino, b).is_some() {
+            if let Some(p) = self.pages.page(ino, b) {
+                needed += u64::from(self.config.strict && !matches!(p.state, PageState::Dirty { .. }));
                 continue;
             }
             if extent.is_none_or(|e| b < e.logical || b >= e.logical_end()) {
                 extent = self.extent_at(ino, b)?;
             }
-            if extent.is_none() {
+            if extent.is_none_or(|e| self.config.strict && !e.unwritten) {
                 needed += 1;
             }
         }
@@ -193,7 +200,12 @@ impl Fs {
             src = &src[n..];
         }
         let mut rec = self.log.inode_mut(ino)?;
+        let grew = end > rec.size;
         rec.size = rec.size.max(end);
+        drop(rec);
+        if grew {
+            self.intents.resized(ino);
+        }
         Ok(())
     }
 
@@ -201,11 +213,14 @@ impl Fs {
     /// unless it is about to be overwritten whole. A new page over a hole
     /// takes one of the caller's reservations.
     fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool) -> Result<()> {
+        let strict = self.config.strict;
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
             if !matches!(p.state, PageState::Dirty { .. }) {
-                // Queued or in flight: its block is allocated; rewrite in place.
-                p.state = PageState::Dirty { reserved: false };
+                // Queued or in flight: its block is allocated; rewrite in
+                // place (order=strict: to a new block, reserved by the caller).
+                p.state = PageState::Dirty { reserved: strict };
                 self.pages.dirty_pages += 1;
+                self.pages.count_reserved(ino, u64::from(strict), 0);
             }
             return Ok(());
         }
@@ -216,7 +231,8 @@ impl Fs {
                     let old = self.read_data_block(DataBlock(e.physical.0 + (block - e.logical)))?;
                     data.copy_from_slice(&old);
                 }
-                false
+                // order=strict writes an overwrite to a new block.
+                strict && !e.unwritten
             }
             None => true,
         };
@@ -264,14 +280,13 @@ impl Fs {
     /// # Errors
     /// As [`Fs::free_data`].
     pub(crate) fn free_ranges(&mut self, ino: InodeNo, ranges: &[(DataBlock, u32)]) -> Result<u64> {
-        let seq = self.log.head().seq;
         let mut total = 0u64;
         for &(start, len) in ranges {
             if let Some(why) = self.log.space().check_free(start, len) {
                 return Err(Error::corrupt_meta("extent map", 0, format!("inode {ino}: {why}")));
             }
             self.log.record(Change::DataFree { start, len });
-            self.log.space_mut().free_deferred(start, len, seq);
+            self.log.space_mut().free_deferred(start, len);
             total += u64::from(len);
         }
         Ok(total)
@@ -314,6 +329,8 @@ impl Fs {
                     b.resize(size as usize, 0);
                 }
                 rec.size = size;
+                drop(rec);
+                self.intents.resized(ino);
                 return Ok(true);
             }
             self.uninline(ino)?;
@@ -328,6 +345,7 @@ impl Fs {
         }
         if size != old {
             self.log.inode_mut(ino)?.size = size;
+            self.intents.resized(ino);
         }
         let keep = size.div_ceil(BLOCK_BYTES);
         let (freed, done) = self.unmap_range(ino, keep, u64::MAX, TRUNCATE_STEP_EXTENTS)?;
@@ -344,10 +362,14 @@ impl Fs {
     /// Zeroes `[from, to)` of block `block` (a truncation's or a punched
     /// hole's partial block), through a dirty page when the block holds data.
     fn zero_block_range(&mut self, ino: InodeNo, block: u64, from: usize, to: usize) -> Result<()> {
-        let holds_data =
-            self.pages.page(ino, block).is_some() || self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
-        if !holds_data {
+        let page = self.pages.page(ino, block).map(|p| p.state);
+        let written = self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
+        if page.is_none() && !written {
             return Ok(());
+        }
+        if self.config.strict && !matches!(page, Some(PageState::Dirty { .. })) {
+            // The zeroed block goes to a new block, like any overwrite.
+            self.log.space_mut().reserve(1)?;
         }
         self.dirty_page(ino, block, false)?;
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {

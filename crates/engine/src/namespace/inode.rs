@@ -76,7 +76,9 @@ impl Fs {
             parent: dir_parent,
             ..InodeRecord::default()
         };
-        Ok(self.log.create_inode(rec))
+        let ino = self.log.create_inode(rec);
+        self.intents.created(ino);
+        Ok(ino)
     }
 
     /// One step of freeing an inode with no links and no references: data

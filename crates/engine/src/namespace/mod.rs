@@ -11,9 +11,12 @@ pub mod btree;
 pub mod dir;
 pub mod extents;
 pub mod file;
+pub mod fsync;
 pub mod inode;
+pub mod intents;
 pub mod pages;
 pub mod replace;
+pub mod replay;
 pub mod writeback;
 pub mod xattr;
 
@@ -36,11 +39,22 @@ pub struct FsConfig {
     /// truncation to zero ([`replace`]). Off where a crash must show a
     /// prefix of the operations (`data_expire=0`): the truncation is one.
     pub hold_replacements: bool,
+    /// `order=strict`: a crash shows a prefix of all operations, data
+    /// included. Overwrites go to new blocks (the old ones stay until the
+    /// commit that frees them is durable), and an fsync writes a record only
+    /// when it leaves nothing else dirty.
+    pub strict: bool,
 }
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { inline_max: 1024, dirty_data_limit: 256 << 20, cache_budget: 262_144, hold_replacements: true }
+        FsConfig {
+            inline_max: 1024,
+            dirty_data_limit: 256 << 20,
+            cache_budget: 262_144,
+            hold_replacements: true,
+            strict: false,
+        }
     }
 }
 
@@ -55,6 +69,8 @@ pub struct Fs {
     pub config: FsConfig,
     /// Files being rewritten after a truncation to zero.
     pub replacing: replace::Replacements,
+    /// Changes since the last seal that fsync records are built from.
+    pub intents: intents::Intents,
     /// References held from outside (open files, kernel lookups): an inode
     /// with no links lives until they are gone.
     refs: rustc_hash::FxHashMap<InodeNo, u64>,
@@ -69,6 +85,7 @@ impl Fs {
             pages: PageCache::default(),
             config,
             replacing: replace::Replacements::default(),
+            intents: intents::Intents::default(),
             refs: rustc_hash::FxHashMap::default(),
         }
     }

@@ -74,6 +74,11 @@ pub enum WriteBack {
     /// A periodic commit: the delayed tail of files first dirtied after
     /// this time may wait (see [`Fs::delayed_tail`]).
     Expired(Timestamp),
+    /// One step of a commit made to relieve memory: every dirty page but
+    /// the delayed tails beyond this many blocks (all files together),
+    /// which wait for the next step; their inodes record the size the
+    /// written data reaches, as for a delayed tail.
+    Chunk(u64),
 }
 
 impl PageCache {
@@ -163,6 +168,44 @@ impl PageCache {
         }
     }
 
+    /// Hands at most `max` queued pages to write `commit`, copying their
+    /// bytes, coalescing neighbours first (by data block).
+    pub fn take_queued_up_to(&mut self, commit: u64, max: usize) -> Vec<(DataBlock, Vec<u8>)> {
+        let mut found: Vec<(DataBlock, InodeNo, u64)> = Vec::new();
+        for (&ino, pages) in &self.files {
+            for (&b, p) in pages {
+                if let PageState::Queued { at } = p.state {
+                    found.push((at, ino, b));
+                }
+            }
+        }
+        found.sort_unstable_by_key(|f| f.0);
+        found.truncate(max);
+        let mut out = Vec::with_capacity(found.len());
+        for (at, ino, b) in found {
+            if let Some(p) = self.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
+                out.push((at, p.data.to_vec()));
+                p.state = PageState::InFlight { at, commit };
+            }
+        }
+        out
+    }
+
+    /// Puts a block of `ino` in the cache, queued for the next commit to
+    /// write at `at` (a data copy replayed from an fsync record).
+    pub fn insert_queued(&mut self, ino: InodeNo, block: u64, at: DataBlock, data: &[u8]) {
+        let mut page: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
+        let n = data.len().min(BLOCK_SIZE);
+        page[..n].copy_from_slice(&data[..n]);
+        if let Some(old) =
+            self.files.entry(ino).or_default().insert(block, Page { data: page, state: PageState::Queued { at } })
+            && let PageState::Dirty { reserved } = old.state
+        {
+            self.dirty_pages -= 1;
+            self.count_reserved(ino, 0, u64::from(reserved));
+        }
+    }
+
     /// Hands every queued page to commit `commit`, copying its bytes once
     /// into runs of consecutive blocks (at most `max_run` blocks each), so
     /// that neither a buffer per page nor a second copy to merge them is
@@ -194,6 +237,20 @@ impl PageCache {
             i += n;
         }
         out
+    }
+
+    /// Pages handed to commit `commit` go back to the queue (it will not
+    /// write them: another will).
+    pub fn requeue(&mut self, commit: u64) {
+        for pages in self.files.values_mut() {
+            for p in pages.values_mut() {
+                if let PageState::InFlight { at, commit: c } = p.state
+                    && c == commit
+                {
+                    p.state = PageState::Queued { at };
+                }
+            }
+        }
     }
 
     /// Commit `commit` is durable: its pages may go (the kernel caches data).

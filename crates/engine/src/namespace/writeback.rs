@@ -40,6 +40,58 @@ impl Fs {
         Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
     }
 
+    /// Where one step of a commit relieving memory stops writing `ino`
+    /// when `budget` blocks of delayed tails may still be written: the
+    /// block from which its tail waits (None: the whole file goes, for it
+    /// has no tail, or the tail fits, or it was expired — a truncation or
+    /// a rename over another file made its size matter), and the tail
+    /// blocks this step writes.
+    ///
+    /// # Errors
+    /// As [`Fs::delayed_cap`].
+    pub fn chunk_limit(&mut self, ino: InodeNo, budget: u64) -> Result<(Option<u64>, u64)> {
+        if !self.tail_may_wait(ino) {
+            return Ok((None, 0));
+        }
+        let Some(first) = self.delayed_tail(ino)? else {
+            return Ok((None, 0));
+        };
+        let tail: Vec<u64> =
+            self.pages.files.get(&ino).map(|p| p.range(first..).map(|(b, _)| *b).collect()).unwrap_or_default();
+        match usize::try_from(budget).ok().and_then(|b| tail.get(b)) {
+            Some(&limit) => Ok((Some(limit), budget)),
+            None => Ok((None, tail.len() as u64)),
+        }
+    }
+
+    /// The size `ino`'s record must show on disk after a step of a commit
+    /// relieving memory, taken once its write-back is done: the size its
+    /// written data reaches, found again from the pages still waiting, so
+    /// that a step cut short (the group full) caps at what it did write.
+    /// None when nothing waits, or the file's size matters (expired).
+    ///
+    /// # Errors
+    /// As [`Fs::delayed_cap`].
+    pub fn written_cap(&mut self, ino: InodeNo) -> Result<Option<u64>> {
+        let Some(&(_, floor)) = self.pages.dirtied.get(&ino) else {
+            return Ok(None);
+        };
+        if !self.tail_may_wait(ino) {
+            return Ok(None);
+        }
+        let Some(first) = self.delayed_tail(ino)? else {
+            return Ok(None);
+        };
+        let size = self.log.inode(ino)?.size;
+        Ok(Some(size.min(floor.max(first * BLOCK_BYTES))))
+    }
+
+    /// Whether `ino`'s delayed tail may wait at all: it was noted dirtied
+    /// by a write, and not expired since.
+    fn tail_may_wait(&self, ino: InodeNo) -> bool {
+        self.pages.dirtied.get(&ino).is_some_and(|(at, _)| at.sec != i64::MIN)
+    }
+
     /// The first block of `ino`'s delayed tail: the dirty pages at the end
     /// of the file that hold reservations (no block yet), with nothing
     /// mapped or queued after them. Leaving them out of a commit needs no
@@ -104,6 +156,13 @@ impl Fs {
     /// Handles the first mapping change of the run; the caller loops.
     fn write_back_run(&mut self, ino: InodeNo, start: u64, end: u64) -> Result<()> {
         match self.extent_at(ino, start)? {
+            Some(e)
+                if self.config.strict
+                    && !e.unwritten
+                    && !crate::faults::active(crate::faults::Fault::StrictInPlace) =>
+            {
+                self.relocate_run(ino, start, end.min(e.logical_end()))?;
+            }
             Some(e) => {
                 let stop = end.min(e.logical_end());
                 if e.unwritten {
@@ -153,6 +212,36 @@ impl Fs {
                     self.queue_page(ino, b, DataBlock(at.0 + i as u64));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// `order=strict`: dirty pages over written blocks `[start, stop)` go to
+    /// new blocks, and the old ones are freed with the commit that maps the
+    /// new: until it is durable, the disk shows the old data under the old
+    /// meta-data, never the new data under it (no overwrite in place).
+    fn relocate_run(&mut self, ino: InodeNo, start: u64, stop: u64) -> Result<()> {
+        let unreserved = (start..stop)
+            .filter(|b| matches!(self.pages.page(ino, *b).map(|p| p.state), Some(PageState::Dirty { reserved: false })))
+            .collect::<Vec<u64>>();
+        if !unreserved.is_empty() {
+            self.log.space_mut().reserve(unreserved.len() as u64)?;
+            self.pages.count_reserved(ino, unreserved.len() as u64, 0);
+            for b in unreserved {
+                if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&b)) {
+                    p.state = PageState::Dirty { reserved: true };
+                }
+            }
+        }
+        let goal = self.allocation_goal(ino, start)?;
+        let (at, len) = self.log.space_mut().allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
+        let (old, _) = self.unmap_range(ino, start, start + u64::from(len), usize::MAX)?;
+        self.free_data(ino, &old)?;
+        self.log.record(Change::DataAlloc { start: at, len });
+        self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
+        self.log.inode_mut(ino)?.blocks += u64::from(len);
+        for (i, b) in (start..start + u64::from(len)).enumerate() {
+            self.queue_page(ino, b, DataBlock(at.0 + i as u64));
         }
         Ok(())
     }

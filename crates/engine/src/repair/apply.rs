@@ -85,7 +85,7 @@ pub(super) fn apply(
     log.rebuild_bitmap(&used);
 
     let options = MountOptions { commit_interval: Duration::ZERO, ..MountOptions::default() };
-    let vol = Volume::assemble(log, report, meta, data, options, None, clock);
+    let vol = Volume::assemble(log, report, meta, data, options, None, clock)?;
     let inline_max = vol.with_fs(|fs| fs.config.inline_max) as usize;
 
     if plan.ns.new_root {

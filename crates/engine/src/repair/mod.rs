@@ -295,6 +295,8 @@ fn rebuilt_report(checkpoint: u64, why: String) -> OpenReport {
             walked_over: Vec::new(),
             inconsistent: Vec::new(),
             micros: 0,
+            fsync_pending: 0,
+            fsync_folded: 0,
         },
         damage: Vec::new(),
         loss: None,

@@ -1,6 +1,8 @@
 //! Running the cleaner: on demand, from the periodic tick when free
 //! segments run low, and synchronously when an operation finds no room.
 
+use std::sync::atomic::Ordering;
+
 use super::{Volume, lock};
 use crate::error::Result;
 use crate::meta_log::OP_MAX_BLOCKS;
@@ -224,6 +226,13 @@ impl Volume {
             ("cleaner_inodes_moved", c.inodes_moved),
             ("cleaner_ifile_blocks_moved", c.ifile_blocks_moved),
             ("cleaner_segments_freed", c.segments_freed),
+            ("fsync_calls", self.fsyncs_count.calls.load(Ordering::Relaxed)),
+            ("fsync_records", self.fsyncs_count.records.load(Ordering::Relaxed)),
+            ("fsync_data_only", self.fsyncs_count.data_only.load(Ordering::Relaxed)),
+            ("fsync_nothing", self.fsyncs_count.nothing.load(Ordering::Relaxed)),
+            ("fsync_commits", self.fsyncs_count.commits.load(Ordering::Relaxed)),
+            ("fsync_grouped", self.fsyncs_count.grouped.load(Ordering::Relaxed)),
+            ("fsync_partial_segments_written", s.fsync_partial_segments),
         ]
     }
 

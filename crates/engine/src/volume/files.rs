@@ -118,7 +118,7 @@ impl Volume {
             Ok((fs.pages.dirty_bytes() > fs.config.dirty_data_limit, fs.pages.file_pages(ino) >= STREAM_PAGES))
         })?;
         if dirty {
-            self.commit()?;
+            self.commit_under_pressure()?;
         } else if streaming {
             self.kick_write_back();
         }
@@ -182,12 +182,17 @@ impl Volume {
         }
         self.mutate(OpKind::Grow, |fs, now| {
             let mut rec = fs.inode_mut(ino)?;
-            if !mode.keep_size && !mode.punch_hole && end > rec.size {
+            let grow = !mode.keep_size && !mode.punch_hole && end > rec.size;
+            if grow {
                 rec.size = end;
             }
             // Every mode moves both, as on ext4 (POSIX says nothing).
             rec.mtime = now;
             rec.ctime = now;
+            drop(rec);
+            if grow {
+                fs.intents.resized(ino);
+            }
             Ok(())
         })
     }
@@ -198,27 +203,6 @@ impl Volume {
     /// `NoSuchOffset` at or past the end of the file.
     pub fn seek(&self, ino: InodeNo, offset: u64, whence: Whence) -> Result<u64> {
         self.read_op(|fs| fs.seek(ino, offset, whence))
-    }
-
-    /// Makes `ino`'s data and the meta-data that reaches it durable.
-    ///
-    /// Everything dirty is committed with it (one log, one commit point);
-    /// taking the commit lock also waits for a commit already writing this
-    /// file's data.
-    ///
-    /// # Errors
-    /// A device fails.
-    pub fn fsync(&self, ino: InodeNo) -> Result<()> {
-        self.read_op(|fs| fs.inode(ino).map(|_| ()))?;
-        self.commit()
-    }
-
-    /// Makes everything durable and writes a checkpoint.
-    ///
-    /// # Errors
-    /// A device fails.
-    pub fn sync(&self) -> Result<()> {
-        self.checkpoint()
     }
 
     /// Whether a regular file keeps its bytes in its inode.

@@ -131,7 +131,7 @@ impl Volume {
             minor: FORMAT_MINOR,
             compat: 0,
             ro_compat: 0,
-            incompat: 0,
+            incompat: if opts.fsync_log { crate::format::superblock::INCOMPAT_FSYNC_LOG } else { 0 },
             volume_uuid: identity(),
             meta_uuid: identity(),
             data_uuid: identity(),

@@ -14,6 +14,7 @@ mod atime;
 mod clean;
 mod clock;
 mod files;
+mod fsync;
 mod mkfs;
 mod ops;
 pub mod types;
@@ -56,7 +57,7 @@ const DEFERRED_READS_MAX: usize = 8;
 const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
-struct CommitState {
+pub(super) struct CommitState {
     next_id: u64,
 }
 
@@ -99,6 +100,27 @@ pub struct Volume {
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
+    /// Held while data is written in place outside a commit (the data
+    /// copied into fsync records, [`Volume::write_home`]) and by every
+    /// writer of a commit group or fsync record from before its data flush:
+    /// the flush must come after those writes, which the group may make
+    /// reachable. Lock order: `commit`, `home`, `reuse`, `fs`.
+    home: Mutex<()>,
+    /// Ids of the background writes of [`Volume::write_home`] (top bit set,
+    /// apart from commit ids).
+    home_ids: AtomicU64,
+    /// [`Volume::write_home`] wrote data the data device has not flushed
+    /// since: the next group flushes it before its meta-data, even if it
+    /// has no data of its own. Changed with `home` held.
+    home_unflushed: std::sync::atomic::AtomicBool,
+    /// Held by the writer relieving memory ([`Volume::commit_under_pressure`]).
+    pressure: Mutex<()>,
+    /// Files waiting for an fsync (group commit).
+    fsync_queue: Mutex<fsync::FsyncQueue>,
+    /// What fsyncs turned into.
+    fsyncs_count: fsync::FsyncCounters,
+    /// What replaying fsync records at open did.
+    replay_report: crate::namespace::replay::ReplayReport,
 }
 
 impl std::fmt::Debug for Volume {
@@ -169,7 +191,7 @@ impl Volume {
         {
             return Err(Error::ReadOnly(why));
         }
-        let vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock);
+        let vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock)?;
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
             // anything was read or a torn tail was met: only a checkpoint
@@ -182,9 +204,13 @@ impl Volume {
     }
 
     /// A volume over a log already opened (or rebuilt, by repair), with
-    /// nothing done yet: the caller finishes recovery. `never` says why the
-    /// volume may never be written, if it may not (besides unknown
-    /// read-only-compatible features, which this adds).
+    /// the fsync records roll-forward found replayed and nothing else done:
+    /// the caller finishes recovery. `never` says why the volume may never
+    /// be written, if it may not (besides unknown read-only-compatible
+    /// features, which this adds).
+    ///
+    /// # Errors
+    /// Replaying an fsync record fails.
     pub(crate) fn assemble(
         log: Log,
         report: OpenReport,
@@ -193,7 +219,7 @@ impl Volume {
         options: MountOptions,
         never: Option<String>,
         clock: Clock,
-    ) -> Volume {
+    ) -> Result<Volume> {
         let mut options = options;
         let unknown = log.superblock().ro_compat & !crate::format::superblock::KNOWN_RO_COMPAT;
         let never_writable = (unknown != 0)
@@ -206,14 +232,24 @@ impl Volume {
             log::warn!("mounting read-only: {why}");
             options.read_only = true;
         }
+        let strict = options.order == Order::Strict;
+        if strict {
+            // A prefix of every operation: nothing may wait behind a later one.
+            options.data_expire = Duration::ZERO;
+        }
         let config = FsConfig {
             inline_max: log.superblock().inline_max,
             dirty_data_limit: options.dirty_data_limit,
             cache_budget: options.cache_budget,
             hold_replacements: !options.data_expire.is_zero(),
+            strict,
         };
-        Volume {
-            fs: Mutex::new(Fs::new(log, config)),
+        let mut fs = Fs::new(log, config);
+        // What fsyncs made durable after the last commit group.
+        let pending = fs.log.take_pending_fsync();
+        let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
+        let vol = Volume {
+            fs: Mutex::new(fs),
             commit: Mutex::new(CommitState::default()),
             reuse: RwLock::new(()),
             options,
@@ -231,7 +267,15 @@ impl Volume {
             deferred_reads: AtomicU64::new(0),
             background: (Mutex::new((false, false)), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
-        }
+            home: Mutex::new(()),
+            home_ids: AtomicU64::new(1 << 63),
+            home_unflushed: std::sync::atomic::AtomicBool::new(false),
+            pressure: Mutex::new(()),
+            fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
+            fsyncs_count: fsync::FsyncCounters::default(),
+            replay_report,
+        };
+        Ok(vol)
     }
 
     /// One step of repair's work under the file-system lock, with room in
@@ -342,6 +386,12 @@ impl Volume {
     #[must_use]
     pub fn open_report(&self) -> &OpenReport {
         &self.open_report
+    }
+
+    /// What replaying the fsync records found after the last commit group did.
+    #[must_use]
+    pub fn replay_report(&self) -> crate::namespace::replay::ReplayReport {
+        self.replay_report
     }
 
     /// Why the volume turned read-only after a device error, if it did:
@@ -485,6 +535,50 @@ impl Volume {
         }
     }
 
+    /// The commit a write makes when dirty data passed the limit: in steps
+    /// of at most a sixteenth of the limit (16 MiB by default) of delayed
+    /// tails (the newly written ends of files, whose inodes record the
+    /// size the written data reaches meanwhile), with the commit lock let
+    /// go between steps, so that an fsync of another file waits for one
+    /// step, not for the whole of it. It stops once half the limit is
+    /// left. One writer does it at a time; the others wait for it, then go
+    /// on.
+    fn commit_under_pressure(&self) -> Result<()> {
+        if self.options.data_expire.is_zero() || self.options.order == Order::Strict {
+            // No tail may wait: a crash must show a prefix of the operations.
+            return self.commit();
+        }
+        let step_blocks = (self.options.dirty_data_limit as u64 / 16 / crate::types::BLOCK_BYTES).max(16);
+        let Ok(_relieving) = self.pressure.try_lock() else {
+            drop(lock(&self.pressure));
+            return Ok(());
+        };
+        loop {
+            let more = {
+                let mut c = lock(&self.commit);
+                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+            };
+            let dirty = lock(&self.fs).pages.dirty_bytes();
+            if !more || dirty <= self.options.dirty_data_limit / 2 {
+                return Ok(());
+            }
+            self.let_fsyncs_in();
+        }
+    }
+
+    /// Between two steps of [`Volume::commit_under_pressure`]: waits until
+    /// the fsyncs queued by now have been taken by a batch (which holds the
+    /// commit lock), so that the next step queues behind them rather than
+    /// winning the lock again (a mutex is not fair). Bounded, so that a
+    /// caller descheduled between queueing and locking cannot stall it.
+    fn let_fsyncs_in(&self) {
+        let mark = lock(&self.fsync_queue).last_ticket();
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while lock(&self.fsync_queue).waits_up_to(mark) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
+
     /// Seals and writes everything dirty: all file data, then all meta-data,
     /// in as many partial segments as it takes.
     ///
@@ -521,34 +615,37 @@ impl Volume {
     }
 
     fn commit_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
-        loop {
-            if self.no_writes.load(Ordering::Acquire) {
-                return Ok(());
-            }
-            if let Some(why) = lock(&self.failed).as_ref() {
-                return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
-            }
-            c.next_id += 1;
-            let id = c.next_id;
-            let (sealed, more) = {
-                let mut fs = lock(&self.fs);
-                self.seal_step(&mut fs, id, mode)?
-            };
-            if let Some(s) = &sealed {
-                if let Err(e) = s.write(&self.meta, &self.data) {
-                    self.fail(&e);
-                    return Err(e);
-                }
-                let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
-                let mut fs = lock(&self.fs);
-                Volume::completed(&mut fs, s, id);
-                self.commits.fetch_add(1, Ordering::Relaxed);
-            }
-            *lock(&self.last_commit) = self.clock.reading();
-            if !more {
-                return Ok(());
-            }
+        while self.commit_step(c, mode)? {}
+        Ok(())
+    }
+
+    /// Seals and writes one commit group; returns whether dirty data is
+    /// left for another.
+    fn commit_step(&self, c: &mut CommitState, mode: WriteBack) -> Result<bool> {
+        if self.no_writes.load(Ordering::Acquire) {
+            return Ok(false);
         }
+        if let Some(why) = lock(&self.failed).as_ref() {
+            return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
+        }
+        c.next_id += 1;
+        let id = c.next_id;
+        let (sealed, more) = {
+            let mut fs = lock(&self.fs);
+            self.seal_step(&mut fs, id, mode)?
+        };
+        if let Some(s) = &sealed {
+            if let Err(e) = self.write_group(s) {
+                self.fail(&e);
+                return Err(e);
+            }
+            let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+            let mut fs = lock(&self.fs);
+            Volume::completed(&mut fs, s, id);
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        *lock(&self.last_commit) = self.clock.reading();
+        Ok(more)
     }
 
     /// Writes back dirty data (while the group has room) and seals one
@@ -563,6 +660,7 @@ impl Volume {
             WriteBack::All => HoldPolicy::ReleaseAll,
             WriteBack::AllButHeld => HoldPolicy::Keep { expire_before: self.expire_before() },
             WriteBack::Expired(before) => HoldPolicy::Keep { expire_before: before },
+            WriteBack::Chunk(_) => HoldPolicy::ReleaseAll,
         };
         let mut substitutes = match fs.settle_replacements(hold) {
             Ok(s) => s,
@@ -573,17 +671,27 @@ impl Volume {
         };
         let dirty: Vec<InodeNo> = fs.pages.dirty_files().into_iter().filter(|i| !substitutes.contains_key(i)).collect();
         // Every capped inode's cap is known before any is sealed: a group
-        // cut short below still carries the inodes of files it did not reach.
-        let mut tails = HashMap::new();
+        // cut short below still carries the inodes of files it did not
+        // reach. A step relieving memory stops each file's write-back at a
+        // limit instead, and takes its caps after it (below).
+        let mut tails: HashMap<InodeNo, (u64, Option<u64>)> = HashMap::new();
+        let mut budget = match mode {
+            WriteBack::Chunk(b) => b,
+            _ => 0,
+        };
         for &ino in &dirty {
-            match fs.delayed_cap(ino, mode) {
-                Ok(Some((tail, cap))) => {
-                    tails.insert(ino, tail);
-                    if let Some(rec) = fs.log.cached_inode(ino)
-                        && rec.size > cap
-                    {
-                        substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
-                    }
+            let capped = match mode {
+                WriteBack::Chunk(_) => fs.chunk_limit(ino, budget).map(|(limit, used)| {
+                    budget -= used;
+                    // A tail waits for the next step.
+                    more |= limit.is_some();
+                    limit.map(|l| (l, None))
+                }),
+                _ => fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap)))),
+            };
+            match capped {
+                Ok(Some(t)) => {
+                    tails.insert(ino, t);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -593,7 +701,7 @@ impl Volume {
             }
         }
         for &ino in &dirty {
-            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).copied().unwrap_or(u64::MAX)) {
+            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).map_or(u64::MAX, |t| t.0)) {
                 Ok(true) => {}
                 Ok(false) => {
                     more = true;
@@ -605,6 +713,30 @@ impl Volume {
                 }
             }
         }
+        // The capped records are taken after the write-back, whose blocks
+        // they map. A step relieving memory caps every file whose written
+        // end waits, at what this step (or one before) did write: its limit,
+        // or less when the group filled first.
+        let mut caps: Vec<(InodeNo, u64)> = tails.iter().filter_map(|(&i, &(_, c))| c.map(|c| (i, c))).collect();
+        if matches!(mode, WriteBack::Chunk(_)) {
+            for &ino in &dirty {
+                match fs.written_cap(ino) {
+                    Ok(Some(cap)) => caps.push((ino, cap)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.fail(&e);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        for (ino, cap) in caps {
+            if let Some(rec) = fs.log.cached_inode(ino)
+                && rec.size > cap
+            {
+                substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
+            }
+        }
         fs.pages.forget_clean();
         let data = fs.pages.take_queued(id, crate::meta_log::seal::MAX_DATA_RUN_BLOCKS);
         let sealed = match fs.log.seal_substituted(data, &substitutes, self.now()) {
@@ -614,10 +746,77 @@ impl Volume {
                 return Err(e);
             }
         };
+        if sealed.as_ref().is_some_and(|s| s.seq.is_some()) {
+            fs.intents.sealed(substitutes.keys().copied());
+        }
         // A capped or held inode stays cached until its new record is
         // written, so that the one on disk never replaces it.
         fs.log.pin_inodes(substitutes.into_keys().collect());
         Ok((sealed, more))
+    }
+
+    /// Writes a sealed group (or fsync record) once no data written in
+    /// place outside a commit is still under way (see `home`).
+    fn write_group(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        let _home = lock(&self.home);
+        self.write_group_home_held(g)
+    }
+
+    /// Writes an fsync record. One that carries its data (or needs none)
+    /// makes no page of [`Volume::write_home`] reachable and folds nothing:
+    /// it need not wait for those writes. One that writes data in place
+    /// first does, so that an older copy written in the background never
+    /// lands after the newer data.
+    fn write_record(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        if g.data_blocks() == 0 { g.write(&self.meta, &self.data) } else { self.write_group(g) }
+    }
+
+    /// [`Volume::write_group`] with `home` held by the caller.
+    fn write_group_home_held(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        let unflushed = self.home_unflushed.load(Ordering::Acquire)
+            && !crate::faults::active(crate::faults::Fault::HomeWriteUnflushed);
+        g.write_after(&self.meta, &self.data, unflushed)?;
+        if unflushed && g.meta_blocks() > 0 {
+            self.home_unflushed.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Writes the data copied into fsync records to its place on the data
+    /// device, a megabyte at a time, without the commit lock: then the
+    /// next commit, which must make it durable before folding the records
+    /// away, has little data left to write, and fsyncs do not wait behind
+    /// it. Nothing is flushed: the records keep the data durable until the
+    /// commit's flush does.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn write_home(&self) -> Result<()> {
+        // Small batches: a commit group waits for the batch under way.
+        const BATCH_PAGES: usize = 32;
+        loop {
+            let id = self.home_ids.fetch_add(1, Ordering::Relaxed);
+            let home = lock(&self.home);
+            let pages = lock(&self.fs).pages.take_queued_up_to(id, BATCH_PAGES);
+            if pages.is_empty() {
+                return Ok(());
+            }
+            let n = pages.len();
+            self.home_unflushed.store(true, Ordering::Release);
+            for (at, buf) in &crate::meta_log::seal::coalesce(pages) {
+                if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf) {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+            drop(home);
+            let mut fs = lock(&self.fs);
+            fs.pages.drop_in_flight(id);
+            fs.log.count_data_written(n as u64);
+            if n < BATCH_PAGES {
+                return Ok(());
+            }
+        }
     }
 
     fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
@@ -652,6 +851,7 @@ impl Volume {
             // held, so that the checkpoint sees no pending change and no
             // pending free (a free not yet released would be lost: the
             // checkpoint's roll-forward starts after it).
+            let _home = lock(&self.home);
             let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
             let mut fs = lock(&self.fs);
             loop {
@@ -659,7 +859,7 @@ impl Volume {
                 let id = c.next_id;
                 let (group, more) = self.seal_step(&mut fs, id, mode)?;
                 if let Some(g) = &group {
-                    if let Err(e) = g.write(&self.meta, &self.data) {
+                    if let Err(e) = self.write_group_home_held(g) {
                         self.fail(&e);
                         return Err(e);
                     }
@@ -700,6 +900,7 @@ impl Volume {
             let fs = lock(&self.fs);
             (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
         };
+        self.write_home()?;
         if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
             self.commit_periodic()?;
         }

@@ -186,6 +186,24 @@ pub enum AtimeMode {
     StrictAtime,
 }
 
+/// What a crash may show of the operations before it (`-o order=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Every operation up to the last durable point, then some of the
+    /// later ones: a periodic commit may leave a file's newly written end
+    /// for later (delayed tails), a file being rewritten after `O_TRUNC`
+    /// keeps its old contents until closed, data overwritten in place may
+    /// be newer than the meta-data around it, and an fsync makes only its
+    /// file durable (DESIGN.md, the table of guarantees).
+    #[default]
+    Default,
+    /// A prefix of every operation, data included (LinLogFS's in-order
+    /// semantics): no delayed tails, no held replacements, overwrites go
+    /// to new blocks, and an fsync makes every earlier operation durable
+    /// too (with a record when nothing else is dirty, else a commit).
+    Strict,
+}
+
 /// How the volume is opened.
 #[derive(Clone, Copy, Debug)]
 pub struct MountOptions {
@@ -211,6 +229,8 @@ pub struct MountOptions {
     pub clean_threshold: Option<u32>,
     /// When reads update access times.
     pub atime: AtimeMode,
+    /// What a crash may show (`order=strict` implies `data_expire=0`).
+    pub order: Order,
     /// Open a volume whose log lost commits that had been made durable
     /// (see `OpenReport::loss`) for writing anyway, accepting the state
     /// before the loss: the next checkpoint makes it permanent. Without
@@ -229,6 +249,7 @@ impl Default for MountOptions {
             cache_budget: 262_144,
             clean_threshold: None,
             atime: AtimeMode::Relatime,
+            order: Order::Default,
             accept_loss: false,
         }
     }
@@ -253,6 +274,10 @@ pub struct MkfsOptions {
     /// of drawing them at random, so that a test builds the same images,
     /// byte for byte, on every run (the crash explorer replays from a string).
     pub identity_seed: Option<u64>,
+    /// Let fsync write fsync records instead of committing everything
+    /// (format 1.1's `INCOMPAT_FSYNC_LOG`; on by default). Off makes a
+    /// volume that format 1.0 readers can mount, whose fsync commits.
+    pub fsync_log: bool,
 }
 
 impl Default for MkfsOptions {
@@ -265,6 +290,7 @@ impl Default for MkfsOptions {
             label: String::new(),
             now: Timestamp::now(),
             identity_seed: None,
+            fsync_log: true,
         }
     }
 }

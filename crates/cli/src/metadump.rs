@@ -29,7 +29,7 @@ use dualfs_engine::types::BLOCK_BYTES;
 use crate::devices::{Access, open_pair};
 use crate::inspect::uuid;
 use crate::mkfs::human_bytes;
-use crate::obfuscate::{Obfuscator, Outcome};
+use crate::obfuscate::{FSYNC_KIND, Obfuscator, Outcome, zeros_with_crc};
 
 /// Arguments of `dualfs metadump`.
 #[derive(Args, Debug)]
@@ -234,9 +234,11 @@ fn identify(meta: &dyn BlockDevice, data: &dyn BlockDevice, args: &MetadumpArgs)
 type Descriptors = Vec<(u64, u64, u64)>;
 
 /// Reseals the descriptors and checkpoints that cover rewritten blocks'
-/// CRCs; returns the replaced blocks.
+/// CRCs, and rewrites fsync descriptors whole (their records hold names,
+/// their data copies are zeroed); returns the replaced blocks.
 fn reseal_log(
     meta: &dyn BlockDevice,
+    ob: &mut Obfuscator,
     stored: &[u32],
     new_crcs: &HashMap<u64, u32>,
     mut descriptors: Descriptors,
@@ -244,6 +246,8 @@ fn reseal_log(
     let mut replaced = HashMap::new();
     // (sequence, old desc_crc) → new desc_crc, for the next one's chain.
     let mut chain: HashMap<(u64, u32), u32> = HashMap::new();
+    // A zeroed data copy's checksum, as an fsync record names it.
+    let zero_crc = crc32c(&[0u8; BS]);
     descriptors.sort_by_key(|&(_, seq, _)| seq);
     for (address, seq, n) in descriptors {
         let mut blocks = Vec::new();
@@ -263,50 +267,90 @@ fn reseal_log(
             payloads.extend_from_slice(&b[HEADER_LEN..HEADER_LEN + len]);
             blocks.push(b);
         }
+        // An fsync descriptor left out here is dropped by the obfuscator.
         if (blocks.len() as u64) < n || payloads.len() < 8 + 60 {
             continue;
         }
         let stream_len = le32(&payloads, 4) as usize;
-        let Some(stream) = payloads.get(8..8 + stream_len) else { continue };
-        let old_desc = le32(&payloads, 0);
-        if crc32c(stream) != old_desc || stream_len < 60 {
+        if payloads.len() != 8 + stream_len || stream_len < 60 {
             continue;
         }
-        let prev = le32(stream, 36);
-        let body = le32(stream, 40);
-        let body_blocks = u64::from(le32(stream, 44)) + u64::from(le32(stream, 48));
+        let old_desc = le32(&payloads, 0);
+        let mut s = payloads[8..].to_vec();
+        if crc32c(&s) != old_desc {
+            continue;
+        }
+        let fsync = s[0] == FSYNC_KIND;
+        let prev = le32(&s, 36);
+        let body = le32(&s, 40);
         let first_body = address + n;
-        let crcs = |pick: &dyn Fn(u64) -> u32| -> Option<u32> {
-            let mut bytes = Vec::new();
-            for a in first_body..first_body + body_blocks {
-                stored.get(usize::try_from(a).ok()?)?;
-                bytes.extend_from_slice(&pick(a).to_le_bytes());
+        let new_body = if fsync {
+            // Raw data blocks: crc(x) is CRC32C of the block (3.4.7).
+            let copies = u64::from(le32(&s, 44));
+            let mut raw = Vec::new();
+            for a in first_body..(first_body + copies).min(meta.block_count()) {
+                raw.push(read_block(meta, a, "meta-data device")?);
             }
-            Some(crc32c(&bytes))
-        };
-        let old_body = crcs(&|a| stored[a as usize]);
-        let new_body = if old_body == Some(body) {
-            crcs(&|a| new_crcs.get(&a).copied().unwrap_or(stored[a as usize])).unwrap_or(body)
+            let old: Vec<u32> = raw.iter().map(|b| crc32c(b)).collect();
+            let Some(wanted) = ob.fsync_stream(&mut s, &old, zero_crc) else { continue };
+            // A copy that failed its record's checksum fails it again with
+            // the same numbers: zeros but for 4 bytes that give its CRC.
+            let mut new = Vec::new();
+            for (i, (b, &was)) in raw.iter().zip(&old).enumerate() {
+                let a = first_body + i as u64;
+                if wanted.get(i) == Some(&was) || !ob.is_copy(a, b) {
+                    new.push(zero_crc);
+                } else {
+                    replaced.insert(a, zeros_with_crc(was));
+                    new.push(was);
+                }
+            }
+            let bytes = |c: &[u32]| -> Vec<u8> { c.iter().flat_map(|c| c.to_le_bytes()).collect() };
+            if old.len() as u64 == copies && crc32c(&bytes(&old)) == body { crc32c(&bytes(&new)) } else { body }
         } else {
-            body
+            let body_blocks = u64::from(le32(&s, 44)) + u64::from(le32(&s, 48));
+            let crcs = |pick: &dyn Fn(u64) -> u32| -> Option<u32> {
+                let mut bytes = Vec::new();
+                for a in first_body..first_body + body_blocks {
+                    stored.get(usize::try_from(a).ok()?)?;
+                    bytes.extend_from_slice(&pick(a).to_le_bytes());
+                }
+                Some(crc32c(&bytes))
+            };
+            let old_body = crcs(&|a| stored[a as usize]);
+            if old_body == Some(body) {
+                crcs(&|a| new_crcs.get(&a).copied().unwrap_or(stored[a as usize])).unwrap_or(body)
+            } else {
+                body
+            }
         };
         let new_prev = seq.checked_sub(1).and_then(|p| chain.get(&(p, prev))).copied().unwrap_or(prev);
-        if new_prev == prev && new_body == body {
+        if !fsync && new_prev == prev && new_body == body {
             continue;
         }
-        let mut s = stream.to_vec();
         s[36..40].copy_from_slice(&new_prev.to_le_bytes());
         s[40..44].copy_from_slice(&new_body.to_le_bytes());
         let new_desc = crc32c(&s);
         chain.insert((seq, old_desc), new_desc);
-        // desc_crc and the two fields sit in the first descriptor block:
-        // payload offsets 0, 8 + 36 and 8 + 40.
-        let mut first = blocks.swap_remove(0);
-        first[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&new_desc.to_le_bytes());
-        first[HEADER_LEN + 44..HEADER_LEN + 48].copy_from_slice(&new_prev.to_le_bytes());
-        first[HEADER_LEN + 48..HEADER_LEN + 52].copy_from_slice(&new_body.to_le_bytes());
-        checksum::seal(&mut first, 4);
-        replaced.insert(address, first);
+        // The payloads again, cut as they were: desc_crc, stream_len, then
+        // the stream (only an fsync stream changed past its fixed fields).
+        let mut bytes = new_desc.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&payloads[4..8]);
+        bytes.extend_from_slice(&s);
+        let mut at = 0;
+        for (i, mut b) in blocks.into_iter().enumerate() {
+            let len = le32(&b, 12) as usize;
+            if b[HEADER_LEN..HEADER_LEN + len] != bytes[at..at + len] {
+                b[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&bytes[at..at + len]);
+                checksum::seal(&mut b, 4);
+                replaced.insert(address + i as u64, b);
+            } else if fsync {
+                // Unchanged, but kept: the obfuscator drops fsync
+                // descriptor blocks the dump does not give it.
+                replaced.insert(address + i as u64, b);
+            }
+            at += len;
+        }
     }
     for slot in [1u64, 2] {
         let mut b = read_block(meta, slot, "meta-data device")?;
@@ -428,6 +472,7 @@ fn write_dump(
     let key = *uuid::Uuid::new_v4().as_bytes();
     let mut ob = Obfuscator::new(key);
     let mut replaced = HashMap::new();
+    let mut fsync_counts = crate::obfuscate::Counts::default();
     if obfuscate {
         // First sweep: which blobs are symlink targets, every block's
         // stored CRC, where descriptors start.
@@ -437,7 +482,7 @@ fn write_dump(
             ob.learn(a, b);
             stored[a as usize] = le32(b, 4);
             // Descriptors of kinds the obfuscator drops are not resealed.
-            let known_kind = matches!(b[HEADER_LEN + 8], 1 | 2);
+            let known_kind = matches!(b[HEADER_LEN + 8], 1 | 2 | FSYNC_KIND);
             if le32(b, 0) == BLOCK_MAGIC
                 && b[8] == 1
                 && b[10] == 0
@@ -459,8 +504,11 @@ fn write_dump(
             }
             Ok(())
         })?;
-        replaced = reseal_log(meta, &stored, &new_crcs, descriptors)?;
+        // What the fsync records held is counted here, the rest by the
+        // last sweep.
         ob.counts = Default::default();
+        replaced = reseal_log(meta, &mut ob, &stored, &new_crcs, descriptors)?;
+        fsync_counts = std::mem::take(&mut ob.counts);
     }
     let header = Header {
         flags: if obfuscate { FLAG_OBFUSCATED } else { 0 },
@@ -500,11 +548,17 @@ fn write_dump(
         meta_blocks
     );
     if obfuscate {
-        let c = &ob.counts;
+        let (c, f) = (&ob.counts, &fsync_counts);
         summary.push_str(&format!(
             "; replaced {} entry names, {} xattr names and {} symlink targets, zeroed {} inline contents and values",
-            c.names, c.xattrs, c.symlinks, c.zeroed
+            c.names + f.names,
+            c.xattrs + f.xattrs,
+            c.symlinks + f.symlinks,
+            c.zeroed + f.zeroed
         ));
+        if c.copies > 0 {
+            summary.push_str(&format!(" and {} data copies of fsync records", c.copies));
+        }
         if c.damaged + c.unknown + c.cleared > 0 {
             summary.push_str(&format!(
                 "; dropped the contents of {} damaged blocks, {} of unknown kinds, cleared {} that were not meta-data",

@@ -28,6 +28,10 @@ const KIND_INDEX: u8 = 6;
 /// Partial segment kinds whose descriptors hold no names (FORMAT.md 3.4):
 /// normal and checkpoint.
 const KNOWN_DESCRIPTORS: [u8; 2] = [1, 2];
+/// The fsync partial segment kind (FORMAT.md 3.4.8): its records hold
+/// names and inode records, its body raw file data; [`Obfuscator::fsync_stream`]
+/// edits the first, the dump zeros the second.
+pub const FSYNC_KIND: u8 = 3;
 /// Descriptor blocks one partial segment may have (a segment's blocks).
 const MAX_DESCRIPTOR_BLOCKS: u64 = 65_536;
 
@@ -84,6 +88,8 @@ pub struct Counts {
     pub unknown: u64,
     /// Blocks that were not meta-data blocks, cleared.
     pub cleared: u64,
+    /// Raw data copies of fsync partial segments zeroed.
+    pub copies: u64,
 }
 
 /// The replacement names of one dump: the same name always gets the same
@@ -95,9 +101,15 @@ pub struct Obfuscator {
     /// Node ids of blobs that hold symlink targets (the rest hold xattr
     /// values, which are zeroed).
     symlink_blobs: HashSet<u64>,
-    /// Descriptor blocks of partial segment kinds this version does not
-    /// know: dropped.
-    foreign: HashSet<u64>,
+    /// Continuation descriptor blocks (aux > 0) of sound normal and
+    /// checkpoint descriptors: kept. Any other descriptor block that is not
+    /// a sound normal or checkpoint first block is dropped unless the dump
+    /// rewrote it whole (an fsync descriptor): its records may hold names.
+    plain: HashSet<u64>,
+    /// Raw data blocks of fsync partial segments, with the sequence number
+    /// of the descriptor that lists them: zeroed, unless a newer meta-data
+    /// block has taken the place since.
+    raw: HashMap<u64, u64>,
     /// What was done, for the summary.
     pub counts: Counts,
 }
@@ -133,15 +145,16 @@ impl Obfuscator {
             names: HashMap::new(),
             used: HashSet::new(),
             symlink_blobs: HashSet::new(),
-            foreign: HashSet::new(),
+            plain: HashSet::new(),
+            raw: HashMap::new(),
             counts: Counts::default(),
         }
     }
 
     /// First pass: learns from an inode block which blobs hold symlink
-    /// targets, and from a descriptor of a kind this version does not know
-    /// (its records may hold names) which blocks to drop. Blocks whose CRC
-    /// fails teach nothing.
+    /// targets, from a normal or checkpoint descriptor which continuation
+    /// blocks to keep, and from an fsync descriptor where its raw data
+    /// blocks are. Blocks whose CRC fails teach nothing.
     pub fn learn(&mut self, address: u64, block: &[u8]) {
         let Some((kind, len)) = header(block) else { return };
         if !checksum::verify(block, 4) {
@@ -154,9 +167,20 @@ impl Obfuscator {
             // descriptor blocks.
             let first = u16_at(block, 10) == Some(0);
             let stream_kind = payload.get(8).copied().unwrap_or(0);
-            if first && !KNOWN_DESCRIPTORS.contains(&stream_kind) {
-                let n = u64_at(block, 48).unwrap_or(1).clamp(1, MAX_DESCRIPTOR_BLOCKS);
-                self.foreign.extend(address..address + n);
+            if !first {
+                return;
+            }
+            let n = u64_at(block, 48).unwrap_or(1).clamp(1, MAX_DESCRIPTOR_BLOCKS);
+            if KNOWN_DESCRIPTORS.contains(&stream_kind) {
+                self.plain.extend(address + 1..address + n);
+            } else if stream_kind == FSYNC_KIND {
+                // n_blocks: stream offset 44, after the 8-byte prefix.
+                let copies = u64::from(u32_at(payload, 8 + 44).unwrap_or(0)).min(MAX_DESCRIPTOR_BLOCKS);
+                let seq = u64_at(block, 32).unwrap_or(0);
+                for a in address + n..address + n + copies {
+                    let s = self.raw.entry(a).or_insert(seq);
+                    *s = (*s).max(seq);
+                }
             }
             return;
         }
@@ -245,6 +269,17 @@ impl Obfuscator {
     /// Rewrites one block of the meta-data device (not blocks 0–2: the
     /// superblock and checkpoints are handled by the dump).
     pub fn rewrite(&mut self, address: u64, block: &mut [u8]) -> Outcome {
+        // A meta-data block written after the fsync partial segment (its
+        // place reused) is the volume's; anything else there is a file's
+        // data, whatever it looks like.
+        if self.is_copy(address, block) {
+            if block.iter().all(|&b| b == 0) {
+                return Outcome::Kept;
+            }
+            block.fill(0);
+            self.counts.copies += 1;
+            return Outcome::Cleared;
+        }
         let Some((kind, len)) = header(block) else {
             if block.iter().all(|&b| b == 0) {
                 return Outcome::Kept;
@@ -255,8 +290,14 @@ impl Obfuscator {
             self.counts.cleared += 1;
             return Outcome::Cleared;
         };
+        let plain_descriptor = kind != KIND_DESCRIPTOR
+            || if u16_at(block, 10) == Some(0) {
+                block.get(HEADER_LEN + 8).is_some_and(|k| KNOWN_DESCRIPTORS.contains(k))
+            } else {
+                self.plain.contains(&address)
+            };
         let known = [KIND_DESCRIPTOR, KIND_INODES, KIND_NODE, KIND_BLOB, KIND_TABLE, KIND_INDEX].contains(&kind)
-            && !self.foreign.contains(&address);
+            && plain_descriptor;
         if !checksum::verify(block, 4) || !known {
             block[HEADER_LEN..].fill(0);
             if known {
@@ -297,6 +338,61 @@ impl Obfuscator {
         checksum::seal(block, 4);
         let new = u32_at(block, 4).unwrap_or(0);
         if new == old { Outcome::Kept } else { Outcome::Resealed(old, new) }
+    }
+
+    /// Edits an fsync descriptor's stream (FORMAT.md 3.4.8) in place,
+    /// lengths unchanged: `Link` names as directory entries, `Inode`
+    /// records as in inode blocks, and each `Data` record's `crc` set to
+    /// `zero_crc` (its block is zeroed by the dump) where it matched the
+    /// block's old checksum (`old_copies[i]`, if the block was readable).
+    /// Returns the `Data` records' old checksums; `None` when the records
+    /// do not parse: the caller drops the stream.
+    pub fn fsync_stream(&mut self, stream: &mut [u8], old_copies: &[u32], zero_crc: u32) -> Option<Vec<u32>> {
+        let copies = u32_at(stream, 44)? as usize;
+        let n_records = u32_at(stream, 52)? as usize;
+        let mut at = 60;
+        let mut data = 0;
+        let mut wanted = Vec::new();
+        for _ in 0..n_records {
+            let len = match *stream.get(at)? {
+                1 => {
+                    let len = u16_at(stream, at + 2)?;
+                    self.record(stream.get_mut(at + 4..at + 4 + len)?);
+                    4 + len
+                }
+                2 => 27 + 21 * u16_at(stream, at + 25)?,
+                3 => {
+                    let name_len = usize::from(*stream.get(at + 18)?);
+                    let name = stream.get_mut(at + 19..at + 19 + name_len)?;
+                    let n = self.name(name);
+                    name.copy_from_slice(&n);
+                    self.counts.names += 1;
+                    19 + name_len
+                }
+                4 => {
+                    let crc = u32_at(stream, at + 25)?;
+                    wanted.push(crc);
+                    if old_copies.get(data) == Some(&crc) {
+                        stream[at + 25..at + 29].copy_from_slice(&zero_crc.to_le_bytes());
+                    }
+                    data += 1;
+                    29
+                }
+                5 => 13,
+                _ => return None,
+            };
+            at += len;
+        }
+        (at == stream.len() && data == copies).then_some(wanted)
+    }
+
+    /// Whether the block at `address` is a raw data copy of an fsync
+    /// partial segment (zeroed by [`Obfuscator::rewrite`]).
+    #[must_use]
+    pub fn is_copy(&self, address: u64, block: &[u8]) -> bool {
+        self.raw.get(&address).is_some_and(|&seq| {
+            !(header(block).is_some() && checksum::verify(block, 4) && u64_at(block, 32).is_some_and(|s| s > seq))
+        })
     }
 
     /// One inode record: its body (inline data, inline entries, an inline
@@ -449,6 +545,46 @@ fn records(payload: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
+/// A block of zeros but for its last 4 bytes, whose CRC32C is `crc`: what
+/// a damaged data copy becomes, so that it fails its record's checksum
+/// with the same numbers as before and holds nothing else. CRC32C is
+/// affine over GF(2): the 32 bits at the end map one to one onto the
+/// checksum, so the 32 equations are solved by elimination.
+#[must_use]
+pub fn zeros_with_crc(crc: u32) -> Vec<u8> {
+    let mut block = vec![0u8; PAYLOAD_LEN + HEADER_LEN];
+    let n = block.len();
+    let base = checksum::crc32c(&block);
+    // rows[i] = (effect of tail bit i on the checksum, the bit itself).
+    let mut rows: Vec<(u32, u32)> = (0..32)
+        .map(|i| {
+            block[n - 4..].copy_from_slice(&(1u32 << i).to_le_bytes());
+            (checksum::crc32c(&block) ^ base, 1u32 << i)
+        })
+        .collect();
+    let mut target = crc ^ base;
+    let mut tail = 0u32;
+    for bit in 0..32 {
+        let Some(p) = (bit..32).find(|&r| rows[r].0 & (1 << bit) != 0) else { continue };
+        rows.swap(bit, p);
+        let pivot = rows[bit];
+        for (r, row) in rows.iter_mut().enumerate() {
+            if r != bit && row.0 & (1 << bit) != 0 {
+                row.0 ^= pivot.0;
+                row.1 ^= pivot.1;
+            }
+        }
+    }
+    for (bit, &(effect, tail_bits)) in rows.iter().enumerate() {
+        if effect == 1 << bit && target & (1 << bit) != 0 {
+            tail ^= tail_bits;
+            target ^= effect;
+        }
+    }
+    block[n - 4..].copy_from_slice(&tail.to_le_bytes());
+    block
+}
+
 /// splitmix64: the next state of a small generator.
 fn splitmix(s: u64) -> u64 {
     let mut z = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -487,6 +623,15 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_block_takes_any_checksum() {
+        for crc in [0u32, 1, 0x43e3_00cd, 0xdead_beef, u32::MAX] {
+            let b = zeros_with_crc(crc);
+            assert_eq!(checksum::crc32c(&b), crc);
+            assert!(b[..b.len() - 4].iter().all(|&x| x == 0));
+        }
+    }
+
+    #[test]
     fn damaged_and_foreign_blocks_keep_nothing_and_stay_damaged() {
         let mut o = Obfuscator::new([1; 16]);
         let mut b = vec![7u8; 4096];
@@ -516,7 +661,7 @@ mod tests {
             checksum::seal(&mut b, 4);
             b
         };
-        let (mut known, mut first, mut next) = (descriptor(0, 1), descriptor(0, 3), descriptor(1, 0));
+        let (mut known, mut first, mut next) = (descriptor(0, 1), descriptor(0, 9), descriptor(1, 0));
         o.learn(5, &known);
         o.learn(10, &first);
         o.learn(11, &next);

@@ -64,6 +64,9 @@ fn without_names(report: &str) -> String {
 /// Markers the dump must not contain when names are replaced.
 const CONTENT: &str = "INLINE-CONTENT-MARKER-7f3a";
 const XATTR_VALUE: &str = "XATTR-VALUE-MARKER-51bd";
+/// The contents of files made durable by fsync with their data in the
+/// log (raw data copies of fsync partial segments).
+const FSYNC_DATA: &str = "FSYNC-DATA-COPY-MARKER-c4e1";
 
 /// Builds the tree: nested directories, a directory large enough for a
 /// B-tree, a 255-byte name, inline and block files, a hard link, short
@@ -207,22 +210,34 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
         return;
     };
     v.mount();
-    let (names, big_window) = build(&v.mnt);
+    let (mut names, big_window) = build(&v.mnt);
     v.umount();
     // Commits after the last checkpoint, then a crash: the restored log
     // must roll forward as far, through resealed descriptor chains.
+    // The fsyncs write fsync partial segments (names in Link records,
+    // inline bytes in Inode records, small files' blocks as raw data
+    // copies), pending at the crash.
     let mut child = v.spawn_mount(&[]);
     for i in 0..20 {
         let p = v.path(&format!("secret-top-directory/secret-after-crash-{i:02}"));
         std::fs::write(&p, format!("{CONTENT} {i}")).unwrap();
         std::fs::File::open(&p).unwrap().sync_all().unwrap();
     }
+    let copied = v.path("secret-top-directory/secret-fsync-copies");
+    std::fs::create_dir(&copied).unwrap();
+    for i in 0..4 {
+        let p = copied.join(format!("secret-copied-{i}"));
+        std::fs::write(&p, FSYNC_DATA.repeat(300 + i)).unwrap();
+        std::fs::File::open(&p).unwrap().sync_all().unwrap();
+    }
+    names.extend(["secret-after-crash-07".into(), "secret-fsync-copies".into(), "secret-copied-2".into()]);
     child.kill().unwrap();
     child.wait().unwrap();
     sh(&format!("umount -l {}", v.m()));
     let (code, original) = fsck(&v.meta, &v.data);
     assert_eq!(code, Some(0), "{original}");
     assert!(original.contains("roll-forward of") && !original.contains("roll-forward of 0 "), "{original}");
+    assert!(original.contains("fsync records after the last commit group"), "no fsync record pending: {original}");
 
     let dir = v.dir.path().to_path_buf();
     let orig_mnt = dir.join("orig");
@@ -235,6 +250,19 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
     let original_paths = paths(&orig_mnt);
     let original_shape = shape(&orig_mnt);
     let original_contents = contents(&orig_mnt);
+    // The fsync'd files as the original shows them: their sizes, and the
+    // copies' data (replayed from the log: the data device never had it).
+    let fsynced = |root: &Path| -> Vec<u64> {
+        let mut sizes: Vec<u64> = contents(root)
+            .iter()
+            .filter(|(_, b)| b.starts_with(CONTENT.as_bytes()) && b.len() < 40 || b.starts_with(FSYNC_DATA.as_bytes()))
+            .map(|(_, b)| b.len() as u64)
+            .collect();
+        sizes.sort_unstable();
+        sizes
+    };
+    let fsynced_sizes = fsynced(&orig_mnt);
+    assert_eq!(fsynced_sizes.len(), 24, "the fsync'd files in the original");
 
     for obfuscate in [true, false] {
         let tag = if obfuscate { "obfuscated" } else { "kept" };
@@ -250,7 +278,7 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
         for n in &names {
             assert_eq!(contains(&bytes, n.as_bytes()), !obfuscate, "{tag}: {n}");
         }
-        for marker in [CONTENT, XATTR_VALUE] {
+        for marker in [CONTENT, XATTR_VALUE, FSYNC_DATA] {
             assert_eq!(contains(&bytes, marker.as_bytes()), !obfuscate, "{tag}: {marker}");
         }
 
@@ -290,6 +318,16 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
             for (p, bytes) in contents(&mnt) {
                 assert!(bytes.iter().all(|&b| b == 0), "{tag}: {} holds data", p.display());
             }
+            // The fsync'd files are there, by size: 20 inline and 4 whose
+            // data copies read as zeros.
+            let mut sizes: Vec<u64> = paths(&mnt)
+                .iter()
+                .filter_map(|p| std::fs::symlink_metadata(mnt.join(p)).ok())
+                .filter(|m| m.is_file() && m.nlink() == 1 && fsynced_sizes.contains(&m.size()))
+                .map(|m| m.size())
+                .collect();
+            sizes.sort_unstable();
+            assert_eq!(sizes, fsynced_sizes, "{tag}: the fsync'd files");
             let mut value = vec![0u8; 4096];
             let inline = restored_paths
                 .iter()
@@ -306,9 +344,11 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
             assert_eq!(restored_paths, original_paths, "{tag}: names");
             for (p, bytes) in contents(&mnt) {
                 let was = &original_contents[&p];
-                // Inline data lives on the meta-data device; the rest was
-                // on the data device, which the dump does not carry.
-                let expect = if was.len() <= 1024 { was.clone() } else { vec![0; was.len()] };
+                // Inline data and fsync records' data copies live on the
+                // meta-data device; the rest was on the data device, which
+                // the dump does not carry.
+                let in_log = was.len() <= 1024 || was.starts_with(FSYNC_DATA.as_bytes());
+                let expect = if in_log { was.clone() } else { vec![0; was.len()] };
                 assert!(bytes == expect, "{tag}: {}", p.display());
             }
         }

@@ -136,6 +136,10 @@ impl Log {
         // Sequence order; at one sequence number, a snapshot after the group
         // (the checkpoint that wrote it came after everything before it).
         events.sort_by_key(|(seq, e)| (*seq, matches!(e, Event::Snapshot { .. })));
+        // Fsync partial segments after the last commit group are replayed
+        // by the volume, as after a roll-forward (a group folds those before
+        // it: it carries all that they said).
+        let mut fsyncs: Vec<ReadPs> = Vec::new();
         for (seq, e) in events {
             match e {
                 Event::Snapshot { table, index, payload } => log.apply_snapshot(table, index, &payload, seq),
@@ -143,9 +147,25 @@ impl Log {
                     if g.iter().all(|p| p.desc.kind == PsKind::Normal || p.desc.kind == PsKind::Checkpoint) {
                         log.replay_group_for_rebuild(&g);
                         report.groups += 1;
+                        if g.iter().any(|p| p.desc.kind == PsKind::Normal) {
+                            fsyncs.clear();
+                        }
+                    } else if let [ps] = g.as_slice()
+                        && ps.desc.kind == PsKind::Fsync
+                    {
+                        fsyncs.push(ps.clone());
                     }
                 }
             }
+        }
+        for ps in fsyncs {
+            let at = MetaBlock(log.ifile.geometry().start(ps.desc.segment).0 + u64::from(ps.desc.offset));
+            log.pending_fsync.push(super::fsync::PendingFsync {
+                seq: ps.desc.seq,
+                at,
+                records: ps.desc.fsync,
+                copies: ps.copies,
+            });
         }
         for (s, seq) in last_seq_of {
             log.ifile.note_write(SegmentNo(s), seq);

@@ -92,7 +92,12 @@ impl Fs {
                         self.replay_inode(at, flags, record)?;
                     }
                     FsyncRecord::Range { ino, first, end, extents } => {
-                        self.replay_range(at, ino, first, end, &extents)?;
+                        let freed = self.replay_range(at, ino, first, end, &extents)?;
+                        // An inode whose record came before sets its count
+                        // below; any other counts its frees down.
+                        if freed > 0 && !blocks.contains_key(&ino) {
+                            self.take_blocks(ino, freed)?;
+                        }
                     }
                     FsyncRecord::Link { dir, ino, kind, name } => self.replay_link(at, dir, ino, kind, &name)?,
                     FsyncRecord::Data { ino, block, at: home, .. } => {
@@ -157,15 +162,17 @@ impl Fs {
             };
         } else if matches!(base.body, Body::Extents(_) | Body::Tree(_)) {
             // Back to inline bytes (or nothing): the old blocks go.
+            // The record replaces the inode, block count included.
             let (freed, _) = self.unmap_range(ino, 0, u64::MAX, usize::MAX)?;
-            self.free_data(ino, &freed)?;
+            self.free_ranges(ino, &freed)?;
             self.discard_pages(ino);
         }
         *self.log.inode_mut(ino)? = rec;
         Ok(())
     }
 
-    fn replay_range(&mut self, at: MetaBlock, ino: InodeNo, first: u64, end: u64, extents: &[Extent]) -> Result<()> {
+    /// Returns how many blocks it freed (the caller counts them).
+    fn replay_range(&mut self, at: MetaBlock, ino: InodeNo, first: u64, end: u64, extents: &[Extent]) -> Result<u64> {
         let rec = self.log.inode(ino).map_err(|_| bad(at, format!("it maps blocks of inode {ino}, not in use")))?;
         if !matches!(rec.body, Body::Empty | Body::Extents(_) | Body::Tree(_)) {
             return Err(bad(at, format!("it maps blocks of inode {ino}, which has no block map")));
@@ -193,8 +200,7 @@ impl Fs {
             self.log.space_mut().mark_used(start, len);
             self.log.record(Change::DataAlloc { start, len });
         }
-        self.free_data(ino, &minus(&old, &new))?;
-        Ok(())
+        self.free_ranges(ino, &minus(&old, &new))
     }
 
     fn replay_link(&mut self, at: MetaBlock, dir: InodeNo, ino: InodeNo, kind: FileKind, name: &[u8]) -> Result<()> {

@@ -623,6 +623,78 @@ mod tests {
     }
 
     #[test]
+    fn fsync_records_lose_names_and_bytes_and_keep_their_shape() {
+        use dualfs_engine::format::checksum::crc32c;
+        use dualfs_engine::format::descriptor::{Descriptor, PS_GROUP_END, PsKind};
+        use dualfs_engine::format::fsync::{FSYNC_NEW, FsyncRecord};
+        use dualfs_engine::format::inode::{Body, InodeRecord};
+        use dualfs_engine::types::{DataBlock, FileKind, InodeNo, SegmentNo, Seq, Timestamp};
+
+        let file = |ino: u64, mode: u32, body: &[u8]| InodeRecord {
+            ino: InodeNo(ino),
+            generation: 1,
+            mode,
+            nlink: 1,
+            size: body.len() as u64,
+            body: Body::Inline(body.to_vec()),
+            ..InodeRecord::default()
+        };
+        let link = |dir: u64, ino: u64, name: &[u8]| FsyncRecord::Link {
+            dir: InodeNo(dir),
+            ino: InodeNo(ino),
+            kind: FileKind::Regular,
+            name: name.to_vec(),
+        };
+        let data = |crc: u32| FsyncRecord::Data { ino: InodeNo(7), block: 0, at: DataBlock(90), crc };
+        let d = Descriptor {
+            kind: PsKind::Fsync,
+            flags: PS_GROUP_END,
+            seq: Seq(9),
+            time: Timestamp::default(),
+            segment: SegmentNo(1),
+            offset: 4,
+            next_segment: SegmentNo(2),
+            prev_crc: 5,
+            body_crc: 6,
+            blocks: Vec::new(),
+            inode_blocks: Vec::new(),
+            changes: Vec::new(),
+            fsync: vec![
+                FsyncRecord::Inode { flags: FSYNC_NEW, record: file(7, S_IFLNK | 0o777, b"secret-dir/secret-file") },
+                link(1, 7, b"secret-file"),
+                FsyncRecord::Inode { flags: FSYNC_NEW, record: file(8, 0o100_644, b"secret bytes") },
+                FsyncRecord::Written { start: DataBlock(3), len: 1 },
+                data(0x1111),
+                data(0x2222),
+            ],
+        };
+        let (payloads, _) = d.encode();
+        assert_eq!(payloads.len(), 1);
+        let mut stream = payloads[0][8..].to_vec();
+        let mut o = Obfuscator::new([4; 16]);
+        // The second copy's block was damaged: its record keeps its crc.
+        let wanted = o.fsync_stream(&mut stream, &[0x1111, 0x3333], 0xabcd).unwrap();
+        assert_eq!(wanted, [0x1111, 0x2222]);
+        let mut payload = crc32c(&stream).to_le_bytes().to_vec();
+        payload.extend_from_slice(&payloads[0][4..8]);
+        payload.extend_from_slice(&stream);
+        let (back, _) = Descriptor::decode(&[&payload], 1024).unwrap();
+        let secret = o.name(b"secret-file");
+        let target = [o.name(b"secret-dir"), b"/".to_vec(), secret.clone()].concat();
+        let expect = vec![
+            FsyncRecord::Inode { flags: FSYNC_NEW, record: file(7, S_IFLNK | 0o777, &target) },
+            link(1, 7, &secret),
+            FsyncRecord::Inode { flags: FSYNC_NEW, record: file(8, 0o100_644, &[0; 12]) },
+            FsyncRecord::Written { start: DataBlock(3), len: 1 },
+            data(0xabcd),
+            data(0x2222),
+        ];
+        assert_eq!(back.fsync, expect);
+        // Records cut short are refused, not half edited into a seal.
+        assert!(o.fsync_stream(&mut stream[..stream.len() - 3].to_vec(), &[], 0).is_none());
+    }
+
+    #[test]
     fn a_zero_block_takes_any_checksum() {
         for crc in [0u32, 1, 0x43e3_00cd, 0xdead_beef, u32::MAX] {
             let b = zeros_with_crc(crc);

@@ -8,7 +8,9 @@
 //! block's CRC are resealed here, in the order the log chains them (body
 //! checksum, descriptor checksum, the next descriptor's `prev_crc`, the
 //! checkpoint's `log_prev_crc`), but only where they verified before: a
-//! damaged volume restores to the same damage. The dump format is in
+//! damaged volume restores to the same damage. Fsync descriptors hold
+//! names in their records, across descriptor blocks, so they are rewritten
+//! here whole, with their raw data copies zeroed. The dump format is in
 //! docs/FORMAT.md, section 5.
 
 use std::collections::HashMap;

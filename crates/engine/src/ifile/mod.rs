@@ -162,21 +162,10 @@ impl IFile {
     /// (replaying an fsync record of a new inode). Returns false when it
     /// is in use already.
     pub fn claim_inode(&mut self, ino: InodeNo, generation: u32) -> bool {
-        if ino.0 == 0 {
+        if ino.0 == 0 || self.inode(ino).is_some_and(|e| e.in_use()) {
             return false;
         }
-        if ino.0 >= self.inodes.len() as u64 {
-            let old_len = self.inodes.len() as u64;
-            self.inodes.grow(ino.0 as usize + 1);
-            self.free_inodes.extend(old_len..ino.0);
-        } else if self.inodes.get(ino.0 as usize).in_use() {
-            return false;
-        }
-        self.free_inodes.remove(&ino.0);
-        self.freed_inodes.retain(|&i| i != ino.0);
-        self.inodes
-            .set(ino.0 as usize, ImapEntry { address: MetaBlock(0), generation, flags: IMAP_USED, record_len: 0 });
-        self.used_inodes += 1;
+        self.take_inode(ino, ImapEntry { address: MetaBlock(0), generation, flags: IMAP_USED, record_len: 0 });
         true
     }
 

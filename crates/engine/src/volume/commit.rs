@@ -1,0 +1,371 @@
+//! Commits, fsync records' home writes and checkpoints: how the volume's
+//! dirty state reaches the devices, under the commit lock.
+
+use std::collections::HashMap;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+
+use super::{CommitState, Order, Volume, lock};
+use crate::error::{Error, Result};
+use crate::namespace::Fs;
+use crate::namespace::pages::WriteBack;
+use crate::namespace::replace::HoldPolicy;
+use crate::types::{InodeNo, Timestamp};
+
+impl Volume {
+    /// The commit a write makes when dirty data passed the limit: in steps
+    /// of at most a sixteenth of the limit (16 MiB by default) of delayed
+    /// tails (the newly written ends of files, whose inodes record the
+    /// size the written data reaches meanwhile), with the commit lock let
+    /// go between steps, so that an fsync of another file waits for one
+    /// step, not for the whole of it. It stops once half the limit is
+    /// left. One writer does it at a time; the others wait for it, then go
+    /// on.
+    pub(super) fn commit_under_pressure(&self) -> Result<()> {
+        if self.options.data_expire.is_zero() || self.options.order == Order::Strict {
+            // No tail may wait: a crash must show a prefix of the operations.
+            return self.commit();
+        }
+        let step_blocks = (self.options.dirty_data_limit as u64 / 16 / crate::types::BLOCK_BYTES).max(16);
+        let Ok(_relieving) = self.pressure.try_lock() else {
+            drop(lock(&self.pressure));
+            return Ok(());
+        };
+        loop {
+            let more = {
+                let mut c = lock(&self.commit);
+                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+            };
+            let dirty = lock(&self.fs).pages.dirty_bytes();
+            if !more || dirty <= self.options.dirty_data_limit / 2 {
+                return Ok(());
+            }
+            self.let_fsyncs_in();
+        }
+    }
+
+    /// Between two steps of [`Volume::commit_under_pressure`]: waits until
+    /// the fsyncs queued by now have been taken by a batch (which holds the
+    /// commit lock), so that the next step queues behind them rather than
+    /// winning the lock again (a mutex is not fair). Bounded, so that a
+    /// caller descheduled between queueing and locking cannot stall it.
+    pub(super) fn let_fsyncs_in(&self) {
+        let mark = lock(&self.fsync_queue).last_ticket();
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while lock(&self.fsync_queue).waits_up_to(mark) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
+
+    /// Seals and writes everything dirty: all file data, then all meta-data,
+    /// in as many partial segments as it takes.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn commit(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        self.commit_locked(&mut c, WriteBack::All)
+    }
+
+    /// A commit nobody asked to be durable, made to free room (in the
+    /// active group, the log or the cache): like [`Volume::commit`], but
+    /// files held for replacement keep their old records on disk.
+    pub(super) fn commit_for_room(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        self.commit_locked(&mut c, WriteBack::AllButHeld)
+    }
+
+    /// The periodic commit: like [`Volume::commit_for_room`], except that
+    /// the delayed tails of files written less than `data_expire` ago may
+    /// wait (their inodes record the size their written data reaches).
+    pub(super) fn commit_periodic(&self) -> Result<()> {
+        let mut c = lock(&self.commit);
+        let before = self.expire_before();
+        self.commit_locked(&mut c, WriteBack::Expired(before))
+    }
+
+    /// Data first dirtied before this is old enough to be written by a
+    /// periodic commit; a replacement held since before it is released.
+    pub(super) fn expire_before(&self) -> Timestamp {
+        let now = self.now();
+        let expire = i64::try_from(self.options.data_expire.as_secs()).unwrap_or(i64::MAX);
+        Timestamp::new(now.sec.saturating_sub(expire), now.nsec)
+    }
+
+    pub(super) fn commit_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
+        while self.commit_step(c, mode)? {}
+        Ok(())
+    }
+
+    /// Seals and writes one commit group; returns whether dirty data is
+    /// left for another.
+    pub(super) fn commit_step(&self, c: &mut CommitState, mode: WriteBack) -> Result<bool> {
+        if self.no_writes.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        if let Some(why) = lock(&self.failed).as_ref() {
+            return Err(Error::ReadOnly(format!("turned read-only after an error: {why}")));
+        }
+        c.next_id += 1;
+        let id = c.next_id;
+        let (sealed, more) = {
+            let mut fs = lock(&self.fs);
+            self.seal_step(&mut fs, id, mode)?
+        };
+        if let Some(s) = &sealed {
+            if let Err(e) = self.write_group(s) {
+                self.fail(&e);
+                return Err(e);
+            }
+            let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+            let mut fs = lock(&self.fs);
+            Volume::completed(&mut fs, s, id);
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        *lock(&self.last_commit) = self.clock.reading();
+        Ok(more)
+    }
+
+    /// Writes back dirty data (while the group has room) and seals one
+    /// commit group. Returns it, and whether dirty data is left over.
+    pub(super) fn seal_step(
+        &self,
+        fs: &mut Fs,
+        id: u64,
+        mode: WriteBack,
+    ) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
+        let mut more = false;
+        // Files held for replacement that this commit lets go are released
+        // first, so that their new contents go with it; the others are
+        // written as they were before their truncation, data and all left
+        // for later.
+        let hold = match mode {
+            WriteBack::All => HoldPolicy::ReleaseAll,
+            WriteBack::AllButHeld => HoldPolicy::Keep { expire_before: self.expire_before() },
+            WriteBack::Expired(before) => HoldPolicy::Keep { expire_before: before },
+            WriteBack::Chunk(_) => HoldPolicy::ReleaseAll,
+        };
+        let mut substitutes = match fs.settle_replacements(hold) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(&e);
+                return Err(e);
+            }
+        };
+        let dirty: Vec<InodeNo> = fs.pages.dirty_files().into_iter().filter(|i| !substitutes.contains_key(i)).collect();
+        // Every capped inode's cap is known before any is sealed: a group
+        // cut short below still carries the inodes of files it did not
+        // reach. A step relieving memory stops each file's write-back at a
+        // limit instead, and takes its caps after it (below).
+        let mut tails: HashMap<InodeNo, (u64, Option<u64>)> = HashMap::new();
+        let mut budget = match mode {
+            WriteBack::Chunk(b) => b,
+            _ => 0,
+        };
+        for &ino in &dirty {
+            let capped = match mode {
+                WriteBack::Chunk(_) => fs.chunk_limit(ino, budget).map(|(limit, used)| {
+                    budget -= used;
+                    // A tail waits for the next step.
+                    more |= limit.is_some();
+                    limit.map(|l| (l, None))
+                }),
+                _ => fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap)))),
+            };
+            match capped {
+                Ok(Some(t)) => {
+                    tails.insert(ino, t);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        }
+        for &ino in &dirty {
+            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).map_or(u64::MAX, |t| t.0)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    more = true;
+                    break;
+                }
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        }
+        // The capped records are taken after the write-back, whose blocks
+        // they map. A step relieving memory caps every file whose written
+        // end waits, at what this step (or one before) did write: its limit,
+        // or less when the group filled first.
+        let mut caps: Vec<(InodeNo, u64)> = tails.iter().filter_map(|(&i, &(_, c))| c.map(|c| (i, c))).collect();
+        if matches!(mode, WriteBack::Chunk(_)) {
+            for &ino in &dirty {
+                match fs.written_cap(ino) {
+                    Ok(Some(cap)) => caps.push((ino, cap)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.fail(&e);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        for (ino, cap) in caps {
+            if let Some(rec) = fs.log.cached_inode(ino)
+                && rec.size > cap
+            {
+                substitutes.insert(ino, crate::format::inode::InodeRecord { size: cap, ..rec.clone() });
+            }
+        }
+        fs.pages.forget_clean();
+        let data = fs.pages.take_queued(id, crate::meta_log::seal::MAX_DATA_RUN_BLOCKS);
+        let sealed = match fs.log.seal_substituted(data, &substitutes, self.now()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(&e);
+                return Err(e);
+            }
+        };
+        if sealed.as_ref().is_some_and(|s| s.seq.is_some()) {
+            fs.intents.sealed(substitutes.keys().copied());
+        }
+        // A capped or held inode stays cached until its new record is
+        // written, so that the one on disk never replaces it.
+        fs.log.pin_inodes(substitutes.into_keys().collect());
+        Ok((sealed, more))
+    }
+
+    /// Writes a sealed group (or fsync record) once no data written in
+    /// place outside a commit is still under way (see `home`).
+    pub(super) fn write_group(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        let _home = lock(&self.home);
+        self.write_group_home_held(g)
+    }
+
+    /// Writes an fsync record. One that carries its data (or needs none)
+    /// makes no page of [`Volume::write_home`] reachable and folds nothing:
+    /// it need not wait for those writes. One that writes data in place
+    /// first does, so that an older copy written in the background never
+    /// lands after the newer data.
+    pub(super) fn write_record(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        if g.data_blocks() == 0 { g.write(&self.meta, &self.data) } else { self.write_group(g) }
+    }
+
+    /// [`Volume::write_group`] with `home` held by the caller.
+    pub(super) fn write_group_home_held(&self, g: &crate::meta_log::SealedGroup) -> Result<()> {
+        let unflushed = self.home_unflushed.load(Ordering::Acquire)
+            && !crate::faults::active(crate::faults::Fault::HomeWriteUnflushed);
+        g.write_after(&self.meta, &self.data, unflushed)?;
+        if unflushed && g.meta_blocks() > 0 {
+            self.home_unflushed.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Writes the data copied into fsync records to its place on the data
+    /// device, a megabyte at a time, without the commit lock: then the
+    /// next commit, which must make it durable before folding the records
+    /// away, has little data left to write, and fsyncs do not wait behind
+    /// it. Nothing is flushed: the records keep the data durable until the
+    /// commit's flush does.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn write_home(&self) -> Result<()> {
+        // Small batches: a commit group waits for the batch under way.
+        const BATCH_PAGES: usize = 32;
+        loop {
+            let id = self.home_ids.fetch_add(1, Ordering::Relaxed);
+            let home = lock(&self.home);
+            let pages = lock(&self.fs).pages.take_queued_up_to(id, BATCH_PAGES);
+            if pages.is_empty() {
+                return Ok(());
+            }
+            let n = pages.len();
+            self.home_unflushed.store(true, Ordering::Release);
+            for (at, buf) in &crate::meta_log::seal::coalesce(pages) {
+                if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf) {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+            drop(home);
+            let mut fs = lock(&self.fs);
+            fs.pages.drop_in_flight(id);
+            fs.log.count_data_written(n as u64);
+            if n < BATCH_PAGES {
+                return Ok(());
+            }
+        }
+    }
+
+    pub(super) fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
+        let budget = fs.config.cache_budget;
+        fs.log.complete(sealed, budget);
+        fs.pages.drop_in_flight(id);
+    }
+
+    /// Commits, then writes a checkpoint of the IFile.
+    ///
+    /// # Errors
+    /// A device fails (the volume turns read-only).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_with(WriteBack::All)
+    }
+
+    /// A checkpoint nobody asked to be durable (by log volume, or to turn
+    /// segments waiting for one into free ones): files held for
+    /// replacement stay held.
+    pub(super) fn checkpoint_for_room(&self) -> Result<()> {
+        self.checkpoint_with(WriteBack::AllButHeld)
+    }
+
+    pub(super) fn checkpoint_with(&self, mode: WriteBack) -> Result<()> {
+        let mut c = lock(&self.commit);
+        self.commit_locked(&mut c, mode)?;
+        if self.no_writes.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let sealed = {
+            // Whatever slipped in since the commit is drained with the locks
+            // held, so that the checkpoint sees no pending change and no
+            // pending free (a free not yet released would be lost: the
+            // checkpoint's roll-forward starts after it).
+            let _home = lock(&self.home);
+            let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+            let mut fs = lock(&self.fs);
+            loop {
+                c.next_id += 1;
+                let id = c.next_id;
+                let (group, more) = self.seal_step(&mut fs, id, mode)?;
+                if let Some(g) = &group {
+                    if let Err(e) = self.write_group_home_held(g) {
+                        self.fail(&e);
+                        return Err(e);
+                    }
+                    Volume::completed(&mut fs, g, id);
+                }
+                if !more && !fs.log.has_dirty() {
+                    break;
+                }
+            }
+            match fs.log.seal_checkpoint(self.now()) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+        };
+        if let Err(e) = sealed.write(&self.meta, &self.data) {
+            self.fail(&e);
+            return Err(e);
+        }
+        let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+        lock(&self.fs).log.complete_checkpoint(&sealed);
+        Ok(())
+    }
+}

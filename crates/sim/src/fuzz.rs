@@ -22,7 +22,7 @@ use dualfs_engine::volume::{Creds, RenameFlags, SetAttr, SetMode};
 use crate::crash::{Choice, StateSpec};
 use crate::explorer::{Config, Explorer};
 use crate::image::{Block, Image, OverlayDevice};
-use crate::workload::{Step, Workload, fixed_clock};
+use crate::workload::fixed_clock;
 use crate::workloads;
 
 /// The decoders over `bytes` as they are and with their checksums sealed
@@ -37,23 +37,7 @@ fn base() -> &'static (Arc<Image>, Arc<Image>, Vec<u64>) {
     static BASE: OnceLock<(Arc<Image>, Arc<Image>, Vec<u64>)> = OnceLock::new();
     BASE.get_or_init(|| {
         let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
-        let mut steps = vec![Step::Mkdir("D".into())];
-        // A directory of a B-tree of a few nodes, a file of an extent tree,
-        // a large xattr and a long symlink (blobs), a tail of log after the
-        // checkpoint that roll-forward reads, and an orphan-free unlink.
-        steps.extend((0..120).map(|i| Step::Create(format!("D/file-{i:03}"))));
-        steps.push(Step::Create("A/frag".into()));
-        steps.extend((0..20).map(|i| Step::Write { path: "A/frag".into(), offset: i * 8192, len: 4096 }));
-        steps.push(Step::SetXattr { path: "A/foo".into(), len: 3000 });
-        steps.push(Step::Symlink { path: "B/long".into(), target: "t".repeat(3000) });
-        steps.push(Step::Sync);
-        steps.extend([
-            Step::Create("D/tail".into()),
-            Step::Write { path: "D/tail".into(), offset: 0, len: 9000 },
-            Step::Unlink("D/file-007".into()),
-            Step::Fsync("D".into()),
-        ]);
-        let w = Workload { name: "fuzz".into(), steps, scale: 1 };
+        let w = workloads::every_structure("fuzz", 120, 20);
         let run = ex.record(&w).expect("workload");
         let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
         let blocks = img.meta.written().into_iter().map(|(no, _)| no).collect();

@@ -494,6 +494,29 @@ fn untangled() -> Vec<Workload> {
     out
 }
 
+/// A volume with every kind of structure: a directory of `files` entries
+/// (a B-tree of several nodes), a file of `frag_writes` separate extents
+/// (an extent tree), a large xattr and a long symlink (blobs), a
+/// checkpoint, then a tail of log that roll-forward reads (with an
+/// unlink). The damage sweep and the fuzzer start from it.
+#[must_use]
+pub fn every_structure(name: &str, files: usize, frag_writes: u64) -> Workload {
+    let mut steps = vec![Step::Mkdir(s("D"))];
+    steps.extend((0..files).map(|i| Step::Create(format!("D/file-{i:03}"))));
+    steps.push(Step::Create(s("A/frag")));
+    steps.extend((0..frag_writes).map(|i| Step::Write { path: s("A/frag"), offset: i * 8192, len: 4096 }));
+    steps.push(Step::SetXattr { path: s("A/foo"), len: 3000 });
+    steps.push(Step::Symlink { path: s("B/long"), target: "t".repeat(3000) });
+    steps.push(Step::Sync);
+    steps.extend([
+        Step::Create(s("D/tail")),
+        Step::Write { path: s("D/tail"), offset: 0, len: 9000 },
+        Step::Unlink(s("D/file-007")),
+        Step::Fsync(s("D")),
+    ]);
+    Workload { name: name.into(), steps, scale: 1 }
+}
+
 /// Long log traffic: many small commits, so that segments are used up,
 /// freed by checkpoints and reused. With `ticks`, the periodic work runs
 /// every sixteen commits; without, checkpoints come only when the log runs

@@ -29,24 +29,7 @@ fn damaged_base() -> &'static (Arc<Image>, Arc<Image>, Tree) {
     static BASE: OnceLock<(Arc<Image>, Arc<Image>, Tree)> = OnceLock::new();
     BASE.get_or_init(|| {
         let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
-        let mut steps = vec![Step::Mkdir("D".into())];
-        // A directory large enough for a B-tree of several nodes.
-        steps.extend((0..250).map(|i| Step::Create(format!("D/file-{i:03}"))));
-        // A file of more extents than an inode holds: an extent tree.
-        steps.push(Step::Create("A/frag".into()));
-        steps.extend((0..24).map(|i| Step::Write { path: "A/frag".into(), offset: i * 8192, len: 4096 }));
-        // Large xattrs and a long symlink: blobs and an xattr tree.
-        steps.push(Step::SetXattr { path: "A/foo".into(), len: 3000 });
-        steps.push(Step::Symlink { path: "B/long".into(), target: "t".repeat(3000) });
-        steps.push(Step::Sync);
-        // The tail after the checkpoint: roll-forward reads it.
-        steps.extend([
-            Step::Create("D/tail".into()),
-            Step::Write { path: "D/tail".into(), offset: 0, len: 9000 },
-            Step::Unlink("D/file-007".into()),
-            Step::Fsync("D".into()),
-        ]);
-        let w = Workload { name: "damage".into(), steps, scale: 1 };
+        let w = workloads::every_structure("damage", 250, 24);
         let run = ex.record(&w).expect("workload");
         let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
         let (meta, data) = (img.meta, img.data);

@@ -139,14 +139,19 @@ impl IFile {
         (InodeNo(n), generation)
     }
 
-    /// Takes the free number `ino` with entry `e` (repair re-creating the
-    /// root directory as number 1).
-    pub fn take_inode(&mut self, ino: InodeNo, e: ImapEntry) {
+    /// Grows the inode map to hold `ino`; the numbers added below it are free.
+    fn reach_inode(&mut self, ino: InodeNo) {
         if ino.0 >= self.inodes.len() as u64 {
             let old_len = self.inodes.len() as u64;
             self.inodes.grow(ino.0 as usize + 1);
             self.free_inodes.extend(old_len..ino.0);
         }
+    }
+
+    /// Takes the free number `ino` with entry `e` (repair re-creating the
+    /// root directory as number 1).
+    pub fn take_inode(&mut self, ino: InodeNo, e: ImapEntry) {
+        self.reach_inode(ino);
         let old = self.inodes.get(ino.0 as usize);
         if old.in_use() {
             self.sub_live(old.address, u32::from(old.record_len));
@@ -191,12 +196,8 @@ impl IFile {
     /// Records that the newest copy of `ino` (generation `generation`,
     /// `len` bytes) now lives in inode block `at`.
     pub fn place_inode(&mut self, ino: InodeNo, generation: u32, at: MetaBlock, len: u16) {
-        if ino.0 >= self.inodes.len() as u64 {
-            // Roll-forward meets inodes allocated after the checkpoint.
-            let old_len = self.inodes.len() as u64;
-            self.inodes.grow(ino.0 as usize + 1);
-            self.free_inodes.extend(old_len..ino.0);
-        }
+        // Roll-forward meets inodes allocated after the checkpoint.
+        self.reach_inode(ino);
         let old = self.inodes.get(ino.0 as usize);
         if old.in_use() {
             self.sub_live(old.address, u32::from(old.record_len));

@@ -117,6 +117,8 @@ impl Log {
             readahead: super::readahead::ReadAhead::default(),
             recounted: Vec::new(),
             pending_fsync: Vec::new(),
+            snaps: super::snapshot::Snapshots::default(),
+            last_record: None,
         }
     }
 

@@ -10,10 +10,14 @@ use std::sync::Arc;
 
 use common::{Rig, clock, options};
 use dualfs_engine::Volume;
-use dualfs_engine::check::check;
+use dualfs_engine::check::{Invariant, check};
 use dualfs_engine::device::MemoryDevice;
 use dualfs_engine::error::Error;
-use dualfs_engine::types::{InodeNo, SegmentNo};
+use dualfs_engine::format::block::{self, BlockKind};
+use dualfs_engine::format::descriptor::Change;
+use dualfs_engine::format::ifile::{IndexBlock, TableId};
+use dualfs_engine::format::inode::Extent;
+use dualfs_engine::types::{DataBlock, InodeNo, SegmentNo};
 use dualfs_engine::volume::{CleanRequest, Creds, MkfsOptions, Policy, RenameFlags};
 
 fn snap(rig: &Rig, name: &str) -> Volume {
@@ -210,4 +214,56 @@ fn fsck_checks_every_snapshot() {
     vol.close().unwrap();
     let r = check(rig.meta.clone(), rig.data.clone()).unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+/// A rig with snapshot `s` of the file `data`, which the live volume then
+/// rewrote whole (to new blocks): `data`'s old first block is held by the
+/// snapshot alone. Returns that block.
+fn rig_with_moved_snapshot() -> (Rig, u64) {
+    let rig = Rig::new();
+    let vol = rig.open();
+    let f = rig.lookup(&vol, "data");
+    let old = vol.with_fs(|fs| fs.extents_around(f, 0, 1).unwrap())[0].physical.0;
+    vol.snapshot_create("s").unwrap();
+    vol.write(f, 0, &[5u8; 40_000]).unwrap();
+    vol.sync().unwrap();
+    assert_ne!(vol.with_fs(|fs| fs.extents_around(f, 0, 1).unwrap())[0].physical.0, old);
+    vol.close().unwrap();
+    assert_fsck_clean(&rig);
+    (rig, old)
+}
+
+#[test]
+fn fsck_names_a_damaged_snapshot_image_i12() {
+    let (rig, old) = rig_with_moved_snapshot();
+    // The snapshot's own bitmap loses the block its file maps.
+    let vol = rig.open();
+    let index = vol.with_fs(|fs| fs.log.snapshots()[0].checkpoint.index.clone());
+    vol.close().unwrap();
+    let r = index.iter().find(|r| r.table == TableId::Bitmap && r.first == 0).unwrap();
+    let raw = rig.read(r.address.0);
+    let (_, payload) = block::open_block_of_kind(&raw, r.address, rig.volume_id(), BlockKind::IFileIndex).unwrap();
+    let at = IndexBlock::decode(payload).unwrap().addresses[0];
+    rig.reseal(at, |p| p[(old / 8) as usize] &= !(1 << (old % 8)));
+    rig.assert_names(Invariant::I12);
+    // The live volume still mounts, the snapshot does not.
+    rig.open().close().unwrap();
+    assert!(Volume::open_snapshot(rig.meta.clone(), rig.data.clone(), "s", options()).is_err());
+}
+
+#[test]
+fn fsck_names_a_held_block_given_to_another_file_i13() {
+    let (rig, old) = rig_with_moved_snapshot();
+    rig.corrupt(|vol| {
+        let x = vol.create(InodeNo::ROOT, b"x", 0o644, Creds::ROOT).unwrap().ino;
+        vol.with_fs(|fs| {
+            fs.log.space_mut().mark_used(DataBlock(old), 1);
+            fs.log.record(Change::DataAlloc { start: DataBlock(old), len: 1 });
+            fs.add_extent(x, Extent { logical: 0, physical: DataBlock(old), len: 1, unwritten: false }).unwrap();
+            let mut rec = fs.log.inode_mut(x).unwrap();
+            rec.blocks = 1;
+            rec.size = 4096;
+        });
+    });
+    rig.assert_names(Invariant::I13);
 }

@@ -199,14 +199,30 @@ impl Log {
             if h.name != e.id || rec.id != e.id {
                 return Err(Error::corrupt_meta("snapshot block", e.address.0, "is not the snapshot the list names"));
             }
-            let image = self.open_image(&rec.checkpoint).map_err(|err| {
-                Error::corrupt_meta(
-                    "snapshot",
-                    e.address.0,
-                    format!("snapshot {}: its image does not load: {err}", rec.name),
-                )
-            })?;
-            all.push(image.info_from(rec.id, rec.name, rec.created, e.address, rec.checkpoint));
+            match self.open_image(&rec.checkpoint) {
+                Ok(image) => all.push(image.info_from(rec.id, rec.name, rec.created, e.address, rec.checkpoint)),
+                Err(err) => {
+                    // Damage to one snapshot must not cost the volume: it is
+                    // kept (and its own blocks pinned) for fsck to name and
+                    // the user to delete; what its image reached is unknown.
+                    log::error!("snapshot {} is damaged: its image does not load: {err}", rec.name);
+                    let geometry = self.ifile.geometry();
+                    let segments: BTreeSet<SegmentNo> = std::iter::once(e.address)
+                        .chain(rec.checkpoint.index.iter().map(|r| r.address))
+                        .filter_map(|a| geometry.segment_of(a))
+                        .collect();
+                    all.push(SnapshotInfo {
+                        id: rec.id,
+                        name: rec.name,
+                        created: rec.created,
+                        address: e.address,
+                        checkpoint: rec.checkpoint,
+                        segments,
+                        meta_blocks: 0,
+                        bitmap: Vec::new(),
+                    });
+                }
+            }
         }
         self.snaps =
             super::snapshot::Snapshots { list: Some(list_at), next_id: list.next_id, all, ..Default::default() };
@@ -222,7 +238,7 @@ impl Log {
             for seg in &s.segments {
                 *pins.entry(*seg).or_default() += 1;
             }
-            if held.is_empty() {
+            if held.is_empty() && !s.bitmap.is_empty() {
                 held = vec![0; s.bitmap.len()];
             }
             for (h, b) in held.iter_mut().zip(&s.bitmap) {
@@ -395,6 +411,9 @@ impl Log {
         let Some(me) = self.snaps.all.get(i) else { return SnapshotSpace::default() };
         let live = self.space.bitmap.entries();
         let mut others = vec![0u64; me.bitmap.len()];
+        if me.bitmap.is_empty() {
+            return SnapshotSpace::default();
+        }
         for (j, s) in self.snaps.all.iter().enumerate() {
             if j != i {
                 for (o, b) in others.iter_mut().zip(&s.bitmap) {

@@ -49,6 +49,9 @@ pub struct MountConfig {
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
+    /// `snapshot=NAME`: mount that snapshot, read-only, beside the live
+    /// volume (which may be mounted meanwhile).
+    pub snapshot: Option<String>,
 }
 
 impl Default for MountConfig {
@@ -70,6 +73,7 @@ impl Default for MountConfig {
             entry_timeout: None,
             accept_loss: false,
             remount: false,
+            snapshot: None,
         }
     }
 }
@@ -220,6 +224,14 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 bail!("recover={v}: the only recovery is recover=older (accept the state before the damage)");
             }
             c.accept_loss = true;
+        } else if let Some(v) = opt.strip_prefix("snapshot=") {
+            if let Some(why) = dualfs_engine::format::snapshot::bad_name(v) {
+                bail!("snapshot={v}: {why}");
+            }
+            // A snapshot is read-only, always.
+            c.snapshot = Some(v.to_string());
+            c.read_only = true;
+            c.fuse.push(MountOption::RO);
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

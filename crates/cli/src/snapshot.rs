@@ -71,6 +71,16 @@ fn change(t: &Target, name: &str, create: bool) -> Result<()> {
     if let Some(why) = dualfs_engine::format::snapshot::bad_name(name) {
         bail!("{why}");
     }
+    let devices = match t {
+        Target::Mounted(mnt) => devices_of(mnt.root()),
+        Target::Devices(m, d) => Some((m.clone(), d.clone())),
+    };
+    if !create
+        && let Some((m, d)) = devices
+        && let Some(at) = snapshot_mount(&m, &d, name)
+    {
+        bail!("snapshot {name} is mounted on {}: unmount it first", at.display());
+    }
     match t {
         Target::Mounted(mnt) => {
             let known = list(t)?;
@@ -100,9 +110,39 @@ fn change(t: &Target, name: &str, create: bool) -> Result<()> {
     }
 }
 
+/// The same file or device, whatever path names it.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino(), x.rdev()) == (y.dev(), y.ino(), y.rdev()),
+        _ => false,
+    }
+}
+
+/// Where snapshot `name` of the volume on `meta` and `data` is mounted, if
+/// it is (`dualfs mount -o snapshot=` names its source `META#DATA@NAME`):
+/// deleting it would pull its blocks from under the mount.
+fn snapshot_mount(meta: &Path, data: &Path, name: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    crate::umount::parse_mountinfo(&text).into_iter().find_map(|e| {
+        let (pair, snap) = e.source.rsplit_once('@')?;
+        let (m, d) = pair.split_once('#')?;
+        (e.fstype == "fuse.dualfs" && snap == name && same_file(Path::new(m), meta) && same_file(Path::new(d), data))
+            .then_some(e.mountpoint)
+    })
+}
+
+/// The devices of the volume mounted at `root`, from its source.
+fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
+    let e = crate::umount::find(root).ok()?;
+    let (m, d) = e.source.split_once('#')?;
+    Some((PathBuf::from(m), PathBuf::from(d)))
+}
+
 fn created(s: &Value) -> String {
-    let t = Timestamp::new(s["created"].as_i64().unwrap_or(0), s["created_nsec"].as_u64().unwrap_or(0) as u32);
-    crate::inspect::date(t)
+    let t = Timestamp::new(s["created"].as_i64().unwrap_or(0), 0);
+    // To the second: enough to tell snapshots apart in a table.
+    crate::inspect::date(t).replace(".000000000", "")
 }
 
 /// `zfs list -t snapshot`'s columns: the space only it holds (what deleting
@@ -114,12 +154,12 @@ fn table(v: &Value) -> String {
         return "no snapshots\n".into();
     }
     let width = rows.iter().filter_map(|s| s["name"].as_str()).map(str::len).max().unwrap_or(4).max(4);
-    let _ = writeln!(o, "{:<width$}  {:<25}  {:>12}  {:>12}", "NAME", "CREATED", "ONLY IT", "SHARED");
+    let _ = writeln!(o, "{:<width$}  {:<23}  {:>12}  {:>12}", "NAME", "CREATED", "ONLY IT", "SHARED");
     for s in rows {
         let only = s["data_only_bytes"].as_u64().unwrap_or(0) + s["meta_only_bytes"].as_u64().unwrap_or(0);
         let _ = writeln!(
             o,
-            "{:<width$}  {:<25}  {:>12}  {:>12}",
+            "{:<width$}  {:<23}  {:>12}  {:>12}",
             s["name"].as_str().unwrap_or("?"),
             created(&s),
             human_bytes(only),

@@ -457,7 +457,9 @@ mod requests {
                     self.control.stop_clean();
                     Ok(())
                 }
-                (b, Some(v)) if b == control::SNAPSHOT_CREATE.as_bytes() || b == control::SNAPSHOT_DELETE.as_bytes() => {
+                (b, Some(v))
+                    if b == control::SNAPSHOT_CREATE.as_bytes() || b == control::SNAPSHOT_DELETE.as_bytes() =>
+                {
                     let name = std::str::from_utf8(v).map_err(|_| Errno::EINVAL)?;
                     let done = if b == control::SNAPSHOT_CREATE.as_bytes() {
                         self.vol.snapshot_create(name).map(|_| ())
@@ -468,9 +470,15 @@ mod requests {
                 }
                 // Read-only attributes, and names that are not there.
                 (b, _)
-                    if [control::STATS, control::MODE, control::REMOUNT_RO, control::REMOUNT_RW, control::SNAPSHOTS]
-                        .iter()
-                        .any(|n| n.as_bytes() == b) =>
+                    if [
+                        control::STATS,
+                        control::MODE,
+                        control::REMOUNT_RO,
+                        control::REMOUNT_RW,
+                        control::SNAPSHOTS,
+                    ]
+                    .iter()
+                    .any(|n| n.as_bytes() == b) =>
                 {
                     Err(Errno::EPERM)
                 }

@@ -115,6 +115,19 @@ impl Volume {
         let mut fs = lock(&self.fs);
         let sb = fs.log.superblock().clone();
         if sb.incompat & INCOMPAT_SNAPSHOTS != 0 {
+            // The data copy may lack the bit still (a crash between the two
+            // writes, which mount accepts): it is written again then.
+            let want = Superblock { role: Role::Data, ..sb }.encode();
+            let have = device::read(self.data.as_ref(), DeviceRole::Data, 0, 1)?;
+            if have != want {
+                let written = device::write(self.data.as_ref(), DeviceRole::Data, 0, &want)
+                    .and_then(|()| device::flush(self.data.as_ref(), DeviceRole::Data));
+                if let Err(e) = written {
+                    drop(fs);
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
             return Ok(());
         }
         let new = Superblock { incompat: sb.incompat | INCOMPAT_SNAPSHOTS, minor: sb.minor.max(3), ..sb };

@@ -91,6 +91,14 @@ fn change(t: &Target, name: &str, create: bool) -> Result<()> {
             if !create && !exists {
                 bail!("no snapshot named {name} on {}", mnt.root().display());
             }
+            if create {
+                // The kernel's cached writes go to the volume first, as
+                // `dualfs sync` has them: the snapshot holds every write
+                // made before the command.
+                let dir = std::fs::File::open(mnt.root())?;
+                rustix::fs::syncfs(std::os::fd::AsFd::as_fd(&dir))
+                    .map_err(|e| anyhow!("writing the kernel's cached data of {}: {e}", mnt.root().display()))?;
+            }
             let attr = if create { control::SNAPSHOT_CREATE } else { control::SNAPSHOT_DELETE };
             rustix::fs::setxattr(mnt.root(), attr, name.as_bytes(), XattrFlags::empty()).map_err(|e| {
                 anyhow!(

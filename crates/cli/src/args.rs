@@ -160,6 +160,10 @@ Options (-o, comma-separated, may be repeated):
   recover=older    mount writable although damage took commits that had been
                    made durable (fsck says which), accepting the older state;
                    without it such a volume mounts only with ro
+  recover=rebuild  when no checkpoint loads (damage to the IFile blocks both
+                   share), write the volume as rebuilt from its log (what
+                   `dualfs fsck -y` does) and mount it; without it such a
+                   volume mounts only with ro, showing the rebuilt state
   threads=N        requests served in parallel (default 4)
   attr_timeout=S, entry_timeout=S
                    how long the kernel may keep attributes and names (found or

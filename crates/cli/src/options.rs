@@ -46,6 +46,9 @@ pub struct MountConfig {
     /// `recover=older`: accept losing commits a damaged log can no longer
     /// give back, and mount writable from the state before the damage.
     pub accept_loss: bool,
+    /// `recover=rebuild`: when no checkpoint loads, write the volume as
+    /// rebuilt from its log (what `fsck -y` does) and mount that.
+    pub rebuild: bool,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -69,6 +72,7 @@ impl Default for MountConfig {
             attr_timeout: None,
             entry_timeout: None,
             accept_loss: false,
+            rebuild: false,
             remount: false,
         }
     }
@@ -216,10 +220,14 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             }
             c.trace = Some(PathBuf::from(v));
         } else if let Some(v) = opt.strip_prefix("recover=") {
-            if v != "older" {
-                bail!("recover={v}: the only recovery is recover=older (accept the state before the damage)");
+            match v {
+                "older" => c.accept_loss = true,
+                "rebuild" => c.rebuild = true,
+                _ => bail!(
+                    "recover={v}: give recover=older (accept the state before a damaged log) or recover=rebuild \
+                     (rebuild a volume no checkpoint of which loads from its log)"
+                ),
             }
-            c.accept_loss = true;
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

@@ -314,6 +314,7 @@ fn serve(args: &MountArgs) -> Result<()> {
         }
     };
     let _ = notifier.set(session.notifier());
+    crate::bdi::set_dirty_window(&absolute(&args.mountpoint)?, cfg.dirty_window);
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {

@@ -49,6 +49,9 @@ pub struct MountConfig {
     /// `recover=rebuild`: when no checkpoint loads, write the volume as
     /// rebuilt from its log (what `fsck -y` does) and mount that.
     pub rebuild: bool,
+    /// `dirty_window=`: the most dirty data the kernel may hold for this
+    /// mount before passing it to the volume (0: the kernel's own limit).
+    pub dirty_window: u64,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -73,6 +76,7 @@ impl Default for MountConfig {
             entry_timeout: None,
             accept_loss: false,
             rebuild: false,
+            dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
             remount: false,
         }
     }
@@ -228,6 +232,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                      (rebuild a volume no checkpoint of which loads from its log)"
                 ),
             }
+        } else if let Some(v) = opt.strip_prefix("dirty_window=") {
+            c.dirty_window = match crate::args::parse_size(v) {
+                Ok(n) if n == 0 || n >= 1 << 20 => n,
+                _ => bail!("dirty_window={v}: give a size of at least 1M (or 0 for the kernel's limit)"),
+            };
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

@@ -590,7 +590,7 @@ impl Volume {
             return Ok(false);
         }
         if write_back && !self.options.read_only {
-            self.commit_for_room()?;
+            self.write_back_in_steps()?;
         }
         self.tick()?;
         Ok(true)

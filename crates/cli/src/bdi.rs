@@ -48,7 +48,7 @@ fn mount_device(mountpoint: &Path) -> Option<String> {
             let f: Vec<&str> = l.split(' ').collect();
             (f.len() > 4 && unescape(f[4]) == want).then(|| f[2].to_string())
         })
-        .last()
+        .next_back()
 }
 
 /// mountinfo writes space, tab, newline and backslash as octal escapes.

@@ -7,7 +7,6 @@
 //! the meta-data device until it exits, so waiting for the lock is waiting
 //! for the clean close.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -111,33 +110,28 @@ fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
     }
 }
 
-/// Waits until no process holds the lock on `meta` (the serving process
-/// has exited), for at most `timeout`.
+/// Waits until nothing holds `meta` any more (the serving process has
+/// exited), for at most `timeout`.
 ///
 /// # Errors
-/// The timeout passes, or `meta` cannot be opened.
+/// The timeout passes.
 pub fn wait_closed(meta: &Path, timeout: Duration) -> Result<()> {
-    let f = File::open(meta).with_context(|| format!("cannot open {}", meta.display()))?;
     let start = Instant::now();
-    loop {
-        match f.try_lock_shared() {
-            Ok(()) => {
-                let _ = f.unlock();
-                return Ok(());
-            }
-            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => bail!(
+    // Every name a mount claims (a loop device and the file behind it, an
+    // image file), not only the path's own lock: a block device's node
+    // carries no lock, and a mount at once after would find the file
+    // behind it still held.
+    while !crate::claim::is_free(meta) {
+        if start.elapsed() >= timeout {
+            bail!(
                 "the volume on {} is still open after {} s: the serving process has not finished",
                 meta.display(),
                 timeout.as_secs()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("cannot lock {}", meta.display()));
-            }
+            );
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    Ok(())
 }
 
 /// Runs `dualfs umount`.

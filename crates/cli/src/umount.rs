@@ -69,6 +69,12 @@ pub fn meta_of_source(source: &str) -> Option<PathBuf> {
     Some(PathBuf::from(meta))
 }
 
+/// The data device named by a `META#DATA` source.
+fn data_of_source(source: &str) -> Option<PathBuf> {
+    let (_, data) = source.split_once('#')?;
+    Some(PathBuf::from(data))
+}
+
 /// The DualFS mount at `mountpoint` (an absolute path).
 ///
 /// # Errors
@@ -110,18 +116,18 @@ fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
     }
 }
 
-/// Waits until nothing holds `meta` any more (the serving process has
-/// exited), for at most `timeout`.
+/// Waits until nothing holds `meta` and `data` any more (the serving
+/// process has exited), for at most `timeout`.
 ///
 /// # Errors
 /// The timeout passes.
-pub fn wait_closed(meta: &Path, timeout: Duration) -> Result<()> {
+pub fn wait_closed(meta: &Path, data: Option<&Path>, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     // Every name a mount claims (a loop device and the file behind it, an
-    // image file), not only the path's own lock: a block device's node
-    // carries no lock, and a mount at once after would find the file
-    // behind it still held.
-    while !crate::claim::is_free(meta) {
+    // image file), on both devices, not only the meta-data path's lock: a
+    // block device's node carries no lock, and the serving process lets go
+    // of its two devices one after the other.
+    while !crate::claim::is_free(meta) || data.is_some_and(|d| !crate::claim::is_free(d)) {
         if start.elapsed() >= timeout {
             bail!(
                 "the volume on {} is still open after {} s: the serving process has not finished",
@@ -148,7 +154,8 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     unmount(&mnt, args.lazy)?;
     match meta_of_source(&entry.source) {
         Some(meta) if meta.exists() => {
-            wait_closed(&meta, Duration::from_secs(args.timeout))?;
+            let data = data_of_source(&entry.source);
+            wait_closed(&meta, data.as_deref(), Duration::from_secs(args.timeout))?;
             say!("unmounted {}; the volume is closed", mnt.display());
         }
         _ => println!(

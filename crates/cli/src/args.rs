@@ -41,6 +41,10 @@ pub enum Command {
     /// The log's and the cleaner's counters of a mounted volume.
     #[command(after_help = STATS_HELP)]
     Stats(StatsArgs),
+    /// Snapshots: make, list, show and delete them (mounted or not); mount
+    /// one with `dualfs mount -o snapshot=NAME`.
+    #[command(after_help = SNAPSHOT_HELP)]
+    Snapshot(SnapshotArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
@@ -278,6 +282,7 @@ impl Command {
             Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
             Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
             Command::Probe(_) | Command::Cat(_) | Command::Metadump(_) => true,
+            Command::Snapshot(a) => matches!(a.action, SnapshotAction::List { .. } | SnapshotAction::Show { .. }),
             Command::Mkfs(_)
             | Command::Mount(_)
             | Command::Umount(_)
@@ -338,6 +343,58 @@ pub struct SyncArgs {
     /// Say what was done for each.
     #[arg(long, short = 'v')]
     pub verbose: bool,
+}
+
+const SNAPSHOT_HELP: &str = "\
+VOLUME is the mount point of a mounted volume, or its devices: META DATA, or
+META#DATA. A snapshot is the volume as it was when made, read-only, and costs
+nothing to make: blocks it shares with the volume are shared until the volume
+changes them (an overwrite then goes to a new block). `list` shows the space
+only it holds (what deleting it gives back) and the space it shares.
+
+  dualfs snapshot create /mnt/vol before-upgrade
+  dualfs snapshot list /mnt/vol
+  dualfs mount -o snapshot=before-upgrade meta.img data.img /mnt/old
+  dualfs snapshot delete /mnt/vol before-upgrade";
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    pub action: SnapshotAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotAction {
+    /// Make a snapshot: VOLUME NAME.
+    Create {
+        /// VOLUME (mount point, META DATA or META#DATA), then NAME.
+        #[arg(num_args = 2..=3, required = true, value_name = "VOLUME NAME")]
+        target: Vec<PathBuf>,
+    },
+    /// Delete a snapshot (the space only it held is free again): VOLUME NAME.
+    Delete {
+        /// VOLUME (mount point, META DATA or META#DATA), then NAME.
+        #[arg(num_args = 2..=3, required = true, value_name = "VOLUME NAME")]
+        target: Vec<PathBuf>,
+    },
+    /// List the snapshots: name, creation time, space only it holds, space shared.
+    List {
+        /// VOLUME: mount point, META DATA or META#DATA.
+        #[arg(num_args = 1..=2, required = true, value_name = "VOLUME")]
+        target: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one snapshot: VOLUME NAME.
+    Show {
+        /// VOLUME (mount point, META DATA or META#DATA), then NAME.
+        #[arg(num_args = 2..=3, required = true, value_name = "VOLUME NAME")]
+        target: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]

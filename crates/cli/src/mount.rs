@@ -269,7 +269,13 @@ fn serve(args: &MountArgs) -> Result<()> {
     check_mountpoint(&args.mountpoint)?;
     let meta = absolute(&args.meta)?;
     let data = absolute(&args.data)?;
-    let ((m, d), devices_writable) = open_pair_for_mount(&meta, &data, cfg.read_only)?;
+    // A snapshot is read beside the live volume, whose mount holds the
+    // lock: what a snapshot reaches is never moved nor overwritten while
+    // it exists (DESIGN.md, snapshots).
+    let ((m, d), devices_writable) = match &cfg.snapshot {
+        Some(_) => (crate::devices::open_pair(&meta, &data, crate::devices::Access::Shared)?, false),
+        None => open_pair_for_mount(&meta, &data, cfg.read_only)?,
+    };
     let (m, d) = match &cfg.trace {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
@@ -277,8 +283,12 @@ fn serve(args: &MountArgs) -> Result<()> {
     // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
     let clock = Arc::new(KernelClock::default());
     let volume_clock = clock.clone();
-    let vol = rescue::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
-        .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
+    let vol = match &cfg.snapshot {
+        Some(name) => Volume::open_snapshot(m, d, name, engine_options(&cfg))
+            .map_err(|e| anyhow!("cannot mount snapshot {name} of {} and {}: {e}", meta.display(), data.display()))?,
+        None => rescue::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
+            .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?,
+    };
     let rec = &vol.open_report().recovery;
     if rec.partial_segments > 0 {
         log::info!(
@@ -290,7 +300,10 @@ fn serve(args: &MountArgs) -> Result<()> {
     let vol = Arc::new(vol);
     let mut config = fuser::Config::default();
     config.mount_options = DualFs::required_mount_options();
-    let fsname = cfg.fsname.clone().unwrap_or_else(|| format!("{}#{}", meta.display(), data.display()));
+    let fsname = cfg.fsname.clone().unwrap_or_else(|| match &cfg.snapshot {
+        Some(name) => format!("{}#{}@{name}", meta.display(), data.display()),
+        None => format!("{}#{}", meta.display(), data.display()),
+    });
     config.mount_options.push(MountOption::FSName(fsname));
     config.mount_options.extend(cfg.fuse.iter().cloned());
     config.acl = cfg.acl;

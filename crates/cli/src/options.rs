@@ -55,6 +55,9 @@ pub struct MountConfig {
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
+    /// `snapshot=NAME`: mount that snapshot, read-only, beside the live
+    /// volume (which may be mounted meanwhile).
+    pub snapshot: Option<String>,
 }
 
 impl Default for MountConfig {
@@ -78,6 +81,7 @@ impl Default for MountConfig {
             rebuild: false,
             dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
             remount: false,
+            snapshot: None,
         }
     }
 }
@@ -232,6 +236,14 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                      (rebuild a volume no checkpoint of which loads from its log)"
                 ),
             }
+        } else if let Some(v) = opt.strip_prefix("snapshot=") {
+            if let Some(why) = dualfs_engine::format::snapshot::bad_name(v) {
+                bail!("snapshot={v}: {why}");
+            }
+            // A snapshot is read-only, always.
+            c.snapshot = Some(v.to_string());
+            c.read_only = true;
+            c.fuse.push(MountOption::RO);
         } else if let Some(v) = opt.strip_prefix("dirty_window=") {
             c.dirty_window = match crate::args::parse_size(v) {
                 Ok(n) if n == 0 || n >= 1 << 20 => n,

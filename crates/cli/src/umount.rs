@@ -152,6 +152,17 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     let mnt = std::fs::canonicalize(&mnt).unwrap_or(mnt);
     let entry = find(&mnt)?;
     unmount(&mnt, args.lazy)?;
+    // A snapshot mount (source `META#DATA@NAME`) holds no lock to wait
+    // for: the live volume's mount may hold it meanwhile, and a read-only
+    // snapshot has nothing to write when it closes.
+    if let Some((_, data)) = entry.source.split_once('#')
+        && let Some((d, name)) = data.rsplit_once('@')
+        && !Path::new(data).exists()
+        && Path::new(d).exists()
+    {
+        say!("unmounted {} (snapshot {name}, read-only: nothing to close)", mnt.display());
+        return Ok(());
+    }
     match meta_of_source(&entry.source) {
         Some(meta) if meta.exists() => {
             let data = data_of_source(&entry.source);

@@ -34,6 +34,12 @@ pub struct DataSpace {
     pending_ranges: std::collections::BTreeMap<u64, u64>,
     pending_blocks: u64,
     cursor: Vec<u64>,
+    /// Blocks some snapshot holds: the OR of every snapshot's bitmap, one
+    /// bit per block as in `bitmap`; empty when the volume has none. Never
+    /// handed out, whatever the live bitmap says (DESIGN.md, snapshots).
+    held: Vec<u64>,
+    /// Blocks free in the live bitmap but held by a snapshot.
+    held_only: u64,
 }
 
 impl DataSpace {
@@ -53,6 +59,8 @@ impl DataSpace {
             pending_ranges: std::collections::BTreeMap::new(),
             pending_blocks: 0,
             cursor: vec![0; groups],
+            held: Vec::new(),
+            held_only: 0,
         };
         // Bits past the end of the device are permanently "in use".
         let tail = total % 64;
@@ -134,8 +142,61 @@ impl DataSpace {
     /// what is available, so that would be a bug.
     #[must_use]
     pub fn available(&self) -> u64 {
-        assert!(self.reserved <= self.free, "{} blocks reserved, {} free", self.reserved, self.free);
-        self.free - self.reserved
+        assert!(
+            self.reserved + self.held_only <= self.free,
+            "{} blocks reserved and {} held by snapshots, {} free",
+            self.reserved,
+            self.held_only,
+            self.free
+        );
+        self.free - self.held_only - self.reserved
+    }
+
+    /// Sets what snapshots hold (the OR of their bitmaps; empty: nothing)
+    /// and recounts what they alone keep from being free.
+    ///
+    /// # Panics
+    /// A bitmap of another size than the live one: a bug.
+    pub fn set_held(&mut self, held: Vec<u64>) {
+        assert!(held.is_empty() || held.len() == self.bitmap.len(), "held bitmap of {} words", held.len());
+        self.held = held;
+        self.held_only =
+            self.held.iter().enumerate().map(|(i, h)| u64::from((h & !self.bitmap.get(i)).count_ones())).sum();
+    }
+
+    /// Adds a snapshot's bitmap to what snapshots hold.
+    pub fn add_held(&mut self, bitmap: &[u64]) {
+        let mut held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            held = vec![0; self.bitmap.len()];
+        }
+        for (h, b) in held.iter_mut().zip(bitmap) {
+            *h |= b;
+        }
+        self.set_held(held);
+    }
+
+    /// Whether a snapshot holds block `b`: it may be neither overwritten in
+    /// place nor handed out again.
+    #[must_use]
+    pub fn is_held(&self, b: u64) -> bool {
+        self.held.get((b / 64) as usize).is_some_and(|w| w >> (b % 64) & 1 != 0)
+    }
+
+    /// Blocks free in the live bitmap that snapshots alone keep.
+    #[must_use]
+    pub fn held_only(&self) -> u64 {
+        self.held_only
+    }
+
+    /// The live bitmap's words (a snapshot keeps a copy).
+    #[must_use]
+    pub fn bitmap_words(&self) -> Vec<u64> {
+        self.bitmap.entries().to_vec()
+    }
+
+    fn held_word(&self, w: usize) -> u64 {
+        self.held.get(w).copied().unwrap_or(0)
     }
 
     /// Blocks free or about to be (pending frees count: they are freed by a
@@ -236,6 +297,15 @@ impl DataSpace {
         for b in start..start + len {
             if self.bit(b) != used {
                 self.bitmap.update((b / 64) as usize, |w| *w ^= 1 << (b % 64));
+                if self.is_held(b) {
+                    // A block the live tree lets go of that a snapshot
+                    // keeps stays out of reach (and back: roll-forward).
+                    if used {
+                        self.held_only -= 1;
+                    } else {
+                        self.held_only += 1;
+                    }
+                }
                 let g = self.group_of(DataBlock(b)).0 as usize;
                 self.groups.update(g, |d| {
                     if used {
@@ -371,7 +441,7 @@ impl DataSpace {
         let goal = if goal.0 >= self.total { 0 } else { goal.0 };
         let start = self.find_free(goal, self.total).or_else(|| self.find_free(0, goal))?;
         let mut len = 1;
-        while len < want && start + len < self.total && !self.bit(start + len) {
+        while len < want && start + len < self.total && !self.bit(start + len) && !self.is_held(start + len) {
             len += 1;
         }
         self.mark_used(DataBlock(start), len as u32);
@@ -400,7 +470,8 @@ impl DataSpace {
                 b = self.group_range(g).1;
                 continue;
             }
-            let word = self.bitmap.get((b / 64) as usize) >> (b % 64);
+            let w = (b / 64) as usize;
+            let word = (self.bitmap.get(w) | self.held_word(w)) >> (b % 64);
             if word == !0u64 >> (b % 64) {
                 b = (b / 64 + 1) * 64;
                 continue;

@@ -119,6 +119,12 @@ pub enum Error {
     /// [`crate::Volume`] method.
     #[error("meta-data block {0} must be read first")]
     MustRead(u64),
+    /// A snapshot cannot be made or deleted as asked (the reason in words).
+    #[error("{0}")]
+    SnapshotRefused(String),
+    /// No snapshot of that name.
+    #[error("no snapshot named {0}")]
+    NoSnapshot(String),
 }
 
 /// Shorthand used everywhere in the engine.
@@ -152,6 +158,8 @@ impl Error {
             Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
             Error::MustRead(_) => libc::EIO,
+            Error::SnapshotRefused(_) => libc::EINVAL,
+            Error::NoSnapshot(_) => libc::ENOENT,
         }
     }
 

@@ -40,11 +40,14 @@ pub enum Fault {
     /// the background: let the commit group that folds the records skip
     /// the data flush when it has no data of its own.
     HomeWriteUnflushed,
+    /// Snapshots: overwrite a data block a snapshot holds in place, as if
+    /// no snapshot held it (the snapshot then shows the new data).
+    SnapshotInPlace,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -58,6 +61,7 @@ impl Fault {
         Fault::StrictFsyncUntangled,
         Fault::StrictInPlace,
         Fault::HomeWriteUnflushed,
+        Fault::SnapshotInPlace,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -162,6 +162,36 @@ pub fn report_json(r: &CleanReport) -> Value {
     })
 }
 
+/// Set to a name: makes a snapshot of the mounted volume by that name.
+pub const SNAPSHOT_CREATE: &str = "dualfs.snapshot.create";
+/// Set to a name: deletes that snapshot.
+pub const SNAPSHOT_DELETE: &str = "dualfs.snapshot.delete";
+/// Read: the snapshots, as [`snapshots_json`] writes them.
+pub const SNAPSHOTS: &str = "dualfs.snapshots";
+
+/// The snapshots as `dualfs snapshot list --json` prints them (one shape
+/// whether the volume is mounted or not).
+#[must_use]
+pub fn snapshots_json(list: &[dualfs_engine::volume::SnapshotView]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|s| {
+                json!({
+                    "id": s.id,
+                    "name": s.name,
+                    "created": s.created.sec,
+                    "created_nsec": s.created.nsec,
+                    "checkpoint": s.checkpoint,
+                    "data_only_bytes": s.data_only_bytes,
+                    "data_shared_bytes": s.data_shared_bytes,
+                    "meta_only_bytes": s.meta_only_bytes,
+                    "meta_blocks": s.meta_blocks,
+                })
+            })
+            .collect(),
+    )
+}
+
 /// The engine's counters as a JSON object, and the adapter's requests
 /// per opcode under `fuse_requests`.
 #[must_use]
@@ -401,6 +431,9 @@ mod requests {
                     Ok(control::stats_json(&self.vol, &self.requests).to_string().into_bytes())
                 }
                 b if b == control::MODE.as_bytes() => Ok(control::mode_json(&self.vol).to_string().into_bytes()),
+                b if b == control::SNAPSHOTS.as_bytes() => {
+                    Ok(control::snapshots_json(&self.vol.snapshot_list()).to_string().into_bytes())
+                }
                 b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
                 b if b == control::REMOUNT_RW.as_bytes() => {
                     self.control.remount(&self.vol, false, self.options.devices_writable)
@@ -424,11 +457,28 @@ mod requests {
                     self.control.stop_clean();
                     Ok(())
                 }
+                (b, Some(v))
+                    if b == control::SNAPSHOT_CREATE.as_bytes() || b == control::SNAPSHOT_DELETE.as_bytes() =>
+                {
+                    let name = std::str::from_utf8(v).map_err(|_| Errno::EINVAL)?;
+                    let done = if b == control::SNAPSHOT_CREATE.as_bytes() {
+                        self.vol.snapshot_create(name).map(|_| ())
+                    } else {
+                        self.vol.snapshot_delete(name)
+                    };
+                    done.map_err(|e| report("snapshot", &e))
+                }
                 // Read-only attributes, and names that are not there.
                 (b, _)
-                    if [control::STATS, control::MODE, control::REMOUNT_RO, control::REMOUNT_RW]
-                        .iter()
-                        .any(|n| n.as_bytes() == b) =>
+                    if [
+                        control::STATS,
+                        control::MODE,
+                        control::REMOUNT_RO,
+                        control::REMOUNT_RW,
+                        control::SNAPSHOTS,
+                    ]
+                    .iter()
+                    .any(|n| n.as_bytes() == b) =>
                 {
                     Err(Errno::EPERM)
                 }

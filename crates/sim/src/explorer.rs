@@ -31,7 +31,7 @@ use crate::oracle::History;
 use crate::record::{Dev, Event, Recorder, RecordingDevice};
 use crate::rng::{Rng, hash_name, mix};
 use crate::tree::Tree;
-use crate::workload::{Runner, Step, Workload, fixed_clock};
+use crate::workload::{Runner, SnapshotEvent, Step, Workload, fixed_clock};
 
 /// Tags of the setup's bytes start here; a workload's steps are 1, 2, ...
 pub const SETUP_TAG: u64 = 1_000_000;
@@ -145,6 +145,8 @@ pub struct Run {
     pub recording: Recording,
     /// The model's trees after each step.
     pub history: History,
+    /// Snapshots the workload made and deleted.
+    pub snapshots: Vec<SnapshotEvent>,
 }
 
 /// The explorer: a base image and the configuration.
@@ -244,12 +246,14 @@ impl Explorer {
         history.floors = std::mem::take(&mut r.floors);
         history.fsyncs = std::mem::take(&mut r.fsyncs);
         history.strict = strict;
+        let snapshots = std::mem::take(&mut r.snapshots);
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
         Ok(Run {
             recording: Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() },
             history,
+            snapshots,
         })
     }
 
@@ -353,6 +357,7 @@ impl Explorer {
         }
         let tags = tag_steps(w.steps.len());
         run.history.find(&recovered, img.window, &w.steps, &tags)?;
+        check_snapshots(&vol, meta.clone(), data.clone(), &run.snapshots, img.window, &self.config.mount)?;
         fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
         let expected = new_work(&vol, &recovered, &rec, &tags, &self.config.mount)?;
         drop(vol);
@@ -401,6 +406,57 @@ impl Explorer {
         drop(vol2);
         fsck(meta2, data2)
     }
+}
+
+/// The snapshots oracle: a snapshot made by a step promised durable is
+/// there unless a step begun deleted it; one whose making was not begun,
+/// or whose deletion was promised, is not; and every snapshot there shows
+/// exactly the tree it was made of, byte for byte, whatever the live
+/// volume did after (a crash mid-create or mid-delete loses neither the
+/// snapshot nor what it holds).
+fn check_snapshots(
+    vol: &Volume,
+    meta: Arc<dyn BlockDevice>,
+    data: Arc<dyn BlockDevice>,
+    events: &[SnapshotEvent],
+    window: crate::crash::Window,
+    mount: &MountOptions,
+) -> Result<(), String> {
+    let present: Vec<String> = vol.snapshot_list().into_iter().map(|s| s.name).collect();
+    let mut names: Vec<&String> = events.iter().map(|e| &e.name).collect();
+    names.dedup();
+    for p in &present {
+        if !events.iter().any(|e| &e.name == p) {
+            return Err(format!("snapshot {p} is there but no step made it"));
+        }
+    }
+    for name in names {
+        let created = events.iter().find(|e| &e.name == name && e.tree.is_some());
+        let deleted = events.iter().find(|e| &e.name == name && e.tree.is_none()).map(|e| e.step);
+        let Some(created) = created else { continue };
+        let there = present.contains(name);
+        let must = created.step <= window.durable && deleted.is_none_or(|d| d > window.issued);
+        let must_not = created.step > window.issued || deleted.is_some_and(|d| d <= window.durable);
+        if must && !there {
+            return Err(format!("snapshot {name}, made by step {} (durable), is missing", created.step));
+        }
+        if must_not && there {
+            return Err(format!("snapshot {name} is there, made by step {} and deleted by {deleted:?}", created.step));
+        }
+        if !there {
+            continue;
+        }
+        let snap = Volume::open_snapshot(meta.clone(), data.clone(), name, *mount)
+            .map_err(|e| format!("snapshot {name} cannot be mounted: {e}"))?;
+        let got = Tree::of_volume(&snap).map_err(|e| format!("snapshot {name} cannot be read: {e}"))?;
+        let Some(want) = &created.tree else { continue };
+        got.same_namespace(want).map_err(|e| format!("snapshot {name} is not the tree it was made of: {e}"))?;
+        if let Some((p, _)) = got.entries.iter().find(|(p, e)| want.entries.get(*p).is_some_and(|w| w.bytes != e.bytes))
+        {
+            return Err(format!("snapshot {name}: {p} is not what it was when the snapshot was made"));
+        }
+    }
+    Ok(())
 }
 
 /// Runs the new work on a recovered volume (marked in `rec`) and checks the

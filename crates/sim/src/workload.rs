@@ -117,6 +117,22 @@ pub enum Step {
     FsyncOpen(u8),
     /// `close` of handle `h`.
     Close(u8),
+    /// `dualfs snapshot create`: everything so far becomes durable, and the
+    /// snapshot shows the tree as it is now, for ever.
+    SnapshotCreate(String),
+    /// `dualfs snapshot delete`.
+    SnapshotDelete(String),
+}
+
+/// A snapshot made or deleted by a step.
+#[derive(Clone, Debug)]
+pub struct SnapshotEvent {
+    /// The step.
+    pub step: usize,
+    /// The snapshot's name.
+    pub name: String,
+    /// The tree it keeps (None: the step deleted it).
+    pub tree: Option<crate::tree::Tree>,
 }
 
 /// A named list of steps.
@@ -210,6 +226,8 @@ pub struct Runner<'a> {
     pub fsyncs: Vec<(usize, Id)>,
     /// `order=strict`: an fsync promises every step before it.
     pub strict: bool,
+    /// Snapshots made and deleted, in step order.
+    pub snapshots: Vec<SnapshotEvent>,
 }
 
 /// What a step promised once it returned.
@@ -258,6 +276,7 @@ impl<'a> Runner<'a> {
             floors: Vec::new(),
             fsyncs: Vec::new(),
             strict: false,
+            snapshots: Vec::new(),
         }
     }
 
@@ -384,7 +403,7 @@ impl<'a> Runner<'a> {
     fn closes(&self, step: &Step) -> Option<Vec<Id>> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
-            Step::Sync | Step::RemountRo => return None,
+            Step::Sync | Step::RemountRo | Step::SnapshotCreate(_) | Step::SnapshotDelete(_) => return None,
             Step::Fsync(p) | Step::Fdatasync(p) => match at(p) {
                 Some(id) if self.is_file(id) => vec![Some(id)],
                 _ => return None,
@@ -520,6 +539,17 @@ impl<'a> Runner<'a> {
             }
             Step::Sync => {
                 vol.sync().map_err(|e| format!("sync: {e}"))?;
+                return Ok(Promise::All);
+            }
+            Step::SnapshotCreate(name) => {
+                vol.snapshot_create(name).map_err(|e| format!("snapshot create: {e}"))?;
+                let tree = crate::tree::Tree::of_model(&self.model);
+                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: Some(tree) });
+                return Ok(Promise::All);
+            }
+            Step::SnapshotDelete(name) => {
+                vol.snapshot_delete(name).map_err(|e| format!("snapshot delete: {e}"))?;
+                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: None });
                 return Ok(Promise::All);
             }
             Step::Tick => {

@@ -191,3 +191,17 @@ fn without_delayed_tails_no_file_is_cut_short() {
         }
     }
 }
+
+/// The snapshot workloads on their own (they are in the campaign above
+/// too): every crash state, cut inside a create or a delete or anywhere
+/// else, shows each snapshot whole and as it was made, or not at all.
+#[test]
+fn crashes_around_snapshots_keep_them_whole() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::snapshots() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 50, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}

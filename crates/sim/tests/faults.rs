@@ -37,6 +37,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a log that wraps around onto its own roll-forward range shows it.
         list.push(workloads::log_wrap(1400, false));
     }
+    if fault == Fault::SnapshotInPlace {
+        // Only a snapshot's blocks overwritten after it was made show it.
+        list.extend(workloads::snapshots());
+    }
     list.extend(workloads::patterns());
     list.extend(workloads::ace().into_iter().step_by(7));
     list

@@ -709,6 +709,30 @@ fn check_extents_disjoint(mut extents: Vec<(DataBlock, u32, InodeNo)>, problems:
     }
 }
 
+/// Every extent of regular files as `(first data block, blocks, inode,
+/// first file block)`, sorted by data block (snapshot invariant I13).
+pub(super) fn data_map(loaded: &Loaded) -> Vec<(u64, u64, InodeNo, u64)> {
+    let mut out = Vec::new();
+    for (&ino, rec) in &loaded.inodes {
+        match &rec.body {
+            Body::Extents(v) => out.extend(v.iter().map(|e| (e.physical.0, u64::from(e.len), ino, e.logical))),
+            Body::Tree(t) if FileKind::from_mode(rec.mode) == Some(FileKind::Regular) => {
+                let mut entries = Vec::new();
+                tree::leaf_entries(&mut Source { loaded }, t.root, &mut entries);
+                for (k, v) in entries {
+                    let mut r = Reader::new(&v);
+                    if let (Ok(p), Ok(n)) = (r.u64(), r.u32()) {
+                        out.push((p, u64::from(n), ino, k));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The bitmap, the group counts and the segment usage table against what is live.
 pub(super) fn check_space(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, _stats: &mut CheckStats) {
     let total = log.superblock().data_blocks;

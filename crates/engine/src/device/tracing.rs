@@ -139,6 +139,8 @@ block_classes! {
     IFile => "ifile",
     /// An IFile index block.
     IFileIndex => "ifile-index",
+    /// A snapshot list or snapshot block.
+    Snapshot => "snapshot",
     /// A meta-data device block that decodes as nothing (never written, or stale).
     Unknown => "unknown",
     /// File contents on the data device.

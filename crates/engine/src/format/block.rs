@@ -35,6 +35,10 @@ pub enum BlockKind {
     IFileTable,
     /// An index block listing where IFile table blocks live.
     IFileIndex,
+    /// The list of snapshots a checkpoint names (1.3).
+    SnapshotList,
+    /// One snapshot: its name and the checkpoint it keeps (1.3).
+    Snapshot,
 }
 
 impl BlockKind {
@@ -48,6 +52,8 @@ impl BlockKind {
             BlockKind::Blob => 4,
             BlockKind::IFileTable => 5,
             BlockKind::IFileIndex => 6,
+            BlockKind::SnapshotList => 7,
+            BlockKind::Snapshot => 8,
         }
     }
 
@@ -61,6 +67,8 @@ impl BlockKind {
             4 => BlockKind::Blob,
             5 => BlockKind::IFileTable,
             6 => BlockKind::IFileIndex,
+            7 => BlockKind::SnapshotList,
+            8 => BlockKind::Snapshot,
             _ => return None,
         })
     }
@@ -75,6 +83,8 @@ impl BlockKind {
             BlockKind::Blob => "blob block",
             BlockKind::IFileTable => "IFile block",
             BlockKind::IFileIndex => "IFile index block",
+            BlockKind::SnapshotList => "snapshot list block",
+            BlockKind::Snapshot => "snapshot block",
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Checkpoint {
     pub free_data_blocks: u64,
     /// Where the IFile is.
     pub index: Vec<IndexRef>,
+    /// The snapshot list block (format 1.3), if the volume holds snapshots.
+    pub snapshot_list: Option<MetaBlock>,
 }
 
 impl Checkpoint {
@@ -89,7 +91,8 @@ impl Checkpoint {
             .u64(self.inode_count)
             .u64(self.node_count)
             .u64(self.free_data_blocks)
-            .zeros(FIXED_LEN - 88);
+            .u64(self.snapshot_list.map_or(0, |a| a.0))
+            .zeros(FIXED_LEN - 96);
         debug_assert_eq!(w.len(), FIXED_LEN);
         for e in &self.index {
             w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
@@ -121,7 +124,8 @@ impl Checkpoint {
         let inode_count = r.u64()?;
         let node_count = r.u64()?;
         let free_data_blocks = r.u64()?;
-        r.reserved(FIXED_LEN - 88)?;
+        let snapshot_list = Some(MetaBlock(r.u64()?)).filter(|a| a.0 != 0);
+        r.reserved(FIXED_LEN - 96)?;
         let mut index = Vec::with_capacity(n);
         for _ in 0..n {
             let code = r.u8()?;
@@ -130,7 +134,7 @@ impl Checkpoint {
             index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
         }
         r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
-        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index })
+        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list })
     }
 }
 
@@ -156,6 +160,7 @@ mod tests {
                 IndexRef { table: TableId::SegmentUsage, first: 0, address: MetaBlock(300) },
                 IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(301) },
             ],
+            snapshot_list: Some(MetaBlock(555)),
         }
     }
 

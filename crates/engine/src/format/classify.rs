@@ -39,6 +39,7 @@ pub fn meta_block(address: u64, block: &[u8]) -> BlockClass {
             Some(BlockKind::Blob) => BlockClass::Blob,
             Some(BlockKind::IFileTable) => BlockClass::IFile,
             Some(BlockKind::IFileIndex) => BlockClass::IFileIndex,
+            Some(BlockKind::SnapshotList | BlockKind::Snapshot) => BlockClass::Snapshot,
             None => BlockClass::Unknown,
         },
         _ => BlockClass::Unknown,

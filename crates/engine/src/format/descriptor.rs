@@ -359,7 +359,14 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         for _ in 0..run {
             let code = r.u8()?;
             let kind = match BlockKind::from_code(code) {
-                Some(k @ (BlockKind::Node | BlockKind::Blob | BlockKind::IFileTable | BlockKind::IFileIndex)) => k,
+                Some(
+                    k @ (BlockKind::Node
+                    | BlockKind::Blob
+                    | BlockKind::IFileTable
+                    | BlockKind::IFileIndex
+                    | BlockKind::SnapshotList
+                    | BlockKind::Snapshot),
+                ) => k,
                 _ => bad!("summary names block kind {code}, which cannot be a body block"),
             };
             blocks.push(Summary { kind, owner, name: r.u64()? });

@@ -21,4 +21,5 @@ pub mod inode_block;
 pub mod name;
 pub mod node;
 pub mod record;
+pub mod snapshot;
 pub mod superblock;

@@ -13,8 +13,8 @@ pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
-/// [`INCOMPAT_FSYNC_LOG`].
-pub const FORMAT_MINOR: u16 = 2;
+/// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`].
+pub const FORMAT_MINOR: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
 /// tune -o`). Since 1.1.
 pub const COMPAT_MOUNT_OPTIONS: u64 = 1;
@@ -33,12 +33,19 @@ pub const INCOMPAT_SCANNED_NAMES: u64 = 1 << 2;
 /// first for a torn tail and drop what was fsync'd, and everything after.
 /// mkfs sets it. Since 1.2.
 pub const INCOMPAT_FSYNC_LOG: u64 = 1 << 1;
+/// `incompat`: the volume has had snapshots: checkpoints may name a
+/// snapshot list (bytes 88..96), whose snapshots keep log segments and
+/// data blocks that the live volume no longer maps. A reader unaware of
+/// them would reuse those, destroying the snapshots, hence incompat. Set
+/// when the first snapshot is made; bit 0x8 belongs to another feature of
+/// 1.3. Since 1.3.
+pub const INCOMPAT_SNAPSHOTS: u64 = 1 << 4;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG | INCOMPAT_SCANNED_NAMES;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG | INCOMPAT_SCANNED_NAMES | INCOMPAT_SNAPSHOTS;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.

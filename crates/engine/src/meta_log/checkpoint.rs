@@ -147,6 +147,11 @@ impl Log {
                 inodes: None,
             });
         }
+        // A change of the snapshot list rides on this checkpoint: its
+        // blocks come last, after the IFile blocks and index blocks.
+        let first_snapshot_body = bodies.len();
+        bodies.extend(self.snapshot_bodies());
+        self.snaps.staged = None;
         let mut part = None;
         let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
         if !bodies.is_empty() {
@@ -181,6 +186,7 @@ impl Log {
                             IndexBlock { table: *t, first: c * INDEX_PER_BLOCK as u32, addresses: listed }.encode();
                         staged.push(((*t, *c), addresses[i]));
                     }
+                    log.fill_snapshot_bodies(&addresses[first_snapshot_body..], &mut bodies[first_snapshot_body..]);
                     staged
                 },
             )?;
@@ -204,6 +210,7 @@ impl Log {
                 .iter()
                 .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
                 .collect(),
+            snapshot_list: self.list_for_checkpoint(),
         };
         let slot = if faults::active(Fault::CheckpointInPlace) {
             CHECKPOINT_SLOTS[0]
@@ -232,6 +239,8 @@ impl Log {
         self.blocks_since_checkpoint = 0;
         self.stats.checkpoints += 1;
         self.space.release(self.durable);
+        self.last_record = Some(c.record.clone());
+        self.complete_snapshots();
         self.free_segments_cached = self.free_segments();
     }
 
@@ -403,6 +412,10 @@ impl Log {
                 ),
             ));
         }
+        if let Some(list) = c.snapshot_list {
+            self.load_snapshots(list)?;
+        }
+        self.last_record = Some(c.clone());
         self.recount_free_segments();
         Ok(())
     }

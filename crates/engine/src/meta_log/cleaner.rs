@@ -120,6 +120,8 @@ impl Log {
         let mut scored: Vec<(f64, SegmentNo)> = (0..self.sb.segment_count)
             .map(SegmentNo)
             .filter(|&s| s != self.head.segment && s != self.head.next_segment && !self.segment_is_free(s))
+            // What a snapshot keeps stays where its image names it.
+            .filter(|s| !self.snaps.pins.contains_key(s))
             .filter_map(|s| {
                 let u = self.utilization(s);
                 if u >= max_utilization {
@@ -184,7 +186,8 @@ impl Log {
                             }
                         }
                     }
-                    BlockKind::Descriptor | BlockKind::Inodes => {}
+                    // Kept in place by their pins while they matter.
+                    BlockKind::Descriptor | BlockKind::Inodes | BlockKind::SnapshotList | BlockKind::Snapshot => {}
                 }
             }
             let first_inode_block = first_body + desc.blocks.len() as u64;

@@ -22,6 +22,7 @@ pub mod rebuild;
 pub mod recovery;
 pub mod seal;
 pub mod segments;
+pub mod snapshot;
 
 use std::sync::Arc;
 
@@ -116,6 +117,11 @@ pub struct Log {
     /// Fsync partial segments roll-forward found after the last complete
     /// commit group, for the volume to replay.
     pending_fsync: Vec<fsync::PendingFsync>,
+    /// The snapshots and what they keep.
+    snaps: snapshot::Snapshots,
+    /// The record of the newest checkpoint written or loaded (a snapshot
+    /// keeps one).
+    last_record: Option<crate::format::checkpoint::Checkpoint>,
 }
 
 impl Log {

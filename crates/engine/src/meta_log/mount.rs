@@ -13,7 +13,7 @@ use crate::data_space::DataSpace;
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::checkpoint::{Checkpoint, LogPosition};
-use crate::format::superblock::{CHECKPOINT_SLOTS, Role, Superblock};
+use crate::format::superblock::{CHECKPOINT_SLOTS, INCOMPAT_SNAPSHOTS, Role, Superblock};
 use crate::ifile::{IFile, SegmentGeometry};
 use crate::types::{SegmentNo, Seq};
 
@@ -117,6 +117,8 @@ impl Log {
             readahead: super::readahead::ReadAhead::default(),
             recounted: Vec::new(),
             pending_fsync: Vec::new(),
+            snaps: super::snapshot::Snapshots::default(),
+            last_record: None,
         }
     }
 
@@ -208,7 +210,15 @@ impl Log {
             )));
         }
         let same = Superblock { role: Role::Data, ..m.clone() };
-        if same != d {
+        // A crash between the two writes that set INCOMPAT_SNAPSHOTS (the
+        // meta-data copy first) leaves the data copy without it: the
+        // meta-data copy is the volume's, and the next snapshot made
+        // rewrites the data copy (`Volume::snapshot_create`).
+        let snapshots_cut = |d: &Superblock| {
+            m.incompat & INCOMPAT_SNAPSHOTS != 0
+                && Superblock { incompat: d.incompat | INCOMPAT_SNAPSHOTS, minor: m.minor, ..d.clone() } == same
+        };
+        if same != d && !snapshots_cut(&d) {
             return Err(Error::Corrupt {
                 structure: "superblock",
                 device: DeviceRole::Data,

@@ -40,6 +40,7 @@ impl Log {
             && s != self.head.segment
             && s != self.head.next_segment
             && !self.ckpt.pins.contains_key(&s)
+            && !self.snaps.pins.contains_key(&s)
     }
 
     /// Number of segments that may be written into.

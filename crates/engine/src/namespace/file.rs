@@ -176,7 +176,7 @@ impl Fs {
             if extent.is_none_or(|e| b < e.logical || b >= e.logical_end()) {
                 extent = self.extent_at(ino, b)?;
             }
-            if extent.is_none_or(|e| self.config.strict && !e.unwritten) {
+            if extent.is_none_or(|e| !e.unwritten && (self.config.strict || self.held_in_snapshot(&e, b))) {
                 needed += 1;
             }
         }
@@ -231,8 +231,9 @@ impl Fs {
                     let old = self.read_data_block(DataBlock(e.physical.0 + (block - e.logical)))?;
                     data.copy_from_slice(&old);
                 }
-                // order=strict writes an overwrite to a new block.
-                strict && !e.unwritten
+                // order=strict writes an overwrite to a new block, and so
+                // does an overwrite of a block a snapshot holds.
+                !e.unwritten && (strict || self.held_in_snapshot(&e, block))
             }
             None => true,
         };
@@ -363,11 +364,13 @@ impl Fs {
     /// hole's partial block), through a dirty page when the block holds data.
     fn zero_block_range(&mut self, ino: InodeNo, block: u64, from: usize, to: usize) -> Result<()> {
         let page = self.pages.page(ino, block).map(|p| p.state);
-        let written = self.extent_at(ino, block)?.is_some_and(|e| !e.unwritten);
+        let extent = self.extent_at(ino, block)?;
+        let written = extent.is_some_and(|e| !e.unwritten);
         if page.is_none() && !written {
             return Ok(());
         }
-        if self.config.strict && !matches!(page, Some(PageState::Dirty { .. })) {
+        let held = page.is_none() && extent.is_some_and(|e| !e.unwritten && self.held_in_snapshot(&e, block));
+        if (self.config.strict || held) && !matches!(page, Some(PageState::Dirty { .. })) {
             // The zeroed block goes to a new block, like any overwrite.
             self.log.space_mut().reserve(1)?;
         }

@@ -163,8 +163,22 @@ impl Fs {
             {
                 self.relocate_run(ino, start, end.min(e.logical_end()))?;
             }
+            // A block a snapshot holds is never overwritten in place: the
+            // run it starts goes to new blocks (DESIGN.md, snapshots).
+            Some(e) if !e.unwritten && self.held_in_snapshot(&e, start) => {
+                let mut stop = start + 1;
+                while stop < end.min(e.logical_end()) && self.held_in_snapshot(&e, stop) {
+                    stop += 1;
+                }
+                self.relocate_run(ino, start, stop)?;
+            }
             Some(e) => {
-                let stop = end.min(e.logical_end());
+                let mut stop = end.min(e.logical_end());
+                if !e.unwritten
+                    && let Some(h) = (start..stop).find(|&b| self.held_in_snapshot(&e, b))
+                {
+                    stop = h;
+                }
                 if e.unwritten {
                     self.mark_written(ino, start, stop)?;
                 }
@@ -244,6 +258,14 @@ impl Fs {
             self.queue_page(ino, b, DataBlock(at.0 + i as u64));
         }
         Ok(())
+    }
+
+    /// Whether file block `b`, mapped by `e`, lies on a data block a
+    /// snapshot holds. ([`crate::faults::Fault::SnapshotInPlace`] makes
+    /// it answer no: the broken rule the tests must catch.)
+    pub(super) fn held_in_snapshot(&self, e: &Extent, b: u64) -> bool {
+        !crate::faults::active(crate::faults::Fault::SnapshotInPlace)
+            && self.log.space().is_held(e.physical.0 + (b - e.logical))
     }
 
     fn queue_page(&mut self, ino: InodeNo, block: u64, at: DataBlock) {

@@ -389,6 +389,11 @@ impl Volume {
     pub(super) fn checkpoint_with(&self, mode: WriteBack) -> Result<()> {
         let mut c = lock(&self.commit);
         self.commit_locked(&mut c, mode)?;
+        self.checkpoint_locked(&mut c, mode)
+    }
+
+    /// Writes a checkpoint, the commit lock held and the commit made.
+    pub(super) fn checkpoint_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
         if self.no_writes.load(Ordering::Acquire) {
             return Ok(());
         }

@@ -131,7 +131,16 @@ impl Volume {
             minor: FORMAT_MINOR,
             compat: 0,
             ro_compat: 0,
-            incompat: if opts.fsync_log { crate::format::superblock::INCOMPAT_FSYNC_LOG } else { 0 },
+            // Snapshots are on from the start: setting the bit later means
+            // rewriting both superblocks in place, whose torn write a crash
+            // could leave (a volume of an older mkfs still gets it that
+            // way, `Volume::snapshot_create`). Off with the fsync log: such
+            // a volume is made for older readers.
+            incompat: if opts.fsync_log {
+                crate::format::superblock::INCOMPAT_FSYNC_LOG | crate::format::superblock::INCOMPAT_SNAPSHOTS
+            } else {
+                0
+            },
             volume_uuid: identity(),
             meta_uuid: identity(),
             data_uuid: identity(),

@@ -18,6 +18,7 @@ mod files;
 mod fsync;
 mod mkfs;
 mod ops;
+mod snapshot;
 pub mod types;
 mod xattrs;
 
@@ -29,6 +30,7 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
+pub use snapshot::SnapshotView;
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the

@@ -1,0 +1,233 @@
+//! `dualfs snapshot create|list|delete|show`: on a mounted volume through
+//! its control attributes (the serving process makes the snapshot), on an
+//! unmounted one in this process. Both answer with the same JSON.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow, bail};
+use dualfs_engine::Volume;
+use dualfs_engine::types::Timestamp;
+use dualfs_engine::volume::MountOptions;
+use dualfs_fuse::control;
+use rustix::fs::XattrFlags;
+use serde_json::Value;
+
+use crate::args::{SnapshotAction, SnapshotArgs};
+use crate::control::Mounted;
+use crate::devices::{Access, open_pair};
+use crate::mkfs::human_bytes;
+
+/// Where the command is to act.
+enum Target {
+    Mounted(Mounted),
+    Devices(PathBuf, PathBuf),
+}
+
+/// Splits the positional words: `MOUNTPOINT`, `META DATA` or `META#DATA`,
+/// then the snapshot's name when the action takes one.
+fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Option<String>)> {
+    let (place, name) = if takes_name {
+        let Some((name, place)) = words.split_last() else { bail!("give the volume and the snapshot's name") };
+        (place, Some(name.to_string_lossy().into_owned()))
+    } else {
+        (words, None)
+    };
+    let t = match place {
+        [one] if one.is_dir() => Target::Mounted(Mounted::find(one)?),
+        [one] => {
+            let (m, d) = crate::helper::split_source(&one.to_string_lossy(), None)?;
+            Target::Devices(m, d)
+        }
+        [m, d] => {
+            let (m, d) = crate::devices::named(m, Some(d))?;
+            Target::Devices(m, d)
+        }
+        _ => bail!("give a mount point, or the meta-data and data devices (META DATA or META#DATA)"),
+    };
+    Ok((t, name))
+}
+
+fn open(meta: &Path, data: &Path, write: bool) -> Result<Volume> {
+    let access = if write { Access::Exclusive } else { Access::Shared };
+    let (m, d) = open_pair(meta, data, access)?;
+    let options = MountOptions { read_only: !write, ..MountOptions::default() };
+    Volume::open(m, d, options).map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))
+}
+
+fn list(t: &Target) -> Result<Value> {
+    match t {
+        Target::Mounted(mnt) => mnt.get(control::SNAPSHOTS),
+        Target::Devices(m, d) => {
+            let vol = open(m, d, false)?;
+            Ok(control::snapshots_json(&vol.snapshot_list()))
+        }
+    }
+}
+
+/// Makes or deletes a snapshot. A mounted volume's serving process says
+/// only an errno: the reasons it may give are checked here first.
+fn change(t: &Target, name: &str, create: bool) -> Result<()> {
+    if let Some(why) = dualfs_engine::format::snapshot::bad_name(name) {
+        bail!("{why}");
+    }
+    let devices = match t {
+        Target::Mounted(mnt) => devices_of(mnt.root()),
+        Target::Devices(m, d) => Some((m.clone(), d.clone())),
+    };
+    if !create
+        && let Some((m, d)) = devices
+        && let Some(at) = snapshot_mount(&m, &d, name)
+    {
+        bail!("snapshot {name} is mounted on {}: unmount it first", at.display());
+    }
+    match t {
+        Target::Mounted(mnt) => {
+            let known = list(t)?;
+            let exists = known.as_array().into_iter().flatten().any(|s| s["name"] == name);
+            if create && exists {
+                bail!("a snapshot named {name} exists already on {}", mnt.root().display());
+            }
+            if !create && !exists {
+                bail!("no snapshot named {name} on {}", mnt.root().display());
+            }
+            if create {
+                // The kernel's cached writes go to the volume first, as
+                // `dualfs sync` has them: the snapshot holds every write
+                // made before the command.
+                let dir = std::fs::File::open(mnt.root())?;
+                rustix::fs::syncfs(std::os::fd::AsFd::as_fd(&dir))
+                    .map_err(|e| anyhow!("writing the kernel's cached data of {}: {e}", mnt.root().display()))?;
+            }
+            let attr = if create { control::SNAPSHOT_CREATE } else { control::SNAPSHOT_DELETE };
+            rustix::fs::setxattr(mnt.root(), attr, name.as_bytes(), XattrFlags::empty()).map_err(|e| {
+                anyhow!(
+                    "{} snapshot {name} on {}: {}",
+                    if create { "making" } else { "deleting" },
+                    mnt.root().display(),
+                    std::io::Error::from(e)
+                )
+            })
+        }
+        Target::Devices(m, d) => {
+            let vol = open(m, d, true)?;
+            let done = if create { vol.snapshot_create(name).map(|_| ()) } else { vol.snapshot_delete(name) };
+            done.map_err(|e| anyhow!("{e}"))?;
+            vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))
+        }
+    }
+}
+
+/// The same file or device, whatever path names it.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino(), x.rdev()) == (y.dev(), y.ino(), y.rdev()),
+        _ => false,
+    }
+}
+
+/// Where snapshot `name` of the volume on `meta` and `data` is mounted, if
+/// it is (`dualfs mount -o snapshot=` names its source `META#DATA@NAME`):
+/// deleting it would pull its blocks from under the mount.
+fn snapshot_mount(meta: &Path, data: &Path, name: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    crate::umount::parse_mountinfo(&text).into_iter().find_map(|e| {
+        let (pair, snap) = e.source.rsplit_once('@')?;
+        let (m, d) = pair.split_once('#')?;
+        (e.fstype == "fuse.dualfs" && snap == name && same_file(Path::new(m), meta) && same_file(Path::new(d), data))
+            .then_some(e.mountpoint)
+    })
+}
+
+/// The devices of the volume mounted at `root`, from its source.
+fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
+    let e = crate::umount::find(root).ok()?;
+    let (m, d) = e.source.split_once('#')?;
+    Some((PathBuf::from(m), PathBuf::from(d)))
+}
+
+fn created(s: &Value) -> String {
+    let t = Timestamp::new(s["created"].as_i64().unwrap_or(0), 0);
+    // To the second: enough to tell snapshots apart in a table.
+    crate::inspect::date(t).replace(".000000000", "")
+}
+
+/// `zfs list -t snapshot`'s columns: the space only it holds (what deleting
+/// it gives back) and the space it shares.
+fn table(v: &Value) -> String {
+    let mut o = String::new();
+    let rows = v.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        return "no snapshots\n".into();
+    }
+    let width = rows.iter().filter_map(|s| s["name"].as_str()).map(str::len).max().unwrap_or(4).max(4);
+    let _ = writeln!(o, "{:<width$}  {:<23}  {:>12}  {:>12}", "NAME", "CREATED", "ONLY IT", "SHARED");
+    for s in rows {
+        let only = s["data_only_bytes"].as_u64().unwrap_or(0) + s["meta_only_bytes"].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "{:<width$}  {:<23}  {:>12}  {:>12}",
+            s["name"].as_str().unwrap_or("?"),
+            created(&s),
+            human_bytes(only),
+            human_bytes(s["data_shared_bytes"].as_u64().unwrap_or(0)),
+        );
+    }
+    o
+}
+
+fn show(s: &Value) -> String {
+    format!(
+        "name            {}\nid              {}\ncreated         {}\ncheckpoint      {}\nonly it holds   {} of data, {} of \
+         meta-data segments\nshared          {} of data\nmeta-data       {} blocks reached\n",
+        s["name"].as_str().unwrap_or("?"),
+        s["id"],
+        created(s),
+        s["checkpoint"],
+        human_bytes(s["data_only_bytes"].as_u64().unwrap_or(0)),
+        human_bytes(s["meta_only_bytes"].as_u64().unwrap_or(0)),
+        human_bytes(s["data_shared_bytes"].as_u64().unwrap_or(0)),
+        s["meta_blocks"],
+    )
+}
+
+/// Runs `dualfs snapshot`.
+///
+/// # Errors
+/// The volume cannot be reached or opened, the name is bad or taken (or
+/// unknown), or a device fails.
+pub fn run(args: &SnapshotArgs) -> Result<()> {
+    match &args.action {
+        SnapshotAction::List { target: words, json } => {
+            let (t, _) = target(words, false)?;
+            let v = list(&t)?;
+            if *json {
+                println!("{v}");
+            } else {
+                print!("{}", table(&v));
+            }
+        }
+        SnapshotAction::Show { target: words, json } => {
+            let (t, name) = target(words, true)?;
+            let name = name.unwrap_or_default();
+            let v = list(&t)?;
+            let Some(s) = v.as_array().into_iter().flatten().find(|s| s["name"] == name.as_str()).cloned() else {
+                bail!("no snapshot named {name}");
+            };
+            if *json {
+                println!("{s}");
+            } else {
+                print!("{}", show(&s));
+            }
+        }
+        SnapshotAction::Create { target: words } | SnapshotAction::Delete { target: words } => {
+            let create = matches!(args.action, SnapshotAction::Create { .. });
+            let (t, name) = target(words, true)?;
+            let name = name.unwrap_or_default();
+            change(&t, &name, create)?;
+            println!("{} snapshot {name}", if create { "made" } else { "deleted" });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,457 @@
+//! Snapshots in the log: a snapshot is a checkpoint kept (DESIGN.md,
+//! "Snapshots"). What its IFile reaches (its table and index blocks, every
+//! inode block its inode map names, every node its node map names) stays
+//! where it is: the segments holding any of it are pinned, never cleaned
+//! nor reused; and its data bitmap joins what the allocator treats as held.
+//!
+//! The snapshot list is named by the checkpoint, so that making or
+//! deleting a snapshot takes effect with one slot write: atomic.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::Log;
+use super::seal::Body;
+use crate::error::{Error, Result};
+use crate::format::block::{self, BlockKind};
+use crate::format::checkpoint::Checkpoint;
+use crate::format::descriptor::Summary;
+use crate::format::snapshot::{self, ListEntry, SnapshotList, SnapshotRecord};
+use crate::format::superblock::INCOMPAT_SNAPSHOTS;
+use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
+
+/// One snapshot the volume holds.
+#[derive(Debug, Clone)]
+pub struct SnapshotInfo {
+    /// Its id: never reused on this volume.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// When it was made.
+    pub created: Timestamp,
+    /// Its snapshot block (0 until the checkpoint that makes it is sealed).
+    pub address: MetaBlock,
+    /// The checkpoint it keeps.
+    pub checkpoint: Checkpoint,
+    /// Segments holding a block its image reaches.
+    pub segments: BTreeSet<SegmentNo>,
+    /// Meta-data blocks its image reaches.
+    pub meta_blocks: u64,
+    /// Its data bitmap.
+    pub bitmap: Vec<u64>,
+}
+
+/// A change of the snapshot list the next checkpoint carries.
+#[derive(Debug, Clone)]
+pub(crate) enum Pending {
+    Create(Box<SnapshotInfo>),
+    Delete(u64),
+}
+
+/// The snapshots of the volume, and what they keep.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshots {
+    /// The list block the durable checkpoint names.
+    pub list: Option<MetaBlock>,
+    pub next_id: u64,
+    pub all: Vec<SnapshotInfo>,
+    /// Segments pinned: by how many snapshots (the list block's counts too).
+    pub pins: HashMap<SegmentNo, u32>,
+    pub pending: Option<Pending>,
+    /// Where the checkpoint being sealed put the new list and snapshot block.
+    pub staged: Option<(Option<MetaBlock>, Option<MetaBlock>)>,
+}
+
+/// What a snapshot's image reaches in the log.
+struct Reach {
+    segments: BTreeSet<SegmentNo>,
+    blocks: u64,
+}
+
+impl Log {
+    /// The snapshots, oldest first.
+    #[must_use]
+    pub fn snapshots(&self) -> &[SnapshotInfo] {
+        &self.snaps.all
+    }
+
+    /// Replaces the superblock in memory after both copies were rewritten
+    /// with new feature bits (the geometry and identity are unchanged).
+    pub(crate) fn set_superblock(&mut self, sb: crate::format::superblock::Superblock) {
+        debug_assert_eq!(sb.volume_id(), self.volume_id);
+        self.sb = sb;
+    }
+
+    /// Whether segment `s` holds something a snapshot keeps.
+    #[must_use]
+    pub fn pinned_by_snapshot(&self, s: SegmentNo) -> bool {
+        self.snaps.pins.contains_key(&s)
+    }
+
+    /// Segments pinned by snapshots.
+    #[must_use]
+    pub fn snapshot_segments(&self) -> usize {
+        self.snaps.pins.len()
+    }
+
+    /// The checkpoint record the last checkpoint wrote or loaded.
+    #[must_use]
+    pub fn last_checkpoint(&self) -> Option<&Checkpoint> {
+        self.last_record.as_ref()
+    }
+
+    /// Everything the current IFile reaches in the log.
+    fn reach(&self) -> Reach {
+        let geometry = self.ifile.geometry();
+        let mut segments = BTreeSet::new();
+        let mut blocks = 0u64;
+        let mut add = |a: MetaBlock| {
+            if let Some(s) = geometry.segment_of(a) {
+                segments.insert(s);
+                blocks += 1;
+            }
+        };
+        for a in self.ifile.segments.addresses() {
+            add(*a);
+        }
+        for a in self.ifile.inodes.addresses() {
+            add(*a);
+        }
+        for a in self.ifile.nodes.addresses() {
+            add(*a);
+        }
+        for a in self.space.groups.addresses() {
+            add(*a);
+        }
+        for a in self.space.bitmap.addresses() {
+            add(*a);
+        }
+        for a in self.ckpt.index.values() {
+            add(*a);
+        }
+        // Inode blocks hold several records: count each block once.
+        let mut inode_blocks = BTreeSet::new();
+        for e in self.ifile.inodes.entries() {
+            if e.in_use() && e.address.0 != 0 {
+                inode_blocks.insert(e.address);
+            }
+        }
+        for a in inode_blocks {
+            add(a);
+        }
+        for &a in self.ifile.nodes.entries() {
+            if a != 0 {
+                add(MetaBlock(a));
+            }
+        }
+        Reach { segments, blocks }
+    }
+
+    /// Loads the image a snapshot's checkpoint names, as mount loads a
+    /// checkpoint (no roll-forward: the snapshot is that checkpoint).
+    ///
+    /// # Errors
+    /// A block of the image is missing or corrupt.
+    pub fn open_image(&self, c: &Checkpoint) -> Result<Log> {
+        let mut image = Log::fresh(self.sb.clone(), self.meta.clone(), self.data.clone());
+        image.load_checkpoint(c)?;
+        Ok(image)
+    }
+
+    fn info_from(&self, id: u64, name: String, created: Timestamp, address: MetaBlock, c: Checkpoint) -> SnapshotInfo {
+        let reach = self.reach();
+        let mut segments = reach.segments;
+        if let Some(s) = self.ifile.geometry().segment_of(address) {
+            segments.insert(s);
+        }
+        SnapshotInfo {
+            id,
+            name,
+            created,
+            address,
+            checkpoint: c,
+            segments,
+            meta_blocks: reach.blocks + 1,
+            bitmap: self.space.bitmap_words(),
+        }
+    }
+
+    /// Reads the snapshot list a checkpoint names and every snapshot's
+    /// image, and pins what they keep (mount).
+    pub(crate) fn load_snapshots(&mut self, list_at: MetaBlock) -> Result<()> {
+        if self.sb.incompat & INCOMPAT_SNAPSHOTS == 0 {
+            return Err(Error::corrupt_meta(
+                "checkpoint",
+                0,
+                "names a snapshot list on a volume without the SNAPSHOTS feature",
+            ));
+        }
+        let raw = self.read_meta(list_at, 1)?;
+        let (_, payload) = block::open_block_of_kind(&raw, list_at, self.volume_id, BlockKind::SnapshotList)
+            .map_err(|e| Error::corrupt_meta("snapshot list", list_at.0, e.0))?;
+        let list = SnapshotList::decode(payload).map_err(|e| Error::corrupt_meta("snapshot list", list_at.0, e.0))?;
+        let mut all = Vec::with_capacity(list.entries.len());
+        for e in &list.entries {
+            let raw = self.read_meta(e.address, 1)?;
+            let (h, payload) = block::open_block_of_kind(&raw, e.address, self.volume_id, BlockKind::Snapshot)
+                .map_err(|err| Error::corrupt_meta("snapshot block", e.address.0, err.0))?;
+            let rec = SnapshotRecord::decode(payload)
+                .map_err(|err| Error::corrupt_meta("snapshot block", e.address.0, err.0))?;
+            if h.name != e.id || rec.id != e.id {
+                return Err(Error::corrupt_meta("snapshot block", e.address.0, "is not the snapshot the list names"));
+            }
+            match self.open_image(&rec.checkpoint) {
+                Ok(image) => all.push(image.info_from(rec.id, rec.name, rec.created, e.address, rec.checkpoint)),
+                Err(err) => {
+                    // Damage to one snapshot must not cost the volume: it is
+                    // kept (and its own blocks pinned) for fsck to name and
+                    // the user to delete; what its image reached is unknown.
+                    log::error!("snapshot {} is damaged: its image does not load: {err}", rec.name);
+                    let geometry = self.ifile.geometry();
+                    let segments: BTreeSet<SegmentNo> = std::iter::once(e.address)
+                        .chain(rec.checkpoint.index.iter().map(|r| r.address))
+                        .filter_map(|a| geometry.segment_of(a))
+                        .collect();
+                    all.push(SnapshotInfo {
+                        id: rec.id,
+                        name: rec.name,
+                        created: rec.created,
+                        address: e.address,
+                        checkpoint: rec.checkpoint,
+                        segments,
+                        meta_blocks: 0,
+                        bitmap: Vec::new(),
+                    });
+                }
+            }
+        }
+        self.snaps =
+            super::snapshot::Snapshots { list: Some(list_at), next_id: list.next_id, all, ..Default::default() };
+        self.repin_snapshots();
+        Ok(())
+    }
+
+    /// Recounts the pins and the held data blocks from the snapshots.
+    fn repin_snapshots(&mut self) {
+        let mut pins: HashMap<SegmentNo, u32> = HashMap::new();
+        let mut held: Vec<u64> = Vec::new();
+        for s in &self.snaps.all {
+            for seg in &s.segments {
+                *pins.entry(*seg).or_default() += 1;
+            }
+            if held.is_empty() && !s.bitmap.is_empty() {
+                held = vec![0; s.bitmap.len()];
+            }
+            for (h, b) in held.iter_mut().zip(&s.bitmap) {
+                *h |= b;
+            }
+        }
+        if let Some(seg) = self.snaps.list.and_then(|a| self.ifile.geometry().segment_of(a)) {
+            *pins.entry(seg).or_default() += 1;
+        }
+        self.snaps.pins = pins;
+        self.space.set_held(held);
+    }
+
+    /// Why a snapshot named `name` cannot be made now, if it cannot.
+    #[must_use]
+    pub fn snapshot_refusal(&self, name: &str) -> Option<String> {
+        if let Some(why) = snapshot::bad_name(name) {
+            return Some(why.to_string());
+        }
+        if self.snaps.all.iter().any(|s| s.name == name) {
+            return Some(format!("a snapshot named {name} exists already"));
+        }
+        if self.snaps.all.len() >= snapshot::MAX_SNAPSHOTS {
+            return Some(format!("the volume holds {} snapshots, the most it can", snapshot::MAX_SNAPSHOTS));
+        }
+        None
+    }
+
+    /// Takes the checkpoint just written as snapshot `name`: what it
+    /// reaches is pinned and its data held from now on (before the
+    /// checkpoint that records the snapshot: holding more than needed is
+    /// always safe), and the next checkpoint records it.
+    ///
+    /// # Errors
+    /// No checkpoint was written, or its IFile is too large for a snapshot.
+    pub fn stage_snapshot(&mut self, name: &str, now: Timestamp) -> Result<()> {
+        if let Some(why) = self.snapshot_refusal(name) {
+            return Err(Error::SnapshotRefused(why));
+        }
+        let Some(c) = self.last_record.clone() else {
+            return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
+        };
+        if c.index.len() > snapshot::MAX_SNAPSHOT_INDEX {
+            return Err(Error::SnapshotRefused(format!(
+                "the IFile spans {} index blocks, more than a snapshot can name ({})",
+                c.index.len(),
+                snapshot::MAX_SNAPSHOT_INDEX
+            )));
+        }
+        let id = self.snaps.next_id.max(1);
+        let info = self.info_from(id, name.to_string(), now, MetaBlock(0), c);
+        for seg in &info.segments {
+            *self.snaps.pins.entry(*seg).or_default() += 1;
+        }
+        self.space.add_held(&info.bitmap);
+        self.snaps.pending = Some(Pending::Create(Box::new(info)));
+        Ok(())
+    }
+
+    /// Drops snapshot `name` with the next checkpoint.
+    ///
+    /// # Errors
+    /// No such snapshot.
+    pub fn stage_snapshot_delete(&mut self, name: &str) -> Result<u64> {
+        let Some(s) = self.snaps.all.iter().find(|s| s.name == name) else {
+            return Err(Error::NoSnapshot(name.to_string()));
+        };
+        let id = s.id;
+        self.snaps.pending = Some(Pending::Delete(id));
+        Ok(id)
+    }
+
+    /// The bodies a checkpoint adds for a pending list change: the new
+    /// snapshot block, then the list block (whose payload the fill step
+    /// writes, [`Log::fill_snapshot_bodies`]).
+    pub(crate) fn snapshot_bodies(&self) -> Vec<Body> {
+        let mut bodies = Vec::new();
+        let remaining = match &self.snaps.pending {
+            None => return bodies,
+            Some(Pending::Create(info)) => {
+                let rec = SnapshotRecord {
+                    id: info.id,
+                    created: info.created,
+                    name: info.name.clone(),
+                    checkpoint: info.checkpoint.clone(),
+                };
+                bodies.push(Body {
+                    summary: Summary { kind: BlockKind::Snapshot, owner: InodeNo(0), name: info.id },
+                    aux: 0,
+                    payload: rec.encode(),
+                    inodes: None,
+                });
+                self.snaps.all.len() + 1
+            }
+            Some(Pending::Delete(_)) => self.snaps.all.len() - 1,
+        };
+        if remaining > 0 {
+            bodies.push(Body {
+                summary: Summary { kind: BlockKind::SnapshotList, owner: InodeNo(0), name: 0 },
+                aux: 0,
+                payload: Vec::new(),
+                inodes: None,
+            });
+        }
+        bodies
+    }
+
+    /// Fills the list block of [`Log::snapshot_bodies`], placed at
+    /// `addresses` (those bodies' addresses, in order), and notes where
+    /// they went.
+    pub(crate) fn fill_snapshot_bodies(&mut self, addresses: &[MetaBlock], bodies: &mut [Body]) {
+        let mut entries: Vec<ListEntry> =
+            self.snaps.all.iter().map(|s| ListEntry { id: s.id, address: s.address }).collect();
+        let mut next_id = self.snaps.next_id.max(1);
+        let mut snap_at = None;
+        match &self.snaps.pending {
+            None => return,
+            Some(Pending::Create(info)) => {
+                entries.push(ListEntry { id: info.id, address: addresses[0] });
+                next_id = info.id + 1;
+                snap_at = Some(addresses[0]);
+            }
+            Some(Pending::Delete(id)) => entries.retain(|e| e.id != *id),
+        }
+        let list_at = if entries.is_empty() {
+            None
+        } else {
+            let i = addresses.len() - 1;
+            bodies[i].payload = SnapshotList { next_id, entries }.encode();
+            Some(addresses[i])
+        };
+        self.snaps.next_id = next_id;
+        self.snaps.staged = Some((list_at, snap_at));
+    }
+
+    /// The list block the checkpoint being sealed names.
+    pub(crate) fn list_for_checkpoint(&self) -> Option<MetaBlock> {
+        match self.snaps.staged {
+            Some((list, _)) => list,
+            None => self.snaps.list,
+        }
+    }
+
+    /// The checkpoint that carried a list change is durable: the change
+    /// takes effect (a deleted snapshot's segments and blocks are let go).
+    pub(crate) fn complete_snapshots(&mut self) {
+        let Some((list, snap_at)) = self.snaps.staged.take() else { return };
+        match self.snaps.pending.take() {
+            Some(Pending::Create(mut info)) => {
+                if let Some(a) = snap_at {
+                    info.address = a;
+                    if let Some(s) = self.ifile.geometry().segment_of(a) {
+                        info.segments.insert(s);
+                    }
+                }
+                self.snaps.all.push(*info);
+            }
+            Some(Pending::Delete(id)) => self.snaps.all.retain(|s| s.id != id),
+            None => {}
+        }
+        self.snaps.list = list;
+        self.repin_snapshots();
+    }
+
+    /// Space of snapshot `i`: data blocks only it holds (neither the live
+    /// volume nor another snapshot maps them), data blocks it shares,
+    /// and the same for meta-data segments.
+    #[must_use]
+    pub fn snapshot_space(&self, i: usize) -> SnapshotSpace {
+        let Some(me) = self.snaps.all.get(i) else { return SnapshotSpace::default() };
+        let live = self.space.bitmap.entries();
+        let mut others = vec![0u64; me.bitmap.len()];
+        if me.bitmap.is_empty() {
+            return SnapshotSpace::default();
+        }
+        for (j, s) in self.snaps.all.iter().enumerate() {
+            if j != i {
+                for (o, b) in others.iter_mut().zip(&s.bitmap) {
+                    *o |= b;
+                }
+            }
+        }
+        let (mut only, mut shared) = (0u64, 0u64);
+        for (w, &mine) in me.bitmap.iter().enumerate() {
+            let elsewhere = live.get(w).copied().unwrap_or(0) | others[w];
+            only += u64::from((mine & !elsewhere).count_ones());
+            shared += u64::from((mine & elsewhere).count_ones());
+        }
+        // Block 0 (the superblock copy) and the bits past the device's end
+        // are set in every bitmap and belong to nobody.
+        let total = self.space.total_blocks();
+        shared = shared.saturating_sub(1 + (64 - total % 64) % 64);
+        let only_segments = me
+            .segments
+            .iter()
+            .filter(|s| self.snaps.pins.get(s).copied() == Some(1) && self.segment_dead_but_pinned(**s))
+            .count() as u64;
+        SnapshotSpace { data_only: only, data_shared: shared, meta_segments_only: only_segments }
+    }
+
+    /// A segment the live volume does not need, kept by snapshots alone.
+    fn segment_dead_but_pinned(&self, s: SegmentNo) -> bool {
+        self.ifile.segment(s).live_bytes == 0 && !self.ckpt.pins.contains_key(&s)
+    }
+}
+
+/// What one snapshot holds (counted in blocks and segments).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotSpace {
+    /// Data blocks no other tree maps: freed when it is deleted.
+    pub data_only: u64,
+    /// Data blocks the live volume or another snapshot maps too.
+    pub data_shared: u64,
+    /// Meta-data segments kept for it alone.
+    pub meta_segments_only: u64,
+}

@@ -1,0 +1,185 @@
+//! Snapshots through the volume: make, delete and list them, and open one
+//! read-only beside the live volume (DESIGN.md, "Snapshots").
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{MountOptions, Volume, lock};
+use crate::device::{self, BlockDevice};
+use crate::error::{DeviceRole, Error, Result};
+use crate::format::superblock::{INCOMPAT_SNAPSHOTS, Role, Superblock};
+use crate::meta_log::Log;
+use crate::meta_log::mount::OpenReport;
+use crate::namespace::pages::WriteBack;
+use crate::types::{BLOCK_BYTES, Timestamp};
+
+/// What `dualfs snapshot list` shows of one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotView {
+    /// Its id (never reused on the volume).
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// When it was made.
+    pub created: Timestamp,
+    /// The checkpoint it keeps.
+    pub checkpoint: u64,
+    /// Bytes of data only it holds: what deleting it frees on the data device.
+    pub data_only_bytes: u64,
+    /// Bytes of data it shares with the live volume or other snapshots.
+    pub data_shared_bytes: u64,
+    /// Bytes of meta-data segments only it keeps.
+    pub meta_only_bytes: u64,
+    /// Meta-data blocks its image reaches.
+    pub meta_blocks: u64,
+}
+
+impl Volume {
+    /// Makes snapshot `name` of the volume as it is now: every change made
+    /// before the call is in it, none made after. Atomic: the checkpoint
+    /// that records it is one slot write; a crash before it leaves no
+    /// snapshot, after it a whole one.
+    ///
+    /// # Errors
+    /// A bad or taken name, too many snapshots, a read-only volume, or a
+    /// device fails.
+    pub fn snapshot_create(&self, name: &str) -> Result<SnapshotView> {
+        self.check_writable()?;
+        if let Some(why) = lock(&self.fs).log.snapshot_refusal(name) {
+            return Err(Error::SnapshotRefused(why));
+        }
+        let mut c = lock(&self.commit);
+        self.mark_snapshots_feature()?;
+        // The snapshot keeps the checkpoint written here: the commit lock
+        // is held from it to the one recording the snapshot, so that no
+        // commit or fsync decides where data goes in between (the data
+        // device is as that checkpoint's bitmap says).
+        self.commit_locked(&mut c, WriteBack::All)?;
+        self.checkpoint_locked(&mut c, WriteBack::All)?;
+        {
+            let now = self.now();
+            let mut fs = lock(&self.fs);
+            fs.log.stage_snapshot(name, now)?;
+        }
+        self.checkpoint_locked(&mut c, WriteBack::All)?;
+        drop(c);
+        self.snapshot_list()
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| Error::SnapshotRefused(format!("snapshot {name} was not recorded")))
+    }
+
+    /// Deletes snapshot `name`: with the checkpoint that records it, the
+    /// segments and data blocks only it kept become free.
+    ///
+    /// # Errors
+    /// No such snapshot, a read-only volume, or a device fails.
+    pub fn snapshot_delete(&self, name: &str) -> Result<()> {
+        self.check_writable()?;
+        let mut c = lock(&self.commit);
+        lock(&self.fs).log.stage_snapshot_delete(name)?;
+        self.commit_locked(&mut c, WriteBack::All)?;
+        self.checkpoint_locked(&mut c, WriteBack::All)
+    }
+
+    /// The snapshots, oldest first, with the space each holds.
+    #[must_use]
+    pub fn snapshot_list(&self) -> Vec<SnapshotView> {
+        let fs = lock(&self.fs);
+        let log = &fs.log;
+        let segment_bytes = u64::from(log.superblock().segment_blocks) * BLOCK_BYTES;
+        log.snapshots()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let space = log.snapshot_space(i);
+                SnapshotView {
+                    id: s.id,
+                    name: s.name.clone(),
+                    created: s.created,
+                    checkpoint: s.checkpoint.number,
+                    data_only_bytes: space.data_only * BLOCK_BYTES,
+                    data_shared_bytes: space.data_shared * BLOCK_BYTES,
+                    meta_only_bytes: space.meta_segments_only * segment_bytes,
+                    meta_blocks: s.meta_blocks,
+                }
+            })
+            .collect()
+    }
+
+    /// Sets `INCOMPAT_SNAPSHOTS` (and format 1.3) on both superblocks the
+    /// first time: the meta-data copy first, then the data copy, each
+    /// flushed (as `dualfs tune` does). Before any snapshot is recorded,
+    /// so that no reader unaware of snapshots ever reuses what one keeps.
+    fn mark_snapshots_feature(&self) -> Result<()> {
+        let mut fs = lock(&self.fs);
+        let sb = fs.log.superblock().clone();
+        if sb.incompat & INCOMPAT_SNAPSHOTS != 0 {
+            // The data copy may lack the bit still (a crash between the two
+            // writes, which mount accepts): it is written again then.
+            let want = Superblock { role: Role::Data, ..sb }.encode();
+            let have = device::read(self.data.as_ref(), DeviceRole::Data, 0, 1)?;
+            if have != want {
+                let written = device::write(self.data.as_ref(), DeviceRole::Data, 0, &want)
+                    .and_then(|()| device::flush(self.data.as_ref(), DeviceRole::Data));
+                if let Err(e) = written {
+                    drop(fs);
+                    self.fail(&e);
+                    return Err(e);
+                }
+            }
+            return Ok(());
+        }
+        let new = Superblock { incompat: sb.incompat | INCOMPAT_SNAPSHOTS, minor: sb.minor.max(3), ..sb };
+        let written = device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &new.encode())
+            .and_then(|()| device::flush(self.meta.as_ref(), DeviceRole::Meta))
+            .and_then(|()| {
+                let data_copy = Superblock { role: Role::Data, ..new.clone() };
+                device::write(self.data.as_ref(), DeviceRole::Data, 0, &data_copy.encode())
+            })
+            .and_then(|()| device::flush(self.data.as_ref(), DeviceRole::Data));
+        if let Err(e) = written {
+            drop(fs);
+            self.fail(&e);
+            return Err(e);
+        }
+        fs.log.set_superblock(new);
+        Ok(())
+    }
+
+    /// Opens snapshot `name` of the volume on `meta` and `data`, read-only:
+    /// the IFile its checkpoint names, with no roll-forward (the snapshot
+    /// is that checkpoint). The live volume may be mounted meanwhile: what
+    /// a snapshot reaches is never moved nor overwritten while it exists.
+    ///
+    /// # Errors
+    /// No such snapshot; the volume or the snapshot's image cannot be read.
+    pub fn open_snapshot(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        name: &str,
+        options: MountOptions,
+    ) -> Result<Volume> {
+        let (live, live_report) = Log::open(meta.clone(), data.clone())?;
+        let Some(s) = live.snapshots().iter().find(|s| s.name == name) else {
+            return Err(Error::NoSnapshot(name.to_string()));
+        };
+        let image = live.open_image(&s.checkpoint)?;
+        drop(live);
+        let options = MountOptions { read_only: true, ..options };
+        // What opening the live volume found is not the snapshot's: its
+        // image was loaded whole, with nothing to roll forward.
+        let report = OpenReport {
+            checkpoint: image.checkpoint_number(),
+            fell_back: None,
+            damage: Vec::new(),
+            loss: None,
+            recounted: Vec::new(),
+            ..live_report
+        };
+        let why = format!("snapshot {name} is read-only");
+        let vol = Volume::assemble(image, report, meta, data, options, Some(why), super::SystemClock::shared())?;
+        debug_assert!(vol.no_writes.load(Ordering::Acquire));
+        Ok(vol)
+    }
+}

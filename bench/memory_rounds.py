@@ -34,7 +34,7 @@ def counts(mnt):
         v = json.loads(out)
     except ValueError:
         return {}
-    keys = ("cache_inodes", "cache_objects", "readahead_blocks", "inode_map_entries", "node_map_entries",
+    keys = ("cache_bytes", "cache_inodes", "cache_objects", "readahead_blocks", "inode_map_entries", "node_map_entries",
             "pages_held", "pages_spare", "inodes_referenced", "bitmap_blocks_loaded")
     flat = v if isinstance(v, dict) else {}
     flat = {**flat, **{k: x for d in flat.values() if isinstance(d, dict) for k, x in d.items()}}

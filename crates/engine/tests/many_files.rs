@@ -1,7 +1,8 @@
 //! Ten million files (issue 13), through the engine on sparse image files.
 //! Not part of the default run: `DUALFS_SCALE_FILES=10000000 cargo test
 //! --release -p dualfs-engine --test many_files -- --nocapture` (images go
-//! to `DUALFS_SCALE_DIR`, /var/tmp by default, and are removed after).
+//! to `DUALFS_SCALE_DIR`, /var/tmp by default, and are removed after unless
+//! `DUALFS_SCALE_KEEP` is set).
 //!
 //! Files are created in directories of 100, then one directory gets
 //! `DUALFS_SCALE_BIG` entries (default a tenth of the files). Printed: the
@@ -179,4 +180,7 @@ fn ten_million_files() {
     let r = dualfs_engine::check::check(meta, data).unwrap();
     println!("fsck: {:.0} s, {} problems, RSS {} MiB", t.elapsed().as_secs_f64(), r.problems.len(), rss_mib());
     assert!(r.is_clean(), "{:#?}", &r.problems[..r.problems.len().min(10)]);
+    if std::env::var_os("DUALFS_SCALE_KEEP").is_some() {
+        println!("images kept in {}", dir.keep().display());
+    }
 }

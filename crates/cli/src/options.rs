@@ -346,6 +346,9 @@ mod tests {
     #[test]
     fn malformed_values_are_refused() {
         assert!(parse(&["commit=soon".into()]).is_err());
+        assert!(parse(&["cache=lots".into()]).is_err());
+        assert!(parse(&["cache=1M".into()]).is_err(), "below 16M");
+        assert_eq!(parse(&["cache=64M".into()]).unwrap().cache, Some(64 << 20));
         assert!(parse(&["data_expire=later".into()]).is_err());
         assert_eq!(p("data_expire=0").data_expire, Some(Duration::ZERO));
         assert_eq!(p("order=strict").order, Order::Strict);

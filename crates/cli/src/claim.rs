@@ -134,6 +134,22 @@ pub fn claim(path: &Path, dev: Arc<dyn BlockDevice>) -> Result<Arc<dyn BlockDevi
     Ok(Arc::new(Claimed { inner: dev, _holds: holds }))
 }
 
+/// Whether what [`claim`] takes for the storage at `path` is free now: no
+/// exclusive opener of a block device, no lock on the file behind a loop
+/// device or on an image file. `dualfs umount` waits for it, so that a
+/// mount right after finds the volume free.
+#[must_use]
+pub fn is_free(path: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else { return true };
+    if meta.file_type().is_block_device() {
+        if hold(path, true, "a block device").is_err() {
+            return false;
+        }
+        return backing_file(meta.rdev()).is_none_or(|file| hold(&file, false, "the file behind it").is_ok());
+    }
+    hold(path, false, "an image file").is_ok()
+}
+
 /// Refuses storage that is in use through any name: mounted, held by
 /// another program, a file with a loop device over it, or locked by a
 /// DualFS process. mkfs asks this whatever `--force` says.

@@ -7,7 +7,6 @@
 //! the meta-data device until it exits, so waiting for the lock is waiting
 //! for the clean close.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -70,6 +69,12 @@ pub fn meta_of_source(source: &str) -> Option<PathBuf> {
     Some(PathBuf::from(meta))
 }
 
+/// The data device named by a `META#DATA` source.
+fn data_of_source(source: &str) -> Option<PathBuf> {
+    let (_, data) = source.split_once('#')?;
+    Some(PathBuf::from(data))
+}
+
 /// The DualFS mount at `mountpoint` (an absolute path).
 ///
 /// # Errors
@@ -111,33 +116,28 @@ fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
     }
 }
 
-/// Waits until no process holds the lock on `meta` (the serving process
-/// has exited), for at most `timeout`.
+/// Waits until nothing holds `meta` and `data` any more (the serving
+/// process has exited), for at most `timeout`.
 ///
 /// # Errors
-/// The timeout passes, or `meta` cannot be opened.
-pub fn wait_closed(meta: &Path, timeout: Duration) -> Result<()> {
-    let f = File::open(meta).with_context(|| format!("cannot open {}", meta.display()))?;
+/// The timeout passes.
+pub fn wait_closed(meta: &Path, data: Option<&Path>, timeout: Duration) -> Result<()> {
     let start = Instant::now();
-    loop {
-        match f.try_lock_shared() {
-            Ok(()) => {
-                let _ = f.unlock();
-                return Ok(());
-            }
-            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => bail!(
+    // Every name a mount claims (a loop device and the file behind it, an
+    // image file), on both devices, not only the meta-data path's lock: a
+    // block device's node carries no lock, and the serving process lets go
+    // of its two devices one after the other.
+    while !crate::claim::is_free(meta) || data.is_some_and(|d| !crate::claim::is_free(d)) {
+        if start.elapsed() >= timeout {
+            bail!(
                 "the volume on {} is still open after {} s: the serving process has not finished",
                 meta.display(),
                 timeout.as_secs()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("cannot lock {}", meta.display()));
-            }
+            );
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    Ok(())
 }
 
 /// Runs `dualfs umount`.
@@ -154,7 +154,8 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     unmount(&mnt, args.lazy)?;
     match meta_of_source(&entry.source) {
         Some(meta) if meta.exists() => {
-            wait_closed(&meta, Duration::from_secs(args.timeout))?;
+            let data = data_of_source(&entry.source);
+            wait_closed(&meta, data.as_deref(), Duration::from_secs(args.timeout))?;
             say!("unmounted {}; the volume is closed", mnt.display());
         }
         _ => println!(

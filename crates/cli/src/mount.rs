@@ -252,6 +252,14 @@ fn engine_options(cfg: &MountConfig) -> MountOptions {
     if let Some(e) = cfg.data_expire {
         o.data_expire = e;
     }
+    if let Some(size) = cfg.cache {
+        // Half for decoded meta-data, half for dirty file data (the
+        // default, 512M, keeps the 256 MiB dirty limit of before).
+        let half = usize::try_from(size / 2).unwrap_or(usize::MAX);
+        o.cache_bytes = half;
+        o.dirty_data_limit = half;
+        o.cache_budget = usize::MAX;
+    }
     o
 }
 

@@ -20,6 +20,8 @@ pub struct MountConfig {
     pub commit: Option<Duration>,
     /// How long a periodic commit may leave a file's new end unwritten.
     pub data_expire: Option<Duration>,
+    /// `cache=SIZE`: memory for decoded meta-data and dirty file data.
+    pub cache: Option<u64>,
     /// What a crash may show (`order=`).
     pub order: Order,
     /// Who may use the mount.
@@ -66,6 +68,7 @@ impl Default for MountConfig {
             read_only: false,
             commit: None,
             data_expire: None,
+            cache: None,
             order: Order::Default,
             acl: SessionACL::Owner,
             fuse: Vec::new(),
@@ -202,6 +205,12 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
         } else if let Some(v) = opt.strip_prefix("data_expire=") {
             let secs: u64 = v.parse().map_err(|_| anyhow::anyhow!("data_expire={v}: give a number of seconds"))?;
             c.data_expire = Some(Duration::from_secs(secs));
+        } else if let Some(v) = opt.strip_prefix("cache=") {
+            let size = crate::args::parse_size(v).map_err(|e| anyhow::anyhow!("cache={v}: {e}"))?;
+            if size < 16 << 20 {
+                bail!("cache={v}: give at least 16M");
+            }
+            c.cache = Some(size);
         } else if let Some(v) = opt.strip_prefix("attr_timeout=") {
             c.attr_timeout = Some(seconds("attr_timeout", v)?);
         } else if let Some(v) = opt.strip_prefix("entry_timeout=") {
@@ -366,6 +375,9 @@ mod tests {
     #[test]
     fn malformed_values_are_refused() {
         assert!(parse(&["commit=soon".into()]).is_err());
+        assert!(parse(&["cache=lots".into()]).is_err());
+        assert!(parse(&["cache=1M".into()]).is_err(), "below 16M");
+        assert_eq!(parse(&["cache=64M".into()]).unwrap().cache, Some(64 << 20));
         assert!(parse(&["data_expire=later".into()]).is_err());
         assert_eq!(p("data_expire=0").data_expire, Some(Duration::ZERO));
         assert_eq!(p("order=strict").order, Order::Strict);

@@ -9,8 +9,9 @@
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::ifile::{GroupDesc, TableId};
-use crate::table::{Table, TableAccess};
+use crate::table::{Table, TableAccess, TableSource};
 use crate::types::{DataBlock, GroupNo, Seq};
+use std::sync::Arc;
 
 /// The tag of a free whose commit group is not sealed yet.
 const UNSEALED: Seq = Seq(u64::MAX);
@@ -40,6 +41,12 @@ pub struct DataSpace {
     held: Vec<u64>,
     /// Blocks free in the live bitmap but held by a snapshot.
     held_only: u64,
+    /// Where bitmap blocks not in memory yet are read from (a mount loads
+    /// the bitmap lazily, a group at a time); `None` when all of it is.
+    source: Option<Arc<dyn TableSource>>,
+    /// Per group: whether its bitmap blocks are in memory and its free count
+    /// was checked against them. Empty when every group is.
+    ready: Vec<bool>,
 }
 
 impl DataSpace {
@@ -61,6 +68,8 @@ impl DataSpace {
             cursor: vec![0; groups],
             held: Vec::new(),
             held_only: 0,
+            source: None,
+            ready: Vec::new(),
         };
         // Bits past the end of the device are permanently "in use".
         let tail = total % 64;
@@ -68,23 +77,156 @@ impl DataSpace {
             let last = s.bitmap.len() - 1;
             s.bitmap.set(last, !0u64 << tail);
         }
-        s.recount();
-        s.mark_used(DataBlock(0), 1);
+        // Everything but those bits is free: counted without reading the
+        // bitmap, whose untouched pages then cost no memory (mount builds
+        // one of these before loading the checkpoint over it).
+        for g in 0..groups {
+            let (start, end) = s.group_range(GroupNo(g as u32));
+            s.groups.update(g, |d| d.free_blocks = (end - start) as u32);
+        }
+        s.free = total;
+        s.set_bits(0, 1, true);
+        s.free -= 1;
         s
     }
 
-    /// Recomputes free counts from the bitmap (after loading it).
-    pub fn recount(&mut self) {
+    /// Recomputes free counts from the bitmap (after loading it whole).
+    ///
+    /// # Panics
+    /// Part of the bitmap is not loaded ([`DataSpace::load_all`] first).
+    /// Returns the groups whose count said otherwise: (group, said, true).
+    pub fn recount(&mut self) -> Vec<(GroupNo, u32, u32)> {
         let mut free = 0;
+        let mut wrong = Vec::new();
         for g in 0..self.groups.len() {
             let (start, end) = self.group_range(GroupNo(g as u32));
             let n = self.count_free(start, end);
             free += n;
-            if self.groups.get(g).free_blocks != n as u32 {
+            let said = self.groups.get(g).free_blocks;
+            if said != n as u32 {
+                wrong.push((GroupNo(g as u32), said, n as u32));
                 self.groups.update(g, |d| d.free_blocks = n as u32);
             }
         }
         self.free = free;
+        wrong
+    }
+
+    /// Whether the whole bitmap is in memory.
+    #[must_use]
+    pub fn fully_loaded(&self) -> bool {
+        self.ready.is_empty()
+    }
+
+    /// Leaves the bitmap on disk, to be read a group at a time when the
+    /// allocator first needs it (mount): the group descriptors' free counts
+    /// stand for it meanwhile, and their sum is what the checkpoint says is
+    /// free. Each group's count is checked against its bitmap when the
+    /// bitmap is read ([`DataSpace::load_group`]).
+    ///
+    /// # Errors
+    /// A group claims more free blocks than it has, or the counts do not add
+    /// up to `free_blocks` (what the checkpoint recorded).
+    pub fn load_lazily(&mut self, source: Arc<dyn TableSource>, free_blocks: u64) -> Result<()> {
+        let mut free = 0u64;
+        for g in 0..self.groups.len() {
+            let (start, end) = self.group_range(GroupNo(g as u32));
+            let n = u64::from(self.groups.get(g).free_blocks);
+            if n > end - start {
+                return Err(Error::corrupt_meta(
+                    "data-group descriptor table",
+                    0,
+                    format!("group {g} says {n} free blocks, it has {}", end - start),
+                ));
+            }
+            free += n;
+        }
+        if free != free_blocks {
+            return Err(Error::corrupt_meta(
+                "checkpoint",
+                0,
+                format!("the data groups say {free} free blocks, the checkpoint recorded {free_blocks}"),
+            ));
+        }
+        self.bitmap.set_all_unloaded();
+        self.ready = vec![false; self.groups.len()];
+        self.source = Some(source);
+        self.free = free;
+        Ok(())
+    }
+
+    /// Reads the bitmap blocks of group `g` if they are not in memory yet,
+    /// and checks the group's free count against them.
+    ///
+    /// # Errors
+    /// A block cannot be read or does not decode, or the count disagrees
+    /// with the bitmap (damage: the checkpoint wrote both at once).
+    pub fn load_group(&mut self, g: GroupNo) -> Result<()> {
+        if self.ready.get(g.0 as usize).is_none_or(|r| *r) {
+            return Ok(());
+        }
+        let Some(source) = self.source.clone() else { return Ok(()) };
+        let (start, end) = self.group_range(g);
+        let per = (self.bitmap.per_block() * 64) as u64;
+        for b in start / per..=(end - 1) / per {
+            self.bitmap.load_block(b as u32, source.as_ref())?;
+        }
+        let n = self.count_free(start, end);
+        let said = u64::from(self.groups.get(g.0 as usize).free_blocks);
+        if n != said {
+            return Err(Error::corrupt_meta(
+                "data-group descriptor table",
+                self.bitmap.address((start / per) as u32).0,
+                format!("group {} says {said} free blocks, its bitmap {n}", g.0),
+            ));
+        }
+        self.ready[g.0 as usize] = true;
+        if self.ready.iter().all(|r| *r) {
+            self.ready = Vec::new();
+            self.source = None;
+        }
+        Ok(())
+    }
+
+    /// Loads the groups `[start, start + len)` touches (clipped to the device).
+    ///
+    /// # Errors
+    /// As [`DataSpace::load_group`].
+    pub fn load_range(&mut self, start: DataBlock, len: u32) -> Result<()> {
+        if self.ready.is_empty() || self.total == 0 {
+            return Ok(());
+        }
+        let first = self.group_of(DataBlock(start.0.min(self.total - 1))).0;
+        let last = self.group_of(DataBlock(start.0.saturating_add(u64::from(len).max(1) - 1).min(self.total - 1))).0;
+        for g in first..=last {
+            self.load_group(GroupNo(g))?;
+        }
+        Ok(())
+    }
+
+    /// Loads the whole bitmap (fsck, repair, and a cleaner or checkpoint
+    /// that must write a block of it).
+    ///
+    /// # Errors
+    /// As [`DataSpace::load_group`].
+    pub fn load_all(&mut self) -> Result<()> {
+        for g in 0..self.groups.len() {
+            self.load_group(GroupNo(g as u32))?;
+        }
+        Ok(())
+    }
+
+    /// Loads the groups covered by bitmap block `b` (the cleaner moving it).
+    ///
+    /// # Errors
+    /// As [`DataSpace::load_group`].
+    pub fn load_bitmap_block(&mut self, b: u32) -> Result<()> {
+        let per = (self.bitmap.per_block() * 64) as u64;
+        let start = u64::from(b) * per;
+        if start >= self.total {
+            return Ok(());
+        }
+        self.load_range(DataBlock(start), per.min(self.total - start) as u32)
     }
 
     /// Sets the bitmap to exactly block 0 and the ranges given (repair:
@@ -105,7 +247,7 @@ impl DataSpace {
         if tail != 0 {
             want[words - 1] |= !0u64 << tail;
         }
-        let (mut were_free, mut were_used) = (0, 0);
+        let (mut were_free, mut were_used) = (0u64, 0u64);
         for (i, w) in want.into_iter().enumerate() {
             let have = self.bitmap.get(i);
             if have != w {
@@ -159,6 +301,7 @@ impl DataSpace {
     /// A bitmap of another size than the live one: a bug.
     pub fn set_held(&mut self, held: Vec<u64>) {
         assert!(held.is_empty() || held.len() == self.bitmap.len(), "held bitmap of {} words", held.len());
+        assert!(held.is_empty() || self.fully_loaded(), "snapshots held against a bitmap not all read");
         self.held = held;
         self.held_only =
             self.held.iter().enumerate().map(|(i, h)| u64::from((h & !self.bitmap.get(i)).count_ones())).sum();
@@ -192,6 +335,7 @@ impl DataSpace {
     /// The live bitmap's words (a snapshot keeps a copy).
     #[must_use]
     pub fn bitmap_words(&self) -> Vec<u64> {
+        assert!(self.fully_loaded(), "a copy of a bitmap not all read");
         self.bitmap.entries().to_vec()
     }
 
@@ -289,7 +433,18 @@ impl DataSpace {
     }
 
     fn count_free(&self, start: u64, end: u64) -> u64 {
-        (start..end).filter(|&b| !self.bit(b)).count() as u64
+        // Word by word: mkfs and fsck count every block of the device.
+        let mut free = 0;
+        let mut b = start;
+        while b < end {
+            let w = b / 64;
+            let lo = b % 64;
+            let hi = (end - w * 64).min(64);
+            let mask = if hi - lo == 64 { !0u64 } else { ((1u64 << (hi - lo)) - 1) << lo };
+            free += u64::from((!self.bitmap.get(w as usize) & mask).count_ones());
+            b = w * 64 + hi;
+        }
+        free
     }
 
     fn set_bits(&mut self, start: u64, len: u64, used: bool) -> u64 {
@@ -325,11 +480,15 @@ impl DataSpace {
     ///
     /// # Panics
     /// A range beyond the device: values read from disk are checked first.
-    pub fn mark_used(&mut self, start: DataBlock, len: u32) -> u64 {
+    ///
+    /// # Errors
+    /// The bitmap of the groups it touches cannot be loaded.
+    pub fn mark_used(&mut self, start: DataBlock, len: u32) -> Result<u64> {
         self.assert_inside(start, len);
+        self.load_range(start, len)?;
         let n = self.set_bits(start.0, u64::from(len), true);
         self.free -= n;
-        n
+        Ok(n)
     }
 
     /// Marks blocks free at once (roll-forward of a free, which is durable by
@@ -337,8 +496,16 @@ impl DataSpace {
     ///
     /// # Panics
     /// A range beyond the device: values read from disk are checked first.
-    pub fn mark_free(&mut self, start: DataBlock, len: u32) -> u64 {
+    ///
+    /// # Errors
+    /// The bitmap of the groups it touches cannot be loaded.
+    pub fn mark_free(&mut self, start: DataBlock, len: u32) -> Result<u64> {
         self.assert_inside(start, len);
+        self.load_range(start, len)?;
+        Ok(self.mark_free_loaded(start, len))
+    }
+
+    fn mark_free_loaded(&mut self, start: DataBlock, len: u32) -> u64 {
         let n = self.set_bits(start.0, u64::from(len), false);
         self.free += n;
         n
@@ -354,15 +521,19 @@ impl DataSpace {
     }
 
     /// Whether every block of the range is free in the bitmap.
-    #[must_use]
-    pub fn all_free(&self, start: DataBlock, len: u32) -> bool {
-        start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total)
-            && (start.0..start.0 + u64::from(len)).all(|b| !self.bit(b))
+    ///
+    /// # Errors
+    /// The bitmap of the groups it touches cannot be loaded.
+    pub fn all_free(&mut self, start: DataBlock, len: u32) -> Result<bool> {
+        if start.0.checked_add(u64::from(len)).is_none_or(|end| end > self.total) {
+            return Ok(false);
+        }
+        self.load_range(start, len)?;
+        Ok((start.0..start.0 + u64::from(len)).all(|b| !self.bit(b)))
     }
 
-    /// Whether every block of the range is marked in use.
-    #[must_use]
-    pub fn all_used(&self, start: DataBlock, len: u32) -> bool {
+    /// Whether every block of the range is marked in use (loaded already).
+    fn all_used(&self, start: DataBlock, len: u32) -> bool {
         start.0.checked_add(u64::from(len)).is_some_and(|end| end <= self.total)
             && (start.0..start.0 + u64::from(len)).all(|b| self.bit(b))
     }
@@ -371,11 +542,18 @@ impl DataSpace {
     /// block beyond the device, not in use, or already waiting to be freed.
     /// What a file's extents name comes from the disk: a caller checks
     /// here first and reports a damaged volume, never a broken allocator.
-    #[must_use]
-    pub fn check_free(&self, start: DataBlock, len: u32) -> Option<String> {
+    ///
+    /// # Errors
+    /// The bitmap of the groups it touches cannot be loaded.
+    pub fn check_free(&mut self, start: DataBlock, len: u32) -> Result<Option<String>> {
         let Some(end) = start.0.checked_add(u64::from(len)).filter(|&e| e <= self.total && start.0 > 0) else {
-            return Some(format!("data blocks {}+{len} lie outside the data device", start.0));
+            return Ok(Some(format!("data blocks {}+{len} lie outside the data device", start.0)));
         };
+        self.load_range(start, len)?;
+        Ok(self.check_free_loaded(start, len, end))
+    }
+
+    fn check_free_loaded(&self, start: DataBlock, len: u32, end: u64) -> Option<String> {
         if !self.all_used(start, len) {
             return Some(format!("data blocks {}+{len} are mapped by a file but marked free", start.0));
         }
@@ -392,17 +570,22 @@ impl DataSpace {
     /// # Panics
     /// The range cannot be freed ([`DataSpace::check_free`]): callers check
     /// what comes from the disk first, so this is a bug of the engine.
-    pub fn free_deferred(&mut self, start: DataBlock, len: u32) {
-        if let Some(why) = self.check_free(start, len) {
+    ///
+    /// # Errors
+    /// The bitmap of the groups it touches cannot be loaded.
+    pub fn free_deferred(&mut self, start: DataBlock, len: u32) -> Result<()> {
+        if let Some(why) = self.check_free(start, len)? {
             panic!("the allocator was asked to free what it cannot: {why}");
         }
         if faults::active(Fault::ImmediateReuse) {
-            self.mark_free(start, len);
-            return;
+            self.mark_free_loaded(start, len);
+            return Ok(());
         }
+        // Its groups are loaded now and stay so: `release` needs no device.
         self.pending.push((UNSEALED, start, len));
         self.pending_ranges.insert(start.0, start.0 + u64::from(len));
         self.pending_blocks += u64::from(len);
+        Ok(())
     }
 
     /// The commit group ending with partial segment `seq` carries every free
@@ -425,7 +608,7 @@ impl DataSpace {
             if seq <= durable {
                 self.pending_blocks -= u64::from(len);
                 self.pending_ranges.remove(&start.0);
-                let freed = self.mark_free(start, len);
+                let freed = self.mark_free_loaded(start, len);
                 assert_eq!(freed, u64::from(len), "a pending free of data blocks {}+{len} found some free", start.0);
             } else {
                 self.pending.push((seq, start, len));
@@ -436,20 +619,31 @@ impl DataSpace {
     /// Allocates a run of up to `want` free blocks, preferring `goal` and
     /// what follows it, then the rest of the device. The caller holds a
     /// reservation for them, which this consumes.
-    pub fn allocate(&mut self, goal: DataBlock, want: u64) -> Option<(DataBlock, u32)> {
+    ///
+    /// # Errors
+    /// The bitmap of a group it looks into cannot be loaded.
+    pub fn allocate(&mut self, goal: DataBlock, want: u64) -> Result<Option<(DataBlock, u32)>> {
         let want = want.clamp(1, u64::from(MAX_EXTENT_BLOCKS));
         let goal = if goal.0 >= self.total { 0 } else { goal.0 };
-        let start = self.find_free(goal, self.total).or_else(|| self.find_free(0, goal))?;
+        let found = match self.find_free(goal, self.total)? {
+            Some(b) => Some(b),
+            None => self.find_free(0, goal)?,
+        };
+        let Some(start) = found else { return Ok(None) };
+        // The run may reach into the next group: load it before looking.
+        let reach = (want - 1).min(self.total - 1 - start);
+        self.load_range(DataBlock(start), reach as u32 + 1)?;
         let mut len = 1;
         while len < want && start + len < self.total && !self.bit(start + len) && !self.is_held(start + len) {
             len += 1;
         }
-        self.mark_used(DataBlock(start), len as u32);
+        self.set_bits(start, len, true);
+        self.free -= len;
         assert!(self.reserved >= len, "allocating {len} blocks on a reservation of {}", self.reserved);
         self.reserved -= len;
         let g = self.group_of(DataBlock(start)).0 as usize;
         self.cursor[g] = start + len;
-        Some((DataBlock(start), len as u32))
+        Ok(Some((DataBlock(start), len as u32)))
     }
 
     /// Where a new file in group `g` should start looking: just after the
@@ -462,7 +656,7 @@ impl DataSpace {
     }
 
     /// First free block in `from..to`, skipping full groups and words.
-    fn find_free(&self, from: u64, to: u64) -> Option<u64> {
+    fn find_free(&mut self, from: u64, to: u64) -> Result<Option<u64>> {
         let mut b = from;
         while b < to {
             let g = self.group_of(DataBlock(b));
@@ -470,6 +664,7 @@ impl DataSpace {
                 b = self.group_range(g).1;
                 continue;
             }
+            self.load_group(g)?;
             let w = (b / 64) as usize;
             let word = (self.bitmap.get(w) | self.held_word(w)) >> (b % 64);
             if word == !0u64 >> (b % 64) {
@@ -479,11 +674,11 @@ impl DataSpace {
             let off = u64::from((!word).trailing_zeros());
             let found = b + off;
             if found < to && found < self.total {
-                return Some(found);
+                return Ok(Some(found));
             }
             b = (b / 64 + 1) * 64;
         }
-        None
+        Ok(None)
     }
 }
 
@@ -503,8 +698,8 @@ mod tests {
     fn sequential_allocations_are_contiguous() {
         let mut s = DataSpace::new(10_000, 1024);
         s.reserve(30).unwrap();
-        let (a, la) = s.allocate(DataBlock(1), 10).unwrap();
-        let (b, _) = s.allocate(DataBlock(a.0 + u64::from(la)), 20).unwrap();
+        let (a, la) = s.allocate(DataBlock(1), 10).unwrap().unwrap();
+        let (b, _) = s.allocate(DataBlock(a.0 + u64::from(la)), 20).unwrap().unwrap();
         assert_eq!((a, la), (DataBlock(1), 10));
         assert_eq!(b, DataBlock(11));
         assert_eq!(s.reserved(), 0);
@@ -514,27 +709,27 @@ mod tests {
     fn frees_wait_for_durability() {
         let mut s = DataSpace::new(100, 64);
         s.reserve(99).unwrap();
-        let (a, n) = s.allocate(DataBlock(0), 99).unwrap();
+        let (a, n) = s.allocate(DataBlock(0), 99).unwrap().unwrap();
         assert_eq!((a, n), (DataBlock(1), 99));
-        assert!(s.allocate(DataBlock(0), 1).is_none());
-        s.free_deferred(a, 10);
-        assert!(s.allocate(DataBlock(0), 1).is_none(), "reused before durable");
+        assert!(s.allocate(DataBlock(0), 1).unwrap().is_none());
+        s.free_deferred(a, 10).unwrap();
+        assert!(s.allocate(DataBlock(0), 1).unwrap().is_none(), "reused before durable");
         assert_eq!(s.free_for_statfs(), 10);
         s.release(Seq(1000));
-        assert!(s.allocate(DataBlock(0), 1).is_none(), "released before its group was sealed");
+        assert!(s.allocate(DataBlock(0), 1).unwrap().is_none(), "released before its group was sealed");
         s.seal_frees(Seq(5));
         s.release(Seq(4));
-        assert!(s.allocate(DataBlock(0), 1).is_none());
+        assert!(s.allocate(DataBlock(0), 1).unwrap().is_none());
         s.release(Seq(5));
         s.reserve(5).unwrap();
-        assert_eq!(s.allocate(DataBlock(0), 5), Some((a, 5)));
+        assert_eq!(s.allocate(DataBlock(0), 5).unwrap(), Some((a, 5)));
     }
 
     #[test]
     #[should_panic(expected = "marked free")]
     fn freeing_blocks_not_in_use_is_a_bug_asserted() {
         let mut s = DataSpace::new(100, 64);
-        s.free_deferred(DataBlock(10), 2);
+        s.free_deferred(DataBlock(10), 2).unwrap();
     }
 
     #[test]
@@ -542,10 +737,10 @@ mod tests {
     fn freeing_blocks_twice_before_the_first_free_is_durable_is_a_bug_asserted() {
         let mut s = DataSpace::new(100, 64);
         s.reserve(4).unwrap();
-        let (a, n) = s.allocate(DataBlock(1), 4).unwrap();
-        s.free_deferred(a, n);
-        assert!(s.check_free(DataBlock(a.0 + 1), 1).is_some(), "a caller can tell first");
-        s.free_deferred(DataBlock(a.0 + 1), 1);
+        let (a, n) = s.allocate(DataBlock(1), 4).unwrap().unwrap();
+        s.free_deferred(a, n).unwrap();
+        assert!(s.check_free(DataBlock(a.0 + 1), 1).unwrap().is_some(), "a caller can tell first");
+        s.free_deferred(DataBlock(a.0 + 1), 1).unwrap();
     }
 
     #[test]
@@ -560,7 +755,7 @@ mod tests {
     #[should_panic(expected = "beyond the device")]
     fn a_range_beyond_the_device_is_never_clamped() {
         let mut s = DataSpace::new(100, 64);
-        s.mark_used(DataBlock(98), 4);
+        s.mark_used(DataBlock(98), 4).unwrap();
     }
 
     #[test]
@@ -576,7 +771,7 @@ mod tests {
     fn directories_go_to_the_emptiest_group() {
         let mut s = DataSpace::new(4096, 1024);
         s.reserve(500).unwrap();
-        s.allocate(DataBlock(0), 500).unwrap();
+        s.allocate(DataBlock(0), 500).unwrap().unwrap();
         let g = s.bind_directory();
         assert_eq!(g, GroupNo(1));
         assert_eq!(s.bind_directory(), GroupNo(2));
@@ -589,7 +784,7 @@ mod tests {
         let mut s = DataSpace::new(70, 64);
         s.reserve(69).unwrap();
         let mut got = 0;
-        while let Some((b, n)) = s.allocate(DataBlock(0), 100) {
+        while let Some((b, n)) = s.allocate(DataBlock(0), 100).unwrap() {
             assert!(b.0 + u64::from(n) <= 70);
             got += n;
         }

@@ -7,9 +7,21 @@
 
 use std::collections::BTreeSet;
 
+use crate::error::Result;
 use crate::format::codec::{DecodeResult, Reader, Writer, bad};
 use crate::format::ifile::{GroupDesc, ImapEntry, SegUsage, TableId};
 use crate::types::MetaBlock;
+
+/// Reads one IFile table block from where the checkpoint says it lives,
+/// checked (kind, name, checksum), and hands back its payload: how a table
+/// loaded lazily fetches a block when it is first needed.
+pub trait TableSource: Send + Sync + std::fmt::Debug {
+    /// The payload of block `b` of `table`, at `at`.
+    ///
+    /// # Errors
+    /// The device fails, or the block is not that table block.
+    fn read_block(&self, table: TableId, b: u32, at: MetaBlock) -> Result<Vec<u8>>;
+}
 
 /// A fixed-size IFile table entry.
 pub trait Entry: Copy + Default {
@@ -67,13 +79,25 @@ pub struct Table<E: Entry> {
     dirty: BTreeSet<u32>,
     /// Durable location of each block; `MetaBlock(0)` for blocks never written.
     addresses: Vec<MetaBlock>,
+    /// Blocks whose entries were not read yet (a table loaded lazily); empty
+    /// when every block is in memory. Touching an entry of such a block is
+    /// a bug, asserted: its entries in memory are defaults, not the disk's.
+    unloaded: Vec<bool>,
+    unloaded_count: usize,
 }
 
 impl<E: Entry> Table<E> {
     /// A table of `len` default entries, all of them dirty.
     #[must_use]
     pub fn new(id: TableId, len: usize) -> Table<E> {
-        let mut t = Table { id, entries: vec![E::default(); len], dirty: BTreeSet::new(), addresses: Vec::new() };
+        let mut t = Table {
+            id,
+            entries: vec![E::default(); len],
+            dirty: BTreeSet::new(),
+            addresses: Vec::new(),
+            unloaded: Vec::new(),
+            unloaded_count: 0,
+        };
         t.addresses = vec![MetaBlock(0); t.block_count()];
         t.dirty = (0..t.block_count() as u32).collect();
         t
@@ -115,25 +139,80 @@ impl<E: Entry> Table<E> {
     /// Out of range: callers index with numbers the table handed out.
     #[must_use]
     pub fn get(&self, i: usize) -> E {
+        self.assert_loaded(i);
         self.entries[i]
     }
 
     /// All entries.
+    ///
+    /// # Panics
+    /// Some block was not loaded yet.
     #[must_use]
     pub fn entries(&self) -> &[E] {
+        assert!(
+            self.unloaded_count == 0,
+            "the whole {} was read while {} blocks are not loaded",
+            self.id.name(),
+            self.unloaded_count
+        );
         &self.entries
     }
 
     /// Replaces entry `i` and marks its block dirty.
     pub fn set(&mut self, i: usize, e: E) {
+        self.assert_loaded(i);
         self.entries[i] = e;
         self.dirty.insert((i / self.per_block()) as u32);
     }
 
     /// Modifies entry `i` in place and marks its block dirty.
     pub fn update(&mut self, i: usize, f: impl FnOnce(&mut E)) {
+        self.assert_loaded(i);
         f(&mut self.entries[i]);
         self.dirty.insert((i / self.per_block()) as u32);
+    }
+
+    fn assert_loaded(&self, i: usize) {
+        if self.unloaded_count > 0 {
+            let b = i / self.per_block();
+            assert!(
+                !self.unloaded.get(b).copied().unwrap_or(false),
+                "entry {i} of the {} used before its block {b} was loaded",
+                self.id.name()
+            );
+        }
+    }
+
+    /// Marks every block as not read yet (its address is known): a table
+    /// loaded lazily, block by block, through [`Table::load_block`].
+    pub fn set_all_unloaded(&mut self) {
+        self.unloaded = vec![true; self.block_count()];
+        self.unloaded_count = self.unloaded.len();
+    }
+
+    /// Whether block `b`'s entries are in memory.
+    #[must_use]
+    pub fn is_loaded(&self, b: u32) -> bool {
+        self.unloaded_count == 0 || !self.unloaded.get(b as usize).copied().unwrap_or(false)
+    }
+
+    /// Blocks not read yet.
+    #[must_use]
+    pub fn unloaded_blocks(&self) -> usize {
+        self.unloaded_count
+    }
+
+    /// Reads block `b` through `source` if it is not in memory yet.
+    ///
+    /// # Errors
+    /// The source fails, or the block does not decode.
+    pub fn load_block(&mut self, b: u32, source: &dyn TableSource) -> Result<()> {
+        if self.is_loaded(b) {
+            return Ok(());
+        }
+        let at = self.addresses[b as usize];
+        let payload = source.read_block(self.id, b, at)?;
+        self.decode_block(b, &payload).map_err(|e| crate::error::Error::corrupt_meta(self.id.name(), at.0, e.0))
     }
 
     /// Grows the table to `len` default entries.
@@ -174,6 +253,7 @@ impl<E: Entry> Table<E> {
     pub fn encode_block(&self, b: u32) -> Vec<u8> {
         let start = b as usize * self.per_block();
         let end = (start + self.per_block()).min(self.entries.len());
+        assert!(self.is_loaded(b), "block {b} of the {} written before it was loaded", self.id.name());
         let mut w = Writer::with_capacity((end - start) * self.id.entry_len());
         for e in &self.entries[start..end] {
             e.encode(&mut w);
@@ -202,6 +282,10 @@ impl<E: Entry> Table<E> {
         let mut r = Reader::new(payload);
         for i in start..end {
             self.entries[i] = E::decode(&mut r)?;
+        }
+        if self.unloaded.get(b as usize).copied().unwrap_or(false) {
+            self.unloaded[b as usize] = false;
+            self.unloaded_count -= 1;
         }
         Ok(())
     }

@@ -172,9 +172,10 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
         .map(|d| Problem { invariant: None, structure: "log", ino: None, block: None, message: d.clone() })
         .collect();
     // Live bytes the checkpoint had wrong were recounted when it was loaded.
+    // So were data groups' free counts (a lazy mount would refuse them).
     problems.extend(open.recounted.iter().map(|r| Problem {
-        invariant: Some(Invariant::I7),
-        structure: "segment usage",
+        invariant: Some(if r.starts_with("data group") { Invariant::I8 } else { Invariant::I7 }),
+        structure: if r.starts_with("data group") { "group descriptor" } else { "segment usage" },
         ino: None,
         block: None,
         message: r.clone(),

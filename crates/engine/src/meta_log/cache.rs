@@ -32,6 +32,27 @@ struct Entry<T> {
     /// Partial segment holding the newest written copy.
     written: Seq,
     touched: u64,
+    /// Bytes of memory it is reckoned to hold ([`MetaCache::bytes`]).
+    cost: usize,
+}
+
+/// Memory an inode record holds beyond its encoding: the map's slot and
+/// the record's fixed fields (the size of `Entry<InodeRecord>`, rounded).
+const INODE_OVERHEAD: usize = 256;
+/// Memory an object holds beyond twice its encoding: a decoded leaf keeps
+/// each value in its own allocation (a 24-byte vector and the allocator's
+/// rounding), about as much again as the value for directory entries.
+const OBJECT_OVERHEAD: usize = 128;
+
+fn inode_cost(rec: &InodeRecord) -> usize {
+    rec.encoded_len() + INODE_OVERHEAD
+}
+
+fn object_cost(obj: &Object) -> usize {
+    match obj {
+        Object::Node(n) => 2 * n.encoded_len() + OBJECT_OVERHEAD,
+        Object::Blob(b) => b.len() + OBJECT_OVERHEAD,
+    }
 }
 
 /// Decoded meta-data objects by name.
@@ -47,6 +68,10 @@ pub struct MetaCache {
     /// Inodes never evicted even when clean: their records on disk show a
     /// shorter size than their data in memory reaches (delayed tails).
     pinned: HashSet<InodeNo>,
+    /// Memory the entries are reckoned to hold (their `cost`s).
+    bytes: usize,
+    /// At most this many entries and bytes (None: no limit).
+    limits: Option<(usize, usize)>,
 }
 
 /// Mutable access to a cached inode. When it goes out of scope the dirty
@@ -126,14 +151,19 @@ impl MetaCache {
     /// Caches an inode read from disk, unless a newer copy is already cached.
     pub fn insert_clean_inode(&mut self, rec: InodeRecord) {
         let t = self.tick();
-        self.inodes.entry(rec.ino).or_insert(Entry {
-            value: rec,
-            owner: InodeNo(0),
-            dirty: false,
-            charged: 0,
-            written: Seq(0),
-            touched: t,
-        });
+        if let std::collections::hash_map::Entry::Vacant(v) = self.inodes.entry(rec.ino) {
+            let cost = inode_cost(&rec);
+            self.bytes += cost;
+            v.insert(Entry {
+                value: rec,
+                owner: InodeNo(0),
+                dirty: false,
+                charged: 0,
+                written: Seq(0),
+                touched: t,
+                cost,
+            });
+        }
     }
 
     /// Caches a new inode as dirty.
@@ -141,9 +171,11 @@ impl MetaCache {
         let ino = rec.ino;
         self.remove_inode(ino);
         let t = self.tick();
+        let cost = inode_cost(&rec);
+        self.bytes += cost;
         self.inodes.insert(
             ino,
-            Entry { value: rec, owner: InodeNo(0), dirty: false, charged: 0, written: Seq(0), touched: t },
+            Entry { value: rec, owner: InodeNo(0), dirty: false, charged: 0, written: Seq(0), touched: t, cost },
         );
         drop(self.inode_mut(ino));
     }
@@ -152,6 +184,7 @@ impl MetaCache {
     pub fn remove_inode(&mut self, ino: InodeNo) {
         if let Some(e) = self.inodes.remove(&ino) {
             self.dirty_inode_bytes -= e.charged;
+            self.bytes -= e.cost;
         }
         self.dirty_inodes.remove(&ino);
     }
@@ -226,26 +259,32 @@ impl MetaCache {
     /// Caches an object read from disk.
     pub fn insert_clean_object(&mut self, id: NodeId, owner: InodeNo, obj: Object) {
         let t = self.tick();
-        self.nodes.entry(id).or_insert(Entry {
-            value: obj,
-            owner,
-            dirty: false,
-            charged: 0,
-            written: Seq(0),
-            touched: t,
-        });
+        if let std::collections::hash_map::Entry::Vacant(v) = self.nodes.entry(id) {
+            let cost = object_cost(&obj);
+            self.bytes += cost;
+            v.insert(Entry { value: obj, owner, dirty: false, charged: 0, written: Seq(0), touched: t, cost });
+        }
     }
 
     /// Caches a new object as dirty.
     pub fn insert_dirty_object(&mut self, id: NodeId, owner: InodeNo, obj: Object) {
         let t = self.tick();
-        self.nodes.insert(id, Entry { value: obj, owner, dirty: true, charged: 0, written: Seq(0), touched: t });
+        let cost = object_cost(&obj);
+        self.bytes += cost;
+        if let Some(old) = self
+            .nodes
+            .insert(id, Entry { value: obj, owner, dirty: true, charged: 0, written: Seq(0), touched: t, cost })
+        {
+            self.bytes -= old.cost;
+        }
         self.dirty_nodes.insert(id);
     }
 
     /// Forgets a freed object.
     pub fn remove_object(&mut self, id: NodeId) {
-        self.nodes.remove(&id);
+        if let Some(e) = self.nodes.remove(&id) {
+            self.bytes -= e.cost;
+        }
         self.dirty_nodes.remove(&id);
     }
 
@@ -294,6 +333,10 @@ impl MetaCache {
                 e.written = seq;
                 self.dirty_inode_bytes -= e.charged;
                 e.charged = 0;
+                // Changed while dirty: its cost is taken again.
+                let cost = inode_cost(&e.value);
+                self.bytes = self.bytes - e.cost + cost;
+                e.cost = cost;
             }
             self.dirty_inodes.remove(i);
         }
@@ -304,6 +347,9 @@ impl MetaCache {
             if let Some(e) = self.nodes.get_mut(id) {
                 e.dirty = false;
                 e.written = seq;
+                let cost = object_cost(&e.value);
+                self.bytes = self.bytes - e.cost + cost;
+                e.cost = cost;
             }
             self.dirty_nodes.remove(id);
         }
@@ -313,6 +359,12 @@ impl MetaCache {
     #[must_use]
     pub fn len(&self) -> usize {
         self.inodes.len() + self.nodes.len()
+    }
+
+    /// Cached inodes and objects (nodes and blobs), counted apart.
+    #[must_use]
+    pub fn counts(&self) -> (usize, usize) {
+        (self.inodes.len(), self.nodes.len())
     }
 
     /// Whether nothing is cached.
@@ -326,36 +378,74 @@ impl MetaCache {
         self.pinned = pinned;
     }
 
+    /// Memory the cached entries are reckoned to hold: their encodings,
+    /// twice for decoded nodes, and a fixed overhead each (as of their last
+    /// seal for entries changed since).
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Sets the limits [`MetaCache::trim`] keeps to: entries and bytes.
+    pub fn set_limits(&mut self, entries: usize, bytes: usize) {
+        self.limits = Some((entries, bytes));
+    }
+
+    /// Evicts down to the limits (at the end of a commit).
+    pub fn trim(&mut self, durable: Seq) {
+        if let Some((n, b)) = self.limits {
+            self.evict(n, b, durable);
+        }
+    }
+
+    /// Evicts when an eighth past the limits (after a reader, between
+    /// operations: an operation may count on what it read staying cached
+    /// until it ends). A walk that only reads, such as `find`, commits
+    /// nothing, yet must not fill memory.
+    pub fn trim_if_over(&mut self, durable: Seq) {
+        if let Some((n, b)) = self.limits
+            && (self.len() > n + n / 8 || self.bytes > b + b / 8)
+        {
+            self.evict(n, b, durable);
+        }
+    }
+
     /// Drops the least recently used clean entries whose newest copy is
-    /// durable, until at most `budget` entries remain.
-    pub fn evict(&mut self, budget: usize, durable: Seq) {
-        if self.len() <= budget {
+    /// durable, when more than `budget` entries or `max_bytes` bytes are
+    /// held, until at most three quarters of each remain (so that the scan
+    /// of every entry this takes is paid once per quarter of the cache).
+    pub fn evict(&mut self, budget: usize, max_bytes: usize, durable: Seq) {
+        if self.len() <= budget && self.bytes <= max_bytes {
             return;
         }
-        let excess = self.len() - budget / 4 * 3;
-        let mut victims: Vec<(u64, bool, u64)> = self
+        let (keep_len, keep_bytes) = (budget / 4 * 3, max_bytes / 4 * 3);
+        let mut victims: Vec<(u64, bool, u64, usize)> = self
             .inodes
             .iter()
             .filter(|(k, e)| !e.dirty && e.written <= durable && !self.pinned.contains(k))
-            .map(|(k, e)| (e.touched, true, k.0))
+            .map(|(k, e)| (e.touched, true, k.0, e.cost))
             .chain(
                 self.nodes
                     .iter()
                     .filter(|(_, e)| !e.dirty && e.written <= durable)
-                    .map(|(k, e)| (e.touched, false, k.0)),
+                    .map(|(k, e)| (e.touched, false, k.0, e.cost)),
             )
             .collect();
-        if victims.len() > excess {
-            victims.select_nth_unstable(excess);
-            victims.truncate(excess);
-        }
-        for (_, is_inode, k) in victims {
+        victims.sort_unstable();
+        let (mut len, mut bytes) = (self.len(), self.bytes);
+        for (_, is_inode, k, cost) in victims {
+            if len <= keep_len && bytes <= keep_bytes {
+                break;
+            }
             if is_inode {
                 self.inodes.remove(&InodeNo(k));
             } else {
                 self.nodes.remove(&NodeId(k));
             }
+            len -= 1;
+            bytes -= cost;
         }
+        self.bytes = bytes;
     }
 }
 
@@ -390,7 +480,7 @@ mod tests {
         c.insert_dirty_inode(rec(200));
         c.insert_dirty_inode(rec(201));
         c.mark_sealed(&[InodeNo(201)], &[], Seq(9));
-        c.evict(10, Seq(8));
+        c.evict(10, usize::MAX, Seq(8));
         assert!(c.has_inode(InodeNo(200)), "dirty entry evicted");
         assert!(c.has_inode(InodeNo(201)), "entry not yet durable evicted");
         assert!(c.len() <= 10);

@@ -20,7 +20,7 @@ use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLO
 use crate::format::descriptor::{PsKind, Summary};
 use crate::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
 use crate::format::superblock::CHECKPOINT_SLOTS;
-use crate::table::TableAccess;
+use crate::table::{TableAccess, TableSource};
 use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
 
 /// The newest checkpoint known durable, and what it keeps alive.
@@ -253,24 +253,39 @@ impl Log {
             addrs.extend((0..t.blocks() as u32).map(|b| t.block_address(b)));
         }
         addrs.extend(self.ckpt.index.values().copied());
+        // Blocks written together lie together: count runs in one segment
+        // before touching the map (a large bitmap has 100,000 blocks).
+        let mut run: Option<(SegmentNo, u32)> = None;
         for a in addrs {
-            if let Some(s) = geometry.segment_of(a) {
-                *pins.entry(s).or_default() += 1;
+            let seg = geometry.segment_of(a);
+            match (&mut run, seg) {
+                (Some((r, n)), Some(s)) if *r == s => *n += 1,
+                (_, s) => {
+                    if let Some((r, n)) = run.take() {
+                        *pins.entry(r).or_default() += n;
+                    }
+                    run = s.map(|s| (s, 1));
+                }
             }
+        }
+        if let Some((r, n)) = run {
+            *pins.entry(r).or_default() += n;
         }
         pins
     }
 
-    /// Loads the IFile a checkpoint points at (mount).
+    /// Loads the IFile a checkpoint points at (mount). With `lazy`, the data
+    /// bitmap stays on disk, read a group at a time when the allocator
+    /// first needs it (its blocks' addresses are all checked here, its
+    /// contents when read); otherwise every block is read and checked.
     ///
     /// # Errors
     /// An index or table block is missing, unreadable or corrupt.
-    pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint) -> Result<()> {
+    pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint, lazy: bool) -> Result<()> {
         let geometry = self.ifile.geometry();
+        let source = IFileBlocks { meta: self.meta.clone(), volume_id: self.volume_id };
         // Index blocks first: they say how large each table is, which bounds
         // the counts in the checkpoint before anything is allocated for them.
-        let mut listed: BTreeMap<TableId, usize> = BTreeMap::new();
-        let mut index_blocks = Vec::with_capacity(c.index.len());
         for r in &c.index {
             if geometry.segment_of(r.address).is_none() {
                 return Err(Error::corrupt_meta(
@@ -279,7 +294,11 @@ impl Log {
                     "an IFile index block lies outside the log",
                 ));
             }
-            let raw = self.read_meta(r.address, 1)?;
+        }
+        let raws = read_scattered(self.meta.as_ref(), c.index.iter().map(|r| r.address))?;
+        let mut listed: BTreeMap<TableId, usize> = BTreeMap::new();
+        let mut index_blocks = Vec::with_capacity(c.index.len());
+        for (r, raw) in c.index.iter().zip(raws) {
             let (h, payload) = block::open_block_of_kind(&raw, r.address, self.volume_id, BlockKind::IFileIndex)
                 .map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
             let ib =
@@ -313,8 +332,12 @@ impl Log {
         }
         self.ifile.inodes.grow(c.inode_count as usize);
         self.ifile.nodes.grow(c.node_count as usize);
-        let mut loaded: BTreeSet<(TableId, u32)> = BTreeSet::new();
+        let mut loaded: BTreeMap<TableId, Vec<bool>> =
+            tables(self).into_iter().map(|t| (t.table_id(), vec![false; t.blocks()])).collect();
         let mut index = BTreeMap::new();
+        // Every listed block is checked to be one of its table's; those to
+        // read now are then read in runs of neighbouring addresses.
+        let mut to_read: Vec<(TableId, u32, MetaBlock, MetaBlock)> = Vec::new();
         for (r, ib) in index_blocks {
             index.insert((r.table, r.first / INDEX_PER_BLOCK as u32), r.address);
             for (i, at) in ib.addresses.iter().enumerate() {
@@ -326,16 +349,6 @@ impl Log {
                         format!("table block {b} at {at:?} lies outside the log"),
                     ));
                 }
-                let raw = self.read_meta(*at, 1)?;
-                let (h, payload) = block::open_block_of_kind(&raw, *at, self.volume_id, BlockKind::IFileTable)
-                    .map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
-                if h.name != r.table.block_name(b) {
-                    return Err(Error::corrupt_meta(
-                        r.table.name(),
-                        at.0,
-                        format!("holds another block than block {b}"),
-                    ));
-                }
                 let table = tables(self).into_iter().find(|t| t.table_id() == r.table);
                 let Some(table) = table else { continue };
                 if b as usize >= table.blocks() {
@@ -345,14 +358,27 @@ impl Log {
                         format!("names block {b} beyond the {}", r.table.name()),
                     ));
                 }
-                table.decode(b, payload).map_err(|e| Error::corrupt_meta(r.table.name(), at.0, e.0))?;
                 table.place(b, *at);
-                loaded.insert((r.table, b));
+                if let Some(l) = loaded.get_mut(&r.table) {
+                    l[b as usize] = true;
+                }
+                if !(lazy && r.table == TableId::Bitmap) {
+                    to_read.push((r.table, b, *at, r.address));
+                }
+            }
+        }
+        let raws = read_scattered(self.meta.as_ref(), to_read.iter().map(|x| x.2))?;
+        for ((t, b, at, _), raw) in to_read.into_iter().zip(raws) {
+            let payload = open_table_block(&raw, t, b, at, self.volume_id)?;
+            let table = tables(self).into_iter().find(|tab| tab.table_id() == t);
+            if let Some(table) = table {
+                table.decode(b, payload).map_err(|e| Error::corrupt_meta(t.name(), at.0, e.0))?;
             }
         }
         for t in tables(self) {
+            let listed = loaded.get(&t.table_id()).map_or(&[][..], Vec::as_slice);
             for b in 0..t.blocks() as u32 {
-                if !loaded.contains(&(t.table_id(), b)) {
+                if !listed.get(b as usize).copied().unwrap_or(false) {
                     return Err(Error::corrupt_meta(
                         "checkpoint",
                         0,
@@ -400,17 +426,25 @@ impl Log {
                 seg.0
             ));
         }
-        self.space.recount();
-        if self.space.free_blocks() != c.free_data_blocks {
-            return Err(Error::corrupt_meta(
-                "checkpoint",
-                0,
-                format!(
-                    "the data bitmap has {} free blocks, the checkpoint recorded {}",
-                    self.space.free_blocks(),
-                    c.free_data_blocks
-                ),
-            ));
+        if lazy {
+            self.space.load_lazily(Arc::new(source), c.free_data_blocks)?;
+        } else {
+            // A lazy mount refuses a group whose count is wrong when it
+            // reads its bitmap: say it here, so that fsck names it too.
+            for (g, said, n) in self.space.recount() {
+                self.recounted.push(format!("data group {} says {said} free blocks, its bitmap {n} (recounted)", g.0));
+            }
+            if self.space.free_blocks() != c.free_data_blocks {
+                return Err(Error::corrupt_meta(
+                    "checkpoint",
+                    0,
+                    format!(
+                        "the data bitmap has {} free blocks, the checkpoint recorded {}",
+                        self.space.free_blocks(),
+                        c.free_data_blocks
+                    ),
+                ));
+            }
         }
         if let Some(list) = c.snapshot_list {
             self.load_snapshots(list)?;
@@ -419,4 +453,56 @@ impl Log {
         self.recount_free_segments();
         Ok(())
     }
+}
+
+/// Reads the IFile's table blocks for a data space loaded lazily.
+#[derive(Debug)]
+struct IFileBlocks {
+    meta: Arc<dyn BlockDevice>,
+    volume_id: u64,
+}
+
+impl TableSource for IFileBlocks {
+    fn read_block(&self, table: TableId, b: u32, at: MetaBlock) -> Result<Vec<u8>> {
+        let raw = device::read(self.meta.as_ref(), DeviceRole::Meta, at.0, 1)?;
+        open_table_block(&raw, table, b, at, self.volume_id).map(<[u8]>::to_vec)
+    }
+}
+
+/// The payload of table block `b` of `table`, read at `at`: checksum,
+/// kind and name checked.
+fn open_table_block(raw: &[u8], table: TableId, b: u32, at: MetaBlock, volume_id: u64) -> Result<&[u8]> {
+    let (h, payload) = block::open_block_of_kind(raw, at, volume_id, BlockKind::IFileTable)
+        .map_err(|e| Error::corrupt_meta(table.name(), at.0, e.0))?;
+    if h.name != table.block_name(b) {
+        return Err(Error::corrupt_meta(table.name(), at.0, format!("holds another block than block {b}")));
+    }
+    Ok(payload)
+}
+
+/// Reads single blocks at `addresses`, in runs of neighbouring addresses
+/// (a checkpoint writes its IFile blocks together): one request per run
+/// instead of one per block. Returns them in the order asked.
+fn read_scattered(meta: &dyn BlockDevice, addresses: impl Iterator<Item = MetaBlock>) -> Result<Vec<Vec<u8>>> {
+    const RUN_MAX: u64 = 256;
+    let addrs: Vec<MetaBlock> = addresses.collect();
+    let mut order: Vec<usize> = (0..addrs.len()).collect();
+    order.sort_by_key(|&i| addrs[i].0);
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); addrs.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let first = addrs[order[i]].0;
+        let mut j = i + 1;
+        while j < order.len() && addrs[order[j]].0 <= addrs[order[j - 1]].0 + 1 && addrs[order[j]].0 - first < RUN_MAX {
+            j += 1;
+        }
+        let count = (addrs[order[j - 1]].0 - first + 1) as usize;
+        let raw = device::read(meta, DeviceRole::Meta, first, count)?;
+        for &k in &order[i..j] {
+            let off = (addrs[k].0 - first) as usize * crate::types::BLOCK_SIZE;
+            out[k] = raw[off..off + crate::types::BLOCK_SIZE].to_vec();
+        }
+        i = j;
+    }
+    Ok(out)
 }

@@ -248,6 +248,10 @@ impl Log {
             self.stats.cleaner.inodes_moved += 1;
         }
         for &(t, b) in ifile {
+            // A bitmap block is written from memory: read it first.
+            if t == TableId::Bitmap {
+                self.space.load_bitmap_block(b)?;
+            }
             for tab in tables(self) {
                 if tab.table_id() == t {
                     tab.touch(b);

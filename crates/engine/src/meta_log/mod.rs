@@ -163,6 +163,35 @@ impl Log {
         self.stats
     }
 
+    /// Limits the meta-data cache to `entries` decoded inodes and objects
+    /// and to `bytes` of memory (as [`MetaCache::bytes`] reckons it).
+    pub fn set_cache_limits(&mut self, entries: usize, bytes: usize) {
+        self.cache.set_limits(entries, bytes);
+    }
+
+    /// Evicts from the meta-data cache if it is an eighth past its limits
+    /// (between operations only).
+    pub fn trim_cache_if_over(&mut self) {
+        self.cache.trim_if_over(self.durable);
+    }
+
+    /// What the log holds in memory, as counts: cached inodes, cached
+    /// objects, read-ahead blocks, inode-map and node-map entries, data
+    /// bitmap blocks read.
+    #[must_use]
+    pub fn memory_counts(&self) -> [(&'static str, u64); 7] {
+        let (inodes, objects) = self.cache.counts();
+        [
+            ("cache_inodes", inodes as u64),
+            ("cache_objects", objects as u64),
+            ("cache_bytes", self.cache.bytes() as u64),
+            ("readahead_blocks", self.readahead.held() as u64),
+            ("inode_map_entries", self.ifile.inodes.len() as u64),
+            ("node_map_entries", self.ifile.nodes.len() as u64),
+            ("bitmap_blocks_loaded", (self.space.bitmap.block_count() - self.space.bitmap.unloaded_blocks()) as u64),
+        ]
+    }
+
     /// Misses that read a window ahead, and blocks served from one.
     #[must_use]
     pub fn readahead_counts(&self) -> (u64, u64) {

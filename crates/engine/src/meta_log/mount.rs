@@ -273,6 +273,33 @@ impl Log {
         sb: Superblock,
         sb_note: Option<String>,
     ) -> Result<(Log, OpenReport)> {
+        Log::open_loading(meta, data, sb, sb_note, false)
+    }
+
+    /// [`Log::open`] for serving a mount: the data bitmap is left on disk
+    /// and read a group at a time when first needed, so that opening takes
+    /// the same time whatever the data device's size. A volume whose IFile
+    /// turns out damaged on the way is opened again the complete way, so
+    /// that falling back to the older checkpoint works as it does for fsck.
+    ///
+    /// # Errors
+    /// As [`Log::open`].
+    pub fn open_lazily(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(Log, OpenReport)> {
+        let (sb, sb_note) = Log::read_superblocks_noting(meta.as_ref(), data.as_ref())?;
+        match Log::open_loading(meta.clone(), data.clone(), sb.clone(), sb_note.clone(), true) {
+            Ok((log, report)) if report.fell_back.is_none() && !report.is_damaged() => Ok((log, report)),
+            Ok(_) | Err(Error::Corrupt { .. }) => Log::open_loading(meta, data, sb, sb_note, false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open_loading(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        sb: Superblock,
+        sb_note: Option<String>,
+        lazy: bool,
+    ) -> Result<(Log, OpenReport)> {
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
         for slot in CHECKPOINT_SLOTS {
@@ -286,7 +313,7 @@ impl Log {
         let mut last_err = None;
         for (i, (c, slot)) in slots.iter().enumerate() {
             let mut log = Log::fresh(sb.clone(), meta.clone(), data.clone());
-            match log.load_checkpoint(c) {
+            match log.load_checkpoint(c, lazy) {
                 Ok(()) => {
                     // A slot that does not decode for another reason than
                     // being empty held a newer checkpoint whose write was torn.

@@ -37,6 +37,12 @@ pub struct ReadAhead {
 }
 
 impl ReadAhead {
+    /// Blocks held.
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.blocks.len()
+    }
+
     /// Takes block `b` if it was read ahead.
     pub fn take(&mut self, b: MetaBlock) -> Option<Box<[u8]>> {
         let got = self.blocks.remove(&b.0);

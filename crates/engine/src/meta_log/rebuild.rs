@@ -201,7 +201,7 @@ impl Log {
         // Nothing is reachable from a durable checkpoint until repair writes one.
         log.vouched = Seq(0);
         log.detached = true;
-        log.space.recount();
+        let _ = log.space.recount();
         log.recount_free_segments();
         Ok((log, report))
     }

@@ -356,7 +356,7 @@ impl Log {
             group.push(ps);
             if end {
                 partial_segments += group.len() as u64;
-                inconsistent.extend(self.apply_group(&group));
+                inconsistent.extend(self.apply_group(&group)?);
                 for ps in group.drain(..) {
                     match ps.desc.kind {
                         // A commit group carries all that the fsync records
@@ -425,7 +425,11 @@ impl Log {
         self.detached = !touched.is_empty();
         self.blocks_since_checkpoint = blocks_scanned;
         self.ifile.rebuild_free_lists();
-        self.space.recount();
+        // Every change above kept the group counts with the bits; a bitmap
+        // loaded whole is recounted all the same (fsck compares the two).
+        if self.space.fully_loaded() {
+            self.space.recount();
+        }
         self.recount_free_segments();
         Ok(RecoveryReport {
             partial_segments,
@@ -474,13 +478,16 @@ impl Log {
     /// then its placements, then its orphan-list changes (which concern
     /// inodes the placements may have just brought into use). Returns the
     /// records that disagree with the IFile.
-    fn apply_group(&mut self, group: &[ReadPs]) -> Vec<String> {
+    ///
+    /// # Errors
+    /// The data bitmap of a group a record touches cannot be loaded.
+    fn apply_group(&mut self, group: &[ReadPs]) -> Result<Vec<String>> {
         let mut inconsistent = Vec::new();
         for ps in group {
             if ps.desc.kind == PsKind::Normal {
                 for c in &ps.desc.changes {
                     if !matches!(c, Change::OrphanAdd(_) | Change::OrphanRemove(_))
-                        && let Some(why) = self.apply_change(*c)
+                        && let Some(why) = self.apply_change(*c)?
                     {
                         inconsistent.push(format!("partial segment {}: {why}", ps.desc.seq.0));
                     }
@@ -498,34 +505,37 @@ impl Log {
             if ps.desc.kind == PsKind::Normal {
                 for c in &ps.desc.changes {
                     if matches!(c, Change::OrphanAdd(_) | Change::OrphanRemove(_)) {
-                        self.apply_change(*c);
+                        self.apply_change(*c)?;
                     }
                 }
             }
         }
-        inconsistent
+        Ok(inconsistent)
     }
 
     /// Applies one change record to the IFile; says so when it disagrees
     /// with it (its range was checked to lie inside the data device).
-    pub(crate) fn apply_change(&mut self, c: Change) -> Option<String> {
+    ///
+    /// # Errors
+    /// The data bitmap of a group it touches cannot be loaded.
+    pub(crate) fn apply_change(&mut self, c: Change) -> Result<Option<String>> {
         match c {
             Change::NodeFree(id) => self.ifile.free_node(id),
             Change::InodeFree { ino, generation } => self.ifile.free_inode(ino, generation),
             Change::DataAlloc { start, len } => {
-                if self.space.mark_used(start, len) != u64::from(len) {
-                    return Some(format!("data blocks {}+{len} allocated while in use", start.0));
+                if self.space.mark_used(start, len)? != u64::from(len) {
+                    return Ok(Some(format!("data blocks {}+{len} allocated while in use", start.0)));
                 }
             }
             Change::DataFree { start, len } => {
-                if self.space.mark_free(start, len) != u64::from(len) {
-                    return Some(format!("data blocks {}+{len} freed while free", start.0));
+                if self.space.mark_free(start, len)? != u64::from(len) {
+                    return Ok(Some(format!("data blocks {}+{len} freed while free", start.0)));
                 }
             }
             Change::OrphanAdd(ino) => self.ifile.set_orphan(ino, true),
             Change::OrphanRemove(ino) => self.ifile.set_orphan(ino, false),
         }
-        None
+        Ok(None)
     }
 
     /// Reads and decodes the descriptor of the partial segment at

@@ -452,7 +452,7 @@ impl Log {
 
     /// Records that a sealed group is durable: frees it carried may now be
     /// reused, and what it wrote may leave the cache.
-    pub fn complete(&mut self, sealed: &SealedGroup, cache_budget: usize) {
+    pub fn complete(&mut self, sealed: &SealedGroup) {
         sealed.forget_read_ahead(&mut self.readahead);
         if let Some(seq) = sealed.seq {
             self.durable = self.durable.max(seq);
@@ -461,7 +461,7 @@ impl Log {
             self.vouched = self.durable;
         }
         self.space.release(self.durable);
-        self.cache.evict(cache_budget, self.durable);
+        self.cache.trim(self.durable);
         self.free_segments_cached = self.free_segments();
     }
 }

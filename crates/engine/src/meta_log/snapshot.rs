@@ -153,7 +153,8 @@ impl Log {
     /// A block of the image is missing or corrupt.
     pub fn open_image(&self, c: &Checkpoint) -> Result<Log> {
         let mut image = Log::fresh(self.sb.clone(), self.meta.clone(), self.data.clone());
-        image.load_checkpoint(c)?;
+        // Whole: its bitmap is what the live volume must not hand out.
+        image.load_checkpoint(c, false)?;
         Ok(image)
     }
 
@@ -226,6 +227,10 @@ impl Log {
         }
         self.snaps =
             super::snapshot::Snapshots { list: Some(list_at), next_id: list.next_id, all, ..Default::default() };
+        if !self.snaps.all.is_empty() {
+            // The held set is counted against the live bitmap, word by word.
+            self.space.load_all()?;
+        }
         self.repin_snapshots();
         Ok(())
     }
@@ -281,6 +286,8 @@ impl Log {
         let Some(c) = self.last_record.clone() else {
             return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
         };
+        // The snapshot keeps a copy of the live bitmap, all of it.
+        self.space.load_all()?;
         if c.index.len() > snapshot::MAX_SNAPSHOT_INDEX {
             return Err(Error::SnapshotRefused(format!(
                 "the IFile spans {} index blocks, more than a snapshot can name ({})",

@@ -283,11 +283,11 @@ impl Fs {
     pub(crate) fn free_ranges(&mut self, ino: InodeNo, ranges: &[(DataBlock, u32)]) -> Result<u64> {
         let mut total = 0u64;
         for &(start, len) in ranges {
-            if let Some(why) = self.log.space().check_free(start, len) {
+            if let Some(why) = self.log.space_mut().check_free(start, len)? {
                 return Err(Error::corrupt_meta("extent map", 0, format!("inode {ino}: {why}")));
             }
             self.log.record(Change::DataFree { start, len });
-            self.log.space_mut().free_deferred(start, len);
+            self.log.space_mut().free_deferred(start, len)?;
             total += u64::from(len);
         }
         Ok(total)
@@ -470,7 +470,7 @@ impl Fs {
                 self.pages.files.get(&ino).and_then(|f| f.range(b..stop).next().map(|(k, _)| *k)).unwrap_or(stop);
             self.log.space_mut().reserve(run_end - b)?;
             let goal = self.allocation_goal(ino, b)?;
-            let (at, n) = self.log.space_mut().allocate(goal, run_end - b).ok_or(Error::NoSpace(DeviceRole::Data))?;
+            let (at, n) = self.log.space_mut().allocate(goal, run_end - b)?.ok_or(Error::NoSpace(DeviceRole::Data))?;
             self.log.record(Change::DataAlloc { start: at, len: n });
             self.log.space_mut().unreserve((run_end - b) - u64::from(n));
             self.add_extent(ino, Extent { logical: b, physical: at, len: n, unwritten: true })?;

@@ -35,6 +35,8 @@ pub struct FsConfig {
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
+    /// Bytes of memory they may take (`-o cache=`, half of it).
+    pub cache_bytes: usize,
     /// Keep a file's old contents on disk while it is rewritten after a
     /// truncation to zero ([`replace`]). Off where a crash must show a
     /// prefix of the operations (`data_expire=0`): the truncation is one.
@@ -52,6 +54,7 @@ impl Default for FsConfig {
             inline_max: 1024,
             dirty_data_limit: 256 << 20,
             cache_budget: 262_144,
+            cache_bytes: 256 << 20,
             hold_replacements: true,
             strict: false,
         }
@@ -88,6 +91,12 @@ impl Fs {
             intents: intents::Intents::default(),
             refs: rustc_hash::FxHashMap::default(),
         }
+    }
+
+    /// Inodes with outside references.
+    #[must_use]
+    pub fn referenced_count(&self) -> usize {
+        self.refs.len()
     }
 
     /// Outside references to `ino`.

@@ -82,7 +82,13 @@ pub enum WriteBack {
 }
 
 impl PageCache {
-    /// Bytes of data not yet queued for writing.
+    /// Pages held (dirty, queued or being written), and spare buffers.
+    #[must_use]
+    pub fn held_pages(&self) -> (usize, usize) {
+        (self.files.values().map(BTreeMap::len).sum(), self.spare.len())
+    }
+
+    /// Bytes of dirty pages.
     #[must_use]
     pub fn dirty_bytes(&self) -> usize {
         self.dirty_pages * BLOCK_SIZE

@@ -182,7 +182,7 @@ impl Fs {
         let new = runs(extents);
         let gained = minus(&new, &old);
         for &(start, len) in &gained {
-            if !self.log.space().all_free(start, len) {
+            if !self.log.space_mut().all_free(start, len)? {
                 return Err(bad(
                     at,
                     format!(
@@ -197,7 +197,7 @@ impl Fs {
             self.add_extent(ino, *e)?;
         }
         for (start, len) in gained {
-            self.log.space_mut().mark_used(start, len);
+            self.log.space_mut().mark_used(start, len)?;
             self.log.record(Change::DataAlloc { start, len });
         }
         self.free_ranges(ino, &minus(&old, &new))

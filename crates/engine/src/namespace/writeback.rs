@@ -218,7 +218,7 @@ impl Fs {
                 }
                 let goal = self.allocation_goal(ino, start)?;
                 let (at, len) =
-                    self.log.space_mut().allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
+                    self.log.space_mut().allocate(goal, stop - start)?.ok_or(Error::NoSpace(DeviceRole::Data))?;
                 self.log.record(Change::DataAlloc { start: at, len });
                 self.add_extent(ino, Extent { logical: start, physical: at, len, unwritten: false })?;
                 self.log.inode_mut(ino)?.blocks += u64::from(len);
@@ -248,7 +248,7 @@ impl Fs {
             }
         }
         let goal = self.allocation_goal(ino, start)?;
-        let (at, len) = self.log.space_mut().allocate(goal, stop - start).ok_or(Error::NoSpace(DeviceRole::Data))?;
+        let (at, len) = self.log.space_mut().allocate(goal, stop - start)?.ok_or(Error::NoSpace(DeviceRole::Data))?;
         let (old, _) = self.unmap_range(ino, start, start + u64::from(len), usize::MAX)?;
         self.free_data(ino, &old)?;
         self.log.record(Change::DataAlloc { start: at, len });

@@ -239,7 +239,7 @@ fn clone_extent(vol: &Volume, ino: InodeNo, c: &Extent) -> Result<Vec<Extent>> {
             fs.log.space_mut().reserve(u64::from(want))?;
             let group = fs.inode(ino)?.group;
             let goal = fs.log.space().group_start(group);
-            let Some((at, n)) = fs.log.space_mut().allocate(goal, u64::from(want)) else {
+            let Some((at, n)) = fs.log.space_mut().allocate(goal, u64::from(want))? else {
                 fs.log.space_mut().unreserve(u64::from(want));
                 return Err(Error::NoSpace(DeviceRole::Data));
             };

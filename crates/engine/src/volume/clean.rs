@@ -203,7 +203,7 @@ impl Volume {
         let s = log.stats();
         let (readahead_windows, readahead_hits) = log.readahead_counts();
         let c = s.cleaner;
-        vec![
+        let mut v = vec![
             ("commits", self.commit_count()),
             ("partial_segments_written", s.partial_segments),
             ("meta_blocks_written", s.meta_blocks_written),
@@ -233,7 +233,14 @@ impl Volume {
             ("fsync_commits", self.fsyncs_count.commits.load(Ordering::Relaxed)),
             ("fsync_grouped", self.fsyncs_count.grouped.load(Ordering::Relaxed)),
             ("fsync_partial_segments_written", s.fsync_partial_segments),
-        ]
+        ];
+        // What the serving process holds, as counts (issue 13's profile).
+        v.extend(log.memory_counts());
+        let (pages, spare) = fs.pages.held_pages();
+        v.push(("pages_held", pages as u64));
+        v.push(("pages_spare", spare as u64));
+        v.push(("inodes_referenced", fs.referenced_count() as u64));
+        v
     }
 
     /// Utilisation of every segment (0 to 1), for a histogram.

@@ -366,8 +366,7 @@ impl Volume {
     }
 
     pub(super) fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
-        let budget = fs.config.cache_budget;
-        fs.log.complete(sealed, budget);
+        fs.log.complete(sealed);
         fs.pages.drop_in_flight(id);
     }
 

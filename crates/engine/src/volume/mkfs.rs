@@ -179,7 +179,7 @@ impl Volume {
         debug_assert_eq!(root, InodeNo::ROOT);
         if let Some(s) = fs.log.seal(Vec::new(), opts.now)? {
             s.write(&meta, &data)?;
-            fs.log.complete(&s, usize::MAX);
+            fs.log.complete(&s);
         }
         let c = fs.log.seal_checkpoint(opts.now)?;
         c.write(&meta, &data)?;

@@ -166,7 +166,7 @@ impl Volume {
         options: MountOptions,
         clock: Clock,
     ) -> Result<Volume> {
-        let (log, report) = Log::open(meta.clone(), data.clone())?;
+        let (log, report) = Log::open_lazily(meta.clone(), data.clone())?;
         // A loss not accepted keeps the volume read-only: the next
         // checkpoint would make it permanent behind the user's back.
         let unaccepted = report.loss.as_ref().filter(|_| !options.accept_loss).map(|loss| {
@@ -241,10 +241,12 @@ impl Volume {
             inline_max: log.superblock().inline_max,
             dirty_data_limit: options.dirty_data_limit,
             cache_budget: options.cache_budget,
+            cache_bytes: options.cache_bytes,
             hold_replacements: !options.data_expire.is_zero(),
             strict,
         };
         let mut fs = Fs::new(log, config);
+        fs.log.set_cache_limits(config.cache_budget, config.cache_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
@@ -444,7 +446,12 @@ impl Volume {
             fs.log.set_defer_reads(defer);
             let r = f(&mut fs);
             fs.log.set_defer_reads(false);
-            let Err(Error::MustRead(block)) = r else { return r };
+            let Err(Error::MustRead(block)) = r else {
+                // Readers commit nothing, so a walk over the whole volume
+                // would never reach the eviction at a commit's end.
+                fs.log.trim_cache_if_over();
+                return r;
+            };
             let (start, count, generation) = fs.log.read_window(crate::types::MetaBlock(block));
             drop(fs);
             let raw = crate::device::read(self.meta.as_ref(), DeviceRole::Meta, start.0, count)?;

@@ -224,6 +224,9 @@ pub struct MountOptions {
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
+    /// Bytes of memory the decoded inodes and nodes may take (`-o cache=`
+    /// gives half of its size to them, half to `dirty_data_limit`).
+    pub cache_bytes: usize,
     /// Free segments below which the cleaner runs (None: derived from the
     /// device size).
     pub clean_threshold: Option<u32>,
@@ -253,6 +256,7 @@ impl Default for MountOptions {
             checkpoint_blocks: 4096,
             dirty_data_limit: 256 << 20,
             cache_budget: 262_144,
+            cache_bytes: 256 << 20,
             clean_threshold: None,
             atime: AtimeMode::Relatime,
             order: Order::Default,

@@ -276,7 +276,7 @@ fn blocks_marked_free(rig: &Rig) {
         let f = rig.lookup(vol, "data");
         vol.with_fs(|fs| {
             let Body::Extents(e) = fs.inode(f).unwrap().body.clone() else { panic!("extents") };
-            fs.log.space_mut().mark_free(e[0].physical, e[0].len);
+            fs.log.space_mut().mark_free(e[0].physical, e[0].len).unwrap();
         });
     });
 }
@@ -284,7 +284,7 @@ fn blocks_marked_free(rig: &Rig) {
 fn blocks_leaked(rig: &Rig) {
     rig.corrupt(|vol| {
         vol.with_fs(|fs| {
-            fs.log.space_mut().mark_used(DataBlock(9000), 40);
+            fs.log.space_mut().mark_used(DataBlock(9000), 40).unwrap();
         });
     });
 }

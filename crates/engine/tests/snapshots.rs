@@ -257,7 +257,7 @@ fn fsck_names_a_held_block_given_to_another_file_i13() {
     rig.corrupt(|vol| {
         let x = vol.create(InodeNo::ROOT, b"x", 0o644, Creds::ROOT).unwrap().ino;
         vol.with_fs(|fs| {
-            fs.log.space_mut().mark_used(DataBlock(old), 1);
+            fs.log.space_mut().mark_used(DataBlock(old), 1).unwrap();
             fs.log.record(Change::DataAlloc { start: DataBlock(old), len: 1 });
             fs.add_extent(x, Extent { logical: 0, physical: DataBlock(old), len: 1, unwritten: false }).unwrap();
             let mut rec = fs.log.inode_mut(x).unwrap();

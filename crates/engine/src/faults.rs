@@ -40,11 +40,15 @@ pub enum Fault {
     /// the background: let the commit group that folds the records skip
     /// the data flush when it has no data of its own.
     HomeWriteUnflushed,
+    /// Resize: grow the superblocks' geometry while the checkpoints still
+    /// take theirs from the superblock (skip the two checkpoints that carry
+    /// the old geometry first).
+    ResizeWithoutGeometry,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -58,6 +62,7 @@ impl Fault {
         Fault::StrictFsyncUntangled,
         Fault::StrictInPlace,
         Fault::HomeWriteUnflushed,
+        Fault::ResizeWithoutGeometry,
     ];
 
     #[cfg(feature = "fault-injection")]

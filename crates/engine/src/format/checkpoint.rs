@@ -7,6 +7,7 @@
 
 use super::codec::{DecodeResult, Writer, bad, bounded};
 use super::ifile::TableId;
+use super::superblock::Geometry;
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
 
 /// `"DFCK"` little-endian.
@@ -61,6 +62,9 @@ pub struct Checkpoint {
     pub free_data_blocks: u64,
     /// Where the IFile is.
     pub index: Vec<IndexRef>,
+    /// The segment count and data blocks in use (volumes with
+    /// `INCOMPAT_RESIZED`); `None`: the superblock's.
+    pub geometry: Option<Geometry>,
 }
 
 impl Checkpoint {
@@ -88,8 +92,9 @@ impl Checkpoint {
             .u32(self.log.prev_crc)
             .u64(self.inode_count)
             .u64(self.node_count)
-            .u64(self.free_data_blocks)
-            .zeros(FIXED_LEN - 88);
+            .u64(self.free_data_blocks);
+        let g = self.geometry.unwrap_or(Geometry { segment_count: 0, data_blocks: 0 });
+        w.u32(g.segment_count).u32(0).u64(g.data_blocks).zeros(FIXED_LEN - 104);
         debug_assert_eq!(w.len(), FIXED_LEN);
         for e in &self.index {
             w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
@@ -121,7 +126,15 @@ impl Checkpoint {
         let inode_count = r.u64()?;
         let node_count = r.u64()?;
         let free_data_blocks = r.u64()?;
-        r.reserved(FIXED_LEN - 88)?;
+        let segment_count = r.u32()?;
+        r.reserved(4)?;
+        let data_blocks = r.u64()?;
+        r.reserved(FIXED_LEN - 104)?;
+        let geometry = match (segment_count, data_blocks) {
+            (0, 0) => None,
+            (s, d) if s >= 16 && d >= 256 => Some(Geometry { segment_count: s, data_blocks: d }),
+            (s, d) => bad!("geometry of {s} segments and {d} data blocks is out of range"),
+        };
         let mut index = Vec::with_capacity(n);
         for _ in 0..n {
             let code = r.u8()?;
@@ -130,7 +143,7 @@ impl Checkpoint {
             index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
         }
         r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
-        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index })
+        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, geometry })
     }
 }
 
@@ -156,7 +169,16 @@ mod tests {
                 IndexRef { table: TableId::SegmentUsage, first: 0, address: MetaBlock(300) },
                 IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(301) },
             ],
+            geometry: None,
         }
+    }
+
+    #[test]
+    fn geometry_round_trips_and_is_range_checked() {
+        let c = Checkpoint { geometry: Some(Geometry { segment_count: 40, data_blocks: 70_000 }), ..sample() };
+        assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
+        let tiny = Checkpoint { geometry: Some(Geometry { segment_count: 3, data_blocks: 70_000 }), ..sample() };
+        assert!(Checkpoint::decode(&tiny.encode()).is_err());
     }
 
     #[test]

@@ -98,6 +98,14 @@ impl IFile {
         self.geometry
     }
 
+    /// Adds segments up to `count` (a grow of the meta-data device): never
+    /// written, nothing live in them.
+    pub fn grow_segments(&mut self, count: u32) {
+        assert!(count >= self.geometry.count, "growing {} segments to {count}", self.geometry.count);
+        self.segments.grow(count as usize);
+        self.geometry.count = count;
+    }
+
     /// Inodes in use.
     #[must_use]
     pub fn used_inodes(&self) -> u64 {

@@ -200,6 +200,7 @@ impl Log {
             inode_count: self.ifile.inodes.len() as u64,
             node_count: self.ifile.nodes.len() as u64,
             free_data_blocks: self.space.free_blocks(),
+            geometry: self.sb.resized().then(|| self.sb.geometry()),
             index: index
                 .iter()
                 .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
@@ -232,6 +233,8 @@ impl Log {
         self.blocks_since_checkpoint = 0;
         self.stats.checkpoints += 1;
         self.space.release(self.durable);
+        // Segments a grow added are named by a durable checkpoint now.
+        self.usable_segments = c.record.geometry.map_or(self.sb.segment_count, |g| g.segment_count);
         self.free_segments_cached = self.free_segments();
     }
 

@@ -18,6 +18,7 @@ mod files;
 mod fsync;
 mod mkfs;
 mod ops;
+mod resize;
 pub mod types;
 mod xattrs;
 
@@ -29,6 +30,7 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
+pub use resize::{ResizeReport, ResizeRequest};
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the
@@ -304,10 +306,13 @@ impl Volume {
     fn finish_recovery(&self, checkpoint: bool) -> Result<()> {
         if self.open_report.superblock_from_copy {
             // Repair what can be repaired: the data device's copy is whole.
-            let sb = lock(&self.fs).log.superblock().clone();
+            let sb = lock(&self.fs).log.superblock_on_disk().clone();
             crate::device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
             crate::device::flush(self.meta.as_ref(), DeviceRole::Meta)?;
             log::warn!("the meta-data device's superblock was written again from the data device's copy");
+        }
+        if self.open_report.data_superblock_stale {
+            self.rewrite_data_superblock()?;
         }
         let orphans = lock(&self.fs).log.ifile().orphans();
         for ino in &orphans {

@@ -1,0 +1,111 @@
+//! Growing the log's geometry in memory: new segments in the segment
+//! usage table, new groups in the data space. What makes a grow durable
+//! and crash-safe (the superblocks' reach first, then a checkpoint that
+//! names the new geometry) is [`crate::volume`]'s; this only keeps the
+//! IFile's tables in step with the geometry.
+
+use super::Log;
+use crate::error::{Error, Result};
+use crate::format::checkpoint::MAX_INDEX_BLOCKS;
+use crate::format::ifile::{INDEX_PER_BLOCK, TableId};
+use crate::format::superblock::Geometry;
+
+impl Log {
+    /// IFile index blocks a checkpoint at geometry `g` needs, with the
+    /// inode and node maps as they are.
+    #[must_use]
+    pub fn index_blocks_at(&self, g: Geometry) -> usize {
+        let groups = g.data_blocks.div_ceil(u64::from(self.sb.group_blocks));
+        let chunks = |entries: u64, t: TableId| entries.div_ceil(t.per_block() as u64).div_ceil(INDEX_PER_BLOCK as u64);
+        (chunks(u64::from(g.segment_count), TableId::SegmentUsage)
+            + chunks(groups, TableId::GroupDesc)
+            + chunks(g.data_blocks.div_ceil(64), TableId::Bitmap)
+            + chunks(self.ifile.inodes.len() as u64, TableId::InodeMap)
+            + chunks(self.ifile.nodes.len() as u64, TableId::NodeMap)) as usize
+    }
+
+    /// Whether geometry `g` can be grown to: no smaller than the one in
+    /// use, indexable by one checkpoint.
+    ///
+    /// # Errors
+    /// [`Error::Resize`] saying which limit `g` passes.
+    pub fn check_grow(&self, g: Geometry) -> Result<()> {
+        let now = self.sb.geometry();
+        if g.segment_count < now.segment_count || g.data_blocks < now.data_blocks {
+            return Err(Error::Resize(format!(
+                "{} segments and {} data blocks is smaller than the {} and {} in use",
+                g.segment_count, g.data_blocks, now.segment_count, now.data_blocks
+            )));
+        }
+        if self.sb.with_geometry(g).is_none() {
+            return Err(Error::Resize(format!("{} data blocks make too many groups", g.data_blocks)));
+        }
+        let need = self.index_blocks_at(g);
+        if need > MAX_INDEX_BLOCKS {
+            return Err(Error::Resize(format!(
+                "the IFile would need {need} index blocks, one checkpoint names at most {MAX_INDEX_BLOCKS}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Grows the geometry in use to `g` (checked by [`Log::check_grow`],
+    /// and within the superblocks' reach, written before):
+    /// the new segments are not written into until a checkpoint naming
+    /// them is durable; the new data blocks are free at once (no commit
+    /// can name them before that checkpoint: the caller holds off commits
+    /// by checkpointing next).
+    ///
+    /// # Errors
+    /// As [`Log::check_grow`].
+    pub fn grow(&mut self, g: Geometry) -> Result<()> {
+        self.check_grow(g)?;
+        let reach = self.on_disk.geometry();
+        if g.segment_count > reach.segment_count || g.data_blocks > reach.data_blocks {
+            return Err(Error::Resize(format!(
+                "{} segments and {} data blocks lie beyond the superblocks' {} and {}",
+                g.segment_count, g.data_blocks, reach.segment_count, reach.data_blocks
+            )));
+        }
+        let Some(sb) = self.sb.with_geometry(g) else { unreachable!("checked by check_grow") };
+        self.ifile.grow_segments(g.segment_count);
+        self.space.grow(g.data_blocks);
+        self.sb = sb;
+        self.recount_free_segments();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::device::MemoryDevice;
+    use crate::format::superblock::INCOMPAT_RESIZED;
+
+    fn log() -> Log {
+        let meta = Arc::new(MemoryDevice::new(64 * 256));
+        let data = Arc::new(MemoryDevice::new(1 << 20));
+        crate::volume::Volume::format(meta.clone(), data.clone(), &crate::volume::MkfsOptions::default()).unwrap();
+        Log::open(meta, data).unwrap().0
+    }
+
+    #[test]
+    fn a_grow_beyond_the_superblocks_reach_or_below_the_size_in_use_is_refused() {
+        let mut l = log();
+        let now = l.superblock().geometry();
+        let more = Geometry { segment_count: now.segment_count + 8, data_blocks: now.data_blocks + 4096 };
+        assert!(matches!(l.grow(more), Err(Error::Resize(_))));
+        let mut reach = l.superblock_on_disk().with_geometry(more).unwrap();
+        reach.incompat |= INCOMPAT_RESIZED;
+        l.superblock_written(reach);
+        let less = Geometry { segment_count: now.segment_count - 1, ..now };
+        assert!(matches!(l.grow(less), Err(Error::Resize(_))));
+        l.grow(more).unwrap();
+        assert_eq!(l.superblock().geometry(), more);
+        // The new segments wait for a checkpoint naming them.
+        assert!(!l.segment_is_free(crate::types::SegmentNo(now.segment_count)));
+        assert_eq!(l.space().total_blocks(), more.data_blocks);
+    }
+}

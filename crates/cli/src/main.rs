@@ -34,6 +34,7 @@ mod options;
 mod probe;
 mod progress;
 mod remount;
+mod resize;
 mod stats;
 mod sync;
 mod trace;
@@ -123,6 +124,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Clean(a) => clean::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Sync(a) => sync::run(a),
+        Command::Resize(a) => resize::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Tune(a) => tune::run(a),

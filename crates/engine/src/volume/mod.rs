@@ -30,7 +30,7 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
-pub use resize::{ResizeReport, ResizeRequest};
+pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the

@@ -24,7 +24,11 @@ use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::superblock::{FORMAT_MINOR_RESIZE, Geometry, INCOMPAT_RESIZED, Role, Superblock};
 
-/// What to resize to, in blocks of each device; `None` keeps its size.
+/// In a [`ResizeRequest`]: as many blocks as the device holds.
+pub const WHOLE_DEVICE: u64 = u64::MAX;
+
+/// What to resize to, in blocks of each device; `None` keeps its size,
+/// [`WHOLE_DEVICE`] takes all the device holds now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ResizeRequest {
     /// Meta-data device blocks to use.
@@ -162,7 +166,8 @@ fn target_geometry(
     let seg = u64::from(sb.segment_blocks);
     let mib = |blocks: u64| blocks / 256;
     let mut g = sb.geometry();
-    if let Some(m) = req.meta_blocks {
+    let whole = |n: u64, have: u64| if n == WHOLE_DEVICE { have } else { n };
+    if let Some(m) = req.meta_blocks.map(|m| whole(m, meta_have)) {
         if m > meta_have {
             return Err(Error::Resize(format!(
                 "the meta-data device holds {} MiB, {} MiB were asked for: grow the device or image first",
@@ -182,7 +187,7 @@ fn target_geometry(
         g.segment_count = u32::try_from(count)
             .map_err(|_| Error::Resize(format!("{count} segments are more than a volume can have ({})", u32::MAX)))?;
     }
-    if let Some(d) = req.data_blocks {
+    if let Some(d) = req.data_blocks.map(|d| whole(d, data_have)) {
         if d > data_have {
             return Err(Error::Resize(format!(
                 "the data device holds {} MiB, {} MiB were asked for: grow the device or image first",

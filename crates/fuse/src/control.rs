@@ -231,6 +231,8 @@ pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Val
         vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
     // Why the volume refuses changes, when a device error made it so.
     map.insert("failed".into(), json!(vol.failure()));
+    // A device running low, in words (empty when none is).
+    map.insert("warnings".into(), json!(vol.space_warnings()));
     map.insert("fuse_requests".into(), requests.json());
     Value::Object(map)
 }

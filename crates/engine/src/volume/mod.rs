@@ -19,6 +19,7 @@ mod fsync;
 mod mkfs;
 mod ops;
 mod resize;
+mod space;
 pub mod types;
 mod xattrs;
 
@@ -31,6 +32,7 @@ pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
 pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
+pub use space::{DATA_LOW_PERCENT, META_LOW_PERCENT, no_space_advice};
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the
@@ -119,6 +121,9 @@ pub struct Volume {
     fsync_queue: Mutex<fsync::FsyncQueue>,
     /// What fsyncs turned into.
     fsyncs_count: fsync::FsyncCounters,
+    /// Whether the data and the meta-data device were last found running
+    /// low ([`Volume::warn_if_low`]): each start is logged once.
+    low_warned: Mutex<[bool; 2]>,
     /// What replaying fsync records at open did.
     replay_report: crate::namespace::replay::ReplayReport,
 }
@@ -273,6 +278,7 @@ impl Volume {
             pressure: Mutex::new(()),
             fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
             fsyncs_count: fsync::FsyncCounters::default(),
+            low_warned: Mutex::new([false; 2]),
             replay_report,
         };
         Ok(vol)
@@ -562,6 +568,7 @@ impl Volume {
         if self.clean_if_low()?.is_none() && self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING {
             self.clean_when_idle()?;
         }
+        self.warn_if_low();
         Ok(())
     }
 

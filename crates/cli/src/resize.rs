@@ -3,6 +3,8 @@
 //! report, built once as JSON.
 
 use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
@@ -17,6 +19,7 @@ use crate::control::Mounted;
 use crate::devices::{Access, open_pair};
 use crate::helper::split_source;
 use crate::mkfs::human_bytes;
+use crate::progress::segment_bar;
 
 /// `dualfs resize`.
 #[derive(Args, Debug)]
@@ -56,7 +59,14 @@ Grows the log (new segments on the meta-data device) and the data space
 (new groups on the data device) into room the devices gained: extend the
 image file (truncate -s) or the device (lvextend; losetup -c for a loop
 device) first. Works mounted (give the mount point) or not (give the
-devices). Shrinking is refused: it is not supported yet.
+devices).
+
+--meta smaller than the log in use shrinks it: the log stops writing past
+the new end, the cleaner moves the live meta-data out of the segments there
+(a progress bar counts them), and the volume then names the smaller size;
+truncate the device or image afterwards. A shrink whose live meta-data
+would not fit is refused before anything moves. Shrinking the data device
+is not supported (refused).
 
 A crash at any moment leaves the volume at its old or its new size, with
 nothing lost. The first resize of a volume sets the RESIZED feature
@@ -65,14 +75,22 @@ nothing lost. The first resize of a volume sets the RESIZED feature
 Examples:
   truncate -s 8G data.img && dualfs resize meta.img data.img
   dualfs resize /mnt/vol --meta 2G
-  dualfs resize /mnt/vol --data max";
+  dualfs resize /mnt/vol --data max
+  dualfs resize /mnt/vol --meta 256M && truncate -s 256M meta.img";
 
 /// Resizes an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, req: ResizeRequest) -> Result<Value> {
     let (m, d) = open_pair(meta, data, Access::Exclusive)?;
     let vol = Volume::open(m, d, MountOptions::default())
         .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
-    let out = vol.resize(req).map_err(|e| e.to_string());
+    let bar = segment_bar("emptying the log's end", 0);
+    let out = vol
+        .resize_with_progress(req, &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        })
+        .map_err(|e| e.to_string());
+    bar.finish_and_clear();
     vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))?;
     Ok(json!({ "mounted": false, "request": resize_order(&req), "result": resize_json(&out) }))
 }
@@ -81,7 +99,24 @@ fn offline(meta: &Path, data: &Path, req: ResizeRequest) -> Result<Value> {
 fn mounted(target: &Path, req: ResizeRequest) -> Result<Value> {
     let mnt = Mounted::find(target)?;
     let order = resize_order(&req);
-    let r = rustix::fs::setxattr(mnt.root(), control::RESIZE, order.as_bytes(), XattrFlags::empty());
+    // The request answers when the resize is done; meanwhile its progress
+    // (segments a shrink empties) is read from the same attribute.
+    let root = mnt.root().to_path_buf();
+    let value = order.clone();
+    let worker =
+        thread::spawn(move || rustix::fs::setxattr(&root, control::RESIZE, value.as_bytes(), XattrFlags::empty()));
+    let bar = segment_bar("emptying the log's end", 0);
+    while !worker.is_finished() {
+        if let Ok(s) = mnt.get(control::RESIZE)
+            && s["state"] == "running"
+        {
+            bar.set_length(s["total"].as_u64().unwrap_or(0));
+            bar.set_position(s["done"].as_u64().unwrap_or(0));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+    let r = worker.join().map_err(|_| anyhow!("the resize request's thread panicked"))?;
     let status = mnt.get(control::RESIZE)?;
     if let Err(e) = r
         && status["error"].is_null()
@@ -110,6 +145,13 @@ fn text(r: &Value) -> String {
     o.push_str(&format!("  log          {s0} to {s1} segments\n"));
     o.push_str(&format!("  data space   {} to {}\n", human_bytes(d0 * BLOCK_BYTES), human_bytes(d1 * BLOCK_BYTES)));
     o.push_str(&format!("  written      {}", human_bytes(u(&r["meta_blocks_written"]) * BLOCK_BYTES)));
+    if s1 < s0 {
+        o.push_str(&format!(
+            "\nthe meta-data device may now be cut to {} ({} bytes)",
+            human_bytes(u(&r["meta_blocks"]) * BLOCK_BYTES),
+            u(&r["meta_blocks"]) * BLOCK_BYTES
+        ));
+    }
     o
 }
 

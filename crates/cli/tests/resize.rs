@@ -44,6 +44,8 @@ fn a_full_mounted_volume_grows_while_a_file_is_open_and_takes_what_did_not_fit()
     let (ok, out) = run(&["resize", &m, "--data", "1G"]);
     assert!(!ok && out.contains("MiB, 1024 MiB were asked for: grow the device or image first"), "{out}");
     let (ok, out) = run(&["resize", &m, "--meta", "4M"]);
+    assert!(!ok && out.contains("a log needs at least 16 segments"), "{out}");
+    let (ok, out) = run(&["resize", &m, "--data", "16M"]);
     assert!(!ok && out.contains("shrinking it is not supported"), "{out}");
     // Grow both images, then the volume, with a file held open for writing.
     let sum_a = sh(&format!("md5sum < {m}/a"));
@@ -92,5 +94,45 @@ fn an_unmounted_volume_grows_and_a_mounted_one_is_refused_offline() {
     let (ok, out) = run(&["resize", &meta, &data]);
     assert!(!ok && out.contains("in use"), "a mounted volume's devices are locked: {out}");
     assert_eq!(df(&v)[0], 100 << 8);
+    v.umount();
+}
+
+#[test]
+fn a_mounted_log_shrinks_with_its_files_in_use_and_refuses_to_shrink_below_what_is_live() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    let meta = v.meta.to_str().unwrap().to_string();
+    sh(&format!("truncate -s 64M {meta}"));
+    v.mount();
+    let m = v.m().to_string();
+    let (ok, out) = run(&["resize", &m, "--meta", "max"]);
+    assert!(ok, "{out}");
+    // Meta-data spread over the grown log: files made and deleted, some kept.
+    sh(&format!(
+        "cd {m} && mkdir d && for r in 1 2 3 4 5 6; do (cd d && seq 1 4000 | sed s/^/f$r./ | xargs touch); \
+         rm -f d/f$r.*[13579]; done"
+    ));
+    sh(&format!(
+        "cd {m} && v=$(head -c 3000 /dev/zero | tr '\\0' a); for i in $(seq 1 2500); do setfattr -n user.x -v $v d/f1.$((i*2)) 2>/dev/null || setfattr -n user.x -v $v d/f2.$((i*2-4000)); done"
+    ));
+    let before = sh(&format!("ls {m}/d | wc -l"));
+    let (ok, out) = run(&["resize", &m, "--meta", "17M"]);
+    assert!(!ok && out.contains("of live meta-data: it needs at least"), "{out}");
+    let (ok, out) = run(&["resize", &m, "--meta", "40M"]);
+    assert!(ok && out.contains("segments") && out.contains("may now be cut to"), "{out}");
+    assert_eq!(sh(&format!("ls {m}/d | wc -l")), before);
+    sh(&format!("cd {m} && touch d/after && getfattr -n user.x d/f1.100 >/dev/null"));
+    v.umount();
+    // Cut the image as the report says: the volume mounts and checks clean.
+    let blocks = v.inspect(&["superblock"])["meta_blocks"].as_u64().unwrap_or(0);
+    assert!(blocks > 0 && blocks * 4096 <= 40 << 20, "{blocks}");
+    sh(&format!("truncate -s {} {meta}", blocks * 4096));
+    v.fsck();
+    v.mount();
+    assert_eq!(
+        sh(&format!("ls {m}/d | wc -l")).trim().parse::<u64>().unwrap(),
+        before.trim().parse::<u64>().unwrap() + 1
+    );
     v.umount();
 }

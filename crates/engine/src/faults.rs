@@ -44,11 +44,14 @@ pub enum Fault {
     /// take theirs from the superblock (skip the two checkpoints that carry
     /// the old geometry first).
     ResizeWithoutGeometry,
+    /// Resize: commit a smaller log before the segments past its new end
+    /// are empty.
+    ShrinkBeforeEmpty,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -63,6 +66,7 @@ impl Fault {
         Fault::StrictInPlace,
         Fault::HomeWriteUnflushed,
         Fault::ResizeWithoutGeometry,
+        Fault::ShrinkBeforeEmpty,
     ];
 
     #[cfg(feature = "fault-injection")]

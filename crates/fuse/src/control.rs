@@ -102,6 +102,7 @@ pub fn resize_order(req: &ResizeRequest) -> String {
 pub fn resize_json(r: &Result<ResizeReport, String>) -> Value {
     match r {
         Ok(r) => json!({
+            "state": "done",
             "error": null,
             "segments_before": r.before.segment_count,
             "segments_after": r.after.segment_count,
@@ -110,7 +111,7 @@ pub fn resize_json(r: &Result<ResizeReport, String>) -> Value {
             "meta_blocks": r.meta_blocks,
             "meta_blocks_written": r.meta_blocks_written,
         }),
-        Err(e) => json!({ "error": e }),
+        Err(e) => json!({ "state": "failed", "error": e }),
     }
 }
 
@@ -311,7 +312,9 @@ impl Control {
         let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
         let (out, errno) = match parse_resize(text) {
             Err(e) => (Err(e), Some(Errno::EINVAL)),
-            Ok(req) => match vol.resize(req) {
+            Ok(req) => match vol.resize_with_progress(req, &mut |done, total| {
+                *lock(&self.resized) = json!({ "state": "running", "done": done, "total": total });
+            }) {
                 Ok(r) => (Ok(r), None),
                 Err(e) => {
                     log::warn!("resize {text}: {e}");

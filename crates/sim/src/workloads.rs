@@ -622,7 +622,38 @@ pub fn resizes(meta: u64, data: u64, spare_meta: u64, spare_data: u64) -> Vec<Wo
         Step::Tick,
     ];
     out.push(Workload { name: s("resize/grow-data"), steps: data_only, scale: 2 });
+    out.push(shrink_meta(meta, spare_meta));
     out
+}
+
+/// A shrink of the log with live meta-data past the new end: the log grows
+/// by `spare` blocks, commits push its head past the old end (files kept
+/// every twentieth round, with xattrs in blocks of their own, stay live there),
+/// and the log shrinks back to `meta` blocks while a file is open and
+/// written; then more work in the smaller log.
+#[must_use]
+pub fn shrink_meta(meta: u64, spare: u64) -> Workload {
+    let mut steps = vec![Step::Resize { meta: meta + spare, data: 0 }, Step::Mkdir(s("K"))];
+    for i in 0..560 {
+        let f = format!("B/w{}", i % 8);
+        steps.push(Step::Create(f.clone()));
+        steps.push(Step::SetXattr { path: f.clone(), len: 3000 });
+        steps.push(Step::Fsync(s("B")));
+        steps.push(Step::Unlink(f));
+        if i % 20 == 19 {
+            let k = format!("K/k{i:03}");
+            steps.push(Step::Create(k.clone()));
+            steps.push(Step::SetXattr { path: k, len: 2000 });
+        }
+    }
+    steps.push(Step::Open { path: s("A/foo"), h: 1 });
+    steps.push(Step::Resize { meta, data: 0 });
+    steps.push(Step::WriteOpen { h: 1, offset: 12288, len: 5000 });
+    steps.push(Step::Close(1));
+    steps.push(Step::Create(s("K/after")));
+    steps.push(Step::SetXattr { path: s("K/after"), len: 2000 });
+    steps.push(Step::Fsync(s("K")));
+    Workload { name: s("resize/shrink-meta"), steps, scale: 10 }
 }
 
 /// Every workload of the default run.

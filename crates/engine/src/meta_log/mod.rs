@@ -84,6 +84,9 @@ pub struct Log {
     /// that names them, so that nothing reaches them while a crash would
     /// still mount the old size (DESIGN.md, "Resize").
     usable_segments: u32,
+    /// Segments at or past this one are not written into: a shrink of the
+    /// log is emptying them (`u32::MAX` otherwise).
+    segment_limit: u32,
     volume_id: u64,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,

@@ -103,6 +103,7 @@ impl Log {
             volume_id: sb.volume_id(),
             on_disk: sb.clone(),
             usable_segments: sb.segment_count,
+            segment_limit: u32::MAX,
             sb,
             meta,
             data,

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::format::checkpoint::MAX_INDEX_BLOCKS;
 use crate::format::ifile::{INDEX_PER_BLOCK, TableId};
 use crate::format::superblock::Geometry;
+use crate::types::SegmentNo;
 
 impl Log {
     /// IFile index blocks a checkpoint at geometry `g` needs, with the
@@ -73,6 +74,118 @@ impl Log {
         self.sb = sb;
         self.recount_free_segments();
         Ok(())
+    }
+}
+
+impl Log {
+    /// Stops the log from writing into segments at or past `n` (a shrink
+    /// under way), or lets it again (`None`).
+    pub fn limit_segments(&mut self, n: Option<u32>) {
+        self.segment_limit = n.unwrap_or(u32::MAX);
+        self.recount_free_segments();
+    }
+
+    /// Segments at or past `n` that still hold something: live inodes or
+    /// nodes, the durable checkpoint's IFile blocks, its roll-forward
+    /// range, or the log's head.
+    #[must_use]
+    pub fn segments_in_use_from(&self, n: u32) -> Vec<SegmentNo> {
+        (n..self.sb.segment_count)
+            .map(SegmentNo)
+            .filter(|&s| {
+                let u = self.ifile.segment(s);
+                u.live_bytes > 0
+                    || u.last_seq >= self.ckpt.log.seq
+                    || s == self.head.segment
+                    || s == self.head.next_segment
+                    || self.ckpt.pins.contains_key(&s)
+            })
+            .collect()
+    }
+
+    /// Moves the head to free segments below the limit if it or its
+    /// reserved next segment lies past it (before a checkpoint, which then
+    /// starts its chain there; FORMAT.md 4.4).
+    pub fn leave_limited_segments(&mut self) {
+        if self.head.segment.0 >= self.segment_limit || self.head.next_segment.0 >= self.segment_limit {
+            self.detach_head();
+        }
+    }
+
+    /// Live bytes the log holds (inodes, nodes, the durable checkpoint's
+    /// IFile blocks).
+    #[must_use]
+    pub fn live_log_bytes(&self) -> u64 {
+        (0..self.sb.segment_count).map(|s| self.segment_live_bytes(SegmentNo(s))).sum()
+    }
+
+    /// Whether the log can shrink to `n` segments: at least the minimum,
+    /// and room in them for what is live, the reserve and a margin for the
+    /// cleaner's moves (each moved block lands in a partial segment with
+    /// its descriptor).
+    ///
+    /// # Errors
+    /// [`Error::Resize`] saying how much room is needed.
+    pub fn check_shrink(&self, n: u32) -> Result<()> {
+        let seg_bytes = u64::from(self.sb.segment_blocks) * crate::types::BLOCK_BYTES;
+        if n < 16 {
+            return Err(Error::Resize(format!("a log needs at least 16 segments, {n} were asked for")));
+        }
+        let live = self.live_log_bytes();
+        // Live data packs to about 80% of a segment after moves; the
+        // reserve and two segments for the moves in flight stay free.
+        let need = (live * 5 / 4).div_ceil(seg_bytes) + u64::from(self.reserve_segments()) + 2;
+        if u64::from(n) < need {
+            return Err(Error::Resize(format!(
+                "the log holds {} MiB of live meta-data: it needs at least {need} segments ({} MiB of \
+                 meta-data device) with its reserve, {n} were asked for",
+                live >> 20,
+                (need * seg_bytes + self.sb.first_segment_block * crate::types::BLOCK_BYTES) >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// Cuts the log to `n` segments, all of which past `n` hold nothing
+    /// ([`Log::segments_in_use_from`] is empty): the next checkpoint names
+    /// the smaller geometry.
+    ///
+    /// # Errors
+    /// [`Error::Resize`] when a segment past `n` still holds something.
+    pub fn shrink_segments(&mut self, n: u32) -> Result<()> {
+        let busy = self.segments_in_use_from(n);
+        if let Some(s) = busy.first() {
+            return Err(Error::Resize(format!(
+                "segment {} (and {} more) past the new end still holds meta-data",
+                s.0,
+                busy.len() - 1
+            )));
+        }
+        let g = Geometry { segment_count: n, data_blocks: self.sb.data_blocks };
+        let Some(sb) = self.sb.with_geometry(g) else {
+            return Err(Error::Resize(format!("{n} segments do not make a volume")));
+        };
+        self.cut_segments(n, sb);
+        Ok(())
+    }
+
+    /// [`Log::shrink_segments`] whatever the segments past `n` hold: the
+    /// deliberately broken rule of `Fault::ShrinkBeforeEmpty`.
+    pub fn force_shrink_segments(&mut self, n: u32) {
+        let g = Geometry { segment_count: n, data_blocks: self.sb.data_blocks };
+        if let Some(sb) = self.sb.with_geometry(g) {
+            for s in n..self.sb.segment_count {
+                self.ifile.segments.update(s as usize, |u| u.live_bytes = 0);
+            }
+            self.cut_segments(n, sb);
+        }
+    }
+
+    fn cut_segments(&mut self, n: u32, sb: crate::format::superblock::Superblock) {
+        self.ifile.shrink_segments(n);
+        self.sb = sb;
+        self.usable_segments = self.usable_segments.min(n);
+        self.recount_free_segments();
     }
 }
 

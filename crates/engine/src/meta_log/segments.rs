@@ -31,7 +31,7 @@ impl Log {
     /// Whether segment `s` may be written into now.
     #[must_use]
     pub fn segment_is_free(&self, s: SegmentNo) -> bool {
-        if s.0 >= self.usable_segments {
+        if s.0 >= self.usable_segments || s.0 >= self.segment_limit {
             return false;
         }
         let u = self.ifile.segment(s);

@@ -11,6 +11,11 @@
 //! 2. both superblocks with the new reach (meta-data device first);
 //! 3. the tables grown in memory, and a checkpoint naming the new geometry.
 //!
+//! A shrink of the log (meta-data device) runs the other way: the log
+//! stops writing past the new end, the cleaner empties what lies there,
+//! a checkpoint naming fewer segments commits it, and the superblocks'
+//! reach follows ([`Volume::shrink_log`]).
+//!
 //! A crash before the last checkpoint's slot is durable mounts at the old
 //! size (its checkpoints name it), one after at the new size; nothing else
 //! changes in between, so nothing is lost either way. The new segments are
@@ -59,6 +64,20 @@ impl Volume {
     /// shrink), or for more than a device holds or a checkpoint can index;
     /// read-only; a device fails.
     pub fn resize(&self, req: ResizeRequest) -> Result<ResizeReport> {
+        self.resize_with_progress(req, &mut |_, _| {})
+    }
+
+    /// [`Volume::resize`], calling `progress(done, total)` after each
+    /// segment a shrink of the log empties.
+    ///
+    /// # Errors
+    /// As [`Volume::resize`]; a shrink whose live meta-data would not fit
+    /// is refused before anything moves.
+    pub fn resize_with_progress(
+        &self,
+        req: ResizeRequest,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<ResizeReport> {
         // One resize or clean at a time, and none from the background.
         let _one_at_a_time = lock(&self.cleaning);
         self.check_writable()?;
@@ -68,7 +87,12 @@ impl Volume {
         };
         let before = sb.geometry();
         let target = target_geometry(&sb, req, self.meta.as_ref(), self.data.as_ref())?;
-        lock(&self.fs).log.check_grow(target)?;
+        let shrink = target.segment_count < before.segment_count;
+        if shrink {
+            lock(&self.fs).log.check_shrink(target.segment_count)?;
+        }
+        let grow = Geometry { segment_count: target.segment_count.max(before.segment_count), ..target };
+        lock(&self.fs).log.check_grow(grow)?;
         let mut report = ResizeReport { before, after: before, meta_blocks: sb.meta_blocks, meta_blocks_written: 0 };
         if target == before {
             return Ok(report);
@@ -86,9 +110,15 @@ impl Volume {
                 self.checkpoint()?;
             }
         }
+        if shrink {
+            self.shrink_log(target.segment_count, progress)?;
+            superblocks += 2;
+        }
         let on_disk = lock(&self.fs).log.superblock_on_disk().clone();
+        // The reach never falls below what it was (a grow cut short may
+        // have left it wider), except for the log a shrink just cut.
         let g = Geometry {
-            segment_count: target.segment_count.max(on_disk.segment_count),
+            segment_count: if shrink { target.segment_count } else { target.segment_count.max(on_disk.segment_count) },
             data_blocks: target.data_blocks.max(on_disk.data_blocks),
         };
         if g != on_disk.geometry() {
@@ -98,8 +128,13 @@ impl Volume {
             self.write_superblocks(&wider)?;
             superblocks += 2;
         }
-        lock(&self.fs).log.grow(target)?;
-        self.checkpoint()?;
+        let now = lock(&self.fs).log.superblock().geometry();
+        if grow.segment_count > now.segment_count || grow.data_blocks > now.data_blocks {
+            // After a shrink the log is at its target already.
+            let g = Geometry { segment_count: now.segment_count.max(target.segment_count), ..grow };
+            lock(&self.fs).log.grow(g)?;
+            self.checkpoint()?;
+        }
         let fs = lock(&self.fs);
         report.after = fs.log.superblock().geometry();
         report.meta_blocks = fs.log.superblock().meta_blocks;
@@ -112,6 +147,63 @@ impl Volume {
             report.after.data_blocks
         );
         Ok(report)
+    }
+
+    /// Shrinks the log to `n` segments: the log stops writing past `n` and
+    /// moves its head below it (a checkpoint), the cleaner empties the
+    /// segments past it, then a checkpoint names `n` segments (the commit
+    /// point) and the superblocks' reach follows. A crash before that
+    /// checkpoint leaves the old size, every move made through the log as
+    /// a clean's are; after it, the new one.
+    fn shrink_log(&self, n: u32, progress: &mut dyn FnMut(usize, usize)) -> Result<()> {
+        lock(&self.fs).log.limit_segments(Some(n));
+        let r = (|| {
+            self.checkpoint()?;
+            let total = lock(&self.fs).log.segments_in_use_from(n).len();
+            let mut done = 0;
+            progress(0, total);
+            // Each round empties what it can; the checkpoints between free
+            // the segments that only the previous IFile held.
+            for _ in 0..8 {
+                let busy = lock(&self.fs).log.segments_in_use_from(n);
+                if busy.is_empty() || faults::active(Fault::ShrinkBeforeEmpty) {
+                    break;
+                }
+                for chunk in busy.chunks(8) {
+                    let req = super::CleanRequest {
+                        max_segments: chunk.len(),
+                        policy: crate::meta_log::cleaner::Policy::Greedy,
+                        max_utilization: 1.0,
+                        free_now: true,
+                    };
+                    self.clean_locked(req, Some(chunk.to_vec()), &mut |_, _| {})?;
+                    done = (done + chunk.len()).min(total);
+                    progress(done, total);
+                }
+                self.checkpoint()?;
+            }
+            if faults::active(Fault::ShrinkBeforeEmpty) {
+                lock(&self.fs).log.force_shrink_segments(n);
+            } else {
+                lock(&self.fs).log.shrink_segments(n)?;
+            }
+            self.checkpoint()?;
+            let narrower = {
+                let fs = lock(&self.fs);
+                let on_disk = fs.log.superblock_on_disk().clone();
+                let g = Geometry { segment_count: n, data_blocks: on_disk.data_blocks };
+                on_disk.with_geometry(g)
+            };
+            let Some(narrower) = narrower else {
+                return Err(Error::Resize(format!("{n} segments do not make a volume")));
+            };
+            self.write_superblocks(&narrower)?;
+            // Both slots name the smaller log: the older one, naming more
+            // segments than the superblocks reach now, would be unusable.
+            self.checkpoint()
+        })();
+        lock(&self.fs).log.limit_segments(None);
+        r
     }
 
     /// Writes `sb` to the meta-data device, then its copy to the data
@@ -176,14 +268,6 @@ fn target_geometry(
             )));
         }
         let count = m.saturating_sub(sb.first_segment_block) / seg;
-        if count < u64::from(g.segment_count) {
-            return Err(Error::Resize(format!(
-                "the log uses {} MiB of the meta-data device ({} segments of {} KiB); shrinking it is not supported",
-                mib(sb.first_segment_block + u64::from(g.segment_count) * seg),
-                g.segment_count,
-                seg * 4
-            )));
-        }
         g.segment_count = u32::try_from(count)
             .map_err(|_| Error::Resize(format!("{count} segments are more than a volume can have ({})", u32::MAX)))?;
     }

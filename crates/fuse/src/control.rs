@@ -13,7 +13,7 @@
 //! | getxattr | `dualfs.remount.ro` | commits, checkpoints and refuses changes from now on (EROFS); answers [`mode_json`] |
 //! | getxattr | `dualfs.remount.rw` | accepts changes again; answers [`mode_json`] |
 //! | getxattr | `dualfs.mode` | [`mode_json`]: whether the volume is read-only |
-//! | setxattr | `dualfs.resize` | grows the volume to the [`parse_resize`] request in the value (`meta=BLOCKS data=BLOCKS`); returns once durable |
+//! | setxattr | `dualfs.resize` | resizes the volume to the [`parse_resize`] request in the value (`meta=BLOCKS data=BLOCKS`); returns once durable |
 //! | getxattr | `dualfs.resize` | the latest resize's outcome, as JSON ([`resize_json`]) |
 //!
 //! The remount requests are reads because a read is what still reaches the

@@ -163,7 +163,17 @@ Options (-o, comma-separated, may be repeated):
   recover=older    mount writable although damage took commits that had been
                    made durable (fsck says which), accepting the older state;
                    without it such a volume mounts only with ro
+  recover=rebuild  when no checkpoint loads (damage to the IFile blocks both
+                   share), write the volume as rebuilt from its log (what
+                   `dualfs fsck -y` does) and mount it; without it such a
+                   volume mounts only with ro, showing the rebuilt state
   threads=N        requests served in parallel (default 4)
+  dirty_window=SIZE
+                   the most written data the kernel may hold for the mount
+                   before passing it on (default 2M; 0: the kernel's limit,
+                   about 1% of memory): the volume keeps its own write-back
+                   cache, and an fsync's pages wait behind everything in the
+                   kernel's window (an fsync beside a large copy)
   attr_timeout=S, entry_timeout=S
                    how long the kernel may keep attributes and names (found or
                    not) without asking (default 3600; every change made through

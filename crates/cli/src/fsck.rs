@@ -319,11 +319,34 @@ fn check_only(args: &FsckArgs, meta: &Path, data: &Path) -> Result<()> {
     let meter = Meter::default();
     let checked = open_pair(meta, data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
-        check(meter.wrap(m), meter.wrap(d))
-            .map_err(|e| anyhow!("cannot check {} and {}: {e}", meta.display(), data.display()))
+        match check(meter.wrap(m.clone()), meter.wrap(d.clone())) {
+            Ok(r) => Ok(Ok(r)),
+            // No checkpoint loads: whether repair can rebuild the volume
+            // from its log decides between "found, left" and "cannot check".
+            Err(e @ dualfs_engine::Error::Corrupt { .. }) => match prepare(meter.wrap(m), meter.wrap(d)) {
+                Ok(p) if p.after.as_ref().is_some_and(CheckReport::is_clean) => Ok(Err((e, p))),
+                _ => Err(anyhow!("cannot check {} and {}: {e}", meta.display(), data.display())),
+            },
+            Err(e) => Err(anyhow!("cannot check {} and {}: {e}", meta.display(), data.display())),
+        }
     });
     let report = match checked {
-        Ok(r) => r,
+        Ok(Ok(r)) => r,
+        Ok(Err((e, p))) => {
+            if args.json {
+                let mut j = repair_json(&p, false);
+                j["problem"] = json!(e.to_string());
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                println!("PROBLEM: the volume cannot be opened as it is: {e}");
+                println!("{}; `dualfs fsck -y` would make these repairs:", p.source);
+                for r in &p.repairs {
+                    println!("  ({}) {r}", r.severity.name());
+                }
+                println!("nothing was changed");
+            }
+            return Err(Exit(EXIT_UNCORRECTED).into());
+        }
         Err(e) => {
             eprintln!("dualfs: {e:#}");
             return Err(Exit(EXIT_OPERATIONAL).into());

@@ -13,6 +13,7 @@ macro_rules! say {
 }
 
 mod args;
+mod bdi;
 mod checkpoints;
 mod claim;
 mod clean;

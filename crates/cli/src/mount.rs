@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
+use dualfs_engine::repair::rescue;
 use dualfs_engine::volume::MountOptions;
 use dualfs_fuse::clock::KernelClock;
 use dualfs_fuse::{AdapterOptions, DualFs};
@@ -242,6 +243,7 @@ fn engine_options(cfg: &MountConfig) -> MountOptions {
         atime: cfg.atime,
         order: cfg.order,
         accept_loss: cfg.accept_loss,
+        rebuild: cfg.rebuild,
         ..MountOptions::default()
     };
     if let Some(c) = cfg.commit {
@@ -275,7 +277,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
     let clock = Arc::new(KernelClock::default());
     let volume_clock = clock.clone();
-    let vol = Volume::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
+    let vol = rescue::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
         .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
     let rec = &vol.open_report().recovery;
     if rec.partial_segments > 0 {
@@ -312,6 +314,7 @@ fn serve(args: &MountArgs) -> Result<()> {
         }
     };
     let _ = notifier.set(session.notifier());
+    crate::bdi::set_dirty_window(&absolute(&args.mountpoint)?, cfg.dirty_window);
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {

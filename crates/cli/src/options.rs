@@ -46,6 +46,12 @@ pub struct MountConfig {
     /// `recover=older`: accept losing commits a damaged log can no longer
     /// give back, and mount writable from the state before the damage.
     pub accept_loss: bool,
+    /// `recover=rebuild`: when no checkpoint loads, write the volume as
+    /// rebuilt from its log (what `fsck -y` does) and mount that.
+    pub rebuild: bool,
+    /// `dirty_window=`: the most dirty data the kernel may hold for this
+    /// mount before passing it to the volume (0: the kernel's own limit).
+    pub dirty_window: u64,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -69,6 +75,8 @@ impl Default for MountConfig {
             attr_timeout: None,
             entry_timeout: None,
             accept_loss: false,
+            rebuild: false,
+            dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
             remount: false,
         }
     }
@@ -216,10 +224,19 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             }
             c.trace = Some(PathBuf::from(v));
         } else if let Some(v) = opt.strip_prefix("recover=") {
-            if v != "older" {
-                bail!("recover={v}: the only recovery is recover=older (accept the state before the damage)");
+            match v {
+                "older" => c.accept_loss = true,
+                "rebuild" => c.rebuild = true,
+                _ => bail!(
+                    "recover={v}: give recover=older (accept the state before a damaged log) or recover=rebuild \
+                     (rebuild a volume no checkpoint of which loads from its log)"
+                ),
             }
-            c.accept_loss = true;
+        } else if let Some(v) = opt.strip_prefix("dirty_window=") {
+            c.dirty_window = match crate::args::parse_size(v) {
+                Ok(n) if n == 0 || n >= 1 << 20 => n,
+                _ => bail!("dirty_window={v}: give a size of at least 1M (or 0 for the kernel's limit)"),
+            };
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

@@ -493,3 +493,51 @@ fn an_fsync_beside_a_writer_past_the_dirty_limit_waits_for_one_step() {
     assert!(!got.is_empty() && got[..] == data[..got.len()], "a: {} bytes, not a prefix", got.len());
     assert_eq!(contents(&c, "b").unwrap(), bytes(4096, 9));
 }
+
+/// A small write beside a large writer past the dirty-data limit is not
+/// held for the large writer's relief (it would be, page for page, in the
+/// kernel's queue in front of the fsync that needs it): with the relief's
+/// first step blocked on the data device, a write of another file that
+/// takes the volume past the limit again returns.
+#[test]
+fn a_small_write_beside_a_writer_past_the_dirty_limit_is_not_held_for_its_relief() {
+    const LIMIT: usize = 4 << 20;
+    let meta = Arc::new(MemoryDevice::new(16384));
+    let gate = Arc::new(Gate {
+        inner: MemoryDevice::new(65536),
+        state: std::sync::Mutex::default(),
+        cv: std::sync::Condvar::new(),
+    });
+    let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
+    Volume::format(meta.clone(), gate.clone(), &opts).unwrap();
+    let mount = MountOptions { dirty_data_limit: LIMIT, ..options() };
+    let v = Arc::new(Volume::open(meta.clone(), gate.clone(), mount).unwrap());
+    let a = create(&v, InodeNo::ROOT, "a");
+    let b = create(&v, InodeNo::ROOT, "b");
+    v.sync().unwrap();
+    let data = bytes(8 << 20, 7);
+    gate.set_armed(true);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for (i, piece) in data.chunks(64 << 10).enumerate() {
+                v.write(a, (i * piece.len()) as u64, piece).unwrap();
+            }
+        });
+        let _open_on_unwind = Disarm(&gate);
+        // The large writer went past the limit and its relief is writing.
+        gate.wait_arrived(1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let v2 = &v;
+        s.spawn(move || {
+            // Under an eighth of the limit, and enough to go past it again.
+            v2.write(b, 0, &bytes(448 << 10, 9)).unwrap();
+            tx.send(()).unwrap();
+        });
+        let returned = rx.recv_timeout(Duration::from_secs(10)).is_ok();
+        assert_eq!(gate.state().passed, 0, "the relief moved on while the small write was tested");
+        assert!(returned, "the small write waited for the large writer's relief");
+        gate.set_armed(false);
+        writer.join().unwrap();
+    });
+    assert!(stat(&v, "dirty_data_bytes") as usize <= LIMIT, "the writer relieved memory");
+}

@@ -22,6 +22,7 @@
 
 mod apply;
 mod namespace;
+pub mod rescue;
 mod salvage;
 mod staged;
 
@@ -102,6 +103,9 @@ pub struct Prepared {
     /// Blocks the repair writes (meta-data, data), counting rewrites.
     pub blocks_written: (u64, u64),
     journal: Arc<Journal>,
+    /// The devices as the repair leaves them (its writes in memory over
+    /// the real devices), for a read-only look before anything is written.
+    staged: (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>),
 }
 
 impl Prepared {
@@ -115,6 +119,14 @@ impl Prepared {
     #[must_use]
     pub fn severity(&self) -> Option<Severity> {
         self.repairs.iter().map(|r| r.severity).max()
+    }
+
+    /// The meta-data and data devices as the repair leaves them, with
+    /// nothing written to the real ones: a volume opened read-only on
+    /// them shows the repaired state.
+    #[must_use]
+    pub fn staged(&self) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+        self.staged.clone()
     }
 
     /// Writes the repair to the devices it was prepared on: every write
@@ -203,7 +215,7 @@ pub fn prepare_with_clock(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>
     let derived = derived_repairs(&log, &mut plan);
     repairs.splice(before..before, derived);
     if repairs.is_empty() {
-        return Ok(Prepared { repairs, source, after: None, blocks_written: (0, 0), journal });
+        return Ok(Prepared { repairs, source, after: None, blocks_written: (0, 0), journal, staged: (sm, sd) });
     }
     if sb_note.is_some() || data_copy.is_some() {
         let raw = sb.encode();
@@ -214,9 +226,9 @@ pub fn prepare_with_clock(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>
         device::flush(sm.as_ref(), DeviceRole::Meta)?;
     }
     apply::apply(log, report, sm.clone(), sd.clone(), plan, clock)?;
-    let after = check(sm, sd)?;
+    let after = check(sm.clone(), sd.clone())?;
     let blocks_written = journal.blocks_written();
-    Ok(Prepared { repairs, source, after: Some(after), blocks_written, journal })
+    Ok(Prepared { repairs, source, after: Some(after), blocks_written, journal, staged: (sm, sd) })
 }
 
 /// The superblock to repair with: the pair as a mount reads it, or, when

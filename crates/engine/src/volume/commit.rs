@@ -26,7 +26,7 @@ impl Volume {
             // No tail may wait: a crash must show a prefix of the operations.
             return self.commit();
         }
-        let step_blocks = (self.options.dirty_data_limit as u64 / 16 / crate::types::BLOCK_BYTES).max(16);
+        let step_blocks = self.pressure_step_blocks();
         let Ok(_relieving) = self.pressure.try_lock() else {
             drop(lock(&self.pressure));
             return Ok(());
@@ -42,6 +42,69 @@ impl Volume {
             }
             self.let_fsyncs_in();
         }
+    }
+
+    /// Before the fsync of a file holding much unwritten data (the closing
+    /// fsync of a large copy): writes dirty data in the steps memory
+    /// pressure takes, the commit lock let go between them, until the file
+    /// has at most one step left, so that the fsync of another file (a
+    /// database beside the copy) waits for one step and not for the whole
+    /// file. Bounded by the steps the dirty data can take. Not in strict
+    /// order or with `data_expire=0`, where no tail may be written early.
+    pub(super) fn write_ahead_in_steps(&self, ino: crate::types::InodeNo) -> Result<()> {
+        if self.options.data_expire.is_zero() || self.options.order == Order::Strict {
+            return Ok(());
+        }
+        let step_blocks = self.pressure_step_blocks();
+        let (mine, all) = {
+            let fs = lock(&self.fs);
+            (fs.pages.file_pages(ino) as u64, fs.pages.dirty_bytes() as u64 / crate::types::BLOCK_BYTES)
+        };
+        if mine <= step_blocks {
+            return Ok(());
+        }
+        for _ in 0..all.div_ceil(step_blocks) {
+            let more = {
+                let mut c = lock(&self.commit);
+                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+            };
+            if !more || lock(&self.fs).pages.file_pages(ino) as u64 <= step_blocks {
+                break;
+            }
+            self.let_fsyncs_in();
+        }
+        Ok(())
+    }
+
+    /// The background writer's write-back (a streaming writer or memory
+    /// pressure asked for it): dirty data in the steps of
+    /// [`Volume::commit_under_pressure`], the commit lock let go between
+    /// them, so that an fsync beside a large copy waits for one step and
+    /// not for everything the copy dirtied. As many steps as the data dirty
+    /// at the start takes, so that a writer that never stops cannot keep
+    /// the background writer from its other work.
+    pub(super) fn write_back_in_steps(&self) -> Result<()> {
+        if self.options.data_expire.is_zero() || self.options.order == Order::Strict {
+            return self.commit_for_room();
+        }
+        let step_blocks = self.pressure_step_blocks();
+        let steps = (lock(&self.fs).pages.dirty_bytes() as u64 / crate::types::BLOCK_BYTES).div_ceil(step_blocks);
+        for _ in 0..steps.max(1) {
+            let more = {
+                let mut c = lock(&self.commit);
+                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+            };
+            if !more {
+                break;
+            }
+            self.let_fsyncs_in();
+        }
+        Ok(())
+    }
+
+    /// Blocks of delayed tails one step of a stepped commit writes.
+    fn pressure_step_blocks(&self) -> u64 {
+        (self.options.dirty_data_limit as u64 / 16 / crate::types::BLOCK_BYTES).max(16)
     }
 
     /// Between two steps of [`Volume::commit_under_pressure`]: waits until

@@ -115,7 +115,17 @@ impl Volume {
                 rec.mtime = now;
                 rec.ctime = now;
             }
-            Ok((fs.pages.dirty_bytes() > fs.config.dirty_data_limit, fs.pages.file_pages(ino) >= STREAM_PAGES))
+            let (dirty, limit) = (fs.pages.dirty_bytes(), fs.config.dirty_data_limit);
+            let pages = fs.pages.file_pages(ino);
+            let streaming = pages >= STREAM_PAGES;
+            // Over the limit, the writers holding the dirty data (an eighth
+            // of the limit or more) wait for room; a small writer (a
+            // database beside a copy) waits only past a quarter more, so
+            // that its page is not queued behind the copy's relief. The
+            // background writer makes room meanwhile.
+            let heavy = pages * BLOCK_SIZE >= limit / 8;
+            let wait = dirty > limit && (heavy || dirty > limit + limit / 4);
+            Ok((wait, streaming || dirty > limit))
         })?;
         if dirty {
             self.commit_under_pressure()?;

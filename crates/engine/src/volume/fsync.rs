@@ -120,6 +120,7 @@ impl Volume {
             // writing this file's data.
             return self.commit();
         }
+        self.write_ahead_in_steps(ino)?;
         let ticket = {
             let mut q = lock(&self.fsync_queue);
             q.next += 1;

@@ -397,6 +397,13 @@ impl Volume {
         &self.open_report
     }
 
+    /// Adds damage found on the way to this volume (a rescue by repair)
+    /// to what opening reports.
+    pub(crate) fn note_damage(&mut self, what: String) {
+        log::error!("{what}");
+        self.open_report.damage.push(what);
+    }
+
     /// What replaying the fsync records found after the last commit group did.
     #[must_use]
     pub fn replay_report(&self) -> crate::namespace::replay::ReplayReport {
@@ -595,7 +602,7 @@ impl Volume {
             return Ok(false);
         }
         if write_back && !self.options.read_only {
-            self.commit_for_room()?;
+            self.write_back_in_steps()?;
         }
         self.tick()?;
         Ok(true)

@@ -236,6 +236,12 @@ pub struct MountOptions {
     /// before the loss: the next checkpoint makes it permanent. Without
     /// it such a volume opens only read-only.
     pub accept_loss: bool,
+    /// When no checkpoint loads (damage to the IFile both checkpoints
+    /// share), rebuild the volume from a scan of its log and write that,
+    /// as `fsck -y` would, then open it (`recover=rebuild`; see
+    /// [`crate::repair::rescue`]). Without it such a volume opens only
+    /// read-only, showing the rebuilt state without writing it.
+    pub rebuild: bool,
 }
 
 impl Default for MountOptions {
@@ -251,6 +257,7 @@ impl Default for MountOptions {
             atime: AtimeMode::Relatime,
             order: Order::Default,
             accept_loss: false,
+            rebuild: false,
         }
     }
 }

@@ -42,8 +42,8 @@ impl Volume {
         if free * 100 < total * DATA_LOW_PERCENT {
             out.push(format!(
                 "the data device is running low: {} MiB of {} MiB free; {}",
-                free * BLOCK_BYTES >> 20,
-                total * BLOCK_BYTES >> 20,
+                (free * BLOCK_BYTES) >> 20,
+                (total * BLOCK_BYTES) >> 20,
                 no_space_advice(DeviceRole::Data)
             ));
         }

@@ -198,10 +198,8 @@ mod tests {
     use crate::format::superblock::INCOMPAT_RESIZED;
 
     fn log() -> Log {
-        let meta = Arc::new(MemoryDevice::new(64 * 256));
-        let data = Arc::new(MemoryDevice::new(1 << 20));
-        crate::volume::Volume::format(meta.clone(), data.clone(), &crate::volume::MkfsOptions::default()).unwrap();
-        Log::open(meta, data).unwrap().0
+        let sb = crate::format::superblock::sample();
+        Log::fresh(sb, Arc::new(MemoryDevice::new(64 * 256)), Arc::new(MemoryDevice::new(1 << 20)))
     }
 
     #[test]

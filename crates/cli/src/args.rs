@@ -48,6 +48,9 @@ pub enum Command {
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
+    /// Grow a volume into room its devices gained (mounted or not).
+    #[command(after_help = crate::resize::RESIZE_HELP)]
+    Resize(crate::resize::ResizeArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(crate::trace::TraceArgs),
     /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
@@ -297,7 +300,8 @@ impl Command {
             | Command::Tune(_)
             | Command::Get(_)
             | Command::Metarestore(_)
-            | Command::Sync(_) => false,
+            | Command::Sync(_)
+            | Command::Resize(_) => false,
         }
     }
 }

@@ -37,6 +37,10 @@ impl BlockDevice for Claimed {
         self.inner.block_count()
     }
 
+    fn refresh_block_count(&self) -> std::io::Result<u64> {
+        self.inner.refresh_block_count()
+    }
+
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
         self.inner.read_blocks(first, buf)
     }

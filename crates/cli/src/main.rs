@@ -35,6 +35,7 @@ mod options;
 mod probe;
 mod progress;
 mod remount;
+mod resize;
 mod snapshot;
 mod stats;
 mod sync;
@@ -132,6 +133,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Stats(a) => stats::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Snapshot(a) => snapshot::run(a),
+        Command::Resize(a) => resize::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Tune(a) => tune::run(a),

@@ -15,8 +15,15 @@ use crate::control::Mounted;
 /// since mount, and the state of a clean if one runs.
 fn text(stats: &Value, clean: &Value) -> String {
     let mut o = String::new();
-    let counters: Vec<(&String, &Value)> =
-        stats.as_object().into_iter().flatten().filter(|(_, v)| !v.is_object() && !v.is_null()).collect();
+    for w in stats["warnings"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        let _ = writeln!(o, "WARNING: {w}\n");
+    }
+    let counters: Vec<(&String, &Value)> = stats
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| !v.is_object() && !v.is_null() && !v.is_array())
+        .collect();
     let width = counters.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in counters {
         let _ = writeln!(o, "{k:<width$}  {v}");

@@ -90,6 +90,45 @@ impl DataSpace {
         s
     }
 
+    /// Adds the blocks `[total, new_total)` as free (a grow of the data
+    /// device): new groups, and the old last group filled up to its size.
+    /// The bitmap is loaded whole first (a grow is rare; the recount after
+    /// it reads every group), and new groups count as loaded.
+    ///
+    /// # Errors
+    /// A group's bitmap cannot be loaded.
+    pub fn grow(&mut self, new_total: u64) -> Result<()> {
+        assert!(new_total >= self.total, "growing {} data blocks to {new_total}", self.total);
+        self.load_all()?;
+        let old = self.total;
+        // The bits past the old end were "in use" as beyond the device.
+        let tail = old % 64;
+        if tail != 0 {
+            let last = self.bitmap.len() - 1;
+            self.bitmap.update(last, |w| *w &= !(!0u64 << tail));
+        }
+        self.total = new_total;
+        self.bitmap.grow(new_total.div_ceil(64) as usize);
+        let tail = new_total % 64;
+        if tail != 0 {
+            let last = self.bitmap.len() - 1;
+            self.bitmap.update(last, |w| *w |= !0u64 << tail);
+        }
+        if !self.held.is_empty() {
+            // Snapshots hold nothing of the new blocks.
+            self.held.resize(self.bitmap.len(), 0);
+        }
+        let groups = new_total.div_ceil(u64::from(self.group_blocks)) as usize;
+        self.groups.grow(groups);
+        self.cursor.resize(groups, 0);
+        if !self.ready.is_empty() {
+            self.ready.resize(groups, true);
+        }
+        // The old last group may have grown too: recounting rewrites it.
+        self.recount();
+        Ok(())
+    }
+
     /// Recomputes free counts from the bitmap (after loading it whole).
     ///
     /// # Panics
@@ -777,6 +816,27 @@ mod tests {
         assert_eq!(s.bind_directory(), GroupNo(2));
         assert_eq!(s.bind_directory(), GroupNo(3));
         assert_eq!(s.bind_directory(), GroupNo(1));
+    }
+
+    #[test]
+    fn growing_adds_free_blocks_and_groups_and_keeps_the_tail_in_use() {
+        let mut s = DataSpace::new(100, 64);
+        s.reserve(s.available()).unwrap();
+        while s.allocate(DataBlock(0), 1000).unwrap().is_some() {}
+        s.grow(300).unwrap();
+        assert_eq!(s.groups.len(), 5);
+        assert_eq!(s.free_blocks(), 200);
+        assert!(s.all_free(DataBlock(100), 200).unwrap());
+        assert!(!s.all_free(DataBlock(99), 1).unwrap());
+        let total: u64 = (0..s.groups.len()).map(|g| u64::from(s.groups.get(g).free_blocks)).sum();
+        assert_eq!(total, 200);
+        s.reserve(200).unwrap();
+        let mut got = 0;
+        while let Some((b, n)) = s.allocate(DataBlock(0), 1000).unwrap() {
+            assert!(b.0 >= 100 && b.0 + u64::from(n) <= 300);
+            got += u64::from(n);
+        }
+        assert_eq!(got, 200);
     }
 
     #[test]

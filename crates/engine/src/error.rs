@@ -110,6 +110,9 @@ pub enum Error {
     /// read-only or with the loss accepted (`MountOptions::accept_loss`).
     #[error("{0}")]
     Damaged(String),
+    /// A resize or migration that cannot be done, and why, for people.
+    #[error("cannot resize: {0}")]
+    Resize(String),
     /// The device is in use or the volume busy.
     #[error("device or resource busy: {0}")]
     Busy(String),
@@ -155,6 +158,7 @@ impl Error {
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::WrongVolume(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
+            Error::Resize(_) => libc::EINVAL,
             Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
             Error::MustRead(_) => libc::EIO,

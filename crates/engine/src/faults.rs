@@ -43,11 +43,18 @@ pub enum Fault {
     /// Snapshots: overwrite a data block a snapshot holds in place, as if
     /// no snapshot held it (the snapshot then shows the new data).
     SnapshotInPlace,
+    /// Resize: grow the superblocks' geometry while the checkpoints still
+    /// take theirs from the superblock (skip the two checkpoints that carry
+    /// the old geometry first).
+    ResizeWithoutGeometry,
+    /// Resize: commit a smaller log before the segments past its new end
+    /// are empty.
+    ShrinkBeforeEmpty,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 16] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -62,6 +69,8 @@ impl Fault {
         Fault::StrictInPlace,
         Fault::HomeWriteUnflushed,
         Fault::SnapshotInPlace,
+        Fault::ResizeWithoutGeometry,
+        Fault::ShrinkBeforeEmpty,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -228,6 +228,18 @@ impl<E: Entry> Table<E> {
         }
     }
 
+    /// Cuts the table to its first `len` entries (a shrink of the log).
+    /// Its last block is rewritten, so that the index block listing it is
+    /// rewritten too, without the blocks cut off.
+    pub fn truncate(&mut self, len: usize) {
+        assert!(len > 0 && len <= self.entries.len(), "cutting {} entries to {len}", self.entries.len());
+        self.entries.truncate(len);
+        let blocks = self.block_count();
+        self.addresses.truncate(blocks);
+        self.dirty.retain(|&b| (b as usize) < blocks);
+        self.dirty.insert(blocks as u32 - 1);
+    }
+
     /// Blocks changed since the last checkpoint.
     #[must_use]
     pub fn dirty_blocks(&self) -> Vec<u32> {

@@ -13,6 +13,8 @@
 //! | getxattr | `dualfs.remount.ro` | commits, checkpoints and refuses changes from now on (EROFS); answers [`mode_json`] |
 //! | getxattr | `dualfs.remount.rw` | accepts changes again; answers [`mode_json`] |
 //! | getxattr | `dualfs.mode` | [`mode_json`]: whether the volume is read-only |
+//! | setxattr | `dualfs.resize` | resizes the volume to the [`parse_resize`] request in the value (`meta=BLOCKS data=BLOCKS`); returns once durable |
+//! | getxattr | `dualfs.resize` | the latest resize's outcome, as JSON ([`resize_json`]) |
 //!
 //! The remount requests are reads because a read is what still reaches the
 //! volume once the kernel has made the mount read-only: a remount to
@@ -31,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
-use dualfs_engine::volume::{CleanReport, CleanRequest, Policy};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Policy, ResizeReport, ResizeRequest, WHOLE_DEVICE};
 use fuser::Errno;
 use serde_json::{Value, json};
 
@@ -53,6 +55,66 @@ pub const MODE: &str = "dualfs.mode";
 pub fn mode_json(vol: &Volume) -> Value {
     json!({ "read_only": vol.is_read_only() })
 }
+/// Set to grow the volume (`dualfs resize MOUNTPOINT`); read for how the
+/// latest resize went.
+pub const RESIZE: &str = "dualfs.resize";
+
+/// A resize request as text: `meta=BLOCKS data=BLOCKS`, each optional
+/// (a device left out keeps its size), `max` for the whole device,
+/// separated by spaces or commas.
+///
+/// # Errors
+/// An unknown key or a number that does not parse.
+pub fn parse_resize(s: &str) -> Result<ResizeRequest, String> {
+    let mut req = ResizeRequest::default();
+    for part in s.split([' ', ',']).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| format!("'{part}' is not key=value"))?;
+        let n: u64 = if v == "max" {
+            WHOLE_DEVICE
+        } else {
+            v.parse().map_err(|_| format!("'{v}' is not a number of blocks"))?
+        };
+        match k {
+            "meta" => req.meta_blocks = Some(n),
+            "data" => req.data_blocks = Some(n),
+            _ => return Err(format!("unknown resize key '{k}' (meta, data)")),
+        }
+    }
+    Ok(req)
+}
+
+/// The request text [`parse_resize`] reads.
+#[must_use]
+pub fn resize_order(req: &ResizeRequest) -> String {
+    let mut v = Vec::new();
+    let n = |b: u64| if b == WHOLE_DEVICE { "max".to_string() } else { b.to_string() };
+    if let Some(m) = req.meta_blocks {
+        v.push(format!("meta={}", n(m)));
+    }
+    if let Some(d) = req.data_blocks {
+        v.push(format!("data={}", n(d)));
+    }
+    v.join(" ")
+}
+
+/// A resize's outcome as `dualfs resize --json` prints it, mounted or not.
+#[must_use]
+pub fn resize_json(r: &Result<ResizeReport, String>) -> Value {
+    match r {
+        Ok(r) => json!({
+            "state": "done",
+            "error": null,
+            "segments_before": r.before.segment_count,
+            "segments_after": r.after.segment_count,
+            "data_blocks_before": r.before.data_blocks,
+            "data_blocks_after": r.after.data_blocks,
+            "meta_blocks": r.meta_blocks,
+            "meta_blocks_written": r.meta_blocks_written,
+        }),
+        Err(e) => json!({ "state": "failed", "error": e }),
+    }
+}
+
 /// Set (any value) to make everything durable: `dualfs sync`.
 pub const SYNC: &str = "dualfs.sync";
 
@@ -200,6 +262,8 @@ pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Val
         vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
     // Why the volume refuses changes, when a device error made it so.
     map.insert("failed".into(), json!(vol.failure()));
+    // A device running low, in words (empty when none is).
+    map.insert("warnings".into(), json!(vol.space_warnings()));
     map.insert("fuse_requests".into(), requests.json());
     Value::Object(map)
 }
@@ -250,13 +314,52 @@ pub struct Control {
     stop: Arc<AtomicBool>,
     worker: Mutex<Option<JoinHandle<()>>>,
     owner_uid: u32,
+    /// The latest resize's outcome ([`resize_json`]); null before one.
+    resized: Mutex<Value>,
 }
 
 impl Control {
     /// Control of a volume mounted by `owner_uid`.
     #[must_use]
     pub fn new(owner_uid: u32) -> Control {
-        Control { status: Arc::default(), stop: Arc::default(), worker: Mutex::new(None), owner_uid }
+        Control {
+            status: Arc::default(),
+            stop: Arc::default(),
+            worker: Mutex::new(None),
+            owner_uid,
+            resized: Mutex::new(Value::Null),
+        }
+    }
+
+    /// Resizes the volume as the request text `value` says, synchronously
+    /// (a grow writes a few superblocks and checkpoints), and keeps the
+    /// outcome for [`Control::resize_status`].
+    ///
+    /// # Errors
+    /// EINVAL for a bad request or a resize that cannot be done (the
+    /// reason is in the status), the errno of a device failure.
+    pub fn resize(&self, vol: &Volume, value: &[u8]) -> Result<(), Errno> {
+        let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        let (out, errno) = match parse_resize(text) {
+            Err(e) => (Err(e), Some(Errno::EINVAL)),
+            Ok(req) => match vol.resize_with_progress(req, &mut |done, total| {
+                *lock(&self.resized) = json!({ "state": "running", "done": done, "total": total });
+            }) {
+                Ok(r) => (Ok(r), None),
+                Err(e) => {
+                    log::warn!("resize {text}: {e}");
+                    (Err(e.to_string()), Some(Errno::from_i32(e.errno())))
+                }
+            },
+        };
+        *lock(&self.resized) = resize_json(&out);
+        errno.map_or(Ok(()), Err)
+    }
+
+    /// The latest resize's outcome, as JSON bytes.
+    #[must_use]
+    pub fn resize_status(&self) -> Vec<u8> {
+        lock(&self.resized).to_string().into_bytes()
     }
 
     /// Whether `uid` may use the control attributes.
@@ -390,6 +493,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn resize_requests_round_trip_through_their_text() {
+        for req in [
+            ResizeRequest::default(),
+            ResizeRequest { meta_blocks: Some(4096), data_blocks: None },
+            ResizeRequest { meta_blocks: Some(WHOLE_DEVICE), data_blocks: Some(1 << 20) },
+        ] {
+            assert_eq!(parse_resize(&resize_order(&req)), Ok(req));
+        }
+        assert!(parse_resize("meta=lots").is_err());
+        assert!(parse_resize("size=1").is_err());
+    }
+
+    #[test]
     fn a_clean_order_reads_back_what_it_prints() {
         let o = CleanOrder { segments: Some(4), policy: Policy::Greedy, max_utilization: 0.5 };
         assert_eq!(CleanOrder::parse(&o.to_string()), Ok(o));
@@ -434,6 +550,7 @@ mod requests {
                 b if b == control::SNAPSHOTS.as_bytes() => {
                     Ok(control::snapshots_json(&self.vol.snapshot_list()).to_string().into_bytes())
                 }
+                b if b == control::RESIZE.as_bytes() => Ok(self.control.resize_status()),
                 b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
                 b if b == control::REMOUNT_RW.as_bytes() => {
                     self.control.remount(&self.vol, false, self.options.devices_writable)
@@ -453,6 +570,7 @@ mod requests {
             }
             match (n.as_bytes(), value) {
                 (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
+                (b, Some(v)) if b == control::RESIZE.as_bytes() => self.control.resize(&self.vol, v),
                 (b, None) if b == control::CLEAN.as_bytes() => {
                     self.control.stop_clean();
                     Ok(())

@@ -79,11 +79,32 @@ fn acl_kind(n: &OsStr) -> Option<AclKind> {
 /// administrator must hear about (I/O, corruption, a volume gone read-only).
 pub(crate) fn report(op: &str, e: &Error) -> Errno {
     match e {
+        Error::NoSpace(role) => warn_no_space(op, e, *role),
         Error::Io { .. } | Error::Corrupt { .. } => log::error!("{op}: {e}"),
         Error::ReadOnly(why) if why.contains("after an error") => log::warn!("{op}: {e}"),
         _ => log::debug!("{op}: {e}"),
     }
     errno(e)
+}
+
+/// When ENOSPC was last logged (seconds since the epoch), per device: a
+/// full device fails every write, and one line every ten seconds says it.
+static NO_SPACE_LOGGED: [std::sync::atomic::AtomicU64; 2] =
+    [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
+
+fn warn_no_space(op: &str, e: &Error, role: dualfs_engine::error::DeviceRole) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let slot = &NO_SPACE_LOGGED[usize::from(role == dualfs_engine::error::DeviceRole::Meta)];
+    let last = slot.load(std::sync::atomic::Ordering::Relaxed);
+    if now >= last + 10
+        && slot
+            .compare_exchange(last, now, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed)
+            .is_ok()
+    {
+        log::warn!("{op}: {e}: {}", dualfs_engine::volume::no_space_advice(role));
+    } else {
+        log::debug!("{op}: {e}");
+    }
 }
 
 impl DualFs {

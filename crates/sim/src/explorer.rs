@@ -61,6 +61,11 @@ pub struct Config {
     pub second_crash_cuts: usize,
     /// Print the recordings, states, recovery reports and trees (replays).
     pub verbose: bool,
+    /// Blocks the meta-data device holds past the volume made on it (room
+    /// for the resize workloads to grow into).
+    pub spare_meta_blocks: u64,
+    /// Blocks the data device holds past the volume made on it.
+    pub spare_data_blocks: u64,
 }
 
 impl Default for Config {
@@ -81,6 +86,8 @@ impl Default for Config {
             second_crash_every: 4,
             second_crash_cuts: 3,
             verbose: false,
+            spare_meta_blocks: 0,
+            spare_data_blocks: 0,
         }
     }
 }
@@ -209,7 +216,12 @@ impl Explorer {
         r.close_all()?;
         let model = r.model.clone();
         vol.close().map_err(|e| format!("close after setup: {e}"))?;
-        Ok(Explorer { config, meta: meta.freeze(), data: data.freeze(), model })
+        // The devices grow after the volume was made on them, as an image
+        // file extended before `dualfs resize`.
+        let (meta, data) = (meta.freeze(), data.freeze());
+        let meta = Arc::new(meta.grown(config.spare_meta_blocks));
+        let data = Arc::new(data.grown(config.spare_data_blocks));
+        Ok(Explorer { config, meta, data, model })
     }
 
     /// The base image every workload starts from: (meta-data, data).

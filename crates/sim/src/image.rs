@@ -94,6 +94,13 @@ impl Image {
         self.blocks
     }
 
+    /// A copy `more` blocks longer (an image file that grew): the new
+    /// blocks read as the fill.
+    #[must_use]
+    pub fn grown(&self, more: u64) -> Image {
+        Image { blocks: self.blocks + more, ..self.clone() }
+    }
+
     /// A copy with `blocks` written over it.
     #[must_use]
     pub fn with_blocks(&self, blocks: impl IntoIterator<Item = (u64, Block)>) -> Image {

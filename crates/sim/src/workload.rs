@@ -97,6 +97,15 @@ pub enum Step {
         /// At most this many victims.
         segments: u8,
     },
+    /// `dualfs resize`: grow to `meta` and `data` blocks of each device
+    /// (0 keeps a device's size). The devices must hold them (the
+    /// explorer's `spare_*_blocks`).
+    Resize {
+        /// Meta-data device blocks.
+        meta: u64,
+        /// Data device blocks.
+        data: u64,
+    },
     /// `open` and keep the file open as handle `h`.
     Open {
         /// File.
@@ -580,6 +589,15 @@ impl<'a> Runner<'a> {
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:
                 // the durable marks around it make the oracle strict.
+                return Ok(Promise::None);
+            }
+            Step::Resize { meta, data } => {
+                let req = dualfs_engine::volume::ResizeRequest {
+                    meta_blocks: (*meta > 0).then_some(*meta),
+                    data_blocks: (*data > 0).then_some(*data),
+                };
+                vol.resize(req).map_err(|e| format!("resize: {e}"))?;
+                // Like a clean: it checkpoints, but promises nothing.
                 return Ok(Promise::None);
             }
             Step::Open { path, h } => {

@@ -27,12 +27,21 @@ fn config_for(fault: Fault) -> Config {
     if matches!(fault, Fault::StrictFsyncUntangled | Fault::StrictInPlace | Fault::HomeWriteUnflushed) {
         c.mount.order = dualfs_engine::volume::Order::Strict;
     }
+    // Room to grow into, for the resize workloads.
+    if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty) {
+        c.spare_meta_blocks = 8 * 128;
+        c.spare_data_blocks = 8192;
+    }
     c
 }
 
 /// The workloads tried, in order, until one fails.
 fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     let mut list = Vec::new();
+    if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty) {
+        let c = config_for(fault);
+        return workloads::resizes(c.meta_blocks, c.data_blocks, c.spare_meta_blocks, c.spare_data_blocks);
+    }
     if fault == Fault::SegmentReuse {
         // Only a log that wraps around onto its own roll-forward range shows it.
         list.push(workloads::log_wrap(1400, false));

@@ -4,6 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BlockDevice, check_range};
 use crate::types::BLOCK_BYTES;
@@ -13,7 +14,9 @@ use crate::types::BLOCK_BYTES;
 pub struct FileDevice {
     file: File,
     path: PathBuf,
-    blocks: u64,
+    /// Whole blocks the file or device holds; read again by
+    /// [`BlockDevice::refresh_block_count`] after it grew.
+    blocks: AtomicU64,
 }
 
 impl FileDevice {
@@ -40,7 +43,7 @@ impl FileDevice {
         }
         // Seeking to the end gives the size of block devices as well as files.
         let bytes = file.seek(SeekFrom::End(0))?;
-        Ok(FileDevice { file, path: path.to_path_buf(), blocks: bytes / BLOCK_BYTES })
+        Ok(FileDevice { file, path: path.to_path_buf(), blocks: AtomicU64::new(bytes / BLOCK_BYTES) })
     }
 
     /// The path this device was opened from.
@@ -52,16 +55,22 @@ impl FileDevice {
 
 impl BlockDevice for FileDevice {
     fn block_count(&self) -> u64 {
-        self.blocks
+        self.blocks.load(Ordering::Acquire)
+    }
+
+    fn refresh_block_count(&self) -> io::Result<u64> {
+        let bytes = (&self.file).seek(SeekFrom::End(0))?;
+        self.blocks.store(bytes / BLOCK_BYTES, Ordering::Release);
+        Ok(bytes / BLOCK_BYTES)
     }
 
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
-        check_range(self.blocks, first, buf.len())?;
+        check_range(self.block_count(), first, buf.len())?;
         self.file.read_exact_at(buf, first * BLOCK_BYTES)
     }
 
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
-        check_range(self.blocks, first, buf.len())?;
+        check_range(self.block_count(), first, buf.len())?;
         self.file.write_all_at(buf, first * BLOCK_BYTES)
     }
 

@@ -44,6 +44,18 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     /// # Errors
     /// The operating system's error.
     fn flush(&self) -> io::Result<()>;
+
+    /// Reads the device's size again, after the image file or block device
+    /// under it grew (`dualfs resize`), and returns it; [`block_count`]
+    /// says it from then on. Devices of a fixed size keep theirs.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    ///
+    /// [`block_count`]: BlockDevice::block_count
+    fn refresh_block_count(&self) -> io::Result<u64> {
+        Ok(self.block_count())
+    }
 }
 
 /// Reads `count` blocks of the volume's `role` device. This and [`write`]

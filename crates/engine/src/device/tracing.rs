@@ -386,6 +386,10 @@ impl BlockDevice for TracingDevice {
         self.inner.block_count()
     }
 
+    fn refresh_block_count(&self) -> io::Result<u64> {
+        self.inner.refresh_block_count()
+    }
+
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
         let start = Instant::now();
         self.inner.read_blocks(first, buf)?;

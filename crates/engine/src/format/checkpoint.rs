@@ -7,6 +7,7 @@
 
 use super::codec::{DecodeResult, Writer, bad, bounded};
 use super::ifile::TableId;
+use super::superblock::Geometry;
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
 
 /// `"DFCK"` little-endian.
@@ -63,6 +64,9 @@ pub struct Checkpoint {
     pub index: Vec<IndexRef>,
     /// The snapshot list block (format 1.3), if the volume holds snapshots.
     pub snapshot_list: Option<MetaBlock>,
+    /// The segment count and data blocks in use (volumes with
+    /// `INCOMPAT_RESIZED`); `None`: the superblock's.
+    pub geometry: Option<Geometry>,
 }
 
 impl Checkpoint {
@@ -91,8 +95,9 @@ impl Checkpoint {
             .u64(self.inode_count)
             .u64(self.node_count)
             .u64(self.free_data_blocks)
-            .u64(self.snapshot_list.map_or(0, |a| a.0))
-            .zeros(FIXED_LEN - 96);
+            .u64(self.snapshot_list.map_or(0, |a| a.0));
+        let g = self.geometry.unwrap_or(Geometry { segment_count: 0, data_blocks: 0 });
+        w.u32(g.segment_count).u32(0).u64(g.data_blocks).zeros(FIXED_LEN - 112);
         debug_assert_eq!(w.len(), FIXED_LEN);
         for e in &self.index {
             w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
@@ -125,7 +130,15 @@ impl Checkpoint {
         let node_count = r.u64()?;
         let free_data_blocks = r.u64()?;
         let snapshot_list = Some(MetaBlock(r.u64()?)).filter(|a| a.0 != 0);
-        r.reserved(FIXED_LEN - 96)?;
+        let segment_count = r.u32()?;
+        r.reserved(4)?;
+        let data_blocks = r.u64()?;
+        r.reserved(FIXED_LEN - 112)?;
+        let geometry = match (segment_count, data_blocks) {
+            (0, 0) => None,
+            (s, d) if s >= 16 && d >= 256 => Some(Geometry { segment_count: s, data_blocks: d }),
+            (s, d) => bad!("geometry of {s} segments and {d} data blocks is out of range"),
+        };
         let mut index = Vec::with_capacity(n);
         for _ in 0..n {
             let code = r.u8()?;
@@ -134,7 +147,7 @@ impl Checkpoint {
             index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
         }
         r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
-        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list })
+        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list, geometry })
     }
 }
 
@@ -161,7 +174,16 @@ mod tests {
                 IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(301) },
             ],
             snapshot_list: Some(MetaBlock(555)),
+            geometry: None,
         }
+    }
+
+    #[test]
+    fn geometry_round_trips_and_is_range_checked() {
+        let c = Checkpoint { geometry: Some(Geometry { segment_count: 40, data_blocks: 70_000 }), ..sample() };
+        assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
+        let tiny = Checkpoint { geometry: Some(Geometry { segment_count: 3, data_blocks: 70_000 }), ..sample() };
+        assert!(Checkpoint::decode(&tiny.encode()).is_err());
     }
 
     #[test]

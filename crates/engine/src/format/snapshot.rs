@@ -196,8 +196,17 @@ impl SnapshotRecord {
         if r.remaining() != 0 {
             bad!("{} bytes follow the snapshot's index", r.remaining());
         }
-        let checkpoint =
-            Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list: None };
+        let checkpoint = Checkpoint {
+            number,
+            time,
+            log,
+            inode_count,
+            node_count,
+            free_data_blocks,
+            index,
+            snapshot_list: None,
+            geometry: None,
+        };
         Ok(SnapshotRecord { id, created, name: name.to_string(), checkpoint })
     }
 }
@@ -226,6 +235,7 @@ mod tests {
                 free_data_blocks: 1000,
                 index: vec![IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(300) }],
                 snapshot_list: None,
+                geometry: None,
             },
         }
     }

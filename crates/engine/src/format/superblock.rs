@@ -13,8 +13,10 @@ pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
-/// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`].
+/// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`].
 pub const FORMAT_MINOR: u16 = 3;
+/// The minor version a resize raises an older volume to.
+pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
 /// tune -o`). Since 1.1.
 pub const COMPAT_MOUNT_OPTIONS: u64 = 1;
@@ -40,12 +42,22 @@ pub const INCOMPAT_FSYNC_LOG: u64 = 1 << 1;
 /// when the first snapshot is made; bit 0x8 belongs to another feature of
 /// 1.3. Since 1.3.
 pub const INCOMPAT_SNAPSHOTS: u64 = 1 << 4;
+/// `incompat`: the volume was resized (`dualfs resize`). Every checkpoint
+/// then carries the geometry in use (segment count, data blocks), and the
+/// superblock's geometry is only the reach the devices were given: a
+/// checkpoint written before a resize took effect mounts at the old size
+/// although the superblock names the new one. A reader unaware of it would
+/// size the IFile from the superblock and refuse (or misread) every
+/// checkpoint, hence incompat. Bits 0x8 and 0x10 belong to other features
+/// of 1.3. Since 1.3.
+pub const INCOMPAT_RESIZED: u64 = 1 << 5;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG | INCOMPAT_SCANNED_NAMES | INCOMPAT_SNAPSHOTS;
+pub const KNOWN_INCOMPAT: u64 =
+    INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG | INCOMPAT_SCANNED_NAMES | INCOMPAT_SNAPSHOTS | INCOMPAT_RESIZED;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -113,7 +125,48 @@ pub struct Superblock {
     pub block_id: u64,
 }
 
+/// The part of the geometry a resize changes: how many log segments and
+/// data blocks are in use. The rest (segment and group size, where
+/// segments start) never changes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Geometry {
+    /// Log segments.
+    pub segment_count: u32,
+    /// Data device blocks.
+    pub data_blocks: u64,
+}
+
 impl Superblock {
+    /// The segment count and data blocks this superblock names.
+    #[must_use]
+    pub fn geometry(&self) -> Geometry {
+        Geometry { segment_count: self.segment_count, data_blocks: self.data_blocks }
+    }
+
+    /// This superblock with `g`'s segments and data blocks, and the
+    /// meta-data blocks and group count that follow from them (the
+    /// meta-data device's unused tail is kept when the segment count does
+    /// not change). `None` when `g` does not make a valid superblock.
+    #[must_use]
+    pub fn with_geometry(&self, g: Geometry) -> Option<Superblock> {
+        let mut sb = self.clone();
+        if g.segment_count != self.segment_count {
+            sb.meta_blocks = self
+                .first_segment_block
+                .checked_add(u64::from(g.segment_count).checked_mul(u64::from(self.segment_blocks))?)?;
+        }
+        sb.segment_count = g.segment_count;
+        sb.data_blocks = g.data_blocks;
+        sb.group_count = u32::try_from(g.data_blocks.div_ceil(u64::from(self.group_blocks))).ok()?;
+        (g.segment_count >= 16 && g.data_blocks >= 256).then_some(sb)
+    }
+
+    /// Whether every checkpoint carries its own geometry ([`INCOMPAT_RESIZED`]).
+    #[must_use]
+    pub fn resized(&self) -> bool {
+        self.incompat & INCOMPAT_RESIZED != 0
+    }
+
     /// A 64-bit id of the volume, stored in every meta-data block header:
     /// the first 8 bytes of the volume UUID, or the `block_id` kept when
     /// the UUID was changed.

@@ -98,6 +98,25 @@ impl IFile {
         self.geometry
     }
 
+    /// Adds segments up to `count` (a grow of the meta-data device): never
+    /// written, nothing live in them.
+    pub fn grow_segments(&mut self, count: u32) {
+        assert!(count >= self.geometry.count, "growing {} segments to {count}", self.geometry.count);
+        self.segments.grow(count as usize);
+        self.geometry.count = count;
+    }
+
+    /// Cuts the segments down to `count` (a shrink of the meta-data
+    /// device): those cut off must hold nothing live.
+    pub fn shrink_segments(&mut self, count: u32) {
+        assert!(count <= self.geometry.count, "shrinking {} segments to {count}", self.geometry.count);
+        for s in count..self.geometry.count {
+            assert_eq!(self.segments.get(s as usize).live_bytes, 0, "segment {s} is cut off with live bytes");
+        }
+        self.segments.truncate(count as usize);
+        self.geometry.count = count;
+    }
+
     /// Inodes in use.
     #[must_use]
     pub fn used_inodes(&self) -> u64 {

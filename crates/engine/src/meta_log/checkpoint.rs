@@ -206,6 +206,7 @@ impl Log {
             inode_count: self.ifile.inodes.len() as u64,
             node_count: self.ifile.nodes.len() as u64,
             free_data_blocks: self.space.free_blocks(),
+            geometry: self.sb.resized().then(|| self.sb.geometry()),
             index: index
                 .iter()
                 .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
@@ -241,6 +242,8 @@ impl Log {
         self.space.release(self.durable);
         self.last_record = Some(c.record.clone());
         self.complete_snapshots();
+        // Segments a grow added are named by a durable checkpoint now.
+        self.usable_segments = c.record.geometry.map_or(self.sb.segment_count, |g| g.segment_count);
         self.free_segments_cached = self.free_segments();
     }
 

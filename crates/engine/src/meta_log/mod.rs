@@ -20,6 +20,7 @@ pub mod mount;
 pub mod readahead;
 pub mod rebuild;
 pub mod recovery;
+pub mod resize;
 pub mod seal;
 pub mod segments;
 pub mod snapshot;
@@ -73,8 +74,20 @@ pub struct LogStats {
 /// The meta-data log and everything it keeps consistent.
 #[derive(Debug)]
 pub struct Log {
-    /// Geometry and identity of the volume.
+    /// Geometry and identity of the volume: the geometry in use (the
+    /// checkpoint's, on a resized volume).
     sb: Superblock,
+    /// The meta-data device's superblock as on disk: after a resize cut
+    /// short, its geometry (the devices' reach) exceeds the one in use.
+    on_disk: Superblock,
+    /// Segments the log may write into: those below the geometry of the
+    /// durable checkpoint. Segments a grow adds wait for the checkpoint
+    /// that names them, so that nothing reaches them while a crash would
+    /// still mount the old size (DESIGN.md, "Resize").
+    usable_segments: u32,
+    /// Segments at or past this one are not written into: a shrink of the
+    /// log is emptying them (`u32::MAX` otherwise).
+    segment_limit: u32,
     volume_id: u64,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
@@ -129,6 +142,25 @@ impl Log {
     #[must_use]
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The meta-data device's superblock as last written (its geometry is
+    /// the devices' reach, at least the one in use).
+    #[must_use]
+    pub fn superblock_on_disk(&self) -> &Superblock {
+        &self.on_disk
+    }
+
+    /// Records that `sb` was written to both devices. Its geometry must
+    /// reach at least as far as the one in use.
+    pub fn superblock_written(&mut self, sb: Superblock) {
+        assert!(
+            sb.segment_count >= self.sb.segment_count && sb.data_blocks >= self.sb.data_blocks,
+            "a superblock that does not reach the geometry in use"
+        );
+        self.sb.incompat = sb.incompat;
+        self.sb.minor = sb.minor;
+        self.on_disk = sb;
     }
 
     /// Inode map, node map and segment usage, to read: they change only

@@ -13,7 +13,7 @@ use crate::data_space::DataSpace;
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::checkpoint::{Checkpoint, LogPosition};
-use crate::format::superblock::{CHECKPOINT_SLOTS, INCOMPAT_SNAPSHOTS, Role, Superblock};
+use crate::format::superblock::{CHECKPOINT_SLOTS, INCOMPAT_RESIZED, INCOMPAT_SNAPSHOTS, Role, Superblock};
 use crate::ifile::{IFile, SegmentGeometry};
 use crate::types::{SegmentNo, Seq};
 
@@ -39,6 +39,11 @@ pub struct OpenReport {
     /// and were recounted (segment live bytes): fsck names them (I7), the
     /// next checkpoint writes them right.
     pub recounted: Vec<String>,
+    /// The two superblock copies differed in what a resize changes only
+    /// (geometry, the `RESIZED` feature): a resize was cut between them.
+    /// The meta-data device's was taken; a writable open rewrites the
+    /// data device's.
+    pub data_superblock_stale: bool,
 }
 
 impl OpenReport {
@@ -96,6 +101,9 @@ impl Log {
             LogPosition { seq: Seq(1), segment: SegmentNo(0), offset: 0, next_segment: SegmentNo(1), prev_crc: 0 };
         Log {
             volume_id: sb.volume_id(),
+            on_disk: sb.clone(),
+            usable_segments: sb.segment_count,
+            segment_limit: u32::MAX,
             sb,
             meta,
             data,
@@ -122,6 +130,27 @@ impl Log {
         }
     }
 
+    /// The superblock with the geometry checkpoint `c` was written at: its
+    /// own on a resized volume, which must lie within the devices' reach
+    /// that the superblock names.
+    ///
+    /// # Errors
+    /// The checkpoint names a geometry beyond the superblock's.
+    fn in_use(sb: &Superblock, c: &Checkpoint) -> Result<Superblock> {
+        let Some(g) = c.geometry else { return Ok(sb.clone()) };
+        match sb.with_geometry(g) {
+            Some(s) if g.segment_count <= sb.segment_count && g.data_blocks <= sb.data_blocks => Ok(s),
+            _ => Err(Error::corrupt_meta(
+                "checkpoint",
+                0,
+                format!(
+                    "it names {} segments and {} data blocks, beyond the superblock's {} and {}",
+                    g.segment_count, g.data_blocks, sb.segment_count, sb.data_blocks
+                ),
+            )),
+        }
+    }
+
     /// Reads and pairs the two superblocks.
     ///
     /// # Errors
@@ -142,7 +171,7 @@ impl Log {
         data: &dyn BlockDevice,
     ) -> Result<(Superblock, Option<String>)> {
         match Log::read_superblocks_strict(meta, data) {
-            Ok(sb) => Ok((sb, None)),
+            Ok((sb, _)) => Ok((sb, None)),
             Err(e) => match Log::superblock_from_data_copy(meta, data)? {
                 Some(sb) => Ok((
                     sb,
@@ -180,7 +209,34 @@ impl Log {
         Ok(None)
     }
 
-    fn read_superblocks_strict(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
+    /// Whether the data device's copy lags the meta-data device's by a
+    /// resize cut between their writes: the two differ only in what a
+    /// resize writes (geometry, the `RESIZED` feature and minor version).
+    #[must_use]
+    pub fn lags_by_a_resize(m: &Superblock, d: &Superblock) -> bool {
+        let aligned = Superblock {
+            role: m.role,
+            minor: m.minor,
+            incompat: (d.incompat & !INCOMPAT_RESIZED) | (m.incompat & INCOMPAT_RESIZED),
+            meta_blocks: m.meta_blocks,
+            data_blocks: m.data_blocks,
+            group_count: m.group_count,
+            segment_count: m.segment_count,
+            ..d.clone()
+        };
+        aligned == *m
+    }
+
+    /// Both superblocks, paired; `true` when the data device's copy lags
+    /// by a resize cut short (and the meta-data device's was taken).
+    ///
+    /// # Errors
+    /// As [`Log::read_superblocks`].
+    pub fn read_superblocks_paired(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<(Superblock, bool)> {
+        Log::read_superblocks_strict(meta, data)
+    }
+
+    fn read_superblocks_strict(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<(Superblock, bool)> {
         let read_sb = |dev: &dyn BlockDevice, role: DeviceRole| -> Result<Superblock> {
             if dev.block_count() == 0 {
                 return Err(Error::WrongVolume(format!("the {role} is empty (0 bytes)")));
@@ -218,7 +274,8 @@ impl Log {
             m.incompat & INCOMPAT_SNAPSHOTS != 0
                 && Superblock { incompat: d.incompat | INCOMPAT_SNAPSHOTS, minor: m.minor, ..d.clone() } == same
         };
-        if same != d && !snapshots_cut(&d) {
+        let stale = same != d && Log::lags_by_a_resize(&m, &d);
+        if same != d && !snapshots_cut(&d) && !stale {
             return Err(Error::Corrupt {
                 structure: "superblock",
                 device: DeviceRole::Data,
@@ -250,7 +307,7 @@ impl Log {
                 ),
             });
         }
-        Ok(m)
+        Ok((m, stale))
     }
 
     /// Opens an existing volume: newest valid checkpoint, then roll-forward.
@@ -312,9 +369,13 @@ impl Log {
         slots.sort_by_key(|(c, _)| std::cmp::Reverse(c.number));
         let mut last_err = None;
         for (i, (c, slot)) in slots.iter().enumerate() {
-            let mut log = Log::fresh(sb.clone(), meta.clone(), data.clone());
-            match log.load_checkpoint(c, lazy) {
-                Ok(()) => {
+            let opened = Log::in_use(&sb, c).and_then(|in_use| {
+                let mut log = Log::fresh(in_use, meta.clone(), data.clone());
+                log.on_disk = sb.clone();
+                log.load_checkpoint(c, lazy).map(|()| log)
+            });
+            match opened {
+                Ok(mut log) => {
                     // A slot that does not decode for another reason than
                     // being empty held a newer checkpoint whose write was torn.
                     let fell_back = if i > 0 {
@@ -331,6 +392,10 @@ impl Log {
                     let mut report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
                     report.superblock_from_copy = sb_note.is_some();
                     report.recounted = std::mem::take(&mut log.recounted);
+                    if sb_note.is_none() {
+                        report.data_superblock_stale =
+                            Log::read_superblocks_paired(meta.as_ref(), data.as_ref()).is_ok_and(|(_, s)| s);
+                    }
                     for r in &report.recounted {
                         log::warn!("{r}");
                     }
@@ -398,5 +463,6 @@ fn judge(
         loss,
         superblock_from_copy: false,
         recounted: Vec::new(),
+        data_superblock_stale: false,
     }
 }

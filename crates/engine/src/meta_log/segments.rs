@@ -31,6 +31,9 @@ impl Log {
     /// Whether segment `s` may be written into now.
     #[must_use]
     pub fn segment_is_free(&self, s: SegmentNo) -> bool {
+        if s.0 >= self.usable_segments || s.0 >= self.segment_limit {
+            return false;
+        }
         let u = self.ifile.segment(s);
         if faults::active(Fault::SegmentReuse) {
             return u.live_bytes == 0 && s != self.head.segment && s != self.head.next_segment;

@@ -266,6 +266,11 @@ impl Log {
         if self.snaps.all.iter().any(|s| s.name == name) {
             return Some(format!("a snapshot named {name} exists already"));
         }
+        if self.sb.incompat & crate::format::superblock::INCOMPAT_RESIZED != 0 {
+            // A snapshot record does not carry the geometry it was taken
+            // at, which a resized volume's images need.
+            return Some("the volume was resized, and snapshots of a resized volume are not supported yet".into());
+        }
         if self.snaps.all.len() >= snapshot::MAX_SNAPSHOTS {
             return Some(format!("the volume holds {} snapshots, the most it can", snapshot::MAX_SNAPSHOTS));
         }

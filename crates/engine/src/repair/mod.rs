@@ -313,6 +313,7 @@ fn rebuilt_report(checkpoint: u64, why: String) -> OpenReport {
         damage: Vec::new(),
         loss: None,
         superblock_from_copy: false,
+        data_superblock_stale: false,
         recounted: Vec::new(),
     }
 }

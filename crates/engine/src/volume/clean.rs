@@ -69,7 +69,7 @@ impl Volume {
     /// A device fails.
     pub fn clean(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
         let _one_at_a_time = lock(&self.cleaning);
-        self.clean_locked(req, progress)
+        self.clean_locked(req, None, progress)
     }
 
     /// The cleaning lock, unless a clean holds it (the background cleaner
@@ -83,7 +83,14 @@ impl Volume {
     }
 
     /// [`Volume::clean`] with the cleaning lock held.
-    fn clean_locked(&self, req: CleanRequest, progress: &mut dyn FnMut(usize, usize)) -> Result<CleanReport> {
+    /// `chosen`: these victims rather than the policy's (a shrink
+    /// emptying the segments past the new end).
+    pub(super) fn clean_locked(
+        &self,
+        req: CleanRequest,
+        chosen: Option<Vec<crate::types::SegmentNo>>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CleanReport> {
         let started = self.clock.reading();
         self.check_writable()?;
         // Hot data first, into its own group: what the cleaner moves is cold
@@ -91,7 +98,9 @@ impl Volume {
         self.commit_periodic()?;
         let (victims, free_before, written_before, stats_before) = {
             let fs = lock(&self.fs);
-            let victims = if req.free_now {
+            let victims = if let Some(v) = chosen {
+                v
+            } else if req.free_now {
                 fs.log.pick_victims(req.policy, req.max_segments, req.max_utilization)
             } else {
                 // Segments already emptied wait for a checkpoint, not a clean.
@@ -275,7 +284,7 @@ impl Volume {
         }
         let req = CleanRequest { max_segments: 1, policy: Policy::CostBenefit, max_utilization: 0.5, free_now: false };
         let Some(_one_at_a_time) = self.try_cleaning() else { return Ok(None) };
-        self.clean_locked(req, &mut |_, _| {}).map(Some)
+        self.clean_locked(req, None, &mut |_, _| {}).map(Some)
     }
 
     /// Cleans when free segments fell below the threshold (called by the
@@ -298,6 +307,6 @@ impl Volume {
             free_now: true,
         };
         let Some(_one_at_a_time) = self.try_cleaning() else { return Ok(None) };
-        self.clean_locked(req, &mut |_, _| {}).map(Some)
+        self.clean_locked(req, None, &mut |_, _| {}).map(Some)
     }
 }

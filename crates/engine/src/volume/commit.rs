@@ -419,6 +419,9 @@ impl Volume {
                     break;
                 }
             }
+            // A shrink of the log under way: the checkpoint starts the log
+            // again below the new end.
+            fs.log.leave_limited_segments();
             match fs.log.seal_checkpoint(self.now()) {
                 Ok(s) => s,
                 Err(e) => {

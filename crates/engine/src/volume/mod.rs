@@ -18,7 +18,9 @@ mod files;
 mod fsync;
 mod mkfs;
 mod ops;
+mod resize;
 mod snapshot;
+mod space;
 pub mod types;
 mod xattrs;
 
@@ -30,7 +32,9 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use mkfs::probe_existing;
+pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
 pub use snapshot::SnapshotView;
+pub use space::{DATA_LOW_PERCENT, META_LOW_PERCENT, no_space_advice};
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the
@@ -119,6 +123,9 @@ pub struct Volume {
     fsync_queue: Mutex<fsync::FsyncQueue>,
     /// What fsyncs turned into.
     fsyncs_count: fsync::FsyncCounters,
+    /// Whether the data and the meta-data device were last found running
+    /// low ([`Volume::warn_if_low`]): each start is logged once.
+    low_warned: Mutex<[bool; 2]>,
     /// What replaying fsync records at open did.
     replay_report: crate::namespace::replay::ReplayReport,
 }
@@ -275,6 +282,7 @@ impl Volume {
             pressure: Mutex::new(()),
             fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
             fsyncs_count: fsync::FsyncCounters::default(),
+            low_warned: Mutex::new([false; 2]),
             replay_report,
         };
         Ok(vol)
@@ -308,10 +316,13 @@ impl Volume {
     fn finish_recovery(&self, checkpoint: bool) -> Result<()> {
         if self.open_report.superblock_from_copy {
             // Repair what can be repaired: the data device's copy is whole.
-            let sb = lock(&self.fs).log.superblock().clone();
+            let sb = lock(&self.fs).log.superblock_on_disk().clone();
             crate::device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
             crate::device::flush(self.meta.as_ref(), DeviceRole::Meta)?;
             log::warn!("the meta-data device's superblock was written again from the data device's copy");
+        }
+        if self.open_report.data_superblock_stale {
+            self.rewrite_data_superblock()?;
         }
         let orphans = lock(&self.fs).log.ifile().orphans();
         for ino in &orphans {
@@ -573,6 +584,7 @@ impl Volume {
         if self.clean_if_low()?.is_none() && self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING {
             self.clean_when_idle()?;
         }
+        self.warn_if_low();
         Ok(())
     }
 

@@ -1,0 +1,187 @@
+//! `dualfs resize`: grow a volume after its devices grew, unmounted in this
+//! process or mounted through its control attribute. Both print the same
+//! report, built once as JSON.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+use dualfs_engine::Volume;
+use dualfs_engine::types::BLOCK_BYTES;
+use dualfs_engine::volume::{MountOptions, ResizeRequest, WHOLE_DEVICE};
+use dualfs_fuse::control::{self, parse_resize, resize_json, resize_order};
+use rustix::fs::XattrFlags;
+use serde_json::{Value, json};
+
+use crate::control::Mounted;
+use crate::devices::{Access, open_pair};
+use crate::helper::split_source;
+use crate::mkfs::human_bytes;
+use crate::progress::segment_bar;
+
+/// `dualfs resize`.
+#[derive(Args, Debug)]
+pub struct ResizeArgs {
+    /// The mount point of a mounted volume, or the meta-data device of an
+    /// unmounted one (or META#DATA).
+    pub target: PathBuf,
+    /// The data device of an unmounted volume.
+    #[arg(value_name = "DATA_DEVICE")]
+    pub data_device: Option<PathBuf>,
+    /// Size of the meta-data device to use (4096, 64M, 2G...; `max`: all
+    /// of it). Without --meta and --data, both devices are used whole.
+    #[arg(long, value_name = "SIZE", value_parser = parse_target)]
+    pub meta: Option<u64>,
+    /// Size of the data device to use (as --meta).
+    #[arg(long, value_name = "SIZE", value_parser = parse_target)]
+    pub data: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A size in bytes (with a suffix) or `max`, as blocks.
+fn parse_target(s: &str) -> Result<u64, String> {
+    if s == "max" {
+        return Ok(WHOLE_DEVICE);
+    }
+    let bytes = crate::args::parse_size(s)?;
+    if bytes % BLOCK_BYTES != 0 {
+        return Err(format!("{s} is not a whole number of 4 KiB blocks"));
+    }
+    Ok(bytes / BLOCK_BYTES)
+}
+
+pub(crate) const RESIZE_HELP: &str = "\
+Grows the log (new segments on the meta-data device) and the data space
+(new groups on the data device) into room the devices gained: extend the
+image file (truncate -s) or the device (lvextend; losetup -c for a loop
+device) first. Works mounted (give the mount point) or not (give the
+devices).
+
+--meta smaller than the log in use shrinks it: the log stops writing past
+the new end, the cleaner moves the live meta-data out of the segments there
+(a progress bar counts them), and the volume then names the smaller size;
+truncate the device or image afterwards. A shrink whose live meta-data
+would not fit is refused before anything moves. Shrinking the data device
+is not supported (refused).
+
+A crash at any moment leaves the volume at its old or its new size, with
+nothing lost. The first resize of a volume sets the RESIZED feature
+(format 1.3): older dualfs versions refuse it from then on.
+
+Examples:
+  truncate -s 8G data.img && dualfs resize meta.img data.img
+  dualfs resize /mnt/vol --meta 2G
+  dualfs resize /mnt/vol --data max
+  dualfs resize /mnt/vol --meta 256M && truncate -s 256M meta.img";
+
+/// Resizes an unmounted volume; refuses one that is mounted (locked).
+fn offline(meta: &Path, data: &Path, req: ResizeRequest) -> Result<Value> {
+    let (m, d) = open_pair(meta, data, Access::Exclusive)?;
+    let vol = Volume::open(m, d, MountOptions::default())
+        .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+    let bar = segment_bar("emptying the log's end", 0);
+    let out = vol
+        .resize_with_progress(req, &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        })
+        .map_err(|e| e.to_string());
+    bar.finish_and_clear();
+    vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))?;
+    Ok(json!({ "mounted": false, "request": resize_order(&req), "result": resize_json(&out) }))
+}
+
+/// Asks the mount's process to resize, and waits.
+fn mounted(target: &Path, req: ResizeRequest) -> Result<Value> {
+    let mnt = Mounted::find(target)?;
+    let order = resize_order(&req);
+    // The request answers when the resize is done; meanwhile its progress
+    // (segments a shrink empties) is read from the same attribute.
+    let root = mnt.root().to_path_buf();
+    let value = order.clone();
+    let worker =
+        thread::spawn(move || rustix::fs::setxattr(&root, control::RESIZE, value.as_bytes(), XattrFlags::empty()));
+    let bar = segment_bar("emptying the log's end", 0);
+    while !worker.is_finished() {
+        if let Ok(s) = mnt.get(control::RESIZE)
+            && s["state"] == "running"
+        {
+            bar.set_length(s["total"].as_u64().unwrap_or(0));
+            bar.set_position(s["done"].as_u64().unwrap_or(0));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+    let r = worker.join().map_err(|_| anyhow!("the resize request's thread panicked"))?;
+    let status = mnt.get(control::RESIZE)?;
+    if let Err(e) = r
+        && status["error"].is_null()
+    {
+        bail!("resizing {}: {}", mnt.root().display(), std::io::Error::from(e));
+    }
+    Ok(json!({ "mounted": true, "request": order, "result": status }))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The report in plain words.
+fn text(r: &Value) -> String {
+    let (s0, s1) = (u(&r["segments_before"]), u(&r["segments_after"]));
+    let (d0, d1) = (u(&r["data_blocks_before"]), u(&r["data_blocks_after"]));
+    if s0 == s1 && d0 == d1 {
+        return format!(
+            "nothing to do: the volume already uses {} segments and {} of data",
+            s0,
+            human_bytes(d0 * BLOCK_BYTES)
+        );
+    }
+    let mut o = String::from("resized:\n");
+    o.push_str(&format!("  log          {s0} to {s1} segments\n"));
+    o.push_str(&format!("  data space   {} to {}\n", human_bytes(d0 * BLOCK_BYTES), human_bytes(d1 * BLOCK_BYTES)));
+    o.push_str(&format!("  written      {}", human_bytes(u(&r["meta_blocks_written"]) * BLOCK_BYTES)));
+    if s1 < s0 {
+        o.push_str(&format!(
+            "\nthe meta-data device may now be cut to {} ({} bytes)",
+            human_bytes(u(&r["meta_blocks"]) * BLOCK_BYTES),
+            u(&r["meta_blocks"]) * BLOCK_BYTES
+        ));
+    }
+    o
+}
+
+/// Runs `dualfs resize`.
+///
+/// # Errors
+/// The volume cannot be opened or reached, the resize cannot be done (the
+/// reason said plainly), or a device fails.
+pub fn run(args: &ResizeArgs) -> Result<()> {
+    let req = if args.meta.is_none() && args.data.is_none() {
+        ResizeRequest { meta_blocks: Some(WHOLE_DEVICE), data_blocks: Some(WHOLE_DEVICE) }
+    } else {
+        ResizeRequest { meta_blocks: args.meta, data_blocks: args.data }
+    };
+    debug_assert_eq!(parse_resize(&resize_order(&req)), Ok(req));
+    let value = match &args.data_device {
+        Some(data) => offline(&args.target, data, req)?,
+        None if args.target.is_dir() => mounted(&args.target, req)?,
+        None => {
+            let (meta, data): (PathBuf, PathBuf) = split_source(&args.target.to_string_lossy(), None)?;
+            offline(&meta, &data, req)?
+        }
+    };
+    if let Some(e) = value["result"]["error"].as_str() {
+        bail!("{e}");
+    }
+    if args.json {
+        say!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        say!("{}", text(&value["result"]));
+    }
+    Ok(())
+}

@@ -5,7 +5,7 @@
 //! Slots are written alternately; mount takes the valid one with the highest
 //! number, so a torn newest slot falls back to the older one.
 
-use super::codec::{DecodeResult, Writer, bad, bounded};
+use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
 use super::ifile::TableId;
 use super::superblock::Geometry;
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
@@ -83,24 +83,14 @@ impl Checkpoint {
             .u32(0)
             .u16(super::superblock::FORMAT_MAJOR)
             .u16(super::superblock::FORMAT_MINOR)
-            .u32(self.index.len() as u32)
-            .u64(self.number)
-            .timestamp(self.time)
-            .u32(0)
-            .u64(self.log.seq.0)
-            .u32(self.log.segment.0)
-            .u32(self.log.offset)
-            .u32(self.log.next_segment.0)
-            .u32(self.log.prev_crc)
-            .u64(self.inode_count)
-            .u64(self.node_count)
-            .u64(self.free_data_blocks)
-            .u64(self.snapshot_list.map_or(0, |a| a.0));
+            .u32(self.index.len() as u32);
+        self.encode_core(&mut w);
+        w.u64(self.snapshot_list.map_or(0, |a| a.0));
         let g = self.geometry.unwrap_or(Geometry { segment_count: 0, data_blocks: 0 });
         w.u32(g.segment_count).u32(0).u64(g.data_blocks).zeros(FIXED_LEN - 112);
         debug_assert_eq!(w.len(), FIXED_LEN);
         for e in &self.index {
-            w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
+            e.encode(&mut w);
         }
         super::record::seal(w.into_inner())
     }
@@ -113,6 +103,48 @@ impl Checkpoint {
         let (mut r, _minor) = super::record::open(block, CHECKPOINT_MAGIC, "no checkpoint in this slot")?;
         let n = r.u32()?;
         let n = bounded(u64::from(n), "index block", MAX_INDEX_BLOCKS)?;
+        let Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, .. } =
+            Checkpoint::decode_core(&mut r)?;
+        let snapshot_list = Some(MetaBlock(r.u64()?)).filter(|a| a.0 != 0);
+        let segment_count = r.u32()?;
+        r.reserved(4)?;
+        let data_blocks = r.u64()?;
+        r.reserved(FIXED_LEN - 112)?;
+        let geometry = match (segment_count, data_blocks) {
+            (0, 0) => None,
+            (s, d) if s >= 16 && d >= 256 => Some(Geometry { segment_count: s, data_blocks: d }),
+            (s, d) => bad!("geometry of {s} segments and {d} data blocks is out of range"),
+        };
+        let index = (0..n).map(|_| IndexRef::decode(&mut r)).collect::<DecodeResult<Vec<_>>>()?;
+        r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
+        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list, geometry })
+    }
+}
+
+impl Checkpoint {
+    /// Writes the fields a checkpoint slot and a snapshot record carry
+    /// alike (FORMAT.md 3.2 bytes 16–87, 3.16): number, time, 4 reserved
+    /// bytes, log position, counts.
+    pub(super) fn encode_core(&self, w: &mut Writer) {
+        w.u64(self.number)
+            .timestamp(self.time)
+            .u32(0)
+            .u64(self.log.seq.0)
+            .u32(self.log.segment.0)
+            .u32(self.log.offset)
+            .u32(self.log.next_segment.0)
+            .u32(self.log.prev_crc)
+            .u64(self.inode_count)
+            .u64(self.node_count)
+            .u64(self.free_data_blocks);
+    }
+
+    /// Reads what [`Checkpoint::encode_core`] wrote, into a checkpoint
+    /// with no index, snapshot list or geometry.
+    ///
+    /// # Errors
+    /// A number or log sequence of 0, a bad time, short input.
+    pub(super) fn decode_core(r: &mut Reader<'_>) -> DecodeResult<Checkpoint> {
         let number = r.u64()?;
         let time = r.timestamp()?;
         r.reserved(4)?;
@@ -126,28 +158,35 @@ impl Checkpoint {
         if number == 0 || log.seq.0 == 0 {
             bad!("checkpoint number {number} or log sequence {} is 0", log.seq.0);
         }
-        let inode_count = r.u64()?;
-        let node_count = r.u64()?;
-        let free_data_blocks = r.u64()?;
-        let snapshot_list = Some(MetaBlock(r.u64()?)).filter(|a| a.0 != 0);
-        let segment_count = r.u32()?;
-        r.reserved(4)?;
-        let data_blocks = r.u64()?;
-        r.reserved(FIXED_LEN - 112)?;
-        let geometry = match (segment_count, data_blocks) {
-            (0, 0) => None,
-            (s, d) if s >= 16 && d >= 256 => Some(Geometry { segment_count: s, data_blocks: d }),
-            (s, d) => bad!("geometry of {s} segments and {d} data blocks is out of range"),
-        };
-        let mut index = Vec::with_capacity(n);
-        for _ in 0..n {
-            let code = r.u8()?;
-            let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
-            r.reserved(3)?;
-            index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
-        }
-        r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
-        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list, geometry })
+        Ok(Checkpoint {
+            number,
+            time,
+            log,
+            inode_count: r.u64()?,
+            node_count: r.u64()?,
+            free_data_blocks: r.u64()?,
+            index: Vec::new(),
+            snapshot_list: None,
+            geometry: None,
+        })
+    }
+}
+
+impl IndexRef {
+    /// 16 bytes: table, 3 reserved, first, address (3.2).
+    pub(super) fn encode(&self, w: &mut Writer) {
+        w.u8(self.table.code()).zeros(3).u32(self.first).u64(self.address.0);
+    }
+
+    /// Reads what [`IndexRef::encode`] wrote.
+    ///
+    /// # Errors
+    /// An unknown table, reserved bytes set, short input.
+    pub(super) fn decode(r: &mut Reader<'_>) -> DecodeResult<IndexRef> {
+        let code = r.u8()?;
+        let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
+        r.reserved(3)?;
+        Ok(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) })
     }
 }
 

@@ -7,10 +7,9 @@
 //! loaded again exactly as a checkpoint is loaded at mount.
 
 use super::block::PAYLOAD_LEN;
-use super::checkpoint::{Checkpoint, IndexRef, LogPosition};
+use super::checkpoint::{Checkpoint, IndexRef};
 use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
-use super::ifile::TableId;
-use crate::types::{MetaBlock, SegmentNo, Seq, Timestamp};
+use crate::types::{MetaBlock, Timestamp};
 
 /// Longest snapshot name, in bytes of UTF-8.
 pub const NAME_MAX: usize = 64;
@@ -125,27 +124,12 @@ impl SnapshotRecord {
         let mut w = Writer::with_capacity(SNAP_FIXED + 16 * c.index.len());
         let mut name = [0u8; NAME_MAX];
         name[..self.name.len()].copy_from_slice(self.name.as_bytes());
-        w.u64(self.id)
-            .timestamp(self.created)
-            .u8(self.name.len() as u8)
-            .zeros(3)
-            .bytes(&name)
-            .u64(c.number)
-            .timestamp(c.time)
-            .u32(0)
-            .u64(c.log.seq.0)
-            .u32(c.log.segment.0)
-            .u32(c.log.offset)
-            .u32(c.log.next_segment.0)
-            .u32(c.log.prev_crc)
-            .u64(c.inode_count)
-            .u64(c.node_count)
-            .u64(c.free_data_blocks)
-            .u32(c.index.len() as u32)
-            .u32(0);
+        w.u64(self.id).timestamp(self.created).u8(self.name.len() as u8).zeros(3).bytes(&name);
+        c.encode_core(&mut w);
+        w.u32(c.index.len() as u32).u32(0);
         debug_assert_eq!(w.len(), SNAP_FIXED);
         for e in &c.index {
-            w.u8(e.table.code()).zeros(3).u32(e.first).u64(e.address.0);
+            e.encode(&mut w);
         }
         w.into_inner()
     }
@@ -168,45 +152,17 @@ impl SnapshotRecord {
         if let Some(why) = bad_name(name) {
             bad!("{why}");
         }
-        let number = r.u64()?;
-        let time = r.timestamp()?;
-        r.reserved(4)?;
-        let log = LogPosition {
-            seq: Seq(r.u64()?),
-            segment: SegmentNo(r.u32()?),
-            offset: r.u32()?,
-            next_segment: SegmentNo(r.u32()?),
-            prev_crc: r.u32()?,
-        };
-        if id == 0 || number == 0 || log.seq.0 == 0 {
-            bad!("snapshot id {id}, checkpoint number {number} or log sequence {} is 0", log.seq.0);
+        if id == 0 {
+            bad!("snapshot id 0");
         }
-        let inode_count = r.u64()?;
-        let node_count = r.u64()?;
-        let free_data_blocks = r.u64()?;
+        let core = Checkpoint::decode_core(&mut r)?;
         let n = bounded(u64::from(r.u32()?), "index block", MAX_SNAPSHOT_INDEX)?;
         r.reserved(4)?;
-        let mut index = Vec::with_capacity(n);
-        for _ in 0..n {
-            let code = r.u8()?;
-            let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
-            r.reserved(3)?;
-            index.push(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) });
-        }
+        let index = (0..n).map(|_| IndexRef::decode(&mut r)).collect::<DecodeResult<Vec<_>>>()?;
         if r.remaining() != 0 {
             bad!("{} bytes follow the snapshot's index", r.remaining());
         }
-        let checkpoint = Checkpoint {
-            number,
-            time,
-            log,
-            inode_count,
-            node_count,
-            free_data_blocks,
-            index,
-            snapshot_list: None,
-            geometry: None,
-        };
+        let checkpoint = Checkpoint { index, ..core };
         Ok(SnapshotRecord { id, created, name: name.to_string(), checkpoint })
     }
 }
@@ -214,6 +170,9 @@ impl SnapshotRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::checkpoint::LogPosition;
+    use crate::format::ifile::TableId;
+    use crate::types::{SegmentNo, Seq};
 
     fn sample() -> SnapshotRecord {
         SnapshotRecord {

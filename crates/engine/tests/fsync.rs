@@ -396,6 +396,22 @@ impl BlockDevice for Gate {
     }
 }
 
+/// A volume whose data device is a [`Gate`], mounted with a dirty-data
+/// limit of `limit` bytes: the devices, the options and the volume.
+fn gated_volume(limit: usize) -> (Arc<MemoryDevice>, Arc<Gate>, MountOptions, Arc<Volume>) {
+    let meta = Arc::new(MemoryDevice::new(16384));
+    let gate = Arc::new(Gate {
+        inner: MemoryDevice::new(65536),
+        state: std::sync::Mutex::default(),
+        cv: std::sync::Condvar::new(),
+    });
+    let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
+    Volume::format(meta.clone(), gate.clone(), &opts).unwrap();
+    let mount = MountOptions { dirty_data_limit: limit, ..options() };
+    let v = Arc::new(Volume::open(meta.clone(), gate.clone(), mount).unwrap());
+    (meta, gate, mount, v)
+}
+
 /// Issue 11: a writer that passes the dirty-data limit commits in steps,
 /// the commit lock let go between them, so that an fsync of another file
 /// waits for the step under way, not for the whole dirty set. The gate
@@ -408,16 +424,7 @@ impl BlockDevice for Gate {
 fn an_fsync_beside_a_writer_past_the_dirty_limit_waits_for_one_step() {
     const LIMIT: usize = 4 << 20;
     const STEP_BLOCKS: u64 = (LIMIT / 16 / 4096) as u64;
-    let meta = Arc::new(MemoryDevice::new(16384));
-    let gate = Arc::new(Gate {
-        inner: MemoryDevice::new(65536),
-        state: std::sync::Mutex::default(),
-        cv: std::sync::Condvar::new(),
-    });
-    let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
-    Volume::format(meta.clone(), gate.clone(), &opts).unwrap();
-    let mount = MountOptions { dirty_data_limit: LIMIT, ..options() };
-    let v = Arc::new(Volume::open(meta.clone(), gate.clone(), mount).unwrap());
+    let (meta, gate, mount, v) = gated_volume(LIMIT);
     let a = create(&v, InodeNo::ROOT, "a");
     let b = create(&v, InodeNo::ROOT, "b");
     v.sync().unwrap();
@@ -502,16 +509,7 @@ fn an_fsync_beside_a_writer_past_the_dirty_limit_waits_for_one_step() {
 #[test]
 fn a_small_write_beside_a_writer_past_the_dirty_limit_is_not_held_for_its_relief() {
     const LIMIT: usize = 4 << 20;
-    let meta = Arc::new(MemoryDevice::new(16384));
-    let gate = Arc::new(Gate {
-        inner: MemoryDevice::new(65536),
-        state: std::sync::Mutex::default(),
-        cv: std::sync::Condvar::new(),
-    });
-    let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
-    Volume::format(meta.clone(), gate.clone(), &opts).unwrap();
-    let mount = MountOptions { dirty_data_limit: LIMIT, ..options() };
-    let v = Arc::new(Volume::open(meta.clone(), gate.clone(), mount).unwrap());
+    let (_, gate, _, v) = gated_volume(LIMIT);
     let a = create(&v, InodeNo::ROOT, "a");
     let b = create(&v, InodeNo::ROOT, "b");
     v.sync().unwrap();

@@ -50,11 +50,14 @@ pub enum Fault {
     /// Resize: commit a smaller log before the segments past its new end
     /// are empty.
     ShrinkBeforeEmpty,
+    /// Delayed tails: let the block holding an inline file's durable bytes
+    /// wait with the rest of its tail once the file outgrows its inode.
+    UninlineInTail,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 17] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -71,6 +74,7 @@ impl Fault {
         Fault::SnapshotInPlace,
         Fault::ResizeWithoutGeometry,
         Fault::ShrinkBeforeEmpty,
+        Fault::UninlineInTail,
     ];
 
     #[cfg(feature = "fault-injection")]

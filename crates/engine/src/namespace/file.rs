@@ -256,8 +256,15 @@ impl Fs {
         self.pages.files.entry(ino).or_default().insert(0, Page { data, state: PageState::Dirty { reserved: true } });
         self.pages.dirty_pages += 1;
         self.pages.count_reserved(ino, 1, 0);
-        // The inline bytes were durable: they must not hide in a delayed tail.
-        self.pages.expire(ino);
+        // Inline bytes that may be durable (a commit group or an fsync
+        // record carried the inode) must not hide in a delayed tail: block
+        // 0 goes with the next commit, while what is appended after it may
+        // still wait.
+        let on_disk =
+            self.log.ifile().inode(ino).is_some_and(|e| e.address.0 != 0) || self.intents.logged_image(ino).is_some();
+        if on_disk && !crate::faults::active(crate::faults::Fault::UninlineInTail) {
+            self.pages.keep_below(ino, 1);
+        }
         Ok(())
     }
 

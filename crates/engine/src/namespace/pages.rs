@@ -58,7 +58,20 @@ pub struct PageCache {
     /// Per file with dirty pages: when a write first dirtied it, and its
     /// size then (a file missing here counts as old: its pages go with the
     /// next commit).
-    pub(super) dirtied: HashMap<InodeNo, (Timestamp, u64)>,
+    pub(super) dirtied: HashMap<InodeNo, Dirtied>,
+}
+
+/// When and how a file was first dirtied, which bounds what a commit may
+/// leave of it for later.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dirtied {
+    /// When a write first dirtied it (`i64::MIN`: expired, nothing waits).
+    pub at: Timestamp,
+    /// Its size then: the size on disk is never capped below it.
+    pub floor: u64,
+    /// Blocks below this one always go with the next commit: they hold
+    /// bytes that were durable inline before the file outgrew its inode.
+    pub keep_below: u64,
 }
 
 /// What a commit may leave behind of a file's dirty data.
@@ -132,14 +145,22 @@ impl PageCache {
     /// Notes that a write is about to dirty `ino`, `size` bytes long, at
     /// `now` (a file already dirty keeps its older note).
     pub fn note_dirtied(&mut self, ino: InodeNo, now: Timestamp, size: u64) {
-        self.dirtied.entry(ino).or_insert((now, size));
+        self.dirtied.entry(ino).or_insert(Dirtied { at: now, floor: size, keep_below: 0 });
+    }
+
+    /// Makes the blocks of `ino` below `block` go with the next commit,
+    /// leaving what follows them free to wait as a delayed tail.
+    pub fn keep_below(&mut self, ino: InodeNo, block: u64) {
+        if let Some(d) = self.dirtied.get_mut(&ino) {
+            d.keep_below = d.keep_below.max(block);
+        }
     }
 
     /// Makes `ino`'s dirty pages go with the next commit, whatever their
     /// age: a truncation, an allocation or an inline file's bytes moving to
     /// a page changed what the delayed tail may hide.
     pub fn expire(&mut self, ino: InodeNo) {
-        self.dirtied.insert(ino, (Timestamp::new(i64::MIN, 0), 0));
+        self.dirtied.insert(ino, Dirtied { at: Timestamp::new(i64::MIN, 0), floor: 0, keep_below: 0 });
     }
 
     /// Forgets the notes of files with no dirty page left.

@@ -30,7 +30,7 @@ impl Fs {
     /// `NotFound`; I/O errors reading the extent tree.
     pub fn delayed_cap(&mut self, ino: InodeNo, mode: WriteBack) -> Result<Option<(u64, u64)>> {
         let floor = match (mode, self.pages.dirtied.get(&ino)) {
-            (WriteBack::Expired(before), Some(&(at, floor))) if at > before => floor,
+            (WriteBack::Expired(before), Some(d)) if d.at > before => d.floor,
             _ => return Ok(None),
         };
         let Some(first) = self.delayed_tail(ino)? else {
@@ -73,7 +73,7 @@ impl Fs {
     /// # Errors
     /// As [`Fs::delayed_cap`].
     pub fn written_cap(&mut self, ino: InodeNo) -> Result<Option<u64>> {
-        let Some(&(_, floor)) = self.pages.dirtied.get(&ino) else {
+        let Some(floor) = self.pages.dirtied.get(&ino).map(|d| d.floor) else {
             return Ok(None);
         };
         if !self.tail_may_wait(ino) {
@@ -89,7 +89,7 @@ impl Fs {
     /// Whether `ino`'s delayed tail may wait at all: it was noted dirtied
     /// by a write, and not expired since.
     fn tail_may_wait(&self, ino: InodeNo) -> bool {
-        self.pages.dirtied.get(&ino).is_some_and(|(at, _)| at.sec != i64::MIN)
+        self.pages.dirtied.get(&ino).is_some_and(|d| d.at.sec != i64::MIN)
     }
 
     /// The first block of `ino`'s delayed tail: the dirty pages at the end
@@ -107,7 +107,8 @@ impl Fs {
             .map(|(b, _)| *b)
             .collect();
         tail.reverse();
-        let mut first = match tail.first() {
+        let keep_below = self.pages.dirtied.get(&ino).map_or(0, |d| d.keep_below);
+        let mut first = match tail.iter().find(|&&b| b >= keep_below) {
             Some(&b) => b,
             None => return Ok(None),
         };

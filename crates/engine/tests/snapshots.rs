@@ -85,6 +85,27 @@ fn names_are_checked_and_unique() {
     vol.close().unwrap();
 }
 
+/// Found by the model-based test: deleting the last snapshot with nothing
+/// else changed since the last checkpoint (right after a mount) wrote a
+/// checkpoint with no partial segment, which repeated the old list.
+#[test]
+fn deleting_the_last_snapshot_right_after_a_mount_forgets_it() {
+    let rig = Rig::new();
+    let vol = rig.open();
+    vol.snapshot_create("only").unwrap();
+    vol.close().unwrap();
+    let vol = rig.open();
+    vol.snapshot_delete("only").unwrap();
+    assert!(vol.snapshot_list().is_empty());
+    vol.snapshot_create("only").unwrap();
+    vol.snapshot_delete("only").unwrap();
+    vol.close().unwrap();
+    let vol = rig.open();
+    assert!(vol.snapshot_list().is_empty(), "the deletion is on disk");
+    vol.close().unwrap();
+    assert_fsck_clean(&rig);
+}
+
 #[test]
 fn overwrites_of_held_blocks_move_and_later_ones_stay_in_place() {
     let rig = Rig::new();

@@ -152,6 +152,13 @@ impl Log {
         let first_snapshot_body = bodies.len();
         bodies.extend(self.snapshot_bodies());
         self.snaps.staged = None;
+        if bodies.is_empty() && self.snaps.pending.is_some() {
+            // Deleting the last snapshot writes no block (the checkpoint
+            // names no list), and with no IFile block changed either there
+            // is no partial segment whose filling would stage the change:
+            // stage it here, or the checkpoint repeats the old list.
+            self.fill_snapshot_bodies(&[], &mut []);
+        }
         let mut part = None;
         let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
         if !bodies.is_empty() {

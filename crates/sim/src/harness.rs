@@ -60,6 +60,17 @@ pub enum Op {
     CrashAfterCommit,
     /// Run the periodic work (commit, checkpoint).
     Tick,
+    /// Take a snapshot named `s{name % 4}`; the model keeps a copy of its tree.
+    Snapshot { name: u8 },
+    /// Delete the snapshot named `s{name % 4}`.
+    DeleteSnapshot { name: u8 },
+    /// Mount the snapshot named `s{name % 4}` read-only beside the live
+    /// volume and compare its tree with the copy the model kept.
+    CheckSnapshot { name: u8 },
+}
+
+fn snapshot_name(n: u8) -> String {
+    format!("s{}", n % 4)
 }
 
 fn name(n: u8) -> Vec<u8> {
@@ -80,6 +91,8 @@ pub struct Harness {
     pub model: Model,
     held: Vec<(Id, InodeNo)>,
     options: MountOptions,
+    /// The model's tree when each snapshot was taken, by name.
+    snapshots: std::collections::BTreeMap<String, Model>,
 }
 
 fn errno(r: Result<(), Error>) -> Result<(), i32> {
@@ -117,7 +130,15 @@ impl Harness {
         };
         Volume::format(meta.clone(), data.clone(), &mkfs).expect("mkfs");
         let vol = Volume::open_with_clock(meta.clone(), data.clone(), options, fixed_clock()).expect("mount");
-        Harness { meta, data, vol: Some(vol), model: Model::default(), held: Vec::new(), options }
+        Harness {
+            meta,
+            data,
+            vol: Some(vol),
+            model: Model::default(),
+            held: Vec::new(),
+            options,
+            snapshots: std::collections::BTreeMap::new(),
+        }
     }
 
     /// The mounted volume.
@@ -319,6 +340,32 @@ impl Harness {
                 self.vol().tick().map_err(|e| format!("tick: {e}"))?;
                 return Ok(());
             }
+            Op::Snapshot { name } => {
+                let name = snapshot_name(name);
+                let got = self.vol().snapshot_create(&name).map(|_| ());
+                let want = if self.snapshots.contains_key(&name) { Err(()) } else { Ok(()) };
+                if want.is_ok() && got.is_ok() {
+                    self.snapshots.insert(name, self.model.clone());
+                }
+                (got.map_err(|_| 1), want.map_err(|()| 1))
+            }
+            Op::DeleteSnapshot { name } => {
+                let name = snapshot_name(name);
+                let got = self.vol().snapshot_delete(&name);
+                let want = self.snapshots.remove(&name).map(|_| ()).ok_or(());
+                (got.map_err(|_| 1), want.map_err(|()| 1))
+            }
+            Op::CheckSnapshot { name } => {
+                let name = snapshot_name(name);
+                let Some(model) = self.snapshots.get(&name) else {
+                    return Ok(());
+                };
+                let snap = Volume::open_snapshot(self.meta.clone(), self.data.clone(), &name, self.options)
+                    .map_err(|e| format!("mount of snapshot {name}: {e}"))?;
+                compare_tree(&snap, model, &[]).map_err(|e| format!("snapshot {name}: {e}"))?;
+                snap.close().map_err(|e| format!("closing snapshot {name}: {e}"))?;
+                return Ok(());
+            }
         };
         if got != want {
             return Err(format!("{op:?}: engine says {got:?}, model says {want:?}"));
@@ -339,101 +386,7 @@ impl Harness {
     /// # Errors
     /// A description of the first difference.
     pub fn compare(&self) -> Result<(), String> {
-        let v = self.vol();
-        let mut ids: HashMap<Id, InodeNo> = HashMap::new();
-        let mut stack = vec![(Vec::<Vec<u8>>::new(), ROOT, InodeNo::ROOT)];
-        while let Some((path, id, ino)) = stack.pop() {
-            let node = &self.model.nodes[&id];
-            if let Some(prev) = ids.insert(id, ino)
-                && prev != ino
-            {
-                return Err(format!("{}: one model node, two engine inodes", show(&path)));
-            }
-            let a = v.getattr(ino).map_err(|e| format!("{}: getattr: {e}", show(&path)))?;
-            if a.perm != node.perm || a.nlink != node.nlink {
-                return Err(format!(
-                    "{}: perm/nlink {:o}/{} vs model {:o}/{}",
-                    show(&path),
-                    a.perm,
-                    a.nlink,
-                    node.perm,
-                    node.nlink
-                ));
-            }
-            let names = v.listxattr(ino).map_err(|e| e.to_string())?;
-            let mut got_x = std::collections::BTreeMap::new();
-            for n in names {
-                let val = v.getxattr(ino, &n).map_err(|e| e.to_string())?;
-                got_x.insert(n, val);
-            }
-            if got_x != node.xattrs {
-                return Err(format!("{}: xattrs differ", show(&path)));
-            }
-            match &node.kind {
-                Kind::File(d) => {
-                    if a.kind != FileKind::Regular || a.size != d.len() as u64 {
-                        return Err(format!(
-                            "{}: {:?} of size {} vs model file of {}",
-                            show(&path),
-                            a.kind,
-                            a.size,
-                            d.len()
-                        ));
-                    }
-                    let got = v.read(ino, 0, d.len() + 10).map_err(|e| format!("{}: read: {e}", show(&path)))?;
-                    if &got != d {
-                        let at = got.iter().zip(d.iter()).position(|(a, b)| a != b).unwrap_or(got.len().min(d.len()));
-                        return Err(format!("{}: contents differ at byte {at}", show(&path)));
-                    }
-                }
-                Kind::Symlink(t) => {
-                    if v.readlink(ino).map_err(|e| e.to_string())? != *t {
-                        return Err(format!("{}: symlink target differs", show(&path)));
-                    }
-                }
-                Kind::Fifo => {
-                    if a.kind != FileKind::Fifo {
-                        return Err(format!("{}: not a fifo", show(&path)));
-                    }
-                }
-                Kind::Dir(entries) => {
-                    let mut listed = Vec::new();
-                    v.readdir(ino, 0, &mut |l| {
-                        listed.push(l);
-                        true
-                    })
-                    .map_err(|e| e.to_string())?;
-                    let names: Vec<Vec<u8>> = listed.iter().skip(2).map(|l| l.name.clone()).collect();
-                    let mut sorted = names.clone();
-                    sorted.sort();
-                    sorted.dedup();
-                    let want: Vec<Vec<u8>> = entries.keys().cloned().collect();
-                    if sorted != want || names.len() != want.len() {
-                        return Err(format!(
-                            "{}: lists {:?}, model {:?}",
-                            show(&path),
-                            show_all(&names),
-                            show_all(&want)
-                        ));
-                    }
-                    for l in listed.iter().skip(2) {
-                        let child = entries[&l.name];
-                        let mut p = path.clone();
-                        p.push(l.name.clone());
-                        stack.push((p, child, l.ino));
-                    }
-                }
-            }
-        }
-        for (id, ino) in &self.held {
-            if let Kind::File(d) = &self.model.nodes[id].kind {
-                let got = v.read(*ino, 0, d.len() + 10).map_err(|e| format!("held inode {ino}: {e}"))?;
-                if &got != d {
-                    return Err(format!("held inode {ino}: contents differ"));
-                }
-            }
-        }
-        Ok(())
+        compare_tree(self.vol(), &self.model, &self.held)
     }
 
     /// Closes the volume and runs fsck.
@@ -452,6 +405,100 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// Compares the tree of `v` with `model`'s; `held` are files open through
+/// `v` (unlinked ones included), whose contents are compared too.
+fn compare_tree(v: &Volume, model: &Model, held: &[(Id, InodeNo)]) -> Result<(), String> {
+    let mut ids: HashMap<Id, InodeNo> = HashMap::new();
+    let mut stack = vec![(Vec::<Vec<u8>>::new(), ROOT, InodeNo::ROOT)];
+    while let Some((path, id, ino)) = stack.pop() {
+        let node = &model.nodes[&id];
+        if let Some(prev) = ids.insert(id, ino)
+            && prev != ino
+        {
+            return Err(format!("{}: one model node, two engine inodes", show(&path)));
+        }
+        let a = v.getattr(ino).map_err(|e| format!("{}: getattr: {e}", show(&path)))?;
+        if a.perm != node.perm || a.nlink != node.nlink {
+            return Err(format!(
+                "{}: perm/nlink {:o}/{} vs model {:o}/{}",
+                show(&path),
+                a.perm,
+                a.nlink,
+                node.perm,
+                node.nlink
+            ));
+        }
+        let names = v.listxattr(ino).map_err(|e| e.to_string())?;
+        let mut got_x = std::collections::BTreeMap::new();
+        for n in names {
+            let val = v.getxattr(ino, &n).map_err(|e| e.to_string())?;
+            got_x.insert(n, val);
+        }
+        if got_x != node.xattrs {
+            return Err(format!("{}: xattrs differ", show(&path)));
+        }
+        match &node.kind {
+            Kind::File(d) => {
+                if a.kind != FileKind::Regular || a.size != d.len() as u64 {
+                    return Err(format!(
+                        "{}: {:?} of size {} vs model file of {}",
+                        show(&path),
+                        a.kind,
+                        a.size,
+                        d.len()
+                    ));
+                }
+                let got = v.read(ino, 0, d.len() + 10).map_err(|e| format!("{}: read: {e}", show(&path)))?;
+                if &got != d {
+                    let at = got.iter().zip(d.iter()).position(|(a, b)| a != b).unwrap_or(got.len().min(d.len()));
+                    return Err(format!("{}: contents differ at byte {at}", show(&path)));
+                }
+            }
+            Kind::Symlink(t) => {
+                if v.readlink(ino).map_err(|e| e.to_string())? != *t {
+                    return Err(format!("{}: symlink target differs", show(&path)));
+                }
+            }
+            Kind::Fifo => {
+                if a.kind != FileKind::Fifo {
+                    return Err(format!("{}: not a fifo", show(&path)));
+                }
+            }
+            Kind::Dir(entries) => {
+                let mut listed = Vec::new();
+                v.readdir(ino, 0, &mut |l| {
+                    listed.push(l);
+                    true
+                })
+                .map_err(|e| e.to_string())?;
+                let names: Vec<Vec<u8>> = listed.iter().skip(2).map(|l| l.name.clone()).collect();
+                let mut sorted = names.clone();
+                sorted.sort();
+                sorted.dedup();
+                let want: Vec<Vec<u8>> = entries.keys().cloned().collect();
+                if sorted != want || names.len() != want.len() {
+                    return Err(format!("{}: lists {:?}, model {:?}", show(&path), show_all(&names), show_all(&want)));
+                }
+                for l in listed.iter().skip(2) {
+                    let child = entries[&l.name];
+                    let mut p = path.clone();
+                    p.push(l.name.clone());
+                    stack.push((p, child, l.ino));
+                }
+            }
+        }
+    }
+    for (id, ino) in held {
+        if let Kind::File(d) = &model.nodes[id].kind {
+            let got = v.read(*ino, 0, d.len() + 10).map_err(|e| format!("held inode {ino}: {e}"))?;
+            if &got != d {
+                return Err(format!("held inode {ino}: contents differ"));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn show(path: &[Vec<u8>]) -> String {

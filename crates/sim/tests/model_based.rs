@@ -41,6 +41,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Reopen),
         2 => Just(Op::CrashAfterCommit),
         2 => Just(Op::Tick),
+        2 => name.prop_map(|name| Op::Snapshot { name }),
+        1 => name.prop_map(|name| Op::DeleteSnapshot { name }),
+        2 => name.prop_map(|name| Op::CheckSnapshot { name }),
     ]
 }
 

@@ -40,8 +40,8 @@ fn a_snapshot_keeps_the_files_as_they_were() {
     let rig = Rig::new();
     let vol = rig.open();
     let before = read_all(&vol, "data", &rig);
-    let view = vol.snapshot_create("one").unwrap();
-    assert_eq!(view.name, "one");
+    let id = vol.snapshot_create("one").unwrap();
+    assert_eq!(vol.snapshot_view("one").map(|v| v.id), Some(id));
     // Overwrite in place, append, remove and create while it exists.
     let f = rig.lookup(&vol, "data");
     vol.write(f, 100, &[9u8; 20_000]).unwrap();

@@ -237,12 +237,9 @@ impl Log {
 
     /// Recounts the pins and the held data blocks from the snapshots.
     fn repin_snapshots(&mut self) {
-        let mut pins: HashMap<SegmentNo, u32> = HashMap::new();
+        self.recount_pins();
         let mut held: Vec<u64> = Vec::new();
         for s in &self.snaps.all {
-            for seg in &s.segments {
-                *pins.entry(*seg).or_default() += 1;
-            }
             if held.is_empty() && !s.bitmap.is_empty() {
                 held = vec![0; s.bitmap.len()];
             }
@@ -250,11 +247,21 @@ impl Log {
                 *h |= b;
             }
         }
+        self.space.set_held(held);
+    }
+
+    /// Recounts the pins from the snapshots and the list block.
+    fn recount_pins(&mut self) {
+        let mut pins: HashMap<SegmentNo, u32> = HashMap::new();
+        for s in &self.snaps.all {
+            for seg in &s.segments {
+                *pins.entry(*seg).or_default() += 1;
+            }
+        }
         if let Some(seg) = self.snaps.list.and_then(|a| self.ifile.geometry().segment_of(a)) {
             *pins.entry(seg).or_default() += 1;
         }
         self.snaps.pins = pins;
-        self.space.set_held(held);
     }
 
     /// Why a snapshot named `name` cannot be made now, if it cannot.
@@ -407,48 +414,76 @@ impl Log {
                     }
                 }
                 self.snaps.all.push(*info);
+                self.snaps.list = list;
+                // Its blocks were added to the held set when it was staged:
+                // only the pins move (its block, the new list's).
+                self.recount_pins();
             }
-            Some(Pending::Delete(id)) => self.snaps.all.retain(|s| s.id != id),
-            None => {}
+            Some(Pending::Delete(id)) => {
+                self.snaps.all.retain(|s| s.id != id);
+                self.snaps.list = list;
+                // What only it held is let go: the held set is the OR of
+                // the others' bitmaps, counted again.
+                self.repin_snapshots();
+            }
+            None => {
+                self.snaps.list = list;
+                self.recount_pins();
+            }
         }
-        self.snaps.list = list;
-        self.repin_snapshots();
     }
 
-    /// Space of snapshot `i`: data blocks only it holds (neither the live
-    /// volume nor another snapshot maps them), data blocks it shares,
-    /// and the same for meta-data segments.
+    /// Space of every snapshot, in list order: data blocks only it holds
+    /// (neither the live volume nor another snapshot maps them), data
+    /// blocks it shares, and the same for meta-data segments. Two passes
+    /// over the bitmaps for all of them, O(snapshots × bitmap words): the
+    /// first finds the blocks two or more snapshots hold (bit-sliced
+    /// counting), the second counts each snapshot's blocks held elsewhere
+    /// (by the live volume or by two snapshots, itself one of them).
     #[must_use]
-    pub fn snapshot_space(&self, i: usize) -> SnapshotSpace {
-        let Some(me) = self.snaps.all.get(i) else { return SnapshotSpace::default() };
-        let live = self.space.bitmap.entries();
-        let mut others = vec![0u64; me.bitmap.len()];
-        if me.bitmap.is_empty() {
-            return SnapshotSpace::default();
+    pub fn snapshot_spaces(&self) -> Vec<SnapshotSpace> {
+        let all = &self.snaps.all;
+        if all.is_empty() {
+            // The bitmap may be loaded lazily then (it is whole with snapshots).
+            return Vec::new();
         }
-        for (j, s) in self.snaps.all.iter().enumerate() {
-            if j != i {
-                for (o, b) in others.iter_mut().zip(&s.bitmap) {
-                    *o |= b;
-                }
+        let words = all.iter().map(|s| s.bitmap.len()).max().unwrap_or(0);
+        let (mut once, mut twice) = (vec![0u64; words], vec![0u64; words]);
+        for s in all {
+            for ((o, t), &b) in once.iter_mut().zip(twice.iter_mut()).zip(&s.bitmap) {
+                *t |= *o & b;
+                *o |= b;
             }
         }
-        let (mut only, mut shared) = (0u64, 0u64);
-        for (w, &mine) in me.bitmap.iter().enumerate() {
-            let elsewhere = live.get(w).copied().unwrap_or(0) | others[w];
-            only += u64::from((mine & !elsewhere).count_ones());
-            shared += u64::from((mine & elsewhere).count_ones());
-        }
+        let live = self.space.bitmap.entries();
+        let mut out: Vec<SnapshotSpace> = all
+            .iter()
+            .map(|s| {
+                let (mut only, mut shared) = (0u64, 0u64);
+                for (w, (&mine, &t)) in s.bitmap.iter().zip(&twice).enumerate() {
+                    let elsewhere = live.get(w).copied().unwrap_or(0) | t;
+                    only += u64::from((mine & !elsewhere).count_ones());
+                    shared += u64::from((mine & elsewhere).count_ones());
+                }
+                SnapshotSpace { data_only: only, data_shared: shared, meta_segments_only: 0 }
+            })
+            .collect();
         // Block 0 (the superblock copy) and the bits past the device's end
         // are set in every bitmap and belong to nobody.
         let total = self.space.total_blocks();
-        shared = shared.saturating_sub(1 + (64 - total % 64) % 64);
-        let only_segments = me
-            .segments
-            .iter()
-            .filter(|s| self.snaps.pins.get(s).copied() == Some(1) && self.segment_dead_but_pinned(**s))
-            .count() as u64;
-        SnapshotSpace { data_only: only, data_shared: shared, meta_segments_only: only_segments }
+        for (me, space) in all.iter().zip(&mut out) {
+            if me.bitmap.is_empty() {
+                *space = SnapshotSpace::default();
+                continue;
+            }
+            space.data_shared = space.data_shared.saturating_sub(1 + (64 - total % 64) % 64);
+            space.meta_segments_only = me
+                .segments
+                .iter()
+                .filter(|s| self.snaps.pins.get(s).copied() == Some(1) && self.segment_dead_but_pinned(**s))
+                .count() as u64;
+        }
+        out
     }
 
     /// A segment the live volume does not need, kept by snapshots alone.

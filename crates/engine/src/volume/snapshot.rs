@@ -10,6 +10,7 @@ use crate::error::{DeviceRole, Error, Result};
 use crate::format::superblock::{INCOMPAT_SNAPSHOTS, Role, Superblock};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
+use crate::meta_log::snapshot::{SnapshotInfo, SnapshotSpace};
 use crate::namespace::pages::WriteBack;
 use crate::types::{BLOCK_BYTES, Timestamp};
 
@@ -38,12 +39,12 @@ impl Volume {
     /// Makes snapshot `name` of the volume as it is now: every change made
     /// before the call is in it, none made after. Atomic: the checkpoint
     /// that records it is one slot write; a crash before it leaves no
-    /// snapshot, after it a whole one.
+    /// snapshot, after it a whole one. Returns its id.
     ///
     /// # Errors
     /// A bad or taken name, too many snapshots, a read-only volume, or a
     /// device fails.
-    pub fn snapshot_create(&self, name: &str) -> Result<SnapshotView> {
+    pub fn snapshot_create(&self, name: &str) -> Result<u64> {
         self.check_writable()?;
         if let Some(why) = lock(&self.fs).log.snapshot_refusal(name) {
             return Err(Error::SnapshotRefused(why));
@@ -63,9 +64,14 @@ impl Volume {
         }
         self.checkpoint_locked(&mut c, WriteBack::All)?;
         drop(c);
-        self.snapshot_list()
-            .into_iter()
+        // Its id only: counting its space is a pass over every snapshot's
+        // bitmap, which `snapshot list` makes when asked.
+        let fs = lock(&self.fs);
+        fs.log
+            .snapshots()
+            .iter()
             .find(|s| s.name == name)
+            .map(|s| s.id)
             .ok_or_else(|| Error::SnapshotRefused(format!("snapshot {name} was not recorded")))
     }
 
@@ -88,25 +94,31 @@ impl Volume {
         let fs = lock(&self.fs);
         let log = &fs.log;
         let segment_bytes = u64::from(log.superblock().segment_blocks) * BLOCK_BYTES;
-        log.snapshots()
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let space = log.snapshot_space(i);
-                SnapshotView {
-                    id: s.id,
-                    name: s.name.clone(),
-                    created: s.created,
-                    checkpoint: s.checkpoint.number,
-                    data_only_bytes: space.data_only * BLOCK_BYTES,
-                    data_shared_bytes: space.data_shared * BLOCK_BYTES,
-                    meta_only_bytes: space.meta_segments_only * segment_bytes,
-                    meta_blocks: s.meta_blocks,
-                }
-            })
-            .collect()
+        log.snapshots().iter().zip(log.snapshot_spaces()).map(|(s, space)| view(s, space, segment_bytes)).collect()
     }
 
+    /// Snapshot `name` with the space it holds.
+    #[must_use]
+    pub fn snapshot_view(&self, name: &str) -> Option<SnapshotView> {
+        self.snapshot_list().into_iter().find(|s| s.name == name)
+    }
+}
+
+/// What `snapshot list` shows of snapshot `s`.
+fn view(s: &SnapshotInfo, space: SnapshotSpace, segment_bytes: u64) -> SnapshotView {
+    SnapshotView {
+        id: s.id,
+        name: s.name.clone(),
+        created: s.created,
+        checkpoint: s.checkpoint.number,
+        data_only_bytes: space.data_only * BLOCK_BYTES,
+        data_shared_bytes: space.data_shared * BLOCK_BYTES,
+        meta_only_bytes: space.meta_segments_only * segment_bytes,
+        meta_blocks: s.meta_blocks,
+    }
+}
+
+impl Volume {
     /// Sets `INCOMPAT_SNAPSHOTS` (and format 1.3) on both superblocks the
     /// first time: the meta-data copy first, then the data copy, each
     /// flushed (as `dualfs tune` does). Before any snapshot is recorded,

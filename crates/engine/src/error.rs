@@ -128,6 +128,14 @@ pub enum Error {
     /// No snapshot of that name.
     #[error("no snapshot named {0}")]
     NoSnapshot(String),
+    /// A send stream that cannot be read or written: truncated, corrupted,
+    /// of another version, or inconsistent (the reason in words).
+    #[error("send stream: {0}")]
+    Stream(String),
+    /// A receive refused before it changed anything: the stream does not
+    /// fit this volume (the reason in words).
+    #[error("cannot receive: {0}")]
+    ReceiveRefused(String),
 }
 
 /// Shorthand used everywhere in the engine.
@@ -164,6 +172,8 @@ impl Error {
             Error::MustRead(_) => libc::EIO,
             Error::SnapshotRefused(_) => libc::EINVAL,
             Error::NoSnapshot(_) => libc::ENOENT,
+            Error::Stream(_) => libc::EBADMSG,
+            Error::ReceiveRefused(_) => libc::EINVAL,
         }
     }
 

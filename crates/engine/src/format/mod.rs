@@ -22,4 +22,5 @@ pub mod name;
 pub mod node;
 pub mod record;
 pub mod snapshot;
+pub mod stream;
 pub mod superblock;

@@ -197,7 +197,7 @@ impl Volume {
     }
 
     /// Sets the size of a regular file, freeing what lies beyond in steps.
-    fn truncate(&self, ino: InodeNo, size: u64) -> Result<()> {
+    pub(super) fn truncate(&self, ino: InodeNo, size: u64) -> Result<()> {
         {
             let mut fs = lock(&self.fs);
             fs.pages.expire(ino);

@@ -45,6 +45,13 @@ pub enum Command {
     /// one with `dualfs mount -o snapshot=NAME`.
     #[command(after_help = SNAPSHOT_HELP)]
     Snapshot(SnapshotArgs),
+    /// Write a snapshot, or what changed between two, as a stream for
+    /// `dualfs receive` (a mirror kept up to date).
+    #[command(after_help = crate::send::SEND_HELP)]
+    Send(crate::send::SendArgs),
+    /// Apply a stream of `dualfs send` to another volume (mounted or not).
+    #[command(after_help = crate::send::RECEIVE_HELP)]
+    Receive(crate::send::ReceiveArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
@@ -291,7 +298,7 @@ impl Command {
         match self {
             Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
             Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
-            Command::Probe(_) | Command::Cat(_) | Command::Metadump(_) => true,
+            Command::Probe(_) | Command::Cat(_) | Command::Metadump(_) | Command::Send(_) => true,
             Command::Snapshot(a) => matches!(a.action, SnapshotAction::List { .. } | SnapshotAction::Show { .. }),
             Command::Mkfs(_)
             | Command::Mount(_)
@@ -301,7 +308,8 @@ impl Command {
             | Command::Get(_)
             | Command::Metarestore(_)
             | Command::Sync(_)
-            | Command::Resize(_) => false,
+            | Command::Resize(_)
+            | Command::Receive(_) => false,
         }
     }
 }

@@ -36,6 +36,7 @@ mod probe;
 mod progress;
 mod remount;
 mod resize;
+mod send;
 mod snapshot;
 mod stats;
 mod sync;
@@ -133,6 +134,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Stats(a) => stats::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Snapshot(a) => snapshot::run(a),
+        Command::Send(a) => send::send(a),
+        Command::Receive(a) => send::receive(a),
         Command::Resize(a) => resize::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),

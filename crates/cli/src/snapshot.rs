@@ -19,14 +19,14 @@ use crate::devices::{Access, open_pair};
 use crate::mkfs::human_bytes;
 
 /// Where the command is to act.
-enum Target {
+pub(crate) enum Target {
     Mounted(Mounted),
     Devices(PathBuf, PathBuf),
 }
 
 /// Splits the positional words: `MOUNTPOINT`, `META DATA` or `META#DATA`,
 /// then the snapshot's name when the action takes one.
-fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Option<String>)> {
+pub(crate) fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Option<String>)> {
     let (place, name) = if takes_name {
         let Some((name, place)) = words.split_last() else { bail!("give the volume and the snapshot's name") };
         (place, Some(name.to_string_lossy().into_owned()))
@@ -141,7 +141,7 @@ fn snapshot_mount(meta: &Path, data: &Path, name: &str) -> Option<PathBuf> {
 }
 
 /// The devices of the volume mounted at `root`, from its source.
-fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
     let e = crate::umount::find(root).ok()?;
     let (m, d) = e.source.split_once('#')?;
     Some((PathBuf::from(m), PathBuf::from(d)))

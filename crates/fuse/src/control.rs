@@ -15,6 +15,8 @@
 //! | getxattr | `dualfs.mode` | [`mode_json`]: whether the volume is read-only |
 //! | setxattr | `dualfs.resize` | resizes the volume to the [`parse_resize`] request in the value (`meta=BLOCKS data=BLOCKS`); returns once durable |
 //! | getxattr | `dualfs.resize` | the latest resize's outcome, as JSON ([`resize_json`]) |
+//! | setxattr | `dualfs.receive` | receives the send stream in the file the value names, in the background (EBUSY while one runs; `crate::receive`) |
+//! | getxattr | `dualfs.receive` | the state of the latest receive, as JSON |
 //!
 //! The remount requests are reads because a read is what still reaches the
 //! volume once the kernel has made the mount read-only: a remount to
@@ -551,6 +553,7 @@ mod requests {
                     Ok(control::snapshots_json(&self.vol.snapshot_list()).to_string().into_bytes())
                 }
                 b if b == control::RESIZE.as_bytes() => Ok(self.control.resize_status()),
+                b if b == crate::receive::RECEIVE.as_bytes() => Ok(self.receiver.status()),
                 b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
                 b if b == control::REMOUNT_RW.as_bytes() => {
                     self.control.remount(&self.vol, false, self.options.devices_writable)
@@ -571,6 +574,9 @@ mod requests {
             match (n.as_bytes(), value) {
                 (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
                 (b, Some(v)) if b == control::RESIZE.as_bytes() => self.control.resize(&self.vol, v),
+                (b, Some(v)) if b == crate::receive::RECEIVE.as_bytes() => {
+                    self.receiver.start(&self.vol, &self.notifier, v)
+                }
                 (b, None) if b == control::CLEAN.as_bytes() => {
                     self.control.stop_clean();
                     Ok(())

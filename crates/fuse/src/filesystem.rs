@@ -293,6 +293,7 @@ impl Filesystem for DualFs {
         // A clean started through the control attribute holds the volume:
         // it must end before the volume can be closed.
         self.control.shutdown();
+        self.receiver.shutdown();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {

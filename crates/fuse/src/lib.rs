@@ -29,6 +29,7 @@ pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
+pub mod receive;
 pub mod requests;
 mod space;
 
@@ -96,6 +97,8 @@ pub struct DualFs {
     /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
     acl: bool,
     control: control::Control,
+    /// A receive through the control attribute `dualfs.receive`.
+    receiver: receive::Receiver,
     /// Requests served, per opcode (`dualfs stats`).
     requests: requests::RequestStats,
     /// How to tell the kernel that cached attributes changed; set by the
@@ -114,6 +117,7 @@ impl DualFs {
             options,
             acl: false,
             control: control::Control::new(options.owner_uid),
+            receiver: receive::Receiver::default(),
             requests: requests::RequestStats::default(),
             notifier: Arc::default(),
             clock: None,

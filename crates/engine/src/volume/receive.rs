@@ -39,6 +39,11 @@ pub struct ReceiveReport {
     pub counts: StreamCounts,
     /// It finished a receive of the same stream that a crash interrupted.
     pub resumed: bool,
+    /// Inodes it created, changed or freed: what a cache of the tree (the
+    /// kernel's, through a mount) must forget.
+    pub inodes: Vec<InodeNo>,
+    /// Names it added or removed, by directory: likewise.
+    pub names: Vec<(InodeNo, Vec<u8>)>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -169,18 +174,22 @@ impl Volume {
         if done_before && !resumed {
             // A crash came between the last commit and the snapshot.
             self.snapshot_create(&header.target.name)?;
-            return Ok(ReceiveReport {
-                snapshot: header.target.name.clone(),
-                counts: StreamCounts::default(),
-                resumed,
-            });
+            return Ok(ReceiveReport { snapshot: header.target.name.clone(), resumed, ..ReceiveReport::default() });
         }
         if !resumed {
             self.check_base(&header)?;
             self.with_step(|fs| fs.xattr_set(InodeNo::ROOT, RECEIVING_XATTR, &marker, SetMode::Any))?;
             self.commit()?;
         }
-        let mut apply = Apply { vol: self, section: None, last: (0, false), freed: HashSet::new(), group: GroupNo(0) };
+        let mut apply = Apply {
+            vol: self,
+            section: None,
+            last: (0, false),
+            freed: HashSet::new(),
+            group: GroupNo(0),
+            inodes: Vec::new(),
+            names: Vec::new(),
+        };
         let counts = loop {
             match reader.next()? {
                 Record::Header(_) => return Err(Error::Stream("a second header".into())),
@@ -202,7 +211,43 @@ impl Volume {
             fs.xattr_remove(InodeNo::ROOT, RECEIVING_XATTR)
         })?;
         self.snapshot_create(&header.target.name)?;
-        Ok(ReceiveReport { snapshot: header.target.name.clone(), counts, resumed })
+        let mut names = apply.names;
+        names.extend(self.names_of_referenced(&apply.inodes)?);
+        Ok(ReceiveReport { snapshot: header.target.name.clone(), counts, resumed, inodes: apply.inodes, names })
+    }
+
+    /// The names, in directories the kernel holds, of the inodes among
+    /// `changed` it holds too. A kernel that caches writes trusts its own
+    /// size of a file it holds over the volume's: only a file it forgets
+    /// (every name of it dropped) is read again. Costs nothing when the
+    /// kernel holds none of them (a mirror nobody browsed).
+    fn names_of_referenced(&self, changed: &[InodeNo]) -> Result<Vec<(InodeNo, Vec<u8>)>> {
+        let held: HashSet<InodeNo> =
+            self.with_fs(|fs| changed.iter().copied().filter(|i| fs.refs(*i) > 0 && *i != InodeNo::ROOT).collect());
+        let mut out = Vec::new();
+        if held.is_empty() {
+            return Ok(out);
+        }
+        // The root is held without a lookup.
+        let mut dirs = self.with_fs(|fs| fs.referenced());
+        dirs.push(InodeNo::ROOT);
+        dirs.sort_unstable();
+        dirs.dedup();
+        for dir in dirs {
+            let is_dir = self.with_fs(|fs| fs.inode(dir).map(|r| FileKind::from_mode(r.mode)));
+            if !matches!(is_dir, Ok(Some(FileKind::Directory))) {
+                continue;
+            }
+            self.with_fs(|fs| {
+                fs.dir_scan(dir, 0, &mut |e| {
+                    if held.contains(&e.ino) {
+                        out.push((dir, e.name));
+                    }
+                    true
+                })
+            })?;
+        }
+        Ok(out)
     }
 
     fn with_step(&self, mut f: impl FnMut(&mut crate::namespace::Fs) -> Result<()>) -> Result<()> {
@@ -267,6 +312,9 @@ struct Apply<'a> {
     freed: HashSet<InodeNo>,
     /// The data group new files take (their directory's, most likely).
     group: GroupNo,
+    /// Inodes and names changed ([`ReceiveReport`]).
+    inodes: Vec<InodeNo>,
+    names: Vec<(InodeNo, Vec<u8>)>,
 }
 
 impl Apply<'_> {
@@ -295,6 +343,7 @@ impl Apply<'_> {
     fn gone(&mut self, ino: InodeNo) -> Result<()> {
         self.finish()?;
         self.order(ino, false)?;
+        self.inodes.push(ino);
         if self.vol.with_fs(|fs| fs.inode(ino).is_ok()) {
             self.vol.delete_inode(ino)?;
             self.freed.insert(ino);
@@ -305,6 +354,7 @@ impl Apply<'_> {
     fn inode(&mut self, a: InodeAttrs) -> Result<()> {
         self.finish()?;
         self.order(a.ino, true)?;
+        self.inodes.push(a.ino);
         let kind = a.kind().ok_or_else(|| Error::Stream(format!("inode {} has no known type", a.ino)))?;
         let existing = match self.vol.with_fs(|fs| fs.inode(a.ino).map(|r| (r.generation, r.mode))) {
             Ok(x) => Some(x),
@@ -378,6 +428,7 @@ impl Apply<'_> {
                 }
                 let fname =
                     FileName::new(&name).map_err(|_| Error::Stream("a link record's name is invalid".into()))?;
+                self.names.push((ino, name.clone()));
                 vol.with_step(|fs| match fs.dir_lookup(ino, &name)? {
                     Some(e) if e.ino == child && e.kind == k => Ok(()),
                     Some(e) => fs.dir_replace(ino, &e, child, k),
@@ -388,6 +439,7 @@ impl Apply<'_> {
                 if kind != Some(FileKind::Directory) {
                     return wrong("unlink");
                 }
+                self.names.push((ino, name.clone()));
                 vol.with_step(|fs| match fs.dir_lookup(ino, &name)? {
                     Some(e) => fs.dir_remove(ino, e.position),
                     None => Ok(()),

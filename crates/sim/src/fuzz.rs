@@ -101,6 +101,11 @@ pub fn image(input: &[u8]) {
     let _ = vol.close();
 }
 
+/// [`walk`], for the other targets.
+pub fn walk_public(vol: &Volume) {
+    walk(vol);
+}
+
 /// Everything the mount serves, as a user's tools would ask for it, bounded
 /// (a damaged image may claim a huge file or a directory loop): every
 /// entry's attributes, at most 64 KiB at the start and end of each file,

@@ -16,6 +16,7 @@ pub mod model;
 pub mod oracle;
 pub mod record;
 pub mod rng;
+pub mod stream_fuzz;
 pub mod tree;
 pub mod workload;
 pub mod workloads;

@@ -37,3 +37,8 @@ fn every_decode_corpus_file_and_finding_decodes_or_says_why_not() {
 fn every_image_corpus_file_and_finding_is_checked_repaired_and_mounted_without_a_panic() {
     replay("image", dualfs_sim::fuzz::image);
 }
+
+#[test]
+fn every_stream_corpus_file_and_finding_is_received_or_refused_without_a_panic() {
+    replay("stream", dualfs_sim::stream_fuzz::stream_target);
+}

@@ -23,7 +23,7 @@ use crate::format::stream::{
     self, FRAME_CRC_LEN, FRAME_HEAD_LEN, InodeAttrs, PRELUDE_LEN, Record, SnapshotIdentity, StreamCounts, StreamHeader,
 };
 use crate::namespace::xattr::SetMode;
-use crate::types::{FileKind, GroupNo, InodeNo};
+use crate::types::{BLOCK_BYTES, FileKind, GroupNo, InodeNo};
 
 /// Root attribute naming the source snapshot the tree is a copy of.
 pub const RECEIVED_XATTR: &[u8] = b"trusted.dualfs.received";
@@ -332,6 +332,14 @@ impl Apply<'_> {
     }
 
     fn order(&mut self, ino: InodeNo, is_inode: bool) -> Result<()> {
+        // Number n needs an inode map of n 16-byte entries in the log: a
+        // larger one is no stream of a volume this one can mirror.
+        let most = self.vol.with_fs(|fs| fs.log.superblock().meta_blocks.saturating_mul(BLOCK_BYTES / 16));
+        if ino.0 >= most {
+            return Err(Error::Stream(format!(
+                "inode number {ino} needs an inode map larger than this meta-data device"
+            )));
+        }
         let (last, was_inode) = self.last;
         if ino.0 < last || (ino.0 == last && (was_inode || !is_inode)) {
             return Err(Error::Stream(format!("inode {ino} is out of order")));

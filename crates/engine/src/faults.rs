@@ -53,11 +53,15 @@ pub enum Fault {
     /// Delayed tails: let the block holding an inline file's durable bytes
     /// wait with the rest of its tail once the file outgrows its inode.
     UninlineInTail,
+    /// Receive: apply a stream's records without first committing the
+    /// root's mark that a receive is under way (a crash then leaves a tree
+    /// that is neither the base nor marked for finishing).
+    ReceiveWithoutMark,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 17] = [
+    pub const ALL: [Fault; 18] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -75,6 +79,7 @@ impl Fault {
         Fault::ResizeWithoutGeometry,
         Fault::ShrinkBeforeEmpty,
         Fault::UninlineInTail,
+        Fault::ReceiveWithoutMark,
     ];
 
     #[cfg(feature = "fault-injection")]

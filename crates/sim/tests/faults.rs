@@ -68,6 +68,11 @@ fn the_explorer_catches_every_broken_ordering_rule() {
         if only.as_ref().is_some_and(|o| *o != format!("{fault:?}")) {
             continue;
         }
+        // Receive is not an operation of the model: its own crash test
+        // (tests/receive_crash.rs) breaks this rule and catches it.
+        if fault == Fault::ReceiveWithoutMark {
+            continue;
+        }
         let started = Instant::now();
         faults::set(&[fault]);
         let ex = Explorer::new(config_for(fault), &workloads::setup()).expect("base image");

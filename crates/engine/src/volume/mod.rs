@@ -21,6 +21,7 @@ mod ops;
 mod resize;
 mod snapshot;
 mod space;
+mod tree;
 pub mod types;
 mod xattrs;
 

@@ -301,6 +301,7 @@ fn serve(args: &MountArgs) -> Result<()> {
         let vol = Volume::open_with_clock(m.clone(), d.clone(), engine_options(&cfg), clock_of(&clock))
             .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
         vol.switch_tree(name).map_err(|e| anyhow!("cannot mount clone {name}: {e}"))?;
+        vol.close().map_err(|e| anyhow!("cannot mount clone {name}: {e}"))?;
     }
     let vol = match &cfg.snapshot {
         Some(name) => Volume::open_snapshot(m, d, name, engine_options(&cfg))

@@ -27,9 +27,15 @@ fn assert_fsck_clean(rig: &Rig) {
     assert!(found.is_empty(), "{found:#?}");
 }
 
-/// Makes `name` the live tree and opens the volume again.
+/// Makes `name` the live tree and opens the volume again (closed first:
+/// what a create looked up is then let go, as a mount's end lets go of
+/// the kernel's lookups).
 fn switch(rig: &Rig, vol: Volume, name: &str) -> Volume {
+    vol.close().unwrap();
+    let vol = rig.open();
     vol.switch_tree(name).unwrap();
+    assert_eq!(vol.live_tree(), name);
+    vol.close().unwrap();
     assert_fsck_clean(rig);
     let vol = rig.open();
     assert_eq!(vol.live_tree(), name);
@@ -139,6 +145,13 @@ fn refusals_say_why() {
     assert!(matches!(vol.snapshot_delete("c"), Err(Error::SnapshotRefused(_))), "the live tree");
     let e = vol.switch_tree("s").err().unwrap();
     assert!(e.to_string().contains("read-only snapshot"), "{e}");
+    assert_eq!(vol.live_tree(), "c");
+    // Nothing may hold a file of the tree that goes.
+    let f = vol.create(InodeNo::ROOT, b"held", 0o644, Creds::ROOT).unwrap().ino;
+    let e = vol.switch_tree("main").err().unwrap();
+    assert!(e.to_string().contains("in use"), "{e}");
+    vol.forget(f, 1).unwrap();
+    vol.close().unwrap();
     let vol = Volume::open_with_clock(rig.meta.clone(), rig.data.clone(), options(), clock()).unwrap();
     assert_eq!(vol.live_tree(), "c");
     // Deleting the tree that was live is allowed; the live one keeps its name.

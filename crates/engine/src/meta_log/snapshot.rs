@@ -258,6 +258,15 @@ impl Log {
                 }
             }
         }
+        if let Some(live) = &list.live_name
+            && all.iter().any(|s| &s.name == live)
+        {
+            return Err(Error::corrupt_meta(
+                "snapshot list",
+                list_at.0,
+                format!("names the live tree {live}, and a kept snapshot or tree of that name"),
+            ));
+        }
         if (list.live_name.is_some() || all.iter().any(|s| s.writable)) && self.sb.incompat & INCOMPAT_CLONES == 0 {
             return Err(Error::corrupt_meta(
                 "snapshot list",

@@ -115,4 +115,14 @@ impl Log {
         self.recount_free_segments();
         Ok(())
     }
+
+    /// Takes the pending list change out (the `SwitchListLater` fault).
+    pub(crate) fn take_pending_list_change(&mut self) -> Option<Pending> {
+        self.snaps.pending.take()
+    }
+
+    /// Puts a pending list change back.
+    pub(crate) fn restore_pending_list_change(&mut self, pending: Option<Pending>) {
+        self.snaps.pending = pending;
+    }
 }

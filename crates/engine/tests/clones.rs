@@ -164,3 +164,28 @@ fn refusals_say_why() {
     assert!(vol.snapshot_list().is_empty());
     vol.close().unwrap();
 }
+
+/// I15: the live tree's name is no kept tree's; a list saying otherwise is
+/// refused at mount (the tree to serve would be ambiguous).
+#[test]
+fn a_list_naming_the_live_tree_twice_is_refused_i15() {
+    let rig = Rig::new();
+    let vol = rig.open();
+    vol.snapshot_create("s").unwrap();
+    vol.clone_create("s", "c").unwrap();
+    let vol = switch(&rig, vol, "c");
+    vol.close().unwrap();
+    let list_at = {
+        let (log, _) = dualfs_engine::meta_log::Log::open(rig.meta.clone(), rig.data.clone()).unwrap();
+        log.last_checkpoint().and_then(|c| c.snapshot_list).unwrap()
+    };
+    // Two entries (s, main), then the live name: call it main.
+    rig.reseal(list_at, |p| {
+        let at = 16 + 2 * 16;
+        assert_eq!(&p[at..at + 1], &[1]);
+        p[at] = 4;
+        p[at + 8..at + 12].copy_from_slice(b"main");
+    });
+    let e = Volume::open_with_clock(rig.meta.clone(), rig.data.clone(), options(), clock()).err().unwrap();
+    assert!(e.to_string().contains("names the live tree main"), "{e}");
+}

@@ -136,6 +136,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Snapshot(a) => snapshot::run(a),
         Command::Send(a) => send::send(a),
         Command::Receive(a) => send::receive(a),
+        Command::Clone(a) => snapshot::clone(a),
         Command::Resize(a) => resize::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),

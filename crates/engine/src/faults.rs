@@ -57,11 +57,14 @@ pub enum Fault {
     /// root's mark that a receive is under way (a crash then leaves a tree
     /// that is neither the base nor marked for finishing).
     ReceiveWithoutMark,
+    /// Clones: write the incoming tree's maps in one checkpoint and the
+    /// snapshot list that keeps the outgoing tree in the next.
+    SwitchListLater,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 18] = [
+    pub const ALL: [Fault; 19] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -80,6 +83,7 @@ impl Fault {
         Fault::ShrinkBeforeEmpty,
         Fault::UninlineInTail,
         Fault::ReceiveWithoutMark,
+        Fault::SwitchListLater,
     ];
 
     #[cfg(feature = "fault-injection")]

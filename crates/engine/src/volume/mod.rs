@@ -23,6 +23,7 @@ mod resize;
 mod send;
 mod snapshot;
 mod space;
+mod tree;
 pub mod types;
 mod xattrs;
 

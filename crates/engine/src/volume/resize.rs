@@ -72,7 +72,7 @@ impl Volume {
     }
 
     /// [`Volume::resize`], calling `progress(done, total)` after each
-    /// segment a shrink of the log empties, then after each step of blocks
+    /// segment a shrink of the log empties, then (in MiB) after each step
     /// a shrink of the data space moves.
     ///
     /// # Errors
@@ -107,6 +107,10 @@ impl Volume {
         }
         let data_shrink = target.data_blocks < before.data_blocks;
         if data_shrink {
+            // Dirty data allocated and frees made durable first: what lies
+            // past the end and what is free below it are then what the
+            // bitmap says.
+            self.checkpoint()?;
             lock(&self.fs).log.check_data_shrink(target.data_blocks)?;
         }
         let grow = Geometry {

@@ -43,7 +43,7 @@ impl Volume {
     /// checkpoint and narrows the superblocks' reach. A crash before that
     /// checkpoint mounts the old size, every move made by a commit that
     /// maps the new block only once its data is durable; after it, the
-    /// new size. `progress(done, total)` counts blocks moved.
+    /// new size. `progress(done, total)` counts MiB moved.
     pub(super) fn shrink_data(&self, n: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<MoveReport> {
         {
             let mut fs = lock(&self.fs);
@@ -60,7 +60,8 @@ impl Volume {
     fn move_and_cut(&self, n: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<MoveReport> {
         let mut report = MoveReport::default();
         let total = lock(&self.fs).log.space_mut().used_from(n)?;
-        progress(0, total as usize);
+        let mib = |blocks: u64| blocks.div_ceil(256) as usize;
+        progress(0, mib(total));
         for _ in 0..MOVE_ROUNDS {
             if faults::active(Fault::ShrinkDataBeforeEmpty) {
                 break;
@@ -88,7 +89,7 @@ impl Volume {
                     // before the group that maps them.
                     self.commit()?;
                     report.blocks += moved;
-                    progress(report.blocks.min(total) as usize, total as usize);
+                    progress(mib(report.blocks.min(total)), mib(total));
                 }
             }
             // Releases the old blocks (their frees durable) and ends the
@@ -123,7 +124,7 @@ impl Volume {
         // Both slots name the smaller space: the older one, naming more
         // blocks than the superblocks reach now, would be unusable.
         self.checkpoint()?;
-        progress(total as usize, total as usize);
+        progress(mib(total), mib(total));
         Ok(report)
     }
 }

@@ -127,3 +127,29 @@ fn a_volume_with_snapshots_is_not_shrunk() {
     assert!(matches!(&e, Error::Resize(m) if m.contains("snapshots")), "{e}");
     v.close().unwrap();
 }
+
+/// fsck's side of the rule: a geometry committed with a file's extent past
+/// its end (the broken rule `Fault::ShrinkDataBeforeEmpty` makes) is named
+/// as an I8 problem, extent and group alike.
+#[test]
+fn fsck_names_an_extent_past_the_committed_end_i8() {
+    let (meta, data) = rig();
+    let v = open(&meta, &data);
+    let files = fill(&v, 16, 40);
+    v.sync().unwrap();
+    // A shrink done right first: the volume is RESIZED, so that its
+    // checkpoints name their geometry.
+    v.resize(ResizeRequest { meta_blocks: None, data_blocks: Some(DATA_BLOCKS - u64::from(GROUP)) }).unwrap();
+    let end = 8 * u64::from(GROUP);
+    v.with_fs(|fs| fs.log.force_shrink_data(end)).unwrap();
+    v.checkpoint().unwrap();
+    drop(v);
+    let report = fsck(&meta, &data);
+    let text: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        text.iter().any(|p| p.starts_with("[I8]") && p.contains("outside the data device")),
+        "{text:#?} ({} files)",
+        files.len()
+    );
+    assert!(text.iter().any(|p| p.contains("names data group")), "{text:#?}");
+}

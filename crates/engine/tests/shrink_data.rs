@@ -59,6 +59,13 @@ fn a_shrink_moves_every_block_past_the_end_and_keeps_every_byte() {
     let (meta, data) = rig();
     let v = open(&meta, &data);
     let mut files = fill(&v, 14, 300);
+    // A directory large enough that its entries are a tree, which the
+    // scan must not read as an extent map.
+    let many = v.lookup(InodeNo::ROOT, b"d13").unwrap().ino;
+    for i in 0..600 {
+        let f = v.create(many, format!("small-file-with-a-long-name-{i:04}").as_bytes(), 0o644, Creds::ROOT).unwrap();
+        v.write(f.ino, 0, &bytes(i, 5000)).unwrap();
+    }
     v.sync().unwrap();
     // Preallocated blocks (unwritten, read as zeros) in the last group.
     let pre = v.create(InodeNo::ROOT, b"pre", 0o644, Creds::ROOT).unwrap().ino;

@@ -42,9 +42,11 @@ impl Fs {
             if !self.log.ifile().inode(ino).is_some_and(|e| e.in_use()) {
                 continue;
             }
-            let (group, body, mode) = {
+            let (group, mapped, mode) = {
                 let rec = self.log.inode(ino)?;
-                (rec.group, matches!(rec.body, Body::Extents(_) | Body::Tree(_)), rec.mode)
+                // A directory's body is a tree too, of entries, not extents.
+                let regular = FileKind::from_mode(rec.mode) == Some(FileKind::Regular);
+                (rec.group, regular && matches!(rec.body, Body::Extents(_) | Body::Tree(_)), rec.mode)
             };
             if group.0 > last_group {
                 let moved = if FileKind::from_mode(mode) == Some(FileKind::Directory) {
@@ -55,7 +57,7 @@ impl Fs {
                 };
                 self.log.inode_mut(ino)?.group = moved;
             }
-            if !body {
+            if !mapped {
                 continue;
             }
             let blocks: u64 = self.extents_around(ino, 0, u64::MAX)?.iter().map(|e| blocks_from(e, end)).sum();

@@ -5,11 +5,15 @@
 //! once that group is durable; DESIGN.md, "Resize").
 
 use super::Fs;
-use super::pages::PageState;
+use super::pages::{Page, PageState};
+use crate::device;
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::descriptor::Change;
 use crate::format::inode::{Body, Extent};
-use crate::types::{DataBlock, FileKind, InodeNo};
+use crate::types::{BLOCK_SIZE, DataBlock, FileKind, InodeNo};
+
+/// Blocks the mover reads from the disk in one request (1 MiB).
+const READ_RUN_BLOCKS: u64 = 256;
 
 /// A file with data blocks past a shrink's new end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,21 +96,55 @@ impl Fs {
             if e.unwritten {
                 self.remap_unwritten(ino, first, last)?;
             } else {
-                for b in first..last {
-                    match self.pages.page(ino, b).map(|p| p.state) {
-                        // Write-back moves it already.
-                        Some(PageState::Dirty { .. }) => continue,
-                        // A queued page turns dirty without a reservation
-                        // (the write-back takes one), except in strict order.
-                        Some(_) if !self.config.strict => {}
-                        _ => self.log.space_mut().reserve(1)?,
-                    }
-                    self.dirty_page(ino, b, false)?;
-                }
+                self.dirty_written(ino, &e, first, last)?;
             }
             taken += last - first;
         }
         Ok(taken)
+    }
+
+    /// Gives every block of `[first, last)` of `ino` (written, mapped by
+    /// `e`) a dirty page: cached pages turn dirty, the others are read
+    /// from the disk in runs of up to 1 MiB (one request each, not one
+    /// per block: the move's reads were most of its time).
+    fn dirty_written(&mut self, ino: InodeNo, e: &Extent, first: u64, last: u64) -> Result<()> {
+        let mut b = first;
+        while b < last {
+            match self.pages.page(ino, b).map(|p| p.state) {
+                // Write-back moves it already.
+                Some(PageState::Dirty { .. }) => b += 1,
+                Some(_) => {
+                    // A queued page turns dirty without a reservation (the
+                    // write-back takes one), except in strict order.
+                    if self.config.strict {
+                        self.log.space_mut().reserve(1)?;
+                    }
+                    self.dirty_page(ino, b, false)?;
+                    b += 1;
+                }
+                None => {
+                    let mut stop = b + 1;
+                    while stop < last && stop - b < READ_RUN_BLOCKS && self.pages.page(ino, stop).is_none() {
+                        stop += 1;
+                    }
+                    let n = stop - b;
+                    self.log.space_mut().reserve(n)?;
+                    let at = e.physical.0 + (b - e.logical);
+                    let raw = device::read(self.log.data_device().as_ref(), DeviceRole::Data, at, n as usize)?;
+                    for (i, chunk) in raw.chunks(BLOCK_SIZE).enumerate() {
+                        let mut data = self.pages.new_buffer();
+                        data.copy_from_slice(chunk);
+                        // Reserved: its write-back goes to a new block.
+                        let page = Page { data, state: PageState::Dirty { reserved: true } };
+                        self.pages.files.entry(ino).or_default().insert(b + i as u64, page);
+                    }
+                    self.pages.dirty_pages += n as usize;
+                    self.pages.count_reserved(ino, n, 0);
+                    b = stop;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Maps the unwritten file blocks `[start, end)` of `ino` to new

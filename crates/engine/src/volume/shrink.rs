@@ -77,20 +77,30 @@ impl Volume {
             }
             report.scan_ms += started.elapsed().as_millis() as u64;
             report.files = report.files.max(owners.len() as u64);
+            // One commit per step of blocks, over as many files as fill
+            // it: a commit per small file cost a flush of both devices each.
+            let mut batch = 0;
             for o in owners {
                 // Bounded: what a step leaves (a page written meanwhile)
                 // waits for the next round.
                 for _ in 0..=o.blocks.div_ceil(MOVE_STEP_BLOCKS) {
-                    let moved = lock(&self.fs).relocate_from(o.ino, n, MOVE_STEP_BLOCKS)?;
-                    if moved == 0 {
+                    let budget = MOVE_STEP_BLOCKS - batch;
+                    let moved = lock(&self.fs).relocate_from(o.ino, n, budget)?;
+                    batch += moved;
+                    report.blocks += moved;
+                    if moved < budget {
                         break;
                     }
                     // The commit writes the pages to new blocks, flushed
                     // before the group that maps them.
                     self.commit()?;
-                    report.blocks += moved;
+                    batch = 0;
                     progress(mib(report.blocks.min(total)), mib(total));
                 }
+            }
+            if batch > 0 {
+                self.commit()?;
+                progress(mib(report.blocks.min(total)), mib(total));
             }
             // Releases the old blocks (their frees durable) and ends the
             // holds of files replaced meanwhile.

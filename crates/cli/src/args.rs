@@ -45,6 +45,10 @@ pub enum Command {
     /// one with `dualfs mount -o snapshot=NAME`.
     #[command(after_help = SNAPSHOT_HELP)]
     Snapshot(SnapshotArgs),
+    /// Make a writable clone of a snapshot (mounted or not); mount it with
+    /// `dualfs mount -o clone=NAME`.
+    #[command(after_help = CLONE_HELP)]
+    Clone(CloneArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
@@ -297,6 +301,7 @@ impl Command {
             | Command::Mount(_)
             | Command::Umount(_)
             | Command::Clean(_)
+            | Command::Clone(_)
             | Command::Tune(_)
             | Command::Get(_)
             | Command::Metarestore(_)
@@ -367,6 +372,29 @@ only it holds (what deleting it gives back) and the space it shares.
   dualfs snapshot list /mnt/vol
   dualfs mount -o snapshot=before-upgrade meta.img data.img /mnt/old
   dualfs snapshot delete /mnt/vol before-upgrade";
+
+const CLONE_HELP: &str = "\
+VOLUME is the mount point of a mounted volume, or its devices: META DATA, or
+META#DATA. A clone is a writable tree of its own that starts as the snapshot
+was and shares every block it does not change. A volume has one live tree
+(`main` until a clone is mounted); mounting a clone makes it the live tree and
+keeps the tree that was live, under its name, until it is mounted again. A
+clone depends on nothing: its snapshot may be deleted. `dualfs snapshot list`
+shows clones and kept trees, and `dualfs snapshot delete` deletes them.
+
+  dualfs snapshot create /mnt/vol before-upgrade
+  dualfs clone /mnt/vol before-upgrade what-if
+  dualfs umount /mnt/vol
+  dualfs mount -o clone=what-if meta.img data.img /mnt/vol
+  dualfs mount -o clone=main meta.img data.img /mnt/vol   (back, later)";
+
+#[derive(Args, Debug)]
+pub struct CloneArgs {
+    /// VOLUME (mount point, META DATA or META#DATA), then the SNAPSHOT to
+    /// clone and the clone's NAME.
+    #[arg(num_args = 3..=4, required = true, value_name = "VOLUME SNAPSHOT NAME")]
+    pub target: Vec<PathBuf>,
+}
 
 #[derive(Args, Debug)]
 pub struct SnapshotArgs {

@@ -133,6 +133,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Stats(a) => stats::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Snapshot(a) => snapshot::run(a),
+        Command::Clone(a) => snapshot::clone(a),
         Command::Resize(a) => resize::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),

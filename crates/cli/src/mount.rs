@@ -237,6 +237,12 @@ fn detach(cfg: &MountConfig) -> Result<()> {
     Ok(())
 }
 
+/// The volume's clock: the kernel's, as the adapter sees it.
+fn clock_of(clock: &Arc<KernelClock>) -> dualfs_engine::volume::Clock {
+    let clock = clock.clone();
+    Arc::new(move || clock.now())
+}
+
 fn engine_options(cfg: &MountConfig) -> MountOptions {
     let mut o = MountOptions {
         read_only: cfg.read_only,
@@ -290,11 +296,17 @@ fn serve(args: &MountArgs) -> Result<()> {
     };
     // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
     let clock = Arc::new(KernelClock::default());
-    let volume_clock = clock.clone();
+    if let Some(name) = &cfg.clone {
+        // The tree becomes the live one before the mount opens it.
+        let vol = Volume::open_with_clock(m.clone(), d.clone(), engine_options(&cfg), clock_of(&clock))
+            .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+        vol.switch_tree(name).map_err(|e| anyhow!("cannot mount clone {name}: {e}"))?;
+        vol.close().map_err(|e| anyhow!("cannot mount clone {name}: {e}"))?;
+    }
     let vol = match &cfg.snapshot {
         Some(name) => Volume::open_snapshot(m, d, name, engine_options(&cfg))
             .map_err(|e| anyhow!("cannot mount snapshot {name} of {} and {}: {e}", meta.display(), data.display()))?,
-        None => rescue::open_with_clock(m, d, engine_options(&cfg), Arc::new(move || volume_clock.now()))
+        None => rescue::open_with_clock(m, d, engine_options(&cfg), clock_of(&clock))
             .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?,
     };
     let rec = &vol.open_report().recovery;
@@ -308,6 +320,9 @@ fn serve(args: &MountArgs) -> Result<()> {
     let vol = Arc::new(vol);
     let mut config = fuser::Config::default();
     config.mount_options = DualFs::required_mount_options();
+    if vol.live_tree() != dualfs_engine::format::snapshot::DEFAULT_TREE {
+        log::info!("the live tree is {}", vol.live_tree());
+    }
     let fsname = cfg.fsname.clone().unwrap_or_else(|| match &cfg.snapshot {
         Some(name) => format!("{}#{}@{name}", meta.display(), data.display()),
         None => format!("{}#{}", meta.display(), data.display()),

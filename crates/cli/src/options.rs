@@ -60,6 +60,9 @@ pub struct MountConfig {
     /// `snapshot=NAME`: mount that snapshot, read-only, beside the live
     /// volume (which may be mounted meanwhile).
     pub snapshot: Option<String>,
+    /// `clone=NAME`: make that tree the live one (keeping the tree that
+    /// was live) and mount it.
+    pub clone: Option<String>,
 }
 
 impl Default for MountConfig {
@@ -85,6 +88,7 @@ impl Default for MountConfig {
             dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
             remount: false,
             snapshot: None,
+            clone: None,
         }
     }
 }
@@ -253,6 +257,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.snapshot = Some(v.to_string());
             c.read_only = true;
             c.fuse.push(MountOption::RO);
+        } else if let Some(v) = opt.strip_prefix("clone=") {
+            if let Some(why) = dualfs_engine::format::snapshot::bad_name(v) {
+                bail!("clone={v}: {why}");
+            }
+            c.clone = Some(v.to_string());
         } else if let Some(v) = opt.strip_prefix("dirty_window=") {
             c.dirty_window = match crate::args::parse_size(v) {
                 Ok(n) if n == 0 || n >= 1 << 20 => n,
@@ -303,6 +312,14 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.fuse.push(MountOption::CUSTOM(opt.to_string()));
         } else {
             bail!("unknown mount option {opt:?} (dualfs mount --help lists the options)");
+        }
+    }
+    if let Some(name) = &c.clone {
+        if c.snapshot.is_some() {
+            bail!("clone={name} and snapshot= name two trees: give one");
+        }
+        if c.read_only {
+            bail!("clone={name}: making a clone the live tree writes the volume, so it is not mounted read-only");
         }
     }
     if c.read_only {

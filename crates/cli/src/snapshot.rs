@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
 use dualfs_engine::Volume;
+use dualfs_engine::format::snapshot::DEFAULT_TREE;
 use dualfs_engine::types::Timestamp;
 use dualfs_engine::volume::MountOptions;
 use dualfs_fuse::control;
 use rustix::fs::XattrFlags;
 use serde_json::Value;
 
-use crate::args::{SnapshotAction, SnapshotArgs};
+use crate::args::{CloneArgs, SnapshotAction, SnapshotArgs};
 use crate::control::Mounted;
 use crate::devices::{Access, open_pair};
 use crate::mkfs::human_bytes;
@@ -56,11 +57,19 @@ fn open(meta: &Path, data: &Path, write: bool) -> Result<Volume> {
 }
 
 fn list(t: &Target) -> Result<Value> {
+    Ok(list_and_tree(t)?.0)
+}
+
+/// The snapshots and kept trees, and the live tree's name.
+fn list_and_tree(t: &Target) -> Result<(Value, String)> {
     match t {
-        Target::Mounted(mnt) => mnt.get(control::SNAPSHOTS),
+        Target::Mounted(mnt) => {
+            let tree = mnt.get(control::TREE)?.as_str().unwrap_or(DEFAULT_TREE).to_string();
+            Ok((mnt.get(control::SNAPSHOTS)?, tree))
+        }
         Target::Devices(m, d) => {
             let vol = open(m, d, false)?;
-            Ok(control::snapshots_json(&vol.snapshot_list()))
+            Ok((control::snapshots_json(&vol.snapshot_list()), vol.live_tree()))
         }
     }
 }
@@ -155,20 +164,25 @@ fn created(s: &Value) -> String {
 
 /// `zfs list -t snapshot`'s columns: the space only it holds (what deleting
 /// it gives back) and the space it shares.
-fn table(v: &Value) -> String {
+fn table(v: &Value, tree: &str) -> String {
     let mut o = String::new();
+    if tree != DEFAULT_TREE {
+        let _ = writeln!(o, "live tree: {tree}");
+    }
     let rows = v.as_array().cloned().unwrap_or_default();
     if rows.is_empty() {
-        return "no snapshots\n".into();
+        o.push_str("no snapshots\n");
+        return o;
     }
     let width = rows.iter().filter_map(|s| s["name"].as_str()).map(str::len).max().unwrap_or(4).max(4);
-    let _ = writeln!(o, "{:<width$}  {:<23}  {:>12}  {:>12}", "NAME", "CREATED", "ONLY IT", "SHARED");
+    let _ = writeln!(o, "{:<width$}  {:<8}  {:<23}  {:>12}  {:>12}", "NAME", "KIND", "CREATED", "ONLY IT", "SHARED");
     for s in rows {
         let only = s["data_only_bytes"].as_u64().unwrap_or(0) + s["meta_only_bytes"].as_u64().unwrap_or(0);
         let _ = writeln!(
             o,
-            "{:<width$}  {:<23}  {:>12}  {:>12}",
+            "{:<width$}  {:<8}  {:<23}  {:>12}  {:>12}",
             s["name"].as_str().unwrap_or("?"),
+            s["kind"].as_str().unwrap_or("?"),
             created(&s),
             human_bytes(only),
             human_bytes(s["data_shared_bytes"].as_u64().unwrap_or(0)),
@@ -179,9 +193,10 @@ fn table(v: &Value) -> String {
 
 fn show(s: &Value) -> String {
     format!(
-        "name            {}\nid              {}\ncreated         {}\ncheckpoint      {}\nonly it holds   {} of data, {} of \
+        "name            {}\nkind            {}\nid              {}\ncreated         {}\ncheckpoint      {}\nonly it holds   {} of data, {} of \
          meta-data segments\nshared          {} of data\nmeta-data       {} blocks reached\n",
         s["name"].as_str().unwrap_or("?"),
+        s["kind"].as_str().unwrap_or("?"),
         s["id"],
         created(s),
         s["checkpoint"],
@@ -201,11 +216,11 @@ pub fn run(args: &SnapshotArgs) -> Result<()> {
     match &args.action {
         SnapshotAction::List { target: words, json } => {
             let (t, _) = target(words, false)?;
-            let v = list(&t)?;
+            let (v, tree) = list_and_tree(&t)?;
             if *json {
                 println!("{v}");
             } else {
-                print!("{}", table(&v));
+                print!("{}", table(&v, &tree));
             }
         }
         SnapshotAction::Show { target: words, json } => {
@@ -229,5 +244,43 @@ pub fn run(args: &SnapshotArgs) -> Result<()> {
             println!("{} snapshot {name}", if create { "made" } else { "deleted" });
         }
     }
+    Ok(())
+}
+
+/// Runs `dualfs clone VOLUME SNAPSHOT NAME`.
+///
+/// # Errors
+/// The volume cannot be reached or opened, a name is bad or taken, there
+/// is no such snapshot, or a device fails.
+pub fn clone(args: &CloneArgs) -> Result<()> {
+    let Some((names, place)) = args.target.split_last_chunk::<2>().map(|(p, n)| (n, p)) else {
+        bail!("give the volume, the snapshot and the clone's name");
+    };
+    let [source, name] = names.each_ref().map(|p| p.to_string_lossy().into_owned());
+    if let Some(why) = dualfs_engine::format::snapshot::bad_name(&name) {
+        bail!("{why}");
+    }
+    let (t, _) = target(place, false)?;
+    match &t {
+        Target::Mounted(mnt) => {
+            let known = list(&t)?;
+            if !known.as_array().into_iter().flatten().any(|s| s["name"] == source.as_str()) {
+                bail!("no snapshot named {source} on {}", mnt.root().display());
+            }
+            if known.as_array().into_iter().flatten().any(|s| s["name"] == name.as_str()) {
+                bail!("a snapshot or tree named {name} exists already on {}", mnt.root().display());
+            }
+            let order = format!("{source}/{name}");
+            rustix::fs::setxattr(mnt.root(), control::CLONE_CREATE, order.as_bytes(), XattrFlags::empty()).map_err(
+                |e| anyhow!("making clone {name} of {source} on {}: {}", mnt.root().display(), std::io::Error::from(e)),
+            )?;
+        }
+        Target::Devices(m, d) => {
+            let vol = open(m, d, true)?;
+            vol.clone_create(&source, &name).map_err(|e| anyhow!("{e}"))?;
+            vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))?;
+        }
+    }
+    println!("made clone {name} of {source}: mount it with -o clone={name}");
     Ok(())
 }

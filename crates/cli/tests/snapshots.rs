@@ -116,3 +116,63 @@ fn snapshots_mounted_beside_the_live_volume_do_not_change() {
     assert!(list(&[&m]).as_array().unwrap().is_empty());
     v.umount();
 }
+
+#[test]
+fn a_clone_is_a_tree_of_its_own_mounted_by_name() {
+    let Some(mut v) = TestVolume::create("512M") else { return };
+    v.mount();
+    let m = v.m().to_string();
+    let dir = v.dir.path().display().to_string();
+    sh(&format!(
+        "mkdir {m}/src && head -c 2000000 /dev/urandom > {m}/src/big && seq 1 20000 > {m}/src/list && cd {m} && \
+         find src -type f | sort | xargs sha256sum > {dir}/base.sums"
+    ));
+    ok(&dualfs(&["snapshot", "create", &m, "base"]));
+    ok(&dualfs(&["clone", &m, "base", "what-if"]));
+    assert!(!dualfs(&["clone", &m, "base", "what-if"]).status.success(), "a taken name");
+    assert!(!dualfs(&["clone", &m, "nope", "x"]).status.success(), "no such snapshot");
+    // main goes on changing after the clone was made.
+    sh(&format!(
+        "echo main > {m}/src/only-main && dd if=/dev/zero of={m}/src/big bs=4096 count=10 conv=notrunc status=none"
+    ));
+    sh(&format!("cd {m} && find src -type f | sort | xargs sha256sum > {dir}/main.sums"));
+    let text = ok(&dualfs(&["snapshot", "list", &m]));
+    assert!(text.contains("what-if") && text.contains("clone") && text.contains("snapshot"), "{text}");
+    v.umount();
+
+    // Mounted by name, the clone is the snapshot as it was, and writable.
+    v.mount_with("clone=what-if");
+    sh(&format!("cd {m} && sha256sum -c --quiet {dir}/base.sums && test ! -e src/only-main"));
+    sh(&format!("echo clone > {m}/src/only-clone && rm {m}/src/list && head -c 100000 /dev/urandom >> {m}/src/big"));
+    sh(&format!("cd {m} && find src -type f | sort | xargs sha256sum > {dir}/clone.sums"));
+    let text = ok(&dualfs(&["snapshot", "list", &m]));
+    assert!(text.contains("live tree: what-if") && text.contains("main"), "{text}");
+    // A writable tree is not mounted as a snapshot.
+    let at = v.dir.path().join("ro");
+    std::fs::create_dir_all(&at).unwrap();
+    let out = dualfs(&[
+        "mount",
+        "-o",
+        "snapshot=main",
+        v.meta.to_str().unwrap(),
+        v.data.to_str().unwrap(),
+        at.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("clone=main"), "{out:?}");
+    v.umount();
+
+    // Back on main: as it was left; then the clone again: as it was left.
+    v.mount_with("clone=main");
+    sh(&format!("cd {m} && sha256sum -c --quiet {dir}/main.sums && test ! -e src/only-clone"));
+    v.umount();
+    v.mount_with("clone=what-if");
+    sh(&format!("cd {m} && sha256sum -c --quiet {dir}/clone.sums && test ! -e src/list"));
+    // The clone depends on nothing: its snapshot and the old tree go.
+    ok(&dualfs(&["snapshot", "delete", &m, "base"]));
+    ok(&dualfs(&["snapshot", "delete", &m, "main"]));
+    assert!(!dualfs(&["snapshot", "delete", &m, "what-if"]).status.success(), "the live tree");
+    v.umount();
+    v.mount();
+    sh(&format!("cd {m} && sha256sum -c --quiet {dir}/clone.sums"));
+    v.umount();
+}

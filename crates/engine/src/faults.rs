@@ -56,11 +56,14 @@ pub enum Fault {
     /// Delayed tails: let the block holding an inline file's durable bytes
     /// wait with the rest of its tail once the file outgrows its inode.
     UninlineInTail,
+    /// Clones: write the incoming tree's maps in one checkpoint and the
+    /// snapshot list that keeps the outgoing tree in the next.
+    SwitchListLater,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 18] = [
+    pub const ALL: [Fault; 19] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -79,6 +82,7 @@ impl Fault {
         Fault::ShrinkBeforeEmpty,
         Fault::ShrinkDataBeforeEmpty,
         Fault::UninlineInTail,
+        Fault::SwitchListLater,
     ];
 
     #[cfg(feature = "fault-injection")]

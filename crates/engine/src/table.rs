@@ -260,6 +260,11 @@ impl<E: Entry> Table<E> {
         }
     }
 
+    /// Marks every block for rewriting (a tree adopted whole).
+    pub fn mark_all_dirty(&mut self) {
+        self.dirty.extend(0..self.block_count() as u32);
+    }
+
     /// The payload of block `b`.
     #[must_use]
     pub fn encode_block(&self, b: u32) -> Vec<u8> {

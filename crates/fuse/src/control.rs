@@ -233,6 +233,11 @@ pub const SNAPSHOT_CREATE: &str = "dualfs.snapshot.create";
 pub const SNAPSHOT_DELETE: &str = "dualfs.snapshot.delete";
 /// Read: the snapshots, as [`snapshots_json`] writes them.
 pub const SNAPSHOTS: &str = "dualfs.snapshots";
+/// Set to `SOURCE/NAME` (`/` is in no snapshot name): makes `NAME` a
+/// writable clone of snapshot `SOURCE`.
+pub const CLONE_CREATE: &str = "dualfs.clone.create";
+/// Read: the live tree's name, as a JSON string.
+pub const TREE: &str = "dualfs.tree";
 
 /// The snapshots as `dualfs snapshot list --json` prints them (one shape
 /// whether the volume is mounted or not).
@@ -251,6 +256,7 @@ pub fn snapshots_json(list: &[dualfs_engine::volume::SnapshotView]) -> Value {
                     "data_shared_bytes": s.data_shared_bytes,
                     "meta_only_bytes": s.meta_only_bytes,
                     "meta_blocks": s.meta_blocks,
+                    "kind": if s.writable { "clone" } else { "snapshot" },
                 })
             })
             .collect(),
@@ -554,6 +560,9 @@ mod requests {
                     Ok(control::snapshots_json(&self.vol.snapshot_list()).to_string().into_bytes())
                 }
                 b if b == control::RESIZE.as_bytes() => Ok(self.control.resize_status()),
+                b if b == control::TREE.as_bytes() => {
+                    Ok(serde_json::json!(self.vol.live_tree()).to_string().into_bytes())
+                }
                 b if b == control::REMOUNT_RO.as_bytes() => self.control.remount(&self.vol, true, true),
                 b if b == control::REMOUNT_RW.as_bytes() => {
                     self.control.remount(&self.vol, false, self.options.devices_writable)
@@ -589,6 +598,11 @@ mod requests {
                     };
                     done.map_err(|e| report("snapshot", &e))
                 }
+                (b, Some(v)) if b == control::CLONE_CREATE.as_bytes() => {
+                    let text = std::str::from_utf8(v).map_err(|_| Errno::EINVAL)?;
+                    let (source, name) = text.split_once('/').ok_or(Errno::EINVAL)?;
+                    self.vol.clone_create(source, name).map(|_| ()).map_err(|e| report("clone", &e))
+                }
                 // Read-only attributes, and names that are not there.
                 (b, _)
                     if [
@@ -597,6 +611,7 @@ mod requests {
                         control::REMOUNT_RO,
                         control::REMOUNT_RW,
                         control::SNAPSHOTS,
+                        control::TREE,
                     ]
                     .iter()
                     .any(|n| n.as_bytes() == b) =>

@@ -154,6 +154,8 @@ pub struct Run {
     pub history: History,
     /// Snapshots the workload made and deleted.
     pub snapshots: Vec<SnapshotEvent>,
+    /// Steps that made another tree the live one: (step, its name).
+    pub switches: Vec<(usize, String)>,
 }
 
 /// The explorer: a base image and the configuration.
@@ -259,6 +261,7 @@ impl Explorer {
         history.fsyncs = std::mem::take(&mut r.fsyncs);
         history.strict = strict;
         let snapshots = std::mem::take(&mut r.snapshots);
+        let switches = std::mem::take(&mut r.switches);
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
@@ -266,6 +269,7 @@ impl Explorer {
             recording: Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() },
             history,
             snapshots,
+            switches,
         })
     }
 
@@ -368,8 +372,10 @@ impl Explorer {
             println!("recovered tree:\n{}", show_tree(&recovered));
         }
         let tags = tag_steps(w.steps.len());
-        run.history.find(&recovered, img.window, &w.steps, &tags)?;
-        check_snapshots(&vol, meta.clone(), data.clone(), &run.snapshots, img.window, &self.config.mount)?;
+        let k = run.history.find(&recovered, img.window, &w.steps, &tags)?;
+        check_live_tree(&vol, &recovered, k, run, img.window)?;
+        let images = (img.meta.clone(), img.data.clone());
+        check_snapshots(&vol, meta.clone(), data.clone(), images, &run.snapshots, img.window, &self.config.mount)?;
         fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
         let expected = new_work(&vol, &recovered, &rec, &tags, &self.config.mount)?;
         drop(vol);
@@ -420,52 +426,117 @@ impl Explorer {
     }
 }
 
-/// The snapshots oracle: a snapshot made by a step promised durable is
-/// there unless a step begun deleted it; one whose making was not begun,
-/// or whose deletion was promised, is not; and every snapshot there shows
-/// exactly the tree it was made of, byte for byte, whatever the live
-/// volume did after (a crash mid-create or mid-delete loses neither the
-/// snapshot nor what it holds).
+/// The live tree's name goes with its contents: the recovered tree is the
+/// state after step `k`, so its name is the one the last switch up to `k`
+/// gave (or that of another state of the window showing the same
+/// namespace). A switch is atomic: never the new tree under the old name.
+fn check_live_tree(vol: &Volume, got: &Tree, k: usize, run: &Run, window: crate::crash::Window) -> Result<(), String> {
+    let name_at = |k: usize| {
+        run.switches
+            .iter()
+            .rev()
+            .find(|(step, _)| *step <= k)
+            .map_or(dualfs_engine::format::snapshot::DEFAULT_TREE, |(_, n)| n.as_str())
+    };
+    let live = vol.live_tree();
+    if live == name_at(k) {
+        return Ok(());
+    }
+    let to = window.issued.min(run.history.trees.len() - 1);
+    let other =
+        (window.durable.min(to)..=to).any(|j| name_at(j) == live && got.same_namespace(&run.history.trees[j]).is_ok());
+    if other {
+        return Ok(());
+    }
+    Err(format!(
+        "the volume shows the tree of the state after step {k}, which is {}, as the live tree {live}",
+        name_at(k)
+    ))
+}
+
+/// One life of a snapshot or kept tree: made by step `from`, deleted by
+/// step `until` (a tree's name lives again each time it stops being live).
+struct Life<'a> {
+    from: usize,
+    until: Option<usize>,
+    tree: &'a Tree,
+    writable: bool,
+}
+
+/// The snapshots oracle: a snapshot (or kept tree) made by a step promised
+/// durable is there unless a step begun deleted it; one whose making was
+/// not begun, or whose deletion was promised, is not; and every one there
+/// shows exactly the tree it was made of, byte for byte, whatever the live
+/// volume did after (a crash mid-create, mid-delete or mid-switch loses
+/// neither the snapshot nor what it holds). A kept tree is read by making
+/// it the live one on a copy of the recovered volume.
 fn check_snapshots(
     vol: &Volume,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
+    images: (Arc<Image>, Arc<Image>),
     events: &[SnapshotEvent],
     window: crate::crash::Window,
     mount: &MountOptions,
 ) -> Result<(), String> {
-    let present: Vec<String> = vol.snapshot_list().into_iter().map(|s| s.name).collect();
+    let present: Vec<(String, bool)> = vol.snapshot_list().into_iter().map(|s| (s.name, s.writable)).collect();
     let mut names: Vec<&String> = events.iter().map(|e| &e.name).collect();
+    names.sort();
     names.dedup();
-    for p in &present {
+    for (p, _) in &present {
         if !events.iter().any(|e| &e.name == p) {
             return Err(format!("snapshot {p} is there but no step made it"));
         }
     }
     for name in names {
-        let created = events.iter().find(|e| &e.name == name && e.tree.is_some());
-        let deleted = events.iter().find(|e| &e.name == name && e.tree.is_none()).map(|e| e.step);
-        let Some(created) = created else { continue };
-        let there = present.contains(name);
-        let must = created.step <= window.durable && deleted.is_none_or(|d| d > window.issued);
-        let must_not = created.step > window.issued || deleted.is_some_and(|d| d <= window.durable);
-        if must && !there {
-            return Err(format!("snapshot {name}, made by step {} (durable), is missing", created.step));
+        let mut lives: Vec<Life> = Vec::new();
+        for e in events.iter().filter(|e| &e.name == name) {
+            match &e.tree {
+                Some(tree) => lives.push(Life { from: e.step, until: None, tree, writable: e.writable }),
+                None => {
+                    if let Some(l) = lives.last_mut().filter(|l| l.until.is_none()) {
+                        l.until = Some(e.step);
+                    }
+                }
+            }
         }
-        if must_not && there {
-            return Err(format!("snapshot {name} is there, made by step {} and deleted by {deleted:?}", created.step));
-        }
-        if !there {
+        let there = present.iter().find(|(p, _)| p == name);
+        let must = lives.iter().find(|l| l.from <= window.durable && l.until.is_none_or(|d| d > window.issued));
+        let may: Vec<&Life> =
+            lives.iter().filter(|l| l.from <= window.issued && l.until.is_none_or(|d| d > window.durable)).collect();
+        let Some(&(_, writable)) = there else {
+            if let Some(l) = must {
+                return Err(format!("snapshot {name}, made by step {} (durable), is missing", l.from));
+            }
             continue;
+        };
+        if may.is_empty() {
+            return Err(format!("snapshot {name} is there, but no step left it there by this crash"));
         }
-        let snap = Volume::open_snapshot(meta.clone(), data.clone(), name, *mount)
-            .map_err(|e| format!("snapshot {name} cannot be mounted: {e}"))?;
-        let got = Tree::of_volume(&snap).map_err(|e| format!("snapshot {name} cannot be read: {e}"))?;
-        let Some(want) = &created.tree else { continue };
-        got.same_namespace(want).map_err(|e| format!("snapshot {name} is not the tree it was made of: {e}"))?;
-        if let Some((p, _)) = got.entries.iter().find(|(p, e)| want.entries.get(*p).is_some_and(|w| w.bytes != e.bytes))
-        {
-            return Err(format!("snapshot {name}: {p} is not what it was when the snapshot was made"));
+        let got = if writable {
+            let (m, d) =
+                (Arc::new(OverlayDevice::new(images.0.clone())), Arc::new(OverlayDevice::new(images.1.clone())));
+            let copy = Volume::open_with_clock(m, d, *mount, fixed_clock())
+                .map_err(|e| format!("a copy of the recovered volume cannot be opened: {e}"))?;
+            copy.switch_tree(name).map_err(|e| format!("tree {name} cannot be made the live one: {e}"))?;
+            Tree::of_volume(&copy).map_err(|e| format!("tree {name} cannot be read: {e}"))?
+        } else {
+            let snap = Volume::open_snapshot(meta.clone(), data.clone(), name, *mount)
+                .map_err(|e| format!("snapshot {name} cannot be mounted: {e}"))?;
+            Tree::of_volume(&snap).map_err(|e| format!("snapshot {name} cannot be read: {e}"))?
+        };
+        let fits = |l: &&Life| {
+            l.writable == writable
+                && got.same_namespace(l.tree).is_ok()
+                && got.entries.iter().all(|(p, e)| l.tree.entries.get(p).is_none_or(|w| w.bytes == e.bytes))
+        };
+        if !may.iter().any(fits) {
+            let l = may[0];
+            got.same_namespace(l.tree).map_err(|e| format!("snapshot {name} is not the tree it was made of: {e}"))?;
+            return Err(format!(
+                "snapshot {name}: its files are not what they were when it was made (step {})",
+                l.from
+            ));
         }
     }
     Ok(())

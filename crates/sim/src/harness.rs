@@ -67,10 +67,26 @@ pub enum Op {
     /// Mount the snapshot named `s{name % 4}` read-only beside the live
     /// volume and compare its tree with the copy the model kept.
     CheckSnapshot { name: u8 },
+    /// Make `c{name % 2}` a writable clone of snapshot `s{source % 4}`; the
+    /// model copies that snapshot's tree.
+    Clone { source: u8, name: u8 },
+    /// Make tree `c0`, `c1` or `main` (`name % 3`) the live one, held
+    /// files closed first, as a mount does; the model keeps the outgoing
+    /// tree and takes the incoming one.
+    SwitchTree { name: u8 },
+    /// Delete kept tree `c0`, `c1` or `main` (`name % 3`).
+    DeleteTree { name: u8 },
 }
 
 fn snapshot_name(n: u8) -> String {
     format!("s{}", n % 4)
+}
+
+fn tree_name(n: u8) -> String {
+    match n % 3 {
+        2 => dualfs_engine::format::snapshot::DEFAULT_TREE.to_string(),
+        k => format!("c{k}"),
+    }
 }
 
 fn name(n: u8) -> Vec<u8> {
@@ -93,6 +109,10 @@ pub struct Harness {
     options: MountOptions,
     /// The model's tree when each snapshot was taken, by name.
     snapshots: std::collections::BTreeMap<String, Model>,
+    /// The trees kept while another is live (clones, the tree once live).
+    trees: std::collections::BTreeMap<String, Model>,
+    /// The live tree's name.
+    live: String,
 }
 
 fn errno(r: Result<(), Error>) -> Result<(), i32> {
@@ -138,6 +158,8 @@ impl Harness {
             held: Vec::new(),
             options,
             snapshots: std::collections::BTreeMap::new(),
+            trees: std::collections::BTreeMap::new(),
+            live: dualfs_engine::format::snapshot::DEFAULT_TREE.to_string(),
         }
     }
 
@@ -365,6 +387,41 @@ impl Harness {
                 compare_tree(&snap, model, &[]).map_err(|e| format!("snapshot {name}: {e}"))?;
                 snap.close().map_err(|e| format!("closing snapshot {name}: {e}"))?;
                 return Ok(());
+            }
+            Op::Clone { source, name } => {
+                let (source, name) = (snapshot_name(source), format!("c{}", name % 2));
+                let got = self.vol().clone_create(&source, &name).map(|_| ());
+                let taken = self.trees.contains_key(&name) || self.live == name;
+                let want = match self.snapshots.get(&source) {
+                    Some(m) if !taken => Ok(m.clone()),
+                    _ => Err(()),
+                };
+                if let (Ok(()), Ok(m)) = (&got, &want) {
+                    self.trees.insert(name, m.clone());
+                }
+                (got.map_err(|_| 1), want.map(|_| ()).map_err(|()| 1))
+            }
+            Op::SwitchTree { name } => {
+                let name = tree_name(name);
+                // As a mount: nothing holds a file of the tree that goes
+                // (every other reference was let go after its operation).
+                self.release_all()?;
+                let got = self.vol().switch_tree(&name);
+                let want = if name == self.live || self.trees.contains_key(&name) { Ok(()) } else { Err(()) };
+                if got.is_ok()
+                    && name != self.live
+                    && let Some(incoming) = self.trees.remove(&name)
+                {
+                    let outgoing = std::mem::replace(&mut self.model, incoming);
+                    self.trees.insert(std::mem::replace(&mut self.live, name), outgoing);
+                }
+                (got.map_err(|_| 1), want.map_err(|()| 1))
+            }
+            Op::DeleteTree { name } => {
+                let name = tree_name(name);
+                let got = self.vol().snapshot_delete(&name);
+                let want = self.trees.remove(&name).map(|_| ()).ok_or(());
+                (got.map_err(|_| 1), want.map_err(|()| 1))
             }
         };
         if got != want {

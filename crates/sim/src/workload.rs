@@ -129,11 +129,22 @@ pub enum Step {
     /// `dualfs snapshot create`: everything so far becomes durable, and the
     /// snapshot shows the tree as it is now, for ever.
     SnapshotCreate(String),
-    /// `dualfs snapshot delete`.
+    /// `dualfs snapshot delete` (of a snapshot or a kept tree).
     SnapshotDelete(String),
+    /// `dualfs clone`: `name`, a writable clone of snapshot `source`.
+    CloneCreate {
+        /// The snapshot (or kept tree) cloned.
+        source: String,
+        /// The clone's name.
+        name: String,
+    },
+    /// `dualfs mount -o clone=NAME`: that tree becomes the live one, and
+    /// the live tree is kept under its name.
+    SwitchTree(String),
 }
 
-/// A snapshot made or deleted by a step.
+/// A snapshot or kept tree made or deleted by a step (a switch of the
+/// live tree makes the outgoing one and deletes the incoming one).
 #[derive(Clone, Debug)]
 pub struct SnapshotEvent {
     /// The step.
@@ -142,6 +153,8 @@ pub struct SnapshotEvent {
     pub name: String,
     /// The tree it keeps (None: the step deleted it).
     pub tree: Option<crate::tree::Tree>,
+    /// A writable tree (a clone, or a tree once live), not a snapshot.
+    pub writable: bool,
 }
 
 /// A named list of steps.
@@ -237,6 +250,12 @@ pub struct Runner<'a> {
     pub strict: bool,
     /// Snapshots made and deleted, in step order.
     pub snapshots: Vec<SnapshotEvent>,
+    /// The trees snapshots and kept trees hold, by name.
+    pub kept: HashMap<String, Model>,
+    /// The live tree's name.
+    pub live_tree: String,
+    /// Steps that made another tree the live one: (step, its name).
+    pub switches: Vec<(usize, String)>,
 }
 
 /// What a step promised once it returned.
@@ -286,6 +305,9 @@ impl<'a> Runner<'a> {
             fsyncs: Vec::new(),
             strict: false,
             snapshots: Vec::new(),
+            kept: HashMap::new(),
+            live_tree: dualfs_engine::format::snapshot::DEFAULT_TREE.to_string(),
+            switches: Vec::new(),
         }
     }
 
@@ -412,7 +434,12 @@ impl<'a> Runner<'a> {
     fn closes(&self, step: &Step) -> Option<Vec<Id>> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
-            Step::Sync | Step::RemountRo | Step::SnapshotCreate(_) | Step::SnapshotDelete(_) => return None,
+            Step::Sync
+            | Step::RemountRo
+            | Step::SnapshotCreate(_)
+            | Step::SnapshotDelete(_)
+            | Step::CloneCreate { .. }
+            | Step::SwitchTree(_) => return None,
             Step::Fsync(p) | Step::Fdatasync(p) => match at(p) {
                 Some(id) if self.is_file(id) => vec![Some(id)],
                 _ => return None,
@@ -553,12 +580,34 @@ impl<'a> Runner<'a> {
             Step::SnapshotCreate(name) => {
                 vol.snapshot_create(name).map_err(|e| format!("snapshot create: {e}"))?;
                 let tree = crate::tree::Tree::of_model(&self.model);
-                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: Some(tree) });
+                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: Some(tree), writable: false });
+                self.kept.insert(name.clone(), self.model.clone());
                 return Ok(Promise::All);
             }
             Step::SnapshotDelete(name) => {
                 vol.snapshot_delete(name).map_err(|e| format!("snapshot delete: {e}"))?;
-                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: None });
+                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: None, writable: false });
+                self.kept.remove(name);
+                return Ok(Promise::All);
+            }
+            Step::CloneCreate { source, name } => {
+                vol.clone_create(source, name).map_err(|e| format!("clone: {e}"))?;
+                let model = self.kept.get(source).cloned().ok_or_else(|| format!("no model of {source}"))?;
+                let tree = crate::tree::Tree::of_model(&model);
+                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: Some(tree), writable: true });
+                self.kept.insert(name.clone(), model);
+                return Ok(Promise::All);
+            }
+            Step::SwitchTree(name) => {
+                vol.switch_tree(name).map_err(|e| format!("switch to {name}: {e}"))?;
+                let incoming = self.kept.remove(name).ok_or_else(|| format!("no model of {name}"))?;
+                let outgoing = std::mem::replace(&mut self.model, incoming);
+                let tree = crate::tree::Tree::of_model(&outgoing);
+                let old = std::mem::replace(&mut self.live_tree, name.clone());
+                self.snapshots.push(SnapshotEvent { step: n, name: old.clone(), tree: Some(tree), writable: true });
+                self.snapshots.push(SnapshotEvent { step: n, name: name.clone(), tree: None, writable: true });
+                self.kept.insert(old, outgoing);
+                self.switches.push((n, name.clone()));
                 return Ok(Promise::All);
             }
             Step::Tick => {

@@ -638,6 +638,55 @@ pub fn snapshots() -> Vec<Workload> {
     out
 }
 
+/// Writable clones: made from snapshots (and from a snapshot of a clone),
+/// made the live tree and back while each tree changes, and deleted, the
+/// tree that was live among them. A crash cut inside a switch must show
+/// the old tree or the new one, under its own name, with the other kept
+/// whole; every kept tree is read back by making it live on a copy.
+#[must_use]
+pub fn clones() -> Vec<Workload> {
+    let steps = vec![
+        Step::SnapshotCreate(s("s")),
+        write("A/foo", 0, 5000),
+        Step::Create(s("B/main1")),
+        write("B/main1", 0, 6000),
+        Step::CloneCreate { source: s("s"), name: s("c") },
+        Step::SwitchTree(s("c")),
+        write("A/foo", 4096, 8192),
+        Step::Create(s("A/c1")),
+        write("A/c1", 0, 10000),
+        Step::Unlink(s("B/bar")),
+        Step::Sync,
+        Step::SnapshotCreate(s("c-snap")),
+        Step::CloneCreate { source: s("c-snap"), name: s("cc") },
+        write("A/c1", 0, 4096),
+        Step::SwitchTree(s("main")),
+        Step::Create(s("B/main2")),
+        write("B/main2", 0, 3000),
+        Step::SnapshotDelete(s("c")),
+        Step::SwitchTree(s("cc")),
+        write("A/foo", 0, 3000),
+        Step::Sync,
+        Step::SnapshotDelete(s("main")),
+        Step::Sync,
+    ];
+    let mut out = vec![Workload { name: s("clone/switches"), steps, scale: 8 }];
+    // The smallest case: blocks the clone shares with the tree that was
+    // live, overwritten in the clone, must go to new blocks.
+    let steps = vec![
+        Step::SnapshotCreate(s("s")),
+        Step::CloneCreate { source: s("s"), name: s("c") },
+        Step::SwitchTree(s("c")),
+        write("A/foo", 0, 8192),
+        Step::Sync,
+        Step::SwitchTree(s("main")),
+        write("A/foo", 4096, 4096),
+        Step::Sync,
+    ];
+    out.push(Workload { name: s("clone/overwrite"), steps, scale: 4 });
+    out
+}
+
 /// Resizes, on an explorer whose devices hold `spare` blocks past the
 /// volume ([`crate::explorer::Config`]'s `spare_*_blocks`, sizes given as
 /// (meta-data, data) blocks of the volume before): grows of each device
@@ -760,6 +809,7 @@ pub fn all() -> Vec<Workload> {
     v.push(log_wrap(160, true));
     v.push(cleaning());
     v.extend(snapshots());
+    v.extend(clones());
     v
 }
 

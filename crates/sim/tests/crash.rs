@@ -205,3 +205,17 @@ fn crashes_around_snapshots_keep_them_whole() {
         }
     }
 }
+
+/// The clone workloads on their own (they are in the campaign above too):
+/// every crash state, cut inside a switch of the live tree or anywhere
+/// else, shows one tree live under its own name and every kept tree whole.
+#[test]
+fn crashes_around_clones_keep_every_tree_whole() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::clones() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 50, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}

@@ -50,6 +50,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a snapshot's blocks overwritten after it was made show it.
         list.extend(workloads::snapshots());
     }
+    if fault == Fault::SwitchListLater {
+        // Only a switch of the live tree shows it.
+        list.extend(workloads::clones());
+    }
     list.extend(workloads::patterns());
     list.extend(workloads::ace().into_iter().step_by(7));
     list

@@ -44,6 +44,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => name.prop_map(|name| Op::Snapshot { name }),
         1 => name.prop_map(|name| Op::DeleteSnapshot { name }),
         2 => name.prop_map(|name| Op::CheckSnapshot { name }),
+        2 => (name, name).prop_map(|(source, name)| Op::Clone { source, name }),
+        2 => name.prop_map(|name| Op::SwitchTree { name }),
+        1 => name.prop_map(|name| Op::DeleteTree { name }),
     ]
 }
 

@@ -237,6 +237,27 @@ impl DataSpace {
         self.held_only = self.count_held_only();
     }
 
+    /// Makes another tree's bitmap and group descriptors this space's
+    /// (mounting a writable tree), rewritten whole by the next checkpoint.
+    /// What snapshots and kept trees hold stays held.
+    ///
+    /// # Panics
+    /// Either bitmap is not all in memory, frees or reservations are still
+    /// pending (the caller checkpointed first), or the sizes differ.
+    pub fn adopt_tree(&mut self, other: &DataSpace) {
+        assert!(self.fully_loaded() && other.fully_loaded(), "adopting a tree with a bitmap not all read");
+        assert!(self.pending.is_empty() && self.reserved == 0, "adopting a tree with data frees pending");
+        assert_eq!(self.total, other.total, "adopting a tree of another size");
+        self.groups = other.groups.clone();
+        self.bitmap = other.bitmap.clone();
+        self.groups.mark_all_dirty();
+        self.bitmap.mark_all_dirty();
+        self.free = other.free;
+        self.cursor = other.cursor.clone();
+        let held = std::mem::take(&mut self.held);
+        self.set_held(held);
+    }
+
     /// Adds a snapshot's bitmap to what snapshots hold.
     pub fn add_held(&mut self, bitmap: &[u64]) {
         let mut held = std::mem::take(&mut self.held);

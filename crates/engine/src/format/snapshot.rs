@@ -15,8 +15,18 @@ use crate::types::{MetaBlock, Timestamp};
 pub const NAME_MAX: usize = 64;
 const LIST_FIXED: usize = 16;
 const LIST_ENTRY: usize = 16;
+/// The live tree's name after the entries: length, 7 reserved bytes, name.
+const LIVE_NAME_BYTES: usize = 8 + NAME_MAX;
+/// List flag: the live tree's name follows the entries (format 1.4).
+const LIST_LIVE_NAMED: u32 = 1;
 /// Most snapshots a volume holds (one list block).
 pub const MAX_SNAPSHOTS: usize = (PAYLOAD_LEN - LIST_FIXED) / LIST_ENTRY;
+/// Most snapshots and trees a list naming the live tree holds.
+pub const MAX_SNAPSHOTS_NAMED: usize = (PAYLOAD_LEN - LIST_FIXED - LIVE_NAME_BYTES) / LIST_ENTRY;
+/// Record flag: a writable tree, kept while another is live (format 1.4).
+const RECORD_WRITABLE: u8 = 1;
+/// What the live tree is called while no list names it.
+pub const DEFAULT_TREE: &str = "main";
 const SNAP_FIXED: usize = 168;
 /// Most IFile index blocks a snapshot's checkpoint may name (a checkpoint
 /// may name a few more: such a volume refuses new snapshots).
@@ -31,27 +41,37 @@ pub struct ListEntry {
     pub address: MetaBlock,
 }
 
-/// The snapshot list: every snapshot the volume holds, oldest first.
+/// The snapshot list: every snapshot and kept tree the volume holds,
+/// oldest first, and the live tree's name when it is not [`DEFAULT_TREE`].
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct SnapshotList {
     /// The id the next snapshot gets.
     pub next_id: u64,
     /// The snapshots.
     pub entries: Vec<ListEntry>,
+    /// The live tree's name, if it is not [`DEFAULT_TREE`] (format 1.4).
+    pub live_name: Option<String>,
 }
 
 impl SnapshotList {
     /// Encodes the payload of a snapshot list block.
     ///
     /// # Panics
-    /// More than [`MAX_SNAPSHOTS`] entries: the engine refuses to make more.
+    /// More than [`MAX_SNAPSHOTS`] entries ([`MAX_SNAPSHOTS_NAMED`] with a
+    /// live name), or a bad live name: the engine refuses both first.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        assert!(self.entries.len() <= MAX_SNAPSHOTS);
-        let mut w = Writer::with_capacity(LIST_FIXED + LIST_ENTRY * self.entries.len());
-        w.u32(self.entries.len() as u32).u32(0).u64(self.next_id);
+        let max = if self.live_name.is_some() { MAX_SNAPSHOTS_NAMED } else { MAX_SNAPSHOTS };
+        assert!(self.entries.len() <= max);
+        let flags = if self.live_name.is_some() { LIST_LIVE_NAMED } else { 0 };
+        let mut w = Writer::with_capacity(LIST_FIXED + LIST_ENTRY * self.entries.len() + LIVE_NAME_BYTES);
+        w.u32(self.entries.len() as u32).u32(flags).u64(self.next_id);
         for e in &self.entries {
             w.u64(e.id).u64(e.address.0);
+        }
+        if let Some(name) = &self.live_name {
+            assert!(bad_name(name).is_none());
+            w.u8(name.len() as u8).zeros(7).bytes(&padded(name));
         }
         w.into_inner()
     }
@@ -63,8 +83,13 @@ impl SnapshotList {
     /// trailing bytes.
     pub fn decode(payload: &[u8]) -> DecodeResult<SnapshotList> {
         let mut r = Reader::new(payload);
-        let n = bounded(u64::from(r.u32()?), "snapshot", MAX_SNAPSHOTS)?;
-        r.reserved(4)?;
+        let n = u64::from(r.u32()?);
+        let flags = r.u32()?;
+        if flags & !LIST_LIVE_NAMED != 0 {
+            bad!("unknown snapshot list flags {flags:#x}");
+        }
+        let named = flags & LIST_LIVE_NAMED != 0;
+        let n = bounded(n, "snapshot", if named { MAX_SNAPSHOTS_NAMED } else { MAX_SNAPSHOTS })?;
         let next_id = r.u64()?;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
@@ -75,10 +100,17 @@ impl SnapshotList {
             }
             entries.push(ListEntry { id, address });
         }
+        let live_name = if named {
+            let len = usize::from(r.u8()?);
+            r.reserved(7)?;
+            Some(decode_name(len, r.bytes(NAME_MAX)?)?)
+        } else {
+            None
+        };
         if r.remaining() != 0 {
             bad!("{} bytes follow the snapshot list", r.remaining());
         }
-        Ok(SnapshotList { next_id, entries })
+        Ok(SnapshotList { next_id, entries, live_name })
     }
 }
 
@@ -93,6 +125,28 @@ pub struct SnapshotRecord {
     pub name: String,
     /// The checkpoint it froze.
     pub checkpoint: Checkpoint,
+    /// A writable tree kept while another is live (a clone, or the tree
+    /// that was live before one was mounted), not a read-only snapshot.
+    pub writable: bool,
+}
+
+/// A name NUL-padded to [`NAME_MAX`] bytes.
+fn padded(name: &str) -> [u8; NAME_MAX] {
+    let mut raw = [0u8; NAME_MAX];
+    raw[..name.len()].copy_from_slice(name.as_bytes());
+    raw
+}
+
+/// A name of `len` bytes from its NUL-padded field, checked.
+fn decode_name(len: usize, raw: &[u8]) -> DecodeResult<String> {
+    if len > NAME_MAX || raw[len..].iter().any(|&b| b != 0) {
+        bad!("snapshot name of {len} bytes, or bytes after it");
+    }
+    let Ok(name) = std::str::from_utf8(&raw[..len]) else { bad!("snapshot name is not UTF-8") };
+    if let Some(why) = bad_name(name) {
+        bad!("{why}");
+    }
+    Ok(name.to_string())
 }
 
 /// Why a snapshot name is refused, if it is.
@@ -122,9 +176,8 @@ impl SnapshotRecord {
         let c = &self.checkpoint;
         assert!(c.index.len() <= MAX_SNAPSHOT_INDEX);
         let mut w = Writer::with_capacity(SNAP_FIXED + 16 * c.index.len());
-        let mut name = [0u8; NAME_MAX];
-        name[..self.name.len()].copy_from_slice(self.name.as_bytes());
-        w.u64(self.id).timestamp(self.created).u8(self.name.len() as u8).zeros(3).bytes(&name);
+        let flags = if self.writable { RECORD_WRITABLE } else { 0 };
+        w.u64(self.id).timestamp(self.created).u8(self.name.len() as u8).u8(flags).zeros(2).bytes(&padded(&self.name));
         c.encode_core(&mut w);
         w.u32(c.index.len() as u32).u32(0);
         debug_assert_eq!(w.len(), SNAP_FIXED);
@@ -143,15 +196,12 @@ impl SnapshotRecord {
         let id = r.u64()?;
         let created = r.timestamp()?;
         let len = usize::from(r.u8()?);
-        r.reserved(3)?;
-        let raw = r.bytes(NAME_MAX)?;
-        if len > NAME_MAX || raw[len..].iter().any(|&b| b != 0) {
-            bad!("snapshot name of {len} bytes, or bytes after it");
+        let flags = r.u8()?;
+        if flags & !RECORD_WRITABLE != 0 {
+            bad!("unknown snapshot flags {flags:#x}");
         }
-        let Ok(name) = std::str::from_utf8(&raw[..len]) else { bad!("snapshot name is not UTF-8") };
-        if let Some(why) = bad_name(name) {
-            bad!("{why}");
-        }
+        r.reserved(2)?;
+        let name = decode_name(len, r.bytes(NAME_MAX)?)?;
         if id == 0 {
             bad!("snapshot id 0");
         }
@@ -163,7 +213,7 @@ impl SnapshotRecord {
             bad!("{} bytes follow the snapshot's index", r.remaining());
         }
         let checkpoint = Checkpoint { index, ..core };
-        Ok(SnapshotRecord { id, created, name: name.to_string(), checkpoint })
+        Ok(SnapshotRecord { id, created, name, checkpoint, writable: flags & RECORD_WRITABLE != 0 })
     }
 }
 
@@ -196,17 +246,30 @@ mod tests {
                 snapshot_list: None,
                 geometry: None,
             },
+            writable: false,
         }
     }
 
     #[test]
     fn records_and_lists_round_trip() {
         assert_eq!(SnapshotRecord::decode(&sample().encode()).unwrap(), sample());
-        let list = SnapshotList {
+        let tree = SnapshotRecord { writable: true, ..sample() };
+        assert_eq!(SnapshotRecord::decode(&tree.encode()).unwrap(), tree);
+        let mut list = SnapshotList {
             next_id: 9,
             entries: vec![ListEntry { id: 2, address: MetaBlock(77) }, ListEntry { id: 8, address: MetaBlock(90) }],
+            live_name: None,
         };
         assert_eq!(SnapshotList::decode(&list.encode()).unwrap(), list);
+        list.live_name = Some("what-if".into());
+        assert_eq!(SnapshotList::decode(&list.encode()).unwrap(), list);
+        let full = SnapshotList {
+            next_id: 1000,
+            entries: (1..=MAX_SNAPSHOTS_NAMED as u64).map(|id| ListEntry { id, address: MetaBlock(id) }).collect(),
+            live_name: Some("n".repeat(NAME_MAX)),
+        };
+        assert!(full.encode().len() <= PAYLOAD_LEN);
+        assert_eq!(SnapshotList::decode(&full.encode()).unwrap(), full);
     }
 
     #[test]
@@ -221,8 +284,22 @@ mod tests {
         let mut bad = b;
         bad[24] = b'/';
         assert!(SnapshotRecord::decode(&bad).is_err());
-        let list = SnapshotList { next_id: 2, entries: vec![ListEntry { id: 2, address: MetaBlock(7) }] };
+        let list =
+            SnapshotList { next_id: 2, entries: vec![ListEntry { id: 2, address: MetaBlock(7) }], live_name: None };
         assert!(SnapshotList::decode(&list.encode()).is_err(), "an id not below next_id");
+        let mut flagged = sample().encode();
+        flagged[21] = 2;
+        assert!(SnapshotRecord::decode(&flagged).is_err(), "an unknown record flag");
+        let named = SnapshotList { next_id: 3, entries: Vec::new(), live_name: Some("t".into()) }.encode();
+        for n in 0..named.len() {
+            assert!(SnapshotList::decode(&named[..n]).is_err(), "{n}");
+        }
+        let mut bad = named.clone();
+        bad[4] = 3;
+        assert!(SnapshotList::decode(&bad).is_err(), "an unknown list flag");
+        let mut bad = named;
+        bad[24] = b'/';
+        assert!(SnapshotList::decode(&bad).is_err(), "a bad live name");
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"DUAL");
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
-/// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`].
-pub const FORMAT_MINOR: u16 = 3;
+/// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
+/// 1.4 added [`INCOMPAT_CLONES`].
+pub const FORMAT_MINOR: u16 = 4;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -51,13 +52,24 @@ pub const INCOMPAT_SNAPSHOTS: u64 = 1 << 4;
 /// checkpoint, hence incompat. Bits 0x8 and 0x10 belong to other features
 /// of 1.3. Since 1.3.
 pub const INCOMPAT_RESIZED: u64 = 1 << 5;
+/// `incompat`: the volume has writable trees besides the live one (clones,
+/// or the tree that was live before a clone was mounted): snapshot records
+/// may be writable, and the snapshot list may name the live tree. A reader
+/// of 1.3 would refuse those fields as corrupt; one that took a writable
+/// tree for a snapshot would let `-o snapshot=` read blocks that mounting
+/// that tree moves. Set by the first clone. Since 1.4.
+pub const INCOMPAT_CLONES: u64 = 1 << 6;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
 pub const KNOWN_RO_COMPAT: u64 = 0;
 /// Unknown `incompat` bits refuse the mount.
-pub const KNOWN_INCOMPAT: u64 =
-    INCOMPAT_BLOCK_ID | INCOMPAT_FSYNC_LOG | INCOMPAT_SCANNED_NAMES | INCOMPAT_SNAPSHOTS | INCOMPAT_RESIZED;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
+    | INCOMPAT_FSYNC_LOG
+    | INCOMPAT_SCANNED_NAMES
+    | INCOMPAT_SNAPSHOTS
+    | INCOMPAT_RESIZED
+    | INCOMPAT_CLONES;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.

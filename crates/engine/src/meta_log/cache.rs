@@ -113,6 +113,18 @@ impl MetaCache {
         MetaCache::default()
     }
 
+    /// Forgets every entry (another tree became the live one: the same
+    /// inode numbers and node ids name other objects there), keeping the
+    /// limits.
+    ///
+    /// # Panics
+    /// An entry is dirty or pinned: the caller committed first.
+    pub fn clear(&mut self) {
+        assert!(self.dirty_inodes.is_empty() && self.dirty_nodes.is_empty(), "clearing a dirty cache");
+        assert!(self.pinned.is_empty(), "clearing a cache with pinned inodes");
+        *self = MetaCache { limits: self.limits, ..MetaCache::default() };
+    }
+
     fn tick(&mut self) -> u64 {
         self.clock += 1;
         self.clock

@@ -24,6 +24,7 @@ pub mod resize;
 pub mod seal;
 pub mod segments;
 pub mod snapshot;
+pub mod tree;
 
 use std::sync::Arc;
 

@@ -13,7 +13,9 @@ use crate::data_space::DataSpace;
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::checkpoint::{Checkpoint, LogPosition};
-use crate::format::superblock::{CHECKPOINT_SLOTS, INCOMPAT_RESIZED, INCOMPAT_SNAPSHOTS, Role, Superblock};
+use crate::format::superblock::{
+    CHECKPOINT_SLOTS, INCOMPAT_CLONES, INCOMPAT_RESIZED, INCOMPAT_SNAPSHOTS, Role, Superblock,
+};
 use crate::ifile::{IFile, SegmentGeometry};
 use crate::types::{SegmentNo, Seq};
 
@@ -266,13 +268,14 @@ impl Log {
             )));
         }
         let same = Superblock { role: Role::Data, ..m.clone() };
-        // A crash between the two writes that set INCOMPAT_SNAPSHOTS (the
-        // meta-data copy first) leaves the data copy without it: the
-        // meta-data copy is the volume's, and the next snapshot made
-        // rewrites the data copy (`Volume::snapshot_create`).
+        // A crash between the two writes that set INCOMPAT_SNAPSHOTS or
+        // INCOMPAT_CLONES (the meta-data copy first) leaves the data copy
+        // without them: the meta-data copy is the volume's, and the next
+        // snapshot or clone made rewrites the data copy
+        // (`Volume::mark_features`).
         let snapshots_cut = |d: &Superblock| {
-            m.incompat & INCOMPAT_SNAPSHOTS != 0
-                && Superblock { incompat: d.incompat | INCOMPAT_SNAPSHOTS, minor: m.minor, ..d.clone() } == same
+            let set_later = m.incompat & (INCOMPAT_SNAPSHOTS | INCOMPAT_CLONES);
+            set_later != 0 && Superblock { incompat: d.incompat | set_later, minor: m.minor, ..d.clone() } == same
         };
         let stale = same != d && Log::lags_by_a_resize(&m, &d);
         if same != d && !snapshots_cut(&d) && !stale {

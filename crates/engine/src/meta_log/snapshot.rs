@@ -16,7 +16,7 @@ use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::Checkpoint;
 use crate::format::descriptor::Summary;
 use crate::format::snapshot::{self, ListEntry, SnapshotList, SnapshotRecord};
-use crate::format::superblock::INCOMPAT_SNAPSHOTS;
+use crate::format::superblock::{INCOMPAT_CLONES, INCOMPAT_SNAPSHOTS};
 use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
 
 /// One snapshot the volume holds.
@@ -38,6 +38,9 @@ pub struct SnapshotInfo {
     pub meta_blocks: u64,
     /// Its data bitmap.
     pub bitmap: Vec<u64>,
+    /// A writable tree kept while another is live (a clone, or the tree
+    /// that was live before a clone was mounted), not a snapshot.
+    pub writable: bool,
 }
 
 /// A change of the snapshot list the next checkpoint carries.
@@ -45,6 +48,13 @@ pub struct SnapshotInfo {
 pub(crate) enum Pending {
     Create(Box<SnapshotInfo>),
     Delete(u64),
+    /// The live tree is kept as `keep`, and tree `live` (named `name`)
+    /// becomes the live one, its record dropped.
+    Switch {
+        keep: Box<SnapshotInfo>,
+        live: u64,
+        name: String,
+    },
 }
 
 /// The snapshots of the volume, and what they keep.
@@ -57,6 +67,8 @@ pub(crate) struct Snapshots {
     /// Segments pinned: by how many snapshots (the list block's counts too).
     pub pins: HashMap<SegmentNo, u32>,
     pub pending: Option<Pending>,
+    /// The live tree's name, when it is not [`snapshot::DEFAULT_TREE`].
+    pub live_name: Option<String>,
     /// Where the checkpoint being sealed put the new list and snapshot block.
     pub staged: Option<(Option<MetaBlock>, Option<MetaBlock>)>,
 }
@@ -153,12 +165,28 @@ impl Log {
     /// A block of the image is missing or corrupt.
     pub fn open_image(&self, c: &Checkpoint) -> Result<Log> {
         let mut image = Log::fresh(self.sb.clone(), self.meta.clone(), self.data.clone());
-        // Whole: its bitmap is what the live volume must not hand out.
-        image.load_checkpoint(c, false)?;
+        // Whole: its bitmap is what the live volume must not hand out. An
+        // image never allocates, so the snapshots its checkpoint listed
+        // (older ones) are not loaded with it: each would load its own.
+        let c = Checkpoint { snapshot_list: None, ..c.clone() };
+        image.load_checkpoint(&c, false)?;
         Ok(image)
     }
 
-    fn info_from(&self, id: u64, name: String, created: Timestamp, address: MetaBlock, c: Checkpoint) -> SnapshotInfo {
+    /// What the live tree is called.
+    #[must_use]
+    pub fn live_tree_name(&self) -> &str {
+        self.snaps.live_name.as_deref().unwrap_or(snapshot::DEFAULT_TREE)
+    }
+
+    pub(super) fn info_from(
+        &self,
+        id: u64,
+        name: String,
+        created: Timestamp,
+        address: MetaBlock,
+        c: Checkpoint,
+    ) -> SnapshotInfo {
         let reach = self.reach();
         let mut segments = reach.segments;
         if let Some(s) = self.ifile.geometry().segment_of(address) {
@@ -173,6 +201,7 @@ impl Log {
             segments,
             meta_blocks: reach.blocks + 1,
             bitmap: self.space.bitmap_words(),
+            writable: false,
         }
     }
 
@@ -201,7 +230,10 @@ impl Log {
                 return Err(Error::corrupt_meta("snapshot block", e.address.0, "is not the snapshot the list names"));
             }
             match self.open_image(&rec.checkpoint) {
-                Ok(image) => all.push(image.info_from(rec.id, rec.name, rec.created, e.address, rec.checkpoint)),
+                Ok(image) => {
+                    let info = image.info_from(rec.id, rec.name, rec.created, e.address, rec.checkpoint);
+                    all.push(SnapshotInfo { writable: rec.writable, ..info });
+                }
                 Err(err) => {
                     // Damage to one snapshot must not cost the volume: it is
                     // kept (and its own blocks pinned) for fsck to name and
@@ -221,12 +253,34 @@ impl Log {
                         segments,
                         meta_blocks: 0,
                         bitmap: Vec::new(),
+                        writable: rec.writable,
                     });
                 }
             }
         }
-        self.snaps =
-            super::snapshot::Snapshots { list: Some(list_at), next_id: list.next_id, all, ..Default::default() };
+        if let Some(live) = &list.live_name
+            && all.iter().any(|s| &s.name == live)
+        {
+            return Err(Error::corrupt_meta(
+                "snapshot list",
+                list_at.0,
+                format!("names the live tree {live}, and a kept snapshot or tree of that name"),
+            ));
+        }
+        if (list.live_name.is_some() || all.iter().any(|s| s.writable)) && self.sb.incompat & INCOMPAT_CLONES == 0 {
+            return Err(Error::corrupt_meta(
+                "snapshot list",
+                list_at.0,
+                "names writable trees on a volume without the CLONES feature",
+            ));
+        }
+        self.snaps = super::snapshot::Snapshots {
+            list: Some(list_at),
+            next_id: list.next_id,
+            all,
+            live_name: list.live_name,
+            ..Default::default()
+        };
         if !self.snaps.all.is_empty() {
             // The held set is counted against the live bitmap, word by word.
             self.space.load_all()?;
@@ -271,15 +325,19 @@ impl Log {
             return Some(why.to_string());
         }
         if self.snaps.all.iter().any(|s| s.name == name) {
-            return Some(format!("a snapshot named {name} exists already"));
+            return Some(format!("a snapshot or tree named {name} exists already"));
+        }
+        if self.live_tree_name() == name {
+            return Some(format!("the live tree is named {name}"));
         }
         if self.sb.incompat & crate::format::superblock::INCOMPAT_RESIZED != 0 {
             // A snapshot record does not carry the geometry it was taken
             // at, which a resized volume's images need.
             return Some("the volume was resized, and snapshots of a resized volume are not supported yet".into());
         }
-        if self.snaps.all.len() >= snapshot::MAX_SNAPSHOTS {
-            return Some(format!("the volume holds {} snapshots, the most it can", snapshot::MAX_SNAPSHOTS));
+        let max = if self.snaps.live_name.is_some() { snapshot::MAX_SNAPSHOTS_NAMED } else { snapshot::MAX_SNAPSHOTS };
+        if self.snaps.all.len() >= max {
+            return Some(format!("the volume holds {max} snapshots and trees, the most it can"));
         }
         None
     }
@@ -323,6 +381,11 @@ impl Log {
     /// No such snapshot.
     pub fn stage_snapshot_delete(&mut self, name: &str) -> Result<u64> {
         let Some(s) = self.snaps.all.iter().find(|s| s.name == name) else {
+            if self.live_tree_name() == name {
+                return Err(Error::SnapshotRefused(format!(
+                    "{name} is the live tree: mount another tree (-o clone=NAME) before deleting it"
+                )));
+            }
             return Err(Error::NoSnapshot(name.to_string()));
         };
         let id = s.id;
@@ -338,23 +401,16 @@ impl Log {
         let remaining = match &self.snaps.pending {
             None => return bodies,
             Some(Pending::Create(info)) => {
-                let rec = SnapshotRecord {
-                    id: info.id,
-                    created: info.created,
-                    name: info.name.clone(),
-                    checkpoint: info.checkpoint.clone(),
-                };
-                bodies.push(Body {
-                    summary: Summary { kind: BlockKind::Snapshot, owner: InodeNo(0), name: info.id },
-                    aux: 0,
-                    payload: rec.encode(),
-                    inodes: None,
-                });
+                bodies.push(record_body(info));
                 self.snaps.all.len() + 1
             }
             Some(Pending::Delete(_)) => self.snaps.all.len() - 1,
+            Some(Pending::Switch { keep, .. }) => {
+                bodies.push(record_body(keep));
+                self.snaps.all.len()
+            }
         };
-        if remaining > 0 {
+        if remaining > 0 || self.pending_live_name().is_some() {
             bodies.push(Body {
                 summary: Summary { kind: BlockKind::SnapshotList, owner: InodeNo(0), name: 0 },
                 aux: 0,
@@ -381,12 +437,19 @@ impl Log {
                 snap_at = Some(addresses[0]);
             }
             Some(Pending::Delete(id)) => entries.retain(|e| e.id != *id),
+            Some(Pending::Switch { keep, live, .. }) => {
+                entries.retain(|e| e.id != *live);
+                entries.push(ListEntry { id: keep.id, address: addresses[0] });
+                next_id = keep.id + 1;
+                snap_at = Some(addresses[0]);
+            }
         }
-        let list_at = if entries.is_empty() {
+        let live_name = self.pending_live_name();
+        let list_at = if entries.is_empty() && live_name.is_none() {
             None
         } else {
             let i = addresses.len() - 1;
-            bodies[i].payload = SnapshotList { next_id, entries }.encode();
+            bodies[i].payload = SnapshotList { next_id, entries, live_name }.encode();
             Some(addresses[i])
         };
         self.snaps.next_id = next_id;
@@ -424,6 +487,21 @@ impl Log {
                 self.snaps.list = list;
                 // What only it held is let go: the held set is the OR of
                 // the others' bitmaps, counted again.
+                self.repin_snapshots();
+            }
+            Some(Pending::Switch { mut keep, live, name }) => {
+                if let Some(a) = snap_at {
+                    keep.address = a;
+                    if let Some(s) = self.ifile.geometry().segment_of(a) {
+                        keep.segments.insert(s);
+                    }
+                }
+                // The new live tree's blocks are the live volume's now, no
+                // longer held nor pinned for its record.
+                self.snaps.all.retain(|s| s.id != live);
+                self.snaps.all.push(*keep);
+                self.snaps.live_name = (name != snapshot::DEFAULT_TREE).then_some(name);
+                self.snaps.list = list;
                 self.repin_snapshots();
             }
             None => {
@@ -489,6 +567,23 @@ impl Log {
     /// A segment the live volume does not need, kept by snapshots alone.
     fn segment_dead_but_pinned(&self, s: SegmentNo) -> bool {
         self.ifile.segment(s).live_bytes == 0 && !self.ckpt.pins.contains_key(&s)
+    }
+}
+
+/// The snapshot block holding `info`'s record.
+fn record_body(info: &SnapshotInfo) -> Body {
+    let rec = SnapshotRecord {
+        id: info.id,
+        created: info.created,
+        name: info.name.clone(),
+        checkpoint: info.checkpoint.clone(),
+        writable: info.writable,
+    };
+    Body {
+        summary: Summary { kind: BlockKind::Snapshot, owner: InodeNo(0), name: info.id },
+        aux: 0,
+        payload: rec.encode(),
+        inodes: None,
     }
 }
 

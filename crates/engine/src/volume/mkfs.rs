@@ -131,13 +131,15 @@ impl Volume {
             minor: FORMAT_MINOR,
             compat: 0,
             ro_compat: 0,
-            // Snapshots are on from the start: setting the bit later means
-            // rewriting both superblocks in place, whose torn write a crash
-            // could leave (a volume of an older mkfs still gets it that
-            // way, `Volume::snapshot_create`). Off with the fsync log: such
-            // a volume is made for older readers.
+            // Snapshots and clones are on from the start: setting the bits
+            // later means rewriting both superblocks in place, whose torn
+            // write a crash could leave (a volume of an older mkfs still
+            // gets them that way, `Volume::mark_features`). Off with the
+            // fsync log: such a volume is made for older readers.
             incompat: if opts.fsync_log {
-                crate::format::superblock::INCOMPAT_FSYNC_LOG | crate::format::superblock::INCOMPAT_SNAPSHOTS
+                crate::format::superblock::INCOMPAT_FSYNC_LOG
+                    | crate::format::superblock::INCOMPAT_SNAPSHOTS
+                    | crate::format::superblock::INCOMPAT_CLONES
             } else {
                 0
             },

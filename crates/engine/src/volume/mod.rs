@@ -22,6 +22,7 @@ mod resize;
 mod shrink;
 mod snapshot;
 mod space;
+mod tree;
 pub mod types;
 mod xattrs;
 

@@ -33,6 +33,8 @@ pub struct SnapshotView {
     pub meta_only_bytes: u64,
     /// Meta-data blocks its image reaches.
     pub meta_blocks: u64,
+    /// A writable tree (a clone, or a tree once live), not a snapshot.
+    pub writable: bool,
 }
 
 impl Volume {
@@ -50,7 +52,7 @@ impl Volume {
             return Err(Error::SnapshotRefused(why));
         }
         let mut c = lock(&self.commit);
-        self.mark_snapshots_feature()?;
+        self.mark_features(INCOMPAT_SNAPSHOTS, 3)?;
         // The snapshot keeps the checkpoint written here: the commit lock
         // is held from it to the one recording the snapshot, so that no
         // commit or fsync decides where data goes in between (the data
@@ -115,18 +117,20 @@ fn view(s: &SnapshotInfo, space: SnapshotSpace, segment_bytes: u64) -> SnapshotV
         data_shared_bytes: space.data_shared * BLOCK_BYTES,
         meta_only_bytes: space.meta_segments_only * segment_bytes,
         meta_blocks: s.meta_blocks,
+        writable: s.writable,
     }
 }
 
 impl Volume {
-    /// Sets `INCOMPAT_SNAPSHOTS` (and format 1.3) on both superblocks the
-    /// first time: the meta-data copy first, then the data copy, each
-    /// flushed (as `dualfs tune` does). Before any snapshot is recorded,
-    /// so that no reader unaware of snapshots ever reuses what one keeps.
-    fn mark_snapshots_feature(&self) -> Result<()> {
+    /// Sets `bits` (`INCOMPAT_SNAPSHOTS`, format 1.3; `INCOMPAT_CLONES`,
+    /// 1.4: `minor`) on both superblocks the first time: the meta-data copy
+    /// first, then the data copy, each flushed (as `dualfs tune` does).
+    /// Before any snapshot or clone is recorded, so that no reader unaware
+    /// of them ever reuses what one keeps.
+    pub(super) fn mark_features(&self, bits: u64, minor: u16) -> Result<()> {
         let mut fs = lock(&self.fs);
         let sb = fs.log.superblock().clone();
-        if sb.incompat & INCOMPAT_SNAPSHOTS != 0 {
+        if sb.incompat & bits == bits {
             // The data copy may lack the bit still (a crash between the two
             // writes, which mount accepts): it is written again then.
             let want = Superblock { role: Role::Data, ..sb }.encode();
@@ -142,7 +146,7 @@ impl Volume {
             }
             return Ok(());
         }
-        let new = Superblock { incompat: sb.incompat | INCOMPAT_SNAPSHOTS, minor: sb.minor.max(3), ..sb };
+        let new = Superblock { incompat: sb.incompat | bits, minor: sb.minor.max(minor), ..sb };
         let written = device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &new.encode())
             .and_then(|()| device::flush(self.meta.as_ref(), DeviceRole::Meta))
             .and_then(|()| {
@@ -176,6 +180,12 @@ impl Volume {
         let Some(s) = live.snapshots().iter().find(|s| s.name == name) else {
             return Err(Error::NoSnapshot(name.to_string()));
         };
+        if s.writable {
+            // Mounting that tree would move what this mount reads.
+            return Err(Error::SnapshotRefused(format!(
+                "{name} is a writable tree, not a snapshot: mount it with -o clone={name}"
+            )));
+        }
         let image = live.open_image(&s.checkpoint)?;
         drop(live);
         let options = MountOptions { read_only: true, ..options };

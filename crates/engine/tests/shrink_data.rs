@@ -160,3 +160,31 @@ fn fsck_names_an_extent_past_the_committed_end_i8() {
     );
     assert!(text.iter().any(|p| p.contains("names data group")), "{text:#?}");
 }
+
+/// A file the scan listed and that is deleted before the mover reaches it
+/// is passed over (its blocks are freed, not moved), not an error that
+/// would stop the shrink.
+#[test]
+fn a_file_deleted_between_the_scan_and_its_move_is_passed_over() {
+    let (meta, data) = rig();
+    let v = open(&meta, &data);
+    let files = fill(&v, 16, 40);
+    v.sync().unwrap();
+    let end = 8 * u64::from(GROUP);
+    let owners = v.with_fs(|fs| {
+        fs.log.space_mut().limit_blocks(Some(end)).unwrap();
+        fs.scan_from(end, 0, u64::MAX).unwrap().0
+    });
+    let gone = owners.last().unwrap().ino;
+    let d = files.iter().position(|(f, _)| *f == gone).unwrap();
+    let dir = v.lookup(InodeNo::ROOT, format!("d{d}").as_bytes()).unwrap().ino;
+    v.unlink(dir, b"f").unwrap();
+    // The create's lookup let go: nothing holds it, it is freed.
+    v.forget(gone, 1).unwrap();
+    assert_eq!(v.with_fs(|fs| fs.relocate_from(gone, end, 1000)).unwrap(), 0);
+    assert!(v.with_fs(|fs| fs.relocate_from(owners[0].ino, end, 1000)).unwrap() > 0);
+    v.with_fs(|fs| fs.log.space_mut().limit_blocks(None)).unwrap();
+    v.sync().unwrap();
+    v.close().unwrap();
+    assert!(fsck(&meta, &data).is_clean());
+}

@@ -83,6 +83,11 @@ impl Fs {
     /// `NoSpace(Data)` when the space below the end ran out; I/O errors.
     pub fn relocate_from(&mut self, ino: InodeNo, end: u64, budget: u64) -> Result<u64> {
         debug_assert_eq!(self.log.space().limit(), Some(end), "moving blocks with no limit set");
+        // Deleted since the scan (its blocks are freed, not moved), or its
+        // number taken by a file made since (which has none past the end).
+        if !self.log.ifile().inode(ino).is_some_and(|e| e.in_use()) {
+            return Ok(0);
+        }
         let mut taken = 0;
         for e in self.extents_around(ino, 0, u64::MAX)? {
             if taken >= budget {

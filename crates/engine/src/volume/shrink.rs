@@ -50,7 +50,14 @@ impl Volume {
             fs.log.check_data_shrink(n)?;
             fs.log.space_mut().limit_blocks(Some(n))?;
         }
-        let r = self.move_and_cut(n, progress);
+        let r = self.move_and_cut(n, progress).map_err(|e| match e {
+            Error::NoSpace(crate::error::DeviceRole::Data) => Error::Resize(format!(
+                "the data device's space below {} MiB filled up while the shrink moved data there; nothing is \
+                 lost, the volume keeps its size: free space or shrink less",
+                n / 256
+            )),
+            e => e,
+        });
         let lifted = lock(&self.fs).log.space_mut().limit_blocks(None);
         let report = r?;
         lifted?;

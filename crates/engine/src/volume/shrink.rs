@@ -58,6 +58,12 @@ impl Volume {
             )),
             e => e,
         });
+        if r.is_err() {
+            // The pages the mover dirtied hold reservations for new blocks:
+            // write them there while the limit still says so. What fails
+            // here failed above already.
+            let _ = self.commit();
+        }
         let lifted = lock(&self.fs).log.space_mut().limit_blocks(None);
         let report = r?;
         lifted?;

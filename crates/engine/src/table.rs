@@ -260,9 +260,30 @@ impl<E: Entry> Table<E> {
         }
     }
 
-    /// Marks every block for rewriting (a tree adopted whole).
-    pub fn mark_all_dirty(&mut self) {
-        self.dirty.extend(0..self.block_count() as u32);
+    /// Takes `other`'s entries (another tree's table, mounting it): a block
+    /// whose bytes are those of this table's clean, written block of the
+    /// same number keeps that block's address; every other block is dirty,
+    /// for the next checkpoint to write. So no live block stays in the
+    /// other tree's image, and the trees' common blocks cost nothing.
+    ///
+    /// # Panics
+    /// Either table is not all in memory.
+    pub fn adopt(&mut self, other: &Table<E>) {
+        assert!(self.unloaded_count == 0 && other.unloaded_count == 0, "adopting a table not all read");
+        let old = std::mem::replace(self, other.clone());
+        self.dirty = BTreeSet::new();
+        for b in 0..self.block_count() as u32 {
+            let i = b as usize;
+            let same = i < old.block_count()
+                && !old.dirty.contains(&b)
+                && old.addresses[i].0 != 0
+                && old.encode_block(b) == self.encode_block(b);
+            if same {
+                self.addresses[i] = old.addresses[i];
+            } else {
+                self.dirty.insert(b);
+            }
+        }
     }
 
     /// The payload of block `b`.

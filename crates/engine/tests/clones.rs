@@ -12,19 +12,8 @@ use dualfs_engine::error::Error;
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Creds;
 
-fn read_all(vol: &Volume, path: &str, rig: &Rig) -> Vec<u8> {
-    let ino = rig.lookup(vol, path);
-    let size = vol.getattr(ino).unwrap().size;
-    vol.read(ino, 0, size as usize).unwrap()
-}
-
 fn exists(vol: &Volume, name: &[u8]) -> bool {
     vol.lookup(InodeNo::ROOT, name).is_ok()
-}
-
-fn assert_fsck_clean(rig: &Rig) {
-    let found = rig.fsck();
-    assert!(found.is_empty(), "{found:#?}");
 }
 
 /// Makes `name` the live tree and opens the volume again (closed first:
@@ -36,7 +25,7 @@ fn switch(rig: &Rig, vol: Volume, name: &str) -> Volume {
     vol.switch_tree(name).unwrap();
     assert_eq!(vol.live_tree(), name);
     vol.close().unwrap();
-    assert_fsck_clean(rig);
+    rig.assert_fsck_clean();
     let vol = rig.open();
     assert_eq!(vol.live_tree(), name);
     vol
@@ -46,7 +35,7 @@ fn switch(rig: &Rig, vol: Volume, name: &str) -> Volume {
 fn each_tree_keeps_its_own_changes() {
     let rig = Rig::new();
     let vol = rig.open();
-    let original = read_all(&vol, "data", &rig);
+    let original = rig.read_all(&vol, "data");
     vol.snapshot_create("s").unwrap();
     let f = rig.lookup(&vol, "data");
     vol.write(f, 0, &[1u8; 10_000]).unwrap();
@@ -59,7 +48,7 @@ fn each_tree_keeps_its_own_changes() {
 
     // The clone starts as the snapshot was, and takes writes of its own.
     let vol = switch(&rig, vol, "c");
-    assert_eq!(read_all(&vol, "data", &rig), original);
+    assert_eq!(rig.read_all(&vol, "data"), original);
     assert!(!exists(&vol, b"in-main"));
     let f = rig.lookup(&vol, "data");
     vol.write(f, 5_000, &[2u8; 30_000]).unwrap();
@@ -67,31 +56,31 @@ fn each_tree_keeps_its_own_changes() {
     vol.write(g, 0, &[3u8; 50_000]).unwrap();
     let d = rig.lookup(&vol, "d/sub");
     vol.unlink(d, b"inner").unwrap();
-    let in_c = read_all(&vol, "data", &rig);
+    let in_c = rig.read_all(&vol, "data");
 
     // The tree that was live is as it was left.
     let vol = switch(&rig, vol, "main");
-    let data = read_all(&vol, "data", &rig);
+    let data = rig.read_all(&vol, "data");
     assert_eq!(&data[..10_000], &[1u8; 10_000][..]);
     assert_eq!(&data[10_000..], &original[10_000..]);
     assert!(exists(&vol, b"in-main") && !exists(&vol, b"in-c"));
-    assert_eq!(read_all(&vol, "d/sub/inner", &rig), b"inner contents");
+    assert_eq!(rig.read_all(&vol, "d/sub/inner"), b"inner contents");
     // Writes here do not reach the clone's blocks.
     let f = rig.lookup(&vol, "data");
     vol.write(f, 0, &[4u8; 40_000]).unwrap();
 
     let vol = switch(&rig, vol, "c");
-    assert_eq!(read_all(&vol, "data", &rig), in_c);
-    assert_eq!(read_all(&vol, "in-c", &rig), vec![3u8; 50_000]);
+    assert_eq!(rig.read_all(&vol, "data"), in_c);
+    assert_eq!(rig.read_all(&vol, "in-c"), vec![3u8; 50_000]);
     let d = rig.lookup(&vol, "d/sub");
     assert!(matches!(vol.lookup(d, b"inner"), Err(Error::NotFound)));
 
     // The clone depends on nothing: its origin goes, and it stays whole.
     vol.snapshot_delete("s").unwrap();
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
     let vol = rig.open();
-    assert_eq!(read_all(&vol, "data", &rig), in_c);
+    assert_eq!(rig.read_all(&vol, "data"), in_c);
     vol.close().unwrap();
 }
 
@@ -110,10 +99,10 @@ fn clones_of_clones_and_the_space_they_hold() {
     vol.clone_create("c-1", "cc").unwrap();
     vol.write(f, 0, &vec![6u8; 1 << 20]).unwrap();
     let vol = switch(&rig, vol, "cc");
-    assert_eq!(read_all(&vol, "big", &rig), vec![5u8; 1 << 20]);
+    assert_eq!(rig.read_all(&vol, "big"), vec![5u8; 1 << 20]);
     vol.write(rig.lookup(&vol, "big"), 0, &vec![7u8; 1 << 20]).unwrap();
     let vol = switch(&rig, vol, "c");
-    assert_eq!(read_all(&vol, "big", &rig), vec![6u8; 1 << 20]);
+    assert_eq!(rig.read_all(&vol, "big"), vec![6u8; 1 << 20]);
     // Back on main, deleting every other tree and snapshot gives all back.
     let vol = switch(&rig, vol, "main");
     assert!(!exists(&vol, b"big"));
@@ -124,7 +113,7 @@ fn clones_of_clones_and_the_space_they_hold() {
     assert!(vol.snapshot_list().is_empty());
     assert_eq!(vol.statfs().bfree, free_before, "df is back to where it was");
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
 }
 
 #[test]
@@ -158,7 +147,7 @@ fn refusals_say_why() {
     vol.snapshot_delete("main").unwrap();
     vol.snapshot_delete("s").unwrap();
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
     let vol = rig.open();
     assert_eq!(vol.live_tree(), "c");
     assert!(vol.snapshot_list().is_empty());

@@ -24,22 +24,11 @@ fn snap(rig: &Rig, name: &str) -> Volume {
     Volume::open_snapshot(rig.meta.clone(), rig.data.clone(), name, options()).unwrap()
 }
 
-fn read_all(vol: &Volume, path: &str, rig: &Rig) -> Vec<u8> {
-    let ino = rig.lookup(vol, path);
-    let size = vol.getattr(ino).unwrap().size;
-    vol.read(ino, 0, size as usize).unwrap()
-}
-
-fn assert_fsck_clean(rig: &Rig) {
-    let found = rig.fsck();
-    assert!(found.is_empty(), "{found:#?}");
-}
-
 #[test]
 fn a_snapshot_keeps_the_files_as_they_were() {
     let rig = Rig::new();
     let vol = rig.open();
-    let before = read_all(&vol, "data", &rig);
+    let before = rig.read_all(&vol, "data");
     let id = vol.snapshot_create("one").unwrap();
     assert_eq!(vol.snapshot_view("one").map(|v| v.id), Some(id));
     // Overwrite in place, append, remove and create while it exists.
@@ -52,20 +41,20 @@ fn a_snapshot_keeps_the_files_as_they_were() {
     vol.sync().unwrap();
     {
         let s = snap(&rig, "one");
-        assert_eq!(read_all(&s, "data", &rig), before);
-        assert_eq!(read_all(&s, "d/sub/inner", &rig), b"inner contents");
+        assert_eq!(rig.read_all(&s, "data"), before);
+        assert_eq!(rig.read_all(&s, "d/sub/inner"), b"inner contents");
         assert!(matches!(s.lookup(InodeNo::ROOT, b"new"), Err(Error::NotFound)));
         assert!(s.create(InodeNo::ROOT, b"x", 0o644, Creds::ROOT).is_err(), "a snapshot is read-only");
     }
-    let now = read_all(&vol, "data", &rig);
+    let now = rig.read_all(&vol, "data");
     assert_eq!(&now[100..20_100], &[9u8; 20_000][..]);
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
     // And after a remount, the snapshot is still there and unchanged.
     let vol = rig.open();
     assert_eq!(vol.snapshot_list().len(), 1);
     let s = snap(&rig, "one");
-    assert_eq!(read_all(&s, "data", &rig), before);
+    assert_eq!(rig.read_all(&s, "data"), before);
     drop(s);
     vol.close().unwrap();
 }
@@ -103,7 +92,7 @@ fn deleting_the_last_snapshot_right_after_a_mount_forgets_it() {
     let vol = rig.open();
     assert!(vol.snapshot_list().is_empty(), "the deletion is on disk");
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
 }
 
 #[test]
@@ -130,10 +119,10 @@ fn overwrites_of_held_blocks_move_and_later_ones_stay_in_place() {
     vol.sync().unwrap();
     assert_eq!(placed(&vol), moved, "a block born after the snapshot is overwritten in place");
     let s = snap(&rig, "s");
-    assert_eq!(&read_all(&s, "data", &rig)[..4096], &[3u8; 4096][..]);
+    assert_eq!(&rig.read_all(&s, "data")[..4096], &[3u8; 4096][..]);
     drop(s);
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
 }
 
 #[test]
@@ -170,9 +159,9 @@ fn deleting_snapshots_gives_the_space_back() {
     vol.sync().unwrap();
     {
         let s = snap(&rig, "a");
-        assert!(read_all(&s, "big", &rig).iter().all(|&b| b == 1));
+        assert!(rig.read_all(&s, "big").iter().all(|&b| b == 1));
         let s = snap(&rig, "b");
-        let b = read_all(&s, "big", &rig);
+        let b = rig.read_all(&s, "big");
         assert!(b[..2 << 20].iter().all(|&x| x == 2) && b[2 << 20..].iter().all(|&x| x == 1));
     }
     vol.snapshot_delete("a").unwrap();
@@ -181,7 +170,7 @@ fn deleting_snapshots_gives_the_space_back() {
     assert_eq!(vol.statfs().bfree, free_before, "df is back to where it was");
     assert!(vol.snapshot_list().is_empty());
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
 }
 
 #[test]
@@ -224,7 +213,7 @@ fn the_cleaner_leaves_what_a_snapshot_keeps_and_still_frees_segments() {
     assert!(report.cleaner.segments_freed > 0, "{report:?}");
     assert!(vol.with_fs(|fs| pinned.iter().any(|&s| fs.log.segment_is_free(s))));
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
 }
 
 #[test]
@@ -250,7 +239,7 @@ fn rig_with_moved_snapshot() -> (Rig, u64) {
     vol.sync().unwrap();
     assert_ne!(vol.with_fs(|fs| fs.extents_around(f, 0, 1).unwrap())[0].physical.0, old);
     vol.close().unwrap();
-    assert_fsck_clean(&rig);
+    rig.assert_fsck_clean();
     (rig, old)
 }
 

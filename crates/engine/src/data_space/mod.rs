@@ -238,7 +238,8 @@ impl DataSpace {
     }
 
     /// Makes another tree's bitmap and group descriptors this space's
-    /// (mounting a writable tree), rewritten whole by the next checkpoint.
+    /// (mounting a writable tree): the next checkpoint writes the blocks
+    /// that differ from the outgoing tree's.
     /// What snapshots and kept trees hold stays held.
     ///
     /// # Panics
@@ -248,10 +249,8 @@ impl DataSpace {
         assert!(self.fully_loaded() && other.fully_loaded(), "adopting a tree with a bitmap not all read");
         assert!(self.pending.is_empty() && self.reserved == 0, "adopting a tree with data frees pending");
         assert_eq!(self.total, other.total, "adopting a tree of another size");
-        self.groups = other.groups.clone();
-        self.bitmap = other.bitmap.clone();
-        self.groups.mark_all_dirty();
-        self.bitmap.mark_all_dirty();
+        self.groups.adopt(&other.groups);
+        self.bitmap.adopt(&other.bitmap);
         self.free = other.free;
         self.cursor = other.cursor.clone();
         let held = std::mem::take(&mut self.held);

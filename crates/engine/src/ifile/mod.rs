@@ -94,14 +94,14 @@ impl IFile {
 
     /// Makes another tree's inode and node maps this IFile's (mounting a
     /// writable tree kept in the same log): the segment usage stays, as
-    /// the log is one, but its live bytes are those of the new maps. Every
-    /// block of the maps is rewritten by the next checkpoint, so that no
-    /// live IFile block stays in the other tree's image.
+    /// the log is one, but its live bytes are those of the new maps. A
+    /// block of the maps is rewritten by the next checkpoint unless the
+    /// outgoing tree's block holds the same entries
+    /// ([`crate::table::Table::adopt`]), so that no live IFile block stays
+    /// in the other tree's image.
     pub fn adopt_tree(&mut self, other: &IFile) {
-        self.inodes = other.inodes.clone();
-        self.nodes = other.nodes.clone();
-        self.inodes.mark_all_dirty();
-        self.nodes.mark_all_dirty();
+        self.inodes.adopt(&other.inodes);
+        self.nodes.adopt(&other.nodes);
         self.rebuild_free_lists();
         self.recount_live_bytes();
     }

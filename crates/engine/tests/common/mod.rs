@@ -126,6 +126,19 @@ impl Rig {
         }
         at
     }
+
+    /// The whole contents of the file at `path`.
+    pub fn read_all(&self, vol: &Volume, path: &str) -> Vec<u8> {
+        let ino = self.lookup(vol, path);
+        let size = vol.getattr(ino).unwrap().size;
+        vol.read(ino, 0, size as usize).unwrap()
+    }
+
+    /// fsck finds nothing.
+    pub fn assert_fsck_clean(&self) {
+        let found = self.fsck();
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }
 
 pub fn options() -> MountOptions {

@@ -768,7 +768,7 @@ pub fn shrink_data(data: u64, spare: u64) -> Workload {
         write("P/y", 16384, 8000),
         Step::Sync,
     ];
-    Workload { name: s("resize/shrink-data"), steps, scale: 3 }
+    Workload { name: s("resize/shrink-data"), steps, scale: 8 }
 }
 
 /// A shrink of the log with live meta-data past the new end: the log grows

@@ -3,10 +3,13 @@
 # while a tar of the tree is extracted into it, DualFS (dualfs resize, online,
 # both devices) against ext4 (resize2fs, online grow) and XFS (xfs_growfs);
 # then DualFS's log shrink (ext4 and XFS cannot shrink online). ext4 grows
-# offline (see below). Loop devices
+# offline (see below). With a third argument `data`, the data-device shrink
+# only: DualFS online (1 GiB to 512 MiB, the tree spread over all its
+# groups) against ext4's resize2fs, which shrinks offline only (umount,
+# e2fsck -f, resize2fs, mount); XFS cannot shrink at all. Loop devices
 # with direct I/O on image files; bytes written are the loop devices'
 # /sys/block/loopN/stat sectors during the resize command.
-# Usage: bench/resize.sh TREE.tar [RUNS]   (root; writes under /tmp/rszbench)
+# Usage: bench/resize.sh TREE.tar [RUNS] [data]   (root; under /tmp/rszbench)
 set -euo pipefail
 TREE=${1:?tree tar}
 RUNS=${2:-3}
@@ -25,7 +28,7 @@ loop() { losetup --direct-io=on -f --show "$1"; }
 # seconds and MiB written, and the tar's seconds.
 run() {
   local fs=$1 how=$2
-  LOOPS=""
+  LOOPS=""; MOVED=""
   case $fs in
     dualfs)
       truncate -s 512M $W/m.img; truncate -s 1G $W/d.img
@@ -53,6 +56,14 @@ run() {
   if [ "$how" = none ]; then :
   elif [ $fs = dualfs ] && [ "$how" = shrink ]; then
     $DUALFS resize $W/mnt --meta 192M >/dev/null
+  elif [ $fs = dualfs ] && [ "$how" = shrinkdata ]; then
+    $DUALFS resize $W/mnt --data 512M --json > $W/report.json
+    MOVED="moved_MiB=$(python3 -c "import json; r=json.load(open('$W/report.json'))['result']; \
+print('%.1f files=%d scan_ms=%d' % (r['data_blocks_moved'] / 256, r['data_files_moved'], r['data_scan_ms']))")"
+  elif [ $fs = ext4 ] && [ "$how" = shrinkdata ]; then
+    # Offline only: after the tar, unmounted, checked (resize2fs demands it).
+    wait $tarpid; umount $W/mnt; e2fsck -f -y $D >/dev/null 2>&1 || true
+    resize2fs $D 512M > $W/r2fs.txt 2>&1; mount $D $W/mnt
   else
     truncate -s 2G $W/d.img; losetup -c $D
     case $fs in
@@ -72,11 +83,19 @@ run() {
   if [ $fs = dualfs ]; then $DUALFS umount $W/mnt >/dev/null; $DUALFS fsck $M $D >/dev/null; else umount $W/mnt; fi
   for l in $LOOPS; do losetup -d $l; done; LOOPS=""
   rm -f $W/*.img
-  printf '%s %s%s resize_s=%.3f resize_MiB_written=%.2f tar_s=%.2f size_after_MiB=%s\n' $fs $how \
-    "${3:+-$3}" $(echo "$r1 - $r0" | bc) $(echo "($w1 - $w0) / 2048" | bc -l) $(echo "$t1 - $t0" | bc) $size
+  printf '%s %s%s resize_s=%.3f resize_MiB_written=%.2f tar_s=%.2f size_after_MiB=%s %s\n' $fs $how \
+    "${3:+-$3}" $(echo "$r1 - $r0" | bc) $(echo "($w1 - $w0) / 2048" | bc -l) $(echo "$t1 - $t0" | bc) $size "$MOVED"
 }
 
 echo "# $(date -u) $(uptime)"
+if [ "${3:-}" = data ]; then
+  for i in $(seq 1 $RUNS); do
+    for fs in dualfs ext4; do run $fs shrinkdata; done
+  done
+  for fs in dualfs ext4; do run $fs shrinkdata idle; done
+  echo "# $(uptime)"
+  exit 0
+fi
 for i in $(seq 1 $RUNS); do
   for fs in dualfs ext4 xfs; do run $fs none; run $fs grow; done
   run dualfs shrink

@@ -80,12 +80,18 @@ impl BlockDevice for Metered {
 /// A bar of `total` segments on standard error when it is a terminal
 /// (hidden otherwise): what `dualfs clean` has done so far.
 pub fn segment_bar(what: &str, total: usize) -> ProgressBar {
+    unit_bar(what, total, "segments")
+}
+
+/// [`segment_bar`] counting `unit` (a template word: no braces).
+#[must_use]
+pub fn unit_bar(what: &str, total: usize, unit: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} segments [{elapsed}]")
+        ProgressStyle::with_template(&format!("{{msg}} [{{bar:40}}] {{pos}}/{{len}} {unit} [{{elapsed}}]"))
             .map(|s| s.progress_chars("=> "))
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );

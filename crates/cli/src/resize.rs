@@ -19,7 +19,7 @@ use crate::control::Mounted;
 use crate::devices::{Access, open_pair};
 use crate::helper::split_source;
 use crate::mkfs::human_bytes;
-use crate::progress::segment_bar;
+use crate::progress::unit_bar;
 
 /// `dualfs resize`.
 #[derive(Args, Debug)]
@@ -65,8 +65,14 @@ devices).
 the new end, the cleaner moves the live meta-data out of the segments there
 (a progress bar counts them), and the volume then names the smaller size;
 truncate the device or image afterwards. A shrink whose live meta-data
-would not fit is refused before anything moves. Shrinking the data device
-is not supported (refused).
+would not fit is refused before anything moves.
+
+--data smaller than the data space in use shrinks it the same way: the
+allocator stops at the new end, and every block of file data past it is
+moved below it by ordinary commits (a progress bar counts the MiB), while
+the volume stays in use. Refused before anything moves when the data past
+the end would not fit in the free space below it, and on a volume with
+snapshots (their blocks cannot move).
 
 A crash at any moment leaves the volume at its old or its new size, with
 nothing lost. The first resize of a volume sets the RESIZED feature
@@ -76,14 +82,15 @@ Examples:
   truncate -s 8G data.img && dualfs resize meta.img data.img
   dualfs resize /mnt/vol --meta 2G
   dualfs resize /mnt/vol --data max
-  dualfs resize /mnt/vol --meta 256M && truncate -s 256M meta.img";
+  dualfs resize /mnt/vol --meta 256M && truncate -s 256M meta.img
+  dualfs resize /mnt/vol --data 2G && truncate -s 2G data.img";
 
 /// Resizes an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, req: ResizeRequest) -> Result<Value> {
     let (m, d) = open_pair(meta, data, Access::Exclusive)?;
     let vol = Volume::open(m, d, MountOptions::default())
         .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
-    let bar = segment_bar("emptying the log's end", 0);
+    let bar = unit_bar("moving what lies past the new end", 0, units(&req));
     let out = vol
         .resize_with_progress(req, &mut |done, total| {
             bar.set_length(total as u64);
@@ -105,7 +112,7 @@ fn mounted(target: &Path, req: ResizeRequest) -> Result<Value> {
     let value = order.clone();
     let worker =
         thread::spawn(move || rustix::fs::setxattr(&root, control::RESIZE, value.as_bytes(), XattrFlags::empty()));
-    let bar = segment_bar("emptying the log's end", 0);
+    let bar = unit_bar("moving what lies past the new end", 0, units(&req));
     while !worker.is_finished() {
         if let Ok(s) = mnt.get(control::RESIZE)
             && s["state"] == "running"
@@ -124,6 +131,16 @@ fn mounted(target: &Path, req: ResizeRequest) -> Result<Value> {
         bail!("resizing {}: {}", mnt.root().display(), std::io::Error::from(e));
     }
     Ok(json!({ "mounted": true, "request": order, "result": status }))
+}
+
+/// What the progress bar counts: segments of a log shrink, then MiB of a
+/// data shrink.
+fn units(req: &ResizeRequest) -> &'static str {
+    match (req.meta_blocks.is_some(), req.data_blocks.is_some()) {
+        (true, true) => "segments, then MiB",
+        (false, true) => "MiB",
+        _ => "segments",
+    }
 }
 
 fn u(v: &Value) -> u64 {
@@ -150,6 +167,21 @@ fn text(r: &Value) -> String {
             "\nthe meta-data device may now be cut to {} ({} bytes)",
             human_bytes(u(&r["meta_blocks"]) * BLOCK_BYTES),
             u(&r["meta_blocks"]) * BLOCK_BYTES
+        ));
+    }
+    if u(&r["data_blocks_moved"]) > 0 {
+        o.push_str(&format!(
+            "\n  moved        {} of file data ({} files; finding them took {} ms)",
+            human_bytes(u(&r["data_blocks_moved"]) * BLOCK_BYTES),
+            u(&r["data_files_moved"]),
+            u(&r["data_scan_ms"])
+        ));
+    }
+    if d1 < d0 {
+        o.push_str(&format!(
+            "\nthe data device may now be cut to {} ({} bytes)",
+            human_bytes(d1 * BLOCK_BYTES),
+            d1 * BLOCK_BYTES
         ));
     }
     o

@@ -50,6 +50,9 @@ pub enum Fault {
     /// Resize: commit a smaller log before the segments past its new end
     /// are empty.
     ShrinkBeforeEmpty,
+    /// Resize: commit a smaller data space while blocks past its new end
+    /// are still mapped by files (skip the data mover).
+    ShrinkDataBeforeEmpty,
     /// Delayed tails: let the block holding an inline file's durable bytes
     /// wait with the rest of its tail once the file outgrows its inode.
     UninlineInTail,
@@ -81,6 +84,7 @@ impl Fault {
         Fault::SnapshotInPlace,
         Fault::ResizeWithoutGeometry,
         Fault::ShrinkBeforeEmpty,
+        Fault::ShrinkDataBeforeEmpty,
         Fault::UninlineInTail,
         Fault::ReceiveWithoutMark,
         Fault::SwitchListLater,

@@ -177,9 +177,24 @@ fn a_damaged_superblock_is_named() {
     flip(&meta, 0, 100);
     let v =
         Volume::open(meta.clone(), data.clone(), MountOptions { read_only: true, ..MountOptions::default() }).unwrap();
-    assert!(v.open_report().damage.iter().any(|d| d.contains("superblock is damaged")), "{:?}", v.open_report());
+    let said = v.open_report().superblock_repair.clone().unwrap_or_default();
+    assert!(said.contains("meta-data device's superblock does not decode"), "{:?}", v.open_report());
+    assert!(!v.open_report().is_damaged(), "nothing is lost: {:?}", v.open_report());
+    // The data device's copy damaged past its first sector (which still
+    // names the volume): the meta-data device's is used, and a writable
+    // open writes the copy again.
     let (meta, data) = setup(4096, 4096);
     flip(&data, 0, 100);
+    let v = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap();
+    let said = v.open_report().superblock_repair.clone().unwrap_or_default();
+    assert!(said.contains("data device's superblock copy does not decode"), "{:?}", v.open_report());
+    v.close().unwrap();
+    let v = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap();
+    assert!(v.open_report().superblock_repair.is_none(), "{:?}", v.open_report());
+    // Its first sector damaged too: nothing shows the device is the
+    // volume's, and it is refused.
+    let (meta, data) = setup(4096, 4096);
+    flip(&data, 0, 45);
     let e = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap_err();
     assert!(e.to_string().contains("superblock") && e.to_string().contains("data device"), "{e}");
 }

@@ -222,7 +222,7 @@ fn a_damaged_meta_data_superblock_is_read_from_the_data_copy_and_written_again()
     vol.close().unwrap();
     rig.zero(0);
     let msgs = rig.fsck_messages();
-    assert!(msgs.iter().any(|m| m.contains("superblock is damaged")), "{msgs:?}");
+    assert!(msgs.iter().any(|m| m.contains("superblock does not decode")), "{msgs:?}");
     let ro = rig.open(MountOptions { read_only: true, ..options() }).unwrap();
     assert!(ro.lookup(InodeNo::ROOT, b"kept").is_ok());
     drop(ro);

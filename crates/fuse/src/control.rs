@@ -112,6 +112,9 @@ pub fn resize_json(r: &Result<ResizeReport, String>) -> Value {
             "data_blocks_after": r.after.data_blocks,
             "meta_blocks": r.meta_blocks,
             "meta_blocks_written": r.meta_blocks_written,
+            "data_files_moved": r.moved.files,
+            "data_blocks_moved": r.moved.blocks,
+            "data_scan_ms": r.moved.scan_ms,
         }),
         Err(e) => json!({ "state": "failed", "error": e }),
     }

@@ -736,7 +736,39 @@ pub fn resizes(meta: u64, data: u64, spare_meta: u64, spare_data: u64) -> Vec<Wo
     ];
     out.push(Workload { name: s("resize/grow-data"), steps: data_only, scale: 2 });
     out.push(shrink_meta(meta, spare_meta));
+    out.push(shrink_data(data, spare_data));
     out
+}
+
+/// A shrink of the data device with files past the new end: the data
+/// device grows by `spare` blocks, two directories made after it are bound
+/// to the new (emptiest) groups, and their files, one fsync'd, one only
+/// written, one open, lie there; then the data device shrinks back to
+/// `data` blocks, the open file is written and fdatasync'd through the
+/// move, and more files follow in the smaller space.
+#[must_use]
+pub fn shrink_data(data: u64, spare: u64) -> Workload {
+    let steps = vec![
+        Step::Resize { meta: 0, data: data + spare },
+        Step::Mkdir(s("N")),
+        Step::Mkdir(s("P")),
+        Step::Create(s("N/x")),
+        write("N/x", 0, 30000),
+        Step::Fsync(s("N/x")),
+        Step::Create(s("P/y")),
+        write("P/y", 0, 20000),
+        Step::Open { path: s("N/x"), h: 1 },
+        Step::Resize { meta: 0, data },
+        Step::WriteOpen { h: 1, offset: 4096, len: 5000 },
+        Step::Fdatasync(s("N/x")),
+        Step::Close(1),
+        Step::Create(s("N/after")),
+        write("N/after", 0, 9000),
+        Step::Fsync(s("N/after")),
+        write("P/y", 16384, 8000),
+        Step::Sync,
+    ];
+    Workload { name: s("resize/shrink-data"), steps, scale: 8 }
 }
 
 /// A shrink of the log with live meta-data past the new end: the log grows

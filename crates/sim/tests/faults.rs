@@ -28,7 +28,7 @@ fn config_for(fault: Fault) -> Config {
         c.mount.order = dualfs_engine::volume::Order::Strict;
     }
     // Room to grow into, for the resize workloads.
-    if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty) {
+    if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
         c.spare_meta_blocks = 8 * 128;
         c.spare_data_blocks = 8192;
     }
@@ -38,7 +38,7 @@ fn config_for(fault: Fault) -> Config {
 /// The workloads tried, in order, until one fails.
 fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     let mut list = Vec::new();
-    if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty) {
+    if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
         let c = config_for(fault);
         return workloads::resizes(c.meta_blocks, c.data_blocks, c.spare_meta_blocks, c.spare_data_blocks);
     }

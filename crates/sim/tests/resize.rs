@@ -76,6 +76,8 @@ fn the_resize_workloads_grow_the_volume() {
         let grew_data = g.data_blocks > base_sb.data_blocks;
         if w.name == "resize/shrink-meta" {
             assert_eq!(g.segment_count, base_sb.segment_count, "{}: shrunk back", w.name);
+        } else if w.name == "resize/shrink-data" {
+            assert_eq!(g.data_blocks, base_sb.data_blocks, "{}: shrunk back", w.name);
         } else {
             assert!(grew_meta || grew_data, "{}: still {g:?}", w.name);
         }
@@ -116,4 +118,32 @@ fn the_shrink_workload_has_meta_data_past_the_new_end() {
         .collect();
     println!("segments {} free {} last_seq {seqs:?}", log.superblock().segment_count, log.free_segments());
     assert!(past.len() >= 2, "only {past:?} past segment {old_end}");
+}
+
+/// The data shrink workload is a test of moving only if files' data lies
+/// past the new end when it shrinks: N/x (fsync'd; P/y is only dirty in
+/// memory then, and its write-back must land below the end).
+#[test]
+fn the_data_shrink_workload_has_file_data_past_the_new_end() {
+    let c = config();
+    let ex = Explorer::new(c.clone(), &workloads::setup()).expect("base image");
+    let w = workloads::shrink_data(c.data_blocks, c.spare_data_blocks);
+    let cut = w
+        .steps
+        .iter()
+        .position(|s| matches!(s, dualfs_sim::workload::Step::Resize { data, .. } if *data == c.data_blocks))
+        .unwrap();
+    let before = dualfs_sim::workload::Workload { name: w.name.clone(), steps: w.steps[..cut].to_vec(), scale: 1 };
+    let run = ex.record(&before).unwrap();
+    let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
+    let meta: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(img.meta));
+    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(img.data));
+    let vol = Volume::open(meta, data, c.mount).unwrap();
+    vol.sync().unwrap();
+    let past = vol.with_fs(|fs| {
+        let (owners, _) = fs.scan_from(c.data_blocks, 0, u64::MAX).unwrap();
+        owners.iter().map(|o| o.blocks).sum::<u64>()
+    });
+    vol.close().unwrap();
+    assert!(past >= 8, "only {past} blocks past {}", c.data_blocks);
 }

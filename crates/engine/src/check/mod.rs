@@ -171,6 +171,15 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
         .iter()
         .map(|d| Problem { invariant: None, structure: "log", ino: None, block: None, message: d.clone() })
         .collect();
+    // One superblock copy did not decode (a rewrite torn by a crash, or
+    // damage): the other was used, and a writable mount writes it again.
+    problems.extend(open.superblock_repair.iter().map(|r| Problem {
+        invariant: None,
+        structure: "superblock",
+        ino: None,
+        block: Some(0),
+        message: format!("{r}; a writable mount (or `dualfs fsck -p`) writes it again"),
+    }));
     // Live bytes the checkpoint had wrong were recounted when it was loaded.
     // So were data groups' free counts (a lazy mount would refuse them).
     problems.extend(open.recounted.iter().map(|r| Problem {

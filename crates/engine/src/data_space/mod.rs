@@ -7,6 +7,7 @@
 //! meanwhile overwritten.
 
 mod lazy;
+mod shrink;
 
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
@@ -41,8 +42,13 @@ pub struct DataSpace {
     /// bit per block as in `bitmap`; empty when the volume has none. Never
     /// handed out, whatever the live bitmap says (DESIGN.md, snapshots).
     held: Vec<u64>,
-    /// Blocks free in the live bitmap but held by a snapshot.
+    /// Blocks free in the live bitmap but held by a snapshot or past
+    /// `limit`: never handed out.
     held_only: u64,
+    /// A shrink under way: no block at or past this one is handed out, and
+    /// write-back moves what is written there ([`DataSpace::is_held`]).
+    /// `u64::MAX` when no shrink is.
+    limit: u64,
     /// Where bitmap blocks not in memory yet are read from (a mount loads
     /// the bitmap lazily, a group at a time); `None` when all of it is.
     source: Option<Arc<dyn TableSource>>,
@@ -70,6 +76,7 @@ impl DataSpace {
             cursor: vec![0; groups],
             held: Vec::new(),
             held_only: 0,
+            limit: u64::MAX,
             source: None,
             ready: Vec::new(),
         };
@@ -227,8 +234,7 @@ impl DataSpace {
         assert!(held.is_empty() || held.len() == self.bitmap.len(), "held bitmap of {} words", held.len());
         assert!(held.is_empty() || self.fully_loaded(), "snapshots held against a bitmap not all read");
         self.held = held;
-        self.held_only =
-            self.held.iter().enumerate().map(|(i, h)| u64::from((h & !self.bitmap.get(i)).count_ones())).sum();
+        self.held_only = self.count_held_only();
     }
 
     /// Makes another tree's bitmap and group descriptors this space's
@@ -263,11 +269,11 @@ impl DataSpace {
         self.set_held(held);
     }
 
-    /// Whether a snapshot holds block `b`: it may be neither overwritten in
-    /// place nor handed out again.
+    /// Whether a snapshot holds block `b`, or it lies past a shrink's new
+    /// end: it may be neither overwritten in place nor handed out again.
     #[must_use]
     pub fn is_held(&self, b: u64) -> bool {
-        self.held.get((b / 64) as usize).is_some_and(|w| w >> (b % 64) & 1 != 0)
+        b >= self.limit || self.held.get((b / 64) as usize).is_some_and(|w| w >> (b % 64) & 1 != 0)
     }
 
     /// Blocks free in the live bitmap that snapshots alone keep.
@@ -353,7 +359,9 @@ impl DataSpace {
     /// The group with the most free blocks (ties: fewest directories, then
     /// lowest number); it is bound to a new directory.
     pub fn bind_directory(&mut self) -> GroupNo {
-        let g = (0..self.groups.len())
+        // A shrink under way binds nothing past its end.
+        let usable = self.groups.len().min(self.limit.div_ceil(u64::from(self.group_blocks)) as usize);
+        let g = (0..usable)
             .max_by_key(|&g| {
                 let d = self.groups.get(g);
                 (d.free_blocks, std::cmp::Reverse(d.directories), std::cmp::Reverse(g))
@@ -568,8 +576,9 @@ impl DataSpace {
     /// The bitmap of a group it looks into cannot be loaded.
     pub fn allocate(&mut self, goal: DataBlock, want: u64) -> Result<Option<(DataBlock, u32)>> {
         let want = want.clamp(1, u64::from(MAX_EXTENT_BLOCKS));
-        let goal = if goal.0 >= self.total { 0 } else { goal.0 };
-        let found = match self.find_free(goal, self.total)? {
+        let end = self.total.min(self.limit);
+        let goal = if goal.0 >= end { 0 } else { goal.0 };
+        let found = match self.find_free(goal, end)? {
             Some(b) => Some(b),
             None => self.find_free(0, goal)?,
         };

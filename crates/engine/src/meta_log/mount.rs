@@ -42,10 +42,29 @@ pub struct OpenReport {
     /// next checkpoint writes them right.
     pub recounted: Vec<String>,
     /// The two superblock copies differed in what a resize changes only
-    /// (geometry, the `RESIZED` feature): a resize was cut between them.
-    /// The meta-data device's was taken; a writable open rewrites the
-    /// data device's.
+    /// (geometry, the `RESIZED` feature): a resize was cut between them;
+    /// or the data device's copy did not decode while the meta-data
+    /// device's did (a rewrite torn by a crash). The meta-data device's was
+    /// taken; a writable open rewrites the data device's.
     pub data_superblock_stale: bool,
+    /// One superblock copy did not decode and the other, which belongs to
+    /// the volume, was used (said in words): what a crash tearing one of
+    /// the two writes of a superblock rewrite leaves (resize, `tune`, a
+    /// feature bit set), with nothing lost. Not damage; fsck says it, and
+    /// a writable open writes the copy again.
+    pub superblock_repair: Option<String>,
+}
+
+/// How the data device's superblock copy stands against the meta-data
+/// device's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum DataCopy {
+    /// The same (or lacking only a feature bit set since).
+    Same,
+    /// Lagging by a resize cut between the two writes.
+    Stale,
+    /// A write of it torn by a crash (why it does not decode).
+    Torn(String),
 }
 
 impl OpenReport {
@@ -173,12 +192,19 @@ impl Log {
         data: &dyn BlockDevice,
     ) -> Result<(Superblock, Option<String>)> {
         match Log::read_superblocks_strict(meta, data) {
+            Ok((sb, DataCopy::Torn(why))) => Ok((
+                sb,
+                Some(format!(
+                    "the data device's superblock copy does not decode ({why}); the meta-data device's was used"
+                )),
+            )),
             Ok((sb, _)) => Ok((sb, None)),
             Err(e) => match Log::superblock_from_data_copy(meta, data)? {
                 Some(sb) => Ok((
                     sb,
                     Some(format!(
-                        "the meta-data device's superblock is damaged ({e}); the copy on the data device was used"
+                        "the meta-data device's superblock does not decode ({e}); the copy on the data device was \
+                         used"
                     )),
                 )),
                 None => Err(e),
@@ -235,10 +261,10 @@ impl Log {
     /// # Errors
     /// As [`Log::read_superblocks`].
     pub fn read_superblocks_paired(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<(Superblock, bool)> {
-        Log::read_superblocks_strict(meta, data)
+        Log::read_superblocks_strict(meta, data).map(|(sb, copy)| (sb, copy != DataCopy::Same))
     }
 
-    fn read_superblocks_strict(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<(Superblock, bool)> {
+    fn read_superblocks_strict(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<(Superblock, DataCopy)> {
         let read_sb = |dev: &dyn BlockDevice, role: DeviceRole| -> Result<Superblock> {
             if dev.block_count() == 0 {
                 return Err(Error::WrongVolume(format!("the {role} is empty (0 bytes)")));
@@ -253,7 +279,17 @@ impl Log {
             })
         };
         let m = read_sb(meta, DeviceRole::Meta)?;
-        let d = read_sb(data, DeviceRole::Data)?;
+        let d = match read_sb(data, DeviceRole::Data) {
+            Ok(d) => d,
+            Err(e @ Error::Corrupt { .. }) if m.role == Role::Meta && Log::torn_copy_of(&m, data)? => {
+                // Its first sector names this volume and its devices: a
+                // rewrite of it was torn by a crash (the meta-data device's
+                // copy is written, and flushed, first).
+                Log::check_reach(&m, meta, data)?;
+                return Ok((m, DataCopy::Torn(e.to_string())));
+            }
+            Err(e) => return Err(e),
+        };
         if m.role != Role::Meta {
             return Err(Error::WrongVolume("the device given as meta-data device is a DualFS data device".into()));
         }
@@ -286,6 +322,25 @@ impl Log {
                 reason: "the copy on the data device disagrees with the meta-data device's".into(),
             });
         }
+        Log::check_reach(&m, meta, data)?;
+        Ok((m, if stale { DataCopy::Stale } else { DataCopy::Same }))
+    }
+
+    /// Whether the data device's block 0, which does not decode, is a torn
+    /// write of `m`'s copy: its first sector (written whole or not at all
+    /// by the device) carries the magic and the three identities of `m`.
+    fn torn_copy_of(m: &Superblock, data: &dyn BlockDevice) -> Result<bool> {
+        if data.block_count() == 0 {
+            return Ok(false);
+        }
+        let raw = device::read(data, DeviceRole::Data, 0, 1)?;
+        let ids = [m.volume_uuid, m.meta_uuid, m.data_uuid].concat();
+        Ok(raw.get(..4) == Some(&crate::format::superblock::SUPER_MAGIC.to_le_bytes()[..])
+            && raw.get(40..88) == Some(&ids[..]))
+    }
+
+    /// Both devices hold what superblock `m` says the volume needs.
+    fn check_reach(m: &Superblock, meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<()> {
         if meta.block_count() < m.meta_blocks {
             return Err(Error::Corrupt {
                 structure: "meta-data device",
@@ -310,7 +365,7 @@ impl Log {
                 ),
             });
         }
-        Ok((m, stale))
+        Ok(())
     }
 
     /// Opens an existing volume: newest valid checkpoint, then roll-forward.
@@ -393,16 +448,20 @@ impl Log {
                     // and everything before its log position was durable.
                     let newer = slots[..i].first().map(|(n, _)| n);
                     let mut report = judge(c.number, fell_back, recovery, newer, last_err.as_ref());
-                    report.superblock_from_copy = sb_note.is_some();
                     report.recounted = std::mem::take(&mut log.recounted);
-                    if sb_note.is_none() {
-                        report.data_superblock_stale =
-                            Log::read_superblocks_paired(meta.as_ref(), data.as_ref()).is_ok_and(|(_, s)| s);
+                    // Which copy was used, and whether the other is to be
+                    // written again (stale or torn).
+                    match Log::read_superblocks_strict(meta.as_ref(), data.as_ref()) {
+                        Ok((_, copy)) => report.data_superblock_stale = copy != DataCopy::Same,
+                        Err(_) => report.superblock_from_copy = sb_note.is_some(),
                     }
                     for r in &report.recounted {
                         log::warn!("{r}");
                     }
-                    report.damage.extend(sb_note.clone());
+                    if let Some(note) = &sb_note {
+                        log::warn!("{note}");
+                    }
+                    report.superblock_repair = sb_note.clone();
                     for d in &report.damage {
                         log::error!("{d}");
                     }
@@ -467,5 +526,6 @@ fn judge(
         superblock_from_copy: false,
         recounted: Vec::new(),
         data_superblock_stale: false,
+        superblock_repair: None,
     }
 }

@@ -181,6 +181,69 @@ impl Log {
         }
     }
 
+    /// Whether the data space can shrink to `n` blocks: at least a minimal
+    /// volume's, and room below `n` for the blocks in use past it, with a
+    /// margin (a hundredth of what is left, at least 256 blocks) for the
+    /// writes that go on meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Resize`] saying how much room is needed; a group's bitmap
+    /// cannot be loaded.
+    pub fn check_data_shrink(&mut self, n: u64) -> Result<()> {
+        let g = Geometry { segment_count: self.sb.segment_count, data_blocks: n };
+        if self.sb.with_geometry(g).is_none() {
+            return Err(Error::Resize(format!("a data device needs at least 1 MiB, {} KiB were asked for", n * 4)));
+        }
+        let past = self.space.used_from(n)?;
+        let below = self.space.free_below(n)?;
+        let margin = (n / 100).max(256);
+        if below < past + margin {
+            let mib = |b: u64| (b * crate::types::BLOCK_BYTES).div_ceil(1 << 20);
+            return Err(Error::Resize(format!(
+                "the data device holds {} MiB of file data past {} MiB, and only {} MiB are free below it \
+                 ({} MiB more are kept free for the writes meanwhile): delete files or shrink less",
+                mib(past),
+                mib(n),
+                mib(below),
+                mib(margin)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Cuts the data space to `n` blocks, none of which past `n` is in use:
+    /// the next checkpoint names the smaller geometry (the commit point).
+    ///
+    /// # Errors
+    /// [`Error::Resize`] when a block past `n` is still in use; a group's
+    /// bitmap cannot be loaded.
+    pub fn shrink_data(&mut self, n: u64) -> Result<()> {
+        let used = self.space.used_from(n)?;
+        if used > 0 {
+            return Err(Error::Resize(format!("{used} data blocks past the new end are still in use")));
+        }
+        self.cut_data(n, false)
+    }
+
+    /// [`Log::shrink_data`] whatever lies past `n`: the deliberately broken
+    /// rule of `Fault::ShrinkDataBeforeEmpty`.
+    ///
+    /// # Errors
+    /// As [`Log::shrink_data`].
+    pub fn force_shrink_data(&mut self, n: u64) -> Result<()> {
+        self.cut_data(n, true)
+    }
+
+    fn cut_data(&mut self, n: u64, force: bool) -> Result<()> {
+        let g = Geometry { segment_count: self.sb.segment_count, data_blocks: n };
+        let Some(sb) = self.sb.with_geometry(g) else {
+            return Err(Error::Resize(format!("{n} data blocks do not make a volume")));
+        };
+        self.space.shrink(n, force)?;
+        self.sb = sb;
+        Ok(())
+    }
+
     fn cut_segments(&mut self, n: u32, sb: crate::format::superblock::Superblock) {
         self.ifile.shrink_segments(n);
         self.sb = sb;

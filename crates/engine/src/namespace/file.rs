@@ -212,7 +212,7 @@ impl Fs {
     /// Makes sure block `block` of `ino` has a dirty page, filled from disk
     /// unless it is about to be overwritten whole. A new page over a hole
     /// takes one of the caller's reservations.
-    fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool) -> Result<()> {
+    pub(super) fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool) -> Result<()> {
         let strict = self.config.strict;
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
             if !matches!(p.state, PageState::Dirty { .. }) {

@@ -165,7 +165,9 @@ impl Fs {
             .map(|f| f.iter().filter(|(_, p)| matches!(p.state, PageState::Dirty { .. })).map(|(b, _)| *b).collect())
             .unwrap_or_default();
         for b in dirty {
-            if self.extent_at(ino, b)?.is_none_or(|e| e.unwritten) {
+            // A block that must not be overwritten in place (a snapshot
+            // holds it, a shrink empties its group) moves: a map change.
+            if self.extent_at(ino, b)?.is_none_or(|e| e.unwritten || self.held_in_snapshot(&e, b)) {
                 return Ok(false);
             }
         }

@@ -60,7 +60,8 @@ impl Fs {
         let (group, dir_parent) = if new.kind == FileKind::Directory {
             (self.log.space_mut().bind_directory(), parent)
         } else {
-            (self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0)), InodeNo(0))
+            let group = self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0));
+            (self.log.space().usable_group(group), InodeNo(0))
         };
         let rec = InodeRecord {
             mode: new.kind.mode_bits() | (new.perm & 0o7777),

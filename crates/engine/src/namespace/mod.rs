@@ -15,6 +15,7 @@ pub mod fsync;
 pub mod inode;
 pub mod intents;
 pub mod pages;
+pub mod relocate;
 pub mod replace;
 pub mod replay;
 pub mod writeback;

@@ -262,11 +262,15 @@ impl Fs {
     }
 
     /// Whether file block `b`, mapped by `e`, lies on a data block a
-    /// snapshot holds. ([`crate::faults::Fault::SnapshotInPlace`] makes
-    /// it answer no: the broken rule the tests must catch.)
+    /// snapshot holds, or past the new end of a data shrink under way:
+    /// either way it is never overwritten in place, and its next write
+    /// goes to a new block. ([`crate::faults::Fault::SnapshotInPlace`]
+    /// makes it answer no for snapshots: the broken rule the tests must
+    /// catch.)
     pub(super) fn held_in_snapshot(&self, e: &Extent, b: u64) -> bool {
-        !crate::faults::active(crate::faults::Fault::SnapshotInPlace)
-            && self.log.space().is_held(e.physical.0 + (b - e.logical))
+        let at = e.physical.0 + (b - e.logical);
+        self.log.space().past_limit(at)
+            || (!crate::faults::active(crate::faults::Fault::SnapshotInPlace) && self.log.space().is_held(at))
     }
 
     fn queue_page(&mut self, ino: InodeNo, block: u64, at: DataBlock) {

@@ -314,6 +314,7 @@ fn rebuilt_report(checkpoint: u64, why: String) -> OpenReport {
         loss: None,
         superblock_from_copy: false,
         data_superblock_stale: false,
+        superblock_repair: None,
         recounted: Vec::new(),
     }
 }

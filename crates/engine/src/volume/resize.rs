@@ -14,7 +14,9 @@
 //! A shrink of the log (meta-data device) runs the other way: the log
 //! stops writing past the new end, the cleaner empties what lies there,
 //! a checkpoint naming fewer segments commits it, and the superblocks'
-//! reach follows ([`Volume::shrink_log`]).
+//! reach follows ([`Volume::shrink_log`]). A shrink of the data space
+//! is the same with the data mover in the cleaner's place
+//! (`volume/shrink.rs`).
 //!
 //! A crash before the last checkpoint's slot is durable mounts at the old
 //! size (its checkpoints name it), one after at the new size; nothing else
@@ -53,6 +55,8 @@ pub struct ResizeReport {
     pub meta_blocks: u64,
     /// Blocks written to the meta-data device (superblocks, checkpoints).
     pub meta_blocks_written: u64,
+    /// What a shrink of the data space moved.
+    pub moved: super::MoveReport,
 }
 
 impl Volume {
@@ -68,7 +72,8 @@ impl Volume {
     }
 
     /// [`Volume::resize`], calling `progress(done, total)` after each
-    /// segment a shrink of the log empties.
+    /// segment a shrink of the log empties, then (in MiB) after each step
+    /// a shrink of the data space moves.
     ///
     /// # Errors
     /// As [`Volume::resize`]; a shrink whose live meta-data would not fit
@@ -100,9 +105,26 @@ impl Volume {
         if shrink {
             lock(&self.fs).log.check_shrink(target.segment_count)?;
         }
-        let grow = Geometry { segment_count: target.segment_count.max(before.segment_count), ..target };
+        let data_shrink = target.data_blocks < before.data_blocks;
+        if data_shrink {
+            // Dirty data allocated and frees made durable first: what lies
+            // past the end and what is free below it are then what the
+            // bitmap says.
+            self.checkpoint()?;
+            lock(&self.fs).log.check_data_shrink(target.data_blocks)?;
+        }
+        let grow = Geometry {
+            segment_count: target.segment_count.max(before.segment_count),
+            data_blocks: target.data_blocks.max(before.data_blocks),
+        };
         lock(&self.fs).log.check_grow(grow)?;
-        let mut report = ResizeReport { before, after: before, meta_blocks: sb.meta_blocks, meta_blocks_written: 0 };
+        let mut report = ResizeReport {
+            before,
+            after: before,
+            meta_blocks: sb.meta_blocks,
+            meta_blocks_written: 0,
+            moved: super::MoveReport::default(),
+        };
         if target == before {
             return Ok(report);
         }
@@ -123,12 +145,16 @@ impl Volume {
             self.shrink_log(target.segment_count, progress)?;
             superblocks += 2;
         }
+        if data_shrink {
+            report.moved = self.shrink_data(target.data_blocks, progress)?;
+            superblocks += 2;
+        }
         let on_disk = lock(&self.fs).log.superblock_on_disk().clone();
         // The reach never falls below what it was (a grow cut short may
-        // have left it wider), except for the log a shrink just cut.
+        // have left it wider), except for what a shrink just cut.
         let g = Geometry {
             segment_count: if shrink { target.segment_count } else { target.segment_count.max(on_disk.segment_count) },
-            data_blocks: target.data_blocks.max(on_disk.data_blocks),
+            data_blocks: if data_shrink { target.data_blocks } else { target.data_blocks.max(on_disk.data_blocks) },
         };
         if g != on_disk.geometry() {
             let Some(wider) = on_disk.with_geometry(g) else {
@@ -138,9 +164,12 @@ impl Volume {
             superblocks += 2;
         }
         let now = lock(&self.fs).log.superblock().geometry();
-        if grow.segment_count > now.segment_count || grow.data_blocks > now.data_blocks {
-            // After a shrink the log is at its target already.
-            let g = Geometry { segment_count: now.segment_count.max(target.segment_count), ..grow };
+        // After a shrink that side is at its target already.
+        let g = Geometry {
+            segment_count: now.segment_count.max(target.segment_count),
+            data_blocks: now.data_blocks.max(target.data_blocks),
+        };
+        if g != now {
             lock(&self.fs).log.grow(g)?;
             self.checkpoint()?;
         }
@@ -218,7 +247,7 @@ impl Volume {
     /// Writes `sb` to the meta-data device, then its copy to the data
     /// device, each durable before the next; a failure turns the volume
     /// read-only (memory and disk may disagree on the reach).
-    fn write_superblocks(&self, sb: &Superblock) -> Result<()> {
+    pub(super) fn write_superblocks(&self, sb: &Superblock) -> Result<()> {
         let r = (|| {
             device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
             device::flush(self.meta.as_ref(), DeviceRole::Meta)?;
@@ -286,12 +315,6 @@ fn target_geometry(
                 "the data device holds {} MiB, {} MiB were asked for: grow the device or image first",
                 mib(data_have),
                 mib(d)
-            )));
-        }
-        if d < g.data_blocks {
-            return Err(Error::Resize(format!(
-                "the volume uses {} MiB of the data device; shrinking it is not supported",
-                mib(g.data_blocks)
             )));
         }
         g.data_blocks = d;

@@ -130,6 +130,9 @@ fn refusals_say_why() {
     // live tree would move what that mount reads.
     let e = Volume::open_snapshot(rig.meta.clone(), rig.data.clone(), "c", options()).err().unwrap();
     assert!(e.to_string().contains("-o clone=c"), "{e}");
+    // Nor sent: it may become the live tree and change at the next mount.
+    let e = dualfs_engine::volume::send(rig.meta.clone(), rig.data.clone(), None, "c", &mut Vec::new()).err().unwrap();
+    assert!(e.to_string().contains("writable tree"), "{e}");
     let vol = switch(&rig, vol, "c");
     assert!(matches!(vol.snapshot_delete("c"), Err(Error::SnapshotRefused(_))), "the live tree");
     let e = vol.switch_tree("s").err().unwrap();

@@ -91,6 +91,12 @@ impl DiffSink for StreamSink<'_> {
 /// The identity a stream gives a snapshot of `log`'s volume.
 fn identity(log: &Log, name: &str) -> Result<(SnapshotIdentity, crate::format::checkpoint::Checkpoint)> {
     let s = log.snapshots().iter().find(|s| s.name == name).ok_or_else(|| Error::NoSnapshot(name.to_string()))?;
+    if s.writable {
+        // It may become the live tree, and change, at the next mount.
+        return Err(Error::SnapshotRefused(format!(
+            "{name} is a writable tree, not a snapshot: mount it (-o clone={name}), snapshot it, and send the snapshot"
+        )));
+    }
     let id = SnapshotIdentity { id: s.id, checkpoint: s.checkpoint.number, created: s.created, name: s.name.clone() };
     Ok((id, s.checkpoint.clone()))
 }
@@ -106,17 +112,7 @@ fn open_image(
     name: &str,
 ) -> Result<Volume> {
     let image = live.open_image(c)?;
-    let report = OpenReport {
-        checkpoint: image.checkpoint_number(),
-        fell_back: None,
-        damage: Vec::new(),
-        loss: None,
-        recounted: Vec::new(),
-        ..report.clone()
-    };
-    let options = MountOptions { read_only: true, ..MountOptions::default() };
-    let why = format!("snapshot {name} is read-only");
-    Volume::assemble(image, report, meta.clone(), data.clone(), options, Some(why), super::SystemClock::shared())
+    Volume::over_image(image, report.clone(), meta.clone(), data.clone(), name, MountOptions::default())
 }
 
 /// Writes the stream that brings a volume holding snapshot `from` of the

@@ -188,6 +188,23 @@ impl Volume {
         }
         let image = live.open_image(&s.checkpoint)?;
         drop(live);
+        Volume::over_image(image, live_report, meta, data, name, options)
+    }
+
+    /// A read-only volume over a snapshot's image, loaded whole (by
+    /// [`Log::open_image`]) beside the live volume, whose open said
+    /// `live_report`.
+    ///
+    /// # Errors
+    /// Replaying nothing cannot fail; kept for [`Volume::assemble`]'s.
+    pub(super) fn over_image(
+        image: Log,
+        live_report: OpenReport,
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        name: &str,
+        options: MountOptions,
+    ) -> Result<Volume> {
         let options = MountOptions { read_only: true, ..options };
         // What opening the live volume found is not the snapshot's: its
         // image was loaded whole, with nothing to roll forward.
@@ -197,6 +214,7 @@ impl Volume {
             damage: Vec::new(),
             loss: None,
             recounted: Vec::new(),
+            superblock_repair: None,
             ..live_report
         };
         let why = format!("snapshot {name} is read-only");

@@ -84,6 +84,11 @@ impl Volume {
         let _home = lock(&self.home);
         let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
         let mut fs = lock(&self.fs);
+        if fs.pages.dirty_bytes() > 0 {
+            // Written back by the checkpoint above: a page left dirty would
+            // be lost with the outgoing tree's namespace state.
+            return Err(Error::SnapshotRefused(format!("{name}: file data is still being written; try again")));
+        }
         fs.log.stage_switch(name, now)?;
         // What the namespace kept of the outgoing tree's files goes.
         fs.pages = PageCache::default();

@@ -13,6 +13,7 @@ use dualfs_engine::volume::{ResizeRequest, Volume};
 use dualfs_sim::crash::{Choice, StateSpec};
 use dualfs_sim::explorer::{Config, Explorer};
 use dualfs_sim::image::OverlayDevice;
+use dualfs_sim::workload::{Step, Workload};
 use dualfs_sim::workloads;
 
 /// A small log (16 segments) on devices with room to grow by half again.
@@ -88,6 +89,20 @@ fn the_resize_workloads_grow_the_volume() {
     }
 }
 
+/// The devices as the steps of `w` before the first one `is_shrink` picks
+/// leave them, every write on disk.
+fn before_shrink(
+    ex: &Explorer,
+    w: &Workload,
+    is_shrink: impl Fn(&Step) -> bool,
+) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+    let cut = w.steps.iter().position(is_shrink).unwrap();
+    let before = Workload { name: w.name.clone(), steps: w.steps[..cut].to_vec(), scale: 1 };
+    let run = ex.record(&before).unwrap();
+    let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
+    (Arc::new(OverlayDevice::new(img.meta)), Arc::new(OverlayDevice::new(img.data)))
+}
+
 /// The shrink workload is a test of moving only if the log's head and
 /// live meta-data lie past the new end when it shrinks.
 #[test]
@@ -95,16 +110,7 @@ fn the_shrink_workload_has_meta_data_past_the_new_end() {
     let c = config();
     let ex = Explorer::new(c.clone(), &workloads::setup()).expect("base image");
     let w = workloads::shrink_meta(c.meta_blocks, c.spare_meta_blocks);
-    let cut = w
-        .steps
-        .iter()
-        .position(|s| matches!(s, dualfs_sim::workload::Step::Resize { meta, .. } if *meta == c.meta_blocks))
-        .unwrap();
-    let before = dualfs_sim::workload::Workload { name: w.name.clone(), steps: w.steps[..cut].to_vec(), scale: 1 };
-    let run = ex.record(&before).unwrap();
-    let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
-    let meta: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(img.meta));
-    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(img.data));
+    let (meta, data) = before_shrink(&ex, &w, |s| matches!(s, Step::Resize { meta, .. } if *meta == c.meta_blocks));
     let (log, _) = dualfs_engine::meta_log::Log::open(meta, data).unwrap();
     let old_end = dualfs_engine::meta_log::Log::read_superblocks(
         &OverlayDevice::new(ex.base().0),
@@ -113,10 +119,6 @@ fn the_shrink_workload_has_meta_data_past_the_new_end() {
     .unwrap()
     .segment_count;
     let past = log.segments_in_use_from(old_end);
-    let seqs: Vec<u64> = (0..log.superblock().segment_count)
-        .map(|s| log.ifile().segment(dualfs_engine::types::SegmentNo(s)).last_seq.0)
-        .collect();
-    println!("segments {} free {} last_seq {seqs:?}", log.superblock().segment_count, log.free_segments());
     assert!(past.len() >= 2, "only {past:?} past segment {old_end}");
 }
 
@@ -128,16 +130,7 @@ fn the_data_shrink_workload_has_file_data_past_the_new_end() {
     let c = config();
     let ex = Explorer::new(c.clone(), &workloads::setup()).expect("base image");
     let w = workloads::shrink_data(c.data_blocks, c.spare_data_blocks);
-    let cut = w
-        .steps
-        .iter()
-        .position(|s| matches!(s, dualfs_sim::workload::Step::Resize { data, .. } if *data == c.data_blocks))
-        .unwrap();
-    let before = dualfs_sim::workload::Workload { name: w.name.clone(), steps: w.steps[..cut].to_vec(), scale: 1 };
-    let run = ex.record(&before).unwrap();
-    let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
-    let meta: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(img.meta));
-    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(img.data));
+    let (meta, data) = before_shrink(&ex, &w, |s| matches!(s, Step::Resize { data, .. } if *data == c.data_blocks));
     let vol = Volume::open(meta, data, c.mount).unwrap();
     vol.sync().unwrap();
     let past = vol.with_fs(|fs| {

@@ -1,0 +1,126 @@
+//! Mounts the prototype and exercises both transports through the kernel:
+//! /dev/fuse always, io_uring when the fuse module allows it (the test sets
+//! `enable_uring` and restores it). Needs root and /dev/fuse; says so and
+//! skips otherwise.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use dualfs_uring::abi::opcode;
+use dualfs_uring::{Server, Transport};
+
+const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+fn can_mount() -> bool {
+    if !nix::unistd::Uid::effective().is_root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: mounting the prototype needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+/// Sets `enable_uring` for the test's length and puts back what was there.
+struct UringParam(String);
+
+impl UringParam {
+    fn enable() -> Option<Self> {
+        let old = fs::read_to_string(PARAM).ok()?;
+        fs::write(PARAM, "Y").ok()?;
+        Some(Self(old.trim().to_string()))
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let _ = fs::write(PARAM, &self.0);
+    }
+}
+
+/// What a user does on the mount, checked against what the tree must show.
+fn exercise(mnt: &Path) {
+    let root = fs::metadata(mnt).unwrap();
+    assert!(root.is_dir());
+    assert_eq!(fs::read_dir(mnt).unwrap().count(), 0);
+    for i in 0..50 {
+        let p = mnt.join(format!("file{i}"));
+        drop(OpenOptions::new().write(true).create_new(true).mode(0o640).open(&p).unwrap());
+        let m = fs::metadata(&p).unwrap();
+        assert!(m.is_file());
+        assert_eq!(m.len(), 0);
+        assert_eq!(m.mode() & 0o777, 0o640 & !nix::sys::stat::umask(nix::sys::stat::Mode::empty()).bits());
+    }
+    // A second create of the same name is refused by the server.
+    let again = OpenOptions::new().write(true).create_new(true).open(mnt.join("file0"));
+    assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+    fs::set_permissions(mnt.join("file1"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(mnt.join("file1")).unwrap().mode() & 0o777, 0o600);
+    let mut names: Vec<String> =
+        fs::read_dir(mnt).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    let mut want: Vec<String> = (0..50).map(|i| format!("file{i}")).collect();
+    want.sort();
+    assert_eq!(names, want);
+    for i in (0..50).step_by(2) {
+        fs::remove_file(mnt.join(format!("file{i}"))).unwrap();
+    }
+    assert_eq!(fs::read_dir(mnt).unwrap().count(), 25);
+    assert!(fs::metadata(mnt.join("file0")).is_err());
+    assert_eq!(fs::remove_file(mnt.join("missing")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    let st = nix::sys::statvfs::statvfs(mnt).unwrap();
+    assert_eq!(st.block_size(), 4096);
+    // A forced GETATTR goes to the server even with attributes cached.
+    let p = mnt.join("file1");
+    for _ in 0..100 {
+        rustix::fs::statx(
+            rustix::fs::CWD,
+            &p,
+            rustix::fs::AtFlags::STATX_FORCE_SYNC,
+            rustix::fs::StatxFlags::BASIC_STATS,
+        )
+        .unwrap();
+    }
+}
+
+fn count(counts: &[(u32, u64)], op: u32) -> u64 {
+    counts.iter().find(|c| c.0 == op).map_or(0, |c| c.1)
+}
+
+fn run(want_uring: bool) -> Transport {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), want_uring, 2).unwrap();
+    let transport = server.transport.clone();
+    exercise(dir.path());
+    let counts = server.stop().unwrap();
+    assert_eq!(count(&counts, opcode::CREATE), 50);
+    assert_eq!(count(&counts, opcode::UNLINK), 25);
+    assert!(count(&counts, opcode::GETATTR) >= 100);
+    assert!(count(&counts, opcode::READDIR) >= 1);
+    assert!(count(&counts, opcode::STATFS) >= 1);
+    transport
+}
+
+#[test]
+fn dev_fuse_transport_serves_the_tree() {
+    if !can_mount() {
+        return;
+    }
+    assert!(matches!(run(false), Transport::DevFuse { .. }));
+}
+
+#[test]
+fn io_uring_transport_serves_the_tree_when_the_module_allows_it() {
+    if !can_mount() {
+        return;
+    }
+    let Some(_param) = UringParam::enable() else {
+        eprintln!("skipped: io_uring path not tested: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
+        return;
+    };
+    match run(true) {
+        Transport::Uring { queues } => assert!(queues >= 1),
+        Transport::DevFuse { why } => panic!("enable_uring is on but the mount fell back to /dev/fuse: {why}"),
+    }
+}

@@ -246,6 +246,10 @@ pub enum Request<'a> {
         umask: u32,
         name: &'a [u8],
     },
+    Mkdir {
+        mode: u32,
+        name: &'a [u8],
+    },
     Release,
     Unlink {
         name: &'a [u8],
@@ -341,6 +345,11 @@ impl<'a> Request<'a> {
                 let umask = r.u32()?;
                 r.skip(4)?;
                 Self::Create { flags, mode, umask, name: name(rest)? }
+            }
+            opcode::MKDIR => {
+                let mode = r.u32()?;
+                r.skip(4)?;
+                Self::Mkdir { mode, name: name(rest)? }
             }
             opcode::RELEASE => {
                 r.skip(24)?;

@@ -138,9 +138,9 @@ impl Server {
     /// # Errors
     ///
     /// The first thread's [`Error`], if one failed.
-    pub fn wait(self) -> Result<Vec<(u32, u64)>, Error> {
+    pub fn wait(mut self) -> Result<Vec<(u32, u64)>, Error> {
         let mut first = None;
-        for t in self.threads {
+        for t in std::mem::take(&mut self.threads) {
             let r = t.join().unwrap_or_else(|_| Err(Error::Ring("a serving thread panicked".into())));
             if let (Err(e), None) = (r, &first) {
                 first = Some(e);
@@ -150,5 +150,13 @@ impl Server {
             Some(e) => Err(e),
             None => Ok(self.fs.counts()),
         }
+    }
+}
+
+impl Drop for Server {
+    /// A server dropped without [`Server::stop`] (a failed test, a panic)
+    /// still leaves no mount behind.
+    fn drop(&mut self) {
+        self.session.unmount();
     }
 }

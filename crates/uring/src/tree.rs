@@ -116,7 +116,8 @@ impl Fs {
                 }
                 Outcome::Reply
             }
-            Request::Create { mode, name, .. } => t.create(h, mode, name, out),
+            Request::Create { mode, name, .. } => t.create(h, S_IFREG | (mode & 0o7777), name, out),
+            Request::Mkdir { mode, name } => t.create(h, S_IFDIR | (mode & 0o7777), name, out),
             Request::Unlink { name } => t.unlink(h.nodeid, name),
             Request::Statfs => {
                 let files = u64::try_from(t.nodes.len()).unwrap_or(u64::MAX);
@@ -154,6 +155,10 @@ impl Tree {
         n.children.as_mut().ok_or(libc::ENOTDIR)
     }
 
+    /// Makes an empty file or directory (`mode` has the type bits); a file's
+    /// reply carries an open handle too (CREATE), a directory's does not.
+    /// Makes an empty file or directory (`mode` has the type bits); a file's
+    /// reply carries an open handle too (CREATE), a directory's does not.
     fn create(&mut self, h: &InHeader, mode: u32, name: &[u8], out: &mut Vec<u8>) -> Outcome {
         let ino = self.next_ino;
         match self.dir_mut(h.nodeid) {
@@ -164,11 +169,14 @@ impl Tree {
             Err(e) => return Outcome::Error(e),
         }
         self.next_ino += 1;
-        let attr =
-            Attr { ino, size: 0, mode: S_IFREG | (mode & 0o7777), nlink: 1, uid: h.uid, gid: h.gid, time_s: now_s() };
-        self.nodes.insert(ino, Node { attr, children: None });
+        let dir = mode & S_IFDIR != 0;
+        let nlink = if dir { 2 } else { 1 };
+        let attr = Attr { ino, size: 0, mode, nlink, uid: h.uid, gid: h.gid, time_s: now_s() };
+        self.nodes.insert(ino, Node { attr, children: dir.then(BTreeMap::new) });
         abi::encode_entry(out, ino, VALID_S, &attr);
-        abi::encode_open_out(out, 0);
+        if !dir {
+            abi::encode_open_out(out, 0);
+        }
         Outcome::Reply
     }
 
@@ -196,6 +204,7 @@ impl Tree {
             Err(e) => return Outcome::Error(e),
         };
         let max = usize::try_from(size).unwrap_or(usize::MAX).min(max_out);
+        // ".." is given as the root: the kernel answers it from its dentries.
         let dots = [(b".".as_slice(), ino, DT_DIR), (b"..".as_slice(), abi::ROOT_ID, DT_DIR)];
         let entries = dots.into_iter().chain(d.iter().map(|(name, &c)| {
             let kind = if self.nodes.get(&c).is_some_and(|n| n.children.is_some()) { DT_DIR } else { DT_REG };

@@ -67,8 +67,13 @@ fn exercise(mnt: &Path) {
         fs::remove_file(mnt.join(format!("file{i}"))).unwrap();
     }
     assert_eq!(fs::read_dir(mnt).unwrap().count(), 25);
+    assert!(fs::metadata(mnt.join("file1")).is_ok());
     assert!(fs::metadata(mnt.join("file0")).is_err());
     assert_eq!(fs::remove_file(mnt.join("missing")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    fs::create_dir(mnt.join("sub")).unwrap();
+    drop(OpenOptions::new().write(true).create_new(true).open(mnt.join("sub/inner")).unwrap());
+    assert!(fs::metadata(mnt.join("sub")).unwrap().is_dir());
+    assert_eq!(fs::read_dir(mnt.join("sub")).unwrap().count(), 1);
     let st = nix::sys::statvfs::statvfs(mnt).unwrap();
     assert_eq!(st.block_size(), 4096);
     // A forced GETATTR goes to the server even with attributes cached.
@@ -94,7 +99,8 @@ fn run(want_uring: bool) -> Transport {
     let transport = server.transport.clone();
     exercise(dir.path());
     let counts = server.stop().unwrap();
-    assert_eq!(count(&counts, opcode::CREATE), 50);
+    assert_eq!(count(&counts, opcode::CREATE), 51);
+    assert_eq!(count(&counts, opcode::MKDIR), 1);
     assert_eq!(count(&counts, opcode::UNLINK), 25);
     assert!(count(&counts, opcode::GETATTR) >= 100);
     assert!(count(&counts, opcode::READDIR) >= 1);

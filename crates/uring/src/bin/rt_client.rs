@@ -2,7 +2,9 @@
 //! round-trip loops of docs/BENCHMARKS.md ("FUSE over io_uring"), run by T
 //! threads at once, each optionally pinned (all to CPU K, or thread i to CPU
 //! i). Phases: `getattr` (statx with AT_STATX_FORCE_SYNC: one GETATTR round
-//! trip each on FUSE), `create` (create a new file, close it, unlink it).
+//! trip each on FUSE), `create` (create a new file, close it, unlink it;
+//! each thread in a directory of its own, so that the parent directory's
+//! lock in the VFS does not put the threads in line).
 //! Prints one JSON line: µs per call per thread, calls per second in all,
 //! and the client threads' context switches per call.
 
@@ -44,7 +46,7 @@ fn one(phase: &str, dir: &Path, probe: &Path, t: usize, i: u64) -> std::io::Resu
     if phase == "getattr" {
         rustix::fs::statx(CWD, probe, AtFlags::STATX_FORCE_SYNC, StatxFlags::BASIC_STATS)?;
     } else {
-        let p = dir.join(format!("t{t}-{i}"));
+        let p = dir.join(format!("t{t}")).join(format!("f{i}"));
         drop(OpenOptions::new().write(true).create_new(true).mode(0o644).open(&p)?);
         fs::remove_file(&p)?;
     }
@@ -62,6 +64,7 @@ fn run(phase: &str, dir: &Path, n: u64, t: usize, pin: Pin, start: &Barrier) -> 
         set.set(k).map_err(std::io::Error::from)?;
         nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(std::io::Error::from)?;
     }
+    fs::create_dir_all(dir.join(format!("t{t}")))?;
     let probe = dir.join(format!("probe{t}"));
     drop(OpenOptions::new().write(true).create(true).truncate(false).open(&probe)?);
     for i in 0..WARMUP {

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""What FUSE over io_uring saves on a round trip here (issue 10, "cheaper
+round trips"; docs/DESIGN.md, "FUSE over io_uring").
+
+Four file systems in one run, each measured with `rt-client` (crates/uring):
+
+  proto-uring  the prototype server (crates/uring) over io_uring: one queue
+               per CPU, the queue's thread pinned to its CPU
+  proto-dev    the same server and handler over /dev/fuse read/write
+  dualfs       `dualfs mount` (fuser) on the suite's loop devices
+  ext4         kernel ext4 on a loop device
+
+Two loops: `getattr` (statx with AT_STATX_FORCE_SYNC: one GETATTR round trip
+per call on FUSE) and `create` (create a new file, close it, unlink it).
+Each runs with 1 client thread unpinned, pinned to each CPU, and with 2
+client threads (unpinned, and one per CPU). Context switches per call are
+counted from /proc for the client threads and for the serving process.
+FUSE requests per call come from a separate, untimed run recorded with the
+kernel's fuse:fuse_request_send tracepoint (bench/micro.py's way).
+
+enable_uring is set to Y for proto-uring and put back as it was at the end.
+
+    bench/uring_rt.py [--repeats 3] [--getattr-n 20000] [--create-n 5000]
+
+Results: bench/uring_rt.json (every run) and Markdown tables on stdout
+(medians of the repeats).
+"""
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import micro  # noqa: E402
+import suite  # noqa: E402
+
+PARAM = "/sys/module/fuse/parameters/enable_uring"
+CONFIGS = ["proto-uring", "proto-dev", "dualfs", "ext4"]
+
+
+def layouts():
+    """(label, client threads, --cpu) for every case."""
+    cpus = os.cpu_count() or 1
+    out = [("1 client, unpinned", 1, "none")]
+    out += [(f"1 client, on CPU {k}", 1, str(k)) for k in range(cpus)]
+    out += [("2 clients, unpinned", 2, "none"), ("2 clients, one per CPU", 2, "spread")]
+    return out
+
+
+def switches(pid):
+    """Voluntary and involuntary context switches of every thread of pid."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def dualfs_pid(mnt):
+    """The serving process of the DualFS mount on mnt."""
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"dualfs") and b"mount" in argv and mnt.encode() in argv:
+            return int(p)
+    return None
+
+
+class Proto:
+    """The prototype server mounted on mnt over one transport."""
+
+    def __init__(self, args, mnt, uring):
+        self.args, self.mnt, self.uring = args, mnt, uring
+        self.proc, self.pid = None, None
+
+    def mount(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        t = "uring" if self.uring else "dev"
+        self.proc = subprocess.Popen([self.args.proto, self.mnt, "--transport", t], stdout=subprocess.PIPE, text=True)
+        ready = json.loads(self.proc.stdout.readline())
+        if ready["transport"] != t.replace("dev", "devfuse"):
+            raise RuntimeError(f"the prototype did not get {t}: {ready}")
+        self.pid = ready["pid"]
+
+    def umount(self):
+        suite.sh(f"umount {self.mnt}")
+        self.proc.wait(timeout=60)
+
+
+def run_client(args, phase, mnt, threads, cpu, pid):
+    n = args.getattr_n if phase == "getattr" else args.create_n
+    before = switches(pid) if pid else 0
+    out = subprocess.run([args.client, phase, mnt, "--n", str(n), "--threads", str(threads), "--cpu", cpu],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    r["server_cs_per_call"] = (switches(pid) - before) / r["calls"] if pid else 0.0
+    return r
+
+
+def requests_per_call(args, phase, mnt):
+    """FUSE requests per call of one untimed single-client run."""
+    n = 2000
+    cmd = [args.client, phase, mnt, "--n", str(n)]
+    _, counts = micro.perf_counted(cmd, mnt)
+    # The client's warm-up calls and probe file are counted too.
+    calls = n + 200
+    return sum(counts.values()) / calls, counts
+
+
+def run_config(cfg, args, rep):
+    work = os.path.join(args.work, cfg)
+    rows = []
+    vol, proto = None, None
+    if cfg.startswith("proto"):
+        proto = Proto(args, os.path.join(work, "mnt"), cfg == "proto-uring")
+        proto.mount()
+        mnt, pid = proto.mnt, proto.pid
+    else:
+        vol = suite.Volume(cfg, args, work)
+        vol.attach()
+        vol.mkfs()
+        vol.mount()
+        mnt = vol.mnt
+        pid = dualfs_pid(mnt) if cfg == "dualfs" else None
+    try:
+        for phase in ("getattr", "create"):
+            for label, threads, cpu in layouts():
+                r = run_client(args, phase, mnt, threads, cpu, pid)
+                r.update({"config": cfg, "rep": rep, "layout": label})
+                rows.append(r)
+                suite.log(f"{cfg} {phase} {label}: {r['us_per_call']:.2f} µs/call, {r['calls_per_s']:.0f} calls/s, "
+                          f"cs/call client {r['client_cs_per_call']:.2f} server {r['server_cs_per_call']:.2f}")
+            if rep == 0 and cfg != "ext4":
+                per, counts = requests_per_call(args, phase, mnt)
+                rows.append({"config": cfg, "rep": rep, "phase": phase, "requests_per_call": per, "requests": counts})
+                suite.log(f"{cfg} {phase}: {per:.2f} requests/call {counts}")
+    finally:
+        if proto:
+            proto.umount()
+        else:
+            vol.umount()
+            vol.detach()
+    return rows
+
+
+def med(runs, key):
+    return statistics.median(r[key] for r in runs) if runs else None
+
+
+def tables(results):
+    by = collections.defaultdict(list)
+    reqs = {}
+    for r in results:
+        if "layout" in r:
+            by[(r["config"], r["phase"], r["layout"])].append(r)
+        else:
+            reqs[(r["config"], r["phase"])] = r["requests_per_call"]
+    out = []
+    for phase in ("getattr", "create"):
+        out.append(f"\n**{phase}** (µs per call per client thread; in brackets against proto-dev)\n")
+        out.append("| clients | " + " | ".join(CONFIGS) + " |")
+        out.append("|---|" + "---:|" * len(CONFIGS))
+        for label, _, _ in layouts():
+            base = med(by[("proto-dev", phase, label)], "us_per_call")
+            cells = []
+            for c in CONFIGS:
+                us = med(by[(c, phase, label)], "us_per_call")
+                if us is None:
+                    cells.append("–")
+                else:
+                    ratio = f" ({us / base:.2f}×)" if base and c != "proto-dev" else ""
+                    cells.append(f"{us:.2f}{ratio}")
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+        out.append("\n| per call, 1 client unpinned | " + " | ".join(CONFIGS) + " |")
+        out.append("|---|" + "---:|" * len(CONFIGS))
+        one = "1 client, unpinned"
+        two = "2 clients, unpinned"
+        rows = [("context switches, client", lambda c: med(by[(c, phase, one)], "client_cs_per_call")),
+                ("context switches, server", lambda c: med(by[(c, phase, one)], "server_cs_per_call")),
+                ("FUSE requests", lambda c: reqs.get((c, phase))),
+                ("calls/s, 2 clients ÷ 1 client", lambda c: (med(by[(c, phase, two)], "calls_per_s") or 0)
+                 / (med(by[(c, phase, one)], "calls_per_s") or 1))]
+        for name, f in rows:
+            out.append(f"| {name} | " + " | ".join("–" if f(c) is None else f"{f(c):.2f}" for c in CONFIGS) + " |")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    rel = os.path.join(here, "..", "target", "release")
+    ap.add_argument("--dualfs", default=os.path.join(rel, "dualfs"))
+    ap.add_argument("--proto", default=os.path.join(rel, "uring-proto"))
+    ap.add_argument("--client", default=os.path.join(rel, "rt-client"))
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--getattr-n", type=int, default=20_000)
+    ap.add_argument("--create-n", type=int, default=5_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--work", default="/var/tmp/dualfs-uring-rt")
+    ap.add_argument("--out", default=os.path.join(here, "uring_rt.json"))
+    ap.add_argument("--size-mib", type=int, default=4096)
+    ap.add_argument("--meta-mib", type=int, default=408)
+    args = ap.parse_args()
+    for k in ("dualfs", "proto", "client"):
+        setattr(args, k, os.path.abspath(getattr(args, k)))
+    args.dualfs_base = args.dualfs
+    args.trace_dir = os.path.join(args.work, "traces")
+    if os.geteuid() != 0:
+        sys.exit("the benchmark needs root (loop devices, mount, enable_uring, perf)")
+    if not os.path.exists(PARAM):
+        sys.exit(f"{PARAM} is missing: this kernel has no FUSE over io_uring")
+    os.makedirs(args.work, exist_ok=True)
+    configs = args.configs.split(",")
+    old = open(PARAM).read().strip()
+    results = []
+    load = open("/proc/loadavg").read().strip()
+    try:
+        with open(PARAM, "w") as f:
+            f.write("Y")
+        for rep in range(args.repeats):
+            for cfg in configs:
+                results.extend(run_config(cfg, args, rep))
+    finally:
+        with open(PARAM, "w") as f:
+            f.write(old)
+    end = open("/proc/loadavg").read().strip()
+    with open(args.out, "w") as f:
+        json.dump({"machine": suite.machine(), "uname": os.uname().release, "loadavg_start": load,
+                   "loadavg_end": end, "command": " ".join(sys.argv), "runs": results}, f, indent=1)
+    print(f"{time.strftime('%Y-%m-%d %H:%M')} load average at start {load}, at end {end}; medians of {args.repeats}")
+    print(tables(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,10 @@ kernel's fuse:fuse_request_send tracepoint (bench/micro.py's way).
 enable_uring is set to Y for proto-uring and put back as it was at the end.
 
     bench/uring_rt.py [--repeats 3] [--getattr-n 20000] [--create-n 5000]
+    bench/uring_rt.py --report bench/uring_rt.json ...   # tables of stored runs, pooled
+
+Each repeat also makes --spread-runs short getattr runs (unpinned, 5,000
+calls) per file system, for the tail the scheduler's placement makes.
 
 Results: bench/uring_rt.json (every run) and Markdown tables on stdout
 (medians of the repeats).
@@ -106,8 +110,8 @@ class Proto:
         self.proc.wait(timeout=60)
 
 
-def run_client(args, phase, mnt, threads, cpu, pid):
-    n = args.getattr_n if phase == "getattr" else args.create_n
+def run_client(args, phase, mnt, threads, cpu, pid, n=None):
+    n = n or (args.getattr_n if phase == "getattr" else args.create_n)
     before = switches(pid) if pid else 0
     out = subprocess.run([args.client, phase, mnt, "--n", str(n), "--threads", str(threads), "--cpu", cpu],
                          check=True, capture_output=True, text=True).stdout
@@ -153,6 +157,12 @@ def run_config(cfg, args, rep):
                 per, counts = requests_per_call(args, phase, mnt)
                 rows.append({"config": cfg, "rep": rep, "phase": phase, "requests_per_call": per, "requests": counts})
                 suite.log(f"{cfg} {phase}: {per:.2f} requests/call {counts}")
+        # The spread: many short unpinned runs, where the scheduler's
+        # placement of client and server shows as a tail.
+        spread = [run_client(args, "getattr", mnt, 1, "none", pid, n=args.spread_n)["us_per_call"]
+                  for _ in range(args.spread_runs)]
+        rows.append({"config": cfg, "rep": rep, "spread_us": spread})
+        suite.log(f"{cfg} getattr spread: {sorted(round(x, 1) for x in spread)}")
     finally:
         if proto:
             proto.umount()
@@ -168,10 +178,13 @@ def med(runs, key):
 
 def tables(results):
     by = collections.defaultdict(list)
+    spreads = collections.defaultdict(list)
     reqs = {}
     for r in results:
         if "layout" in r:
             by[(r["config"], r["phase"], r["layout"])].append(r)
+        elif "spread_us" in r:
+            spreads[r["config"]].extend(r["spread_us"])
         else:
             reqs[(r["config"], r["phase"])] = r["requests_per_call"]
     out = []
@@ -201,6 +214,17 @@ def tables(results):
                  / (med(by[(c, phase, one)], "calls_per_s") or 1))]
         for name, f in rows:
             out.append(f"| {name} | " + " | ".join("–" if f(c) is None else f"{f(c):.2f}" for c in CONFIGS) + " |")
+    out.append("\n**Spread of the getattr loop** (µs per call of each short unpinned run, "
+               f"{sum(len(v) for v in spreads.values()) // max(len(spreads), 1)} runs per configuration)\n")
+    out.append("| | " + " | ".join(CONFIGS) + " |")
+    out.append("|---|" + "---:|" * len(CONFIGS))
+    for name, q in (("fastest", 0.0), ("10th percentile", 0.1), ("median", 0.5), ("90th percentile", 0.9),
+                    ("slowest", 1.0)):
+        cells = []
+        for c in CONFIGS:
+            v = sorted(spreads.get(c, []))
+            cells.append(f"{v[min(int(q * len(v)), len(v) - 1)]:.2f}" if v else "–")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -215,11 +239,18 @@ def main():
     ap.add_argument("--getattr-n", type=int, default=20_000)
     ap.add_argument("--create-n", type=int, default=5_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--spread-runs", type=int, default=10, help="short getattr runs per repeat")
+    ap.add_argument("--spread-n", type=int, default=5_000)
+    ap.add_argument("--report", nargs="*", help="print the tables of these result files (all runs pooled), run nothing")
     ap.add_argument("--work", default="/var/tmp/dualfs-uring-rt")
     ap.add_argument("--out", default=os.path.join(here, "uring_rt.json"))
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--meta-mib", type=int, default=408)
     args = ap.parse_args()
+    if args.report:
+        runs = [r for f in args.report for r in json.load(open(f))["runs"]]
+        print(tables(runs))
+        return
     for k in ("dualfs", "proto", "client"):
         setattr(args, k, os.path.abspath(getattr(args, k)))
     args.dualfs_base = args.dualfs

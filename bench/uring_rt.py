@@ -24,7 +24,9 @@ enable_uring is set to Y for proto-uring and put back as it was at the end.
     bench/uring_rt.py --report bench/uring_rt.json ...   # tables of stored runs, pooled
 
 Each repeat also makes --spread-runs short getattr runs (unpinned, 5,000
-calls) per file system, for the tail the scheduler's placement makes.
+calls) per file system, for the tail the scheduler's placement makes, and
+then extracts the suite's untar (Linux 6.1's fs include kernel mm block,
+8,830 files; the prototype counts written bytes, keeps none) and syncs.
 
 Results: bench/uring_rt.json (every run) and Markdown tables on stdout
 (medians of the repeats).
@@ -163,6 +165,15 @@ def run_config(cfg, args, rep):
                   for _ in range(args.spread_runs)]
         rows.append({"config": cfg, "rep": rep, "spread_us": spread})
         suite.log(f"{cfg} getattr spread: {sorted(round(x, 1) for x in spread)}")
+        # A whole workload: the suite's untar (8,830 files), into a fresh
+        # directory, synced as the suite's phases are.
+        dst = os.path.join(mnt, "untar")
+        os.makedirs(dst)
+        t = time.monotonic()
+        suite.sh(f"tar xf {args.tar} -C {dst} && sync -f {dst}")
+        secs = time.monotonic() - t
+        rows.append({"config": cfg, "rep": rep, "untar_s": secs})
+        suite.log(f"{cfg} untar: {secs:.2f} s")
     finally:
         if proto:
             proto.umount()
@@ -179,12 +190,15 @@ def med(runs, key):
 def tables(results):
     by = collections.defaultdict(list)
     spreads = collections.defaultdict(list)
+    untar = collections.defaultdict(list)
     reqs = {}
     for r in results:
         if "layout" in r:
             by[(r["config"], r["phase"], r["layout"])].append(r)
         elif "spread_us" in r:
             spreads[r["config"]].extend(r["spread_us"])
+        elif "untar_s" in r:
+            untar[r["config"]].append(r["untar_s"])
         else:
             reqs[(r["config"], r["phase"])] = r["requests_per_call"]
     out = []
@@ -225,6 +239,16 @@ def tables(results):
             v = sorted(spreads.get(c, []))
             cells.append(f"{v[min(int(q * len(v)), len(v) - 1)]:.2f}" if v else "–")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    if untar:
+        base = med([{"s": x} for x in untar.get("ext4", [])], "s")
+        out.append("\n**untar** (the suite's 8,830 files, then `sync -f`; wall seconds, median; against ext4)\n")
+        out.append("| | " + " | ".join(CONFIGS) + " |")
+        out.append("|---|" + "---:|" * len(CONFIGS))
+        cells = []
+        for c in CONFIGS:
+            v = med([{"s": x} for x in untar.get(c, [])], "s")
+            cells.append("–" if v is None else f"{v:.2f}" + (f" ({v / base:.2f}×)" if base and c != "ext4" else ""))
+        out.append("| wall s | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -247,7 +271,7 @@ def main():
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--meta-mib", type=int, default=408)
     args = ap.parse_args()
-    if args.report:
+    if args.report is not None:
         runs = [r for f in args.report for r in json.load(open(f))["runs"]]
         print(tables(runs))
         return
@@ -255,6 +279,8 @@ def main():
         setattr(args, k, os.path.abspath(getattr(args, k)))
     args.dualfs_base = args.dualfs
     args.trace_dir = os.path.join(args.work, "traces")
+    args.src, args.smoke = None, False
+    _, args.tar = suite.prepare_source(args)
     if os.geteuid() != 0:
         sys.exit("the benchmark needs root (loop devices, mount, enable_uring, perf)")
     if not os.path.exists(PARAM):

@@ -38,11 +38,14 @@ pub mod opcode {
     pub const FORGET: u32 = 2;
     pub const GETATTR: u32 = 3;
     pub const SETATTR: u32 = 4;
+    pub const READLINK: u32 = 5;
+    pub const SYMLINK: u32 = 6;
     pub const MKNOD: u32 = 8;
     pub const MKDIR: u32 = 9;
     pub const UNLINK: u32 = 10;
     pub const OPEN: u32 = 14;
     pub const READ: u32 = 15;
+    pub const WRITE: u32 = 16;
     pub const STATFS: u32 = 17;
     pub const RELEASE: u32 = 18;
     pub const FSYNC: u32 = 20;
@@ -66,13 +69,21 @@ pub mod opcode {
 
 /// `fuse_setattr_in.valid`: the mode is to be set.
 pub const FATTR_MODE: u32 = 1 << 0;
+/// `fuse_setattr_in.valid`: the owner is to be set.
+pub const FATTR_UID: u32 = 1 << 1;
+/// `fuse_setattr_in.valid`: the group is to be set.
+pub const FATTR_GID: u32 = 1 << 2;
+/// `fuse_setattr_in.valid`: the size is to be set.
+pub const FATTR_SIZE: u32 = 1 << 3;
 
 /// INIT flags (`flags | flags2 << 32`).
 pub mod init_flags {
     pub const ASYNC_READ: u64 = 1 << 0;
     pub const BIG_WRITES: u64 = 1 << 5;
+    pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const MAX_PAGES: u64 = 1 << 22;
+    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const INIT_EXT: u64 = 1 << 30;
     pub const OVER_IO_URING: u64 = 1 << 41;
 }
@@ -200,7 +211,7 @@ pub fn op_header_len(opcode: u32) -> usize {
         opcode::GETXATTR | opcode::LISTXATTR | opcode::ACCESS => 8,
         opcode::GETATTR | opcode::CREATE | opcode::MKNOD | opcode::FSYNC | opcode::FSYNCDIR => 16,
         opcode::RELEASE | opcode::RELEASEDIR | opcode::FLUSH => 24,
-        opcode::READ | opcode::READDIR | opcode::READDIRPLUS => 40,
+        opcode::READ | opcode::WRITE | opcode::READDIR | opcode::READDIRPLUS => 40,
         opcode::STATX => 24,
         opcode::SETATTR => 88,
         opcode::INIT => 64,
@@ -221,13 +232,39 @@ pub enum Request<'a> {
     Lookup {
         name: &'a [u8],
     },
-    Forget,
+    /// FORGET: the kernel drops `nlookup` references to the header's node.
+    Forget {
+        nlookup: u64,
+    },
+    /// BATCH_FORGET: `(nodeid, nlookup)` pairs, 16 bytes each, checked to
+    /// be whole.
+    BatchForget {
+        pairs: &'a [u8],
+    },
     Getattr,
-    /// Only a mode change is applied; the rest (times, owner, size of an
-    /// empty file) is answered with the attributes as they are.
+    /// Mode, owner and size are applied (`valid` says which); times are
+    /// not kept.
     Setattr {
         valid: u32,
+        size: u64,
         mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    /// The data is counted, not kept: the prototype measures round trips.
+    Write {
+        offset: u64,
+        data: &'a [u8],
+    },
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+    },
+    Readlink,
+    /// Answered with zeros: no data is kept.
+    Read {
+        offset: u64,
+        size: u32,
     },
     Statfs,
     Opendir,
@@ -268,12 +305,20 @@ pub enum Request<'a> {
     Other(u32),
 }
 
-/// A NUL-terminated name at the start of `buf`, without the NUL; refused
-/// when empty, unterminated or containing '/'.
-fn name(buf: &[u8]) -> Result<&[u8], DecodeError> {
+/// A non-empty NUL-terminated string at the start of `buf`, without the NUL.
+fn cstr(buf: &[u8]) -> Result<&[u8], DecodeError> {
     let end = buf.iter().position(|&b| b == 0).ok_or(DecodeError::Name)?;
     let n = &buf[..end];
-    if n.is_empty() || n.contains(&b'/') {
+    if n.is_empty() {
+        return Err(DecodeError::Name);
+    }
+    Ok(n)
+}
+
+/// A directory entry's name: a [`cstr`] without '/'.
+fn name(buf: &[u8]) -> Result<&[u8], DecodeError> {
+    let n = cstr(buf)?;
+    if n.contains(&b'/') {
         return Err(DecodeError::Name);
     }
     Ok(n)
@@ -306,17 +351,52 @@ impl<'a> Request<'a> {
                 Self::Init { major, minor, max_readahead, flags: flags | flags2 << 32 }
             }
             opcode::LOOKUP => Self::Lookup { name: name(rest)? },
-            opcode::FORGET | opcode::BATCH_FORGET => Self::Forget,
+            opcode::FORGET => Self::Forget { nlookup: r.u64()? },
+            opcode::BATCH_FORGET => {
+                let count = usize::try_from(r.u32()?).unwrap_or(usize::MAX);
+                r.skip(4)?;
+                let need = count.saturating_mul(16);
+                let pairs =
+                    rest.get(..need).ok_or(DecodeError::Short { what: "forget pairs", need, have: rest.len() })?;
+                Self::BatchForget { pairs }
+            }
             opcode::GETATTR => {
                 r.skip(16)?;
                 Self::Getattr
             }
             opcode::SETATTR => {
                 let valid = r.u32()?;
-                r.skip(64)?;
+                r.skip(12)?;
+                let size = r.u64()?;
+                r.skip(44)?;
                 let mode = r.u32()?;
-                r.skip(16)?;
-                Self::Setattr { valid, mode }
+                r.skip(4)?;
+                let uid = r.u32()?;
+                let gid = r.u32()?;
+                r.skip(4)?;
+                Self::Setattr { valid, size, mode, uid, gid }
+            }
+            opcode::WRITE => {
+                r.skip(8)?;
+                let offset = r.u64()?;
+                let size = usize::try_from(r.u32()?).unwrap_or(usize::MAX);
+                r.skip(20)?;
+                let data =
+                    rest.get(..size).ok_or(DecodeError::Short { what: "write data", need: size, have: rest.len() })?;
+                Self::Write { offset, data }
+            }
+            opcode::SYMLINK => {
+                let n = name(rest)?;
+                let target = cstr(&rest[n.len() + 1..])?;
+                Self::Symlink { name: n, target }
+            }
+            opcode::READLINK => Self::Readlink,
+            opcode::READ => {
+                r.skip(8)?;
+                let offset = r.u64()?;
+                let size = r.u32()?;
+                r.skip(20)?;
+                Self::Read { offset, size }
             }
             opcode::STATFS => Self::Statfs,
             opcode::OPENDIR => {
@@ -440,6 +520,20 @@ pub fn encode_attr_out(out: &mut Vec<u8>, valid_s: u64, attr: &Attr) {
     out.extend_from_slice(&valid_s.to_ne_bytes());
     out.extend_from_slice(&[0u8; 8]);
     attr.encode(out);
+}
+
+/// The `(nodeid, nlookup)` pairs of a BATCH_FORGET.
+pub fn forget_pairs(pairs: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pairs.chunks_exact(16).map(|c| {
+        let (a, b) = c.split_at(8);
+        (u64::from_ne_bytes(a.try_into().unwrap_or([0; 8])), u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+    })
+}
+
+/// Appends `struct fuse_write_out`.
+pub fn encode_write_out(out: &mut Vec<u8>, size: u32) {
+    out.extend_from_slice(&size.to_ne_bytes());
+    out.extend_from_slice(&[0u8; 4]);
 }
 
 /// Appends `struct fuse_open_out`.

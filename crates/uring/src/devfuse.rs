@@ -13,9 +13,9 @@ use nix::mount::{MntFlags, MsFlags};
 use crate::abi::{self, InitOut, Request, init_flags};
 use crate::tree::{Fs, Outcome};
 
-/// Largest write the prototype accepts (it stores no data; this sizes the
-/// buffers and the kernel's ring payload).
-pub const MAX_WRITE: u32 = 128 * 1024;
+/// Largest write the prototype accepts, DualFS's (it keeps no data; this
+/// sizes the buffers and the kernel's ring payload).
+pub const MAX_WRITE: u32 = 1024 * 1024;
 /// Room for a whole request read from /dev/fuse: the largest write plus its
 /// headers (the kernel refuses reads into smaller buffers).
 const READ_BUF: usize = MAX_WRITE as usize + 4096;
@@ -91,7 +91,12 @@ impl Session {
             | init_flags::BIG_WRITES
             | init_flags::PARALLEL_DIROPS
             | init_flags::MAX_PAGES
-            | init_flags::INIT_EXT;
+            | init_flags::INIT_EXT
+            // What DualFS's adapter asks for, so that the kernel sends the
+            // same requests (one WRITE per file at close, no GETXATTR
+            // security.capability before each write).
+            | init_flags::WRITEBACK_CACHE
+            | init_flags::HANDLE_KILLPRIV_V2;
         // The kernel offers FUSE_OVER_IO_URING only while enable_uring is Y.
         if want_uring {
             want |= init_flags::OVER_IO_URING;

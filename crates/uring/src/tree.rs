@@ -16,8 +16,11 @@ const VALID_S: u64 = 3600;
 
 const S_IFDIR: u32 = 0o040_000;
 const S_IFREG: u32 = 0o100_000;
+const S_IFLNK: u32 = 0o120_000;
+const S_IFMT: u32 = 0o170_000;
 const DT_DIR: u32 = 4;
 const DT_REG: u32 = 8;
+const DT_LNK: u32 = 10;
 
 /// What the handler answers: a reply with a payload (already in the output
 /// buffer), an error, or nothing (FORGET).
@@ -36,6 +39,12 @@ struct Node {
     attr: Attr,
     /// `Some` for a directory.
     children: Option<BTreeMap<Vec<u8>, u64>>,
+    /// A symbolic link's target (empty otherwise).
+    target: Vec<u8>,
+    /// References the kernel holds (entries replied minus forgotten): an
+    /// unlinked node stays until they are gone, since the kernel may still
+    /// write back its attributes.
+    lookups: u64,
 }
 
 #[derive(Debug)]
@@ -68,6 +77,8 @@ impl Fs {
         let root = Node {
             attr: Attr { ino: abi::ROOT_ID, size: 0, mode: S_IFDIR | 0o777, nlink: 2, uid: 0, gid: 0, time_s: now_s() },
             children: Some(BTreeMap::new()),
+            target: Vec::new(),
+            lookups: 1,
         };
         let nodes = HashMap::from([(abi::ROOT_ID, root)]);
         Self { tree: Mutex::new(Tree { nodes, next_ino: 2 }), counts: (0..64).map(|_| AtomicU64::new(0)).collect() }
@@ -86,7 +97,17 @@ impl Fs {
         }
         let Ok(mut t) = self.tree.lock() else { return Outcome::Error(libc::EIO) };
         match *req {
-            Request::Forget | Request::Interrupt => Outcome::NoReply,
+            Request::Forget { nlookup } => {
+                t.forget(h.nodeid, nlookup);
+                Outcome::NoReply
+            }
+            Request::BatchForget { pairs } => {
+                for (node, nlookup) in abi::forget_pairs(pairs) {
+                    t.forget(node, nlookup);
+                }
+                Outcome::NoReply
+            }
+            Request::Interrupt => Outcome::NoReply,
             Request::Getattr => match t.nodes.get(&h.nodeid) {
                 Some(n) => {
                     abi::encode_attr_out(out, VALID_S, &n.attr);
@@ -94,14 +115,52 @@ impl Fs {
                 }
                 None => Outcome::Error(libc::ENOENT),
             },
-            Request::Setattr { valid, mode } => match t.nodes.get_mut(&h.nodeid) {
+            Request::Setattr { valid, size, mode, uid, gid } => match t.nodes.get_mut(&h.nodeid) {
                 Some(n) => {
                     if valid & abi::FATTR_MODE != 0 {
                         n.attr.mode = (n.attr.mode & !0o7777) | (mode & 0o7777);
                     }
+                    if valid & abi::FATTR_UID != 0 {
+                        n.attr.uid = uid;
+                    }
+                    if valid & abi::FATTR_GID != 0 {
+                        n.attr.gid = gid;
+                    }
+                    if valid & abi::FATTR_SIZE != 0 {
+                        n.attr.size = size;
+                    }
                     abi::encode_attr_out(out, VALID_S, &n.attr);
                     Outcome::Reply
                 }
+                None => Outcome::Error(libc::ENOENT),
+            },
+            Request::Write { offset, data } => match t.nodes.get_mut(&h.nodeid) {
+                Some(n) if n.children.is_none() => {
+                    let len = u64::try_from(data.len()).unwrap_or(u64::MAX);
+                    n.attr.size = n.attr.size.max(offset.saturating_add(len));
+                    abi::encode_write_out(out, u32::try_from(data.len()).unwrap_or(u32::MAX));
+                    Outcome::Reply
+                }
+                Some(_) => Outcome::Error(libc::EISDIR),
+                None => Outcome::Error(libc::ENOENT),
+            },
+            Request::Read { offset, size } => match t.nodes.get(&h.nodeid) {
+                Some(n) if n.children.is_none() => {
+                    let left = n.attr.size.saturating_sub(offset);
+                    let len = left.min(u64::from(size)).min(u64::try_from(max_out).unwrap_or(u64::MAX));
+                    out.resize(out.len() + usize::try_from(len).unwrap_or(0), 0);
+                    Outcome::Reply
+                }
+                Some(_) => Outcome::Error(libc::EISDIR),
+                None => Outcome::Error(libc::ENOENT),
+            },
+            Request::Symlink { name, target } => t.create(h, S_IFLNK | 0o777, name, target, out),
+            Request::Readlink => match t.nodes.get(&h.nodeid) {
+                Some(n) if n.attr.mode & S_IFMT == S_IFLNK => {
+                    out.extend_from_slice(&n.target);
+                    Outcome::Reply
+                }
+                Some(_) => Outcome::Error(libc::EINVAL),
                 None => Outcome::Error(libc::ENOENT),
             },
             Request::Lookup { name } => {
@@ -109,15 +168,18 @@ impl Fs {
                     Ok(d) => d.get(name).copied(),
                     Err(e) => return Outcome::Error(e),
                 };
-                match child.and_then(|c| t.nodes.get(&c)) {
-                    Some(n) => abi::encode_entry(out, n.attr.ino, VALID_S, &n.attr),
+                match child.and_then(|c| t.nodes.get_mut(&c)) {
+                    Some(n) => {
+                        n.lookups += 1;
+                        abi::encode_entry(out, n.attr.ino, VALID_S, &n.attr);
+                    }
                     // A negative entry the kernel may cache (node id 0).
                     None => abi::encode_entry(out, 0, VALID_S, &Attr::default()),
                 }
                 Outcome::Reply
             }
-            Request::Create { mode, name, .. } => t.create(h, S_IFREG | (mode & 0o7777), name, out),
-            Request::Mkdir { mode, name } => t.create(h, S_IFDIR | (mode & 0o7777), name, out),
+            Request::Create { mode, name, .. } => t.create(h, S_IFREG | (mode & 0o7777), name, b"", out),
+            Request::Mkdir { mode, name } => t.create(h, S_IFDIR | (mode & 0o7777), name, b"", out),
             Request::Unlink { name } => t.unlink(h.nodeid, name),
             Request::Statfs => {
                 let files = u64::try_from(t.nodes.len()).unwrap_or(u64::MAX);
@@ -157,9 +219,10 @@ impl Tree {
 
     /// Makes an empty file or directory (`mode` has the type bits); a file's
     /// reply carries an open handle too (CREATE), a directory's does not.
-    /// Makes an empty file or directory (`mode` has the type bits); a file's
-    /// reply carries an open handle too (CREATE), a directory's does not.
-    fn create(&mut self, h: &InHeader, mode: u32, name: &[u8], out: &mut Vec<u8>) -> Outcome {
+    /// Makes an empty file, a directory or a symbolic link to `target`
+    /// (`mode` has the type bits); a file's reply carries an open handle
+    /// too (CREATE), the others' do not.
+    fn create(&mut self, h: &InHeader, mode: u32, name: &[u8], target: &[u8], out: &mut Vec<u8>) -> Outcome {
         let ino = self.next_ino;
         match self.dir_mut(h.nodeid) {
             Ok(d) if d.contains_key(name) => return Outcome::Error(libc::EEXIST),
@@ -169,12 +232,14 @@ impl Tree {
             Err(e) => return Outcome::Error(e),
         }
         self.next_ino += 1;
-        let dir = mode & S_IFDIR != 0;
+        let dir = mode & S_IFMT == S_IFDIR;
         let nlink = if dir { 2 } else { 1 };
-        let attr = Attr { ino, size: 0, mode, nlink, uid: h.uid, gid: h.gid, time_s: now_s() };
-        self.nodes.insert(ino, Node { attr, children: dir.then(BTreeMap::new) });
+        let size = u64::try_from(target.len()).unwrap_or(u64::MAX);
+        let attr = Attr { ino, size, mode, nlink, uid: h.uid, gid: h.gid, time_s: now_s() };
+        let node = Node { attr, children: dir.then(BTreeMap::new), target: target.to_vec(), lookups: 1 };
+        self.nodes.insert(ino, node);
         abi::encode_entry(out, ino, VALID_S, &attr);
-        if !dir {
+        if mode & S_IFMT == S_IFREG {
             abi::encode_open_out(out, 0);
         }
         Outcome::Reply
@@ -192,10 +257,24 @@ impl Tree {
         if let Ok(d) = self.dir_mut(parent) {
             d.remove(name);
         }
-        // Inode numbers are never reused, so the kernel's cached node for
-        // the unlinked file cannot alias a new one.
-        self.nodes.remove(&child);
+        // Inode numbers are never reused, so the kernel's node for the
+        // unlinked file cannot alias a new one; it goes at the last FORGET.
+        if let Some(n) = self.nodes.get_mut(&child) {
+            n.attr.nlink = 0;
+            if n.lookups == 0 {
+                self.nodes.remove(&child);
+            }
+        }
         Outcome::Reply
+    }
+
+    fn forget(&mut self, ino: u64, nlookup: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.lookups = n.lookups.saturating_sub(nlookup);
+            if n.lookups == 0 && n.attr.nlink == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
     }
 
     fn readdir(&self, ino: u64, offset: u64, size: u32, out: &mut Vec<u8>, max_out: usize) -> Outcome {
@@ -207,7 +286,11 @@ impl Tree {
         // ".." is given as the root: the kernel answers it from its dentries.
         let dots = [(b".".as_slice(), ino, DT_DIR), (b"..".as_slice(), abi::ROOT_ID, DT_DIR)];
         let entries = dots.into_iter().chain(d.iter().map(|(name, &c)| {
-            let kind = if self.nodes.get(&c).is_some_and(|n| n.children.is_some()) { DT_DIR } else { DT_REG };
+            let kind = match self.nodes.get(&c).map(|n| n.attr.mode & S_IFMT) {
+                Some(S_IFDIR) => DT_DIR,
+                Some(S_IFLNK) => DT_LNK,
+                _ => DT_REG,
+            };
             (name.as_slice(), c, kind)
         }));
         // The offset of an entry is its index plus one: the next READDIR

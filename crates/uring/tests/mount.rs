@@ -74,6 +74,17 @@ fn exercise(mnt: &Path) {
     drop(OpenOptions::new().write(true).create_new(true).open(mnt.join("sub/inner")).unwrap());
     assert!(fs::metadata(mnt.join("sub")).unwrap().is_dir());
     assert_eq!(fs::read_dir(mnt.join("sub")).unwrap().count(), 1);
+    fs::write(mnt.join("file3"), vec![7u8; 300_000]).unwrap();
+    assert_eq!(fs::metadata(mnt.join("file3")).unwrap().len(), 300_000);
+    std::os::unix::fs::symlink("sub/inner", mnt.join("link")).unwrap();
+    assert_eq!(fs::read_link(mnt.join("link")).unwrap(), Path::new("sub/inner"));
+    // An unlinked file stays usable through its open descriptor.
+    let mut open = OpenOptions::new().write(true).create_new(true).open(mnt.join("doomed")).unwrap();
+    fs::remove_file(mnt.join("doomed")).unwrap();
+    std::io::Write::write_all(&mut open, b"still here").unwrap();
+    open.sync_all().unwrap();
+    assert_eq!(open.metadata().unwrap().len(), 10);
+    drop(open);
     let st = nix::sys::statvfs::statvfs(mnt).unwrap();
     assert_eq!(st.block_size(), 4096);
     // A forced GETATTR goes to the server even with attributes cached.
@@ -99,9 +110,9 @@ fn run(want_uring: bool) -> Transport {
     let transport = server.transport.clone();
     exercise(dir.path());
     let counts = server.stop().unwrap();
-    assert_eq!(count(&counts, opcode::CREATE), 51);
+    assert_eq!(count(&counts, opcode::CREATE), 52);
     assert_eq!(count(&counts, opcode::MKDIR), 1);
-    assert_eq!(count(&counts, opcode::UNLINK), 25);
+    assert_eq!(count(&counts, opcode::UNLINK), 26);
     assert!(count(&counts, opcode::GETATTR) >= 100);
     assert!(count(&counts, opcode::READDIR) >= 1);
     assert!(count(&counts, opcode::STATFS) >= 1);
@@ -127,6 +138,10 @@ fn io_uring_transport_serves_the_tree_when_the_module_allows_it() {
     };
     match run(true) {
         Transport::Uring { queues } => assert!(queues >= 1),
+        // Another process may have put the parameter back meanwhile.
+        Transport::DevFuse { why } if !dualfs_uring::uring_enabled() => {
+            eprintln!("skipped: io_uring path not tested: enable_uring was turned off during the test ({why})");
+        }
         Transport::DevFuse { why } => panic!("enable_uring is on but the mount fell back to /dev/fuse: {why}"),
     }
 }

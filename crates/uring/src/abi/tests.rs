@@ -65,6 +65,21 @@ fn every_truncation_of_every_request_is_refused_without_panicking() {
             b
         }),
     ];
+    let mut write = vec![0u8; 40];
+    write[16..20].copy_from_slice(&5u32.to_ne_bytes());
+    write.extend_from_slice(b"hello");
+    bodies.push((opcode::WRITE, write));
+    bodies.push((opcode::SYMLINK, b"link\0../target\0".to_vec()));
+    bodies.push((opcode::FORGET, 3u64.to_ne_bytes().to_vec()));
+    let mut batch = vec![0u8; 8];
+    batch[0..4].copy_from_slice(&2u32.to_ne_bytes());
+    for v in [5u64, 1, 6, 2] {
+        batch.extend_from_slice(&v.to_ne_bytes());
+    }
+    bodies.push((opcode::BATCH_FORGET, batch.clone()));
+    let m = message(opcode::BATCH_FORGET, &batch);
+    let Request::BatchForget { pairs } = Request::decode_message(&m).unwrap().1 else { panic!("not a batch forget") };
+    assert_eq!(forget_pairs(pairs).collect::<Vec<_>>(), [(5, 1), (6, 2)]);
     let mut getxattr = vec![0u8; 8];
     getxattr.extend_from_slice(b"security.capability\0");
     bodies.push((opcode::GETXATTR, getxattr));
@@ -150,4 +165,19 @@ fn dirents_are_aligned_and_stop_at_the_limit() {
     assert_eq!(out.len(), 32);
     assert!(!push_dirent(&mut out, 64, 3, 2, 8, b"a-longer-name-than-fits"));
     assert_eq!(out.len(), 32);
+}
+
+#[test]
+fn write_and_symlink_decode_their_variable_parts() {
+    let mut body = vec![0u8; 40];
+    body[8..16].copy_from_slice(&4096u64.to_ne_bytes());
+    body[16..20].copy_from_slice(&3u32.to_ne_bytes());
+    body.extend_from_slice(b"abc");
+    let m = message(opcode::WRITE, &body);
+    assert_eq!(Request::decode_message(&m).unwrap().1, Request::Write { offset: 4096, data: b"abc" });
+    let m = message(opcode::SYMLINK, b"l\0a/b\0");
+    assert_eq!(Request::decode_message(&m).unwrap().1, Request::Symlink { name: b"l", target: b"a/b" });
+    // A symlink without a target is refused.
+    let m = message(opcode::SYMLINK, b"l\0");
+    assert!(Request::decode_message(&m).is_err());
 }

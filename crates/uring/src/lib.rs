@@ -122,6 +122,11 @@ impl Server {
         self.fs.counts()
     }
 
+    /// Requests that arrived on io_uring queues so far (0 over /dev/fuse).
+    pub fn ring_requests(&self) -> u64 {
+        self.fs.ring_requests()
+    }
+
     /// Unmounts and waits for every serving thread to see the end.
     ///
     /// # Errors

@@ -33,10 +33,6 @@ struct Entry {
     iov: Box<[libc::iovec; 2]>,
 }
 
-// SAFETY: the raw pointers in `iov` point into this entry's own heap
-// buffers, which move with it; the entry is used by one thread at a time.
-unsafe impl Send for Entry {}
-
 /// The CPUs the kernel makes a queue for (`num_possible_cpus`), all of which
 /// need a registered entry before the ring carries requests.
 pub fn possible_cpus() -> usize {
@@ -185,7 +181,10 @@ impl Queue {
                 let fixed = &e.header[URING_HEADER_AREA..URING_HEADER_AREA + fixed_len];
                 let rest = &e.payload[..usize::try_from(payload_sz).unwrap_or(0).min(e.payload.len())];
                 match Request::decode(h.opcode, fixed, rest) {
-                    Ok(req) => fs.handle(&h, &req, out, e.payload.len()),
+                    Ok(req) => {
+                        fs.note_ring_request();
+                        fs.handle(&h, &req, out, e.payload.len())
+                    }
                     Err(_) => Outcome::Error(libc::EIO),
                 }
             }

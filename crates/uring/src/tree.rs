@@ -58,6 +58,9 @@ struct Tree {
 pub struct Fs {
     tree: Mutex<Tree>,
     counts: Vec<AtomicU64>,
+    /// Requests that arrived on an io_uring queue (the rest came through
+    /// /dev/fuse), so a test can tell which transport really served.
+    ring_requests: AtomicU64,
 }
 
 fn now_s() -> u64 {
@@ -81,12 +84,26 @@ impl Fs {
             lookups: 1,
         };
         let nodes = HashMap::from([(abi::ROOT_ID, root)]);
-        Self { tree: Mutex::new(Tree { nodes, next_ino: 2 }), counts: (0..64).map(|_| AtomicU64::new(0)).collect() }
+        Self {
+            tree: Mutex::new(Tree { nodes, next_ino: 2 }),
+            counts: (0..64).map(|_| AtomicU64::new(0)).collect(),
+            ring_requests: AtomicU64::new(0),
+        }
     }
 
     /// Requests served so far, by opcode (opcodes past 63 are not counted).
     pub fn counts(&self) -> Vec<(u32, u64)> {
         (0u32..).zip(&self.counts).map(|(op, c)| (op, c.load(Ordering::Relaxed))).filter(|&(_, c)| c > 0).collect()
+    }
+
+    /// Counts a request that arrived on an io_uring queue.
+    pub fn note_ring_request(&self) {
+        self.ring_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests that arrived on io_uring queues so far.
+    pub fn ring_requests(&self) -> u64 {
+        self.ring_requests.load(Ordering::Relaxed)
     }
 
     /// Serves one decoded request (INIT excepted: the transport negotiates

@@ -109,7 +109,20 @@ fn run(want_uring: bool) -> Transport {
     let server = Server::start(dir.path(), want_uring, 2).unwrap();
     let transport = server.transport.clone();
     exercise(dir.path());
+    let on_ring = server.ring_requests();
     let counts = server.stop().unwrap();
+    let total: u64 = counts.iter().map(|c| c.1).sum();
+    match transport {
+        // FORGET and INTERRUPT still come through /dev/fuse; the rest must
+        // have come on the ring.
+        Transport::Uring { .. } => {
+            let off_ring = count(&counts, opcode::FORGET)
+                + count(&counts, opcode::BATCH_FORGET)
+                + count(&counts, opcode::INTERRUPT);
+            assert_eq!(on_ring + off_ring, total, "requests served over /dev/fuse despite the ring: {counts:?}");
+        }
+        Transport::DevFuse { .. } => assert_eq!(on_ring, 0),
+    }
     assert_eq!(count(&counts, opcode::CREATE), 52);
     assert_eq!(count(&counts, opcode::MKDIR), 1);
     assert_eq!(count(&counts, opcode::UNLINK), 26);

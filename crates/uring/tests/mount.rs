@@ -8,6 +8,7 @@
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 use dualfs_uring::abi::opcode;
 use dualfs_uring::{Server, Transport};
@@ -22,20 +23,27 @@ fn can_mount() -> bool {
     true
 }
 
+/// The tests of this file that set `enable_uring` take turns.
+static PARAM_LOCK: Mutex<()> = Mutex::new(());
+
 /// Sets `enable_uring` for the test's length and puts back what was there.
-struct UringParam(String);
+struct UringParam {
+    old: String,
+    _turn: MutexGuard<'static, ()>,
+}
 
 impl UringParam {
-    fn enable() -> Option<Self> {
+    fn set(on: bool) -> Option<Self> {
+        let guard = PARAM_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = fs::read_to_string(PARAM).ok()?;
-        fs::write(PARAM, "Y").ok()?;
-        Some(Self(old.trim().to_string()))
+        fs::write(PARAM, if on { "Y" } else { "N" }).ok()?;
+        Some(Self { old: old.trim().to_string(), _turn: guard })
     }
 }
 
 impl Drop for UringParam {
     fn drop(&mut self) {
-        let _ = fs::write(PARAM, &self.0);
+        let _ = fs::write(PARAM, &self.old);
     }
 }
 
@@ -145,7 +153,7 @@ fn io_uring_transport_serves_the_tree_when_the_module_allows_it() {
     if !can_mount() {
         return;
     }
-    let Some(_param) = UringParam::enable() else {
+    let Some(_param) = UringParam::set(true) else {
         eprintln!("skipped: io_uring path not tested: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
         return;
     };
@@ -156,5 +164,20 @@ fn io_uring_transport_serves_the_tree_when_the_module_allows_it() {
             eprintln!("skipped: io_uring path not tested: enable_uring was turned off during the test ({why})");
         }
         Transport::DevFuse { why } => panic!("enable_uring is on but the mount fell back to /dev/fuse: {why}"),
+    }
+}
+
+#[test]
+fn asking_for_io_uring_with_the_module_parameter_off_falls_back_to_dev_fuse() {
+    if !can_mount() {
+        return;
+    }
+    let Some(_param) = UringParam::set(false) else {
+        eprintln!("skipped: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
+        return;
+    };
+    match run(true) {
+        Transport::DevFuse { why } => assert!(why.contains("enable_uring"), "{why}"),
+        Transport::Uring { .. } => panic!("io_uring with enable_uring off"),
     }
 }

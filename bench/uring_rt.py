@@ -27,6 +27,8 @@ Each repeat also makes --spread-runs short getattr runs (unpinned, 5,000
 calls) per file system, for the tail the scheduler's placement makes, and
 then extracts the suite's untar (Linux 6.1's fs include kernel mm block,
 8,830 files; the prototype counts written bytes, keeps none) and syncs.
+For the prototype, a getattr loop pinned to each CPU in turn on a fresh
+mount shows which CPU served the requests (the server counts them).
 
 Results: bench/uring_rt.json (every run) and Markdown tables on stdout
 (medians of the repeats).
@@ -108,8 +110,31 @@ class Proto:
         self.pid = ready["pid"]
 
     def umount(self):
+        """Unmounts; returns the server's report (requests by opcode, by
+        the CPU that served them, on the ring)."""
         suite.sh(f"umount {self.mnt}")
-        self.proc.wait(timeout=60)
+        out, _ = self.proc.communicate(timeout=60)
+        lines = [line for line in out.splitlines() if line.strip()]
+        return json.loads(lines[-1]) if lines else {}
+
+
+def placement(args, cfg, rep):
+    """A getattr loop with the client pinned to each CPU in turn, each on a
+    fresh mount: which CPU served its requests."""
+    rows = []
+    for k in range(os.cpu_count() or 1):
+        proto = Proto(args, os.path.join(args.work, cfg, "mnt"), cfg == "proto-uring")
+        proto.mount()
+        try:
+            r = run_client(args, "getattr", proto.mnt, 1, str(k), None)
+        finally:
+            report = proto.umount()
+        served = report.get("served_on_cpu", [])
+        other = sum(n for cpu, n in enumerate(served) if cpu != k) / max(sum(served), 1)
+        rows.append({"config": cfg, "rep": rep, "client_cpu": k, "us_per_call": r["us_per_call"],
+                     "served_on_cpu": served, "other_cpu_share": other})
+        suite.log(f"{cfg} client on CPU {k}: {r['us_per_call']:.2f} µs/call, served on CPUs {served}")
+    return rows
 
 
 def run_client(args, phase, mnt, threads, cpu, pid, n=None):
@@ -191,12 +216,15 @@ def tables(results):
     by = collections.defaultdict(list)
     spreads = collections.defaultdict(list)
     untar = collections.defaultdict(list)
+    place = collections.defaultdict(list)
     reqs = {}
     for r in results:
         if "layout" in r:
             by[(r["config"], r["phase"], r["layout"])].append(r)
         elif "spread_us" in r:
             spreads[r["config"]].extend(r["spread_us"])
+        elif "client_cpu" in r:
+            place[r["config"]].append(r)
         elif "untar_s" in r:
             untar[r["config"]].append(r["untar_s"])
         else:
@@ -239,6 +267,15 @@ def tables(results):
             v = sorted(spreads.get(c, []))
             cells.append(f"{v[min(int(q * len(v)), len(v) - 1)]:.2f}" if v else "–")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    if place:
+        out.append("\n**Where a pinned client's GETATTRs were served** (a fresh mount per run; share served "
+                   "by a thread on the other CPU, µs per call; medians)\n")
+        out.append("| | share on the other CPU | µs per call |")
+        out.append("|---|---:|---:|")
+        for c in ("proto-uring", "proto-dev"):
+            if place.get(c):
+                share = med(place[c], "other_cpu_share")
+                out.append(f"| {c} | {share * 100:.1f}% | {med(place[c], 'us_per_call'):.2f} |")
     if untar:
         base = med([{"s": x} for x in untar.get("ext4", [])], "s")
         out.append("\n**untar** (the suite's 8,830 files, then `sync -f`; wall seconds, median; against ext4)\n")
@@ -296,6 +333,8 @@ def main():
         for rep in range(args.repeats):
             for cfg in configs:
                 results.extend(run_config(cfg, args, rep))
+                if cfg.startswith("proto"):
+                    results.extend(placement(args, cfg, rep))
     finally:
         with open(PARAM, "w") as f:
             f.write(old)

@@ -43,6 +43,17 @@ impl Transport {
     }
 }
 
+/// What a server served, once it has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Requests by opcode.
+    pub counts: Vec<(u32, u64)>,
+    /// Requests by the CPU the serving thread ran on.
+    pub by_cpu: Vec<u64>,
+    /// Requests that arrived on io_uring queues.
+    pub ring_requests: u64,
+}
+
 /// A mounted prototype and its serving threads.
 #[derive(Debug)]
 pub struct Server {
@@ -132,7 +143,7 @@ impl Server {
     /// # Errors
     ///
     /// The first thread's [`Error`], if one failed.
-    pub fn stop(self) -> Result<Vec<(u32, u64)>, Error> {
+    pub fn stop(self) -> Result<Report, Error> {
         self.session.unmount();
         self.wait()
     }
@@ -143,7 +154,12 @@ impl Server {
     /// # Errors
     ///
     /// The first thread's [`Error`], if one failed.
-    pub fn wait(mut self) -> Result<Vec<(u32, u64)>, Error> {
+    pub fn wait(mut self) -> Result<Report, Error> {
+        self.wait_threads()?;
+        Ok(Report { counts: self.fs.counts(), by_cpu: self.fs.by_cpu(), ring_requests: self.fs.ring_requests() })
+    }
+
+    fn wait_threads(&mut self) -> Result<(), Error> {
         let mut first = None;
         for t in std::mem::take(&mut self.threads) {
             let r = t.join().unwrap_or_else(|_| Err(Error::Ring("a serving thread panicked".into())));
@@ -153,7 +169,7 @@ impl Server {
         }
         match first {
             Some(e) => Err(e),
-            None => Ok(self.fs.counts()),
+            None => Ok(()),
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct Fs {
     /// Requests that arrived on an io_uring queue (the rest came through
     /// /dev/fuse), so a test can tell which transport really served.
     ring_requests: AtomicU64,
+    /// Requests served, by the CPU the serving thread ran on: with a client
+    /// pinned, the ones served on another CPU paid a wake-up across CPUs.
+    by_cpu: Vec<AtomicU64>,
 }
 
 fn now_s() -> u64 {
@@ -88,6 +91,7 @@ impl Fs {
             tree: Mutex::new(Tree { nodes, next_ino: 2 }),
             counts: (0..64).map(|_| AtomicU64::new(0)).collect(),
             ring_requests: AtomicU64::new(0),
+            by_cpu: (0..64).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -101,6 +105,16 @@ impl Fs {
         self.ring_requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Requests served so far by the CPU they were served on (CPUs past 63
+    /// are not counted).
+    pub fn by_cpu(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.by_cpu.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        while v.last() == Some(&0) {
+            v.pop();
+        }
+        v
+    }
+
     /// Requests that arrived on io_uring queues so far.
     pub fn ring_requests(&self) -> u64 {
         self.ring_requests.load(Ordering::Relaxed)
@@ -110,6 +124,9 @@ impl Fs {
     /// it), appending the reply's payload to `out`.
     pub fn handle(&self, h: &InHeader, req: &Request<'_>, out: &mut Vec<u8>, max_out: usize) -> Outcome {
         if let Some(c) = usize::try_from(h.opcode).ok().and_then(|i| self.counts.get(i)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(c) = self.by_cpu.get(rustix::thread::sched_getcpu()) {
             c.fetch_add(1, Ordering::Relaxed);
         }
         let Ok(mut t) = self.tree.lock() else { return Outcome::Error(libc::EIO) };

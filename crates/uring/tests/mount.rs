@@ -117,8 +117,9 @@ fn run(want_uring: bool) -> Transport {
     let server = Server::start(dir.path(), want_uring, 2).unwrap();
     let transport = server.transport.clone();
     exercise(dir.path());
-    let on_ring = server.ring_requests();
-    let counts = server.stop().unwrap();
+    let report = server.stop().unwrap();
+    let (counts, on_ring) = (report.counts, report.ring_requests);
+    assert_eq!(report.by_cpu.iter().sum::<u64>(), counts.iter().map(|c| c.1).sum::<u64>());
     let total: u64 = counts.iter().map(|c| c.1).sum();
     match transport {
         // FORGET and INTERRUPT still come through /dev/fuse; the rest must

@@ -1,7 +1,8 @@
 //! `uring-proto MOUNTPOINT [--transport uring|dev] [--threads N]`: mounts
 //! the prototype (root only), prints one JSON line saying which transport
 //! it got, serves until the mount is unmounted, then prints the requests it
-//! served by opcode as a second JSON line.
+//! served by opcode, by the CPU that served them and on the ring as a
+//! second JSON line.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -51,9 +52,15 @@ fn main() -> ExitCode {
     println!("{{\"transport\":\"{}\",{detail},\"pid\":{}}}", server.transport.name(), std::process::id());
     let _ = std::io::stdout().flush();
     match server.wait() {
-        Ok(counts) => {
-            let body: Vec<String> = counts.iter().map(|(op, n)| format!("\"{op}\":{n}")).collect();
-            println!("{{\"requests\":{{{}}}}}", body.join(","));
+        Ok(report) => {
+            let body: Vec<String> = report.counts.iter().map(|(op, n)| format!("\"{op}\":{n}")).collect();
+            let cpus: Vec<String> = report.by_cpu.iter().map(u64::to_string).collect();
+            println!(
+                "{{\"requests\":{{{}}},\"served_on_cpu\":[{}],\"on_ring\":{}}}",
+                body.join(","),
+                cpus.join(","),
+                report.ring_requests
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

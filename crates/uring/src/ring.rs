@@ -63,6 +63,9 @@ pub struct Queue {
     entries: Vec<Entry>,
     qid: u16,
     dev_fd: i32,
+    /// Completions seen while checking the registrations: a request may
+    /// already have arrived, and must be served, not dropped.
+    early: Vec<(u64, i32)>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -101,7 +104,7 @@ impl Queue {
                 Entry { header, payload, iov }
             })
             .collect();
-        let mut q = Self { ring, entries, qid, dev_fd: dev.as_raw_fd() };
+        let mut q = Self { ring, entries, qid, dev_fd: dev.as_raw_fd(), early: Vec::new() };
         for i in 0..q.entries.len() {
             let iov_addr = q.entries[i].iov.as_ptr() as u64;
             let sqe = opcode::UringCmd80::new(types::Fd(q.dev_fd), uring_cmd::REGISTER)
@@ -113,13 +116,13 @@ impl Queue {
         }
         q.ring.submit().map_err(|e| Error::Ring(format!("cannot submit REGISTER: {e}")))?;
         // A refused registration completes at once; an accepted one stays
-        // queued until the first request arrives.
-        if let Some(cqe) = q.ring.completion().next()
-            && cqe.result() < 0
-        {
-            let err = std::io::Error::from_raw_os_error(-cqe.result());
+        // queued until the first request arrives (which may be now).
+        let early: Vec<(u64, i32)> = q.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        if let Some(&(_, res)) = early.iter().find(|c| c.1 < 0) {
+            let err = std::io::Error::from_raw_os_error(-res);
             return Err(Error::Ring(format!("FUSE_IO_URING_CMD_REGISTER on queue {qid}: {err}")));
         }
+        q.early = early;
         Ok(q)
     }
 
@@ -141,15 +144,16 @@ impl Queue {
     /// an unexpected error.
     pub fn serve(mut self, fs: &Fs) -> Result<(), Error> {
         let mut out = Vec::with_capacity(self.entries.first().map_or(0, |e| e.payload.len()));
-        let mut done = Vec::with_capacity(self.entries.len());
+        let mut done = std::mem::take(&mut self.early);
         loop {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(Error::Ring(format!("io_uring_enter: {e}"))),
+            if done.is_empty() {
+                match self.ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => return Err(Error::Ring(format!("io_uring_enter: {e}"))),
+                }
+                done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             }
-            done.clear();
-            done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             for &(i, res) in &done {
                 if res < 0 {
                     if matches!(-res, libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED | libc::ENODEV) {
@@ -166,6 +170,7 @@ impl Queue {
                     .user_data(i as u64);
                 self.push(sqe)?;
             }
+            done.clear();
         }
     }
 

@@ -63,11 +63,15 @@ pub enum Fault {
     /// Clones: write the incoming tree's maps in one checkpoint and the
     /// snapshot list that keeps the outgoing tree in the next.
     SwitchListLater,
+    /// Migrate: flush only the device in use, never its replacement, so
+    /// that the superblocks name the new device before the copy on it is
+    /// durable.
+    MigrateCopyUnsynced,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 21] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -88,6 +92,7 @@ impl Fault {
         Fault::UninlineInTail,
         Fault::ReceiveWithoutMark,
         Fault::SwitchListLater,
+        Fault::MigrateCopyUnsynced,
     ];
 
     #[cfg(feature = "fault-injection")]

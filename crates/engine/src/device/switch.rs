@@ -25,6 +25,10 @@ struct Inner {
     /// Why the last write or flush to the replacement failed: the
     /// migration fails with it; the volume goes on on the device in use.
     mirror_failed: Option<String>,
+    /// Devices switched away from, kept open (and so claimed) as long as
+    /// the handle: `dualfs umount` waits for the mount's devices, the ones
+    /// it was mounted with, to be let go at the close.
+    retired: Vec<Arc<dyn BlockDevice>>,
 }
 
 /// A device that can be replaced by another while in use.
@@ -40,7 +44,7 @@ impl SwitchDevice {
     #[must_use]
     pub fn new(dev: Arc<dyn BlockDevice>) -> SwitchDevice {
         SwitchDevice {
-            inner: RwLock::new(Inner { current: dev, mirror: None, mirror_failed: None }),
+            inner: RwLock::new(Inner { current: dev, mirror: None, mirror_failed: None, retired: Vec::new() }),
             mirrored: AtomicU64::new(0),
         }
     }
@@ -95,8 +99,9 @@ impl SwitchDevice {
         mirror.write_blocks(first, &buf)
     }
 
-    /// The replacement becomes the device in use; the old one is let go.
-    /// The caller has made the replacement whole and durable.
+    /// The replacement becomes the device in use; the old one is no
+    /// longer read nor written, but stays open until the handle is
+    /// dropped. The caller has made the replacement whole and durable.
     ///
     /// # Errors
     /// Nothing is being mirrored.
@@ -105,7 +110,8 @@ impl SwitchDevice {
         let Some(new) = i.mirror.take() else {
             return Err(io::Error::other("no replacement device to switch to"));
         };
-        i.current = new;
+        let old = std::mem::replace(&mut i.current, new);
+        i.retired.push(old);
         Ok(())
     }
 

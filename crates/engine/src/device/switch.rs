@@ -10,9 +10,10 @@
 //! an older block after a newer one: a write either lands before the copy
 //! reads (and is copied) or after it wrote (and is mirrored).
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::BlockDevice;
 use crate::faults::{self, Fault};
@@ -31,12 +32,71 @@ struct Inner {
     retired: Vec<Arc<dyn BlockDevice>>,
 }
 
+/// Ranges of blocks mirrored since mirroring started (start to end,
+/// merged): the copier skips them, the replacement has them already.
+/// Dropped when it grows past [`MIRRORED_RANGES_MAX`] (random writes): the
+/// copier then copies them again, which is only slower.
+#[derive(Debug, Default)]
+struct Mirrored {
+    ranges: BTreeMap<u64, u64>,
+    overflow: bool,
+}
+
+/// Ranges [`Mirrored`] keeps at most (some 64 MiB).
+const MIRRORED_RANGES_MAX: usize = 1 << 20;
+
+impl Mirrored {
+    fn add(&mut self, first: u64, end: u64) {
+        if self.overflow {
+            return;
+        }
+        let (mut s, mut e) = (first, end);
+        if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back()
+            && pe >= s
+        {
+            s = ps;
+            e = e.max(pe);
+            self.ranges.remove(&ps);
+        }
+        while let Some((&ns, &ne)) = self.ranges.range(s..=e).next() {
+            e = e.max(ne);
+            self.ranges.remove(&ns);
+        }
+        self.ranges.insert(s, e);
+        if self.ranges.len() > MIRRORED_RANGES_MAX {
+            self.ranges.clear();
+            self.overflow = true;
+        }
+    }
+
+    /// The parts of `first..end` not mirrored.
+    fn gaps(&self, first: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut at = first;
+        if let Some((_, &pe)) = self.ranges.range(..=first).next_back() {
+            at = at.max(pe);
+        }
+        let mut out = Vec::new();
+        for (&ns, &ne) in self.ranges.range(first..end) {
+            if ns > at {
+                out.push((at, ns));
+            }
+            at = at.max(ne);
+        }
+        if at < end {
+            out.push((at, end));
+        }
+        out
+    }
+}
+
 /// A device that can be replaced by another while in use.
 #[derive(Debug)]
 pub struct SwitchDevice {
     inner: RwLock<Inner>,
     /// Blocks written to the replacement by mirrored writes.
     mirrored: AtomicU64,
+    /// Where they went.
+    ranges: Mutex<Mirrored>,
 }
 
 impl SwitchDevice {
@@ -46,6 +106,7 @@ impl SwitchDevice {
         SwitchDevice {
             inner: RwLock::new(Inner { current: dev, mirror: None, mirror_failed: None, retired: Vec::new() }),
             mirrored: AtomicU64::new(0),
+            ranges: Mutex::default(),
         }
     }
 
@@ -65,6 +126,7 @@ impl SwitchDevice {
         i.mirror = Some(new);
         i.mirror_failed = None;
         self.mirrored.store(0, Ordering::Relaxed);
+        *self.ranges.lock().unwrap_or_else(PoisonError::into_inner) = Mirrored::default();
     }
 
     /// Stops mirroring (a migration given up); the replacement is let go.
@@ -85,18 +147,25 @@ impl SwitchDevice {
     }
 
     /// Copies `count` blocks from `first` of the device in use to the
-    /// replacement, no write to the device coming in between.
+    /// replacement, no write to the device coming in between, but those
+    /// mirrored already; returns how many it copied.
     ///
     /// # Errors
     /// Reading or writing fails, or nothing is being mirrored.
-    pub fn copy(&self, first: u64, count: usize) -> io::Result<()> {
-        let mut buf = vec![0u8; count * BLOCK_SIZE];
+    pub fn copy(&self, first: u64, count: usize) -> io::Result<u64> {
         let i = self.write_inner();
         let Some(mirror) = &i.mirror else {
             return Err(io::Error::other("no replacement device to copy to"));
         };
-        i.current.read_blocks(first, &mut buf)?;
-        mirror.write_blocks(first, &buf)
+        let gaps = self.ranges.lock().unwrap_or_else(PoisonError::into_inner).gaps(first, first + count as u64);
+        let mut copied = 0;
+        for (s, e) in gaps {
+            let mut buf = vec![0u8; (e - s) as usize * BLOCK_SIZE];
+            i.current.read_blocks(s, &mut buf)?;
+            mirror.write_blocks(s, &buf)?;
+            copied += e - s;
+        }
+        Ok(copied)
     }
 
     /// The replacement becomes the device in use; the old one is no
@@ -146,7 +215,9 @@ impl BlockDevice for SwitchDevice {
             }
             match mirror.write_blocks(first, buf) {
                 Ok(()) => {
-                    self.mirrored.fetch_add((buf.len() / BLOCK_SIZE) as u64, Ordering::Relaxed);
+                    let n = (buf.len() / BLOCK_SIZE) as u64;
+                    self.mirrored.fetch_add(n, Ordering::Relaxed);
+                    self.ranges.lock().unwrap_or_else(PoisonError::into_inner).add(first, first + n);
                     return Ok(());
                 }
                 Err(e) => e,
@@ -188,6 +259,21 @@ mod tests {
     use super::*;
     use crate::device::MemoryDevice;
 
+    #[test]
+    fn mirrored_ranges_merge_and_leave_the_gaps() {
+        let mut m = Mirrored::default();
+        m.add(10, 20);
+        m.add(30, 40);
+        m.add(20, 25);
+        m.add(35, 50);
+        assert_eq!(m.ranges.iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(), vec![(10, 25), (30, 50)]);
+        assert_eq!(m.gaps(0, 60), vec![(0, 10), (25, 30), (50, 60)]);
+        assert_eq!(m.gaps(12, 33), vec![(25, 30)]);
+        assert_eq!(m.gaps(40, 45), vec![]);
+        m.add(0, 100);
+        assert_eq!(m.ranges.len(), 1);
+    }
+
     fn block(b: u8) -> Vec<u8> {
         vec![b; BLOCK_SIZE]
     }
@@ -211,6 +297,10 @@ mod tests {
         assert_eq!((read(old.as_ref(), 1), read(new.as_ref(), 1)), (8, 8));
         assert_eq!(read(new.as_ref(), 3), 1);
         assert_eq!(s.mirrored_blocks(), 1);
+        // Mirrored already: not copied again (over the newer contents).
+        old.write_blocks(1, &block(5)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.copy(0, 3).unwrap_or_else(|e| panic!("{e}")), 2);
+        assert_eq!(read(new.as_ref(), 1), 8);
         s.switch().unwrap_or_else(|e| panic!("{e}"));
         s.write_blocks(5, &block(9)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((read(old.as_ref(), 5), read(new.as_ref(), 5)), (0, 9));

@@ -44,7 +44,8 @@ pub struct MigrateReport {
     pub role: DeviceRole,
     /// Blocks of that device the volume uses (the least a replacement holds).
     pub needed_blocks: u64,
-    /// Blocks the copier read from the old device and wrote to the new.
+    /// Blocks the copier read from the old device and wrote to the new
+    /// (blocks in use, less those mirrored before the copier came to them).
     pub copied_blocks: u64,
     /// Blocks written to both while the copy ran (mirrored writes).
     pub mirrored_blocks: u64,
@@ -161,7 +162,7 @@ impl Volume {
     }
 
     /// Copies what the volume uses of the `role` device to the replacement
-    /// `switch` mirrors to; the number of blocks.
+    /// `switch` mirrors to; the number of blocks copied.
     fn copy_in_use(
         &self,
         role: DeviceRole,
@@ -200,13 +201,13 @@ impl Volume {
         };
         let total: u64 = runs.iter().map(|r| r.1).sum();
         let mib = |blocks: u64| blocks.div_ceil(256) as usize;
-        let mut done = 0;
+        let (mut done, mut copied) = (0, 0);
         progress(0, mib(total));
         for (first, n) in runs {
             let mut at = first;
             while at < first + n {
                 let step = COPY_STEP_BLOCKS.min(first + n - at);
-                switch.copy(at, step as usize).map_err(|e| {
+                copied += switch.copy(at, step as usize).map_err(|e| {
                     Error::Migrate(format!("copying block {at} to the new {role} failed, nothing changed: {e}"))
                 })?;
                 at += step;
@@ -220,7 +221,7 @@ impl Volume {
             }
         }
         progress(mib(total), mib(total));
-        Ok(total)
+        Ok(copied)
     }
 
     /// The commit: everything durable on both devices, then the superblocks

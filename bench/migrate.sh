@@ -7,7 +7,7 @@
 # /var/tmp/migrate-bench; "MiB to new" is the new loop device's written
 # sectors while the command runs. After each DualFS run the new pair is
 # unmounted and checked with fsck.
-# Usage: bench/migrate.sh TREE.tar [RUNS]   (root)
+# Usage: [BASELINE=1] bench/migrate.sh TREE.tar [RUNS]   (root)
 set -euo pipefail
 TREE=${1:?tree tar}
 RUNS=${2:-3}
@@ -47,7 +47,8 @@ run() {
   [ $load = idle ] || sleep 1
   local new=$ND; [ $what = meta ] && new=$NM
   local w0=$(wsect $new) r0=$(now) extra=""
-  if [ $fs = dualfs ]; then
+  if [ $what = none ]; then :
+  elif [ $fs = dualfs ]; then
     $DUALFS migrate --$what $new $W/mnt --json > $W/report.json
     extra=$(python3 -c "import json; r=json.load(open('$W/report.json'))['result']; \
 print('copied=%.1f mirrored=%.1f' % (r['copied_blocks'] / 256, r['mirrored_blocks'] / 256))")
@@ -62,12 +63,21 @@ print('copied=%.1f mirrored=%.1f' % (r['copied_blocks'] / 256, r['mirrored_block
     $(echo "$t1 - $t0" | bc)
   if [ $fs = dualfs ]; then
     $DUALFS umount $W/mnt >/dev/null
-    if [ $what = meta ]; then $DUALFS fsck $NM $D >/dev/null; else $DUALFS fsck $M $ND >/dev/null; fi
+    case $what in
+      meta) $DUALFS fsck $NM $D >/dev/null ;;
+      data) $DUALFS fsck $M $ND >/dev/null ;;
+      none) $DUALFS fsck $M $D >/dev/null ;;
+    esac
   else
     umount $W/mnt
   fi
 }
 
+# BASELINE=1: the tar alone, no migration, for its time.
+if [ -n "${BASELINE:-}" ]; then
+  for r in $(seq 1 $RUNS); do run dualfs none tar; run btrfs none tar; done
+  exit 0
+fi
 for r in $(seq 1 $RUNS); do
   for load in idle tar; do
     run dualfs meta $load

@@ -45,6 +45,9 @@ enum Ev {
 
 type Events = Arc<Mutex<Vec<Ev>>>;
 
+/// Files by name, with the contents promised.
+type Files = Vec<(String, Vec<u8>)>;
+
 fn push(ev: &Events, e: Ev) {
     ev.lock().unwrap_or_else(PoisonError::into_inner).push(e);
 }
@@ -84,7 +87,7 @@ fn bytes(seed: usize, len: usize) -> Vec<u8> {
 }
 
 /// The volume before the migration: files written and closed (durable).
-fn base() -> ([Arc<Image>; 2], Vec<(String, Vec<u8>)>) {
+fn base() -> ([Arc<Image>; 2], Files) {
     let m = Arc::new(OverlayDevice::new(Arc::new(Image::new(META_BLOCKS, Fill::Zero))));
     let d = Arc::new(OverlayDevice::new(Arc::new(Image::new(DATA_BLOCKS, Fill::Zero))));
     let opts = MkfsOptions { segment_blocks: 128, group_blocks: 4096, ..MkfsOptions::default() };
@@ -195,7 +198,7 @@ fn build(start: &[Arc<Image>; 3], events: &[Ev], cut: usize, choice: Choice) -> 
 }
 
 /// Whether the pair mounts, and if it does, which promised file it lacks.
-fn try_pair(meta: &Arc<Image>, data: &Arc<Image>, files: &[(String, Vec<u8>)]) -> Option<Result<(), String>> {
+fn try_pair(meta: &Arc<Image>, data: &Arc<Image>, files: &Files) -> Option<Result<(), String>> {
     let m: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(meta.clone()));
     let d: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(data.clone()));
     let v = Volume::open_with_clock(m, d, options(), fixed_clock()).ok()?;

@@ -10,6 +10,9 @@ process, and time the next mount (roll-forward included). The page cache
 is dropped before every timed mount (cold). ext4 gets the same size on a
 loop device: mkfs.ext4, mount, and `e2fsck -f -n`.
 
+Past 16 TiB - 4 KiB an ext4 file cannot hold the image: give --dir on XFS
+(a loop-mounted sparse XFS image will do) for the 16T row.
+
 The meta-data image has a fixed size (--meta, 4 GiB by default) whatever
 the data device's size, so that the sweep measures what the data device's
 size costs. Results (JSON) go to stdout; run as root.
@@ -121,7 +124,7 @@ def ext4_row(d, size):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/var/tmp/dualfs-mount-time")
-    ap.add_argument("--sizes", default="1G,64G,1T,4T,15T")
+    ap.add_argument("--sizes", default="1G,64G,1T,4T,16T")
     ap.add_argument("--meta", default="4G")
     ap.add_argument("--log-mib", type=float, default=2.0)
     ap.add_argument("--no-ext4", action="store_true")

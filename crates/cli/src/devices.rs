@@ -57,7 +57,15 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
     };
     let mut waiting = crate::holder::Wait::new(path);
     loop {
-        match FileDevice::open(path, read_only, exclusive) {
+        // The data device of a writable open bypasses the page cache
+        // (FileDevice::open_direct); the log keeps the kernel's caching of
+        // its blocks, which its own cache is sized against.
+        let opened = if exclusive && !read_only && role == "data device" {
+            FileDevice::open_direct(path, read_only, exclusive)
+        } else {
+            FileDevice::open(path, read_only, exclusive)
+        };
+        match opened {
             Ok(d) if exclusive => return crate::claim::claim(path, Arc::new(d)),
             Ok(d) => return Ok(Arc::new(d)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(role)?,

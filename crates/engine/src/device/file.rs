@@ -2,7 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +17,25 @@ pub struct FileDevice {
     /// Whole blocks the file or device holds; read again by
     /// [`BlockDevice::refresh_block_count`] after it grew.
     blocks: AtomicU64,
+    /// Opened with `O_DIRECT`: I/O goes from our buffers to the device,
+    /// not through a second page cache (see [`FileDevice::open_direct`]).
+    direct: bool,
+}
+
+/// What `O_DIRECT` asks of a buffer's address (and of offsets and
+/// lengths, which are whole blocks here anyway).
+const DIRECT_ALIGN: usize = 4096;
+
+/// A zeroed buffer of `len` bytes at an address `O_DIRECT` takes: a
+/// larger vector and the aligned window inside it.
+fn aligned(len: usize) -> (Vec<u8>, usize) {
+    let v = vec![0u8; len + DIRECT_ALIGN];
+    let off = (DIRECT_ALIGN - v.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN;
+    (v, off)
+}
+
+fn is_aligned(buf: &[u8]) -> bool {
+    (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
 }
 
 impl FileDevice {
@@ -28,7 +47,33 @@ impl FileDevice {
     /// # Errors
     /// The open or lock fails; `WouldBlock` means another process holds the lock.
     pub fn open(path: &Path, read_only: bool, exclusive: bool) -> io::Result<FileDevice> {
-        let mut file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        FileDevice::open_with(path, read_only, exclusive, false)
+    }
+
+    /// As [`FileDevice::open`], with `O_DIRECT` where the file system
+    /// allows it (not tmpfs, for one: then as `open`). For the data
+    /// device of a mount: file data arrives from the kernel's page cache,
+    /// through FUSE, and a buffered write would copy it into a second
+    /// page cache, the device's, before writing it back; reads would keep
+    /// a second copy of what the kernel caches above us.
+    ///
+    /// # Errors
+    /// As [`FileDevice::open`].
+    pub fn open_direct(path: &Path, read_only: bool, exclusive: bool) -> io::Result<FileDevice> {
+        FileDevice::open_with(path, read_only, exclusive, true)
+    }
+
+    fn open_with(path: &Path, read_only: bool, exclusive: bool, direct: bool) -> io::Result<FileDevice> {
+        let open = |flags: i32| OpenOptions::new().read(true).write(!read_only).custom_flags(flags).open(path);
+        let (mut file, direct) = if direct {
+            match open(libc::O_DIRECT) {
+                Ok(f) => (f, true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),
+                Err(e) => return Err(e),
+            }
+        } else {
+            (open(0)?, false)
+        };
         if exclusive {
             match file.try_lock() {
                 Ok(()) => {}
@@ -43,7 +88,7 @@ impl FileDevice {
         }
         // Seeking to the end gives the size of block devices as well as files.
         let bytes = file.seek(SeekFrom::End(0))?;
-        Ok(FileDevice { file, path: path.to_path_buf(), blocks: AtomicU64::new(bytes / BLOCK_BYTES) })
+        Ok(FileDevice { file, path: path.to_path_buf(), blocks: AtomicU64::new(bytes / BLOCK_BYTES), direct })
     }
 
     /// The path this device was opened from.
@@ -66,15 +111,61 @@ impl BlockDevice for FileDevice {
 
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
         check_range(self.block_count(), first, buf.len())?;
+        if self.direct && !is_aligned(buf) {
+            let (mut bounce, off) = aligned(buf.len());
+            let window = &mut bounce[off..off + buf.len()];
+            self.file.read_exact_at(window, first * BLOCK_BYTES)?;
+            buf.copy_from_slice(window);
+            return Ok(());
+        }
         self.file.read_exact_at(buf, first * BLOCK_BYTES)
     }
 
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         check_range(self.block_count(), first, buf.len())?;
+        if self.direct && !is_aligned(buf) {
+            let (mut bounce, off) = aligned(buf.len());
+            bounce[off..off + buf.len()].copy_from_slice(buf);
+            return self.file.write_all_at(&bounce[off..off + buf.len()], first * BLOCK_BYTES);
+        }
         self.file.write_all_at(buf, first * BLOCK_BYTES)
     }
 
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks written and read through `O_DIRECT` from buffers at any
+    /// address (the unaligned ones through a bounce buffer) are the bytes
+    /// a buffered open sees.
+    #[test]
+    fn direct_io_takes_buffers_at_any_address() {
+        // /var/tmp is a disk file system where /tmp may be tmpfs, which
+        // refuses O_DIRECT (then the device falls back to buffered I/O).
+        let dir = Path::new("/var/tmp");
+        let dir = if dir.is_dir() { dir.to_path_buf() } else { std::env::temp_dir() };
+        let path = dir.join(format!("dualfs-direct-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap().set_len(64 * BLOCK_BYTES).unwrap();
+        let dev = FileDevice::open_direct(&path, false, false).unwrap();
+        let pattern: Vec<u8> = (0..3 * 4096 + 1).map(|i| (i * 7 % 251) as u8).collect();
+        // An aligned window of 2 blocks, and 2 blocks at an odd address.
+        let (mut a, off) = aligned(2 * 4096);
+        a[off..off + 8192].copy_from_slice(&pattern[..8192]);
+        dev.write_blocks(3, &a[off..off + 8192]).unwrap();
+        dev.write_blocks(10, &pattern[1..8193]).unwrap();
+        let mut back = vec![0u8; 8193];
+        dev.read_blocks(10, &mut back[1..]).unwrap();
+        assert_eq!(back[1..], pattern[1..8193]);
+        dev.flush().unwrap();
+        let plain = FileDevice::open(&path, true, false).unwrap();
+        let mut first = vec![0u8; 8192];
+        plain.read_blocks(3, &mut first).unwrap();
+        assert_eq!(first, pattern[..8192]);
+        std::fs::remove_file(&path).unwrap();
     }
 }

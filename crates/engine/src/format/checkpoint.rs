@@ -6,7 +6,7 @@
 //! number, so a torn newest slot falls back to the older one.
 
 use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
-use super::ifile::TableId;
+use super::ifile::{INDEX_PER_BLOCK, TableId};
 use super::superblock::Geometry;
 use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
 
@@ -14,8 +14,15 @@ use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq, Timestamp};
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"DFCK");
 const FIXED_LEN: usize = 112;
 const INDEX_ENTRY_LEN: usize = 16;
-/// Most IFile index blocks one checkpoint can name.
+/// Most index entries one checkpoint holds. Without `INDEX_RUNS` an entry
+/// names one IFile index block; with it, a run of them at consecutive
+/// addresses (1.5).
 pub const MAX_INDEX_BLOCKS: usize = (BLOCK_SIZE - FIXED_LEN) / INDEX_ENTRY_LEN;
+/// Most IFile index blocks the entries of one record may name once their
+/// runs are expanded: far more than any geometry needs (a bitmap of
+/// 2^20 index blocks maps about 60 PiB), and a bound on what a corrupt
+/// record can make a reader allocate.
+pub const MAX_INDEX_EXPANDED: usize = 1 << 20;
 
 /// Where one IFile index block lives and which table blocks it lists.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -73,23 +80,25 @@ impl Checkpoint {
     /// Encodes into one block.
     ///
     /// # Panics
-    /// With more than [`MAX_INDEX_BLOCKS`] index blocks; the IFile writer
-    /// refuses to grow that far, so more is a bug.
+    /// With more than [`MAX_INDEX_BLOCKS`] index entries; the IFile writer
+    /// refuses to grow that far, so more is a bug. `runs`: the volume has
+    /// `INDEX_RUNS`, so an entry may name a run of index blocks.
     #[must_use]
-    pub fn encode(&self) -> Vec<u8> {
-        assert!(self.index.len() <= MAX_INDEX_BLOCKS);
+    pub fn encode(&self, runs: bool) -> Vec<u8> {
+        let entries = index_entries(&self.index, runs);
+        assert!(entries.len() <= MAX_INDEX_BLOCKS);
         let mut w = Writer::with_capacity(BLOCK_SIZE);
         w.u32(CHECKPOINT_MAGIC)
             .u32(0)
             .u16(super::superblock::FORMAT_MAJOR)
             .u16(super::superblock::FORMAT_MINOR)
-            .u32(self.index.len() as u32);
+            .u32(entries.len() as u32);
         self.encode_core(&mut w);
         w.u64(self.snapshot_list.map_or(0, |a| a.0));
         let g = self.geometry.unwrap_or(Geometry { segment_count: 0, data_blocks: 0 });
         w.u32(g.segment_count).u32(0).u64(g.data_blocks).zeros(FIXED_LEN - 112);
         debug_assert_eq!(w.len(), FIXED_LEN);
-        for e in &self.index {
+        for e in &entries {
             e.encode(&mut w);
         }
         super::record::seal(w.into_inner())
@@ -115,7 +124,7 @@ impl Checkpoint {
             (s, d) if s >= 16 && d >= 256 => Some(Geometry { segment_count: s, data_blocks: d }),
             (s, d) => bad!("geometry of {s} segments and {d} data blocks is out of range"),
         };
-        let index = (0..n).map(|_| IndexRef::decode(&mut r)).collect::<DecodeResult<Vec<_>>>()?;
+        let index = decode_index(&mut r, n)?;
         r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
         Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list, geometry })
     }
@@ -172,22 +181,91 @@ impl Checkpoint {
     }
 }
 
-impl IndexRef {
-    /// 16 bytes: table, 3 reserved, first, address (3.2).
+/// One encoded index entry (3.2): an index block and the `more` index
+/// blocks after it, listing the table's next chunks, at the next addresses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct IndexEntry {
+    /// The first block of the run.
+    pub head: IndexRef,
+    /// Further index blocks in the run (0 without `INDEX_RUNS`).
+    pub more: u16,
+}
+
+impl IndexEntry {
+    /// 16 bytes: table, 1 reserved, `more`, first, address (3.2).
     pub(super) fn encode(&self, w: &mut Writer) {
-        w.u8(self.table.code()).zeros(3).u32(self.first).u64(self.address.0);
+        let h = self.head;
+        w.u8(h.table.code()).zeros(1).u16(self.more).u32(h.first).u64(h.address.0);
     }
 
-    /// Reads what [`IndexRef::encode`] wrote.
+    /// Reads what [`IndexEntry::encode`] wrote.
     ///
     /// # Errors
-    /// An unknown table, reserved bytes set, short input.
-    pub(super) fn decode(r: &mut Reader<'_>) -> DecodeResult<IndexRef> {
+    /// An unknown table, the reserved byte set, short input.
+    pub(super) fn decode(r: &mut Reader<'_>) -> DecodeResult<IndexEntry> {
         let code = r.u8()?;
         let Some(table) = TableId::from_code(code) else { bad!("unknown IFile table {code}") };
-        r.reserved(3)?;
-        Ok(IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) })
+        r.reserved(1)?;
+        let more = r.u16()?;
+        Ok(IndexEntry { head: IndexRef { table, first: r.u32()?, address: MetaBlock(r.u64()?) }, more })
     }
+
+    /// The index blocks the run names, in order.
+    ///
+    /// # Errors
+    /// The run's chunk numbers or addresses overflow.
+    fn expand(&self) -> DecodeResult<impl Iterator<Item = IndexRef> + use<>> {
+        let h = self.head;
+        let span = u64::from(self.more) * INDEX_PER_BLOCK as u64;
+        if u64::from(h.first) + span > u64::from(u32::MAX) || h.address.0.checked_add(u64::from(self.more)).is_none() {
+            bad!("an index run of {} blocks from table block {} overflows", u32::from(self.more) + 1, h.first);
+        }
+        Ok((0..=u32::from(self.more)).map(move |k| IndexRef {
+            table: h.table,
+            first: h.first + k * INDEX_PER_BLOCK as u32,
+            address: MetaBlock(h.address.0 + u64::from(k)),
+        }))
+    }
+}
+
+/// The entries that encode `index` (sorted by table and chunk): one per
+/// index block, or with `runs` one per run of consecutive chunks of a
+/// table written at consecutive addresses.
+#[must_use]
+pub fn index_entries(index: &[IndexRef], runs: bool) -> Vec<IndexEntry> {
+    let mut out: Vec<IndexEntry> = Vec::new();
+    for r in index {
+        if let Some(last) = out.last_mut().filter(|_| runs) {
+            let n = u64::from(last.more) + 1;
+            let h = last.head;
+            let follows = h.table == r.table
+                && u64::from(h.first) + n * INDEX_PER_BLOCK as u64 == u64::from(r.first)
+                && h.address.0 + n == r.address.0;
+            if follows && last.more < u16::MAX {
+                last.more += 1;
+                continue;
+            }
+        }
+        out.push(IndexEntry { head: *r, more: 0 });
+    }
+    out
+}
+
+/// Reads `n` index entries and expands their runs, at most
+/// [`MAX_INDEX_EXPANDED`] index blocks in all.
+///
+/// # Errors
+/// A bad entry, an overflowing run, too many index blocks.
+pub(super) fn decode_index(r: &mut Reader<'_>, n: usize) -> DecodeResult<Vec<IndexRef>> {
+    let mut index = Vec::with_capacity(n);
+    for _ in 0..n {
+        let e = IndexEntry::decode(r)?;
+        if index.len() + usize::from(e.more) + 1 > MAX_INDEX_EXPANDED {
+            bad!("the index names more than {MAX_INDEX_EXPANDED} index blocks");
+        }
+        index.extend(e.expand()?);
+    }
+    Ok(index)
 }
 
 #[cfg(test)]
@@ -220,19 +298,19 @@ mod tests {
     #[test]
     fn geometry_round_trips_and_is_range_checked() {
         let c = Checkpoint { geometry: Some(Geometry { segment_count: 40, data_blocks: 70_000 }), ..sample() };
-        assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
+        assert_eq!(Checkpoint::decode(&c.encode(true)).unwrap(), c);
         let tiny = Checkpoint { geometry: Some(Geometry { segment_count: 3, data_blocks: 70_000 }), ..sample() };
-        assert!(Checkpoint::decode(&tiny.encode()).is_err());
+        assert!(Checkpoint::decode(&tiny.encode(false)).is_err());
     }
 
     #[test]
     fn round_trip() {
-        assert_eq!(Checkpoint::decode(&sample().encode()).unwrap(), sample());
+        assert_eq!(Checkpoint::decode(&sample().encode(false)).unwrap(), sample());
     }
 
     #[test]
     fn every_flipped_bit_is_detected() {
-        let block = sample().encode();
+        let block = sample().encode(false);
         for bit in 0..BLOCK_SIZE * 8 {
             let mut b = block.clone();
             b[bit / 8] ^= 1 << (bit % 8);
@@ -240,9 +318,55 @@ mod tests {
         }
     }
 
+    /// A bitmap of 600 index blocks written in two runs, and single
+    /// blocks around it.
+    fn with_runs() -> Checkpoint {
+        let per = INDEX_PER_BLOCK as u32;
+        let mut index = vec![IndexRef { table: TableId::SegmentUsage, first: 0, address: MetaBlock(300) }];
+        index.extend((0..600u32).map(|c| IndexRef {
+            table: TableId::Bitmap,
+            first: c * per,
+            address: MetaBlock(if c < 400 { 1000 + u64::from(c) } else { 5000 + u64::from(c) }),
+        }));
+        index.push(IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(1400) });
+        Checkpoint { index, ..sample() }
+    }
+
+    #[test]
+    fn runs_of_index_blocks_take_one_entry_each() {
+        let c = with_runs();
+        let entries = index_entries(&c.index, true);
+        assert_eq!(entries.len(), 4, "{entries:?}");
+        assert_eq!(entries[1].more, 399);
+        assert_eq!(Checkpoint::decode(&c.encode(true)).unwrap(), c);
+        // Without INDEX_RUNS every block is an entry, too many for a slot.
+        assert_eq!(index_entries(&c.index, false).len(), 602);
+        // A block of the run elsewhere splits it.
+        let mut split = c.clone();
+        split.index[100].address = MetaBlock(9000);
+        assert_eq!(index_entries(&split.index, true).len(), 6);
+        assert_eq!(Checkpoint::decode(&split.encode(true)).unwrap(), split);
+    }
+
+    #[test]
+    fn runs_that_overflow_or_name_too_much_are_refused() {
+        let entry = |first: u32, address: u64, more: u16| {
+            let mut w = Writer::with_capacity(16);
+            IndexEntry { head: IndexRef { table: TableId::Bitmap, first, address: MetaBlock(address) }, more }
+                .encode(&mut w);
+            w.into_inner()
+        };
+        let read = |bytes: &[u8], n: usize| decode_index(&mut Reader::new(bytes), n);
+        assert_eq!(read(&entry(0, 10, 2), 1).unwrap().len(), 3);
+        assert!(read(&entry(u32::MAX - 10, 10, 1), 1).is_err(), "chunk numbers past u32");
+        assert!(read(&entry(0, u64::MAX, 1), 1).is_err(), "addresses past u64");
+        let many: Vec<u8> = (0..17).flat_map(|i| entry(0, i * 70_000, u16::MAX)).collect();
+        assert!(read(&many, 17).is_err(), "more than MAX_INDEX_EXPANDED blocks");
+    }
+
     #[test]
     fn truncated_and_empty_slots_are_errors() {
-        assert!(Checkpoint::decode(&sample().encode()[..64]).is_err());
+        assert!(Checkpoint::decode(&sample().encode(false)[..64]).is_err());
         assert!(Checkpoint::decode(&[0u8; BLOCK_SIZE]).is_err());
     }
 }

@@ -7,7 +7,7 @@
 //! loaded again exactly as a checkpoint is loaded at mount.
 
 use super::block::PAYLOAD_LEN;
-use super::checkpoint::{Checkpoint, IndexRef};
+use super::checkpoint::{Checkpoint, decode_index, index_entries};
 use super::codec::{DecodeResult, Reader, Writer, bad, bounded};
 use crate::types::{MetaBlock, Timestamp};
 
@@ -28,8 +28,8 @@ const RECORD_WRITABLE: u8 = 1;
 /// What the live tree is called while no list names it.
 pub const DEFAULT_TREE: &str = "main";
 const SNAP_FIXED: usize = 168;
-/// Most IFile index blocks a snapshot's checkpoint may name (a checkpoint
-/// may name a few more: such a volume refuses new snapshots).
+/// Most index entries a snapshot's checkpoint may hold (a checkpoint may
+/// hold a few more: such a volume refuses new snapshots).
 pub const MAX_SNAPSHOT_INDEX: usize = (PAYLOAD_LEN - SNAP_FIXED) / 16;
 
 /// One entry of the snapshot list.
@@ -169,19 +169,21 @@ impl SnapshotRecord {
     /// Encodes the payload of a snapshot block.
     ///
     /// # Panics
-    /// A bad name or too many index blocks: the engine checks both first.
+    /// A bad name or too many index entries: the engine checks both first.
+    /// `runs`: the volume has `INDEX_RUNS` (3.2).
     #[must_use]
-    pub fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self, runs: bool) -> Vec<u8> {
         assert!(bad_name(&self.name).is_none());
         let c = &self.checkpoint;
-        assert!(c.index.len() <= MAX_SNAPSHOT_INDEX);
-        let mut w = Writer::with_capacity(SNAP_FIXED + 16 * c.index.len());
+        let entries = index_entries(&c.index, runs);
+        assert!(entries.len() <= MAX_SNAPSHOT_INDEX);
+        let mut w = Writer::with_capacity(SNAP_FIXED + 16 * entries.len());
         let flags = if self.writable { RECORD_WRITABLE } else { 0 };
         w.u64(self.id).timestamp(self.created).u8(self.name.len() as u8).u8(flags).zeros(2).bytes(&padded(&self.name));
         c.encode_core(&mut w);
-        w.u32(c.index.len() as u32).u32(0);
+        w.u32(entries.len() as u32).u32(0);
         debug_assert_eq!(w.len(), SNAP_FIXED);
-        for e in &c.index {
+        for e in &entries {
             e.encode(&mut w);
         }
         w.into_inner()
@@ -208,7 +210,7 @@ impl SnapshotRecord {
         let core = Checkpoint::decode_core(&mut r)?;
         let n = bounded(u64::from(r.u32()?), "index block", MAX_SNAPSHOT_INDEX)?;
         r.reserved(4)?;
-        let index = (0..n).map(|_| IndexRef::decode(&mut r)).collect::<DecodeResult<Vec<_>>>()?;
+        let index = decode_index(&mut r, n)?;
         if r.remaining() != 0 {
             bad!("{} bytes follow the snapshot's index", r.remaining());
         }
@@ -220,7 +222,7 @@ impl SnapshotRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::checkpoint::LogPosition;
+    use crate::format::checkpoint::{IndexRef, LogPosition};
     use crate::format::ifile::TableId;
     use crate::types::{SegmentNo, Seq};
 
@@ -252,9 +254,9 @@ mod tests {
 
     #[test]
     fn records_and_lists_round_trip() {
-        assert_eq!(SnapshotRecord::decode(&sample().encode()).unwrap(), sample());
+        assert_eq!(SnapshotRecord::decode(&sample().encode(false)).unwrap(), sample());
         let tree = SnapshotRecord { writable: true, ..sample() };
-        assert_eq!(SnapshotRecord::decode(&tree.encode()).unwrap(), tree);
+        assert_eq!(SnapshotRecord::decode(&tree.encode(true)).unwrap(), tree);
         let mut list = SnapshotList {
             next_id: 9,
             entries: vec![ListEntry { id: 2, address: MetaBlock(77) }, ListEntry { id: 8, address: MetaBlock(90) }],
@@ -274,7 +276,7 @@ mod tests {
 
     #[test]
     fn truncations_and_bad_fields_are_refused() {
-        let b = sample().encode();
+        let b = sample().encode(false);
         for n in 0..b.len() {
             assert!(SnapshotRecord::decode(&b[..n]).is_err(), "{n}");
         }
@@ -287,7 +289,7 @@ mod tests {
         let list =
             SnapshotList { next_id: 2, entries: vec![ListEntry { id: 2, address: MetaBlock(7) }], live_name: None };
         assert!(SnapshotList::decode(&list.encode()).is_err(), "an id not below next_id");
-        let mut flagged = sample().encode();
+        let mut flagged = sample().encode(false);
         flagged[21] = 2;
         assert!(SnapshotRecord::decode(&flagged).is_err(), "an unknown record flag");
         let named = SnapshotList { next_id: 3, entries: Vec::new(), live_name: Some("t".into()) }.encode();

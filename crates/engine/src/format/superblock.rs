@@ -14,8 +14,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
-/// 1.4 added [`INCOMPAT_CLONES`].
-pub const FORMAT_MINOR: u16 = 4;
+/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`].
+pub const FORMAT_MINOR: u16 = 5;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -59,6 +59,13 @@ pub const INCOMPAT_RESIZED: u64 = 1 << 5;
 /// tree for a snapshot would let `-o snapshot=` read blocks that mounting
 /// that tree moves. Set by the first clone. Since 1.4.
 pub const INCOMPAT_CLONES: u64 = 1 << 6;
+/// `incompat`: an index entry of a checkpoint or snapshot record may name
+/// a run of IFile index blocks at consecutive addresses (3.2 bytes 2..4 of
+/// an entry), so that one record indexes an IFile of more than 249 index
+/// blocks (a data device past about 14.7 TiB). A reader of 1.4 would
+/// refuse the run length as a reserved field set, hence incompat. mkfs
+/// sets it. Since 1.5.
+pub const INCOMPAT_INDEX_RUNS: u64 = 1 << 7;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -69,7 +76,8 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_SCANNED_NAMES
     | INCOMPAT_SNAPSHOTS
     | INCOMPAT_RESIZED
-    | INCOMPAT_CLONES;
+    | INCOMPAT_CLONES
+    | INCOMPAT_INDEX_RUNS;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -171,6 +179,13 @@ impl Superblock {
         sb.data_blocks = g.data_blocks;
         sb.group_count = u32::try_from(g.data_blocks.div_ceil(u64::from(self.group_blocks))).ok()?;
         (g.segment_count >= 16 && g.data_blocks >= 256).then_some(sb)
+    }
+
+    /// Whether an index entry may name a run of index blocks
+    /// ([`INCOMPAT_INDEX_RUNS`]).
+    #[must_use]
+    pub fn index_runs(&self) -> bool {
+        self.incompat & INCOMPAT_INDEX_RUNS != 0
     }
 
     /// Whether every checkpoint carries its own geometry ([`INCOMPAT_RESIZED`]).

@@ -16,7 +16,7 @@ use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
-use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLOCKS};
+use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLOCKS, index_entries};
 use crate::format::descriptor::{PsKind, Summary};
 use crate::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
 use crate::format::superblock::CHECKPOINT_SLOTS;
@@ -55,6 +55,8 @@ pub struct SealedCheckpoint {
     slot: MetaBlock,
     record: Checkpoint,
     index: BTreeMap<(TableId, u32), MetaBlock>,
+    /// The volume has `INDEX_RUNS`: the record's entries may be runs.
+    runs: bool,
 }
 
 impl SealedCheckpoint {
@@ -72,7 +74,7 @@ impl SealedCheckpoint {
         if let Some(p) = &self.part {
             p.write(meta, data)?;
         }
-        let block = self.record.encode();
+        let block = self.record.encode(self.runs);
         device::write(meta.as_ref(), DeviceRole::Meta, self.slot.0, &block)?;
         device::flush(meta.as_ref(), DeviceRole::Meta)
     }
@@ -115,12 +117,29 @@ impl Log {
                 wanted_chunks.insert((id, c as u32));
             }
         }
-        if wanted_chunks.len() > MAX_INDEX_BLOCKS {
+        if self.index_entries_bound(wanted_chunks.len()) > MAX_INDEX_BLOCKS {
             return Err(Error::NoSpace(DeviceRole::Meta));
         }
         for c in &wanted_chunks {
             if !self.ckpt.index.contains_key(c) {
                 chunks.insert(*c);
+            }
+        }
+        let runs = self.sb.index_runs();
+        if runs {
+            // Index blocks rewritten one here, one there split the runs of
+            // those kept; before the entries could pass what a snapshot
+            // record holds, every index block is written again, in runs.
+            let kept: Vec<IndexRef> = self
+                .ckpt
+                .index
+                .iter()
+                .filter(|(k, _)| wanted_chunks.contains(k) && !chunks.contains(k))
+                .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
+                .collect();
+            if index_entries(&kept, true).len() + chunks.len() > self.index_entry_limit {
+                chunks.clone_from(&wanted_chunks);
+                self.stats.index_rewrites += 1;
             }
         }
 
@@ -225,7 +244,8 @@ impl Log {
         } else {
             CHECKPOINT_SLOTS[(record.number % 2) as usize]
         };
-        Ok(SealedCheckpoint { part, slot, record, index })
+        debug_assert!(index_entries(&record.index, runs).len() <= MAX_INDEX_BLOCKS, "index bound broken");
+        Ok(SealedCheckpoint { part, slot, record, index, runs })
     }
 
     /// Records that a checkpoint is durable: the previous one's IFile blocks
@@ -515,4 +535,59 @@ fn read_scattered(meta: &dyn BlockDevice, addresses: impl Iterator<Item = MetaBl
         i = j;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemoryDevice;
+    use crate::format::ifile::TableId;
+    use crate::volume::{MkfsOptions, Volume};
+
+    /// A volume whose bitmap takes 21 index blocks (1.25 TiB of data), its
+    /// log open, and the devices.
+    fn big() -> (Log, Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+        let meta: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(40_000));
+        let data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(21 * 503 * 32_320));
+        let opts = MkfsOptions { identity_seed: Some(7), ..MkfsOptions::default() };
+        Volume::format(meta.clone(), data.clone(), &opts).unwrap();
+        let (log, _) = Log::open(meta.clone(), data.clone()).unwrap();
+        (log, meta, data)
+    }
+
+    fn checkpoint(log: &mut Log, meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Checkpoint {
+        let c = log.seal_checkpoint(Timestamp { sec: 10, nsec: 0 }).unwrap();
+        c.write(meta, data).unwrap();
+        log.complete_checkpoint(&c);
+        c.record().clone()
+    }
+
+    #[test]
+    fn index_blocks_rewritten_one_by_one_are_joined_again_into_runs() {
+        let (mut log, meta, data) = big();
+        assert!(log.sb.index_runs());
+        let limit = 8;
+        log.index_entry_limit = limit;
+        let first = checkpoint(&mut log, &meta, &data);
+        let blocks = first.index.len();
+        assert!(blocks >= 25, "{blocks} index blocks");
+        assert!(index_entries(&first.index, true).len() <= limit);
+        // Every other bitmap chunk rewritten alone splits a run each time,
+        // until the writer joins them all again.
+        for k in 0..12u32 {
+            log.space.tables_mut()[1].touch(((2 * k + 1) % 21) * INDEX_PER_BLOCK as u32);
+            let c = checkpoint(&mut log, &meta, &data);
+            assert!(index_entries(&c.index, true).len() <= limit, "checkpoint {k}");
+        }
+        assert!(log.stats.index_rewrites >= 1);
+        assert!(log.stats.index_rewrites < 12, "every checkpoint rewrote the whole index");
+        // The index as written loads back whole, every table block named.
+        let words = log.space.bitmap.len();
+        let (mut again, _) = Log::open(meta.clone(), data.clone()).unwrap();
+        assert_eq!(again.space.bitmap.len(), words);
+        assert_eq!(again.ckpt.index, log.ckpt.index);
+        assert_eq!(again.ckpt.index.keys().filter(|(t, _)| *t == TableId::Bitmap).count(), 21);
+        let c = checkpoint(&mut again, &meta, &data);
+        assert!(index_entries(&c.index, true).len() <= crate::format::snapshot::MAX_SNAPSHOT_INDEX);
+    }
 }

@@ -66,6 +66,9 @@ pub struct LogStats {
     pub data_blocks_written: u64,
     /// Checkpoints written.
     pub checkpoints: u64,
+    /// Checkpoints that wrote every IFile index block again, to join the
+    /// index's runs (`INDEX_RUNS`).
+    pub index_rewrites: u64,
     /// Fsync partial segments written (included in `partial_segments`).
     pub fsync_partial_segments: u64,
     /// The cleaner's work.
@@ -136,6 +139,10 @@ pub struct Log {
     /// The record of the newest checkpoint written or loaded (a snapshot
     /// keeps one).
     last_record: Option<crate::format::checkpoint::Checkpoint>,
+    /// Index entries past which a checkpoint writes every index block
+    /// again to join their runs: what a snapshot block holds (lowered by
+    /// tests, which cannot afford an IFile of 242 index blocks each).
+    index_entry_limit: usize,
 }
 
 impl Log {

@@ -148,6 +148,7 @@ impl Log {
             pending_fsync: Vec::new(),
             snaps: super::snapshot::Snapshots::default(),
             last_record: None,
+            index_entry_limit: crate::format::snapshot::MAX_SNAPSHOT_INDEX,
         }
     }
 

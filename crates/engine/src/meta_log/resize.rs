@@ -25,6 +25,16 @@ impl Log {
             + chunks(self.ifile.nodes.len() as u64, TableId::NodeMap)) as usize
     }
 
+    /// The most index entries a checkpoint of an IFile of `index_blocks`
+    /// index blocks can take once all of them are written together: one
+    /// each without `INDEX_RUNS`; with it, a run per table, broken again
+    /// where the checkpoint's partial segments break (at least half a
+    /// segment of blocks each, but the first).
+    #[must_use]
+    pub fn index_entries_bound(&self, index_blocks: usize) -> usize {
+        if self.sb.index_runs() { 6 + index_blocks.div_ceil(self.sb.segment_blocks as usize / 2) } else { index_blocks }
+    }
+
     /// Whether geometry `g` can be grown to: no smaller than the one in
     /// use, indexable by one checkpoint.
     ///
@@ -42,9 +52,10 @@ impl Log {
             return Err(Error::Resize(format!("{} data blocks make too many groups", g.data_blocks)));
         }
         let need = self.index_blocks_at(g);
-        if need > MAX_INDEX_BLOCKS {
+        if self.index_entries_bound(need) > MAX_INDEX_BLOCKS {
             return Err(Error::Resize(format!(
-                "the IFile would need {need} index blocks, one checkpoint names at most {MAX_INDEX_BLOCKS}"
+                "the IFile would need {need} index blocks, more than one checkpoint can name{}",
+                if self.sb.index_runs() { "" } else { " on a volume of format 1.4 (mkfs a 1.5 volume)" }
             )));
         }
         Ok(())

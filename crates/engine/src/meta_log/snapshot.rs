@@ -13,7 +13,7 @@ use super::Log;
 use super::seal::Body;
 use crate::error::{Error, Result};
 use crate::format::block::{self, BlockKind};
-use crate::format::checkpoint::Checkpoint;
+use crate::format::checkpoint::{Checkpoint, index_entries};
 use crate::format::descriptor::Summary;
 use crate::format::snapshot::{self, ListEntry, SnapshotList, SnapshotRecord};
 use crate::format::superblock::{INCOMPAT_CLONES, INCOMPAT_SNAPSHOTS};
@@ -358,10 +358,10 @@ impl Log {
         };
         // The snapshot keeps a copy of the live bitmap, all of it.
         self.space.load_all()?;
-        if c.index.len() > snapshot::MAX_SNAPSHOT_INDEX {
+        let entries = index_entries(&c.index, self.sb.index_runs()).len();
+        if entries > snapshot::MAX_SNAPSHOT_INDEX {
             return Err(Error::SnapshotRefused(format!(
-                "the IFile spans {} index blocks, more than a snapshot can name ({})",
-                c.index.len(),
+                "the IFile's index takes {entries} entries, more than a snapshot can hold ({})",
                 snapshot::MAX_SNAPSHOT_INDEX
             )));
         }
@@ -401,12 +401,12 @@ impl Log {
         let remaining = match &self.snaps.pending {
             None => return bodies,
             Some(Pending::Create(info)) => {
-                bodies.push(record_body(info));
+                bodies.push(record_body(info, self.sb.index_runs()));
                 self.snaps.all.len() + 1
             }
             Some(Pending::Delete(_)) => self.snaps.all.len() - 1,
             Some(Pending::Switch { keep, .. }) => {
-                bodies.push(record_body(keep));
+                bodies.push(record_body(keep, self.sb.index_runs()));
                 self.snaps.all.len()
             }
         };
@@ -570,8 +570,9 @@ impl Log {
     }
 }
 
-/// The snapshot block holding `info`'s record.
-fn record_body(info: &SnapshotInfo) -> Body {
+/// The snapshot block holding `info`'s record; `runs`: the volume has
+/// `INDEX_RUNS`.
+fn record_body(info: &SnapshotInfo, runs: bool) -> Body {
     let rec = SnapshotRecord {
         id: info.id,
         created: info.created,
@@ -582,7 +583,7 @@ fn record_body(info: &SnapshotInfo) -> Body {
     Body {
         summary: Summary { kind: BlockKind::Snapshot, owner: InodeNo(0), name: info.id },
         aux: 0,
-        payload: rec.encode(),
+        payload: rec.encode(runs),
         inodes: None,
     }
 }

@@ -218,6 +218,7 @@ impl Volume {
             ("meta_blocks_written", s.meta_blocks_written),
             ("data_blocks_written", s.data_blocks_written),
             ("checkpoints_written", s.checkpoints),
+            ("index_rewrites", s.index_rewrites),
             ("segments", u64::from(log.superblock().segment_count)),
             ("segments_free", u64::from(log.free_segments())),
             ("segments_reserved", u64::from(log.reserve_segments())),

@@ -140,6 +140,7 @@ impl Volume {
                 crate::format::superblock::INCOMPAT_FSYNC_LOG
                     | crate::format::superblock::INCOMPAT_SNAPSHOTS
                     | crate::format::superblock::INCOMPAT_CLONES
+                    | crate::format::superblock::INCOMPAT_INDEX_RUNS
             } else {
                 0
             },

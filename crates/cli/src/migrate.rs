@@ -72,7 +72,12 @@ Examples:
 /// Opens a device for the volume to move to: read-write, claimed against
 /// every other writer (as a mount claims its devices), never waiting.
 fn open_new(path: &Path, role: DeviceRole) -> Result<Arc<dyn BlockDevice>, String> {
-    let dev = FileDevice::open(path, false, true).map_err(|e| match e.kind() {
+    // As a mount opens its devices: the data device bypasses the page cache.
+    let opened = match role {
+        DeviceRole::Data => FileDevice::open_direct(path, false, true),
+        DeviceRole::Meta => FileDevice::open(path, false, true),
+    };
+    let dev = opened.map_err(|e| match e.kind() {
         io::ErrorKind::WouldBlock => {
             format!("{} is in use: by this volume, or by another DualFS process", path.display())
         }

@@ -67,11 +67,15 @@ pub enum Fault {
     /// that the superblocks name the new device before the copy on it is
     /// durable.
     MigrateCopyUnsynced,
+    /// Migrate: leave a copy step's older contents on the replacement for
+    /// blocks written while the step was read and written (skip copying
+    /// them again with writes excluded).
+    MigrateCopyOverWrites,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 22] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -93,6 +97,7 @@ impl Fault {
         Fault::ReceiveWithoutMark,
         Fault::SwitchListLater,
         Fault::MigrateCopyUnsynced,
+        Fault::MigrateCopyOverWrites,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -8,7 +8,10 @@
 //! after a crash) with every file fsync'd before the cut intact, and no
 //! pair that mounts may lack one. With the rule that the replacement is
 //! flushed before the superblocks name it broken on purpose
-//! (`Fault::MigrateCopyUnsynced`), some crash state fails this.
+//! (`Fault::MigrateCopyUnsynced`), some crash state fails this, for each
+//! device. A copy step's older contents left over blocks written while it
+//! was read ahead (`Fault::MigrateCopyOverWrites`) is checked directly:
+//! the recordings cannot time a write into that window.
 
 #![allow(clippy::unwrap_used)]
 
@@ -286,6 +289,77 @@ fn every_crash_during_a_migration_of_the_data_device_leaves_a_pair_with_every_fs
     println!("{states} crash states");
     assert!(states > 1000, "the migration wrote little: {states} states");
     assert!(failures.is_empty(), "{} of {states}: {failures:#?}", failures.len());
+}
+
+/// An old device that says when a read covered block `watched`.
+#[derive(Debug)]
+struct Gate {
+    dev: OverlayDevice,
+    watched: u64,
+    seen: std::sync::atomic::AtomicBool,
+}
+
+impl BlockDevice for Gate {
+    fn block_count(&self) -> u64 {
+        self.dev.block_count()
+    }
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.dev.read_blocks(first, buf)?;
+        if (first..first + (buf.len() / BLOCK_SIZE) as u64).contains(&self.watched) {
+            self.seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.dev.write_blocks(first, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.dev.flush()
+    }
+}
+
+/// Copies 40 blocks in steps of 10 and writes block 20 once its step was
+/// read ahead; whether the replacement ends with the new block 20.
+fn write_during_read_ahead() -> bool {
+    use dualfs_engine::device::SwitchDevice;
+    use std::sync::atomic::Ordering::SeqCst;
+    let old = Arc::new(Gate {
+        dev: OverlayDevice::new(Arc::new(Image::new(64, Fill::Zero))),
+        watched: 20,
+        seen: Default::default(),
+    });
+    old.write_blocks(20, &[1u8; BLOCK_SIZE]).unwrap();
+    let new = Arc::new(OverlayDevice::new(Arc::new(Image::new(64, Fill::Zero))));
+    let s = SwitchDevice::new(old.clone());
+    s.start_mirror(new.clone());
+    s.copy_runs(&[(1, 40)], 10, &mut |done| {
+        if done == 10 {
+            let t = std::time::Instant::now();
+            while !old.seen.load(SeqCst) && t.elapsed().as_secs() < 10 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            s.write_blocks(20, &[2u8; BLOCK_SIZE]).unwrap();
+        }
+    })
+    .unwrap();
+    assert!(old.seen.load(SeqCst), "the step was never read ahead");
+    new.block(20)[0] == 2
+}
+
+/// The copier reads a step ahead while the volume writes: a write to that
+/// step must reach the replacement over the step's older copy. With the
+/// rule broken (`Fault::MigrateCopyOverWrites`) the replacement keeps the
+/// older block; the crash states above cannot time the write into the
+/// read-ahead window, so this check drives it directly.
+#[test]
+fn a_write_into_a_step_read_ahead_reaches_the_replacement_unless_the_rule_is_broken() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    faults::set(&[]);
+    assert!(write_during_read_ahead(), "the replacement kept the step's older block");
+    faults::set(&[Fault::MigrateCopyOverWrites]);
+    let kept_new = write_during_read_ahead();
+    faults::set(&[]);
+    assert!(!kept_new, "the check missed the broken rule");
 }
 
 #[test]

@@ -5,10 +5,15 @@
 //! what was there before with [`SwitchDevice::copy`]; reads keep coming
 //! from the device in use until the switch.
 //!
-//! A copy of a range and a write to it exclude each other (the copy holds
-//! the lock exclusively, writers share it), so the replacement never gets
-//! an older block after a newer one: a write either lands before the copy
-//! reads (and is copied) or after it wrote (and is mirrored).
+//! The copier reads and writes alongside the volume's writes, one step
+//! read ahead of the step it writes (two requests in flight), and skips
+//! what was mirrored before it came there. A block written while its step
+//! was read or written may have reached the replacement before the step's
+//! older copy of it: every mirrored write made while a copy runs is noted
+//! ([`Watch`]), and after writing a step the copier copies the blocks of
+//! it written meanwhile again, writes excluded (the handle's lock held
+//! exclusively; writers share it). After that the replacement holds what
+//! the device in use holds, and every later write is mirrored.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -41,6 +46,20 @@ struct Mirrored {
     ranges: BTreeMap<u64, u64>,
     overflow: bool,
 }
+
+/// Mirrored writes made while a copy runs, numbered: the copier redoes
+/// the blocks of a step that one made after the step began.
+#[derive(Debug, Default)]
+struct Watch {
+    active: bool,
+    next: u64,
+    /// (number, first block, end)
+    writes: Vec<(u64, u64, u64)>,
+}
+
+/// One step of the copy, read: where, the number of the first write it
+/// must look at, and the parts not mirrored already with their contents.
+type ReadStep = (u64, u64, u64, Vec<(u64, Vec<u8>)>);
 
 /// Ranges [`Mirrored`] keeps at most (some 64 MiB).
 const MIRRORED_RANGES_MAX: usize = 1 << 20;
@@ -97,6 +116,7 @@ pub struct SwitchDevice {
     mirrored: AtomicU64,
     /// Where they went.
     ranges: Mutex<Mirrored>,
+    watch: Mutex<Watch>,
 }
 
 impl SwitchDevice {
@@ -107,6 +127,7 @@ impl SwitchDevice {
             inner: RwLock::new(Inner { current: dev, mirror: None, mirror_failed: None, retired: Vec::new() }),
             mirrored: AtomicU64::new(0),
             ranges: Mutex::default(),
+            watch: Mutex::default(),
         }
     }
 
@@ -146,25 +167,103 @@ impl SwitchDevice {
         self.mirrored.load(Ordering::Relaxed)
     }
 
-    /// Copies `count` blocks from `first` of the device in use to the
-    /// replacement, no write to the device coming in between, but those
-    /// mirrored already; returns how many it copied.
+    /// Copies the runs `(first, count)` of the device in use to the
+    /// replacement in steps of at most `step` blocks, but what was mirrored
+    /// already; calls `progress(blocks done)` after each step, no lock
+    /// held (the volume may write meanwhile). Returns the blocks copied.
     ///
     /// # Errors
     /// Reading or writing fails, or nothing is being mirrored.
-    pub fn copy(&self, first: u64, count: usize) -> io::Result<u64> {
-        let i = self.write_inner();
-        let Some(mirror) = &i.mirror else {
-            return Err(io::Error::other("no replacement device to copy to"));
-        };
-        let gaps = self.ranges.lock().unwrap_or_else(PoisonError::into_inner).gaps(first, first + count as u64);
-        let mut copied = 0;
+    pub fn copy_runs(&self, runs: &[(u64, u64)], step: u64, progress: &mut dyn FnMut(u64)) -> io::Result<u64> {
+        let steps: Vec<(u64, u64)> = runs
+            .iter()
+            .flat_map(|&(first, n)| {
+                (0..n.div_ceil(step.max(1))).map(move |k| (first + k * step, (n - k * step).min(step)))
+            })
+            .collect();
+        {
+            let mut w = self.watch_lock();
+            w.active = true;
+            w.writes.clear();
+        }
+        let r = std::thread::scope(|scope| {
+            // One step read ahead of the one written.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<ReadStep>>(1);
+            scope.spawn(move || {
+                for (first, n) in steps {
+                    let read = self.read_step(first, n);
+                    let failed = read.is_err();
+                    if tx.send(read).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            let (mut copied, mut done) = (0, 0);
+            for read in rx {
+                let (first, n, mark, parts) = read?;
+                copied += self.write_step(first, n, mark, &parts)?;
+                done += n;
+                progress(done);
+            }
+            Ok(copied)
+        });
+        let mut w = self.watch_lock();
+        w.active = false;
+        w.writes.clear();
+        r
+    }
+
+    fn watch_lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+        self.watch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the parts of `first..first + n` not mirrored yet.
+    fn read_step(&self, first: u64, n: u64) -> io::Result<ReadStep> {
+        // Taken before reading: a write noted from here on may be newer
+        // than what the read finds.
+        let mark = self.watch_lock().next;
+        let gaps = self.ranges.lock().unwrap_or_else(PoisonError::into_inner).gaps(first, first + n);
+        let i = self.read_inner();
+        let mut parts = Vec::new();
         for (s, e) in gaps {
             let mut buf = vec![0u8; (e - s) as usize * BLOCK_SIZE];
             i.current.read_blocks(s, &mut buf)?;
-            mirror.write_blocks(s, &buf)?;
-            copied += e - s;
+            parts.push((s, buf));
         }
+        Ok((first, n, mark, parts))
+    }
+
+    /// Writes a step read by [`SwitchDevice::read_step`], then, writes
+    /// excluded, copies again the blocks of it written since it was read;
+    /// returns the blocks written.
+    fn write_step(&self, first: u64, n: u64, mark: u64, parts: &[(u64, Vec<u8>)]) -> io::Result<u64> {
+        let none = || io::Error::other("no replacement device to copy to");
+        let mut copied = 0;
+        {
+            let i = self.read_inner();
+            let mirror = i.mirror.as_ref().ok_or_else(none)?;
+            for (s, buf) in parts {
+                mirror.write_blocks(*s, buf)?;
+                copied += (buf.len() / BLOCK_SIZE) as u64;
+            }
+        }
+        let i = self.write_inner();
+        let mirror = i.mirror.as_ref().ok_or_else(none)?;
+        let mut w = self.watch_lock();
+        let end = first + n;
+        for &(_, s, e) in w.writes.iter().filter(|&&(no, s, e)| no >= mark && s < end && e > first) {
+            let (s, e) = (s.max(first), e.min(end));
+            if faults::active(Fault::MigrateCopyOverWrites) {
+                // The broken rule: the step's older copy stays.
+                continue;
+            }
+            let mut buf = vec![0u8; (e - s) as usize * BLOCK_SIZE];
+            i.current.read_blocks(s, &mut buf)?;
+            mirror.write_blocks(s, &buf)?;
+        }
+        // The step after this one began after this one: older writes
+        // concern neither.
+        w.writes.retain(|&(no, _, _)| no >= mark);
         Ok(copied)
     }
 
@@ -218,6 +317,12 @@ impl BlockDevice for SwitchDevice {
                     let n = (buf.len() / BLOCK_SIZE) as u64;
                     self.mirrored.fetch_add(n, Ordering::Relaxed);
                     self.ranges.lock().unwrap_or_else(PoisonError::into_inner).add(first, first + n);
+                    let mut w = self.watch_lock();
+                    if w.active {
+                        let no = w.next;
+                        w.next += 1;
+                        w.writes.push((no, first, first + n));
+                    }
                     return Ok(());
                 }
                 Err(e) => e,
@@ -292,19 +397,73 @@ mod tests {
         s.write_blocks(3, &block(1)).unwrap_or_else(|e| panic!("{e}"));
         s.start_mirror(new.clone());
         s.write_blocks(0, &[block(7), block(8)].concat()).unwrap_or_else(|e| panic!("{e}"));
-        s.copy(3, 1).unwrap_or_else(|e| panic!("{e}"));
+        let mut steps = Vec::new();
+        s.copy_runs(&[(3, 1)], 256, &mut |d| steps.push(d)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(steps, [1]);
         assert_eq!((read(old.as_ref(), 0), read(new.as_ref(), 0)), (7, 0));
         assert_eq!((read(old.as_ref(), 1), read(new.as_ref(), 1)), (8, 8));
         assert_eq!(read(new.as_ref(), 3), 1);
         assert_eq!(s.mirrored_blocks(), 1);
         // Mirrored already: not copied again (over the newer contents).
         old.write_blocks(1, &block(5)).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s.copy(0, 3).unwrap_or_else(|e| panic!("{e}")), 2);
+        assert_eq!(s.copy_runs(&[(0, 3)], 2, &mut |_| {}).unwrap_or_else(|e| panic!("{e}")), 2);
         assert_eq!(read(new.as_ref(), 1), 8);
         s.switch().unwrap_or_else(|e| panic!("{e}"));
         s.write_blocks(5, &block(9)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((read(old.as_ref(), 5), read(new.as_ref(), 5)), (0, 9));
         assert_eq!(read(&s, 3), 1);
+    }
+
+    /// A device that says when a read covered block `watched`.
+    #[derive(Debug)]
+    pub(super) struct Gate {
+        pub dev: MemoryDevice,
+        pub watched: u64,
+        pub seen: std::sync::atomic::AtomicBool,
+    }
+
+    impl BlockDevice for Gate {
+        fn block_count(&self) -> u64 {
+            self.dev.block_count()
+        }
+        fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.dev.read_blocks(first, buf)?;
+            if (first..first + (buf.len() / BLOCK_SIZE) as u64).contains(&self.watched) {
+                self.seen.store(true, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+        fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+            self.dev.write_blocks(first, buf)
+        }
+        fn flush(&self) -> io::Result<()> {
+            self.dev.flush()
+        }
+    }
+
+    #[test]
+    fn a_block_written_after_its_step_was_read_ahead_reaches_the_replacement_new() {
+        let old = Arc::new(Gate { dev: MemoryDevice::new(64), watched: 20, seen: Default::default() });
+        old.write_blocks(20, &block(1)).unwrap_or_else(|e| panic!("{e}"));
+        let new: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(64));
+        let s = SwitchDevice::new(old.clone());
+        s.start_mirror(new.clone());
+        let mut written = false;
+        s.copy_runs(&[(1, 40)], 10, &mut |done| {
+            if done == 10 {
+                // The step holding block 20 is read while this one is
+                // written: wait until it was, then write block 20.
+                let t = std::time::Instant::now();
+                while !old.seen.load(Ordering::SeqCst) && t.elapsed().as_secs() < 10 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                s.write_blocks(20, &block(2)).unwrap_or_else(|e| panic!("{e}"));
+                written = true;
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(written && old.seen.load(Ordering::SeqCst));
+        assert_eq!(read(new.as_ref(), 20), 2, "the step's older copy was left");
     }
 
     #[test]

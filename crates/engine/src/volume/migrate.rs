@@ -10,8 +10,8 @@
 //!    replacement ([`SwitchDevice`]), block 0 aside.
 //! 3. A checkpoint, then the copy of what is in use: for the log the
 //!    checkpoint area and the segments in use, for data the blocks the
-//!    bitmap or a snapshot holds, in runs of at most 1 MiB, the volume
-//!    in use between them.
+//!    bitmap or a snapshot holds, in steps of 1 MiB, one read while the
+//!    one before is written, the volume in use meanwhile.
 //! 4. Under the commit and `home` locks (nothing else writes either
 //!    device): a checkpoint, both devices flushed (the replacement with
 //!    the device in use), the replacement's superblock again if it changed
@@ -33,8 +33,8 @@ use crate::faults::{self, Fault};
 use crate::format::superblock::{Role, Superblock};
 use crate::namespace::pages::WriteBack;
 
-/// Blocks one copy step reads and writes while writes to the device wait
-/// (1 MiB).
+/// Blocks of one copy step (1 MiB): one step is written while the next
+/// is read.
 const COPY_STEP_BLOCKS: u64 = 256;
 
 /// What a migration did.
@@ -201,24 +201,12 @@ impl Volume {
         };
         let total: u64 = runs.iter().map(|r| r.1).sum();
         let mib = |blocks: u64| blocks.div_ceil(256) as usize;
-        let (mut done, mut copied) = (0, 0);
         progress(0, mib(total));
-        for (first, n) in runs {
-            let mut at = first;
-            while at < first + n {
-                let step = COPY_STEP_BLOCKS.min(first + n - at);
-                copied += switch.copy(at, step as usize).map_err(|e| {
-                    Error::Migrate(format!("copying block {at} to the new {role} failed, nothing changed: {e}"))
-                })?;
-                at += step;
-                done += step;
-                if done % COPY_STEP_BLOCKS == 0 || at == first + n {
-                    progress(mib(done), mib(total));
-                }
-            }
-            if let Some(why) = switch.mirror_failed() {
-                return Err(Error::Migrate(format!("writing to the new {role} failed, nothing changed: {why}")));
-            }
+        let copied = switch
+            .copy_runs(&runs, COPY_STEP_BLOCKS, &mut |done| progress(mib(done), mib(total)))
+            .map_err(|e| Error::Migrate(format!("copying to the new {role} failed, nothing changed: {e}")))?;
+        if let Some(why) = switch.mirror_failed() {
+            return Err(Error::Migrate(format!("writing to the new {role} failed, nothing changed: {why}")));
         }
         progress(mib(total), mib(total));
         Ok(copied)

@@ -50,12 +50,14 @@ run() {
   if [ $what = none ]; then :
   elif [ $fs = dualfs ]; then
     $DUALFS migrate --$what $new $W/mnt --json > $W/report.json
-    extra=$(python3 -c "import json; r=json.load(open('$W/report.json'))['result']; \
-print('copied=%.1f mirrored=%.1f' % (r['copied_blocks'] / 256, r['mirrored_blocks'] / 256))")
   else
     btrfs replace start -B $D $ND $W/mnt
   fi
   local r1=$(now) w1=$(wsect $new)
+  if [ $what != none ] && [ $fs = dualfs ]; then
+    extra=$(python3 -c "import json; r=json.load(open('$W/report.json'))['result']; \
+print('copied=%.1f mirrored=%.1f engine_s=%.3f' % (r['copied_blocks'] / 256, r['mirrored_blocks'] / 256, r['micros'] / 1e6))")
+  fi
   wait $tarpid || true
   local t1=$(now)
   printf "%s %s %s secs=%.3f new_MiB=%.1f %s tar_s=%.2f\n" $fs $what $load \

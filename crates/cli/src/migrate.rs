@@ -142,7 +142,9 @@ fn mounted(target: &Path, role: DeviceRole, new: &Path) -> Result<Value> {
             bar.set_length(s["total"].as_u64().unwrap_or(0));
             bar.set_position(s["done"].as_u64().unwrap_or(0));
         }
-        thread::sleep(Duration::from_millis(100));
+        // Short: the answer is waited for here, and a migration may take well
+        // under a second.
+        thread::sleep(Duration::from_millis(20));
     }
     bar.finish_and_clear();
     let r = worker.join().map_err(|_| anyhow!("the migrate request's thread panicked"))?;

@@ -158,10 +158,10 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     let formatted = Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options);
     drop(activity);
     if let Err(e) = formatted {
-        // The first checkpoint holds the whole IFile; on the largest
-        // devices (about 15 TiB of data) it no longer fits.
+        // The first checkpoint holds the whole IFile, the bitmap of the
+        // data device included (32 MiB per TiB).
         let hint = if matches!(e, dualfs_engine::Error::NoSpace(dualfs_engine::error::DeviceRole::Meta)) {
-            " (the data device is too large for this version: a checkpoint of its bitmap does not fit; about 15 TiB is the most)"
+            " (the meta-data device is too small for the IFile of this data device: give it more room)"
         } else {
             ""
         };

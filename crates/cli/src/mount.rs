@@ -342,6 +342,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     };
     let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(crate::migrate::opener());
     let notifier = fs.notifier_slot();
+    let window = fs.window_slot();
     let mut session = match Session::new(fs, &args.mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
@@ -350,7 +351,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         }
     };
     let _ = notifier.set(session.notifier());
-    crate::bdi::set_dirty_window(&absolute(&args.mountpoint)?, cfg.dirty_window);
+    if let Some(w) = crate::bdi::dirty_window(&absolute(&args.mountpoint)?, cfg.dirty_window, cfg.stream_window) {
+        let _ = window.set(w);
+    }
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     if args.daemon_child {

@@ -54,6 +54,9 @@ pub struct MountConfig {
     /// `dirty_window=`: the most dirty data the kernel may hold for this
     /// mount before passing it to the volume (0: the kernel's own limit).
     pub dirty_window: u64,
+    /// `stream_window=`: the window while no fsync comes beside a stream
+    /// (0: `dirty_window` always).
+    pub stream_window: u64,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -86,6 +89,7 @@ impl Default for MountConfig {
             accept_loss: false,
             rebuild: false,
             dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
+            stream_window: crate::bdi::DEFAULT_STREAM_WINDOW,
             remount: false,
             snapshot: None,
             clone: None,
@@ -266,6 +270,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.dirty_window = match crate::args::parse_size(v) {
                 Ok(n) if n == 0 || n >= 1 << 20 => n,
                 _ => bail!("dirty_window={v}: give a size of at least 1M (or 0 for the kernel's limit)"),
+            };
+        } else if let Some(v) = opt.strip_prefix("stream_window=") {
+            c.stream_window = match crate::args::parse_size(v) {
+                Ok(n) if n == 0 || n >= 1 << 20 => n,
+                _ => bail!("stream_window={v}: give a size of at least 1M (or 0 for dirty_window's always)"),
             };
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());

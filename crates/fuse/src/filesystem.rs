@@ -509,6 +509,9 @@ impl Filesystem for DualFs {
             Ok(dropped) => self.attributes_changed(node, dropped),
             Err(e) => return reply.error(report("write", &e)),
         }
+        if let Some(w) = self.window.get() {
+            w.write(node.0, data.len());
+        }
         match self.vol.write_with(ino(node), offset, data, stamp) {
             // max_write bounds a request far below 4 GiB.
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
@@ -547,6 +550,9 @@ impl Filesystem for DualFs {
 
     fn fsync(&self, _req: &Request, node: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let _t = self.requests.time(Op::Fsync);
+        if let Some(w) = self.window.get() {
+            w.fsync(node.0);
+        }
         let r = if datasync { self.vol.fdatasync(ino(node)) } else { self.vol.fsync(ino(node)) };
         Self::reply_empty("fsync", r, reply);
     }

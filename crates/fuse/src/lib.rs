@@ -33,6 +33,7 @@ pub mod migrate;
 pub mod receive;
 pub mod requests;
 mod space;
+pub mod window;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -107,6 +108,9 @@ pub struct DualFs {
     /// How to tell the kernel that cached attributes changed; set by the
     /// mounting code once the session exists ([`DualFs::notifier_slot`]).
     notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// The kernel's dirty window for this mount, set by the mounting code
+    /// once the mount exists ([`DualFs::window_slot`]); none: left as is.
+    window: Arc<OnceLock<window::DirtyWindow>>,
     /// The volume's clock, told the change times the kernel stamps.
     clock: Option<Arc<clock::KernelClock>>,
 }
@@ -124,6 +128,7 @@ impl DualFs {
             migrator: migrate::Migrator::default(),
             requests: requests::RequestStats::default(),
             notifier: Arc::default(),
+            window: Arc::default(),
             clock: None,
         }
     }
@@ -150,6 +155,13 @@ impl DualFs {
     #[must_use]
     pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
         self.notifier.clone()
+    }
+
+    /// Where the mounting code puts the mount's dirty window
+    /// ([`window`]), which exists only once the kernel has mounted.
+    #[must_use]
+    pub fn window_slot(&self) -> Arc<OnceLock<window::DirtyWindow>> {
+        self.window.clone()
     }
 
     /// The mount options the adapter relies on: the kernel must check

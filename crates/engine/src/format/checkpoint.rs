@@ -228,6 +228,27 @@ impl IndexEntry {
     }
 }
 
+/// The most index entries a checkpoint of an IFile of `index_blocks` index
+/// blocks takes once all of them are written together: one each without
+/// runs; with them, a run per table, broken again where the checkpoint's
+/// partial segments break (each at least half a segment of
+/// `segment_blocks`, but the first).
+#[must_use]
+pub fn index_entries_bound(index_blocks: usize, segment_blocks: u32, runs: bool) -> usize {
+    if runs { 6 + index_blocks.div_ceil(segment_blocks as usize / 2) } else { index_blocks }
+}
+
+/// IFile index blocks for tables of these lengths (entries).
+#[must_use]
+pub fn index_blocks_for(segments: u64, groups: u64, data_blocks: u64, inodes: u64, nodes: u64) -> usize {
+    let chunks = |entries: u64, t: TableId| entries.div_ceil(t.per_block() as u64).div_ceil(INDEX_PER_BLOCK as u64);
+    (chunks(segments, TableId::SegmentUsage)
+        + chunks(groups, TableId::GroupDesc)
+        + chunks(data_blocks.div_ceil(64), TableId::Bitmap)
+        + chunks(inodes, TableId::InodeMap)
+        + chunks(nodes, TableId::NodeMap)) as usize
+}
+
 /// The entries that encode `index` (sorted by table and chunk): one per
 /// index block, or with `runs` one per run of consecutive chunks of a
 /// table written at consecutive addresses.

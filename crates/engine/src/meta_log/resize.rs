@@ -6,8 +6,7 @@
 
 use super::Log;
 use crate::error::{Error, Result};
-use crate::format::checkpoint::MAX_INDEX_BLOCKS;
-use crate::format::ifile::{INDEX_PER_BLOCK, TableId};
+use crate::format::checkpoint::{MAX_INDEX_BLOCKS, index_blocks_for, index_entries_bound};
 use crate::format::superblock::Geometry;
 use crate::types::SegmentNo;
 
@@ -17,22 +16,19 @@ impl Log {
     #[must_use]
     pub fn index_blocks_at(&self, g: Geometry) -> usize {
         let groups = g.data_blocks.div_ceil(u64::from(self.sb.group_blocks));
-        let chunks = |entries: u64, t: TableId| entries.div_ceil(t.per_block() as u64).div_ceil(INDEX_PER_BLOCK as u64);
-        (chunks(u64::from(g.segment_count), TableId::SegmentUsage)
-            + chunks(groups, TableId::GroupDesc)
-            + chunks(g.data_blocks.div_ceil(64), TableId::Bitmap)
-            + chunks(self.ifile.inodes.len() as u64, TableId::InodeMap)
-            + chunks(self.ifile.nodes.len() as u64, TableId::NodeMap)) as usize
+        index_blocks_for(
+            u64::from(g.segment_count),
+            groups,
+            g.data_blocks,
+            self.ifile.inodes.len() as u64,
+            self.ifile.nodes.len() as u64,
+        )
     }
 
-    /// The most index entries a checkpoint of an IFile of `index_blocks`
-    /// index blocks can take once all of them are written together: one
-    /// each without `INDEX_RUNS`; with it, a run per table, broken again
-    /// where the checkpoint's partial segments break (at least half a
-    /// segment of blocks each, but the first).
+    /// See [`index_entries_bound`].
     #[must_use]
     pub fn index_entries_bound(&self, index_blocks: usize) -> usize {
-        if self.sb.index_runs() { 6 + index_blocks.div_ceil(self.sb.segment_blocks as usize / 2) } else { index_blocks }
+        index_entries_bound(index_blocks, self.sb.segment_blocks, self.sb.index_runs())
     }
 
     /// Whether geometry `g` can be grown to: no smaller than the one in

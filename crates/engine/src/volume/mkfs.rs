@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::{MkfsOptions, Volume};
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
+use crate::format::checkpoint::{MAX_INDEX_BLOCKS, index_blocks_for, index_entries_bound};
 use crate::format::superblock::{
     CHECKPOINT_SLOTS, FORMAT_MAJOR, FORMAT_MINOR, MAX_INLINE_DATA, Role, SUPER_MAGIC, Superblock,
 };
@@ -161,6 +162,14 @@ impl Volume {
             mount_options: [0; crate::format::superblock::MOUNT_OPTIONS_BYTES],
             block_id: 0,
         };
+        let index_blocks = index_blocks_for(u64::from(segment_count), u64::from(sb.group_count), data_blocks, 1, 1);
+        if index_entries_bound(index_blocks, sb.segment_blocks, sb.index_runs()) > MAX_INDEX_BLOCKS {
+            return Err(Error::WrongVolume(format!(
+                "the data device is too large: its IFile needs {index_blocks} index blocks, more than one checkpoint \
+                 can name with segments of {} KiB",
+                seg * 4
+            )));
+        }
         // Stale checkpoints of an earlier volume on the same device must not
         // be mistaken for this one's.
         let zero = vec![0u8; BLOCK_SIZE];

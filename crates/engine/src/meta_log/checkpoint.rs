@@ -542,15 +542,27 @@ mod tests {
     use super::*;
     use crate::device::MemoryDevice;
     use crate::format::ifile::TableId;
-    use crate::volume::{MkfsOptions, Volume};
+    use crate::format::superblock::{INCOMPAT_INDEX_RUNS, Role, Superblock};
 
-    /// A volume whose bitmap takes 21 index blocks (1.25 TiB of data), its
-    /// log open, and the devices.
+    /// A log whose bitmap takes 21 index blocks (1.25 TiB of data), its
+    /// first checkpoint written, opened again; and the devices.
     fn big() -> (Log, Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
-        let meta: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(40_000));
-        let data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(21 * 503 * 32_320));
-        let opts = MkfsOptions { identity_seed: Some(7), ..MkfsOptions::default() };
-        Volume::format(meta.clone(), data.clone(), &opts).unwrap();
+        let data_blocks = 21 * 503 * 32_320;
+        let sb = Superblock {
+            incompat: INCOMPAT_INDEX_RUNS,
+            meta_blocks: 256 * 156,
+            segment_count: 155,
+            data_blocks,
+            group_count: data_blocks.div_ceil(32_768) as u32,
+            ..crate::format::superblock::sample()
+        };
+        let meta: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(sb.meta_blocks));
+        let data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(data_blocks));
+        device::write(meta.as_ref(), DeviceRole::Meta, 0, &sb.encode()).unwrap();
+        device::write(data.as_ref(), DeviceRole::Data, 0, &Superblock { role: Role::Data, ..sb.clone() }.encode())
+            .unwrap();
+        let mut fresh = Log::fresh(sb, meta.clone(), data.clone());
+        checkpoint(&mut fresh, &meta, &data);
         let (log, _) = Log::open(meta.clone(), data.clone()).unwrap();
         (log, meta, data)
     }

@@ -62,6 +62,9 @@ pub enum Command {
     /// Grow a volume into room its devices gained (mounted or not).
     #[command(after_help = crate::resize::RESIZE_HELP)]
     Resize(crate::resize::ResizeArgs),
+    /// Move the meta-data or data device to another (mounted or not).
+    #[command(after_help = crate::migrate::MIGRATE_HELP)]
+    Migrate(crate::migrate::MigrateArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(crate::trace::TraceArgs),
     /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
@@ -318,6 +321,7 @@ impl Command {
             | Command::Metarestore(_)
             | Command::Sync(_)
             | Command::Resize(_)
+            | Command::Migrate(_)
             | Command::Receive(_) => false,
         }
     }

@@ -28,6 +28,7 @@ mod holder;
 mod inspect;
 mod inspect_text;
 mod metadump;
+mod migrate;
 mod mkfs;
 mod mount;
 mod obfuscate;
@@ -138,6 +139,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Receive(a) => send::receive(a),
         Command::Clone(a) => snapshot::clone(a),
         Command::Resize(a) => resize::run(a),
+        Command::Migrate(a) => migrate::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Tune(a) => tune::run(a),

@@ -340,7 +340,7 @@ fn serve(args: &MountArgs) -> Result<()> {
         devices_writable,
         ..defaults
     };
-    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock);
+    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(crate::migrate::opener());
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let mut session = match Session::new(fs, &args.mountpoint, &config) {

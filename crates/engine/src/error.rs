@@ -113,6 +113,9 @@ pub enum Error {
     /// A resize or migration that cannot be done, and why, for people.
     #[error("cannot resize: {0}")]
     Resize(String),
+    /// A migration to another device that cannot be done, and why.
+    #[error("cannot migrate: {0}")]
+    Migrate(String),
     /// The device is in use or the volume busy.
     #[error("device or resource busy: {0}")]
     Busy(String),
@@ -166,7 +169,7 @@ impl Error {
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::WrongVolume(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
-            Error::Resize(_) => libc::EINVAL,
+            Error::Resize(_) | Error::Migrate(_) => libc::EINVAL,
             Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
             Error::MustRead(_) => libc::EIO,

@@ -63,11 +63,19 @@ pub enum Fault {
     /// Clones: write the incoming tree's maps in one checkpoint and the
     /// snapshot list that keeps the outgoing tree in the next.
     SwitchListLater,
+    /// Migrate: flush only the device in use, never its replacement, so
+    /// that the superblocks name the new device before the copy on it is
+    /// durable.
+    MigrateCopyUnsynced,
+    /// Migrate: leave a copy step's older contents on the replacement for
+    /// blocks written while the step was read and written (skip copying
+    /// them again with writes excluded).
+    MigrateCopyOverWrites,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 22] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -88,6 +96,8 @@ impl Fault {
         Fault::UninlineInTail,
         Fault::ReceiveWithoutMark,
         Fault::SwitchListLater,
+        Fault::MigrateCopyUnsynced,
+        Fault::MigrateCopyOverWrites,
     ];
 
     #[cfg(feature = "fault-injection")]

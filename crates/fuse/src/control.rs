@@ -15,6 +15,8 @@
 //! | getxattr | `dualfs.mode` | [`mode_json`]: whether the volume is read-only |
 //! | setxattr | `dualfs.resize` | resizes the volume to the [`parse_resize`] request in the value (`meta=BLOCKS data=BLOCKS`); returns once durable |
 //! | getxattr | `dualfs.resize` | the latest resize's outcome, as JSON ([`resize_json`]) |
+//! | setxattr | `dualfs.migrate` | moves the meta-data or data device to the one in the value (`meta=PATH`, `data=PATH`; `crate::migrate`); returns once the new device is the volume's |
+//! | getxattr | `dualfs.migrate` | the progress or outcome of the latest migration, as JSON |
 //! | setxattr | `dualfs.receive` | receives the send stream in the file the value names, in the background (EBUSY while one runs; `crate::receive`) |
 //! | getxattr | `dualfs.receive` | the state of the latest receive, as JSON |
 //!
@@ -563,6 +565,7 @@ mod requests {
                 }
                 b if b == control::RESIZE.as_bytes() => Ok(self.control.resize_status()),
                 b if b == crate::receive::RECEIVE.as_bytes() => Ok(self.receiver.status()),
+                b if b == crate::migrate::MIGRATE.as_bytes() => Ok(self.migrator.status()),
                 b if b == control::TREE.as_bytes() => {
                     Ok(serde_json::json!(self.vol.live_tree()).to_string().into_bytes())
                 }
@@ -586,6 +589,7 @@ mod requests {
             match (n.as_bytes(), value) {
                 (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
                 (b, Some(v)) if b == control::RESIZE.as_bytes() => self.control.resize(&self.vol, v),
+                (b, Some(v)) if b == crate::migrate::MIGRATE.as_bytes() => self.migrator.migrate(&self.vol, v),
                 (b, Some(v)) if b == crate::receive::RECEIVE.as_bytes() => {
                     self.receiver.start(&self.vol, &self.notifier, v)
                 }

@@ -29,6 +29,7 @@ pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
+pub mod migrate;
 pub mod receive;
 pub mod requests;
 mod space;
@@ -100,6 +101,8 @@ pub struct DualFs {
     control: control::Control,
     /// A receive through the control attribute `dualfs.receive`.
     receiver: receive::Receiver,
+    /// A migration through the control attribute `dualfs.migrate`.
+    migrator: migrate::Migrator,
     /// Requests served, per opcode (`dualfs stats`).
     requests: requests::RequestStats,
     /// How to tell the kernel that cached attributes changed; set by the
@@ -122,6 +125,7 @@ impl DualFs {
             acl: false,
             control: control::Control::new(options.owner_uid),
             receiver: receive::Receiver::default(),
+            migrator: migrate::Migrator::default(),
             requests: requests::RequestStats::default(),
             notifier: Arc::default(),
             window: Arc::default(),
@@ -134,6 +138,14 @@ impl DualFs {
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<clock::KernelClock>) -> DualFs {
         self.clock = Some(clock);
+        self
+    }
+
+    /// Opens the devices a migration moves to with `opener` (the mounting
+    /// code's claims on them) rather than with the path's lock alone.
+    #[must_use]
+    pub fn with_device_opener(mut self, opener: migrate::DeviceOpener) -> DualFs {
+        self.migrator = migrate::Migrator::new(opener);
         self
     }
 

@@ -147,6 +147,40 @@ impl DataSpace {
         n
     }
 
+    /// The runs of blocks in use `(first, count)`, in the live bitmap or
+    /// held by a snapshot, in order: what a migration to another data
+    /// device copies (every group's bitmap is read first).
+    ///
+    /// # Errors
+    /// A group's bitmap cannot be loaded.
+    pub fn used_runs(&mut self) -> Result<Vec<(u64, u64)>> {
+        self.load_from(0)?;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut b = 0;
+        while b < self.total {
+            let w = (b / 64) as usize;
+            let word = self.bitmap.get(w) | self.held_word(w);
+            if b % 64 == 0 && (word == 0 || word == !0) && b + 64 <= self.total {
+                if word != 0 {
+                    match runs.last_mut() {
+                        Some((first, count)) if *first + *count == b => *count += 64,
+                        _ => runs.push((b, 64)),
+                    }
+                }
+                b += 64;
+                continue;
+            }
+            if word >> (b % 64) & 1 != 0 {
+                match runs.last_mut() {
+                    Some((first, count)) if *first + *count == b => *count += 1,
+                    _ => runs.push((b, 1)),
+                }
+            }
+            b += 1;
+        }
+        Ok(runs)
+    }
+
     /// Reads the bitmap of every group from the one holding block `n` on.
     fn load_from(&mut self, n: u64) -> Result<()> {
         if self.total == 0 {

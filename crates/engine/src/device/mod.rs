@@ -7,10 +7,12 @@
 
 mod file;
 mod memory;
+mod switch;
 pub mod tracing;
 
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
+pub use switch::SwitchDevice;
 
 use std::fmt;
 use std::io;

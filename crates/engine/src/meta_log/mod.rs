@@ -168,6 +168,9 @@ impl Log {
         );
         self.sb.incompat = sb.incompat;
         self.sb.minor = sb.minor;
+        // A migration names a new device.
+        self.sb.meta_uuid = sb.meta_uuid;
+        self.sb.data_uuid = sb.data_uuid;
         self.on_disk = sb;
     }
 

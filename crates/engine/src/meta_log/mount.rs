@@ -297,6 +297,21 @@ impl Log {
         if d.role != Role::Data {
             return Err(Error::WrongVolume("the device given as data device is a DualFS meta-data device".into()));
         }
+        if m.volume_uuid == d.volume_uuid && (m.data_uuid != d.data_uuid || m.meta_uuid != d.meta_uuid) {
+            // `dualfs migrate` gives the device it moves to a new uuid.
+            let u = uuid::Uuid::from_bytes;
+            return Err(Error::WrongVolume(format!(
+                "both devices are of volume {}, but they are not a pair: the meta-data device names meta-data \
+                 device {} and data device {}, the data device names {} and {}. `dualfs migrate` moved one of \
+                 them to another device, which the other now pairs with: give that one (after a crash during a \
+                 migration, the new device; if that pair is refused too, the old one)",
+                u(m.volume_uuid),
+                u(m.meta_uuid),
+                u(m.data_uuid),
+                u(d.meta_uuid),
+                u(d.data_uuid)
+            )));
+        }
         if m.volume_uuid != d.volume_uuid || m.data_uuid != d.data_uuid || m.meta_uuid != d.meta_uuid {
             return Err(Error::WrongVolume(format!(
                 "the data device belongs to volume {}, the meta-data device to volume {}: they are not a pair",

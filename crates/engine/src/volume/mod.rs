@@ -16,6 +16,7 @@ mod clock;
 mod commit;
 mod files;
 mod fsync;
+mod migrate;
 mod mkfs;
 mod ops;
 mod receive;
@@ -35,6 +36,7 @@ use std::time::Duration;
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
+pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport};
 pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
@@ -52,7 +54,7 @@ pub use crate::namespace::acl::AclKind;
 pub use crate::namespace::file::Whence;
 pub use crate::namespace::xattr::SetMode;
 
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, SwitchDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
@@ -101,6 +103,10 @@ pub struct Volume {
     last_change: Mutex<Duration>,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
+    /// The handles under `meta` and `data` that a migration switches to
+    /// another device (`volume/migrate.rs`); none on a volume opened by
+    /// repair or on a snapshot.
+    switches: Option<[Arc<SwitchDevice>; 2]>,
     open_report: OpenReport,
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
@@ -180,6 +186,8 @@ impl Volume {
         options: MountOptions,
         clock: Clock,
     ) -> Result<Volume> {
+        let switches = [Arc::new(SwitchDevice::new(meta)), Arc::new(SwitchDevice::new(data))];
+        let (meta, data): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (switches[0].clone(), switches[1].clone());
         let (log, report) = Log::open_lazily(meta.clone(), data.clone())?;
         // A loss not accepted keeps the volume read-only: the next
         // checkpoint would make it permanent behind the user's back.
@@ -205,7 +213,8 @@ impl Volume {
         {
             return Err(Error::ReadOnly(why));
         }
-        let vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock)?;
+        let mut vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock)?;
+        vol.switches = Some(switches);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
             // anything was read or a torn tail was met: only a checkpoint
@@ -278,6 +287,7 @@ impl Volume {
             last_change: Mutex::new(clock.reading()),
             meta,
             data,
+            switches: None,
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),

@@ -14,12 +14,8 @@ RUNS=${2:-3}
 DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
 W=/var/tmp/migrate-bench
 mkdir -p $W/mnt
-cleanup() { umount $W/mnt 2>/dev/null || true; fusermount3 -u $W/mnt 2>/dev/null || true;
-  for l in ${LOOPS:-}; do losetup -d $l 2>/dev/null || true; done; rm -f $W/*.img; }
+. "$(dirname "$0")/loops.sh"
 trap cleanup EXIT
-wsect() { awk '{print $7}' /sys/block/$(basename $1)/stat; }
-now() { date +%s.%N; }
-loop() { losetup --direct-io=on -f --show "$1"; }
 
 # run FS WHAT LOAD: prints seconds, MiB written to the new device, copied
 # and mirrored MiB (DualFS), and the tar's seconds.

@@ -16,12 +16,8 @@ RUNS=${2:-3}
 DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
 W=/tmp/rszbench/work
 mkdir -p $W/mnt
-cleanup() { umount $W/mnt 2>/dev/null || true; fusermount3 -u $W/mnt 2>/dev/null || true;
-  for l in ${LOOPS:-}; do losetup -d $l 2>/dev/null || true; done; rm -f $W/*.img; }
+. "$(dirname "$0")/loops.sh"
 trap cleanup EXIT
-wsect() { awk '{print $7}' /sys/block/$(basename $1)/stat; }
-now() { date +%s.%N; }
-loop() { losetup --direct-io=on -f --show "$1"; }
 
 # One run: make FS, extract the tree once, start a second extract into
 # another directory, grow (or shrink) after 1 s, wait; print the resize's

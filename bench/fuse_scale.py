@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Ten million files through the mount (issue 13), the FUSE side of
+`tests/many_files.rs`: sparse images in --dir, `dualfs mount`, then
+--files files of 0 bytes in directories of 100 (in top directories of
+10,000) made by --procs processes
+(each its own directories), reporting per million: creates/s, the serving
+process's VmRSS and `dualfs stats`' cache. Then `find` over all of them
+(time, peak RSS), a clean unmount and a timed mount (cold cache), and a
+mount after a kill -9 with fsync'd files in the log. JSON on stdout; root.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+DUALFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs")
+
+
+def sh(cmd):
+    return subprocess.run(["bash", "-c", cmd], check=True, stdout=subprocess.PIPE).stdout.decode()
+
+
+def server_pid(mnt):
+    return int(sh(f"pgrep -f -- 'dualfs mount .* {mnt}$'").split()[0])
+
+
+def rss_mib(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def make(mnt, first_dir, dirs, per):
+    """One worker: directories first_dir.. of `per` empty files each, in
+    top directories of 10,000 (a directory holds at most 65,000)."""
+    for d in range(first_dir, first_dir + dirs):
+        path = f"{mnt}/t{d // 10_000}/d{d}"
+        os.mkdir(path)
+        for i in range(per):
+            os.close(os.open(f"{path}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default="/var/tmp/dualfs-fuse-scale")
+    ap.add_argument("--files", type=int, default=10_000_000)
+    ap.add_argument("--per", type=int, default=100)
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--step", type=int, default=1_000_000)
+    a = ap.parse_args()
+    os.makedirs(f"{a.dir}/mnt", exist_ok=True)
+    meta, data, mnt = f"{a.dir}/m.img", f"{a.dir}/d.img", f"{a.dir}/mnt"
+    for p in (meta, data):
+        if os.path.exists(p):
+            os.remove(p)
+    sh(f"truncate -s 9G {meta} && truncate -s 16G {data} && {DUALFS} mkfs {meta} {data} >/dev/null")
+    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    pid = server_pid(mnt)
+    rows = []
+    dirs_per_step = a.step // a.per
+    made = 0
+    next_dir = 0
+    while made < a.files:
+        t = time.monotonic()
+        share = dirs_per_step // a.procs
+        for top in range(next_dir // 10_000, (next_dir + share * a.procs - 1) // 10_000 + 1):
+            os.makedirs(f"{mnt}/t{top}", exist_ok=True)
+        kids = []
+        for w in range(a.procs):
+            k = os.fork()
+            if k == 0:
+                make(mnt, next_dir + w * share, share, a.per)
+                os._exit(0)
+            kids.append(k)
+        for k in kids:
+            os.waitpid(k, 0)
+        next_dir += share * a.procs
+        made += share * a.procs * a.per
+        secs = time.monotonic() - t
+        stats = json.loads(sh(f"{DUALFS} stats --json {mnt}"))
+        row = {"files": made, "creates_s": share * a.procs * a.per / secs, "rss_mib": rss_mib(pid),
+               "cache": {k: v for k, v in stats.items() if "cache" in k}}
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    sh("sync")
+    drop_caches()
+    t = time.monotonic()
+    found = int(sh(f"find {mnt} | wc -l"))
+    find = {"entries": found, "seconds": time.monotonic() - t, "rss_mib": rss_mib(pid),
+            "peak_mib": rss_mib(pid, "VmHWM")}
+    print(json.dumps(find), file=sys.stderr, flush=True)
+    sh(f"{DUALFS} umount {mnt}")
+    drop_caches()
+    t = time.monotonic()
+    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    clean_mount = time.monotonic() - t
+    pid = server_pid(mnt)
+    os.mkdir(f"{mnt}/crash")
+    for i in range(1600):
+        with open(f"{mnt}/crash/f{i}", "wb") as f:
+            f.write(b"x" * 1000)
+    fd = os.open(f"{mnt}/crash", os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
+    time.sleep(1)
+    drop_caches()
+    t = time.monotonic()
+    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    crash_mount = time.monotonic() - t
+    back = len(os.listdir(f"{mnt}/crash"))
+    sh(f"{DUALFS} umount {mnt}")
+    out = {"uptime": sh("uptime").strip(), "rows": rows, "find": find, "mount_clean_s": clean_mount,
+           "mount_after_crash_s": crash_mount, "crash_files_back": back}
+    print(json.dumps(out, indent=1))
+    for p in (meta, data):
+        os.remove(p)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use dualfs_engine::device::{BlockDevice, FileDevice};
+use dualfs_engine::error::DeviceRole;
 
 /// How the devices are opened.
 #[derive(Clone, Copy, Debug)]
@@ -49,7 +50,7 @@ pub fn check_distinct(meta: &Path, data: &Path) -> Result<()> {
     Ok(())
 }
 
-fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevice>> {
+fn open_one(path: &Path, role: DeviceRole, access: Access) -> Result<Arc<dyn BlockDevice>> {
     let (read_only, exclusive) = match access {
         Access::Exclusive => (false, true),
         Access::ExclusiveReadOnly => (true, true),
@@ -60,7 +61,7 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
         // The data device of a writable open bypasses the page cache
         // (FileDevice::open_direct); the log keeps the kernel's caching of
         // its blocks, which its own cache is sized against.
-        let opened = if exclusive && !read_only && role == "data device" {
+        let opened = if exclusive && !read_only && role == DeviceRole::Data {
             FileDevice::open_direct(path, read_only, exclusive)
         } else {
             FileDevice::open(path, read_only, exclusive)
@@ -68,7 +69,7 @@ fn open_one(path: &Path, role: &str, access: Access) -> Result<Arc<dyn BlockDevi
         match opened {
             Ok(d) if exclusive => return crate::claim::claim(path, Arc::new(d)),
             Ok(d) => return Ok(Arc::new(d)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(role)?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(&role.to_string())?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 bail!("{} ({role}): no such file or device", path.display())
             }
@@ -125,7 +126,7 @@ pub fn named(meta: &Path, data: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
 /// A path does not exist, is the other path, or is locked by a mount.
 pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<DevicePair> {
     check_distinct(meta, data)?;
-    let m = open_one(meta, "meta-data device", access)?;
-    let d = open_one(data, "data device", access)?;
+    let m = open_one(meta, DeviceRole::Meta, access)?;
+    let d = open_one(data, DeviceRole::Data, access)?;
     Ok((m, d))
 }

@@ -2,9 +2,9 @@
 """What FUSE over io_uring saves on a round trip here (issue 10, "cheaper
 round trips"; docs/DESIGN.md, "FUSE over io_uring").
 
-Four file systems in one run, each measured with `rt-client` (crates/uring):
+Four file systems in one run, each measured with `rt-client` (crates/wire):
 
-  proto-uring  the prototype server (crates/uring) over io_uring: one queue
+  proto-uring  the prototype server (crates/wire) over io_uring: one queue
                per CPU, the queue's thread pinned to its CPU
   proto-dev    the same server and handler over /dev/fuse read/write
   dualfs       `dualfs mount` (fuser) on the suite's loop devices

@@ -10,8 +10,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use dualfs_uring::abi::opcode;
-use dualfs_uring::{Server, Transport};
+use dualfs_wire::abi::opcode;
+use dualfs_wire::{Server, Transport};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -161,7 +161,7 @@ fn io_uring_transport_serves_the_tree_when_the_module_allows_it() {
     match run(true) {
         Transport::Uring { queues } => assert!(queues >= 1),
         // Another process may have put the parameter back meanwhile.
-        Transport::DevFuse { why } if !dualfs_uring::uring_enabled() => {
+        Transport::DevFuse { why } if !dualfs_wire::uring_enabled() => {
             eprintln!("skipped: io_uring path not tested: enable_uring was turned off during the test ({why})");
         }
         Transport::DevFuse { why } => panic!("enable_uring is on but the mount fell back to /dev/fuse: {why}"),

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dualfs_uring::{Server, Transport};
+use dualfs_wire::{Server, Transport};
 
 fn usage() -> ExitCode {
     eprintln!("usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N]");

@@ -356,6 +356,19 @@ fn serve(args: &MountArgs) -> Result<()> {
     }
     watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
+    // The open left a large inode map on disk: the rest is read now, while
+    // requests are served (Volume::finish_loading).
+    let loader = {
+        let vol = vol.clone();
+        std::thread::Builder::new()
+            .name("dualfs-load".into())
+            .spawn(move || {
+                if let Err(e) = vol.finish_loading() {
+                    log::error!("reading the rest of the inode map: {e}");
+                }
+            })
+            .context("cannot start the thread that loads the inode map")?
+    };
     if args.daemon_child {
         detach(&cfg)?;
     }
@@ -374,6 +387,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::debug!("cannot rename the process: {e}");
     }
     flusher.stop();
+    if loader.join().is_err() {
+        log::error!("the thread loading the inode map panicked");
+    }
     close(vol)?;
     served.context("the FUSE session ended with an error")
 }

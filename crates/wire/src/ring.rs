@@ -7,7 +7,7 @@
 //! write and a read, and the kernel queues a request on the ring of the CPU
 //! its caller runs on.
 //!
-//! Requests that may block ([`abi::may_block`]) are not served on the
+//! Requests that may block ([`Handler::may_block`]) are not served on the
 //! queue's thread: the entry's buffers go to a worker of a shared [`Pool`],
 //! which decodes, serves and writes the reply into them, then hands them
 //! back through a channel and wakes the queue through an eventfd the ring
@@ -314,8 +314,8 @@ impl<H: Handler> Queue<H> {
                 }
                 let i = usize::try_from(i).unwrap_or(usize::MAX);
                 let Some(e) = self.entries.get_mut(i).and_then(Option::take) else { continue };
-                let op = InHeader::decode(&e.header).map_or(0, |h| h.opcode);
-                if abi::may_block(op) {
+                let block = InHeader::decode(&e.header).is_ok_and(|h| self.handler.may_block(&h));
+                if block {
                     self.lend(i, e);
                 } else {
                     let e = self.answer(e);

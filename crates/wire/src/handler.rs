@@ -1,7 +1,7 @@
 //! What the transports call: a [`Handler`] serves decoded requests and
 //! answers with an [`Outcome`], the payload written into a [`ReplyBuf`].
 
-use crate::abi::{self, InHeader, InitIn, InitOut, ReplyBuf, Request};
+use crate::abi::{InHeader, InitIn, InitOut, ReplyBuf, Request};
 
 /// What a handler answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,8 +15,9 @@ pub enum Outcome {
 }
 
 /// A file system served over FUSE. Requests arrive on several threads at
-/// once (the /dev/fuse readers, the io_uring queues, the worker pool that
-/// serves requests that may block), hence `Send + Sync`.
+/// once (the /dev/fuse readers, the threads of the io_uring queues), hence
+/// `Send + Sync`; any request may block its thread (on io_uring, each
+/// queue has several).
 pub trait Handler: Send + Sync + 'static {
     /// The reply to INIT, given the kernel's offer: the flags wanted (the
     /// transport keeps only those offered, and adds INIT_EXT and
@@ -28,15 +29,6 @@ pub trait Handler: Send + Sync + 'static {
     /// may write straight into `out.spare()`. The caller's uid, gid and pid
     /// are in `h`.
     fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome;
-
-    /// Whether this request may wait for the device or a lock held across
-    /// device I/O; the io_uring transport serves those on its worker pool,
-    /// never on the queue's thread. By default the opcodes of
-    /// [`abi::may_block`]; a handler that knows better may say fewer (every
-    /// hand-off costs a wake-up of another thread) or more.
-    fn may_block(&self, h: &InHeader) -> bool {
-        abi::may_block(h.opcode)
-    }
 
     /// The session ended (DESTROY, or the kernel ended the connection
     /// because the file system was unmounted or aborted). Called once.

@@ -197,6 +197,7 @@ impl Session {
         }
         let mut out = handler.init(&offer);
         out.minor = offer.minor.min(abi::KERNEL_MINOR_VERSION);
+        out.max_readahead = out.max_readahead.min(offer.max_readahead);
         let mut want = out.flags & !init_flags::OVER_IO_URING;
         if want_uring {
             want |= init_flags::OVER_IO_URING;

@@ -167,13 +167,6 @@ impl Handler for Fs {
         }
     }
 
-    /// The tree answers everything at once but a held FSYNC: only that goes
-    /// to the worker pool, so the round-trip benchmark measures the
-    /// transport without hand-offs.
-    fn may_block(&self, h: &InHeader) -> bool {
-        matches!(h.opcode, abi::opcode::FSYNC | abi::opcode::FSYNCDIR)
-    }
-
     fn destroy(&self) {
         self.destroyed.fetch_add(1, Ordering::AcqRel);
     }

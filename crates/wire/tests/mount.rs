@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use dualfs_wire::abi::{InHeader, InitIn, InitOut, ReplyBuf, Request, opcode};
-use dualfs_wire::{Fs, Handler, Outcome, Server, Transport, Transports};
+use dualfs_wire::abi::opcode;
+use dualfs_wire::{Fs, Handler, Server, Transport, Transports};
 
 mod common;
 
@@ -77,24 +77,6 @@ fn exercise(mnt: &Path) {
             rustix::fs::StatxFlags::BASIC_STATS,
         )
         .unwrap();
-    }
-}
-
-/// The tree, but with the default choice of what may block: every WRITE,
-/// CREATE, SETATTR, RELEASE... goes through the worker pool on io_uring.
-struct Offloading(Fs);
-
-impl Handler for Offloading {
-    fn init(&self, offer: &InitIn) -> InitOut {
-        self.0.init(offer)
-    }
-
-    fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome {
-        self.0.handle(h, req, out)
-    }
-
-    fn destroy(&self) {
-        self.0.destroy();
     }
 }
 
@@ -173,22 +155,6 @@ fn asking_for_io_uring_with_the_module_parameter_off_falls_back_to_dev_fuse() {
     match run(true) {
         Transport::DevFuse { why } => assert!(why.contains("enable_uring"), "{why}"),
         Transport::Uring { .. } => panic!("io_uring with enable_uring off"),
-    }
-}
-
-#[test]
-fn io_uring_serves_requests_that_may_block_on_the_worker_pool() {
-    if !can_mount() {
-        return;
-    }
-    let Some(_param) = UringParam::set(true) else {
-        eprintln!("skipped: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
-        return;
-    };
-    let fs = Arc::new(Offloading(Fs::new()));
-    match run_with(true, fs, |fs| fs.0.destroyed()) {
-        Transport::Uring { .. } => {}
-        Transport::DevFuse { why } => eprintln!("skipped: the mount fell back to /dev/fuse: {why}"),
     }
 }
 

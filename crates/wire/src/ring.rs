@@ -23,8 +23,7 @@ use std::sync::Arc;
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use crate::abi::{self, InHeader, Negotiated, ReplyBuf, Request, URING_HEADER_AREA, uring_cmd};
-use crate::devfuse::dispatch;
-use crate::handler::Handler;
+use crate::handler::{Handler, dispatch};
 use crate::server::Stats;
 use crate::session::{Error, Session};
 

@@ -9,6 +9,11 @@ use std::sync::{Mutex, MutexGuard};
 
 pub const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
+/// Taken (flock) by whoever needs `enable_uring` to hold a value for a
+/// while, across processes (the CLI's tests, bench/uring_rt.py): the
+/// parameter is the whole machine's.
+const PARAM_FLOCK: &str = "/run/lock/dualfs-enable-uring.lock";
+
 pub fn can_mount() -> bool {
     if !nix::unistd::Uid::effective().is_root() || !Path::new("/dev/fuse").exists() {
         eprintln!("skipped: mounting needs root and /dev/fuse");
@@ -23,15 +28,18 @@ static PARAM_LOCK: Mutex<()> = Mutex::new(());
 /// Sets `enable_uring` for the test's length and puts back what was there.
 pub struct UringParam {
     old: String,
+    _flock: nix::fcntl::Flock<fs::File>,
     _turn: MutexGuard<'static, ()>,
 }
 
 impl UringParam {
     pub fn set(on: bool) -> Option<Self> {
         let guard = PARAM_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let file = fs::OpenOptions::new().create(true).append(true).open(PARAM_FLOCK).ok()?;
+        let flock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()?;
         let old = fs::read_to_string(PARAM).ok()?;
         fs::write(PARAM, if on { "Y" } else { "N" }).ok()?;
-        Some(Self { old: old.trim().to_string(), _turn: guard })
+        Some(Self { old: old.trim().to_string(), _flock: flock, _turn: guard })
     }
 }
 

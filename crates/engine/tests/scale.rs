@@ -209,8 +209,8 @@ fn forgetting_linked_inodes_keeps_the_cache_within_its_limit() {
         v.forget(ino, 1).unwrap();
     }
     assert!(cached(&v) <= limit, "{} inodes cached after forgetting them, the limit is {BUDGET}", cached(&v));
-    let slots = v.with_fs(|fs| fs.refs_capacity());
-    assert!(slots < 10_000, "the reference table keeps {slots} slots for no reference");
+    let bytes = v.with_fs(|fs| fs.refs_memory());
+    assert!(bytes < 16 << 10, "the reference table keeps {bytes} bytes for no reference");
     // An unlinked file the kernel still references goes with its last FORGET.
     let a = v.create(InodeNo::ROOT, b"open", 0o644, Creds::ROOT).unwrap();
     v.unlink(InodeNo::ROOT, b"open").unwrap();

@@ -15,6 +15,7 @@ pub mod fsync;
 pub mod inode;
 pub mod intents;
 pub mod pages;
+pub mod refs;
 pub mod relocate;
 pub mod replace;
 pub mod replay;
@@ -77,7 +78,7 @@ pub struct Fs {
     pub intents: intents::Intents,
     /// References held from outside (open files, kernel lookups): an inode
     /// with no links lives until they are gone.
-    refs: rustc_hash::FxHashMap<InodeNo, u64>,
+    refs: refs::Refs,
 }
 
 impl Fs {
@@ -90,7 +91,7 @@ impl Fs {
             config,
             replacing: replace::Replacements::default(),
             intents: intents::Intents::default(),
-            refs: rustc_hash::FxHashMap::default(),
+            refs: refs::Refs::default(),
         }
     }
 
@@ -103,43 +104,28 @@ impl Fs {
     /// Outside references to `ino`.
     #[must_use]
     pub fn refs(&self, ino: InodeNo) -> u64 {
-        self.refs.get(&ino).copied().unwrap_or(0)
+        self.refs.get(ino)
     }
 
     /// Takes `n` references to `ino`.
     pub fn take_refs(&mut self, ino: InodeNo, n: u64) {
-        *self.refs.entry(ino).or_default() += n;
+        self.refs.take(ino, n);
     }
 
     /// Drops up to `n` references; returns how many remain.
     pub fn drop_refs(&mut self, ino: InodeNo, n: u64) -> u64 {
-        let Some(r) = self.refs.get_mut(&ino) else {
-            return 0;
-        };
-        *r = r.saturating_sub(n);
-        let left = *r;
-        if left == 0 {
-            self.refs.remove(&ino);
-            // A hash map keeps its largest size: after the kernel forgot a
-            // `find` over millions of files, the table would hold their
-            // slots for good. Shrinking once it is a quarter full costs
-            // O(1) per removal over time.
-            if self.refs.capacity() > 4 * self.refs.len() + 4096 {
-                self.refs.shrink_to_fit();
-            }
-        }
-        left
+        self.refs.drop_refs(ino, n)
     }
 
-    /// Slots the reference table holds (its memory), for tests.
+    /// Bytes the reference table holds, for tests and stats.
     #[must_use]
-    pub fn refs_capacity(&self) -> usize {
-        self.refs.capacity()
+    pub fn refs_memory(&self) -> usize {
+        self.refs.memory()
     }
 
     /// Every inode with outside references.
     #[must_use]
     pub fn referenced(&self) -> Vec<InodeNo> {
-        self.refs.keys().copied().collect()
+        self.refs.inodes()
     }
 }

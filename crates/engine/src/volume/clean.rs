@@ -250,6 +250,7 @@ impl Volume {
         v.push(("pages_held", pages as u64));
         v.push(("pages_spare", spare as u64));
         v.push(("inodes_referenced", fs.referenced_count() as u64));
+        v.push(("inodes_referenced_bytes", fs.refs_memory() as u64));
         v
     }
 

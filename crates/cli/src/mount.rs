@@ -350,7 +350,7 @@ fn serve(args: &MountArgs) -> Result<()> {
             bail!("cannot mount on {}: {e}", args.mountpoint.display());
         }
     };
-    let _ = notifier.set(session.notifier());
+    let _ = notifier.set(Box::new(session.notifier()));
     if let Some(w) = crate::bdi::dirty_window(&absolute(&args.mountpoint)?, cfg.dirty_window, cfg.stream_window) {
         let _ = window.set(w);
     }

@@ -28,6 +28,13 @@ pub fn can_mount() -> bool {
     true
 }
 
+/// Mount options every test mount adds, from `DUALFS_TEST_MOUNT_OPTS`:
+/// `make test-uring` runs the mount suites with `uring` there, so that they
+/// go through our own transports instead of fuser.
+pub fn extra_mount_options() -> String {
+    std::env::var("DUALFS_TEST_MOUNT_OPTS").unwrap_or_default()
+}
+
 /// Runs `script` with sh -e, failing the test (with its output) unless it
 /// succeeds; returns standard output.
 pub fn sh(script: &str) -> String {
@@ -106,12 +113,15 @@ impl TestVolume {
         self.mnt.to_str().expect("utf-8 path")
     }
 
-    /// Mounts in the background with `options` (may be empty).
+    /// Mounts in the background with `options` (may be empty), and those
+    /// of [`extra_mount_options`].
     pub fn mount_with(&mut self, options: &str) {
         let log = self.dir.path().join("dualfs.log");
         let mut opts = format!("log={}", log.display());
-        if !options.is_empty() {
-            opts = format!("{opts},{options}");
+        for o in [options.to_string(), extra_mount_options()] {
+            if !o.is_empty() {
+                opts = format!("{opts},{o}");
+            }
         }
         let out = dualfs(&[
             "mount",
@@ -128,9 +138,12 @@ impl TestVolume {
     /// Starts `dualfs mount --foreground` with `options` (output discarded)
     /// and waits until the volume is mounted; the caller owns the process.
     pub fn spawn_mount(&self, options: &[&str]) -> std::process::Child {
+        let extra = extra_mount_options();
+        let extra: &[&str] = if extra.is_empty() { &[] } else { &["-o", &extra] };
         let child = Command::new(DUALFS)
             .args(["mount", "--foreground"])
             .args(options)
+            .args(extra)
             .args([&self.meta, &self.data, &self.mnt])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -4,15 +4,18 @@
 //! the engine.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::abi::{self, Attr, InHeader, Request};
+use crate::abi::{self, Attr, EntryOut, InHeader, InitIn, InitOut, Kstatfs, ReplyBuf, Request, init_flags};
+use crate::handler::{Handler, Outcome};
 
 /// How long the kernel may keep entries and attributes (DualFS's adapter
 /// keeps them an hour too), so the request mix matches the real mount's.
-const VALID_S: u64 = 3600;
+const VALID: Duration = Duration::from_secs(3600);
+/// Largest write accepted, DualFS's (the tree keeps no data; this sizes the
+/// buffers and the kernel's ring payload).
+pub const MAX_WRITE: u32 = 1024 * 1024;
 
 const S_IFDIR: u32 = 0o040_000;
 const S_IFREG: u32 = 0o100_000;
@@ -21,18 +24,6 @@ const S_IFMT: u32 = 0o170_000;
 const DT_DIR: u32 = 4;
 const DT_REG: u32 = 8;
 const DT_LNK: u32 = 10;
-
-/// What the handler answers: a reply with a payload (already in the output
-/// buffer), an error, or nothing (FORGET).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Reply with error 0 and the payload written to the buffer.
-    Reply,
-    /// Reply with this errno and no payload.
-    Error(i32),
-    /// The kernel expects no reply.
-    NoReply,
-}
 
 #[derive(Debug)]
 struct Node {
@@ -53,21 +44,34 @@ struct Tree {
     next_ino: u64,
 }
 
-/// The in-memory file system and per-opcode request counters.
+/// FSYNCs held back by a test: `held` while the test wants them to wait,
+/// `waiting` how many are waiting now.
+#[derive(Debug, Default)]
+struct Gate {
+    state: Mutex<(bool, u32)>,
+    cv: Condvar,
+}
+
+/// The in-memory file system.
 #[derive(Debug)]
 pub struct Fs {
     tree: Mutex<Tree>,
-    counts: Vec<AtomicU64>,
-    /// Requests that arrived on an io_uring queue (the rest came through
-    /// /dev/fuse), so a test can tell which transport really served.
-    ring_requests: AtomicU64,
-    /// Requests served, by the CPU the serving thread ran on: with a client
-    /// pinned, the ones served on another CPU paid a wake-up across CPUs.
-    by_cpu: Vec<AtomicU64>,
+    fsync_gate: Gate,
 }
 
-fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+fn now_s() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The attributes of a new node.
+fn attr(ino: u64, size: u64, mode: u32, nlink: u32, uid: u32, gid: u32) -> Attr {
+    let t = now_s();
+    let blocks = size.div_ceil(512);
+    Attr { ino, size, blocks, atime: t, mtime: t, ctime: t, mode, nlink, uid, gid, blksize: 4096, ..Attr::default() }
+}
+
+fn entry(a: &Attr) -> EntryOut {
+    EntryOut { nodeid: a.ino, generation: 1, entry_valid: VALID, attr_valid: VALID, attr: *a }
 }
 
 impl Default for Fs {
@@ -81,108 +85,141 @@ impl Fs {
     /// benchmarks of any user can create in it.
     pub fn new() -> Self {
         let root = Node {
-            attr: Attr { ino: abi::ROOT_ID, size: 0, mode: S_IFDIR | 0o777, nlink: 2, uid: 0, gid: 0, time_s: now_s() },
+            attr: attr(abi::ROOT_ID, 0, S_IFDIR | 0o777, 2, 0, 0),
             children: Some(BTreeMap::new()),
             target: Vec::new(),
             lookups: 1,
         };
         let nodes = HashMap::from([(abi::ROOT_ID, root)]);
-        Self {
-            tree: Mutex::new(Tree { nodes, next_ino: 2 }),
-            counts: (0..64).map(|_| AtomicU64::new(0)).collect(),
-            ring_requests: AtomicU64::new(0),
-            by_cpu: (0..64).map(|_| AtomicU64::new(0)).collect(),
+        Self { tree: Mutex::new(Tree { nodes, next_ino: 2 }), fsync_gate: Gate::default() }
+    }
+
+    /// From now on FSYNC waits in the handler until [`Fs::release_fsyncs`]:
+    /// a request that blocks, for the test that it stalls no other.
+    pub fn hold_fsyncs(&self) {
+        if let Ok(mut g) = self.fsync_gate.state.lock() {
+            g.0 = true;
         }
     }
 
-    /// Requests served so far, by opcode (opcodes past 63 are not counted).
-    pub fn counts(&self) -> Vec<(u32, u64)> {
-        (0u32..).zip(&self.counts).map(|(op, c)| (op, c.load(Ordering::Relaxed))).filter(|&(_, c)| c > 0).collect()
-    }
-
-    /// Counts a request that arrived on an io_uring queue.
-    pub fn note_ring_request(&self) {
-        self.ring_requests.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Requests served so far by the CPU they were served on (CPUs past 63
-    /// are not counted).
-    pub fn by_cpu(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.by_cpu.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        while v.last() == Some(&0) {
-            v.pop();
+    /// Lets the waiting FSYNCs (and later ones) go.
+    pub fn release_fsyncs(&self) {
+        if let Ok(mut g) = self.fsync_gate.state.lock() {
+            g.0 = false;
         }
-        v
+        self.fsync_gate.cv.notify_all();
     }
 
-    /// Requests that arrived on io_uring queues so far.
-    pub fn ring_requests(&self) -> u64 {
-        self.ring_requests.load(Ordering::Relaxed)
-    }
-
-    /// Serves one decoded request (INIT excepted: the transport negotiates
-    /// it), appending the reply's payload to `out`.
-    pub fn handle(&self, h: &InHeader, req: &Request<'_>, out: &mut Vec<u8>, max_out: usize) -> Outcome {
-        if let Some(c) = usize::try_from(h.opcode).ok().and_then(|i| self.counts.get(i)) {
-            c.fetch_add(1, Ordering::Relaxed);
+    /// Waits until `n` FSYNCs are held in the handler.
+    pub fn wait_for_held_fsyncs(&self, n: u32) {
+        let Ok(mut g) = self.fsync_gate.state.lock() else { return };
+        while g.1 < n {
+            g = match self.fsync_gate.cv.wait(g) {
+                Ok(g) => g,
+                Err(_) => return,
+            };
         }
-        if let Some(c) = self.by_cpu.get(rustix::thread::sched_getcpu()) {
-            c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn fsync_gate(&self) {
+        let Ok(mut g) = self.fsync_gate.state.lock() else { return };
+        if !g.0 {
+            return;
+        }
+        g.1 += 1;
+        self.fsync_gate.cv.notify_all();
+        while g.0 {
+            g = match self.fsync_gate.cv.wait(g) {
+                Ok(g) => g,
+                Err(_) => return,
+            };
+        }
+        g.1 -= 1;
+    }
+}
+
+impl Handler for Fs {
+    /// What DualFS's adapter asks for, so that the kernel sends the same
+    /// requests (one WRITE per file at close, no GETXATTR
+    /// security.capability before each write).
+    fn init(&self, _offer: &InitIn) -> InitOut {
+        InitOut {
+            flags: init_flags::ASYNC_READ
+                | init_flags::BIG_WRITES
+                | init_flags::PARALLEL_DIROPS
+                | init_flags::WRITEBACK_CACHE
+                | init_flags::HANDLE_KILLPRIV_V2,
+            max_write: MAX_WRITE,
+            max_pages: u16::try_from(MAX_WRITE / 4096).unwrap_or(1),
+            ..InitOut::default()
+        }
+    }
+
+    fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome {
+        if matches!(req, Request::Fsync { .. } | Request::Fsyncdir { .. }) {
+            // Outside the tree's lock: a held FSYNC stalls nothing else.
+            self.fsync_gate();
+            return Outcome::Reply;
         }
         let Ok(mut t) = self.tree.lock() else { return Outcome::Error(libc::EIO) };
-        match *req {
+        match req {
             Request::Forget { nlookup } => {
                 t.forget(h.nodeid, nlookup);
                 Outcome::NoReply
             }
-            Request::BatchForget { pairs } => {
-                for (node, nlookup) in abi::forget_pairs(pairs) {
+            Request::BatchForget { forgets } => {
+                for (node, nlookup) in forgets.iter() {
                     t.forget(node, nlookup);
                 }
                 Outcome::NoReply
             }
-            Request::Interrupt => Outcome::NoReply,
-            Request::Getattr => match t.nodes.get(&h.nodeid) {
+            Request::Interrupt { .. } => Outcome::NoReply,
+            Request::Getattr { .. } => match t.nodes.get(&h.nodeid) {
                 Some(n) => {
-                    abi::encode_attr_out(out, VALID_S, &n.attr);
+                    out.attr_out(&n.attr, VALID);
                     Outcome::Reply
                 }
                 None => Outcome::Error(libc::ENOENT),
             },
-            Request::Setattr { valid, size, mode, uid, gid } => match t.nodes.get_mut(&h.nodeid) {
+            Request::Setattr(s) => match t.nodes.get_mut(&h.nodeid) {
                 Some(n) => {
-                    if valid & abi::FATTR_MODE != 0 {
-                        n.attr.mode = (n.attr.mode & !0o7777) | (mode & 0o7777);
+                    if s.valid & abi::fattr::MODE != 0 {
+                        n.attr.mode = (n.attr.mode & !0o7777) | (s.mode & 0o7777);
                     }
-                    if valid & abi::FATTR_UID != 0 {
-                        n.attr.uid = uid;
+                    if s.valid & abi::fattr::UID != 0 {
+                        n.attr.uid = s.uid;
                     }
-                    if valid & abi::FATTR_GID != 0 {
-                        n.attr.gid = gid;
+                    if s.valid & abi::fattr::GID != 0 {
+                        n.attr.gid = s.gid;
                     }
-                    if valid & abi::FATTR_SIZE != 0 {
-                        n.attr.size = size;
+                    if s.valid & abi::fattr::SIZE != 0 {
+                        n.attr.size = s.size;
+                        n.attr.blocks = s.size.div_ceil(512);
                     }
-                    abi::encode_attr_out(out, VALID_S, &n.attr);
+                    out.attr_out(&n.attr, VALID);
                     Outcome::Reply
                 }
                 None => Outcome::Error(libc::ENOENT),
             },
-            Request::Write { offset, data } => match t.nodes.get_mut(&h.nodeid) {
+            Request::Write { offset, data, .. } => match t.nodes.get_mut(&h.nodeid) {
                 Some(n) if n.children.is_none() => {
                     let len = u64::try_from(data.len()).unwrap_or(u64::MAX);
                     n.attr.size = n.attr.size.max(offset.saturating_add(len));
-                    abi::encode_write_out(out, u32::try_from(data.len()).unwrap_or(u32::MAX));
+                    n.attr.blocks = n.attr.size.div_ceil(512);
+                    out.write_out(u32::try_from(data.len()).unwrap_or(u32::MAX));
                     Outcome::Reply
                 }
                 Some(_) => Outcome::Error(libc::EISDIR),
                 None => Outcome::Error(libc::ENOENT),
             },
-            Request::Read { offset, size } => match t.nodes.get(&h.nodeid) {
+            // Zeros: the tree keeps no data. Written in place.
+            Request::Read { offset, size, .. } => match t.nodes.get(&h.nodeid) {
                 Some(n) if n.children.is_none() => {
                     let left = n.attr.size.saturating_sub(offset);
-                    let len = left.min(u64::from(size)).min(u64::try_from(max_out).unwrap_or(u64::MAX));
-                    out.resize(out.len() + usize::try_from(len).unwrap_or(0), 0);
+                    let spare = out.spare();
+                    let len = usize::try_from(left.min(u64::from(size))).unwrap_or(usize::MAX).min(spare.len());
+                    spare[..len].fill(0);
+                    out.advance(len);
                     Outcome::Reply
                 }
                 Some(_) => Outcome::Error(libc::EISDIR),
@@ -191,7 +228,7 @@ impl Fs {
             Request::Symlink { name, target } => t.create(h, S_IFLNK | 0o777, name, target, out),
             Request::Readlink => match t.nodes.get(&h.nodeid) {
                 Some(n) if n.attr.mode & S_IFMT == S_IFLNK => {
-                    out.extend_from_slice(&n.target);
+                    out.push(&n.target);
                     Outcome::Reply
                 }
                 Some(_) => Outcome::Error(libc::EINVAL),
@@ -205,37 +242,46 @@ impl Fs {
                 match child.and_then(|c| t.nodes.get_mut(&c)) {
                     Some(n) => {
                         n.lookups += 1;
-                        abi::encode_entry(out, n.attr.ino, VALID_S, &n.attr);
+                        out.entry_out(&entry(&n.attr));
                     }
                     // A negative entry the kernel may cache (node id 0).
-                    None => abi::encode_entry(out, 0, VALID_S, &Attr::default()),
+                    None => out.entry_out(&EntryOut { entry_valid: VALID, ..EntryOut::default() }),
                 }
                 Outcome::Reply
             }
             Request::Create { mode, name, .. } => t.create(h, S_IFREG | (mode & 0o7777), name, b"", out),
-            Request::Mkdir { mode, name } => t.create(h, S_IFDIR | (mode & 0o7777), name, b"", out),
+            Request::Mkdir { mode, name, .. } => t.create(h, S_IFDIR | (mode & 0o7777), name, b"", out),
             Request::Unlink { name } => t.unlink(h.nodeid, name),
             Request::Statfs => {
                 let files = u64::try_from(t.nodes.len()).unwrap_or(u64::MAX);
-                abi::encode_statfs(out, 1 << 20, 1 << 20, 1 << 20, (1 << 20) - files);
+                let free = 1 << 20;
+                out.statfs_out(&Kstatfs {
+                    blocks: 1 << 20,
+                    bfree: free,
+                    bavail: free,
+                    files: 1 << 20,
+                    ffree: (1 << 20) - files,
+                    bsize: 4096,
+                    namelen: 255,
+                    frsize: 4096,
+                });
                 Outcome::Reply
             }
-            Request::Opendir | Request::Open { .. } => {
-                abi::encode_open_out(out, 0);
+            Request::Opendir { .. } | Request::Open { .. } => {
+                out.open_out(0, 0);
                 Outcome::Reply
             }
-            Request::Readdir { offset, size, .. } => t.readdir(h.nodeid, offset, size, out, max_out),
-            Request::Releasedir | Request::Release => Outcome::Reply,
+            Request::Readdir { offset, size, .. } => t.readdir(h.nodeid, offset, size, out),
+            Request::Releasedir { .. } | Request::Release { .. } => Outcome::Reply,
             Request::Getxattr { .. } => Outcome::Error(libc::ENODATA),
             Request::Listxattr { size } => {
                 if size == 0 {
-                    out.extend_from_slice(&0u64.to_ne_bytes());
+                    out.getxattr_out(0);
                 }
                 Outcome::Reply
             }
             // ENOSYS once and the kernel stops sending them.
-            Request::Flush | Request::Access | Request::Other(_) => Outcome::Error(libc::ENOSYS),
-            Request::Init { .. } | Request::Destroy => Outcome::Error(libc::EPROTO),
+            _ => Outcome::Error(libc::ENOSYS),
         }
     }
 }
@@ -251,12 +297,10 @@ impl Tree {
         n.children.as_mut().ok_or(libc::ENOTDIR)
     }
 
-    /// Makes an empty file or directory (`mode` has the type bits); a file's
-    /// reply carries an open handle too (CREATE), a directory's does not.
     /// Makes an empty file, a directory or a symbolic link to `target`
     /// (`mode` has the type bits); a file's reply carries an open handle
     /// too (CREATE), the others' do not.
-    fn create(&mut self, h: &InHeader, mode: u32, name: &[u8], target: &[u8], out: &mut Vec<u8>) -> Outcome {
+    fn create(&mut self, h: &InHeader, mode: u32, name: &[u8], target: &[u8], out: &mut ReplyBuf<'_>) -> Outcome {
         let ino = self.next_ino;
         match self.dir_mut(h.nodeid) {
             Ok(d) if d.contains_key(name) => return Outcome::Error(libc::EEXIST),
@@ -269,12 +313,13 @@ impl Tree {
         let dir = mode & S_IFMT == S_IFDIR;
         let nlink = if dir { 2 } else { 1 };
         let size = u64::try_from(target.len()).unwrap_or(u64::MAX);
-        let attr = Attr { ino, size, mode, nlink, uid: h.uid, gid: h.gid, time_s: now_s() };
+        let attr = attr(ino, size, mode, nlink, h.uid, h.gid);
         let node = Node { attr, children: dir.then(BTreeMap::new), target: target.to_vec(), lookups: 1 };
         self.nodes.insert(ino, node);
-        abi::encode_entry(out, ino, VALID_S, &attr);
         if mode & S_IFMT == S_IFREG {
-            abi::encode_open_out(out, 0);
+            out.create_out(&entry(&attr), 0, 0);
+        } else {
+            out.entry_out(&entry(&attr));
         }
         Outcome::Reply
     }
@@ -311,12 +356,12 @@ impl Tree {
         }
     }
 
-    fn readdir(&self, ino: u64, offset: u64, size: u32, out: &mut Vec<u8>, max_out: usize) -> Outcome {
+    fn readdir(&self, ino: u64, offset: u64, size: u32, out: &mut ReplyBuf<'_>) -> Outcome {
         let d = match self.dir(ino) {
             Ok(d) => d,
             Err(e) => return Outcome::Error(e),
         };
-        let max = usize::try_from(size).unwrap_or(usize::MAX).min(max_out);
+        let max = usize::try_from(size).unwrap_or(usize::MAX);
         // ".." is given as the root: the kernel answers it from its dentries.
         let dots = [(b".".as_slice(), ino, DT_DIR), (b"..".as_slice(), abi::ROOT_ID, DT_DIR)];
         let entries = dots.into_iter().chain(d.iter().map(|(name, &c)| {
@@ -330,7 +375,7 @@ impl Tree {
         // The offset of an entry is its index plus one: the next READDIR
         // starts after it.
         for (i, (name, child, kind)) in (1u64..).zip(entries).skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
-            if !abi::push_dirent(out, max, child, i, kind, name) {
+            if !out.push_dirent(max, child, i, kind, name) {
                 break;
             }
         }

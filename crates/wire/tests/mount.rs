@@ -8,10 +8,10 @@
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dualfs_wire::abi::opcode;
-use dualfs_wire::{Server, Transport};
+use dualfs_wire::{Fs, Server, Transport, Transports};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -114,7 +114,9 @@ fn count(counts: &[(u32, u64)], op: u32) -> u64 {
 
 fn run(want_uring: bool) -> Transport {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), want_uring, 2).unwrap();
+    let transports = Transports { uring: want_uring, dev_threads: 2, ..Transports::default() };
+    let server =
+        Server::start(dir.path(), &["fsname=wire-test", "subtype=wire-test"], Arc::new(Fs::new()), transports).unwrap();
     let transport = server.transport.clone();
     exercise(dir.path());
     let report = server.stop().unwrap();

@@ -7,8 +7,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use dualfs_wire::{Server, Transport};
+use dualfs_wire::{Fs, Server, Transport, Transports};
 
 fn usage() -> ExitCode {
     eprintln!("usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N]");
@@ -38,7 +39,9 @@ fn main() -> ExitCode {
     // With the ring: one reader for FORGET and INTERRUPT.
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = threads.unwrap_or(if uring { 1 } else { cpus });
-    let server = match Server::start(&mnt, uring, threads) {
+    let options = ["fsname=uring-proto", "subtype=uring-proto", "allow_other"];
+    let transports = Transports { uring, dev_threads: threads, ..Transports::default() };
+    let server = match Server::start(&mnt, &options, Arc::new(Fs::new()), transports) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("uring-proto: {e}");

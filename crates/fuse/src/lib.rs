@@ -36,6 +36,7 @@ pub mod receive;
 pub mod requests;
 mod space;
 pub mod window;
+mod wire;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};

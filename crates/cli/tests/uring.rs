@@ -66,10 +66,6 @@ fn mount_uring(v: &mut TestVolume, value: &str) -> bool {
     true
 }
 
-fn log_of(v: &TestVolume) -> String {
-    std::fs::read_to_string(v.dir.path().join("dualfs.log")).unwrap_or_default()
-}
-
 /// Builds a tree with every kind of file in `dir` (outside the mount).
 fn make_tree(dir: &Path) {
     sh(&format!(
@@ -120,8 +116,7 @@ fn tools_over_io_uring_get_what_they_put_and_it_survives_a_remount() {
     if !mount_uring(&mut v, "Y") {
         return;
     }
-    let log = log_of(&v);
-    assert!(log.contains("serving over io_uring"), "io_uring was allowed, but:\n{log}");
+    v.expect_transport("serving over io_uring");
     let src = v.dir.path().join("outside");
     make_tree(&src);
     let m = v.m().to_string();
@@ -166,11 +161,7 @@ fn with_enable_uring_off_the_mount_serves_over_dev_fuse_and_says_why() {
     if !mount_uring(&mut v, "N") {
         return;
     }
-    let log = log_of(&v);
-    assert!(
-        log.contains("serving over /dev/fuse: the fuse module's enable_uring is off"),
-        "expected the fallback and its reason in the log:\n{log}"
-    );
+    v.expect_transport("serving over /dev/fuse: the fuse module's enable_uring is off");
     let m = v.m().to_string();
     sh(&format!(
         r#"cd '{m}'

@@ -81,6 +81,8 @@ pub struct TestVolume {
     pub data: PathBuf,
     pub mnt: PathBuf,
     mounted: bool,
+    /// Where the latest mount's lines begin in its log.
+    log_from: usize,
 }
 
 impl TestVolume {
@@ -100,7 +102,7 @@ impl TestVolume {
         let out =
             dualfs(&["mkfs", "--size", size, meta.to_str().expect("utf-8 path"), data.to_str().expect("utf-8 path")]);
         assert!(out.status.success(), "mkfs failed: {}", String::from_utf8_lossy(&out.stderr));
-        Some(TestVolume { dir, meta, data, mnt, mounted: false })
+        Some(TestVolume { dir, meta, data, mnt, mounted: false, log_from: 0 })
     }
 
     /// `mnt/rel`.
@@ -117,6 +119,7 @@ impl TestVolume {
     /// of [`extra_mount_options`].
     pub fn mount_with(&mut self, options: &str) {
         let log = self.dir.path().join("dualfs.log");
+        self.log_from = std::fs::read(&log).map_or(0, |t| t.len());
         let mut opts = format!("log={}", log.display());
         for o in [options.to_string(), extra_mount_options()] {
             if !o.is_empty() {
@@ -133,6 +136,27 @@ impl TestVolume {
         ]);
         assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
         self.mounted = true;
+        if std::env::var_os("DUALFS_TEST_REQUIRE_URING").is_some() {
+            self.expect_transport("serving over io_uring");
+        }
+    }
+
+    /// Waits for the log of the latest [`TestVolume::mount_with`] to name
+    /// its transport (the background process logs it just after it says
+    /// it is ready) and checks it; fuser's mounts name none.
+    pub fn expect_transport(&self, want: &str) {
+        let log = self.dir.path().join("dualfs.log");
+        let start = Instant::now();
+        loop {
+            let all = std::fs::read(&log).unwrap_or_default();
+            let text = String::from_utf8_lossy(all.get(self.log_from..).unwrap_or_default());
+            if let Some(line) = text.lines().find(|l| l.contains("serving over")) {
+                assert!(line.contains(want), "expected {want:?}, the mount says: {line}");
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "the log never named a transport:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts `dualfs mount --foreground` with `options` (output discarded)

@@ -7,6 +7,8 @@ Four file systems in one run, each measured with `rt-client` (crates/wire):
   proto-uring  the prototype server (crates/wire) over io_uring: one queue
                per CPU, the queue's thread pinned to its CPU
   proto-dev    the same server and handler over /dev/fuse read/write
+  dualfs-uring `dualfs mount -o uring` (the adapter over crates/wire's
+               io_uring queues) on the suite's loop devices
   dualfs       `dualfs mount` (fuser) on the suite's loop devices
   ext4         kernel ext4 on a loop device
 
@@ -48,7 +50,7 @@ import micro  # noqa: E402
 import suite  # noqa: E402
 
 PARAM = "/sys/module/fuse/parameters/enable_uring"
-CONFIGS = ["proto-uring", "proto-dev", "dualfs", "ext4"]
+CONFIGS = ["proto-uring", "proto-dev", "dualfs-uring", "dualfs", "ext4"]
 
 
 def layouts():
@@ -171,7 +173,7 @@ def run_config(cfg, args, rep):
         vol.mkfs()
         vol.mount()
         mnt = vol.mnt
-        pid = dualfs_pid(mnt) if cfg == "dualfs" else None
+        pid = dualfs_pid(mnt) if cfg.startswith("dualfs") else None
     try:
         for phase in ("getattr", "create"):
             for label, threads, cpu in layouts():

@@ -14,54 +14,16 @@
 mod common;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use common::{TestVolume, sh};
-
-const PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// Held while a test of this file has the parameter set: the tests run
-/// in parallel, and each must mount under its own value.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// `enable_uring` set to a value until dropped, then put back.
-struct Parameter {
-    before: String,
-    _held: MutexGuard<'static, ()>,
-}
-
-impl Parameter {
-    /// Sets `enable_uring` to `value` (Y or N); None, saying why, where the
-    /// kernel has no such parameter or it cannot be written.
-    fn set(value: &str) -> Option<Parameter> {
-        let held = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-        let Ok(before) = std::fs::read_to_string(PARAMETER) else {
-            println!("SKIPPED: {PARAMETER} is missing (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)");
-            return None;
-        };
-        if let Err(e) = std::fs::write(PARAMETER, value) {
-            println!("SKIPPED: cannot write {PARAMETER}: {e}");
-            return None;
-        }
-        Some(Parameter { before: before.trim().to_string(), _held: held })
-    }
-}
-
-impl Drop for Parameter {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::write(PARAMETER, &self.before) {
-            eprintln!("cannot put {PARAMETER} back to {}: {e}", self.before);
-        }
-    }
-}
+use common::{TestVolume, UringParameter, sh};
 
 /// Mounts `v` with `-o uring` while `enable_uring` is `value`; the
 /// parameter is put back once the mount is up.
 fn mount_uring(v: &mut TestVolume, value: &str) -> bool {
-    let Some(param) = Parameter::set(value) else {
+    let Some(param) = UringParameter::set(value) else {
         return false;
     };
-    v.mount_with("uring");
+    v.mount_as_given("uring");
     drop(param);
     true
 }

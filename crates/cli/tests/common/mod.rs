@@ -35,6 +35,46 @@ pub fn extra_mount_options() -> String {
     std::env::var("DUALFS_TEST_MOUNT_OPTS").unwrap_or_default()
 }
 
+/// The fuse module's parameter that lets a server use io_uring.
+pub const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Taken (flock) by whoever needs `enable_uring` to hold a value for a
+/// while, across processes: the parameter is the whole machine's.
+const URING_LOCK: &str = "/run/lock/dualfs-enable-uring.lock";
+
+/// `enable_uring` set to a value, under [`URING_LOCK`], until dropped; then
+/// put back as it was.
+pub struct UringParameter {
+    before: String,
+    _lock: nix::fcntl::Flock<File>,
+}
+
+impl UringParameter {
+    /// Sets the parameter to `value` (Y or N); None, saying why, where the
+    /// kernel has no such parameter or it cannot be written.
+    pub fn set(value: &str) -> Option<UringParameter> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(URING_LOCK).ok()?;
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()?;
+        let Ok(before) = std::fs::read_to_string(URING_PARAMETER) else {
+            println!("SKIPPED: {URING_PARAMETER} is missing (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)");
+            return None;
+        };
+        if let Err(e) = std::fs::write(URING_PARAMETER, value) {
+            println!("SKIPPED: cannot write {URING_PARAMETER}: {e}");
+            return None;
+        }
+        Some(UringParameter { before: before.trim().to_string(), _lock: lock })
+    }
+}
+
+impl Drop for UringParameter {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(URING_PARAMETER, &self.before) {
+            eprintln!("cannot put {URING_PARAMETER} back to {}: {e}", self.before);
+        }
+    }
+}
+
 /// Runs `script` with sh -e, failing the test (with its output) unless it
 /// succeeds; returns standard output.
 pub fn sh(script: &str) -> String {
@@ -118,6 +158,21 @@ impl TestVolume {
     /// Mounts in the background with `options` (may be empty), and those
     /// of [`extra_mount_options`].
     pub fn mount_with(&mut self, options: &str) {
+        // Under `make test-uring` every mount must be served over io_uring:
+        // the kernel reads enable_uring at the mount and at each queue's
+        // registration, both before the mount command returns.
+        if std::env::var_os("DUALFS_TEST_REQUIRE_URING").is_some() {
+            let param = UringParameter::set("Y");
+            self.mount_as_given(options);
+            drop(param);
+            self.expect_transport("serving over io_uring");
+        } else {
+            self.mount_as_given(options);
+        }
+    }
+
+    /// As [`TestVolume::mount_with`], whatever enable_uring is.
+    pub fn mount_as_given(&mut self, options: &str) {
         let log = self.dir.path().join("dualfs.log");
         self.log_from = std::fs::read(&log).map_or(0, |t| t.len());
         let mut opts = format!("log={}", log.display());
@@ -136,9 +191,6 @@ impl TestVolume {
         ]);
         assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
         self.mounted = true;
-        if std::env::var_os("DUALFS_TEST_REQUIRE_URING").is_some() {
-            self.expect_transport("serving over io_uring");
-        }
     }
 
     /// Waits for the log of the latest [`TestVolume::mount_with`] to name

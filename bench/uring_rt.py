@@ -38,6 +38,7 @@ Results: bench/uring_rt.json (every run) and Markdown tables on stdout
 
 import argparse
 import collections
+import fcntl
 import json
 import os
 import statistics
@@ -50,6 +51,9 @@ import micro  # noqa: E402
 import suite  # noqa: E402
 
 PARAM = "/sys/module/fuse/parameters/enable_uring"
+# Held while the run needs enable_uring (the whole machine's) to stay Y;
+# the mount tests take it too (crates/cli/tests/common).
+PARAM_LOCK = "/run/lock/dualfs-enable-uring.lock"
 CONFIGS = ["proto-uring", "proto-dev", "dualfs-uring", "dualfs", "ext4"]
 
 
@@ -326,6 +330,8 @@ def main():
         sys.exit(f"{PARAM} is missing: this kernel has no FUSE over io_uring")
     os.makedirs(args.work, exist_ok=True)
     configs = args.configs.split(",")
+    lock = open(PARAM_LOCK, "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     old = open(PARAM).read().strip()
     results = []
     load = open("/proc/loadavg").read().strip()

@@ -5,51 +5,10 @@
 
 use std::io::{Read, Write};
 
-use crate::abi::{self, InHeader, ReplyBuf, Request, opcode};
-use crate::handler::{Handler, Outcome};
+use crate::abi::{self, InHeader, ReplyBuf, Request};
+use crate::handler::{Handler, dispatch};
 use crate::server::Stats;
 use crate::session::{Error, Session};
-
-/// Serves one decoded request for either transport and returns the error
-/// field of the reply (0 or a negative errno), or `None` when no reply is
-/// due. `out` holds the payload afterwards (emptied on an error).
-pub(crate) fn dispatch<H: Handler>(
-    session: &Session,
-    handler: &H,
-    stats: &Stats,
-    h: &InHeader,
-    req: Result<Request<'_>, abi::DecodeError>,
-    out: &mut ReplyBuf<'_>,
-) -> Option<i32> {
-    stats.count(h.opcode);
-    let outcome = match req {
-        // A garbled request still gets its EIO: the kernel waits for it.
-        Err(_) => Outcome::Error(libc::EIO),
-        Ok(Request::Init(_)) => Outcome::Error(libc::EPROTO),
-        Ok(Request::Destroy) => {
-            session.destroy_once(handler);
-            Outcome::Reply
-        }
-        Ok(req) => handler.handle(h, req, out),
-    };
-    // The kernel expects nothing for these, whatever the handler said.
-    if matches!(h.opcode, opcode::FORGET | opcode::BATCH_FORGET) {
-        return None;
-    }
-    match outcome {
-        Outcome::NoReply => None,
-        Outcome::Reply if !out.overflowed() => Some(0),
-        // A reply that did not fit: EIO rather than a truncated struct.
-        Outcome::Reply => {
-            out.clear();
-            Some(-libc::EIO)
-        }
-        Outcome::Error(errno) => {
-            out.clear();
-            Some(-errno.abs())
-        }
-    }
-}
 
 /// Serves requests read from /dev/fuse until the connection ends (the file
 /// system is unmounted or aborted). Several threads may run it on one

@@ -1,7 +1,9 @@
 //! What the transports call: a [`Handler`] serves decoded requests and
 //! answers with an [`Outcome`], the payload written into a [`ReplyBuf`].
 
-use crate::abi::{InHeader, InitIn, InitOut, ReplyBuf, Request};
+use crate::abi::{self, InHeader, InitIn, InitOut, ReplyBuf, Request, opcode};
+use crate::server::Stats;
+use crate::session::Session;
 
 /// What a handler answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,8 +17,9 @@ pub enum Outcome {
 }
 
 /// A file system served over FUSE. Requests arrive on several threads at
-/// once (the /dev/fuse readers, the io_uring queues, the worker pool that
-/// serves requests that may block), hence `Send + Sync`.
+/// once (the /dev/fuse readers, the threads of the io_uring queues), hence
+/// `Send + Sync`; any request may block its thread (on io_uring, each
+/// queue has several).
 pub trait Handler: Send + Sync + 'static {
     /// The reply to INIT, given the kernel's offer: the flags wanted (the
     /// transport keeps only those offered, and adds INIT_EXT and
@@ -32,4 +35,45 @@ pub trait Handler: Send + Sync + 'static {
     /// The session ended (DESTROY, or the kernel ended the connection
     /// because the file system was unmounted or aborted). Called once.
     fn destroy(&self) {}
+}
+
+/// Serves one decoded request for either transport and returns the error
+/// field of the reply (0 or a negative errno), or `None` when no reply is
+/// due. `out` holds the payload afterwards (emptied on an error).
+pub(crate) fn dispatch<H: Handler>(
+    session: &Session,
+    handler: &H,
+    stats: &Stats,
+    h: &InHeader,
+    req: Result<Request<'_>, abi::DecodeError>,
+    out: &mut ReplyBuf<'_>,
+) -> Option<i32> {
+    stats.count(h.opcode);
+    let outcome = match req {
+        // A garbled request still gets its EIO: the kernel waits for it.
+        Err(_) => Outcome::Error(libc::EIO),
+        Ok(Request::Init(_)) => Outcome::Error(libc::EPROTO),
+        Ok(Request::Destroy) => {
+            session.destroy_once(handler);
+            Outcome::Reply
+        }
+        Ok(req) => handler.handle(h, req, out),
+    };
+    // The kernel expects nothing for these, whatever the handler said.
+    if matches!(h.opcode, opcode::FORGET | opcode::BATCH_FORGET) {
+        return None;
+    }
+    match outcome {
+        Outcome::NoReply => None,
+        Outcome::Reply if !out.overflowed() => Some(0),
+        // A reply that did not fit: EIO rather than a truncated struct.
+        Outcome::Reply => {
+            out.clear();
+            Some(-libc::EIO)
+        }
+        Outcome::Error(errno) => {
+            out.clear();
+            Some(-errno.abs())
+        }
+    }
 }

@@ -26,8 +26,7 @@ pub use server::{Report, Server, Stats, Transport, Transports};
 pub use session::{Error, MountArgs, Session, uring_enabled};
 pub use tree::Fs;
 
-/// Ring entries per queue by default: a request that may block keeps its
-/// entry while a worker serves it, and the kernel gives the queue's next
-/// request to a free entry; eight let seven wait on the device at once and
-/// cost 8 MiB of payload buffers per CPU with 1 MiB writes.
-pub const QUEUE_DEPTH: u16 = 8;
+/// Threads (each with one ring entry) per io_uring queue by default: eight
+/// let seven requests of one CPU wait on the device while the eighth is
+/// answered, and cost 8 MiB of payload buffers per CPU with 1 MiB writes.
+pub const QUEUE_THREADS: u16 = 8;

@@ -26,7 +26,8 @@ impl Notifier {
         match (&*self.dev).write(msg) {
             Ok(n) if n == msg.len() => Ok(()),
             Ok(n) => Err(io::Error::other(format!("notification cut to {n} of {} bytes", msg.len()))),
-            // The kernel had nothing cached to invalidate.
+            // The kernel had nothing cached to invalidate (also what it
+            // says once the file system is unmounted).
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             Err(e) => Err(e),
         }

@@ -9,9 +9,9 @@ use std::thread::JoinHandle;
 
 use crate::handler::Handler;
 use crate::notify::Notifier;
-use crate::ring::{self, Pool, Queue};
+use crate::ring::{self, Queue};
 use crate::session::{Error, Session, uring_enabled};
-use crate::{QUEUE_DEPTH, devfuse};
+use crate::{QUEUE_THREADS, devfuse};
 
 /// The transport a mount ended up with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,14 +40,15 @@ pub struct Transports {
     /// Threads reading /dev/fuse (at least one: with io_uring it carries
     /// FORGET and INTERRUPT).
     pub dev_threads: usize,
-    /// Entries per io_uring queue: a request that blocks holds its entry
-    /// until answered, and the kernel waits for a free one.
-    pub queue_depth: u16,
+    /// Threads per io_uring queue, each with its own ring and one entry: a
+    /// request that blocks holds its thread and entry until answered, the
+    /// queue's other threads serve the CPU's next requests meanwhile.
+    pub queue_threads: u16,
 }
 
 impl Default for Transports {
     fn default() -> Self {
-        Self { uring: false, dev_threads: 1, queue_depth: QUEUE_DEPTH }
+        Self { uring: false, dev_threads: 1, queue_threads: QUEUE_THREADS }
     }
 }
 
@@ -123,7 +124,8 @@ impl<H: Handler> Server<H> {
     /// Mounts `handler` on `mountpoint` with `options` (see
     /// [`crate::MountArgs::parse`]; root only), negotiates INIT and starts
     /// serving. With `transports.uring`, asks the kernel for io_uring and
-    /// registers one queue per possible CPU; falls back to /dev/fuse, with
+    /// registers one queue per possible CPU, served by
+    /// `transports.queue_threads` threads pinned to it; falls back to /dev/fuse, with
     /// the reason in [`Transport`], when the kernel does not offer it or
     /// refuses a queue.
     ///
@@ -159,20 +161,16 @@ impl<H: Handler> Server<H> {
             Transport::DevFuse { why }
         } else {
             let queues = ring::possible_cpus();
-            let depth = transports.queue_depth.max(1);
-            // Enough workers that every entry of every queue could block at
-            // once, within reason: past that, blocking requests wait for a
-            // worker but the queues still answer the others.
-            let pool = Pool::new((queues * usize::from(depth)).clamp(2, 64));
             let (tx, rx) = mpsc::channel();
-            for qid in 0..queues {
-                let (s, h, st, p) = (Arc::clone(&session), Arc::clone(&handler), Arc::clone(&stats), pool.clone());
+            let per_queue = usize::from(transports.queue_threads.max(1));
+            for n in 0..queues * per_queue {
+                let (s, h, st) = (Arc::clone(&session), Arc::clone(&handler), Arc::clone(&stats));
                 let tx = tx.clone();
-                let qid = u16::try_from(qid).unwrap_or(u16::MAX);
+                let qid = u16::try_from(n % queues).unwrap_or(u16::MAX);
                 threads.push(std::thread::spawn(move || {
-                    // The queue is built on its own thread: the kernel
-                    // completes its commands in the submitting task.
-                    match Queue::register(s, h, st, p, qid, depth) {
+                    // Each thread builds its own ring: the kernel completes
+                    // a command in the task that submitted it.
+                    match Queue::register(s, h, st, qid, 1) {
                         Ok(q) => {
                             let _ = tx.send(Ok(()));
                             q.serve()
@@ -188,7 +186,7 @@ impl<H: Handler> Server<H> {
             }
             drop(tx);
             // One word from each queue; the threads keep their senders while they serve.
-            let refused: Vec<String> = rx.iter().take(queues).filter_map(Result::err).collect();
+            let refused: Vec<String> = rx.iter().take(queues * per_queue).filter_map(Result::err).collect();
             match refused.first() {
                 None => Transport::Uring { queues },
                 // The kernel drops io_uring for the connection on a failed

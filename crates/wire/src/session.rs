@@ -197,6 +197,7 @@ impl Session {
         }
         let mut out = handler.init(&offer);
         out.minor = offer.minor.min(abi::KERNEL_MINOR_VERSION);
+        out.max_readahead = out.max_readahead.min(offer.max_readahead);
         let mut want = out.flags & !init_flags::OVER_IO_URING;
         if want_uring {
             want |= init_flags::OVER_IO_URING;
@@ -253,6 +254,53 @@ impl Session {
     pub(crate) fn destroy_once<H: Handler>(&self, handler: &H) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             handler.destroy();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn options_become_flags_source_type_and_module_options() {
+        let a = MountArgs::parse(&[
+            "fsname=/dev/a#/dev/b",
+            "subtype=dualfs",
+            "ro,noexec",
+            "noatime",
+            "allow_other",
+            "default_permissions",
+            "max_read=131072",
+            "dirsync",
+        ])
+        .unwrap();
+        assert_eq!((a.source.as_str(), a.fstype.as_str()), ("/dev/a#/dev/b", "fuse.dualfs"));
+        let want = MsFlags::MS_RDONLY
+            | MsFlags::MS_NOEXEC
+            | MsFlags::MS_NOATIME
+            | MsFlags::MS_DIRSYNC
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV;
+        assert_eq!(a.flags, want);
+        assert_eq!(a.data, ["allow_other", "default_permissions", "max_read=131072"]);
+    }
+
+    #[test]
+    fn the_last_of_two_opposites_wins_and_dev_suid_lift_the_defaults() {
+        let a = MountArgs::parse(&["ro", "rw", "dev", "suid", "sync", "async", "noatime", "relatime"]).unwrap();
+        assert_eq!(a.flags, MsFlags::MS_RELATIME);
+        let a = MountArgs::parse::<&str>(&[]).unwrap();
+        assert_eq!(a.flags, MsFlags::MS_NOSUID | MsFlags::MS_NODEV);
+        assert_eq!(a.fstype, "fuse");
+    }
+
+    #[test]
+    fn options_the_mount_cannot_honour_or_sets_itself_are_refused() {
+        for bad in ["auto_unmount", "allow_root", "fd=3", "rootmode=40000", "user_id=0", "group_id=0"] {
+            assert!(matches!(MountArgs::parse(&[bad]), Err(Error::Option(..))), "{bad}");
         }
     }
 }

@@ -4,6 +4,7 @@
 //! the engine.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -57,6 +58,7 @@ struct Gate {
 pub struct Fs {
     tree: Mutex<Tree>,
     fsync_gate: Gate,
+    destroyed: AtomicU32,
 }
 
 fn now_s() -> i64 {
@@ -91,7 +93,17 @@ impl Fs {
             lookups: 1,
         };
         let nodes = HashMap::from([(abi::ROOT_ID, root)]);
-        Self { tree: Mutex::new(Tree { nodes, next_ino: 2 }), fsync_gate: Gate::default() }
+        Self {
+            tree: Mutex::new(Tree { nodes, next_ino: 2 }),
+            fsync_gate: Gate::default(),
+            destroyed: AtomicU32::new(0),
+        }
+    }
+
+    /// How many times the transport said the session ended (once, or a
+    /// bug).
+    pub fn destroyed(&self) -> u32 {
+        self.destroyed.load(Ordering::Acquire)
     }
 
     /// From now on FSYNC waits in the handler until [`Fs::release_fsyncs`]:
@@ -153,6 +165,10 @@ impl Handler for Fs {
             max_pages: u16::try_from(MAX_WRITE / 4096).unwrap_or(1),
             ..InitOut::default()
         }
+    }
+
+    fn destroy(&self) {
+        self.destroyed.fetch_add(1, Ordering::AcqRel);
     }
 
     fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome {

@@ -8,44 +8,16 @@
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::mpsc::channel;
+use std::time::Duration;
 
 use dualfs_wire::abi::opcode;
-use dualfs_wire::{Fs, Server, Transport, Transports};
+use dualfs_wire::{Fs, Handler, Server, Transport, Transports};
 
-const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+mod common;
 
-fn can_mount() -> bool {
-    if !nix::unistd::Uid::effective().is_root() || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: mounting the prototype needs root and /dev/fuse");
-        return false;
-    }
-    true
-}
-
-/// The tests of this file that set `enable_uring` take turns.
-static PARAM_LOCK: Mutex<()> = Mutex::new(());
-
-/// Sets `enable_uring` for the test's length and puts back what was there.
-struct UringParam {
-    old: String,
-    _turn: MutexGuard<'static, ()>,
-}
-
-impl UringParam {
-    fn set(on: bool) -> Option<Self> {
-        let guard = PARAM_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let old = fs::read_to_string(PARAM).ok()?;
-        fs::write(PARAM, if on { "Y" } else { "N" }).ok()?;
-        Some(Self { old: old.trim().to_string(), _turn: guard })
-    }
-}
-
-impl Drop for UringParam {
-    fn drop(&mut self) {
-        let _ = fs::write(PARAM, &self.old);
-    }
-}
+use common::{PARAM, UringParam, can_mount, count};
 
 /// What a user does on the mount, checked against what the tree must show.
 fn exercise(mnt: &Path) {
@@ -108,18 +80,19 @@ fn exercise(mnt: &Path) {
     }
 }
 
-fn count(counts: &[(u32, u64)], op: u32) -> u64 {
-    counts.iter().find(|c| c.0 == op).map_or(0, |c| c.1)
+fn run(want_uring: bool) -> Transport {
+    run_with(want_uring, Arc::new(Fs::new()), Fs::destroyed)
 }
 
-fn run(want_uring: bool) -> Transport {
+fn run_with<H: Handler>(want_uring: bool, fs: Arc<H>, destroyed: impl Fn(&H) -> u32) -> Transport {
     let dir = tempfile::tempdir().unwrap();
     let transports = Transports { uring: want_uring, dev_threads: 2, ..Transports::default() };
-    let server =
-        Server::start(dir.path(), &["fsname=wire-test", "subtype=wire-test"], Arc::new(Fs::new()), transports).unwrap();
+    let options = ["fsname=wire-test", "subtype=wire-test"];
+    let server = Server::start(dir.path(), &options, Arc::clone(&fs), transports).unwrap();
     let transport = server.transport.clone();
     exercise(dir.path());
     let report = server.stop().unwrap();
+    assert_eq!(destroyed(&fs), 1, "the handler hears of the end once");
     let (counts, on_ring) = (report.counts, report.ring_requests);
     assert_eq!(report.by_cpu.iter().sum::<u64>(), counts.iter().map(|c| c.1).sum::<u64>());
     let total: u64 = counts.iter().map(|c| c.1).sum();
@@ -183,4 +156,66 @@ fn asking_for_io_uring_with_the_module_parameter_off_falls_back_to_dev_fuse() {
         Transport::DevFuse { why } => assert!(why.contains("enable_uring"), "{why}"),
         Transport::Uring { .. } => panic!("io_uring with enable_uring off"),
     }
+}
+
+/// An FSYNC held in the handler, and a GETATTR from the same CPU (on
+/// io_uring: the same queue) that must be answered meanwhile.
+fn blocked_fsync_stalls_nothing(want_uring: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(Fs::new());
+    let transports = Transports { uring: want_uring, dev_threads: 2, ..Transports::default() };
+    let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::clone(&fs), transports).unwrap();
+    if want_uring && !matches!(server.transport, Transport::Uring { .. }) {
+        eprintln!("skipped: the mount fell back to /dev/fuse: {:?}", server.transport);
+        return;
+    }
+    let file = dir.path().join("f");
+    fs::write(&file, b"data").unwrap();
+    fs.hold_fsyncs();
+    let syncer = std::thread::spawn(move || {
+        common::pin_to_cpu0();
+        fs::File::open(&file).unwrap().sync_all().unwrap();
+    });
+    fs.wait_for_held_fsyncs(1);
+    let before = server.report();
+    let (tx, rx) = channel();
+    let root = dir.path().to_path_buf();
+    let stat = std::thread::spawn(move || {
+        common::pin_to_cpu0();
+        common::forced_stat(&root);
+        let _ = tx.send(());
+    });
+    // Not a measurement: a bound on waiting for a reply that, were the
+    // queue stalled, would never come (the FSYNC is held until released).
+    let answered = rx.recv_timeout(Duration::from_secs(60)).is_ok();
+    fs.release_fsyncs();
+    syncer.join().unwrap();
+    stat.join().unwrap();
+    assert!(answered, "a GETATTR waited behind an FSYNC held in the handler");
+    let after = server.stop().unwrap();
+    assert!(count(&after.counts, opcode::GETATTR) > count(&before.counts, opcode::GETATTR));
+    assert_eq!(count(&after.counts, opcode::FSYNC), 1);
+    if want_uring {
+        assert!(after.ring_requests > before.ring_requests, "the GETATTR came on the ring");
+    }
+}
+
+#[test]
+fn a_blocked_request_does_not_stall_its_io_uring_queue() {
+    if !can_mount() {
+        return;
+    }
+    let Some(_param) = UringParam::set(true) else {
+        eprintln!("skipped: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
+        return;
+    };
+    blocked_fsync_stalls_nothing(true);
+}
+
+#[test]
+fn a_blocked_request_does_not_stall_dev_fuse_with_two_readers() {
+    if !can_mount() {
+        return;
+    }
+    blocked_fsync_stalls_nothing(false);
 }

@@ -120,8 +120,21 @@ impl Fs {
         let left = *r;
         if left == 0 {
             self.refs.remove(&ino);
+            // A hash map keeps its largest size: after the kernel forgot a
+            // `find` over millions of files, the table would hold their
+            // slots for good. Shrinking once it is a quarter full costs
+            // O(1) per removal over time.
+            if self.refs.capacity() > 4 * self.refs.len() + 4096 {
+                self.refs.shrink_to_fit();
+            }
         }
         left
+    }
+
+    /// Slots the reference table holds (its memory), for tests.
+    #[must_use]
+    pub fn refs_capacity(&self) -> usize {
+        self.refs.capacity()
     }
 
     /// Every inode with outside references.

@@ -701,7 +701,12 @@ impl Volume {
         let dead = {
             let mut fs = lock(&self.fs);
             let left = fs.drop_refs(ino, n);
-            left == 0 && fs.inode(ino).is_ok_and(|r| r.nlink == 0)
+            // An inode without links is an orphan (I4), so only an orphan's
+            // record is read here: the kernel forgets inodes by the million
+            // when it trims its caches, and reading each one's record would
+            // fill the meta-data cache past its limit and read the device
+            // with the lock held.
+            left == 0 && fs.is_orphan(ino) && fs.inode(ino).is_ok_and(|r| r.nlink == 0)
         };
         // A read-only volume leaves it on the orphan list, where it went
         // when its last name did: the next writable open frees it.

@@ -311,7 +311,8 @@ impl Default for InitOut {
     fn default() -> Self {
         Self {
             minor: 0,
-            max_readahead: 128 * 1024,
+            // The kernel's offer (the smaller of the two counts).
+            max_readahead: u32::MAX,
             flags: 0,
             max_background: 16,
             congestion_threshold: 12,

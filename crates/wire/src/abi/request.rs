@@ -551,27 +551,3 @@ impl<'a> Request<'a> {
         Ok((h, Self::decode(h.opcode, fixed, rest, neg)?))
     }
 }
-
-/// Whether serving a request with this opcode may wait for the device or
-/// a lock held across device I/O (contract item 6: FSYNC, FSYNCDIR, FLUSH,
-/// RELEASE, WRITE, READ, CREATE, SETATTR, FALLOCATE, COPY_FILE_RANGE,
-/// SYNCFS, IOCTL). The io_uring transport serves these off the queue's
-/// thread so that they never stall the queue; the opcode alone decides, so
-/// the queue need not decode first.
-pub fn may_block(op: u32) -> bool {
-    matches!(
-        op,
-        opcode::FSYNC
-            | opcode::FSYNCDIR
-            | opcode::FLUSH
-            | opcode::RELEASE
-            | opcode::WRITE
-            | opcode::READ
-            | opcode::CREATE
-            | opcode::SETATTR
-            | opcode::FALLOCATE
-            | opcode::COPY_FILE_RANGE
-            | opcode::SYNCFS
-            | opcode::IOCTL
-    )
-}

@@ -469,13 +469,3 @@ fn notifications_are_whole_messages() {
     assert_eq!(m.len(), OUT_HEADER_LEN + 24);
     assert_eq!(u64_at(&m, 24), u64::MAX);
 }
-
-#[test]
-fn blocking_opcodes_are_the_contracts() {
-    for op in [opcode::FSYNC, opcode::WRITE, opcode::READ, opcode::CREATE, opcode::SETATTR, opcode::SYNCFS] {
-        assert!(may_block(op), "{op}");
-    }
-    for op in [opcode::LOOKUP, opcode::GETATTR, opcode::READDIR, opcode::FORGET] {
-        assert!(!may_block(op), "{op}");
-    }
-}

@@ -1,24 +1,26 @@
-//! `uring-proto MOUNTPOINT [--transport uring|dev] [--threads N]`: mounts
+//! `uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N]`: mounts
 //! the prototype (root only), prints one JSON line saying which transport
 //! it got, serves until the mount is unmounted, then prints the requests it
 //! served by opcode, by the CPU that served them and on the ring as a
-//! second JSON line.
+//! second JSON line. `--queue-threads` sets the threads per io_uring queue
+//! (each with one entry; default 8).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use dualfs_wire::{Fs, Server, Transport, Transports};
+use dualfs_wire::{Fs, Handler, Report, Server, Transport, Transports};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N]");
+    eprintln!("usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N]");
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut mnt, mut uring, mut threads) = (None, true, None);
+    let mut transports = Transports::default();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--transport" => match args.next().as_deref() {
@@ -30,6 +32,10 @@ fn main() -> ExitCode {
                 Some(n) => threads = Some(n),
                 None => return usage(),
             },
+            "--queue-threads" => match args.next().and_then(|n| n.parse::<u16>().ok()) {
+                Some(n) if n > 0 => transports.queue_threads = n,
+                _ => return usage(),
+            },
             _ if mnt.is_none() && !a.starts_with('-') => mnt = Some(PathBuf::from(a)),
             _ => return usage(),
         }
@@ -40,21 +46,10 @@ fn main() -> ExitCode {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = threads.unwrap_or(if uring { 1 } else { cpus });
     let options = ["fsname=uring-proto", "subtype=uring-proto", "allow_other"];
-    let transports = Transports { uring, dev_threads: threads, ..Transports::default() };
-    let server = match Server::start(&mnt, &options, Arc::new(Fs::new()), transports) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("uring-proto: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let detail = match &server.transport {
-        Transport::Uring { queues } => format!("\"queues\":{queues}"),
-        Transport::DevFuse { why } => format!("\"threads\":{threads},\"why\":\"{}\"", why.replace('"', "'")),
-    };
-    println!("{{\"transport\":\"{}\",{detail},\"pid\":{}}}", server.transport.name(), std::process::id());
-    let _ = std::io::stdout().flush();
-    match server.wait() {
+    transports.uring = uring;
+    transports.dev_threads = threads;
+    let served = serve(Server::start(&mnt, &options, Arc::new(Fs::new()), transports), threads);
+    match served {
         Ok(report) => {
             let body: Vec<String> = report.counts.iter().map(|(op, n)| format!("\"{op}\":{n}")).collect();
             let cpus: Vec<String> = report.by_cpu.iter().map(u64::to_string).collect();
@@ -71,4 +66,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Says which transport the mount got, then serves until it is unmounted.
+fn serve<H: Handler>(
+    started: Result<Server<H>, dualfs_wire::Error>,
+    threads: usize,
+) -> Result<Report, dualfs_wire::Error> {
+    let server = started?;
+    let detail = match &server.transport {
+        Transport::Uring { queues } => format!("\"queues\":{queues}"),
+        Transport::DevFuse { why } => format!("\"threads\":{threads},\"why\":\"{}\"", why.replace('"', "'")),
+    };
+    println!("{{\"transport\":\"{}\",{detail},\"pid\":{}}}", server.transport.name(), std::process::id());
+    let _ = std::io::stdout().flush();
+    server.wait()
 }

@@ -274,3 +274,130 @@ impl Notify for dualfs_wire::Notifier {
         dualfs_wire::Notifier::inval_entry(self, parent, name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use dualfs_engine::Volume;
+    use dualfs_engine::device::{BlockDevice, MemoryDevice};
+    use dualfs_engine::volume::{MkfsOptions, MountOptions};
+
+    use super::*;
+    use crate::AdapterOptions;
+
+    fn adapter() -> DualFs {
+        let meta: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(8192));
+        let data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(16384));
+        let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
+        Volume::format(meta.clone(), data.clone(), &opts).unwrap();
+        let vol = Volume::open(meta, data, MountOptions::default()).unwrap();
+        DualFs::new(Arc::new(vol), AdapterOptions::default())
+    }
+
+    fn header(nodeid: u64) -> InHeader {
+        InHeader { nodeid, uid: 0, gid: 0, pid: 1, ..InHeader::default() }
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn init_asks_for_fusers_flags_and_the_adapters_of_those_offered() {
+        let fs = adapter();
+        let offer = InitIn {
+            major: 7,
+            minor: 41,
+            max_readahead: 128 << 10,
+            flags: init_flags::ASYNC_READ | init_flags::POSIX_ACL | init_flags::MAX_PAGES | init_flags::FLOCK_LOCKS,
+        };
+        let out = Handler::init(&fs, &offer);
+        assert_eq!(out.flags, init_flags::ASYNC_READ | init_flags::POSIX_ACL | init_flags::MAX_PAGES);
+        assert_eq!((out.max_write, out.max_pages), (1 << 20, 256));
+        assert_eq!(out.max_readahead, offer.max_readahead);
+    }
+
+    #[test]
+    fn a_name_not_there_is_a_negative_entry_and_one_made_is_found() {
+        let fs = adapter();
+        let mut buf = vec![0u8; 4096];
+        let mut out = ReplyBuf::new(&mut buf);
+        assert_eq!(fs.handle(&header(1), Request::Lookup { name: b"nope" }, &mut out), Outcome::Reply);
+        let b = out.as_slice();
+        assert_eq!(b.len(), abi::ENTRY_OUT_LEN);
+        assert_eq!(u64_at(b, 0), 0, "node id 0: negative");
+        assert_eq!(u64_at(b, 16), AdapterOptions::default().entry_ttl.as_secs(), "the name's TTL");
+        assert_eq!(u64_at(b, 24), 0, "no attributes to trust");
+
+        let mut out = ReplyBuf::new(&mut buf);
+        let mkdir = Request::Mkdir { mode: 0o755, umask: 0o022, name: b"d" };
+        assert_eq!(fs.handle(&header(1), mkdir, &mut out), Outcome::Reply);
+        let made = u64_at(out.as_slice(), 0);
+        assert_ne!(made, 0);
+        assert_eq!(u32_at(out.as_slice(), 100), libc::S_IFDIR | 0o755, "mode with the type bits");
+
+        let mut out = ReplyBuf::new(&mut buf);
+        assert_eq!(fs.handle(&header(1), Request::Lookup { name: b"d" }, &mut out), Outcome::Reply);
+        assert_eq!(u64_at(out.as_slice(), 0), made);
+        assert_eq!(u64_at(out.as_slice(), 40), made, "the attributes' ino");
+    }
+
+    #[test]
+    fn readdirplus_fills_no_more_than_the_size_asked_and_goes_on_from_its_offset() {
+        let fs = adapter();
+        let mut buf = vec![0u8; 1 << 16];
+        for i in 0..10 {
+            let mut out = ReplyBuf::new(&mut buf);
+            let name = format!("file{i}");
+            let create = Request::Create { flags: 0, mode: 0o644, umask: 0, open_flags: 0, name: name.as_bytes() };
+            assert_eq!(fs.handle(&header(1), create, &mut out), Outcome::Reply);
+        }
+        // Room for three entries of 6-letter names: 128 + 24 + 8 bytes each.
+        let size = 3 * 160;
+        let (mut offset, mut seen) = (0, Vec::new());
+        loop {
+            let mut out = ReplyBuf::new(&mut buf);
+            let req = Request::Readdirplus { fh: 0, offset, size };
+            assert_eq!(fs.handle(&header(1), req, &mut out), Outcome::Reply);
+            let b = out.as_slice();
+            assert!(b.len() <= size as usize);
+            if b.is_empty() {
+                break;
+            }
+            let mut at = 0;
+            while at < b.len() {
+                let d = at + abi::ENTRY_OUT_LEN;
+                let namelen = u32_at(b, d + 16) as usize;
+                seen.push(String::from_utf8(b[d + 24..d + 24 + namelen].to_vec()).unwrap());
+                offset = u64_at(b, d + 8);
+                at = d + (abi::DIRENT_LEN + namelen).next_multiple_of(8);
+            }
+        }
+        seen.sort();
+        let mut want: Vec<String> = (0..10).map(|i| format!("file{i}")).collect();
+        want.extend([".".to_string(), "..".to_string()]);
+        want.sort();
+        assert_eq!(seen, want, "every entry once");
+    }
+
+    #[test]
+    fn requests_fuser_leaves_unanswered_are_enosys_and_flush_is_too() {
+        let fs = adapter();
+        let mut buf = vec![0u8; 64];
+        let mut out = ReplyBuf::new(&mut buf);
+        assert_eq!(fs.handle(&header(1), Request::Unknown { opcode: 31 }, &mut out), Outcome::Error(libc::ENOSYS));
+        assert_eq!(fs.handle(&header(1), Request::Syncfs, &mut out), Outcome::Error(libc::ENOSYS));
+        assert_eq!(
+            fs.handle(&header(1), Request::Flush { fh: 0, lock_owner: 0 }, &mut out),
+            Outcome::Error(libc::ENOSYS)
+        );
+        assert_eq!(fs.handle(&header(1), Request::Forget { nlookup: 0 }, &mut out), Outcome::NoReply);
+        let size_only = Request::Getxattr { name: b"user.none", size: 0 };
+        assert_eq!(fs.handle(&header(1), size_only, &mut out), Outcome::Error(libc::ENODATA));
+    }
+}

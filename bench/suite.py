@@ -151,6 +151,19 @@ class Volume:
                 opts += ",order=strict"
             if c == "dualfs-uring":
                 opts += ",uring"
+                # io_uring needs the fuse module's enable_uring (the whole
+                # machine's) at the mount: set under the lock the mount
+                # tests share, and put back.
+                lock = "/run/lock/dualfs-enable-uring.lock"
+                param = "/sys/module/fuse/parameters/enable_uring"
+                sh(f"( flock 9; old=$(cat {param}); echo Y > {param}; "
+                   f"{self.dualfs} mount -o {opts},log={self.dir}/uring.log {m} {d} {self.mnt}; rc=$?; "
+                   f"echo $old > {param}; exit $rc ) 9>{lock}")
+                # The background process logs its transport just after it is ready.
+                time.sleep(0.2)
+                said = sh(f"grep 'serving over' {self.dir}/uring.log | tail -1", check=False, capture=True)
+                log(f"dualfs-uring: {said.strip()}")
+                return
             sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],

@@ -266,7 +266,8 @@ impl Filesystem for DualFs {
     }
 
     fn readdirplus(&self, _req: &Request, node: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let r = DualFs::readdirplus(self, node.0, offset, &mut |l, e| {
+        // fuser writes the inode number as the node id: every entry comes with attributes.
+        let r = DualFs::readdirplus(self, node.0, offset, false, &mut |l, e| {
             let attr = e.attr.as_ref().map_or_else(convert::absent, file_attr);
             reply.add(
                 INodeNo(l.ino.0),

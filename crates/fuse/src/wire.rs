@@ -218,8 +218,14 @@ impl Handler for DualFs {
             }
             Request::Readdirplus { offset, size, .. } => {
                 let size = size as usize;
-                let r = self.readdirplus(node, offset, &mut |l, e| {
-                    !out.push_direntplus(size, &entry_out(e), l.next, l.kind.mode_bits() >> 12, &l.name)
+                // Entries the kernel holds go without attributes (node id
+                // 0), which fuser cannot send: a warm `ls -l` then keeps
+                // the kernel's cached ACLs (BENCHMARKS.md, "warm ls -l").
+                let r = self.readdirplus(node, offset, true, &mut |l, e| {
+                    let mut entry = entry_out(e);
+                    // The dirent's inode number is the attributes' one.
+                    entry.attr.ino = l.ino.0;
+                    !out.push_direntplus(size, &entry, l.next, l.kind.mode_bits() >> 12, &l.name)
                 });
                 empty(r)
             }
@@ -383,6 +389,49 @@ mod tests {
         want.extend([".".to_string(), "..".to_string()]);
         want.sort();
         assert_eq!(seen, want, "every entry once");
+    }
+
+    #[test]
+    fn readdirplus_leaves_out_the_attributes_of_what_the_kernel_holds() {
+        let fs = adapter();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut out = ReplyBuf::new(&mut buf);
+        let create = Request::Create { flags: 0, mode: 0o644, umask: 0, open_flags: 0, name: b"held" };
+        assert_eq!(fs.handle(&header(1), create, &mut out), Outcome::Reply);
+        let held = u64_at(out.as_slice(), 0);
+        let mut out = ReplyBuf::new(&mut buf);
+        let mkdir = Request::Mkdir { mode: 0o755, umask: 0, name: b"forgotten" };
+        assert_eq!(fs.handle(&header(1), mkdir, &mut out), Outcome::Reply);
+        let forgotten = u64_at(out.as_slice(), 0);
+        fs.forget(forgotten, 1);
+
+        let mut out = ReplyBuf::new(&mut buf);
+        let req = Request::Readdirplus { fh: 0, offset: 0, size: 4096 };
+        assert_eq!(fs.handle(&header(1), req, &mut out), Outcome::Reply);
+        let b = out.as_slice();
+        let mut at = 0;
+        let mut seen = 0;
+        while at < b.len() {
+            let d = at + abi::ENTRY_OUT_LEN;
+            let namelen = u32_at(b, d + 16) as usize;
+            let (nodeid, dirent_ino) = (u64_at(b, at), u64_at(b, d));
+            match &b[d + 24..d + 24 + namelen] {
+                b"held" => {
+                    assert_eq!((nodeid, dirent_ino), (0, held), "held: no attributes, its inode number listed");
+                    seen += 1;
+                }
+                b"forgotten" => {
+                    assert_eq!((nodeid, dirent_ino), (forgotten, forgotten), "not held: attributes sent");
+                    assert_eq!(u64_at(b, at + 40), forgotten);
+                    seen += 1;
+                }
+                _ => {}
+            }
+            at = d + (abi::DIRENT_LEN + namelen).next_multiple_of(8);
+        }
+        assert_eq!(seen, 2);
+        assert_eq!(fs.vol.references(dualfs_engine::types::InodeNo(held)), 1, "no reference for a bare entry");
+        assert_eq!(fs.vol.references(dualfs_engine::types::InodeNo(forgotten)), 1, "one for a full one");
     }
 
     #[test]

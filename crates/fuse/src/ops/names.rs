@@ -248,16 +248,26 @@ impl DualFs {
     /// lookup reference on every entry taken but `.` and `..`, which this
     /// counts.
     ///
+    /// With `known_bare`, an entry whose inode the kernel holds already
+    /// (it has a lookup reference: its attributes are cached, and kept
+    /// fresh by the kernel's own changes and the adapter's notifications)
+    /// comes without attributes (`attr` None), to be sent with node id 0:
+    /// the kernel lists the name and leaves what it caches of the inode
+    /// alone, its ACLs among them, which fresh attributes would drop (so a
+    /// warm `ls -l` would ask for them all again). No reference is taken
+    /// for it. A transport that cannot send node id 0 (fuser) passes false.
+    ///
     /// # Errors
     /// The engine's.
     pub fn readdirplus(
         &self,
         node: u64,
         offset: u64,
+        known_bare: bool,
         add: &mut dyn FnMut(&Listing, &Entry) -> bool,
     ) -> Result<(), Errno> {
         let _t = self.requests.time(Op::Readdirplus);
-        self.readdirplus_fill(ino(node), offset, add).map_err(|e| report("readdirplus", &e))
+        self.readdirplus_fill(ino(node), offset, known_bare, add).map_err(|e| report("readdirplus", &e))
     }
 
     /// Lists up to [`PLUS_BATCH`] entries from `offset`.
@@ -274,12 +284,22 @@ impl DualFs {
         &self,
         dir: InodeNo,
         mut offset: u64,
+        known_bare: bool,
         add: &mut dyn FnMut(&Listing, &Entry) -> bool,
     ) -> Result<(), Error> {
         loop {
             let batch = self.list_batch(dir, offset)?;
             let last = batch.len() < PLUS_BATCH;
             for l in batch {
+                let dots = l.name == b"." || l.name == b"..";
+                if known_bare && !dots && self.vol.references(l.ino) > 0 {
+                    let bare = Entry { attr: None, attr_ttl: Duration::ZERO, entry_ttl: Duration::ZERO };
+                    if add(&l, &bare) {
+                        return Ok(());
+                    }
+                    offset = l.next;
+                    continue;
+                }
                 let attr = match self.vol.getattr(l.ino) {
                     Ok(a) => a,
                     // Removed since it was listed: leave it out.
@@ -294,7 +314,7 @@ impl DualFs {
                 if add(&l, &entry) {
                     return Ok(());
                 }
-                if l.name != b"." && l.name != b".." {
+                if !dots {
                     self.vol.remember(l.ino, 1);
                 }
                 offset = l.next;

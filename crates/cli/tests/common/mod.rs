@@ -197,14 +197,19 @@ impl TestVolume {
     /// its transport (the background process logs it just after it says
     /// it is ready) and checks it; fuser's mounts name none.
     pub fn expect_transport(&self, want: &str) {
+        let line = self.transport();
+        assert!(line.contains(want), "expected {want:?}, the mount says: {line}");
+    }
+
+    /// The log line of the latest mount that names its transport.
+    pub fn transport(&self) -> String {
         let log = self.dir.path().join("dualfs.log");
         let start = Instant::now();
         loop {
             let all = std::fs::read(&log).unwrap_or_default();
             let text = String::from_utf8_lossy(all.get(self.log_from..).unwrap_or_default());
             if let Some(line) = text.lines().find(|l| l.contains("serving over")) {
-                assert!(line.contains(want), "expected {want:?}, the mount says: {line}");
-                return;
+                return line.to_string();
             }
             assert!(start.elapsed() < Duration::from_secs(10), "the log never named a transport:\n{text}");
             std::thread::sleep(Duration::from_millis(20));

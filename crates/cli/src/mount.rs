@@ -374,6 +374,19 @@ fn serve(args: &MountArgs) -> Result<()> {
         let _ = window.set(w);
     }
     let flusher = Flusher::start(vol.clone())?;
+    // The open left a large inode map on disk: the rest is read now, while
+    // requests are served (Volume::finish_loading).
+    let loader = {
+        let vol = vol.clone();
+        std::thread::Builder::new()
+            .name("dualfs-load".into())
+            .spawn(move || {
+                if let Err(e) = vol.finish_loading() {
+                    log::error!("reading the rest of the inode map: {e}");
+                }
+            })
+            .context("cannot start the thread that loads the inode map")?
+    };
     if args.daemon_child {
         detach(&cfg)?;
     }
@@ -398,6 +411,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::debug!("cannot rename the process: {e}");
     }
     flusher.stop();
+    if loader.join().is_err() {
+        log::error!("the thread loading the inode map panicked");
+    }
     close(vol)?;
     served
 }

@@ -32,6 +32,12 @@ pub trait Entry: Copy + Default {
     /// # Errors
     /// A malformed entry.
     fn decode(r: &mut Reader<'_>) -> DecodeResult<Self>;
+    /// `n` default entries. Tables whose default is all zeros allocate
+    /// them zeroed, so that memory is touched only where entries are
+    /// written (a lazily loaded table of millions).
+    fn defaults(n: usize) -> Vec<Self> {
+        vec![Self::default(); n]
+    }
 }
 
 impl Entry for SegUsage {
@@ -49,6 +55,9 @@ impl Entry for ImapEntry {
     }
     fn decode(r: &mut Reader<'_>) -> DecodeResult<Self> {
         ImapEntry::decode(r)
+    }
+    fn defaults(n: usize) -> Vec<Self> {
+        bytemuck::zeroed_vec(n)
     }
 }
 
@@ -190,6 +199,15 @@ impl<E: Entry> Table<E> {
         self.unloaded_count = self.unloaded.len();
     }
 
+    /// As [`Table::set_all_unloaded`], but block `keep`, already read.
+    pub fn set_all_unloaded_but(&mut self, keep: u32) {
+        self.set_all_unloaded();
+        if let Some(u) = self.unloaded.get_mut(keep as usize) {
+            *u = false;
+            self.unloaded_count -= 1;
+        }
+    }
+
     /// Whether block `b`'s entries are in memory.
     #[must_use]
     pub fn is_loaded(&self, b: u32) -> bool {
@@ -221,7 +239,15 @@ impl<E: Entry> Table<E> {
             return;
         }
         let first_new = self.entries.len() / self.per_block();
-        self.entries.resize(len, E::default());
+        if self.entries.len() < len / 2 {
+            // A large growth (loading a checkpoint) allocates anew, zeroed
+            // where the entry type allows; small ones (one more inode) resize.
+            let mut grown = E::defaults(len);
+            grown[..self.entries.len()].copy_from_slice(&self.entries);
+            self.entries = grown;
+        } else {
+            self.entries.resize(len, E::default());
+        }
         self.addresses.resize(self.block_count(), MetaBlock(0));
         for b in first_new..self.block_count() {
             self.dirty.insert(b as u32);
@@ -255,6 +281,7 @@ impl<E: Entry> Table<E> {
     /// Marks block `b` for rewriting at the next checkpoint (the cleaner
     /// moves IFile blocks this way).
     pub fn mark_dirty(&mut self, b: u32) {
+        assert!(self.is_loaded(b), "block {b} of the {} moved before it was loaded", self.id.name());
         if (b as usize) < self.block_count() {
             self.dirty.insert(b);
         }

@@ -15,7 +15,7 @@ pub const BLOCK_BYTES: u64 = BLOCK_SIZE as u64;
 macro_rules! newtype {
     ($(#[$doc:meta])* $name:ident($inner:ty), $prefix:literal) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, bytemuck::Zeroable)]
         pub struct $name(pub $inner);
 
         impl fmt::Debug for $name {

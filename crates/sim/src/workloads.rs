@@ -690,6 +690,37 @@ pub fn clones() -> Vec<Workload> {
     out
 }
 
+/// Enough inodes (600, three blocks of inode map) that a mount with a low
+/// threshold leaves the map on disk, checkpointed; then changes all over
+/// the map in commits roll-forward replays (chmod by rename, unlink, a
+/// file unlinked while open and written through its handle: an orphan),
+/// and a second checkpoint. `crashes_with_the_inode_map_left_on_disk`
+/// runs it with every recovery leaving the map on disk.
+#[must_use]
+pub fn many_inodes() -> Workload {
+    let mut steps = vec![Step::Mkdir(s("M"))];
+    steps.extend((0..600).map(|i| Step::Create(format!("M/f{i:03}"))));
+    steps.push(Step::Sync);
+    steps.extend([
+        Step::Open { path: s("M/f300"), h: 1 },
+        Step::Unlink(s("M/f300")),
+        Step::WriteOpen { h: 1, offset: 0, len: 5000 },
+        Step::FsyncOpen(1),
+        Step::Rename { from: s("M/f010"), to: s("M/renamed") },
+        Step::Unlink(s("M/f550")),
+        Step::Write { path: s("M/f450"), offset: 0, len: 3000 },
+        Step::Fsync(s("M/f450")),
+        Step::Create(s("M/new")),
+        Step::Fsync(s("M")),
+        Step::Close(1),
+        Step::Unlink(s("M/f120")),
+        Step::Sync,
+        Step::Unlink(s("M/f599")),
+        Step::Fsync(s("M")),
+    ]);
+    Workload { name: s("pattern/many-inodes"), steps, scale: 2 }
+}
+
 /// Every workload of the default run.
 #[must_use]
 pub fn all() -> Vec<Workload> {
@@ -711,5 +742,5 @@ pub fn by_name(name: &str) -> Option<Workload> {
     if let Some(n) = name.strip_prefix("pattern/log-wrap-") {
         return n.parse().ok().map(|n| log_wrap(n, true));
     }
-    all().into_iter().find(|w| w.name == name)
+    all().into_iter().chain([many_inodes()]).find(|w| w.name == name)
 }

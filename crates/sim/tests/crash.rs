@@ -219,3 +219,22 @@ fn crashes_around_clones_keep_every_tree_whole() {
         }
     }
 }
+
+/// A volume with more inodes than the threshold leaves its inode map on
+/// disk at every recovery: roll-forward reads the blocks it replays into,
+/// the oracle's reads read the rest on demand, and orphans wait on the
+/// list for the load (`pattern/many-inodes`; the other workloads' volumes
+/// hold one block of map, which is always read). Replay a failure with
+/// `DUALFS_CRASH_REPLAY=seed:pattern/many-inodes:state
+/// DUALFS_LAZY_INODE_MAP_MIN_BLOCKS=2`.
+#[test]
+fn crashes_with_the_inode_map_left_on_disk() {
+    if env("DUALFS_CRASH_REPLAY").is_some() {
+        return;
+    }
+    let mut config = Config::default();
+    config.mount.lazy_inode_map_min_blocks = 2;
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    let stats = ex.explore(&workloads::many_inodes()).unwrap_or_else(|f| panic!("{f}"));
+    assert!(stats.states_checked > 40 && stats.rolled_forward > 10, "too few states: {stats:?}");
+}

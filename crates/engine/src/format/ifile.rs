@@ -112,8 +112,9 @@ pub const IMAP_USED: u16 = 1;
 pub const IMAP_ORPHAN: u16 = 2;
 const IMAP_KNOWN: u16 = IMAP_USED | IMAP_ORPHAN;
 
-/// One inode-map entry.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+/// One inode-map entry. All zeros is the default (a free number of
+/// generation 0), so a table of them can be allocated zeroed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, bytemuck::Zeroable)]
 pub struct ImapEntry {
     /// Inode block holding the newest copy; 0 while it was never written.
     pub address: MetaBlock,

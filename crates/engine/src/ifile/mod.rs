@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::format::codec::DecodeResult;
 use crate::format::ifile::{IMAP_ORPHAN, IMAP_USED, ImapEntry, SegUsage, TableId};
 use crate::table::{Table, TableAccess};
 use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo, Seq};
@@ -83,13 +84,90 @@ impl IFile {
     }
 
     /// Rebuilds the free lists and counters after the tables were loaded or
-    /// rolled forward.
+    /// rolled forward. An inode map loaded lazily contributes the blocks it
+    /// has in memory; each block read later adds its own
+    /// ([`IFile::accept_inode_block`]).
     pub fn rebuild_free_lists(&mut self) {
-        self.free_inodes = (1..self.inodes.len() as u64).filter(|&i| !self.inodes.get(i as usize).in_use()).collect();
+        self.free_inodes.clear();
         self.freed_inodes.clear();
-        self.used_inodes = (self.inodes.len() as u64 - 1) - self.free_inodes.len() as u64;
+        self.used_inodes = 0;
+        let per = self.inodes.per_block();
+        for b in 0..self.inodes.block_count() {
+            if self.inodes.is_loaded(b as u32) {
+                self.count_inode_block(b, per);
+            }
+        }
         self.free_nodes = (1..self.nodes.len() as u64).filter(|&i| self.nodes.get(i as usize) == 0).collect();
         self.used_nodes = (self.nodes.len() as u64 - 1) - self.free_nodes.len() as u64;
+    }
+
+    /// Adds block `b`'s free numbers to the free list and its numbers in
+    /// use to the count.
+    fn count_inode_block(&mut self, b: usize, per: usize) {
+        let end = ((b + 1) * per).min(self.inodes.len());
+        for i in (b * per).max(1)..end {
+            if self.inodes.get(i).in_use() {
+                self.used_inodes += 1;
+            } else if !self.freed_inodes.contains(&(i as u64)) {
+                self.free_inodes.insert(i as u64);
+            }
+        }
+    }
+
+    /// Leaves the inode map's blocks on disk, to be read when an inode in
+    /// one is first needed ([`IFile::unloaded_inode_block`]) or by the
+    /// volume's background load: a mount then takes the same time whatever
+    /// the number of files. Block `keep`, the last, was loaded: it is where
+    /// the map grows. Until every block is in, free numbers come from
+    /// the blocks read (lowest first among them) or past the end, the
+    /// count of inodes in use covers the blocks read, and the live bytes
+    /// the segment usage table says are trusted; the last block read
+    /// recounts them ([`IFile::accept_inode_block`]).
+    pub fn leave_inodes_on_disk_but(&mut self, keep: u32) {
+        self.inodes.set_all_unloaded_but(keep);
+        self.rebuild_free_lists();
+    }
+
+    /// The block of the inode map holding `ino` when it is not in memory yet.
+    #[must_use]
+    pub fn unloaded_inode_block(&self, ino: InodeNo) -> Option<u32> {
+        if self.inodes.unloaded_blocks() == 0 || ino.0 >= self.inodes.len() as u64 {
+            return None;
+        }
+        let b = (ino.0 / self.inodes.per_block() as u64) as u32;
+        (!self.inodes.is_loaded(b)).then_some(b)
+    }
+
+    /// Inode-map blocks not in memory yet, in order.
+    #[must_use]
+    pub fn unloaded_inode_blocks(&self) -> Vec<u32> {
+        if self.inodes.unloaded_blocks() == 0 {
+            return Vec::new();
+        }
+        (0..self.inodes.block_count() as u32).filter(|&b| !self.inodes.is_loaded(b)).collect()
+    }
+
+    /// Whether the whole inode map is in memory.
+    #[must_use]
+    pub fn inodes_complete(&self) -> bool {
+        self.inodes.unloaded_blocks() == 0
+    }
+
+    /// Takes inode-map block `b`'s payload, read from disk (a block already
+    /// in memory is left as it is: it may have changed since). When it was
+    /// the last one missing, the segments' live bytes are checked against
+    /// the whole maps and recounted; the segments that said otherwise are
+    /// returned, as at a complete load.
+    ///
+    /// # Errors
+    /// The payload does not decode as that block.
+    pub fn accept_inode_block(&mut self, b: u32, payload: &[u8]) -> DecodeResult<Vec<(SegmentNo, u32, u64)>> {
+        if self.inodes.is_loaded(b) {
+            return Ok(Vec::new());
+        }
+        self.inodes.decode_block(b, payload)?;
+        self.count_inode_block(b as usize, self.inodes.per_block());
+        Ok(if self.inodes_complete() { self.recount_live_bytes() } else { Vec::new() })
     }
 
     /// Makes another tree's inode and node maps this IFile's (mounting a
@@ -151,9 +229,20 @@ impl IFile {
     // ---- inode map ----
 
     /// The inode-map entry of `ino`, if the number is in range.
+    ///
+    /// # Panics
+    /// Its block is not in memory: callers read it first
+    /// ([`IFile::unloaded_inode_block`]).
     #[must_use]
     pub fn inode(&self, ino: InodeNo) -> Option<ImapEntry> {
         (ino.0 < self.inodes.len() as u64).then(|| self.inodes.get(ino.0 as usize))
+    }
+
+    /// The inode-map entry of `ino` if its block is in memory (a hint:
+    /// whether a neighbour in an inode block is worth caching).
+    #[must_use]
+    pub fn inode_if_loaded(&self, ino: InodeNo) -> Option<ImapEntry> {
+        if self.unloaded_inode_block(ino).is_some() { None } else { self.inode(ino) }
     }
 
     /// Takes a free inode number (the lowest) and returns it with its generation.
@@ -385,6 +474,15 @@ impl IFile {
         if at.0 == 0 {
             return;
         }
+        if !self.inodes_complete() {
+            // The table's sums are not checked against the maps until the
+            // last block is read (then recounted): a wrong one must not
+            // stop the volume meanwhile.
+            if let Some(seg) = self.geometry.segment_of(at) {
+                self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
+            }
+            return;
+        }
         if let Some(seg) = self.geometry.segment_of(at) {
             self.segments.update(seg.0 as usize, |u| {
                 u.live_bytes = u.live_bytes.checked_sub(bytes).unwrap_or_else(|| {
@@ -466,6 +564,49 @@ mod tests {
         assert_eq!(f.recount_live_bytes(), vec![(SegmentNo(0), 999, 200)]);
         assert_eq!(f.segment(SegmentNo(0)).live_bytes, 200);
         assert!(f.recount_live_bytes().is_empty());
+    }
+
+    /// An IFile whose inode map holds three blocks, the first two left on
+    /// disk as a large map's are at mount; their payloads are returned.
+    fn lazily_loaded() -> (IFile, usize, Vec<Vec<u8>>) {
+        let mut f = ifile();
+        let per = f.inodes.per_block();
+        for _ in 0..2 * per + 10 {
+            let (ino, g) = f.alloc_inode();
+            f.place_inode(ino, g, MetaBlock(300), 100);
+        }
+        f.free_inode(InodeNo(7), 1);
+        f.release_freed_inodes();
+        let payloads = vec![f.inodes.encode_block(0), f.inodes.encode_block(1)];
+        f.leave_inodes_on_disk_but(2);
+        (f, per, payloads)
+    }
+
+    #[test]
+    #[should_panic(expected = "used before its block 0 was loaded")]
+    fn an_inode_map_entry_left_on_disk_is_never_read_as_free() {
+        let (f, _, _) = lazily_loaded();
+        let _ = f.inode(InodeNo(7));
+    }
+
+    #[test]
+    fn numbers_come_from_blocks_read_and_the_count_is_whole_with_the_last() {
+        let (mut f, per, payloads) = lazily_loaded();
+        assert_eq!(f.used_inodes(), 11, "only the last block is counted");
+        assert_eq!(f.unloaded_inode_block(InodeNo(7)), Some(0));
+        assert_eq!(f.inode_if_loaded(InodeNo(7)), None);
+        // Free number 7 is on disk: a new inode goes past the end.
+        assert_eq!(f.alloc_inode().0, InodeNo((2 * per + 11) as u64));
+        assert!(f.accept_inode_block(0, &payloads[0]).unwrap().is_empty());
+        assert_eq!(f.alloc_inode().0, InodeNo(7), "the lowest free number of a block read");
+        assert!(!f.inodes_complete());
+        // The last block in: live bytes were right, nothing recounted.
+        assert!(f.accept_inode_block(1, &payloads[1]).unwrap().is_empty());
+        assert!(f.inodes_complete());
+        assert_eq!(f.used_inodes(), (2 * per + 11) as u64);
+        // A block read again is left alone.
+        assert!(f.accept_inode_block(1, &payloads[1]).unwrap().is_empty());
+        assert_eq!(f.used_inodes(), (2 * per + 11) as u64);
     }
 
     #[test]

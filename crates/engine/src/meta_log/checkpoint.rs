@@ -307,11 +307,14 @@ impl Log {
     /// Loads the IFile a checkpoint points at (mount). With `lazy`, the data
     /// bitmap stays on disk, read a group at a time when the allocator
     /// first needs it (its blocks' addresses are all checked here, its
-    /// contents when read); otherwise every block is read and checked.
+    /// contents when read), and so does an inode map of at least that many
+    /// blocks ([`super::lazy_imap`]); otherwise every block is read and
+    /// checked.
     ///
     /// # Errors
     /// An index or table block is missing, unreadable or corrupt.
-    pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint, lazy: bool) -> Result<()> {
+    pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint, lazy_from: Option<usize>) -> Result<()> {
+        let lazy = lazy_from.is_some();
         let geometry = self.ifile.geometry();
         let source = IFileBlocks { meta: self.meta.clone(), volume_id: self.volume_id };
         // Index blocks first: they say how large each table is, which bounds
@@ -362,6 +365,10 @@ impl Log {
         }
         self.ifile.inodes.grow(c.inode_count as usize);
         self.ifile.nodes.grow(c.node_count as usize);
+        // A large inode map stays on disk but for its last block, where it
+        // grows (see `lazy_imap`).
+        let imap_blocks = c.inode_count.div_ceil(TableId::InodeMap.per_block() as u64) as u32;
+        let lazy_imap = lazy_from.is_some_and(|min| imap_blocks as usize >= min.max(2));
         let mut loaded: BTreeMap<TableId, Vec<bool>> =
             tables(self).into_iter().map(|t| (t.table_id(), vec![false; t.blocks()])).collect();
         let mut index = BTreeMap::new();
@@ -392,7 +399,12 @@ impl Log {
                 if let Some(l) = loaded.get_mut(&r.table) {
                     l[b as usize] = true;
                 }
-                if !(lazy && r.table == TableId::Bitmap) {
+                let on_disk = match r.table {
+                    TableId::Bitmap => lazy,
+                    TableId::InodeMap => lazy_imap && b + 1 < imap_blocks,
+                    _ => false,
+                };
+                if !on_disk {
                     to_read.push((r.table, b, *at, r.address));
                 }
             }
@@ -424,7 +436,11 @@ impl Log {
         // The checkpoint decoder refuses a log position of sequence 0.
         self.durable = crate::types::Seq(c.log.seq.0 - 1);
         self.vouched = self.durable;
-        self.ifile.rebuild_free_lists();
+        if lazy_imap {
+            self.ifile.leave_inodes_on_disk_but(imap_blocks - 1);
+        } else {
+            self.ifile.rebuild_free_lists();
+        }
         // What the segment usage derives from the maps is checked here, so
         // that every change after adds and takes amounts that add up (a
         // wrong sum is then a bug, and asserted); a wrong one is recounted
@@ -443,7 +459,9 @@ impl Log {
                 ));
             }
         }
-        for (seg, had, want) in self.ifile.recount_live_bytes() {
+        // (With the inode map on disk, when its last block comes in.)
+        let recounted = if lazy_imap { Vec::new() } else { self.ifile.recount_live_bytes() };
+        for (seg, had, want) in recounted {
             if want > u64::from(u32::MAX) {
                 return Err(Error::corrupt_meta(
                     "inode map",
@@ -501,7 +519,7 @@ impl TableSource for IFileBlocks {
 
 /// The payload of table block `b` of `table`, read at `at`: checksum,
 /// kind and name checked.
-fn open_table_block(raw: &[u8], table: TableId, b: u32, at: MetaBlock, volume_id: u64) -> Result<&[u8]> {
+pub(super) fn open_table_block(raw: &[u8], table: TableId, b: u32, at: MetaBlock, volume_id: u64) -> Result<&[u8]> {
     let (h, payload) = block::open_block_of_kind(raw, at, volume_id, BlockKind::IFileTable)
         .map_err(|e| Error::corrupt_meta(table.name(), at.0, e.0))?;
     if h.name != table.block_name(b) {
@@ -513,7 +531,10 @@ fn open_table_block(raw: &[u8], table: TableId, b: u32, at: MetaBlock, volume_id
 /// Reads single blocks at `addresses`, in runs of neighbouring addresses
 /// (a checkpoint writes its IFile blocks together): one request per run
 /// instead of one per block. Returns them in the order asked.
-fn read_scattered(meta: &dyn BlockDevice, addresses: impl Iterator<Item = MetaBlock>) -> Result<Vec<Vec<u8>>> {
+pub(super) fn read_scattered(
+    meta: &dyn BlockDevice,
+    addresses: impl Iterator<Item = MetaBlock>,
+) -> Result<Vec<Vec<u8>>> {
     const RUN_MAX: u64 = 256;
     let addrs: Vec<MetaBlock> = addresses.collect();
     let mut order: Vec<usize> = (0..addrs.len()).collect();

@@ -147,6 +147,9 @@ impl Log {
     /// # Errors
     /// The device fails.
     pub fn live_in_segment(&mut self, s: SegmentNo) -> Result<LiveSet> {
+        // Inodes anywhere may have records here, and inode-map blocks may
+        // be here to move: the whole map is wanted.
+        self.load_whole_inode_map()?;
         let mut live = LiveSet::default();
         let mut off = 0u32;
         let mut read = 0u64;
@@ -231,6 +234,7 @@ impl Log {
     /// # Errors
     /// A live object cannot be read.
     pub fn relocate(&mut self, nodes: &[NodeId], inodes: &[InodeNo], ifile: &[(TableId, u32)]) -> Result<()> {
+        self.load_whole_inode_map()?;
         for &id in nodes {
             // Freed or rewritten since the scan: nothing to move.
             if self.ifile.node_address(id).0 == 0 {

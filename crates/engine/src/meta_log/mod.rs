@@ -15,6 +15,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod fsync;
+pub mod lazy_imap;
 pub mod mend;
 pub mod mount;
 pub mod readahead;
@@ -197,7 +198,10 @@ impl Log {
     /// to have its blocks beyond its size released).
     #[must_use]
     pub fn is_orphan(&self, ino: InodeNo) -> bool {
-        self.ifile.inode(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0)
+        // An inode whose map block is still on disk was not touched since
+        // the mount, so no one holds it: nothing asks about it but FORGET
+        // of an inode looked up (whose block was read then).
+        self.ifile.inode_if_loaded(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0)
     }
 
     /// The log's and the cleaner's counters.
@@ -222,7 +226,7 @@ impl Log {
     /// objects, read-ahead blocks, inode-map and node-map entries, data
     /// bitmap blocks read.
     #[must_use]
-    pub fn memory_counts(&self) -> [(&'static str, u64); 7] {
+    pub fn memory_counts(&self) -> [(&'static str, u64); 8] {
         let (inodes, objects) = self.cache.counts();
         [
             ("cache_inodes", inodes as u64),
@@ -230,6 +234,8 @@ impl Log {
             ("cache_bytes", self.cache.bytes() as u64),
             ("readahead_blocks", self.readahead.held() as u64),
             ("inode_map_entries", self.ifile.inodes.len() as u64),
+            // Blocks the mount left on disk and nothing has read yet.
+            ("inode_map_blocks_on_disk", self.ifile.inodes.unloaded_blocks() as u64),
             ("node_map_entries", self.ifile.nodes.len() as u64),
             ("bitmap_blocks_loaded", (self.space.bitmap.block_count() - self.space.bitmap.unloaded_blocks()) as u64),
         ]
@@ -459,6 +465,7 @@ impl Log {
         if self.cache.has_inode(ino) {
             return Ok(());
         }
+        self.ensure_inode_block(ino)?;
         let entry = match self.ifile.inode(ino) {
             Some(e) if e.in_use() && ino.0 != 0 => e,
             _ => return Err(Error::NotFound),
@@ -479,7 +486,9 @@ impl Log {
             // damage, not a hint to clamp (a neighbour so damaged is not
             // cached: its own read says so).
             let group_ok = rec.group.0 < self.sb.group_count;
-            let live = group_ok && self.ifile.inode(rec.ino).is_some_and(|e| e.in_use() && e.address == entry.address);
+            // (A neighbour whose map block is still on disk is left there.)
+            let live = group_ok
+                && self.ifile.inode_if_loaded(rec.ino).is_some_and(|e| e.in_use() && e.address == entry.address);
             if rec.ino == ino {
                 if !group_ok {
                     return Err(Error::corrupt_meta(
@@ -530,6 +539,7 @@ impl Log {
     /// # Errors
     /// `Corrupt` when the number is in use already.
     pub fn claim_inode(&mut self, rec: InodeRecord) -> Result<()> {
+        self.ensure_inode_block(rec.ino)?;
         if !self.ifile.claim_inode(rec.ino, rec.generation) {
             return Err(Error::corrupt_meta(
                 "fsync record",

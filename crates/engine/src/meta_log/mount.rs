@@ -404,7 +404,7 @@ impl Log {
         sb: Superblock,
         sb_note: Option<String>,
     ) -> Result<(Log, OpenReport)> {
-        Log::open_loading(meta, data, sb, sb_note, false)
+        Log::open_loading(meta, data, sb, sb_note, None)
     }
 
     /// [`Log::open`] for serving a mount: the data bitmap is left on disk
@@ -415,11 +415,17 @@ impl Log {
     ///
     /// # Errors
     /// As [`Log::open`].
-    pub fn open_lazily(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<(Log, OpenReport)> {
+    /// An inode map of `imap_min_blocks` blocks or more is left on disk
+    /// too ([`super::lazy_imap`]).
+    pub fn open_lazily(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        imap_min_blocks: usize,
+    ) -> Result<(Log, OpenReport)> {
         let (sb, sb_note) = Log::read_superblocks_noting(meta.as_ref(), data.as_ref())?;
-        match Log::open_loading(meta.clone(), data.clone(), sb.clone(), sb_note.clone(), true) {
+        match Log::open_loading(meta.clone(), data.clone(), sb.clone(), sb_note.clone(), Some(imap_min_blocks)) {
             Ok((log, report)) if report.fell_back.is_none() && !report.is_damaged() => Ok((log, report)),
-            Ok(_) | Err(Error::Corrupt { .. }) => Log::open_loading(meta, data, sb, sb_note, false),
+            Ok(_) | Err(Error::Corrupt { .. }) => Log::open_loading(meta, data, sb, sb_note, None),
             Err(e) => Err(e),
         }
     }
@@ -429,7 +435,7 @@ impl Log {
         data: Arc<dyn BlockDevice>,
         sb: Superblock,
         sb_note: Option<String>,
-        lazy: bool,
+        lazy: Option<usize>,
     ) -> Result<(Log, OpenReport)> {
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();

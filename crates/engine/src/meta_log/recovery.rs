@@ -21,7 +21,7 @@ use crate::format::checksum;
 use crate::format::codec::{DecodeError, Writer};
 use crate::format::descriptor::{Change, Descriptor, PS_GROUP_END, PsKind};
 use crate::format::fsync::FsyncRecord;
-use crate::types::{BLOCK_SIZE, MetaBlock, SegmentNo, Seq};
+use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, SegmentNo, Seq};
 
 /// Why roll-forward took no partial segment at a place the log could go on:
 /// one variant per check, in the order [`Log::read_descriptor`] and the
@@ -483,6 +483,16 @@ impl Log {
     /// The data bitmap of a group a record touches cannot be loaded.
     fn apply_group(&mut self, group: &[ReadPs]) -> Result<Vec<String>> {
         let mut inconsistent = Vec::new();
+        // The inode-map blocks the group touches, if the map was left on disk.
+        let touched = group.iter().filter(|ps| ps.desc.kind == PsKind::Normal).flat_map(|ps| {
+            let changed = ps.desc.changes.iter().filter_map(|c| match *c {
+                Change::InodeFree { ino, .. } | Change::OrphanAdd(ino) | Change::OrphanRemove(ino) => Some(ino),
+                _ => None,
+            });
+            changed.chain(ps.desc.inode_blocks.iter().flatten().map(|s| s.ino))
+        });
+        let touched: Vec<InodeNo> = touched.collect();
+        self.ensure_inode_blocks(touched.into_iter())?;
         for ps in group {
             if ps.desc.kind == PsKind::Normal {
                 for c in &ps.desc.changes {

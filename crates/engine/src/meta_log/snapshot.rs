@@ -169,7 +169,7 @@ impl Log {
         // image never allocates, so the snapshots its checkpoint listed
         // (older ones) are not loaded with it: each would load its own.
         let c = Checkpoint { snapshot_list: None, ..c.clone() };
-        image.load_checkpoint(&c, false)?;
+        image.load_checkpoint(&c, None)?;
         Ok(image)
     }
 
@@ -356,8 +356,10 @@ impl Log {
         let Some(c) = self.last_record.clone() else {
             return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
         };
-        // The snapshot keeps a copy of the live bitmap, all of it.
+        // The snapshot keeps a copy of the live bitmap, all of it, and
+        // counts the inode blocks the whole inode map reaches.
         self.space.load_all()?;
+        self.load_whole_inode_map()?;
         let entries = index_entries(&c.index, self.sb.index_runs()).len();
         if entries > snapshot::MAX_SNAPSHOT_INDEX {
             return Err(Error::SnapshotRefused(format!(

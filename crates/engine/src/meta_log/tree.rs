@@ -96,6 +96,7 @@ impl Log {
             return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
         };
         self.space.load_all()?;
+        self.load_whole_inode_map()?;
         let image = self.open_image(&target.checkpoint)?;
         // What the outgoing tree reaches is counted before its maps go.
         let id = self.snaps.next_id.max(1);

@@ -16,6 +16,7 @@ mod clock;
 mod commit;
 mod files;
 mod fsync;
+mod load;
 mod migrate;
 mod mkfs;
 mod ops;
@@ -90,6 +91,9 @@ pub struct Volume {
     /// Writing nothing at all (commits, checkpoints, the close): set with
     /// `read_only`, except while a remount read-only writes what came before.
     no_writes: AtomicBool,
+    /// The open left the inode map on disk, so the orphans it would have
+    /// finished wait for [`Volume::finish_loading`].
+    orphans_pending: AtomicBool,
     /// Why the volume may never become writable, if it may not (features
     /// this version cannot write).
     never_writable: Option<String>,
@@ -188,7 +192,7 @@ impl Volume {
     ) -> Result<Volume> {
         let switches = [Arc::new(SwitchDevice::new(meta)), Arc::new(SwitchDevice::new(data))];
         let (meta, data): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (switches[0].clone(), switches[1].clone());
-        let (log, report) = Log::open_lazily(meta.clone(), data.clone())?;
+        let (log, report) = Log::open_lazily(meta.clone(), data.clone(), options.lazy_inode_map_min_blocks)?;
         // A loss not accepted keeps the volume read-only: the next
         // checkpoint would make it permanent behind the user's back.
         let unaccepted = report.loss.as_ref().filter(|_| !options.accept_loss).map(|loss| {
@@ -221,7 +225,7 @@ impl Volume {
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
             let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
-            vol.finish_recovery(moved)?;
+            vol.finish_recovery(moved, true)?;
         }
         Ok(vol)
     }
@@ -291,6 +295,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
+            orphans_pending: AtomicBool::new(false),
             background: (Mutex::new((false, false)), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
             home: Mutex::new(()),
@@ -330,7 +335,10 @@ impl Volume {
     /// What opening read-write does after roll-forward: finish the orphans'
     /// deletions and truncations, and checkpoint if anything changed (or
     /// `checkpoint` asks for one).
-    fn finish_recovery(&self, checkpoint: bool) -> Result<()> {
+    /// At open (`at_open`) with the inode map left on disk, the orphans
+    /// wait for [`Volume::finish_loading`]; otherwise the map is read whole
+    /// first.
+    fn finish_recovery(&self, checkpoint: bool, at_open: bool) -> Result<()> {
         if self.open_report.superblock_from_copy {
             // Repair what can be repaired: the data device's copy is whole.
             let sb = lock(&self.fs).log.superblock_on_disk().clone();
@@ -340,6 +348,14 @@ impl Volume {
         }
         if self.open_report.data_superblock_stale {
             self.rewrite_data_superblock()?;
+        }
+        if !lock(&self.fs).log.ifile().inodes_complete() {
+            if at_open {
+                self.orphans_pending.store(true, Ordering::Release);
+                return if checkpoint { self.checkpoint() } else { Ok(()) };
+            }
+            self.orphans_pending.store(false, Ordering::Release);
+            self.finish_loading()?;
         }
         let orphans = lock(&self.fs).log.ifile().orphans();
         for ino in &orphans {
@@ -399,7 +415,7 @@ impl Volume {
         }
         self.no_writes.store(false, Ordering::Release);
         self.read_only_locked(&mut lock(&self.fs), false);
-        let finished = self.finish_recovery(true);
+        let finished = self.finish_recovery(true, false);
         if finished.is_err() {
             self.read_only_locked(&mut lock(&self.fs), true);
             self.no_writes.store(true, Ordering::Release);

@@ -77,8 +77,9 @@ fn lookup_entry(fs: &mut Fs, dir: InodeNo, name: &FileName) -> Result<DirEntry> 
 
 /// Whether `dir` is `ancestor` or lies below it.
 fn is_within(fs: &mut Fs, mut dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
-    // Bounded: a parent chain cannot be longer than the number of inodes.
-    for _ in 0..=fs.log.ifile().used_inodes() {
+    // Bounded: a parent chain cannot be longer than the number of inodes
+    // (the map's length: its count of those in use may not be whole yet).
+    for _ in 0..=fs.log.ifile().inodes.len() {
         if dir == ancestor {
             return Ok(true);
         }
@@ -676,6 +677,10 @@ impl Volume {
     /// Space and inode figures.
     #[must_use]
     pub fn statfs(&self) -> StatFs {
+        // The count of inodes in use needs the whole inode map.
+        if let Err(e) = self.finish_loading() {
+            log::error!("reading the inode map: {e}; the count of files in use is short");
+        }
         let fs = lock(&self.fs);
         let log = &fs.log;
         let free_segments = u64::from(log.free_segments());

@@ -277,6 +277,7 @@ impl Volume {
     /// Refuses a stream this volume cannot take, before changing anything.
     fn check_base(&self, header: &StreamHeader) -> Result<()> {
         let Some(base) = &header.base else {
+            self.finish_loading()?;
             let empty = self.with_fs(|fs| -> Result<bool> {
                 Ok(fs.log.ifile().used_inodes() <= 1 && fs.dir_is_empty(InodeNo::ROOT)?)
             })?;

@@ -224,6 +224,12 @@ pub struct MountOptions {
     pub dirty_data_limit: usize,
     /// Decoded inodes and nodes kept in memory.
     pub cache_budget: usize,
+    /// An inode map of this many blocks or more (250 inodes a block) is
+    /// left on disk at open and read while the volume serves
+    /// ([`crate::Volume::finish_loading`]), so that opening takes the same time
+    /// whatever the number of files. 256 by default
+    /// (`DUALFS_LAZY_INODE_MAP_MIN_BLOCKS` overrides it, for tests).
+    pub lazy_inode_map_min_blocks: usize,
     /// Bytes of memory the decoded inodes and nodes may take (`-o cache=`
     /// gives half of its size to them, half to `dirty_data_limit`).
     pub cache_bytes: usize,
@@ -256,6 +262,7 @@ impl Default for MountOptions {
             checkpoint_blocks: 4096,
             dirty_data_limit: 256 << 20,
             cache_budget: 262_144,
+            lazy_inode_map_min_blocks: crate::meta_log::lazy_imap::lazy_inode_map_min_blocks(),
             cache_bytes: 256 << 20,
             clean_threshold: None,
             atime: AtimeMode::Relatime,

@@ -1,0 +1,48 @@
+//! Finishing a mount that left the inode map on disk
+//! ([`crate::meta_log::lazy_imap`]): the rest of the map is read in runs
+//! with the lock released between them, then the orphans a writable open
+//! finishes are finished. Operations meanwhile read the blocks they need.
+
+use std::sync::atomic::Ordering;
+
+use super::{Volume, lock};
+use crate::error::Result;
+use crate::meta_log::lazy_imap;
+use crate::types::MetaBlock;
+
+/// Inode-map blocks read per step: 4 MiB, one request (the checkpoint
+/// wrote them together), then the lock is taken once to decode them.
+const STEP_BLOCKS: usize = 1024;
+
+impl Volume {
+    /// Reads whatever of the inode map the mount left on disk, without
+    /// holding the lock while it reads, then finishes the orphans (on a
+    /// writable volume) as the open would have. The server calls it on a
+    /// thread of its own right after the mount; statfs and receive call it
+    /// for the whole count. Returns at once when nothing is left.
+    ///
+    /// # Errors
+    /// A block cannot be read or is not what the map says: the operations
+    /// that need it fail the same way.
+    pub fn finish_loading(&self) -> Result<()> {
+        loop {
+            let step = lock(&self.fs).log.unloaded_inode_runs(STEP_BLOCKS);
+            if step.is_empty() {
+                break;
+            }
+            let addresses: Vec<MetaBlock> = step.iter().map(|s| s.1).collect();
+            let raws = lazy_imap::read_blocks(self.meta.as_ref(), &addresses)?;
+            lock(&self.fs).log.accept_inode_blocks(&step, &raws)?;
+        }
+        if !self.is_read_only() && self.orphans_pending.swap(false, Ordering::AcqRel) {
+            let orphans = lock(&self.fs).log.ifile().orphans();
+            for ino in &orphans {
+                self.finish_orphan(*ino)?;
+            }
+            if !orphans.is_empty() {
+                self.checkpoint()?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -17,11 +17,17 @@ DUALFS = target/release/dualfs
 PREFIX ?= /usr/local
 SBINDIR ?= /sbin
 
-.PHONY: test check-style deps fuzz mount umount build install uninstall bench bench-deps bench-report bench-requests
+.PHONY: test test-uring check-style deps fuzz mount umount build install uninstall bench bench-deps bench-report bench-requests
 
 # Every test, and the style gates CI enforces.
 test: deps check-style
 	$(CARGO) test --workspace --release
+
+# The mount suites again, served over io_uring by our own transports
+# (dualfs mount -o uring); sets the fuse module's enable_uring for the run
+# and puts it back. Not part of `test`: it would run every mount twice.
+test-uring: deps
+	scripts/test-uring
 
 check-style:
 	$(CARGO) fmt --all -- --check

@@ -29,7 +29,8 @@ import sys
 import time
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
-# Also known: "xfs" (one device) and "dualfs-strict" (DualFS mounted -o order=strict).
+# Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict) and
+# "dualfs-uring" (DualFS mounted -o uring: our own transports, io_uring where enable_uring is Y).
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 
@@ -70,7 +71,7 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "ext4-extjournal", "xfs-extlog")
+        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "ext4-extjournal", "xfs-extlog")
         # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
         # comparison in one run; dualfs-strict: DualFS with -o order=strict.
         self.dualfs = args.dualfs_base if cfg == "dualfs-base" else args.dualfs
@@ -125,7 +126,7 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in ("dualfs", "dualfs-base", "dualfs-strict"):
+        if c in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
             sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {d}")
@@ -144,10 +145,25 @@ class Volume:
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in ("dualfs", "dualfs-base", "dualfs-strict"):
+        if c in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
             if c == "dualfs-strict":
                 opts += ",order=strict"
+            if c == "dualfs-uring":
+                opts += ",uring"
+                # io_uring needs the fuse module's enable_uring (the whole
+                # machine's) at the mount: set under the lock the mount
+                # tests share, and put back.
+                lock = "/run/lock/dualfs-enable-uring.lock"
+                param = "/sys/module/fuse/parameters/enable_uring"
+                sh(f"( flock 9; old=$(cat {param}); echo Y > {param}; "
+                   f"{self.dualfs} mount -o {opts},log={self.dir}/uring.log {m} {d} {self.mnt}; rc=$?; "
+                   f"echo $old > {param}; exit $rc ) 9>{lock}")
+                # The background process logs its transport just after it is ready.
+                time.sleep(0.2)
+                said = sh(f"grep 'serving over' {self.dir}/uring.log | tail -1", check=False, capture=True)
+                log(f"dualfs-uring: {said.strip()}")
+                return
             sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
@@ -167,7 +183,7 @@ class Volume:
         """DualFS's FUSE requests since mount (`dualfs stats --json`):
         opcode -> {count, total_us, mean_us}; None for the others, or for a
         build without the counters."""
-        if self.cfg not in ("dualfs", "dualfs-base", "dualfs-strict"):
+        if self.cfg not in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
             return None
         r = subprocess.run([self.dualfs, "stats", "--json", self.mnt], capture_output=True, text=True)
         if r.returncode != 0:
@@ -178,7 +194,7 @@ class Volume:
             return None
 
     def umount(self):
-        if self.cfg in ("dualfs", "dualfs-base", "dualfs-strict"):
+        if self.cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
             sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")

@@ -7,6 +7,8 @@ Four file systems in one run, each measured with `rt-client` (crates/wire):
   proto-uring  the prototype server (crates/wire) over io_uring: one queue
                per CPU, the queue's thread pinned to its CPU
   proto-dev    the same server and handler over /dev/fuse read/write
+  dualfs-uring `dualfs mount -o uring` (the adapter over crates/wire's
+               io_uring queues) on the suite's loop devices
   dualfs       `dualfs mount` (fuser) on the suite's loop devices
   ext4         kernel ext4 on a loop device
 
@@ -36,6 +38,7 @@ Results: bench/uring_rt.json (every run) and Markdown tables on stdout
 
 import argparse
 import collections
+import fcntl
 import json
 import os
 import statistics
@@ -48,7 +51,10 @@ import micro  # noqa: E402
 import suite  # noqa: E402
 
 PARAM = "/sys/module/fuse/parameters/enable_uring"
-CONFIGS = ["proto-uring", "proto-dev", "dualfs", "ext4"]
+# Held while the run needs enable_uring (the whole machine's) to stay Y;
+# the mount tests take it too (crates/cli/tests/common).
+PARAM_LOCK = "/run/lock/dualfs-enable-uring.lock"
+CONFIGS = ["proto-uring", "proto-dev", "dualfs-uring", "dualfs", "ext4"]
 
 
 def layouts():
@@ -171,7 +177,7 @@ def run_config(cfg, args, rep):
         vol.mkfs()
         vol.mount()
         mnt = vol.mnt
-        pid = dualfs_pid(mnt) if cfg == "dualfs" else None
+        pid = dualfs_pid(mnt) if cfg.startswith("dualfs") else None
     try:
         for phase in ("getattr", "create"):
             for label, threads, cpu in layouts():
@@ -324,6 +330,8 @@ def main():
         sys.exit(f"{PARAM} is missing: this kernel has no FUSE over io_uring")
     os.makedirs(args.work, exist_ok=True)
     configs = args.configs.split(",")
+    lock = open(PARAM_LOCK, "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     old = open(PARAM).read().strip()
     results = []
     load = open("/proc/loadavg").read().strip()

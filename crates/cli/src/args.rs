@@ -193,6 +193,11 @@ Options (-o, comma-separated, may be repeated):
                    `dualfs fsck -y` does) and mount it; without it such a
                    volume mounts only with ro, showing the rebuilt state
   threads=N        requests served in parallel (default 4)
+  uring            serve requests over per-CPU io_uring queues (Linux 6.14+,
+                   with the fuse module's enable_uring set: echo Y >
+                   /sys/module/fuse/parameters/enable_uring), else over
+                   /dev/fuse read by threads=N threads; the log says which
+                   and why. Without it, requests are served as before (fuser)
   dirty_window=SIZE
                    the most written data the kernel may hold for the mount
                    before passing it on (default 2M; 0: the kernel's limit,

@@ -31,6 +31,7 @@ mod metadump;
 mod migrate;
 mod mkfs;
 mod mount;
+mod mount_wire;
 mod obfuscate;
 mod options;
 mod probe;

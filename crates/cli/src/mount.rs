@@ -21,7 +21,7 @@ use dualfs_engine::repair::rescue;
 use dualfs_engine::volume::MountOptions;
 use dualfs_fuse::clock::KernelClock;
 use dualfs_fuse::{AdapterOptions, DualFs};
-use fuser::{MountOption, Session, SessionUnmounter};
+use fuser::{MountOption, Session};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
@@ -142,12 +142,12 @@ fn block_signals() -> Result<SigSet> {
 
 /// Unmounts on the first signal; the session then ends and `serve` closes
 /// the volume. A busy mount is detached, and closes when its files do.
-fn watch_signals(set: SigSet, mut unmounter: SessionUnmounter, mountpoint: PathBuf) {
+fn watch_signals(set: SigSet, mut unmount: impl FnMut() -> std::io::Result<()> + Send + 'static, mountpoint: PathBuf) {
     let spawned = thread::Builder::new().name("dualfs-signals".into()).spawn(move || {
         loop {
             let Ok(sig) = set.wait() else { return };
             log::info!("{sig}: unmounting {}", mountpoint.display());
-            match unmounter.unmount() {
+            match unmount() {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     log::warn!(
@@ -343,18 +343,36 @@ fn serve(args: &MountArgs) -> Result<()> {
     let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(crate::migrate::opener());
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
-    let mut session = match Session::new(fs, &args.mountpoint, &config) {
-        Ok(s) => s,
-        Err(e) => {
-            close(vol)?;
-            bail!("cannot mount on {}: {e}", args.mountpoint.display());
+    let mountpoint = absolute(&args.mountpoint)?;
+    let session = if cfg.uring {
+        let options = crate::mount_wire::options(&config.mount_options, cfg.acl);
+        match crate::mount_wire::WireMount::start(fs, &args.mountpoint, &options, &cfg) {
+            Ok(m) => {
+                let _ = notifier.set(Box::new(m.notifier()));
+                watch_signals(signals, m.unmounter(), mountpoint.clone());
+                Served::Wire(m)
+            }
+            Err(e) => {
+                close(vol)?;
+                return Err(e);
+            }
         }
+    } else {
+        let mut session = match Session::new(fs, &args.mountpoint, &config) {
+            Ok(s) => s,
+            Err(e) => {
+                close(vol)?;
+                bail!("cannot mount on {}: {e}", args.mountpoint.display());
+            }
+        };
+        let _ = notifier.set(Box::new(session.notifier()));
+        let mut unmounter = session.unmount_callable();
+        watch_signals(signals, move || unmounter.unmount(), mountpoint.clone());
+        Served::Fuser(Box::new(session))
     };
-    let _ = notifier.set(session.notifier());
-    if let Some(w) = crate::bdi::dirty_window(&absolute(&args.mountpoint)?, cfg.dirty_window, cfg.stream_window) {
+    if let Some(w) = crate::bdi::dirty_window(&mountpoint, cfg.dirty_window, cfg.stream_window) {
         let _ = window.set(w);
     }
-    watch_signals(signals, session.unmount_callable(), absolute(&args.mountpoint)?);
     let flusher = Flusher::start(vol.clone())?;
     // The open left a large inode map on disk: the rest is read now, while
     // requests are served (Volume::finish_loading).
@@ -373,13 +391,19 @@ fn serve(args: &MountArgs) -> Result<()> {
         detach(&cfg)?;
     }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
+    if let Served::Wire(m) = &session {
+        log::info!("{}", m.transport());
+    }
     log::warn!(
         "sync(1) does not make data durable on a FUSE file system: data is committed every {} s; run `dualfs \
          sync {}` (or fsync) to make it durable now",
         vol.options().commit_interval.as_secs(),
         args.mountpoint.display()
     );
-    let served = session.run();
+    let served = match session {
+        Served::Fuser(s) => s.run().context("the FUSE session ended with an error"),
+        Served::Wire(m) => m.run(),
+    };
     log::info!("unmounted {}", args.mountpoint.display());
     // Tells a mount of the same volume that finds it locked that it is
     // closing, and worth waiting for (see holder.rs).
@@ -391,5 +415,11 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::error!("the thread loading the inode map panicked");
     }
     close(vol)?;
-    served.context("the FUSE session ended with an error")
+    served
+}
+
+/// The session that serves the mount: fuser's, or ours (`-o uring`).
+enum Served {
+    Fuser(Box<Session<DualFs>>),
+    Wire(crate::mount_wire::WireMount),
 }

@@ -66,6 +66,10 @@ pub struct MountConfig {
     /// `clone=NAME`: make that tree the live one (keeping the tree that
     /// was live) and mount it.
     pub clone: Option<String>,
+    /// `uring`: serve over our own transports (dualfs-wire), io_uring
+    /// queues where the kernel allows them, else /dev/fuse; without it,
+    /// fuser serves.
+    pub uring: bool,
 }
 
 impl Default for MountConfig {
@@ -93,6 +97,7 @@ impl Default for MountConfig {
             remount: false,
             snapshot: None,
             clone: None,
+            uring: false,
         }
     }
 }
@@ -293,6 +298,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             if mode == AtimeMode::NoAtime {
                 c.fuse.push(MountOption::NoAtime);
             }
+        } else if opt == "uring" || opt == "nouring" {
+            c.uring = opt == "uring";
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
         } else if opt == "ro" {

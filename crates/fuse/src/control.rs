@@ -38,7 +38,8 @@ use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
 use dualfs_engine::volume::{CleanReport, CleanRequest, Policy, ResizeReport, ResizeRequest, WHOLE_DEVICE};
-use fuser::Errno;
+
+use crate::Errno;
 use serde_json::{Value, json};
 
 /// The prefix of every control attribute.
@@ -533,28 +534,24 @@ mod tests {
 
 /// The control attributes as requests: the adapter's side.
 mod requests {
-    use std::ffi::OsStr;
-    use std::os::unix::ffi::OsStrExt;
-
     use dualfs_engine::types::InodeNo;
-    use fuser::{Errno, INodeNo, Request};
 
+    use crate::answers::{Caller, Errno};
     use crate::control;
-    use crate::convert::ino;
-    use crate::filesystem::report;
+    use crate::ops::report;
 
     impl crate::DualFs {
         /// Whether a request is for a control attribute: a `dualfs.` name on
         /// the root directory.
-        pub(crate) fn is_control(node: INodeNo, n: &OsStr) -> bool {
-            ino(node) == InodeNo::ROOT && n.as_bytes().starts_with(control::PREFIX.as_bytes())
+        pub(crate) fn is_control(node: u64, n: &[u8]) -> bool {
+            InodeNo(node) == InodeNo::ROOT && n.starts_with(control::PREFIX.as_bytes())
         }
 
-        pub(crate) fn control_get(&self, req: &Request, n: &OsStr) -> Result<Vec<u8>, Errno> {
-            if !self.control.allowed(req.uid()) {
+        pub(crate) fn control_get(&self, caller: Caller, n: &[u8]) -> Result<Vec<u8>, Errno> {
+            if !self.control.allowed(caller.uid) {
                 return Err(Errno::EPERM);
             }
-            match n.as_bytes() {
+            match n {
                 b if b == control::CLEAN.as_bytes() => Ok(self.control.clean_status()),
                 b if b == control::STATS.as_bytes() => {
                     Ok(control::stats_json(&self.vol, &self.requests).to_string().into_bytes())
@@ -577,16 +574,16 @@ mod requests {
             }
         }
 
-        pub(crate) fn control_set(&self, req: &Request, n: &OsStr, value: Option<&[u8]>) -> Result<(), Errno> {
-            if n.as_bytes() == control::SYNC.as_bytes() && value.is_some() {
+        pub(crate) fn control_set(&self, caller: Caller, n: &[u8], value: Option<&[u8]>) -> Result<(), Errno> {
+            if n == control::SYNC.as_bytes() && value.is_some() {
                 // sync(2) never reaches a FUSE server (FUSE_SYNCFS is sent to
                 // virtiofs only): this is its stand-in, as open to users as it.
                 return self.vol.sync().map_err(|e| report("sync", &e));
             }
-            if !self.control.allowed(req.uid()) {
+            if !self.control.allowed(caller.uid) {
                 return Err(Errno::EPERM);
             }
-            match (n.as_bytes(), value) {
+            match (n, value) {
                 (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
                 (b, Some(v)) if b == control::RESIZE.as_bytes() => self.control.resize(&self.vol, v),
                 (b, Some(v)) if b == crate::migrate::MIGRATE.as_bytes() => self.migrator.migrate(&self.vol, v),

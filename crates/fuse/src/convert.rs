@@ -1,22 +1,21 @@
 //! Translations between the kernel's vocabulary (fuser types, flag words)
-//! and the engine's. Pure functions: no I/O, no state.
+//! and the engine's. Pure functions: no I/O, no state. The flag words are
+//! the kernel's own (uapi) and serve every transport; the fuser types only
+//! the fuser shim.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dualfs_engine::Error;
-use dualfs_engine::types::{FileKind, InodeNo, Timestamp};
+use dualfs_engine::types::{FileKind, Timestamp};
 use dualfs_engine::volume::{Attr, FallocateMode, RenameFlags, SetMode, TimeSet, Whence};
-use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
+use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+
+use crate::answers::Errno;
 
 /// The errno the kernel should see for an engine error; the engine chooses it.
+#[must_use]
 pub fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-/// The engine's inode number for a kernel node id (they are the same number:
-/// the root is 1 on both sides).
-pub fn ino(n: INodeNo) -> InodeNo {
-    InodeNo(n.0)
 }
 
 /// A time fuser decoded from a kernel request (setattr).

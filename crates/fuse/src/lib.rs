@@ -24,23 +24,29 @@
 //! chooses an errno only for requests the engine never sees (unknown flag
 //! bits, which it refuses before calling the engine).
 
+pub mod answers;
 mod caller;
 pub mod clock;
 pub mod control;
 mod convert;
 mod filesystem;
 pub mod migrate;
+mod ops;
 pub mod receive;
 pub mod requests;
 mod space;
 pub mod window;
+mod wire;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dualfs_engine::Volume;
 
+pub use answers::{Caller, Entry, Errno, NotifierSlot, Notify, Opened, Xattr};
 pub use convert::errno;
+pub use ops::SetAttrIn;
 
 /// How long the kernel may trust what the adapter tells it.
 ///
@@ -91,13 +97,18 @@ impl Default for AdapterOptions {
     }
 }
 
-/// A mounted DualFS volume as a `fuser::Filesystem`.
+/// A mounted DualFS volume: the requests' work as transport-neutral
+/// methods (crate `ops`), served by fuser (it is a `fuser::Filesystem`) or
+/// by any transport that calls the methods.
 #[derive(Debug)]
 pub struct DualFs {
     vol: Arc<Volume>,
     options: AdapterOptions,
     /// The kernel agreed to FUSE_POSIX_ACL (known after INIT).
-    acl: bool,
+    acl: AtomicBool,
+    /// The kernel caches writes: the writeback cache was asked for and
+    /// granted (known after INIT).
+    writeback: AtomicBool,
     control: control::Control,
     /// A receive through the control attribute `dualfs.receive`.
     receiver: receive::Receiver,
@@ -107,7 +118,7 @@ pub struct DualFs {
     requests: requests::RequestStats,
     /// How to tell the kernel that cached attributes changed; set by the
     /// mounting code once the session exists ([`DualFs::notifier_slot`]).
-    notifier: Arc<OnceLock<fuser::Notifier>>,
+    notifier: NotifierSlot,
     /// The kernel's dirty window for this mount, set by the mounting code
     /// once the mount exists ([`DualFs::window_slot`]); none: left as is.
     window: Arc<OnceLock<window::DirtyWindow>>,
@@ -122,7 +133,8 @@ impl DualFs {
         DualFs {
             vol,
             options,
-            acl: false,
+            acl: AtomicBool::new(false),
+            writeback: AtomicBool::new(options.writeback_cache),
             control: control::Control::new(options.owner_uid),
             receiver: receive::Receiver::default(),
             migrator: migrate::Migrator::default(),
@@ -153,7 +165,7 @@ impl DualFs {
     /// (`Session::notifier`), which exists only once the adapter has been
     /// handed to the session.
     #[must_use]
-    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+    pub fn notifier_slot(&self) -> NotifierSlot {
         self.notifier.clone()
     }
 

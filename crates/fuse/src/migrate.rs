@@ -9,11 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::Errno;
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, FileDevice};
 use dualfs_engine::error::DeviceRole;
 use dualfs_engine::volume::MigrateReport;
-use fuser::Errno;
 use serde_json::{Value, json};
 
 /// Set to `meta=PATH` or `data=PATH` to migrate; read for progress and outcome.

@@ -10,13 +10,15 @@
 use std::ffi::OsStr;
 use std::io::BufReader;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
 use dualfs_engine::volume::ReceiveReport;
-use fuser::{Errno, INodeNo, Notifier};
 use serde_json::{Value, json};
+
+use crate::Errno;
+use crate::answers::{NotifierSlot, Notify};
 
 /// Set to a stream's path to receive it; read for the state of the latest receive.
 pub const RECEIVE: &str = "dualfs.receive";
@@ -55,7 +57,7 @@ impl Receiver {
     /// # Errors
     /// EBUSY while a receive runs; ENOENT and the like when the file cannot
     /// be opened.
-    pub fn start(&self, vol: &Arc<Volume>, notifier: &Arc<OnceLock<Notifier>>, value: &[u8]) -> Result<(), Errno> {
+    pub fn start(&self, vol: &Arc<Volume>, notifier: &NotifierSlot, value: &[u8]) -> Result<(), Errno> {
         let mut worker = lock(&self.worker);
         if worker.as_ref().is_some_and(|h| !h.is_finished()) {
             return Err(Errno::EBUSY);
@@ -70,7 +72,7 @@ impl Receiver {
         *worker = Some(std::thread::spawn(move || {
             let out = vol.receive(&mut BufReader::with_capacity(1 << 20, file));
             if let Ok(r) = &out {
-                forget_cached(notifier.get(), r);
+                forget_cached(notifier.get().map(|n| &**n), r);
             }
             let out = out.map_err(|e| {
                 log::warn!("receive of {}: {e}", path.display());
@@ -99,22 +101,22 @@ impl Receiver {
 
 /// Makes the kernel forget what it caches of what the receive changed:
 /// names it may hold (present or absent), attributes and pages.
-fn forget_cached(notifier: Option<&Notifier>, r: &ReceiveReport) {
+fn forget_cached(notifier: Option<&dyn Notify>, r: &ReceiveReport) {
     log::debug!("receive: forgetting {} names and {} inodes", r.names.len(), r.inodes.len());
     let Some(n) = notifier else {
         log::warn!("receive: no notifier");
         return;
     };
     for (dir, name) in &r.names {
-        if let Err(e) = n.inval_entry(INodeNo(dir.0), OsStr::from_bytes(name)) {
+        if let Err(e) = n.inval_entry(dir.0, name) {
             log::warn!("receive: inval entry {dir}: {e}");
         }
     }
     for ino in &r.inodes {
-        if let Err(e) = n.inval_inode(INodeNo(ino.0), 0, 0) {
+        if let Err(e) = n.inval_inode(ino.0, 0, 0) {
             log::warn!("receive: inval inode {ino}: {e}");
         }
     }
     // The root's attributes: the provenance attribute and the snapshot.
-    let _ = n.inval_inode(INodeNo(1), -1, 0);
+    let _ = n.inval_inode(1, -1, 0);
 }

@@ -4,10 +4,9 @@
 //! so that write(2) gets ENOSPC itself, and statfs's available space
 //! leaves out what the kernel may hold dirty.
 
-use dualfs_engine::volume::StatFs;
-use fuser::FopenFlags;
-
 use crate::DualFs;
+use crate::answers::FOPEN_DIRECT_IO;
+use dualfs_engine::volume::StatFs;
 
 /// Free data space under which a file opened for writing bypasses the
 /// kernel's page cache: a cached write(2) succeeds and its ENOSPC comes
@@ -26,21 +25,21 @@ fn window_bytes(total: u64) -> u64 {
 impl DualFs {
     /// How a file opened for writing is served: through the page cache,
     /// unless the volume is nearly full and the cache would hide ENOSPC.
-    pub(crate) fn write_open_flags(&self) -> FopenFlags {
-        if !self.options.writeback_cache {
-            return FopenFlags::empty();
+    pub(crate) fn write_open_flags(&self) -> u32 {
+        if !self.writeback() {
+            return 0;
         }
         // Not statfs: this runs at every open for writing, and statfs also
         // counts the meta-data space (DESIGN.md, requests as cheap).
         let (total, free) = self.vol.data_space();
-        if free < window_bytes(total) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
+        if free < window_bytes(total) { FOPEN_DIRECT_IO } else { 0 }
     }
 
     /// Available blocks for statfs: free less the near-full window, what a
     /// program can count on writing whatever the kernel caches (`df` shows
     /// free as well, exactly).
     pub(crate) fn available_blocks(&self, s: &StatFs) -> u64 {
-        if !self.options.writeback_cache {
+        if !self.writeback() {
             return s.bavail;
         }
         s.bavail.saturating_sub(window_bytes(s.blocks * u64::from(s.bsize)) / u64::from(s.bsize).max(1))

@@ -28,6 +28,53 @@ pub fn can_mount() -> bool {
     true
 }
 
+/// Mount options every test mount adds, from `DUALFS_TEST_MOUNT_OPTS`:
+/// `make test-uring` runs the mount suites with `uring` there, so that they
+/// go through our own transports instead of fuser.
+pub fn extra_mount_options() -> String {
+    std::env::var("DUALFS_TEST_MOUNT_OPTS").unwrap_or_default()
+}
+
+/// The fuse module's parameter that lets a server use io_uring.
+pub const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Taken (flock) by whoever needs `enable_uring` to hold a value for a
+/// while, across processes: the parameter is the whole machine's.
+const URING_LOCK: &str = "/run/lock/dualfs-enable-uring.lock";
+
+/// `enable_uring` set to a value, under [`URING_LOCK`], until dropped; then
+/// put back as it was.
+pub struct UringParameter {
+    before: String,
+    _lock: nix::fcntl::Flock<File>,
+}
+
+impl UringParameter {
+    /// Sets the parameter to `value` (Y or N); None, saying why, where the
+    /// kernel has no such parameter or it cannot be written.
+    pub fn set(value: &str) -> Option<UringParameter> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(URING_LOCK).ok()?;
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()?;
+        let Ok(before) = std::fs::read_to_string(URING_PARAMETER) else {
+            println!("SKIPPED: {URING_PARAMETER} is missing (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)");
+            return None;
+        };
+        if let Err(e) = std::fs::write(URING_PARAMETER, value) {
+            println!("SKIPPED: cannot write {URING_PARAMETER}: {e}");
+            return None;
+        }
+        Some(UringParameter { before: before.trim().to_string(), _lock: lock })
+    }
+}
+
+impl Drop for UringParameter {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(URING_PARAMETER, &self.before) {
+            eprintln!("cannot put {URING_PARAMETER} back to {}: {e}", self.before);
+        }
+    }
+}
+
 /// Runs `script` with sh -e, failing the test (with its output) unless it
 /// succeeds; returns standard output.
 pub fn sh(script: &str) -> String {
@@ -74,6 +121,8 @@ pub struct TestVolume {
     pub data: PathBuf,
     pub mnt: PathBuf,
     mounted: bool,
+    /// Where the latest mount's lines begin in its log.
+    log_from: usize,
 }
 
 impl TestVolume {
@@ -93,7 +142,7 @@ impl TestVolume {
         let out =
             dualfs(&["mkfs", "--size", size, meta.to_str().expect("utf-8 path"), data.to_str().expect("utf-8 path")]);
         assert!(out.status.success(), "mkfs failed: {}", String::from_utf8_lossy(&out.stderr));
-        Some(TestVolume { dir, meta, data, mnt, mounted: false })
+        Some(TestVolume { dir, meta, data, mnt, mounted: false, log_from: 0 })
     }
 
     /// `mnt/rel`.
@@ -106,12 +155,31 @@ impl TestVolume {
         self.mnt.to_str().expect("utf-8 path")
     }
 
-    /// Mounts in the background with `options` (may be empty).
+    /// Mounts in the background with `options` (may be empty), and those
+    /// of [`extra_mount_options`].
     pub fn mount_with(&mut self, options: &str) {
+        // Under `make test-uring` every mount must be served over io_uring:
+        // the kernel reads enable_uring at the mount and at each queue's
+        // registration, both before the mount command returns.
+        if std::env::var_os("DUALFS_TEST_REQUIRE_URING").is_some() {
+            let param = UringParameter::set("Y");
+            self.mount_as_given(options);
+            drop(param);
+            self.expect_transport("serving over io_uring");
+        } else {
+            self.mount_as_given(options);
+        }
+    }
+
+    /// As [`TestVolume::mount_with`], whatever enable_uring is.
+    pub fn mount_as_given(&mut self, options: &str) {
         let log = self.dir.path().join("dualfs.log");
+        self.log_from = std::fs::read(&log).map_or(0, |t| t.len());
         let mut opts = format!("log={}", log.display());
-        if !options.is_empty() {
-            opts = format!("{opts},{options}");
+        for o in [options.to_string(), extra_mount_options()] {
+            if !o.is_empty() {
+                opts = format!("{opts},{o}");
+            }
         }
         let out = dualfs(&[
             "mount",
@@ -125,12 +193,38 @@ impl TestVolume {
         self.mounted = true;
     }
 
+    /// Waits for the log of the latest [`TestVolume::mount_with`] to name
+    /// its transport (the background process logs it just after it says
+    /// it is ready) and checks it; fuser's mounts name none.
+    pub fn expect_transport(&self, want: &str) {
+        let line = self.transport();
+        assert!(line.contains(want), "expected {want:?}, the mount says: {line}");
+    }
+
+    /// The log line of the latest mount that names its transport.
+    pub fn transport(&self) -> String {
+        let log = self.dir.path().join("dualfs.log");
+        let start = Instant::now();
+        loop {
+            let all = std::fs::read(&log).unwrap_or_default();
+            let text = String::from_utf8_lossy(all.get(self.log_from..).unwrap_or_default());
+            if let Some(line) = text.lines().find(|l| l.contains("serving over")) {
+                return line.to_string();
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "the log never named a transport:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Starts `dualfs mount --foreground` with `options` (output discarded)
     /// and waits until the volume is mounted; the caller owns the process.
     pub fn spawn_mount(&self, options: &[&str]) -> std::process::Child {
+        let extra = extra_mount_options();
+        let extra: &[&str] = if extra.is_empty() { &[] } else { &["-o", &extra] };
         let child = Command::new(DUALFS)
             .args(["mount", "--foreground"])
             .args(options)
+            .args(extra)
             .args([&self.meta, &self.data, &self.mnt])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

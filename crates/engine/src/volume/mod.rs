@@ -709,6 +709,13 @@ impl Volume {
         lock(&self.fs).take_refs(ino, n);
     }
 
+    /// The references to `ino` taken and not yet dropped: whether the
+    /// kernel holds the inode (the FUSE adapter counts its lookups).
+    #[must_use]
+    pub fn references(&self, ino: InodeNo) -> u64 {
+        lock(&self.fs).refs(ino)
+    }
+
     /// Drops `n` references; an inode with no links goes when the last one does.
     ///
     /// # Errors

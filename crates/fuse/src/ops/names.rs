@@ -1,0 +1,383 @@
+//! Names and attributes: LOOKUP, FORGET, GETATTR, SETATTR, READLINK, the
+//! requests that make and remove names, READDIR(PLUS), STATFS.
+
+use std::time::Duration;
+
+use dualfs_engine::Error;
+use dualfs_engine::types::{InodeNo, Timestamp};
+use dualfs_engine::volume::{Attr, Listing, SetAttr, Stamp, StatFs, TimeSet};
+
+use super::{creds, report};
+use crate::DualFs;
+use crate::answers::{Caller, Entry, Errno, FOPEN_KEEP_CACHE, Opened};
+use crate::convert;
+use crate::requests::Op;
+
+/// Entries listed per engine call in readdirplus: the attributes are read
+/// outside the directory walk, a batch at a time, so that a reply buffer
+/// that fills early wastes few look-ups.
+const PLUS_BATCH: usize = 32;
+
+/// A SETATTR, as the kernel asks it (the fields its `valid` bits name).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttrIn {
+    /// New permission bits (the type bits are ignored).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size.
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeSet>,
+    /// New modification time.
+    pub mtime: Option<TimeSet>,
+    /// The change time the kernel stamped.
+    pub ctime: Option<Timestamp>,
+}
+
+fn ino(n: u64) -> InodeNo {
+    InodeNo(n)
+}
+
+impl DualFs {
+    /// The lifetime of attributes in GETATTR and SETATTR answers.
+    #[must_use]
+    pub fn attr_ttl(&self) -> Duration {
+        self.options.attr_ttl
+    }
+
+    /// An entry the kernel takes a lookup reference on; the engine has
+    /// already counted it (create, mkdir, mknod, symlink, link) or the
+    /// caller has (lookup).
+    pub(crate) fn entry(&self, a: Attr) -> Entry {
+        Entry { attr: Some(a), attr_ttl: self.options.attr_ttl, entry_ttl: self.options.entry_ttl }
+    }
+
+    fn answer_entry(&self, op: &str, r: Result<Attr, Error>) -> Result<Entry, Errno> {
+        r.map(|a| self.entry(a)).map_err(|e| report(op, &e))
+    }
+
+    /// LOOKUP of `name` in `parent`; a name that is not there is a negative
+    /// entry the kernel may keep: the name can appear only through this
+    /// kernel, which then replaces it.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Entry, Errno> {
+        let _t = self.requests.time(Op::Lookup);
+        // Path walks never send ".": the kernel asks it of a node id taken
+        // from a file handle (open_by_handle_at, the NFS server) whose inode
+        // it no longer caches, and that node may be any kind of file. A free
+        // or reused inode number answers ENOENT or another generation, which
+        // the kernel turns into ESTALE.
+        let found = if name == b"." { self.vol.getattr(ino(parent)) } else { self.vol.lookup(ino(parent), name) };
+        match found {
+            Ok(a) => {
+                self.vol.remember(a.ino, 1);
+                Ok(self.entry(a))
+            }
+            Err(Error::NotFound) => {
+                Ok(Entry { attr: None, attr_ttl: Duration::ZERO, entry_ttl: self.options.entry_ttl })
+            }
+            Err(e) => Err(report("lookup", &e)),
+        }
+    }
+
+    /// FORGET (one of a BATCH_FORGET's too): the kernel dropped `nlookup`
+    /// references to `node`.
+    pub fn forget(&self, node: u64, nlookup: u64) {
+        let _t = self.requests.time(Op::Forget);
+        if let Err(e) = self.vol.forget(ino(node), nlookup) {
+            log::error!("forget of inode {node}: {e}");
+        }
+    }
+
+    /// GETATTR.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn getattr(&self, node: u64) -> Result<Attr, Errno> {
+        let _t = self.requests.time(Op::Getattr);
+        self.vol.getattr(ino(node)).map_err(|e| report("getattr", &e))
+    }
+
+    /// SETATTR. The kernel has done the permission checks and computed any
+    /// set-id bits to clear (it sends them as a mode): apply exactly what
+    /// it says.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn setattr(&self, caller: Caller, node: u64, set: &SetAttrIn) -> Result<Attr, Errno> {
+        let _t = self.requests.time(Op::Setattr);
+        if let (Some(clock), Some(c)) = (&self.clock, set.ctime) {
+            clock.saw(c);
+        }
+        let set = SetAttr {
+            mode: set.mode.map(|m| m & 0o7777),
+            uid: set.uid,
+            gid: set.gid,
+            size: set.size,
+            atime: set.atime,
+            mtime: set.mtime,
+            ctime: set.ctime,
+            // With the writeback cache the kernel owns mtime and ctime and
+            // sends them when a truncation should move them (not, for one,
+            // when truncate(2) leaves the size as it was).
+            size_stamp: if self.writeback() { Stamp::Keep } else { Stamp::Now },
+            // The kernel flags an unprivileged truncation with
+            // FATTR_KILL_SUIDGID, which fuser does not pass on; root stands
+            // in for "has CAP_FSETID".
+            kill_privileges: caller.uid != 0,
+        };
+        self.vol.setattr(ino(node), &set).map_err(|e| report("setattr", &e))
+    }
+
+    /// READLINK.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn readlink(&self, node: u64) -> Result<Vec<u8>, Errno> {
+        let _t = self.requests.time(Op::Readlink);
+        self.vol.readlink(ino(node)).map_err(|e| report("readlink", &e))
+    }
+
+    /// MKNOD.
+    ///
+    /// # Errors
+    /// EINVAL for type bits that name no kind of file; the engine's.
+    pub fn mknod(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<Entry, Errno> {
+        let _t = self.requests.time(Op::Mknod);
+        let kind = convert::mknod_kind(mode)?;
+        let r = self.vol.mknod(ino(parent), name, kind, mode & 0o7777, u64::from(rdev), creds(caller, umask));
+        self.answer_entry("mknod", r)
+    }
+
+    /// MKDIR.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn mkdir(&self, caller: Caller, parent: u64, name: &[u8], mode: u32, umask: u32) -> Result<Entry, Errno> {
+        let _t = self.requests.time(Op::Mkdir);
+        let r = self.vol.mkdir(ino(parent), name, mode & 0o7777, creds(caller, umask));
+        self.answer_entry("mkdir", r)
+    }
+
+    /// UNLINK.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Unlink);
+        self.vol.unlink(ino(parent), name).map_err(|e| report("unlink", &e))
+    }
+
+    /// RMDIR.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Rmdir);
+        self.vol.rmdir(ino(parent), name).map_err(|e| report("rmdir", &e))
+    }
+
+    /// SYMLINK.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn symlink(&self, caller: Caller, parent: u64, name: &[u8], target: &[u8]) -> Result<Entry, Errno> {
+        let _t = self.requests.time(Op::Symlink);
+        let r = self.vol.symlink(ino(parent), name, target, creds(caller, 0));
+        self.answer_entry("symlink", r)
+    }
+
+    /// RENAME and RENAME2.
+    ///
+    /// # Errors
+    /// EINVAL for flags other than NOREPLACE and EXCHANGE; the engine's.
+    pub fn rename(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8], flags: u32) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Rename);
+        let flags = convert::rename_flags(flags)?;
+        let r = self.vol.rename(ino(parent), name, ino(new_parent), new_name, flags);
+        r.map_err(|e| report("rename", &e))
+    }
+
+    /// LINK.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn link(&self, node: u64, new_parent: u64, new_name: &[u8]) -> Result<Entry, Errno> {
+        let _t = self.requests.time(Op::Link);
+        let r = self.vol.link(ino(node), ino(new_parent), new_name);
+        self.answer_entry("link", r)
+    }
+
+    /// OPENDIR.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn opendir(&self, node: u64) -> Result<Opened, Errno> {
+        let _t = self.requests.time(Op::Opendir);
+        match self.vol.getattr(ino(node)) {
+            Ok(_) => Ok(Opened { fh: 0, flags: 0 }),
+            Err(e) => Err(report("opendir", &e)),
+        }
+    }
+
+    /// READDIR from `offset`: `add` takes each entry and says whether the
+    /// reply is full (the entry did not fit, and is not taken).
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn readdir(&self, node: u64, offset: u64, add: &mut dyn FnMut(&Listing) -> bool) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Readdir);
+        self.vol.readdir(ino(node), offset, &mut |l| !add(&l)).map_err(|e| report("readdir", &e))
+    }
+
+    /// READDIRPLUS from `offset`: `add` takes each entry with its
+    /// attributes and says whether the reply is full. The kernel takes a
+    /// lookup reference on every entry taken but `.` and `..`, which this
+    /// counts.
+    ///
+    /// With `known_bare`, an entry whose inode the kernel holds already
+    /// (it has a lookup reference: its attributes are cached, and kept
+    /// fresh by the kernel's own changes and the adapter's notifications)
+    /// comes without attributes (`attr` None), to be sent with node id 0:
+    /// the kernel lists the name and leaves what it caches of the inode
+    /// alone, its ACLs among them, which fresh attributes would drop (so a
+    /// warm `ls -l` would ask for them all again). No reference is taken
+    /// for it. A transport that cannot send node id 0 (fuser) passes false.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn readdirplus(
+        &self,
+        node: u64,
+        offset: u64,
+        known_bare: bool,
+        add: &mut dyn FnMut(&Listing, &Entry) -> bool,
+    ) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Readdirplus);
+        self.readdirplus_fill(ino(node), offset, known_bare, add).map_err(|e| report("readdirplus", &e))
+    }
+
+    /// Lists up to [`PLUS_BATCH`] entries from `offset`.
+    fn list_batch(&self, dir: InodeNo, offset: u64) -> Result<Vec<Listing>, Error> {
+        let mut batch = Vec::with_capacity(PLUS_BATCH);
+        self.vol.readdir(dir, offset, &mut |l| {
+            batch.push(l);
+            batch.len() < PLUS_BATCH
+        })?;
+        Ok(batch)
+    }
+
+    fn readdirplus_fill(
+        &self,
+        dir: InodeNo,
+        mut offset: u64,
+        known_bare: bool,
+        add: &mut dyn FnMut(&Listing, &Entry) -> bool,
+    ) -> Result<(), Error> {
+        loop {
+            let batch = self.list_batch(dir, offset)?;
+            let last = batch.len() < PLUS_BATCH;
+            for l in batch {
+                let dots = l.name == b"." || l.name == b"..";
+                if known_bare && !dots && self.vol.references(l.ino) > 0 {
+                    let bare = Entry { attr: None, attr_ttl: Duration::ZERO, entry_ttl: Duration::ZERO };
+                    if add(&l, &bare) {
+                        return Ok(());
+                    }
+                    offset = l.next;
+                    continue;
+                }
+                let attr = match self.vol.getattr(l.ino) {
+                    Ok(a) => a,
+                    // Removed since it was listed: leave it out.
+                    Err(Error::NotFound) => {
+                        offset = l.next;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let entry =
+                    Entry { attr: Some(attr), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
+                if add(&l, &entry) {
+                    return Ok(());
+                }
+                if !dots {
+                    self.vol.remember(l.ino, 1);
+                }
+                offset = l.next;
+            }
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    /// RELEASEDIR: nothing to do, handles are stateless.
+    pub fn releasedir(&self) {
+        let _t = self.requests.time(Op::Releasedir);
+    }
+
+    /// FSYNCDIR.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn fsyncdir(&self, node: u64) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Fsyncdir);
+        self.vol.fsync(ino(node)).map_err(|e| report("fsyncdir", &e))
+    }
+
+    /// STATFS, with the available blocks the writeback cache leaves.
+    pub fn statfs(&self) -> StatFs {
+        let _t = self.requests.time(Op::Statfs);
+        let mut s = self.vol.statfs();
+        s.bavail = self.available_blocks(&s);
+        s
+    }
+
+    /// ACCESS: only sent without default_permissions, which this adapter
+    /// always mounts with: the kernel checks the mode bits itself. Answer
+    /// for existence, as F_OK would.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn access(&self, node: u64) -> Result<(), Errno> {
+        let _t = self.requests.time(Op::Access);
+        self.vol.getattr(ino(node)).map(|_| ()).map_err(|e| report("access", &e))
+    }
+
+    /// CREATE: a new regular file, opened.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn create(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> Result<(Entry, Opened), Errno> {
+        let _t = self.requests.time(Op::Create);
+        match self.vol.create(ino(parent), name, mode & 0o7777, creds(caller, umask)) {
+            Ok(a) => {
+                let entry =
+                    Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
+                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+            }
+            Err(e) => Err(report("create", &e)),
+        }
+    }
+}

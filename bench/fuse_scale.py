@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--per", type=int, default=100)
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--step", type=int, default=1_000_000)
+    ap.add_argument("--keep", action="store_true", help="keep the images (to look at the mount again)")
     a = ap.parse_args()
     os.makedirs(f"{a.dir}/mnt", exist_ok=True)
     meta, data, mnt = f"{a.dir}/m.img", f"{a.dir}/d.img", f"{a.dir}/mnt"
@@ -127,8 +128,9 @@ def main():
     out = {"uptime": sh("uptime").strip(), "rows": rows, "find": find, "mount_clean_s": clean_mount,
            "mount_after_crash_s": crash_mount, "crash_files_back": back}
     print(json.dumps(out, indent=1))
-    for p in (meta, data):
-        os.remove(p)
+    if not a.keep:
+        for p in (meta, data):
+            os.remove(p)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ pub fn lazy_inode_map_min_blocks() -> usize {
 }
 
 /// Blocks read at a time by the background load and by
-/// [`Log::load_whole_inode_map`]: 4 MiB.
-const RUN_BLOCKS: usize = 1024;
+/// [`Log::load_whole_inode_map`]: 4 MiB, one request (a checkpoint writes
+/// them together), then the lock is taken once to decode them.
+pub const RUN_BLOCKS: usize = 1024;
 
 /// Reads the meta-data device at `addresses`, neighbouring ones in one
 /// request (no lock needed: the blocks of an inode map left on disk do not
@@ -101,7 +102,9 @@ impl Log {
     /// A block is not the inode-map block it should be.
     pub fn accept_inode_blocks(&mut self, blocks: &[(u32, MetaBlock)], raws: &[Vec<u8>]) -> Result<()> {
         for (&(b, at), raw) in blocks.iter().zip(raws) {
-            if self.ifile.unloaded_inode_block(InodeNo(u64::from(b) * self.ifile.inodes.per_block() as u64)).is_none() {
+            // Checked before the bytes: a block read meanwhile may have been
+            // written elsewhere since, and its old address reused.
+            if self.ifile.inodes.is_loaded(b) {
                 continue;
             }
             let payload = open_table_block(raw, TableId::InodeMap, b, at, self.volume_id)?;

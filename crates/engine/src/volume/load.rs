@@ -10,10 +10,6 @@ use crate::error::Result;
 use crate::meta_log::lazy_imap;
 use crate::types::MetaBlock;
 
-/// Inode-map blocks read per step: 4 MiB, one request (the checkpoint
-/// wrote them together), then the lock is taken once to decode them.
-const STEP_BLOCKS: usize = 1024;
-
 impl Volume {
     /// Reads whatever of the inode map the mount left on disk, without
     /// holding the lock while it reads, then finishes the orphans (on a
@@ -26,7 +22,7 @@ impl Volume {
     /// that need it fail the same way.
     pub fn finish_loading(&self) -> Result<()> {
         loop {
-            let step = lock(&self.fs).log.unloaded_inode_runs(STEP_BLOCKS);
+            let step = lock(&self.fs).log.unloaded_inode_runs(lazy_imap::RUN_BLOCKS);
             if step.is_empty() {
                 break;
             }

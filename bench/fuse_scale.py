@@ -60,14 +60,18 @@ def main():
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--step", type=int, default=1_000_000)
     ap.add_argument("--keep", action="store_true", help="keep the images (to look at the mount again)")
+    ap.add_argument("--opts", default="", help="mount options, e.g. cache=64M (passed as -o)")
+    ap.add_argument("--dualfs", default=DUALFS, help="the dualfs binary (another build, to compare)")
     a = ap.parse_args()
+    dualfs = a.dualfs
+    mount_opts = f" -o {a.opts}" if a.opts else ""
     os.makedirs(f"{a.dir}/mnt", exist_ok=True)
     meta, data, mnt = f"{a.dir}/m.img", f"{a.dir}/d.img", f"{a.dir}/mnt"
     for p in (meta, data):
         if os.path.exists(p):
             os.remove(p)
-    sh(f"truncate -s 9G {meta} && truncate -s 16G {data} && {DUALFS} mkfs {meta} {data} >/dev/null")
-    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    sh(f"truncate -s 9G {meta} && truncate -s 16G {data} && {dualfs} mkfs {meta} {data} >/dev/null")
+    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
     pid = server_pid(mnt)
     rows = []
     dirs_per_step = a.step // a.per
@@ -90,7 +94,7 @@ def main():
         next_dir += share * a.procs
         made += share * a.procs * a.per
         secs = time.monotonic() - t
-        stats = json.loads(sh(f"{DUALFS} stats --json {mnt}"))
+        stats = json.loads(sh(f"{dualfs} stats --json {mnt}"))
         row = {"files": made, "creates_s": share * a.procs * a.per / secs, "rss_mib": rss_mib(pid),
                "cache": {k: v for k, v in stats.items() if "cache" in k}}
         rows.append(row)
@@ -102,10 +106,10 @@ def main():
     find = {"entries": found, "seconds": time.monotonic() - t, "rss_mib": rss_mib(pid),
             "peak_mib": rss_mib(pid, "VmHWM")}
     print(json.dumps(find), file=sys.stderr, flush=True)
-    sh(f"{DUALFS} umount {mnt}")
+    sh(f"{dualfs} umount {mnt}")
     drop_caches()
     t = time.monotonic()
-    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
     clean_mount = time.monotonic() - t
     pid = server_pid(mnt)
     os.mkdir(f"{mnt}/crash")
@@ -121,10 +125,10 @@ def main():
     time.sleep(1)
     drop_caches()
     t = time.monotonic()
-    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
     crash_mount = time.monotonic() - t
     back = len(os.listdir(f"{mnt}/crash"))
-    sh(f"{DUALFS} umount {mnt}")
+    sh(f"{dualfs} umount {mnt}")
     out = {"uptime": sh("uptime").strip(), "rows": rows, "find": find, "mount_clean_s": clean_mount,
            "mount_after_crash_s": crash_mount, "crash_files_back": back}
     print(json.dumps(out, indent=1))

@@ -170,12 +170,15 @@ Options (-o, comma-separated, may be repeated):
   allow_other      let every user use the mount (allow_root: root as well)
   commit=SECONDS   write dirty data and meta-data at least this often (default 5)
   cache=SIZE       memory the volume keeps (default 512M, at least 16M): half
-                   for decoded meta-data (inodes, directory and map blocks,
-                   least recently used evicted first), half for file data
-                   not yet written (reaching it commits). Beside it the
-                   process holds the inode and node maps (16 and 8 bytes per
-                   inode and node) and the data bitmap it has read (one bit
-                   per block of each data group used)
+                   for file data not yet written (reaching it commits), half
+                   for meta-data: three eighths of SIZE for decoded inodes,
+                   directory and tree nodes (least recently used evicted
+                   first), an eighth for inode-map blocks read (16 bytes an
+                   inode; unchanged ones past it are dropped and read again
+                   when needed). Beside it the process holds the node map
+                   (8 bytes per directory or tree node), the free inode
+                   numbers, and the data bitmap it has read (one bit per
+                   block of each data group used)
   data_expire=SECONDS
                    how long a periodic commit may leave the newly written end
                    of a file unwritten (default 30; 0: every commit writes

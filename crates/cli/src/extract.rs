@@ -365,7 +365,7 @@ impl Copier<'_> {
         let lost: Vec<InodeNo> = (1..numbers)
             .map(InodeNo)
             .filter(|i| !self.reached.contains(i))
-            .filter(|&i| self.vol.with_fs(|fs| fs.log.ifile().inode(i)).is_some_and(|e| e.in_use()))
+            .filter(|&i| self.vol.with_fs(|fs| fs.log.map_entry(i)).ok().flatten().is_some_and(|e| e.in_use()))
             .collect();
         if lost.is_empty() {
             return;

@@ -202,7 +202,6 @@ fn groups_json(vol: &Volume) -> Value {
             .space()
             .groups
             .entries()
-            .iter()
             .enumerate()
             .map(|(g, d)| {
                 let start = g as u64 * per;
@@ -261,7 +260,7 @@ fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
         v["inline"] = json!(vol.is_inline(ino).map_err(|e| anyhow!("inode {ino}: {e}"))?);
     }
     // Where its record is on the meta-data device (to find it with dd).
-    if let Some(entry) = vol.with_fs(|fs| fs.log.ifile().inode(ino)) {
+    if let Some(entry) = vol.with_fs(|fs| fs.log.map_entry(ino)).ok().flatten() {
         v["record_block"] = json!(entry.address.0);
     }
     if a.kind == FileKind::Symlink {

@@ -266,6 +266,12 @@ fn engine_options(cfg: &MountConfig) -> MountOptions {
         o.dirty_data_limit = half;
         o.cache_budget = usize::MAX;
     }
+    // A quarter of the meta-data half bounds the inode map's blocks in
+    // memory (64 MiB, some four million inodes, at the default 512M), so
+    // that the process does not grow with the number of files.
+    let map = o.cache_bytes / 4;
+    o.inode_map_bytes = Some(map);
+    o.cache_bytes -= map;
     o
 }
 

@@ -71,11 +71,14 @@ pub enum Fault {
     /// blocks written while the step was read and written (skip copying
     /// them again with writes excluded).
     MigrateCopyOverWrites,
+    /// Bounded inode map: give back inode-map blocks changed since the
+    /// last checkpoint as if they were clean (their changes are lost).
+    EvictDirtyMapBlocks,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 22] = [
+    pub const ALL: [Fault; 23] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -98,6 +101,7 @@ impl Fault {
         Fault::SwitchListLater,
         Fault::MigrateCopyUnsynced,
         Fault::MigrateCopyOverWrites,
+        Fault::EvictDirtyMapBlocks,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -80,18 +80,21 @@ impl Entry for u64 {
     }
 }
 
-/// An IFile table.
+/// An IFile table, stored block by block: a block's entries are one
+/// allocation, so that a block left on disk, or given back once clean
+/// ([`Table::evict`]), costs no memory but its address.
 #[derive(Debug, Clone)]
 pub struct Table<E: Entry> {
     id: TableId,
-    entries: Vec<E>,
+    len: usize,
+    /// Each block's entries (`per_block` of them; past `len` in the last
+    /// block, defaults), `None` while the block is on disk only: not read
+    /// yet (a table loaded lazily) or given back. Touching an entry of such
+    /// a block is a bug, asserted: the caller reads it first.
+    blocks: Vec<Option<Box<[E]>>>,
     dirty: BTreeSet<u32>,
     /// Durable location of each block; `MetaBlock(0)` for blocks never written.
     addresses: Vec<MetaBlock>,
-    /// Blocks whose entries were not read yet (a table loaded lazily); empty
-    /// when every block is in memory. Touching an entry of such a block is
-    /// a bug, asserted: its entries in memory are defaults, not the disk's.
-    unloaded: Vec<bool>,
     unloaded_count: usize,
 }
 
@@ -99,17 +102,14 @@ impl<E: Entry> Table<E> {
     /// A table of `len` default entries, all of them dirty.
     #[must_use]
     pub fn new(id: TableId, len: usize) -> Table<E> {
-        let mut t = Table {
-            id,
-            entries: vec![E::default(); len],
-            dirty: BTreeSet::new(),
-            addresses: Vec::new(),
-            unloaded: Vec::new(),
-            unloaded_count: 0,
-        };
-        t.addresses = vec![MetaBlock(0); t.block_count()];
-        t.dirty = (0..t.block_count() as u32).collect();
+        let mut t =
+            Table { id, len: 0, blocks: Vec::new(), dirty: BTreeSet::new(), addresses: Vec::new(), unloaded_count: 0 };
+        t.grow(len);
         t
+    }
+
+    fn fresh_block(&self) -> Box<[E]> {
+        E::defaults(self.per_block()).into_boxed_slice()
     }
 
     /// Which table this is.
@@ -127,83 +127,103 @@ impl<E: Entry> Table<E> {
     /// Number of entries.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     /// Whether the table has no entries.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len == 0
     }
 
     /// Blocks needed for the entries.
     #[must_use]
     pub fn block_count(&self) -> usize {
-        self.entries.len().div_ceil(self.per_block())
+        self.blocks.len()
+    }
+
+    /// Entries of block `b` (those within the table's length).
+    ///
+    /// # Panics
+    /// The block is not in memory.
+    #[must_use]
+    pub fn block_entries(&self, b: u32) -> &[E] {
+        let start = b as usize * self.per_block();
+        let n = self.per_block().min(self.len - start);
+        &self.loaded_block(b, start)[..n]
+    }
+
+    fn loaded_block(&self, b: u32, i: usize) -> &[E] {
+        match self.blocks.get(b as usize) {
+            Some(Some(block)) => block,
+            Some(None) => panic!("entry {i} of the {} used before its block {b} was loaded", self.id.name()),
+            None => panic!("entry {i} of the {} is past its {} entries", self.id.name(), self.len),
+        }
+    }
+
+    fn loaded_block_mut(&mut self, i: usize) -> &mut E {
+        assert!(i < self.len, "entry {i} of the {} is past its {} entries", self.id.name(), self.len);
+        let (b, at) = (i / self.per_block(), i % self.per_block());
+        let name = self.id.name();
+        match &mut self.blocks[b] {
+            Some(block) => &mut block[at],
+            None => panic!("entry {i} of the {name} used before its block {b} was loaded"),
+        }
     }
 
     /// Entry `i`.
     ///
     /// # Panics
-    /// Out of range: callers index with numbers the table handed out.
+    /// Out of range (callers index with numbers the table handed out), or
+    /// its block is not in memory.
     #[must_use]
     pub fn get(&self, i: usize) -> E {
-        self.assert_loaded(i);
-        self.entries[i]
+        assert!(i < self.len, "entry {i} of the {} is past its {} entries", self.id.name(), self.len);
+        let per = self.per_block();
+        self.loaded_block((i / per) as u32, i)[i % per]
     }
 
-    /// All entries.
+    /// All entries, in order.
     ///
     /// # Panics
-    /// Some block was not loaded yet.
-    #[must_use]
-    pub fn entries(&self) -> &[E] {
+    /// Some block is not in memory.
+    pub fn entries(&self) -> impl Iterator<Item = E> + '_ {
         assert!(
             self.unloaded_count == 0,
             "the whole {} was read while {} blocks are not loaded",
             self.id.name(),
             self.unloaded_count
         );
-        &self.entries
+        (0..self.blocks.len() as u32).flat_map(|b| self.block_entries(b).iter().copied())
     }
 
     /// Replaces entry `i` and marks its block dirty.
     pub fn set(&mut self, i: usize, e: E) {
-        self.assert_loaded(i);
-        self.entries[i] = e;
+        *self.loaded_block_mut(i) = e;
         self.dirty.insert((i / self.per_block()) as u32);
     }
 
     /// Modifies entry `i` in place and marks its block dirty.
     pub fn update(&mut self, i: usize, f: impl FnOnce(&mut E)) {
-        self.assert_loaded(i);
-        f(&mut self.entries[i]);
+        f(self.loaded_block_mut(i));
         self.dirty.insert((i / self.per_block()) as u32);
-    }
-
-    fn assert_loaded(&self, i: usize) {
-        if self.unloaded_count > 0 {
-            let b = i / self.per_block();
-            assert!(
-                !self.unloaded.get(b).copied().unwrap_or(false),
-                "entry {i} of the {} used before its block {b} was loaded",
-                self.id.name()
-            );
-        }
     }
 
     /// Marks every block as not read yet (its address is known): a table
     /// loaded lazily, block by block, through [`Table::load_block`].
     pub fn set_all_unloaded(&mut self) {
-        self.unloaded = vec![true; self.block_count()];
-        self.unloaded_count = self.unloaded.len();
+        for b in &mut self.blocks {
+            *b = None;
+        }
+        self.unloaded_count = self.blocks.len();
     }
 
     /// As [`Table::set_all_unloaded`], but block `keep`, already read.
     pub fn set_all_unloaded_but(&mut self, keep: u32) {
+        let kept = self.blocks.get_mut(keep as usize).and_then(Option::take);
         self.set_all_unloaded();
-        if let Some(u) = self.unloaded.get_mut(keep as usize) {
-            *u = false;
+        if let Some(block) = kept {
+            self.blocks[keep as usize] = Some(block);
             self.unloaded_count -= 1;
         }
     }
@@ -211,13 +231,56 @@ impl<E: Entry> Table<E> {
     /// Whether block `b`'s entries are in memory.
     #[must_use]
     pub fn is_loaded(&self, b: u32) -> bool {
-        self.unloaded_count == 0 || !self.unloaded.get(b as usize).copied().unwrap_or(false)
+        self.blocks.get(b as usize).is_none_or(Option::is_some)
     }
 
-    /// Blocks not read yet.
+    /// Blocks not in memory.
     #[must_use]
     pub fn unloaded_blocks(&self) -> usize {
         self.unloaded_count
+    }
+
+    /// Blocks in memory.
+    #[must_use]
+    pub fn loaded_blocks(&self) -> usize {
+        self.blocks.len() - self.unloaded_count
+    }
+
+    /// Whether block `b` may be given back ([`Table::evict`]): in memory,
+    /// unchanged since the last checkpoint, and with a durable copy to read
+    /// it again from.
+    #[must_use]
+    pub fn is_evictable(&self, b: u32) -> bool {
+        self.blocks.get(b as usize).is_some_and(Option::is_some)
+            && !self.dirty.contains(&b)
+            && self.addresses[b as usize].0 != 0
+    }
+
+    /// Gives back the memory of clean block `b`; it is read again, as a
+    /// block never read is, when next needed.
+    ///
+    /// # Panics
+    /// The block is dirty, never written, or not in memory: its entries
+    /// would be lost.
+    pub fn evict(&mut self, b: u32) {
+        assert!(
+            self.is_evictable(b),
+            "block {b} of the {} given back while dirty, never written or not in memory",
+            self.id.name()
+        );
+        self.blocks[b as usize] = None;
+        self.unloaded_count += 1;
+    }
+
+    /// Gives back block `b` whatever its state, dirty or not, and forgets
+    /// that it changed: what the broken rule [`crate::faults::Fault::EvictDirtyMapBlocks`]
+    /// does (its changes are lost).
+    #[cfg(feature = "fault-injection")]
+    pub fn evict_even_dirty(&mut self, b: u32) {
+        if self.blocks[b as usize].take().is_some() {
+            self.unloaded_count += 1;
+        }
+        self.dirty.remove(&b);
     }
 
     /// Reads block `b` through `source` if it is not in memory yet.
@@ -233,48 +296,59 @@ impl<E: Entry> Table<E> {
         self.decode_block(b, &payload).map_err(|e| crate::error::Error::corrupt_meta(self.id.name(), at.0, e.0))
     }
 
-    /// Grows the table to `len` default entries.
+    /// Grows the table to `len` default entries; the blocks added, and a
+    /// last block they fill, are dirty. (Owners grow a table only where its
+    /// last block is in memory: it is never given back.)
     pub fn grow(&mut self, len: usize) {
-        if len <= self.entries.len() {
+        if len <= self.len {
             return;
         }
-        let first_new = self.entries.len() / self.per_block();
-        if len > self.entries.capacity() {
-            // Allocated anew, zeroed where the entry type allows, with a
-            // quarter more room: a table left on disk is not copied (and
-            // its pages touched) each time an inode more is made past its
-            // end; a copy of ten million entries took 100 ms of a mount
-            // after a crash.
-            let old = self.entries.len();
-            let mut grown = E::defaults(len + len / 4);
-            grown.truncate(len);
-            grown[..old].copy_from_slice(&self.entries);
-            self.entries = grown;
-        } else {
-            self.entries.resize(len, E::default());
+        let per = self.per_block();
+        if !self.len.is_multiple_of(per) {
+            self.dirty.insert(self.blocks.len() as u32 - 1);
         }
-        self.addresses.resize(self.block_count(), MetaBlock(0));
-        for b in first_new..self.block_count() {
-            self.dirty.insert(b as u32);
+        self.len = len;
+        while self.blocks.len() < len.div_ceil(per) {
+            self.dirty.insert(self.blocks.len() as u32);
+            let block = self.fresh_block();
+            self.blocks.push(Some(block));
         }
+        self.addresses.resize(self.blocks.len(), MetaBlock(0));
     }
 
     /// Cuts the table to its first `len` entries (a shrink of the log).
     /// Its last block is rewritten, so that the index block listing it is
     /// rewritten too, without the blocks cut off.
     pub fn truncate(&mut self, len: usize) {
-        assert!(len > 0 && len <= self.entries.len(), "cutting {} entries to {len}", self.entries.len());
-        self.entries.truncate(len);
-        let blocks = self.block_count();
+        assert!(len > 0 && len <= self.len, "cutting {} entries to {len}", self.len);
+        let per = self.per_block();
+        let blocks = len.div_ceil(per);
+        for b in self.blocks.drain(blocks..) {
+            if b.is_none() {
+                self.unloaded_count -= 1;
+            }
+        }
+        self.len = len;
+        let last = &mut self.blocks[blocks - 1];
+        let last = last.as_mut().unwrap_or_else(|| panic!("cutting the {} in a block not loaded", self.id.name()));
+        // The entries cut off read as defaults if the table grows again.
+        for e in &mut last[len - (blocks - 1) * per..] {
+            *e = E::default();
+        }
         self.addresses.truncate(blocks);
         self.dirty.retain(|&b| (b as usize) < blocks);
         self.dirty.insert(blocks as u32 - 1);
     }
-
     /// Blocks changed since the last checkpoint.
     #[must_use]
     pub fn dirty_blocks(&self) -> Vec<u32> {
         self.dirty.iter().copied().collect()
+    }
+
+    /// How many blocks changed since the last checkpoint.
+    #[must_use]
+    pub fn dirty_count(&self) -> usize {
+        self.dirty.len()
     }
 
     /// Whether any block changed since the last checkpoint.
@@ -299,14 +373,16 @@ impl<E: Entry> Table<E> {
     /// other tree's image, and the trees' common blocks cost nothing.
     ///
     /// # Panics
-    /// Either table is not all in memory.
+    /// `other` is not all in memory. (A block of this table not in memory
+    /// is taken as different: rewritten, as a dirty one.)
     pub fn adopt(&mut self, other: &Table<E>) {
-        assert!(self.unloaded_count == 0 && other.unloaded_count == 0, "adopting a table not all read");
+        assert!(other.unloaded_count == 0, "adopting a table not all read");
         let old = std::mem::replace(self, other.clone());
         self.dirty = BTreeSet::new();
         for b in 0..self.block_count() as u32 {
             let i = b as usize;
             let same = i < old.block_count()
+                && old.is_loaded(b)
                 && !old.dirty.contains(&b)
                 && old.addresses[i].0 != 0
                 && old.encode_block(b) == self.encode_block(b);
@@ -321,11 +397,10 @@ impl<E: Entry> Table<E> {
     /// The payload of block `b`.
     #[must_use]
     pub fn encode_block(&self, b: u32) -> Vec<u8> {
-        let start = b as usize * self.per_block();
-        let end = (start + self.per_block()).min(self.entries.len());
         assert!(self.is_loaded(b), "block {b} of the {} written before it was loaded", self.id.name());
-        let mut w = Writer::with_capacity((end - start) * self.id.entry_len());
-        for e in &self.entries[start..end] {
+        let entries = self.block_entries(b);
+        let mut w = Writer::with_capacity(entries.len() * self.id.entry_len());
+        for e in entries {
             e.encode(&mut w);
         }
         w.into_inner()
@@ -337,24 +412,19 @@ impl<E: Entry> Table<E> {
     /// The payload's length disagrees with the table's, or an entry is malformed.
     pub fn decode_block(&mut self, b: u32, payload: &[u8]) -> DecodeResult<()> {
         let start = b as usize * self.per_block();
-        if start >= self.entries.len() {
-            bad!("{} block {b} lies beyond the table's {} entries", self.id.name(), self.entries.len());
+        if start >= self.len {
+            bad!("{} block {b} lies beyond the table's {} entries", self.id.name(), self.len);
         }
-        let end = (start + self.per_block()).min(self.entries.len());
-        if payload.len() != (end - start) * self.id.entry_len() {
-            bad!(
-                "{} block {b} holds {} bytes, expected {}",
-                self.id.name(),
-                payload.len(),
-                (end - start) * self.id.entry_len()
-            );
+        let n = self.per_block().min(self.len - start);
+        if payload.len() != n * self.id.entry_len() {
+            bad!("{} block {b} holds {} bytes, expected {}", self.id.name(), payload.len(), n * self.id.entry_len());
         }
+        let mut block = self.fresh_block();
         let mut r = Reader::new(payload);
-        for i in start..end {
-            self.entries[i] = E::decode(&mut r)?;
+        for e in &mut block[..n] {
+            *e = E::decode(&mut r)?;
         }
-        if self.unloaded.get(b as usize).copied().unwrap_or(false) {
-            self.unloaded[b as usize] = false;
+        if self.blocks[b as usize].replace(block).is_none() {
             self.unloaded_count -= 1;
         }
         Ok(())
@@ -472,6 +542,86 @@ mod tests {
         assert_eq!(u.get(300), t.get(300));
         assert!(u.decode_block(1, &p[..p.len() - 1]).is_err());
         assert!(u.decode_block(7, &p).is_err());
+    }
+
+    /// A table of three written blocks, all clean.
+    fn written(len: usize) -> Table<ImapEntry> {
+        let mut t: Table<ImapEntry> = Table::new(TableId::InodeMap, len);
+        for i in 0..len {
+            t.set(i, ImapEntry { generation: i as u32, ..ImapEntry::default() });
+        }
+        for b in 0..t.block_count() as u32 {
+            t.set_address(b, MetaBlock(100 + u64::from(b)));
+        }
+        t
+    }
+
+    #[test]
+    fn a_clean_block_given_back_reads_again_as_it_was() {
+        let per = TableId::InodeMap.per_block();
+        let mut t = written(2 * per + 5);
+        let payload = t.encode_block(1);
+        assert!(t.is_evictable(1));
+        t.evict(1);
+        assert_eq!((t.loaded_blocks(), t.unloaded_blocks()), (2, 1));
+        assert!(!t.is_loaded(1) && !t.is_evictable(1));
+        // The other blocks are untouched, and the last one can still grow.
+        assert_eq!(t.get(per - 1).generation, per as u32 - 1);
+        t.grow(2 * per + 6);
+        assert_eq!(t.get(2 * per + 5), ImapEntry::default());
+        t.decode_block(1, &payload).unwrap();
+        assert_eq!(t.unloaded_blocks(), 0);
+        assert_eq!(t.get(per + 3).generation, per as u32 + 3);
+        assert_eq!(t.entries().count(), 2 * per + 6);
+        assert_eq!(t.dirty_blocks(), vec![2], "reading a block back does not dirty it");
+    }
+
+    #[test]
+    fn a_dirty_or_unwritten_block_is_not_evictable() {
+        let mut t = written(600);
+        t.set(3, ImapEntry::default());
+        assert!(!t.is_evictable(0), "dirty");
+        t.grow(2000);
+        assert!(!t.is_evictable(t.block_count() as u32 - 1), "never written");
+        assert!(t.is_evictable(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "given back while dirty")]
+    fn giving_back_a_dirty_block_is_a_bug_asserted() {
+        let mut t = written(600);
+        t.update(1, |e| e.generation += 1);
+        t.evict(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "used before its block 1 was loaded")]
+    fn an_entry_of_a_block_given_back_is_never_read_as_default() {
+        let per = TableId::InodeMap.per_block();
+        let mut t = written(2 * per);
+        t.evict(1);
+        let _ = t.get(per);
+    }
+
+    #[test]
+    fn truncation_resets_the_entries_cut_off() {
+        let mut t: Table<u64> = Table::new(TableId::NodeMap, 20);
+        t.set(15, 7);
+        t.truncate(10);
+        t.grow(20);
+        assert_eq!(t.get(15), 0);
+        assert_eq!(t.entries().count(), 20);
+    }
+
+    #[test]
+    fn adopting_takes_a_block_not_in_memory_as_changed() {
+        let per = TableId::InodeMap.per_block();
+        let mut t = written(2 * per);
+        let other = t.clone();
+        t.evict(0);
+        t.adopt(&other);
+        assert_eq!(t.dirty_blocks(), vec![0], "block 1 is the same, block 0 could not be compared");
+        assert_eq!(t.address(1), MetaBlock(101));
     }
 
     #[test]

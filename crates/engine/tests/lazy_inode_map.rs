@@ -19,7 +19,13 @@ const DIRS: u32 = 30;
 const PER_DIR: u32 = 100;
 
 fn options(lazy_from: usize) -> MountOptions {
-    MountOptions { commit_interval: Duration::ZERO, lazy_inode_map_min_blocks: lazy_from, ..MountOptions::default() }
+    // Every block read stays (tests/bounded_inode_map.rs gives them back).
+    MountOptions {
+        commit_interval: Duration::ZERO,
+        lazy_inode_map_min_blocks: lazy_from,
+        inode_map_bytes: None,
+        ..MountOptions::default()
+    }
 }
 
 fn stat(v: &Volume, name: &str) -> u64 {

@@ -721,6 +721,36 @@ pub fn many_inodes() -> Workload {
     Workload { name: s("pattern/many-inodes"), steps, scale: 2 }
 }
 
+/// Changes all over an inode map of six blocks, between checkpoints and
+/// after them, for a volume that keeps two of them in memory: blocks are
+/// given back and read again while commits, checkpoints and recovery run
+/// (the first writes and unlinks reach blocks given back at the sync).
+#[must_use]
+pub fn many_inodes_bounded() -> Workload {
+    let mut steps = vec![Step::Mkdir(s("M"))];
+    steps.extend((0..1400).map(|i| Step::Create(format!("M/f{i:04}"))));
+    steps.push(Step::Sync);
+    for i in (7..1400).step_by(233) {
+        steps.push(Step::Write { path: format!("M/f{i:04}"), offset: 0, len: 700 });
+        steps.push(Step::Unlink(format!("M/f{:04}", i + 100)));
+    }
+    steps.extend([
+        Step::Fsync(s("M/f0240")),
+        Step::Open { path: s("M/f1000"), h: 1 },
+        Step::Unlink(s("M/f1000")),
+        Step::WriteOpen { h: 1, offset: 0, len: 5000 },
+        Step::Sync,
+        Step::Create(s("M/new")),
+        Step::Rename { from: s("M/f0010"), to: s("M/renamed") },
+        Step::Write { path: s("M/f1300"), offset: 0, len: 3000 },
+        Step::Fsync(s("M/f1300")),
+        Step::Close(1),
+        Step::Unlink(s("M/f0600")),
+        Step::Fsync(s("M")),
+    ]);
+    Workload { name: s("pattern/many-inodes-bounded"), steps, scale: 2 }
+}
+
 /// Every workload of the default run.
 #[must_use]
 pub fn all() -> Vec<Workload> {
@@ -742,5 +772,5 @@ pub fn by_name(name: &str) -> Option<Workload> {
     if let Some(n) = name.strip_prefix("pattern/log-wrap-") {
         return n.parse().ok().map(|n| log_wrap(n, true));
     }
-    all().into_iter().chain([many_inodes()]).find(|w| w.name == name)
+    all().into_iter().chain([many_inodes(), many_inodes_bounded()]).find(|w| w.name == name)
 }

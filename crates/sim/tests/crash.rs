@@ -227,6 +227,27 @@ fn crashes_around_clones_keep_every_tree_whole() {
 /// hold one block of map, which is always read). Replay a failure with
 /// `DUALFS_CRASH_REPLAY=seed:pattern/many-inodes:state
 /// DUALFS_LAZY_INODE_MAP_MIN_BLOCKS=2`.
+/// The same with the inode map kept to two blocks (a tiny cache limit):
+/// clean blocks are given back between operations, while commits,
+/// checkpoints, recovery and the oracle's reads run, and read again on
+/// demand (`pattern/many-inodes-bounded`). Replay a failure with
+/// `DUALFS_CRASH_REPLAY=seed:pattern/many-inodes-bounded:state
+/// DUALFS_LAZY_INODE_MAP_MIN_BLOCKS=2 DUALFS_INODE_MAP_BYTES=8192`.
+#[test]
+fn crashes_with_the_inode_map_given_back() {
+    if env("DUALFS_CRASH_REPLAY").is_some() {
+        return;
+    }
+    let mut config = Config::default();
+    config.mount.lazy_inode_map_min_blocks = 2;
+    config.mount.inode_map_bytes = Some(2 * 4096);
+    // Few inodes cached: their blocks are kept past the budget.
+    config.mount.cache_budget = 32;
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    let stats = ex.explore(&workloads::many_inodes_bounded()).unwrap_or_else(|f| panic!("{f}"));
+    assert!(stats.states_checked > 40 && stats.rolled_forward > 10, "too few states: {stats:?}");
+}
+
 #[test]
 fn crashes_with_the_inode_map_left_on_disk() {
     if env("DUALFS_CRASH_REPLAY").is_some() {

@@ -27,6 +27,12 @@ fn config_for(fault: Fault) -> Config {
     if matches!(fault, Fault::StrictFsyncUntangled | Fault::StrictInPlace | Fault::HomeWriteUnflushed) {
         c.mount.order = dualfs_engine::volume::Order::Strict;
     }
+    // A map of six blocks kept to two, few inodes cached.
+    if fault == Fault::EvictDirtyMapBlocks {
+        c.mount.lazy_inode_map_min_blocks = 2;
+        c.mount.inode_map_bytes = Some(2 * 4096);
+        c.mount.cache_budget = 32;
+    }
     // Room to grow into, for the resize workloads.
     if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
         c.spare_meta_blocks = 8 * 128;
@@ -49,6 +55,9 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if fault == Fault::SnapshotInPlace {
         // Only a snapshot's blocks overwritten after it was made show it.
         list.extend(workloads::snapshots());
+    }
+    if fault == Fault::EvictDirtyMapBlocks {
+        list.push(workloads::many_inodes_bounded());
     }
     if fault == Fault::SwitchListLater {
         // Only a switch of the live tree shows it.

@@ -286,7 +286,7 @@ impl DataSpace {
     #[must_use]
     pub fn bitmap_words(&self) -> Vec<u64> {
         assert!(self.fully_loaded(), "a copy of a bitmap not all read");
-        self.bitmap.entries().to_vec()
+        self.bitmap.entries().collect()
     }
 
     fn held_word(&self, w: usize) -> u64 {

@@ -53,14 +53,38 @@ pub struct IFile {
     pub inodes: Table<ImapEntry>,
     /// Node id to block address (0 = free).
     pub nodes: Table<u64>,
-    free_inodes: BTreeSet<u64>,
+    /// Free inode numbers per counted inode-map block (not those freed by
+    /// the group being built), and the blocks holding any: two bytes a
+    /// block where a set of the numbers took some 20 bytes each (ten
+    /// million after deleting ten million files). A number is listed iff
+    /// its block was counted, it is not 0, not in use and not in
+    /// `freed_inodes`; a new one is the lowest of the lowest block.
+    free_in_block: Vec<u16>,
+    free_blocks: BTreeSet<u32>,
     /// Inode numbers freed by the commit group being built: reused only in
     /// a later group, so that no group both frees and reuses a number
     /// (roll-forward then never confuses two lives of one inode).
-    freed_inodes: Vec<u64>,
+    freed_inodes: BTreeSet<u64>,
     free_nodes: BTreeSet<u64>,
     used_inodes: u64,
     used_nodes: u64,
+    /// Inode-map blocks whose numbers are not in the free list and counts
+    /// yet (left on disk at mount and never read since); a block given
+    /// back after that is counted still. Empty when every block was.
+    uncounted: Vec<bool>,
+    uncounted_count: usize,
+    /// Inodes on the orphan list, of the blocks counted: what
+    /// [`IFile::orphans`] and [`IFile::is_orphan`] answer without the map.
+    orphan_set: BTreeSet<u64>,
+    /// Until every inode-map block was counted: what the counted blocks
+    /// and the node map hold live per segment, kept with every change, so
+    /// that the last block in can check the segment usage without the
+    /// whole map in memory ([`IFile::accept_inode_block`]).
+    live_counted: Option<Vec<u64>>,
+    /// Inode-map blocks used since the clock hand last passed them, and
+    /// the hand ([`IFile::evict_inode_blocks`]).
+    referenced: Vec<bool>,
+    hand: usize,
 }
 
 impl IFile {
@@ -72,11 +96,18 @@ impl IFile {
             segments: Table::new(TableId::SegmentUsage, geometry.count as usize),
             inodes: Table::new(TableId::InodeMap, 1),
             nodes: Table::new(TableId::NodeMap, 1),
-            free_inodes: BTreeSet::new(),
-            freed_inodes: Vec::new(),
+            free_in_block: Vec::new(),
+            free_blocks: BTreeSet::new(),
+            freed_inodes: BTreeSet::new(),
             free_nodes: BTreeSet::new(),
             used_inodes: 0,
             used_nodes: 0,
+            uncounted: Vec::new(),
+            uncounted_count: 0,
+            orphan_set: BTreeSet::new(),
+            live_counted: None,
+            referenced: Vec::new(),
+            hand: 0,
         };
         // Number 0 never names anything; keep it out of the free lists forever.
         f.inodes.set(0, ImapEntry { flags: IMAP_USED, ..ImapEntry::default() });
@@ -87,48 +118,130 @@ impl IFile {
     /// rolled forward. An inode map loaded lazily contributes the blocks it
     /// has in memory; each block read later adds its own
     /// ([`IFile::accept_inode_block`]).
+    ///
+    /// # Panics
+    /// A block counted before was given back: its numbers would be lost
+    /// (blocks are given back only once the volume serves).
     pub fn rebuild_free_lists(&mut self) {
-        self.free_inodes.clear();
+        self.free_in_block.clear();
+        self.free_blocks.clear();
         self.freed_inodes.clear();
+        self.orphan_set.clear();
         self.used_inodes = 0;
+        if self.live_counted.is_some() {
+            self.live_counted = Some(vec![0; self.geometry.count as usize]);
+        }
         let per = self.inodes.per_block();
-        for b in 0..self.inodes.block_count() {
-            if self.inodes.is_loaded(b as u32) {
-                self.count_inode_block(b, per);
+        for b in 0..self.inodes.block_count() as u32 {
+            if self.inodes.is_loaded(b) {
+                self.count_inode_block(b as usize, per);
+            } else {
+                assert!(!self.is_counted(b), "inode-map block {b} was given back before the free lists were rebuilt");
             }
         }
         self.free_nodes = (1..self.nodes.len() as u64).filter(|&i| self.nodes.get(i as usize) == 0).collect();
         self.used_nodes = (self.nodes.len() as u64 - 1) - self.free_nodes.len() as u64;
+        if let Some(live) = &mut self.live_counted {
+            for i in 1..self.nodes.len() {
+                if let Some(s) = self.geometry.segment_of(MetaBlock(self.nodes.get(i))) {
+                    live[s.0 as usize] += BLOCK_BYTES;
+                }
+            }
+        }
     }
 
-    /// Adds block `b`'s free numbers to the free list and its numbers in
-    /// use to the count.
+    /// Adds block `b`'s free numbers to the free list, its numbers in use
+    /// to the count, its orphans to theirs and its live bytes to those
+    /// counted.
     fn count_inode_block(&mut self, b: usize, per: usize) {
         let end = ((b + 1) * per).min(self.inodes.len());
         for i in (b * per).max(1)..end {
-            if self.inodes.get(i).in_use() {
+            let e = self.inodes.get(i);
+            if e.in_use() {
                 self.used_inodes += 1;
+                if e.flags & IMAP_ORPHAN != 0 {
+                    self.orphan_set.insert(i as u64);
+                }
+                if let Some(live) = &mut self.live_counted
+                    && let Some(s) = self.geometry.segment_of(e.address)
+                {
+                    live[s.0 as usize] += u64::from(e.record_len);
+                }
             } else if !self.freed_inodes.contains(&(i as u64)) {
-                self.free_inodes.insert(i as u64);
+                self.list_free(i as u64);
             }
         }
+    }
+
+    /// Lists free number `i`.
+    fn list_free(&mut self, i: u64) {
+        let b = i as usize / self.inodes.per_block();
+        if self.free_in_block.len() <= b {
+            self.free_in_block.resize(b + 1, 0);
+        }
+        self.free_in_block[b] += 1;
+        self.free_blocks.insert(b as u32);
+    }
+
+    /// Takes number `i` off the free list if it is listed (before its entry
+    /// changes: whether it is listed follows from the entry).
+    fn unlist_free(&mut self, i: u64) {
+        let b = i as usize / self.inodes.per_block();
+        let listed = i != 0
+            && self.is_counted(b as u32)
+            && !self.inodes.get(i as usize).in_use()
+            && !self.freed_inodes.contains(&i);
+        if listed && let Some(n) = self.free_in_block.get_mut(b) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.free_blocks.remove(&(b as u32));
+            }
+        }
+    }
+
+    /// The lowest listed free number: the lowest of the lowest block with
+    /// any (whose entries must be in memory).
+    fn lowest_free(&mut self) -> Option<u64> {
+        let per = self.inodes.per_block();
+        while let Some(&b) = self.free_blocks.first() {
+            let start = (b as usize * per).max(1);
+            let end = ((b as usize + 1) * per).min(self.inodes.len());
+            if let Some(i) =
+                (start..end).find(|&i| !self.inodes.get(i).in_use() && !self.freed_inodes.contains(&(i as u64)))
+            {
+                return Some(i as u64);
+            }
+            // A count that says more than the block holds: a bug, but
+            // the block has nothing to give.
+            debug_assert!(false, "inode-map block {b} was counted with free numbers it does not hold");
+            self.free_blocks.remove(&b);
+        }
+        None
+    }
+
+    fn is_counted(&self, b: u32) -> bool {
+        !self.uncounted.get(b as usize).copied().unwrap_or(false)
     }
 
     /// Leaves the inode map's blocks on disk, to be read when an inode in
     /// one is first needed ([`IFile::unloaded_inode_block`]) or by the
     /// volume's background load: a mount then takes the same time whatever
     /// the number of files. Block `keep`, the last, was loaded: it is where
-    /// the map grows. Until every block is in, free numbers come from
+    /// the map grows. Until every block is counted, free numbers come from
     /// the blocks read (lowest first among them) or past the end, the
     /// count of inodes in use covers the blocks read, and the live bytes
-    /// the segment usage table says are trusted; the last block read
-    /// recounts them ([`IFile::accept_inode_block`]).
+    /// the segment usage table says are trusted; the last block counted
+    /// checks them ([`IFile::accept_inode_block`]).
     pub fn leave_inodes_on_disk_but(&mut self, keep: u32) {
         self.inodes.set_all_unloaded_but(keep);
+        self.uncounted = (0..self.inodes.block_count() as u32).map(|b| !self.inodes.is_loaded(b)).collect();
+        self.uncounted_count = self.inodes.unloaded_blocks();
+        self.live_counted = (self.uncounted_count > 0).then(Vec::new);
         self.rebuild_free_lists();
     }
 
-    /// The block of the inode map holding `ino` when it is not in memory yet.
+    /// The block of the inode map holding `ino` when it is not in memory
+    /// (never read, or given back).
     #[must_use]
     pub fn unloaded_inode_block(&self, ino: InodeNo) -> Option<u32> {
         if self.inodes.unloaded_blocks() == 0 || ino.0 >= self.inodes.len() as u64 {
@@ -138,7 +251,7 @@ impl IFile {
         (!self.inodes.is_loaded(b)).then_some(b)
     }
 
-    /// Inode-map blocks not in memory yet, in order.
+    /// Inode-map blocks not in memory, in order.
     #[must_use]
     pub fn unloaded_inode_blocks(&self) -> Vec<u32> {
         if self.inodes.unloaded_blocks() == 0 {
@@ -147,17 +260,35 @@ impl IFile {
         (0..self.inodes.block_count() as u32).filter(|&b| !self.inodes.is_loaded(b)).collect()
     }
 
-    /// Whether the whole inode map is in memory.
+    /// Inode-map blocks never counted (nor read) since the mount, in order:
+    /// what the background load reads.
+    #[must_use]
+    pub fn uncounted_inode_blocks(&self) -> Vec<u32> {
+        if self.uncounted_count == 0 {
+            return Vec::new();
+        }
+        (0..self.uncounted.len() as u32).filter(|&b| self.uncounted[b as usize]).collect()
+    }
+
+    /// Whether every inode-map block was counted: the free list, the count
+    /// in use, the orphans and the segments' live bytes are whole (blocks
+    /// may have been given back since).
     #[must_use]
     pub fn inodes_complete(&self) -> bool {
+        self.uncounted_count == 0
+    }
+
+    /// Whether the whole inode map is in memory.
+    #[must_use]
+    pub fn inodes_in_memory(&self) -> bool {
         self.inodes.unloaded_blocks() == 0
     }
 
     /// Takes inode-map block `b`'s payload, read from disk (a block already
     /// in memory is left as it is: it may have changed since). When it was
-    /// the last one missing, the segments' live bytes are checked against
-    /// the whole maps and recounted; the segments that said otherwise are
-    /// returned, as at a complete load.
+    /// the last one never counted, the segments' live bytes are checked
+    /// against what the maps hold and recounted; the segments that said
+    /// otherwise are returned, as at a complete load.
     ///
     /// # Errors
     /// The payload does not decode as that block.
@@ -166,8 +297,86 @@ impl IFile {
             return Ok(Vec::new());
         }
         self.inodes.decode_block(b, payload)?;
+        if self.is_counted(b) {
+            // Given back and read again: counted when first read.
+            return Ok(Vec::new());
+        }
         self.count_inode_block(b as usize, self.inodes.per_block());
-        Ok(if self.inodes_complete() { self.recount_live_bytes() } else { Vec::new() })
+        self.uncounted[b as usize] = false;
+        self.uncounted_count -= 1;
+        if self.uncounted_count > 0 {
+            return Ok(Vec::new());
+        }
+        self.uncounted = Vec::new();
+        let live = self.live_counted.take().unwrap_or_default();
+        Ok(self.set_live_bytes(live))
+    }
+
+    /// Notes that an inode of block `ino` was needed: the clock passes
+    /// over its block once before giving it back.
+    pub fn note_inode_use(&mut self, ino: InodeNo) {
+        let b = ino.0 as usize / self.inodes.per_block();
+        if let Some(r) = self.referenced.get_mut(b) {
+            *r = true;
+        } else if b < self.inodes.block_count() {
+            self.referenced.resize(self.inodes.block_count(), false);
+            self.referenced[b] = true;
+        }
+    }
+
+    /// Gives back clean inode-map blocks until at most `keep` are in memory
+    /// (a clock: a block used since the hand last passed is passed over
+    /// once), never the last block (where the map grows) nor a block
+    /// `pinned` says an inode of is in use in memory. Returns how many.
+    pub fn evict_inode_blocks(&mut self, keep: usize, pinned: &dyn Fn(u32) -> bool) -> usize {
+        let count = self.inodes.block_count();
+        if self.inodes.loaded_blocks() <= keep || count < 2 {
+            return 0;
+        }
+        self.referenced.resize(count, false);
+        let mut evicted = 0;
+        // Twice round: the first pass may only clear the used marks.
+        for _ in 0..2 * count {
+            if self.inodes.loaded_blocks() <= keep {
+                break;
+            }
+            let b = self.hand % count;
+            self.hand = (b + 1) % count;
+            if b + 1 == count || pinned(b as u32) {
+                continue;
+            }
+            if crate::faults::active(crate::faults::Fault::EvictDirtyMapBlocks) && self.inodes.is_loaded(b as u32) {
+                #[cfg(feature = "fault-injection")]
+                self.inodes.evict_even_dirty(b as u32);
+                evicted += 1;
+                continue;
+            }
+            if !self.inodes.is_evictable(b as u32) {
+                continue;
+            }
+            if std::mem::take(&mut self.referenced[b]) {
+                continue;
+            }
+            self.inodes.evict(b as u32);
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// The lowest free inode number, if its map block is not in memory:
+    /// it must be read before [`IFile::alloc_inode`] takes the number.
+    #[must_use]
+    pub fn next_free_inode_unloaded(&self) -> Option<InodeNo> {
+        let b = *self.free_blocks.first()?;
+        let first = InodeNo(u64::from(b) * self.inodes.per_block() as u64);
+        self.unloaded_inode_block(first).map(|_| first)
+    }
+
+    /// Whether `ino` is on the orphan list (as far as the blocks counted
+    /// say: one never read since the mount was touched by nothing).
+    #[must_use]
+    pub fn is_orphan(&self, ino: InodeNo) -> bool {
+        self.orphan_set.contains(&ino.0)
     }
 
     /// Makes another tree's inode and node maps this IFile's (mounting a
@@ -180,6 +389,10 @@ impl IFile {
     pub fn adopt_tree(&mut self, other: &IFile) {
         self.inodes.adopt(&other.inodes);
         self.nodes.adopt(&other.nodes);
+        // The other tree's maps are whole in memory: everything is counted.
+        self.uncounted = Vec::new();
+        self.uncounted_count = 0;
+        self.live_counted = None;
         self.rebuild_free_lists();
         self.recount_live_bytes();
     }
@@ -247,8 +460,11 @@ impl IFile {
 
     /// Takes a free inode number (the lowest) and returns it with its generation.
     pub fn alloc_inode(&mut self) -> (InodeNo, u32) {
-        let n = match self.free_inodes.pop_first() {
-            Some(n) => n,
+        let n = match self.lowest_free() {
+            Some(n) => {
+                self.unlist_free(n);
+                n
+            }
             None => {
                 let n = self.inodes.len() as u64;
                 self.inodes.grow(n as usize + 1);
@@ -266,7 +482,10 @@ impl IFile {
         if ino.0 >= self.inodes.len() as u64 {
             let old_len = self.inodes.len() as u64;
             self.inodes.grow(ino.0 as usize + 1);
-            self.free_inodes.extend(old_len..ino.0);
+            // `ino` too: its caller takes it off as it takes it.
+            for i in old_len.max(1)..=ino.0 {
+                self.list_free(i);
+            }
         }
     }
 
@@ -274,14 +493,19 @@ impl IFile {
     /// root directory as number 1).
     pub fn take_inode(&mut self, ino: InodeNo, e: ImapEntry) {
         self.reach_inode(ino);
+        self.unlist_free(ino.0);
         let old = self.inodes.get(ino.0 as usize);
         if old.in_use() {
             self.sub_live(old.address, u32::from(old.record_len));
         } else {
             self.used_inodes += 1;
         }
-        self.free_inodes.remove(&ino.0);
-        self.freed_inodes.retain(|&i| i != ino.0);
+        self.freed_inodes.remove(&ino.0);
+        if e.in_use() && e.flags & IMAP_ORPHAN != 0 {
+            self.orphan_set.insert(ino.0);
+        } else {
+            self.orphan_set.remove(&ino.0);
+        }
         self.inodes.set(ino.0 as usize, e);
     }
 
@@ -304,15 +528,18 @@ impl IFile {
             self.sub_live(old.address, u32::from(old.record_len));
         }
         self.inodes.set(ino.0 as usize, ImapEntry { generation: next_generation, ..ImapEntry::default() });
+        self.orphan_set.remove(&ino.0);
         if old.in_use() {
-            self.freed_inodes.push(ino.0);
+            self.freed_inodes.insert(ino.0);
             self.used_inodes -= 1;
         }
     }
 
     /// The commit group that freed inode numbers was sealed: they may be reused.
     pub fn release_freed_inodes(&mut self) {
-        self.free_inodes.extend(self.freed_inodes.drain(..));
+        for i in std::mem::take(&mut self.freed_inodes) {
+            self.list_free(i);
+        }
     }
 
     /// Records that the newest copy of `ino` (generation `generation`,
@@ -320,13 +547,13 @@ impl IFile {
     pub fn place_inode(&mut self, ino: InodeNo, generation: u32, at: MetaBlock, len: u16) {
         // Roll-forward meets inodes allocated after the checkpoint.
         self.reach_inode(ino);
+        self.unlist_free(ino.0);
         let old = self.inodes.get(ino.0 as usize);
         if old.in_use() {
             self.sub_live(old.address, u32::from(old.record_len));
         }
         self.add_live(at, u32::from(len));
         if !old.in_use() {
-            self.free_inodes.remove(&ino.0);
             self.used_inodes += 1;
         }
         let flags = IMAP_USED | (old.flags & IMAP_ORPHAN);
@@ -336,23 +563,28 @@ impl IFile {
     /// Adds `ino` to, or removes it from, the orphan list.
     pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
         if ino.0 < self.inodes.len() as u64 {
+            let mut on = false;
             self.inodes.update(ino.0 as usize, |e| {
-                if orphan && e.in_use() {
+                on = orphan && e.in_use();
+                if on {
                     e.flags |= IMAP_ORPHAN;
                 } else {
                     e.flags &= !IMAP_ORPHAN;
                 }
             });
+            if on {
+                self.orphan_set.insert(ino.0);
+            } else {
+                self.orphan_set.remove(&ino.0);
+            }
         }
     }
 
-    /// Inodes on the orphan list.
+    /// Inodes on the orphan list (of the blocks counted: all of them once
+    /// [`IFile::inodes_complete`]).
     #[must_use]
     pub fn orphans(&self) -> Vec<InodeNo> {
-        (1..self.inodes.len())
-            .filter(|&i| self.inodes.get(i).flags & IMAP_ORPHAN != 0)
-            .map(|i| InodeNo(i as u64))
-            .collect()
+        self.orphan_set.iter().map(|&i| InodeNo(i)).collect()
     }
 
     // ---- node map ----
@@ -442,9 +674,17 @@ impl IFile {
 
     /// Sets every segment's live bytes to what the maps say; returns the
     /// segments that said otherwise, with what they said and what is true.
+    ///
+    /// # Panics
+    /// The maps are not whole in memory.
     pub fn recount_live_bytes(&mut self) -> Vec<(SegmentNo, u32, u64)> {
+        let live = self.live_bytes_from_maps();
+        self.set_live_bytes(live)
+    }
+
+    fn set_live_bytes(&mut self, live: Vec<u64>) -> Vec<(SegmentNo, u32, u64)> {
         let mut wrong = Vec::new();
-        for (s, want) in self.live_bytes_from_maps().into_iter().enumerate() {
+        for (s, want) in live.into_iter().enumerate() {
             let have = self.segments.get(s).live_bytes;
             if u64::from(have) != want {
                 wrong.push((SegmentNo(s as u32), have, want));
@@ -461,6 +701,11 @@ impl IFile {
     // a bug, not damage. (A segment holds at most 65,536 blocks of 4 KiB:
     // the sum cannot overflow, inode lists being checked to fit their block.)
     fn add_live(&mut self, at: MetaBlock, bytes: u32) {
+        if let Some(seg) = self.geometry.segment_of(at)
+            && let Some(live) = &mut self.live_counted
+        {
+            live[seg.0 as usize] += u64::from(bytes);
+        }
         if let Some(seg) = self.geometry.segment_of(at) {
             self.segments.update(seg.0 as usize, |u| {
                 u.live_bytes = u.live_bytes.checked_add(bytes).unwrap_or_else(|| {
@@ -480,6 +725,9 @@ impl IFile {
             // stop the volume meanwhile.
             if let Some(seg) = self.geometry.segment_of(at) {
                 self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
+                if let Some(live) = &mut self.live_counted {
+                    live[seg.0 as usize] = live[seg.0 as usize].saturating_sub(u64::from(bytes));
+                }
             }
             return;
         }

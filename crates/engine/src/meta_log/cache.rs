@@ -72,6 +72,13 @@ pub struct MetaCache {
     bytes: usize,
     /// At most this many entries and bytes (None: no limit).
     limits: Option<(usize, usize)>,
+    /// Inodes cached per inode-map block: such a block stays in memory
+    /// ([`MetaCache::holds_map_block`]).
+    map_blocks: FxHashMap<u32, u32>,
+}
+
+fn map_block_of(ino: InodeNo) -> u32 {
+    (ino.0 / crate::format::ifile::TableId::InodeMap.per_block() as u64) as u32
 }
 
 /// Mutable access to a cached inode. When it goes out of scope the dirty
@@ -147,6 +154,28 @@ impl MetaCache {
         self.inodes.contains_key(&ino)
     }
 
+    fn forget_map_block(&mut self, ino: InodeNo) {
+        let b = map_block_of(ino);
+        if let Some(n) = self.map_blocks.get_mut(&b) {
+            *n -= 1;
+            if *n == 0 {
+                self.map_blocks.remove(&b);
+            }
+        }
+    }
+
+    /// Whether an inode of inode-map block `b` is cached, dirty or clean.
+    #[must_use]
+    pub fn holds_map_block(&self, b: u32) -> bool {
+        self.map_blocks.contains_key(&b)
+    }
+
+    /// The inode-map blocks an inode cached belongs to.
+    #[must_use]
+    pub fn map_blocks_held(&self) -> usize {
+        self.map_blocks.len()
+    }
+
     /// A cached inode, to be modified: it becomes dirty.
     pub fn inode_mut(&mut self, ino: InodeNo) -> Option<InodeGuard<'_>> {
         let t = self.tick();
@@ -166,6 +195,7 @@ impl MetaCache {
         if let std::collections::hash_map::Entry::Vacant(v) = self.inodes.entry(rec.ino) {
             let cost = inode_cost(&rec);
             self.bytes += cost;
+            *self.map_blocks.entry(map_block_of(rec.ino)).or_default() += 1;
             v.insert(Entry {
                 value: rec,
                 owner: InodeNo(0),
@@ -185,6 +215,7 @@ impl MetaCache {
         let t = self.tick();
         let cost = inode_cost(&rec);
         self.bytes += cost;
+        *self.map_blocks.entry(map_block_of(ino)).or_default() += 1;
         self.inodes.insert(
             ino,
             Entry { value: rec, owner: InodeNo(0), dirty: false, charged: 0, written: Seq(0), touched: t, cost },
@@ -197,6 +228,7 @@ impl MetaCache {
         if let Some(e) = self.inodes.remove(&ino) {
             self.dirty_inode_bytes -= e.charged;
             self.bytes -= e.cost;
+            self.forget_map_block(ino);
         }
         self.dirty_inodes.remove(&ino);
     }
@@ -451,6 +483,7 @@ impl MetaCache {
             }
             if is_inode {
                 self.inodes.remove(&InodeNo(k));
+                self.forget_map_block(InodeNo(k));
             } else {
                 self.nodes.remove(&NodeId(k));
             }

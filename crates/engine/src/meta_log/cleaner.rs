@@ -147,9 +147,9 @@ impl Log {
     /// # Errors
     /// The device fails.
     pub fn live_in_segment(&mut self, s: SegmentNo) -> Result<LiveSet> {
-        // Inodes anywhere may have records here, and inode-map blocks may
-        // be here to move: the whole map is wanted.
-        self.load_whole_inode_map()?;
+        // Inodes anywhere may have records here: the map blocks of those
+        // the descriptors name are read as they come (inode-map blocks
+        // here to move are told by their addresses, always in memory).
         let mut live = LiveSet::default();
         let mut off = 0u32;
         let mut read = 0u64;
@@ -197,6 +197,7 @@ impl Log {
             for (i, list) in desc.inode_blocks.iter().enumerate() {
                 let at = MetaBlock(first_inode_block + i as u64);
                 for sum in list {
+                    self.ensure_inode_block(sum.ino)?;
                     if self.ifile.inode(sum.ino).is_some_and(|e| e.in_use() && e.address == at) {
                         live.inodes.push(sum.ino);
                     }
@@ -234,7 +235,6 @@ impl Log {
     /// # Errors
     /// A live object cannot be read.
     pub fn relocate(&mut self, nodes: &[NodeId], inodes: &[InodeNo], ifile: &[(TableId, u32)]) -> Result<()> {
-        self.load_whole_inode_map()?;
         for &id in nodes {
             // Freed or rewritten since the scan: nothing to move.
             if self.ifile.node_address(id).0 == 0 {
@@ -245,6 +245,8 @@ impl Log {
             self.stats.cleaner.nodes_moved += 1;
         }
         for &ino in inodes {
+            // (Its map block may have been given back since the scan.)
+            self.ensure_inode_block(ino)?;
             if !self.ifile.inode(ino).is_some_and(|e| e.in_use()) {
                 continue;
             }
@@ -255,6 +257,10 @@ impl Log {
             // A bitmap block is written from memory: read it first.
             if t == TableId::Bitmap {
                 self.space.load_bitmap_block(b)?;
+            }
+            if t == TableId::InodeMap {
+                let first = u64::from(b) * self.ifile.inodes.per_block() as u64;
+                self.ensure_inode_block(InodeNo(first))?;
             }
             for tab in tables(self) {
                 if tab.table_id() == t {

@@ -4,15 +4,22 @@
 //! [`crate::Error::MustRead`]), by roll-forward for the inodes it replays,
 //! and by the volume's background load in runs of blocks
 //! ([`Log::unloaded_inode_runs`], [`Log::accept_inode_blocks`]). Whatever
-//! needs the whole map (the cleaner, snapshots, repair, statfs's count)
-//! reads what is left first ([`Log::load_whole_inode_map`]).
+//! needs the whole map (snapshots, clone switches) reads what is left
+//! first ([`Log::load_whole_inode_map`]); what needs only the counts
+//! (statfs, receive, the orphans of a writable open) waits for the
+//! background load to have counted every block.
+//!
+//! With a budget ([`Log::set_inode_map_budget`]) a block read stays in
+//! memory only while it is used or changed: between operations clean
+//! blocks past the budget are given back ([`Log::trim_inode_map`]) and
+//! read again, the same way as above, when next needed.
 
 use super::Log;
 use super::checkpoint::{open_table_block, read_scattered};
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::ifile::TableId;
-use crate::types::{InodeNo, MetaBlock};
+use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock};
 
 /// Inode-map blocks below which a mount reads the whole map at once: 256
 /// blocks hold 62,000 inodes and take a few milliseconds to read.
@@ -29,6 +36,15 @@ pub fn lazy_inode_map_min_blocks() -> usize {
             .and_then(|v| v.parse().ok())
             .unwrap_or(LAZY_INODE_MAP_MIN_BLOCKS)
     })
+}
+
+/// `DUALFS_INODE_MAP_BYTES`, if set: the inode map's budget of volumes
+/// whose options do not give one, so that the test suites can run every
+/// volume with its blocks given back.
+#[must_use]
+pub fn default_inode_map_bytes() -> Option<usize> {
+    static BYTES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| std::env::var("DUALFS_INODE_MAP_BYTES").ok().and_then(|v| v.parse().ok()))
 }
 
 /// Blocks read at a time by the background load and by
@@ -54,6 +70,7 @@ impl Log {
     /// # Errors
     /// The device fails, or the block is not that inode-map block.
     pub(crate) fn ensure_inode_block(&mut self, ino: InodeNo) -> Result<()> {
+        self.ifile.note_inode_use(ino);
         let Some(b) = self.ifile.unloaded_inode_block(ino) else { return Ok(()) };
         let at = self.ifile.inodes.address(b);
         let raw = self.read_meta_ahead(at)?;
@@ -86,17 +103,77 @@ impl Log {
         Ok(())
     }
 
-    /// The inode-map blocks still on disk and their addresses, at most
-    /// `max` of them, for a load without the lock.
+    /// The inode-map blocks never counted since the mount and their
+    /// addresses, at most `max` of them (fewer with a small budget: a run
+    /// is held whole until the next trim), for a load without the lock.
     #[must_use]
     pub fn unloaded_inode_runs(&self, max: usize) -> Vec<(u32, MetaBlock)> {
-        self.ifile.unloaded_inode_blocks().into_iter().take(max).map(|b| (b, self.ifile.inodes.address(b))).collect()
+        let max = self.inode_map_keep.map_or(max, |keep| max.min((keep / 2).max(16)));
+        self.ifile.uncounted_inode_blocks().into_iter().take(max).map(|b| (b, self.ifile.inodes.address(b))).collect()
+    }
+
+    /// Keeps at most `bytes` of inode-map blocks in memory once the volume
+    /// serves (None: every block read stays, as the offline tools that walk
+    /// the whole map want). A block is reckoned at 4 KiB, its entries'
+    /// allocation.
+    pub fn set_inode_map_budget(&mut self, bytes: Option<usize>) {
+        self.inode_map_keep = bytes.map(|b| (b / BLOCK_SIZE).max(2));
+    }
+
+    /// Inode-map blocks kept at most, if bounded.
+    #[must_use]
+    pub fn inode_map_budget_blocks(&self) -> Option<usize> {
+        self.inode_map_keep
+    }
+
+    /// Gives back clean inode-map blocks once an eighth more than the
+    /// budget are in memory, down to the budget: between operations only
+    /// (one counts on the blocks it read staying until it ends), and never
+    /// a block an inode in the meta-data cache belongs to (a cached inode's
+    /// entry is changed, by a seal, a free or the orphan list, without a
+    /// read first).
+    ///
+    /// Blocks dirty or held by the cache (and the last) cannot go: no
+    /// trim is tried unless more than those are in memory, so that a clock
+    /// sweep over every block is not paid by every operation for nothing
+    /// while the budget is below them.
+    pub fn trim_inode_map(&mut self) {
+        let Some(keep) = self.inode_map_keep else { return };
+        let kept = self.ifile.inodes.dirty_count() + self.cache.map_blocks_held() + 1;
+        if self.ifile.inodes.loaded_blocks() <= keep.max(kept) + keep / 8 {
+            return;
+        }
+        let cache = &self.cache;
+        self.ifile.evict_inode_blocks(keep, &|b| cache.holds_map_block(b));
+    }
+
+    /// Reads the map block of the lowest free inode number if it is not in
+    /// memory, so that [`crate::ifile::IFile::alloc_inode`] may take it.
+    ///
+    /// # Errors
+    /// As [`Log::ensure_inode_block`].
+    pub fn ready_free_inode(&mut self) -> Result<()> {
+        match self.ifile.next_free_inode_unloaded() {
+            Some(free) => self.ensure_inode_block(free),
+            None => Ok(()),
+        }
+    }
+
+    /// The inode-map entry of `ino` (None past the map's end), its block
+    /// read first if needed: for walks over every number (the data mover,
+    /// extract), which read under the lock.
+    ///
+    /// # Errors
+    /// As [`Log::ensure_inode_block`].
+    pub fn map_entry(&mut self, ino: InodeNo) -> Result<Option<crate::format::ifile::ImapEntry>> {
+        self.ensure_inode_block(ino)?;
+        Ok(self.ifile.inode(ino))
     }
 
     /// Takes inode-map blocks read without the lock (`raws` in the order of
     /// `blocks`). A block read meanwhile by an operation is kept as it is;
-    /// one rewritten meanwhile cannot be (a block is written only once it
-    /// was read).
+    /// one rewritten meanwhile (a block is written only once it was read)
+    /// and given back since has another address, and is skipped too.
     ///
     /// # Errors
     /// A block is not the inode-map block it should be.
@@ -104,7 +181,7 @@ impl Log {
         for (&(b, at), raw) in blocks.iter().zip(raws) {
             // Checked before the bytes: a block read meanwhile may have been
             // written elsewhere since, and its old address reused.
-            if self.ifile.inodes.is_loaded(b) {
+            if self.ifile.inodes.is_loaded(b) || self.ifile.inodes.address(b) != at {
                 continue;
             }
             let payload = open_table_block(raw, TableId::InodeMap, b, at, self.volume_id)?;

@@ -132,6 +132,9 @@ pub struct Log {
     /// Counts the loaded checkpoint had wrong and loading recounted from
     /// what they derive from (segment live bytes), one sentence each.
     recounted: Vec<String>,
+    /// Inode-map blocks kept in memory at most (None: every block read
+    /// stays): [`Log::trim_inode_map`] gives back clean ones past it.
+    inode_map_keep: Option<usize>,
     /// Fsync partial segments roll-forward found after the last complete
     /// commit group, for the volume to replay.
     pending_fsync: Vec<fsync::PendingFsync>,
@@ -201,7 +204,8 @@ impl Log {
         // An inode whose map block is still on disk was not touched since
         // the mount, so no one holds it: nothing asks about it but FORGET
         // of an inode looked up (whose block was read then).
-        self.ifile.inode_if_loaded(ino).is_some_and(|e| e.flags & crate::format::ifile::IMAP_ORPHAN != 0)
+        // (The orphan list is kept for blocks given back too.)
+        self.ifile.is_orphan(ino)
     }
 
     /// The log's and the cleaner's counters.
@@ -220,13 +224,14 @@ impl Log {
     /// (between operations only).
     pub fn trim_cache_if_over(&mut self) {
         self.cache.trim_if_over(self.durable);
+        self.trim_inode_map();
     }
 
     /// What the log holds in memory, as counts: cached inodes, cached
     /// objects, read-ahead blocks, inode-map and node-map entries, data
     /// bitmap blocks read.
     #[must_use]
-    pub fn memory_counts(&self) -> [(&'static str, u64); 8] {
+    pub fn memory_counts(&self) -> [(&'static str, u64); 11] {
         let (inodes, objects) = self.cache.counts();
         [
             ("cache_inodes", inodes as u64),
@@ -236,6 +241,11 @@ impl Log {
             ("inode_map_entries", self.ifile.inodes.len() as u64),
             // Blocks the mount left on disk and nothing has read yet.
             ("inode_map_blocks_on_disk", self.ifile.inodes.unloaded_blocks() as u64),
+            ("inode_map_blocks_loaded", self.ifile.inodes.loaded_blocks() as u64),
+            // Kept past the budget: an inode of theirs is cached.
+            ("inode_map_blocks_pinned", self.cache.map_blocks_held() as u64),
+            // Kept until the next checkpoint writes them.
+            ("inode_map_blocks_dirty", self.ifile.inodes.dirty_count() as u64),
             ("node_map_entries", self.ifile.nodes.len() as u64),
             ("bitmap_blocks_loaded", (self.space.bitmap.block_count() - self.space.bitmap.unloaded_blocks()) as u64),
         ]
@@ -524,12 +534,16 @@ impl Log {
     }
 
     /// Takes a free inode number, caches `rec` under it as dirty, and returns it.
-    pub fn create_inode(&mut self, mut rec: InodeRecord) -> InodeNo {
+    ///
+    /// # Errors
+    /// The map block of the number to take cannot be read.
+    pub fn create_inode(&mut self, mut rec: InodeRecord) -> Result<InodeNo> {
+        self.ready_free_inode()?;
         let (ino, generation) = self.ifile.alloc_inode();
         rec.ino = ino;
         rec.generation = generation;
         self.cache.insert_dirty_inode(rec);
-        ino
+        Ok(ino)
     }
 
     /// Brings inode number `rec.ino` into use with `rec` as its record

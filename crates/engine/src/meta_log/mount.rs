@@ -145,6 +145,7 @@ impl Log {
             stats: LogStats::default(),
             readahead: super::readahead::ReadAhead::default(),
             recounted: Vec::new(),
+            inode_map_keep: None,
             pending_fsync: Vec::new(),
             snaps: super::snapshot::Snapshots::default(),
             last_record: None,

@@ -462,6 +462,7 @@ impl Log {
         }
         self.space.release(self.durable);
         self.cache.trim(self.durable);
+        self.trim_inode_map();
         self.free_segments_cached = self.free_segments();
     }
 }

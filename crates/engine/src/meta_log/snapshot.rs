@@ -150,7 +150,7 @@ impl Log {
         for a in inode_blocks {
             add(a);
         }
-        for &a in self.ifile.nodes.entries() {
+        for a in self.ifile.nodes.entries() {
             if a != 0 {
                 add(MetaBlock(a));
             }
@@ -535,7 +535,7 @@ impl Log {
                 *o |= b;
             }
         }
-        let live = self.space.bitmap.entries();
+        let live: Vec<u64> = self.space.bitmap.entries().collect();
         let mut out: Vec<SnapshotSpace> = all
             .iter()
             .map(|s| {

@@ -57,6 +57,8 @@ impl Fs {
     /// # Errors
     /// The parent cannot be read.
     pub fn new_inode(&mut self, parent: InodeNo, new: NewInode, now: Timestamp) -> Result<InodeNo> {
+        // Before anything changes: the number's map block may need a read.
+        self.log.ready_free_inode()?;
         let (group, dir_parent) = if new.kind == FileKind::Directory {
             (self.log.space_mut().bind_directory(), parent)
         } else {
@@ -77,7 +79,7 @@ impl Fs {
             parent: dir_parent,
             ..InodeRecord::default()
         };
-        let ino = self.log.create_inode(rec);
+        let ino = self.log.create_inode(rec)?;
         self.intents.created(ino);
         Ok(ino)
     }

@@ -43,7 +43,7 @@ impl Fs {
         let mut out = Vec::new();
         for i in first.max(1)..stop {
             let ino = InodeNo(i);
-            if !self.log.ifile().inode(ino).is_some_and(|e| e.in_use()) {
+            if !self.log.map_entry(ino)?.is_some_and(|e| e.in_use()) {
                 continue;
             }
             let (group, mapped, mode) = {
@@ -85,7 +85,7 @@ impl Fs {
         debug_assert_eq!(self.log.space().limit(), Some(end), "moving blocks with no limit set");
         // Deleted since the scan (its blocks are freed, not moved), or its
         // number taken by a file made since (which has none past the end).
-        if !self.log.ifile().inode(ino).is_some_and(|e| e.in_use()) {
+        if !self.log.map_entry(ino)?.is_some_and(|e| e.in_use()) {
             return Ok(0);
         }
         let mut taken = 0;

@@ -2,6 +2,9 @@
 //! ([`crate::meta_log::lazy_imap`]): the rest of the map is read in runs
 //! with the lock released between them, then the orphans a writable open
 //! finishes are finished. Operations meanwhile read the blocks they need.
+//! With a budget for the map, each run is counted (free numbers, the
+//! count in use, orphans, live bytes) and given back: the load ends with
+//! the counts whole and no more of the map in memory than the budget.
 
 use std::sync::atomic::Ordering;
 
@@ -28,7 +31,11 @@ impl Volume {
             }
             let addresses: Vec<MetaBlock> = step.iter().map(|s| s.1).collect();
             let raws = lazy_imap::read_blocks(self.meta.as_ref(), &addresses)?;
-            lock(&self.fs).log.accept_inode_blocks(&step, &raws)?;
+            let mut fs = lock(&self.fs);
+            fs.log.accept_inode_blocks(&step, &raws)?;
+            // With a budget, the blocks just counted go as they came: the
+            // load counts the whole map without holding it.
+            fs.log.trim_inode_map();
         }
         if !self.is_read_only() && self.orphans_pending.swap(false, Ordering::AcqRel) {
             let orphans = lock(&self.fs).log.ifile().orphans();

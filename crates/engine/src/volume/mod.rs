@@ -275,6 +275,7 @@ impl Volume {
         };
         let mut fs = Fs::new(log, config);
         fs.log.set_cache_limits(config.cache_budget, config.cache_bytes);
+        fs.log.set_inode_map_budget(options.inode_map_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
@@ -536,7 +537,13 @@ impl Volume {
                     None
                 } else {
                     Some(match fs.log.check_meta_space(kind) {
-                        Ok(()) => f(&mut fs, self.now()),
+                        Ok(()) => {
+                            let r = f(&mut fs, self.now());
+                            // Between operations: the inode map's blocks
+                            // past its budget go (those it dirtied stay).
+                            fs.log.trim_inode_map();
+                            r
+                        }
                         Err(e) => Err(e),
                     })
                 }

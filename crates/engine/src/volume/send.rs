@@ -171,10 +171,7 @@ pub fn send(
 fn map_block(vol: &Volume, b: usize, dirty: &HashSet<u32>) -> (u64, Vec<crate::format::ifile::ImapEntry>) {
     vol.with_fs(|fs| {
         let t = &fs.log.ifile().inodes;
-        let per = t.per_block();
-        let start = (b * per).min(t.len());
-        let end = ((b + 1) * per).min(t.len());
-        let entries = t.entries()[start..end].to_vec();
+        let entries = if b < t.block_count() { t.block_entries(b as u32).to_vec() } else { Vec::new() };
         let at = if b < t.block_count() && !dirty.contains(&(b as u32)) { t.address(b as u32).0 } else { 0 };
         (at, entries)
     })

@@ -231,8 +231,15 @@ pub struct MountOptions {
     /// (`DUALFS_LAZY_INODE_MAP_MIN_BLOCKS` overrides it, for tests).
     pub lazy_inode_map_min_blocks: usize,
     /// Bytes of memory the decoded inodes and nodes may take (`-o cache=`
-    /// gives half of its size to them, half to `dirty_data_limit`).
+    /// gives half of its size to them and the inode map, half to
+    /// `dirty_data_limit`).
     pub cache_bytes: usize,
+    /// Bytes of inode-map blocks kept in memory (`-o cache=` gives an
+    /// eighth of its size): clean blocks past it are given back between
+    /// operations and read again when needed. None (the default, for the
+    /// tools that walk the whole map): every block read stays.
+    /// `DUALFS_INODE_MAP_BYTES` sets a default, for tests.
+    pub inode_map_bytes: Option<usize>,
     /// Free segments below which the cleaner runs (None: derived from the
     /// device size).
     pub clean_threshold: Option<u32>,
@@ -264,6 +271,7 @@ impl Default for MountOptions {
             cache_budget: 262_144,
             lazy_inode_map_min_blocks: crate::meta_log::lazy_imap::lazy_inode_map_min_blocks(),
             cache_bytes: 256 << 20,
+            inode_map_bytes: crate::meta_log::lazy_imap::default_inode_map_bytes(),
             clean_threshold: None,
             atime: AtimeMode::Relatime,
             order: Order::Default,

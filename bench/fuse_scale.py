@@ -96,7 +96,7 @@ def main():
         secs = time.monotonic() - t
         stats = json.loads(sh(f"{dualfs} stats --json {mnt}"))
         row = {"files": made, "creates_s": share * a.procs * a.per / secs, "rss_mib": rss_mib(pid),
-               "cache": {k: v for k, v in stats.items() if "cache" in k}}
+               "cache": {k: v for k, v in stats.items() if "cache" in k or "_map_" in k}}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     sh("sync")
@@ -105,6 +105,8 @@ def main():
     found = int(sh(f"find {mnt} | wc -l"))
     find = {"entries": found, "seconds": time.monotonic() - t, "rss_mib": rss_mib(pid),
             "peak_mib": rss_mib(pid, "VmHWM")}
+    stats = json.loads(sh(f"{dualfs} stats --json {mnt}"))
+    find["cache"] = {k: v for k, v in stats.items() if "cache" in k or "_map_" in k}
     print(json.dumps(find), file=sys.stderr, flush=True)
     sh(f"{dualfs} umount {mnt}")
     drop_caches()

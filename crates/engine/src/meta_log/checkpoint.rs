@@ -245,12 +245,16 @@ impl Log {
             CHECKPOINT_SLOTS[(record.number % 2) as usize]
         };
         debug_assert!(index_entries(&record.index, runs).len() <= MAX_INDEX_BLOCKS, "index bound broken");
+        // The blocks just placed are clean but not on disk until the
+        // checkpoint is written: none may be given back before.
+        self.checkpoint_unwritten = true;
         Ok(SealedCheckpoint { part, slot, record, index, runs })
     }
 
     /// Records that a checkpoint is durable: the previous one's IFile blocks
     /// and roll-forward range are no longer needed.
     pub fn complete_checkpoint(&mut self, c: &SealedCheckpoint) {
+        self.checkpoint_unwritten = false;
         if let Some(part) = &c.part {
             part.forget_read_ahead(&mut self.readahead);
         }

@@ -126,8 +126,9 @@ impl Log {
         self.inode_map_keep
     }
 
-    /// Gives back clean inode-map blocks once an eighth more than the
-    /// budget are in memory, down to the budget: between operations only
+    /// Gives back clean inode-map blocks (unchanged since the checkpoint
+    /// last written, which holds them) once an eighth more than the budget
+    /// are in memory, down to the budget: between operations only
     /// (one counts on the blocks it read staying until it ends), and never
     /// a block an inode in the meta-data cache belongs to (a cached inode's
     /// entry is changed, by a seal, a free or the orphan list, without a
@@ -139,12 +140,31 @@ impl Log {
     /// while the budget is below them.
     pub fn trim_inode_map(&mut self) {
         let Some(keep) = self.inode_map_keep else { return };
-        let kept = self.ifile.inodes.dirty_count() + self.cache.map_blocks_held() + 1;
+        // Clean means durable: a block the checkpoint being written placed
+        // would be read back from where its bytes are not yet.
+        if self.checkpoint_unwritten {
+            return;
+        }
+        // (The broken rule counts dirty blocks as clean.)
+        let dirty = if crate::faults::active(crate::faults::Fault::EvictDirtyMapBlocks) {
+            0
+        } else {
+            self.ifile.inodes.dirty_count()
+        };
+        let kept = dirty + self.cache.map_blocks_held() + 1;
         if self.ifile.inodes.loaded_blocks() <= keep.max(kept) + keep / 8 {
             return;
         }
         let cache = &self.cache;
         self.ifile.evict_inode_blocks(keep, &|b| cache.holds_map_block(b));
+    }
+
+    /// Whether half the inode map's budget is dirty: only a checkpoint makes
+    /// those blocks clean and so given back (a walk that stamps access
+    /// times on directories dirties a block per directory).
+    #[must_use]
+    pub fn inode_map_wants_checkpoint(&self) -> bool {
+        self.inode_map_keep.is_some_and(|keep| self.ifile.inodes.dirty_count() > keep / 2)
     }
 
     /// Reads the map block of the lowest free inode number if it is not in

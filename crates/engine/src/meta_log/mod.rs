@@ -135,6 +135,9 @@ pub struct Log {
     /// Inode-map blocks kept in memory at most (None: every block read
     /// stays): [`Log::trim_inode_map`] gives back clean ones past it.
     inode_map_keep: Option<usize>,
+    /// A checkpoint was sealed and is not written yet: the table blocks it
+    /// placed have addresses but not yet their bytes there.
+    checkpoint_unwritten: bool,
     /// Fsync partial segments roll-forward found after the last complete
     /// commit group, for the volume to replay.
     pending_fsync: Vec<fsync::PendingFsync>,

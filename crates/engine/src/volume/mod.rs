@@ -598,15 +598,16 @@ impl Volume {
         if self.no_writes.load(Ordering::Acquire) || lock(&self.failed).is_some() {
             return Ok(());
         }
-        let (dirty, since_ckpt) = {
+        let (dirty, since_ckpt, map_dirty) = {
             let fs = lock(&self.fs);
-            (fs.log.has_dirty() || fs.pages.dirty_bytes() > 0, fs.log.blocks_since_checkpoint())
+            let dirty = fs.log.has_dirty() || fs.pages.dirty_bytes() > 0;
+            (dirty, fs.log.blocks_since_checkpoint(), fs.log.inode_map_wants_checkpoint())
         };
         self.write_home()?;
         if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
             self.commit_periodic()?;
         }
-        if since_ckpt >= self.checkpoint_interval_blocks() {
+        if since_ckpt >= self.checkpoint_interval_blocks() || map_dirty {
             self.checkpoint_for_room()?;
         }
         if self.clean_if_low()?.is_none() && self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING {

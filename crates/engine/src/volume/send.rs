@@ -168,12 +168,15 @@ pub fn send(
 
 /// One inode-map block of an image: its durable address (0 when it is
 /// dirty in memory, so that it never equals another's) and its entries.
-fn map_block(vol: &Volume, b: usize, dirty: &HashSet<u32>) -> (u64, Vec<crate::format::ifile::ImapEntry>) {
+fn map_block(vol: &Volume, b: usize, dirty: &HashSet<u32>) -> Result<(u64, Vec<crate::format::ifile::ImapEntry>)> {
     vol.with_fs(|fs| {
+        // A block given back (a budget for the map) is read again.
+        let first = (b * fs.log.ifile().inodes.per_block()) as u64;
+        fs.log.map_entry(InodeNo(first))?;
         let t = &fs.log.ifile().inodes;
         let entries = if b < t.block_count() { t.block_entries(b as u32).to_vec() } else { Vec::new() };
         let at = if b < t.block_count() && !dirty.contains(&(b as u32)) { t.address(b as u32).0 } else { 0 };
-        (at, entries)
+        Ok((at, entries))
     })
 }
 
@@ -194,9 +197,9 @@ pub(crate) fn diff(a: Option<&Volume>, b: &Volume, opts: DiffOptions, sink: &mut
     let dirty_b = dirty_map_blocks(b);
     let dirty_a = a.map(dirty_map_blocks).unwrap_or_default();
     for block in 0..len.div_ceil(per) {
-        let (at_b, entries_b) = map_block(b, block, &dirty_b);
+        let (at_b, entries_b) = map_block(b, block, &dirty_b)?;
         let (at_a, entries_a) = match a {
-            Some(a) => map_block(a, block, &dirty_a),
+            Some(a) => map_block(a, block, &dirty_a)?,
             None => (0, Vec::new()),
         };
         if at_a != 0 && at_a == at_b {

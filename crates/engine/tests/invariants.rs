@@ -60,7 +60,7 @@ fn i4_an_unlinked_inode_off_the_orphan_list_is_named() {
     vol.open_file(f).unwrap();
     vol.unlink(InodeNo::ROOT, b"doomed").unwrap();
     // Unlinked while open: an orphan. Take it off the list (the rule broken).
-    vol.with_fs(|fs| fs.set_orphan(f, false));
+    vol.with_fs(|fs| fs.set_orphan(f, false)).unwrap();
     vol.commit().unwrap();
     drop(vol);
     rig.assert_names(Invariant::I4);

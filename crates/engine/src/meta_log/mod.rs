@@ -581,9 +581,14 @@ impl Log {
     }
 
     /// Puts `ino` on the orphan list or takes it off.
-    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
+    ///
+    /// # Errors
+    /// Its inode-map block, given back, cannot be read again.
+    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) -> Result<()> {
+        self.ensure_inode_block(ino)?;
         self.ifile.set_orphan(ino, orphan);
         self.record(if orphan { Change::OrphanAdd(ino) } else { Change::OrphanRemove(ino) });
+        Ok(())
     }
 
     // ---- nodes and blobs ----

@@ -46,8 +46,11 @@ impl Fs {
 
     /// Puts `ino` on the orphan list or takes it off (a change record of
     /// the active partial segment).
-    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) {
-        self.log.set_orphan(ino, orphan);
+    ///
+    /// # Errors
+    /// Its inode-map block cannot be read.
+    pub fn set_orphan(&mut self, ino: InodeNo, orphan: bool) -> Result<()> {
+        self.log.set_orphan(ino, orphan)
     }
 
     /// Creates an inode in directory `parent` (not yet linked anywhere).

@@ -216,9 +216,9 @@ impl Volume {
                 let orphan = fs.is_orphan(ino);
                 if !done && first && !orphan {
                     // Recovery trims whatever a crash leaves beyond the size.
-                    fs.set_orphan(ino, true);
+                    fs.set_orphan(ino, true)?;
                 } else if done && !first && orphan && fs.inode(ino)?.nlink > 0 {
-                    fs.set_orphan(ino, false);
+                    fs.set_orphan(ino, false)?;
                 }
                 Ok(done)
             })?;
@@ -407,7 +407,7 @@ impl Volume {
             rec.ctime = now;
             drop(rec);
             if nlink == 0 {
-                fs.set_orphan(ino, false);
+                fs.set_orphan(ino, false)?;
             }
             Volume::attr(fs, ino)
         })?;
@@ -451,7 +451,7 @@ impl Volume {
         let gone = rec.nlink == 0;
         drop(rec);
         if gone {
-            fs.set_orphan(ino, true);
+            fs.set_orphan(ino, true)?;
         }
         Ok(())
     }
@@ -483,7 +483,7 @@ impl Volume {
             rec.nlink = 0;
             rec.ctime = now;
             drop(rec);
-            fs.set_orphan(e.ino, true);
+            fs.set_orphan(e.ino, true)?;
             Ok(e.ino)
         })?;
         self.drop_link(ino)
@@ -592,7 +592,7 @@ impl Volume {
                     rec.nlink = 0;
                     rec.ctime = now;
                     drop(rec);
-                    fs.set_orphan(d.ino, true);
+                    fs.set_orphan(d.ino, true)?;
                 } else {
                     Volume::unlink_inode(fs, d.ino, now)?;
                 }

@@ -52,7 +52,7 @@ impl Volume {
             let done = self.mutate(OpKind::Shrink, |fs, _| {
                 let done = fs.delete_step(ino)?;
                 if !done && first && !fs.is_orphan(ino) {
-                    fs.set_orphan(ino, true);
+                    fs.set_orphan(ino, true)?;
                 }
                 Ok(done)
             })?;
@@ -75,7 +75,7 @@ impl Volume {
                 let size = fs.inode(ino)?.size;
                 let done = fs.truncate_step(ino, size)?;
                 if done {
-                    fs.set_orphan(ino, false);
+                    fs.set_orphan(ino, false)?;
                 }
                 Ok(done)
             })?;
@@ -94,7 +94,7 @@ impl Volume {
                 return Ok(false);
             }
             if fs.refs(ino) > 0 {
-                fs.set_orphan(ino, true);
+                fs.set_orphan(ino, true)?;
                 return Ok(false);
             }
             Ok(true)

@@ -182,7 +182,7 @@ fn orphan_off_the_list(rig: &Rig) {
     vol.unlink(InodeNo::ROOT, b"doomed").unwrap();
     // Unlinked while open: an orphan. Take it off the list (the rule
     // broken), then crash with the file open.
-    vol.with_fs(|fs| fs.set_orphan(f, false));
+    vol.with_fs(|fs| fs.set_orphan(f, false)).unwrap();
     vol.commit().unwrap();
     drop(vol);
 }

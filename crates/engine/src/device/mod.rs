@@ -5,15 +5,15 @@
 //! harnesses stack their own implementations (recording, fault injection) on
 //! the same seam.
 
+mod aligned;
 mod file;
 mod memory;
-mod aligned;
 mod switch;
 pub mod tracing;
 
+pub use aligned::AlignedBuf;
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
-pub use aligned::AlignedBuf;
 pub use switch::SwitchDevice;
 
 use std::fmt;

@@ -1,8 +1,8 @@
 //! Requests on open files: OPEN, READ, WRITE, FLUSH, RELEASE, FSYNC,
 //! FALLOCATE, LSEEK, COPY_FILE_RANGE, IOCTL.
 
-use dualfs_engine::device::AlignedBuf;
 use dualfs_engine::Error;
+use dualfs_engine::device::AlignedBuf;
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Stamp;
 

@@ -390,6 +390,8 @@ def fuse_diff(before, after):
         n, us = v.get("count", 0) - b.get("count", 0), v.get("total_us", 0) - b.get("total_us", 0)
         if n > 0:
             out[op] = {"count": n, "total_us": us}
+            if "lock_wait_us" in v:
+                out[op]["lock_wait_us"] = v["lock_wait_us"] - b.get("lock_wait_us", 0)
     return out
 
 

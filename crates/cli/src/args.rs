@@ -198,6 +198,9 @@ Options (-o, comma-separated, may be repeated):
                    /sys/module/fuse/parameters/enable_uring), else over
                    /dev/fuse read by threads=N threads; the log says which
                    and why. Without it, requests are served as before (fuser)
+  readahead=SIZE   the kernel's read-ahead for the mount (default 2M; 0: the
+                   kernel's default, 128K): each READ is a round trip, and
+                   the data device is read without a page cache of its own
   dirty_window=SIZE
                    the most written data the kernel may hold for the mount
                    before passing it on (default 2M; 0: the kernel's limit,

@@ -373,6 +373,9 @@ fn serve(args: &MountArgs) -> Result<()> {
     if let Some(w) = crate::bdi::dirty_window(&mountpoint, cfg.dirty_window, cfg.stream_window) {
         let _ = window.set(w);
     }
+    if cfg.read_ahead > 0 {
+        crate::bdi::read_ahead(&mountpoint, cfg.read_ahead);
+    }
     let flusher = Flusher::start(vol.clone())?;
     // The open left a large inode map on disk: the rest is read now, while
     // requests are served (Volume::finish_loading).

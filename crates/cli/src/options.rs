@@ -57,6 +57,9 @@ pub struct MountConfig {
     /// `stream_window=`: the window while no fsync comes beside a stream
     /// (0: `dirty_window` always).
     pub stream_window: u64,
+    /// `readahead=`: the kernel's read-ahead for the mount (0: the
+    /// kernel's default).
+    pub read_ahead: u64,
     /// `remount`: change the options of the mount already there (mount(8)
     /// runs the helper again with it for `mount -o remount,...`).
     pub remount: bool,
@@ -94,6 +97,7 @@ impl Default for MountConfig {
             rebuild: false,
             dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
             stream_window: crate::bdi::DEFAULT_STREAM_WINDOW,
+            read_ahead: crate::bdi::DEFAULT_READ_AHEAD,
             remount: false,
             snapshot: None,
             clone: None,
@@ -281,6 +285,11 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 Ok(n) if n == 0 || n >= 1 << 20 => n,
                 _ => bail!("stream_window={v}: give a size of at least 1M (or 0 for dirty_window's always)"),
             };
+        } else if let Some(v) = opt.strip_prefix("readahead=") {
+            c.read_ahead = match crate::args::parse_size(v) {
+                Ok(n) if n == 0 || (4 << 10..=1 << 30).contains(&n) => n,
+                _ => bail!("readahead={v}: give a size from 4K to 1G (or 0 for the kernel's default)"),
+            };
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {
@@ -411,6 +420,9 @@ mod tests {
         assert!(parse(&["cache=lots".into()]).is_err());
         assert!(parse(&["cache=1M".into()]).is_err(), "below 16M");
         assert_eq!(parse(&["cache=64M".into()]).unwrap().cache, Some(64 << 20));
+        assert_eq!(parse(&["readahead=4M".into()]).unwrap().read_ahead, 4 << 20);
+        assert_eq!(parse(&[]).unwrap().read_ahead, crate::bdi::DEFAULT_READ_AHEAD);
+        assert!(parse(&["readahead=1".into()]).is_err(), "below a page");
         assert!(parse(&["data_expire=later".into()]).is_err());
         assert_eq!(p("data_expire=0").data_expire, Some(Duration::ZERO));
         assert_eq!(p("order=strict").order, Order::Strict);

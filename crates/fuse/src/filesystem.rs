@@ -205,9 +205,10 @@ impl Filesystem for DualFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match DualFs::read(self, node.0, offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(fuser_errno(e)),
+        let mut reply = Some(reply);
+        let read = DualFs::read(self, node.0, offset, size, |d| reply.take().map(|r| r.data(d)));
+        if let (Err(e), Some(r)) = (read, reply) {
+            r.error(fuser_errno(e));
         }
     }
 

@@ -188,9 +188,13 @@ impl Handler for DualFs {
                 answer(self.link(oldnodeid, node, newname), out, |e, out| out.entry_out(&entry_out(&e)))
             }
             Request::Open { flags, .. } => opened(self.open(node, flags as i32), out),
-            Request::Read { offset, size, .. } => answer(self.read(node, offset, size), out, |d, out| {
-                out.push(&d);
-            }),
+            Request::Read { offset, size, .. } => {
+                // An answer too large for the payload is marked on `out`.
+                let read = self.read(node, offset, size, |d| {
+                    out.push(d);
+                });
+                answer(read, out, |(), _| {})
+            }
             Request::Write { offset, data, write_flags, .. } => {
                 answer(self.write(who, node, offset, data, write_flags), out, |n, out| out.write_out(n))
             }

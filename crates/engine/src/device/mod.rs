@@ -5,11 +5,13 @@
 //! harnesses stack their own implementations (recording, fault injection) on
 //! the same seam.
 
+mod aligned;
 mod file;
 mod memory;
 mod switch;
 pub mod tracing;
 
+pub use aligned::AlignedBuf;
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
 pub use switch::SwitchDevice;
@@ -70,6 +72,14 @@ pub fn read(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: usize) -
     let mut buf = vec![0u8; count * BLOCK_SIZE];
     dev.read_blocks(first, &mut buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })?;
     Ok(buf)
+}
+
+/// Reads whole blocks into `buf` from the volume's `role` device (see [`read`]).
+///
+/// # Errors
+/// The device fails.
+pub fn read_into(dev: &dyn BlockDevice, role: DeviceRole, first: u64, buf: &mut [u8]) -> Result<()> {
+    dev.read_blocks(first, buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })
 }
 
 /// Writes whole blocks to the volume's `role` device (see [`read`]).

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Log, Object};
-use crate::device::{self, BlockDevice};
+use crate::device::{self, AlignedBuf, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
@@ -40,7 +40,7 @@ pub struct SealedGroup {
     /// written: in-place overwrites need no meta-data).
     pub seq: Option<Seq>,
     meta: Vec<(MetaBlock, Vec<u8>)>,
-    data: Vec<(DataBlock, Vec<u8>)>,
+    data: Vec<(DataBlock, AlignedBuf)>,
 }
 
 impl SealedGroup {
@@ -94,7 +94,7 @@ impl SealedGroup {
     ) -> Result<()> {
         if !self.data.is_empty() || (flush_data && !self.meta.is_empty()) {
             for (at, buf) in &self.data {
-                device::write(data.as_ref(), DeviceRole::Data, at.0, buf)?;
+                device::write(data.as_ref(), DeviceRole::Data, at.0, buf.bytes())?;
             }
             if !faults::active(Fault::NoDataFlush) {
                 device::flush(data.as_ref(), DeviceRole::Data)?;
@@ -137,19 +137,30 @@ struct Plan {
     changes: std::ops::Range<usize>,
 }
 
-/// Sorts data blocks by address and merges neighbours into large requests.
-pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, Vec<u8>)> {
+/// Sorts data blocks by address and merges neighbours into large requests,
+/// each in a page-aligned buffer (the data device is opened `O_DIRECT`).
+pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, AlignedBuf)> {
     blocks.sort_unstable_by_key(|(b, _)| *b);
-    let mut runs: Vec<(DataBlock, Vec<u8>)> = Vec::new();
-    for (b, buf) in blocks {
-        match runs.last_mut() {
-            Some((start, run))
-                if start.0 + (run.len() / BLOCK_SIZE) as u64 == b.0 && run.len() / BLOCK_SIZE < MAX_DATA_RUN_BLOCKS =>
-            {
-                run.extend_from_slice(&buf);
-            }
-            _ => runs.push((b, buf)),
+    let mut runs: Vec<(DataBlock, AlignedBuf)> = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        // The run's blocks first, so that its buffer is allocated once.
+        let mut end = i + 1;
+        let mut len = blocks[i].1.len();
+        while end < blocks.len()
+            && blocks[end].0.0 == blocks[i].0.0 + (len / BLOCK_SIZE) as u64
+            && len.is_multiple_of(BLOCK_SIZE)
+            && len / BLOCK_SIZE < MAX_DATA_RUN_BLOCKS
+        {
+            len += blocks[end].1.len();
+            end += 1;
         }
+        let mut run = AlignedBuf::with_capacity(len);
+        for (_, buf) in &blocks[i..end] {
+            run.extend_from_slice(buf);
+        }
+        runs.push((blocks[i].0, run));
+        i = end;
     }
     runs
 }
@@ -167,24 +178,24 @@ impl Log {
     /// No segment left to move the log into (the space checks before every
     /// operation make this a bug, not a user error).
     pub fn seal(&mut self, data: Vec<(DataBlock, Vec<u8>)>, now: Timestamp) -> Result<Option<SealedGroup>> {
-        self.seal_substituted(data, &HashMap::new(), now)
+        self.seal_substituted(coalesce(data), &HashMap::new(), now)
     }
 
     /// [`Log::seal`], writing for each dirty inode of `substitutes` the
     /// record given instead of the cached one: a shorter size while its
     /// data past it is not written yet (a delayed tail), or the record it
     /// had before a truncation while its new contents are held back (see
-    /// `namespace::replace`).
+    /// `namespace::replace`). `data` comes in runs already, in
+    /// page-aligned buffers ([`coalesce`], `Pages::take_queued`).
     ///
     /// # Errors
     /// As [`Log::seal`].
     pub fn seal_substituted(
         &mut self,
-        data: Vec<(DataBlock, Vec<u8>)>,
+        data: Vec<(DataBlock, AlignedBuf)>,
         substitutes: &HashMap<InodeNo, InodeRecord>,
         now: Timestamp,
     ) -> Result<Option<SealedGroup>> {
-        let data = coalesce(data);
         if !self.has_dirty() {
             if data.is_empty() {
                 return Ok(None);
@@ -341,7 +352,7 @@ impl Log {
         mut bodies: Vec<Body>,
         changes: Vec<Change>,
         now: Timestamp,
-        data: Vec<(DataBlock, Vec<u8>)>,
+        data: Vec<(DataBlock, AlignedBuf)>,
         fill: impl FnOnce(&mut Log, &[MetaBlock], &mut [Body]) -> R,
     ) -> Result<(SealedGroup, R)> {
         let plans = self.plan_group(&bodies, &changes)?;
@@ -482,7 +493,8 @@ mod tests {
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].0, DataBlock(3));
         assert_eq!(runs[0].1.len(), 3 * BLOCK_SIZE);
-        assert_eq!(runs[0].1[BLOCK_SIZE], 4);
+        assert_eq!(runs[0].1.bytes()[BLOCK_SIZE], 4);
+        assert_eq!(runs[0].1.bytes().as_ptr() as usize % BLOCK_SIZE, 0);
         assert_eq!(runs[1].0, DataBlock(9));
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
+use crate::device::AlignedBuf;
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, Timestamp};
 
 /// Where a page stands between `write` and the disk.
@@ -237,7 +238,7 @@ impl PageCache {
     /// into runs of consecutive blocks (at most `max_run` blocks each), so
     /// that neither a buffer per page nor a second copy to merge them is
     /// needed.
-    pub fn take_queued(&mut self, commit: u64, max_run: usize) -> Vec<(DataBlock, Vec<u8>)> {
+    pub fn take_queued(&mut self, commit: u64, max_run: usize) -> Vec<(DataBlock, AlignedBuf)> {
         let mut queued: Vec<(DataBlock, &mut Page)> = Vec::new();
         for pages in self.files.values_mut() {
             for p in pages.values_mut() {
@@ -248,7 +249,7 @@ impl PageCache {
             }
         }
         queued.sort_unstable_by_key(|(at, _)| *at);
-        let mut out: Vec<(DataBlock, Vec<u8>)> = Vec::new();
+        let mut out: Vec<(DataBlock, AlignedBuf)> = Vec::new();
         let mut i = 0;
         while i < queued.len() {
             let start = queued[i].0;
@@ -256,7 +257,8 @@ impl PageCache {
             while i + n < queued.len() && n < max_run && queued[i + n].0.0 == start.0 + n as u64 {
                 n += 1;
             }
-            let mut run = Vec::with_capacity(n * BLOCK_SIZE);
+            // Page-aligned: the data device is written with O_DIRECT.
+            let mut run = AlignedBuf::with_capacity(n * BLOCK_SIZE);
             for (_, p) in &queued[i..i + n] {
                 run.extend_from_slice(&p.data[..]);
             }

@@ -350,7 +350,7 @@ impl Volume {
             let n = pages.len();
             self.home_unflushed.store(true, Ordering::Release);
             for (at, buf) in &crate::meta_log::seal::coalesce(pages) {
-                if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf) {
+                if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf.bytes()) {
                     self.fail(&e);
                     return Err(e);
                 }

@@ -3,6 +3,7 @@
 
 use super::atime::Touch;
 use super::{FallocateMode, Stamp, Volume, lock};
+use crate::device::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
@@ -57,6 +58,20 @@ impl Volume {
     /// # Errors
     /// `IsDir`, `Invalid` for non-regular files; I/O errors.
     pub fn read(&self, ino: InodeNo, offset: u64, size: usize) -> Result<Vec<u8>> {
+        let mut out = AlignedBuf::new();
+        self.read_into(ino, offset, size, &mut out)?;
+        Ok(out.bytes().to_vec())
+    }
+
+    /// As [`Volume::read`], into `out` (emptied first), which a caller
+    /// keeps from one read to the next: the data device is read straight
+    /// into it, page-aligned (see [`AlignedBuf`]).
+    ///
+    /// # Errors
+    /// As [`Volume::read`].
+    pub fn read_into(&self, ino: InodeNo, offset: u64, size: usize, out: &mut AlignedBuf) -> Result<()> {
+        // A device piece reads whole blocks: a partial one at each end.
+        out.reset(size + 2 * BLOCK_SIZE);
         let reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (plan, touch) = self.read_op(|fs| {
             let plan = fs.read_plan(ino, offset, size)?;
@@ -64,27 +79,33 @@ impl Volume {
             let touch = if size > 0 { self.touch_atime_locked(fs, ino) } else { Touch::Settled };
             Ok((plan, touch))
         })?;
-        let out = self.read_pieces(plan, size);
+        let read = self.read_pieces(plan, out);
         // A commit takes the reuse lock exclusively: let go of it first.
         drop(reuse);
         self.touch_atime_after(ino, touch);
-        out
+        read
     }
 
-    fn read_pieces(&self, plan: Vec<ReadPiece>, size: usize) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(size);
+    fn read_pieces(&self, plan: Vec<ReadPiece>, out: &mut AlignedBuf) -> Result<()> {
         for piece in plan {
             match piece {
-                ReadPiece::Bytes(b) => out.extend_from_slice(&b),
-                ReadPiece::Zeros(n) => out.resize(out.len() + n, 0),
+                ReadPiece::Bytes(b) => out.extend(b.len()).copy_from_slice(&b),
+                ReadPiece::Zeros(n) => out.extend(n).fill(0),
                 ReadPiece::Device { at, skip, len } => {
+                    // Whole blocks land at the end of `out`; the bytes
+                    // before `skip` and past `len` are cut off after.
+                    let start = out.len();
                     let blocks = (skip + len).div_ceil(BLOCK_SIZE);
-                    let buf = crate::device::read(self.data.as_ref(), crate::DeviceRole::Data, at.0, blocks)?;
-                    out.extend_from_slice(&buf[skip..skip + len]);
+                    let dst = out.extend(blocks * BLOCK_SIZE);
+                    crate::device::read_into(self.data.as_ref(), crate::DeviceRole::Data, at.0, dst)?;
+                    if skip > 0 {
+                        out.copy_within(start + skip, len, start);
+                    }
+                    out.truncate(start + len);
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Writes `data` at `offset`; returns the bytes written. Stamps mtime

@@ -2,6 +2,7 @@
 //! FALLOCATE, LSEEK, COPY_FILE_RANGE, IOCTL.
 
 use dualfs_engine::Error;
+use dualfs_engine::device::AlignedBuf;
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Stamp;
 
@@ -46,13 +47,29 @@ impl DualFs {
         }
     }
 
-    /// READ of at most `size` bytes at `offset`.
+    /// READ of at most `size` bytes at `offset`, handed to `reply` (which
+    /// sends them). The bytes are read into a buffer the serving thread
+    /// keeps from one READ to the next (see `AlignedBuf`).
     ///
     /// # Errors
     /// The engine's.
-    pub fn read(&self, node: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    pub fn read<R>(&self, node: u64, offset: u64, size: u32, reply: impl FnOnce(&[u8]) -> R) -> Result<R, Errno> {
+        thread_local! {
+            static BUFFER: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
+        }
         let _t = self.requests.time(Op::Read);
-        self.vol.read(ino(node), offset, size as usize).map_err(|e| report("read", &e))
+        BUFFER.with(|b| {
+            // A reply that reads again on this thread (none does) gets a
+            // buffer of its own rather than a panic.
+            let mut own = AlignedBuf::new();
+            let mut held = b.try_borrow_mut();
+            let buf = match held.as_deref_mut() {
+                Ok(buf) => buf,
+                Err(_) => &mut own,
+            };
+            self.vol.read_into(ino(node), offset, size as usize, buf).map_err(|e| report("read", &e))?;
+            Ok(reply(buf.bytes()))
+        })
     }
 
     /// WRITE of `data` at `offset`, with the kernel's `write_flags`.

@@ -30,9 +30,11 @@ import time
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
 # Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict) and
-# "dualfs-uring" (DualFS mounted -o uring: our own transports, io_uring where enable_uring is Y).
+# "dualfs-uring" (DualFS mounted -o uring: our own transports, io_uring where enable_uring is Y),
+# "dualfs-base-uring" (the --dualfs-base build mounted -o uring, for an A/B over io_uring).
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
+DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring")
 
 
 def log(msg):
@@ -71,10 +73,11 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "ext4-extjournal", "xfs-extlog")
+        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "ext4-extjournal",
+                               "xfs-extlog")
         # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
         # comparison in one run; dualfs-strict: DualFS with -o order=strict.
-        self.dualfs = args.dualfs_base if cfg == "dualfs-base" else args.dualfs
+        self.dualfs = args.dualfs_base if cfg in ("dualfs-base", "dualfs-base-uring") else args.dualfs
         self.loops = {}      # role -> /dev/loopN
         self.servers = []    # trace serve processes
         self.fuse_proc = None
@@ -126,7 +129,7 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
+        if c in DUALFS_CONFIGS:
             sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {d}")
@@ -145,11 +148,11 @@ class Volume:
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
+        if c in DUALFS_CONFIGS:
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
             if c == "dualfs-strict":
                 opts += ",order=strict"
-            if c == "dualfs-uring":
+            if c in ("dualfs-uring", "dualfs-base-uring"):
                 opts += ",uring"
                 # io_uring needs the fuse module's enable_uring (the whole
                 # machine's) at the mount: set under the lock the mount
@@ -183,7 +186,7 @@ class Volume:
         """DualFS's FUSE requests since mount (`dualfs stats --json`):
         opcode -> {count, total_us, mean_us}; None for the others, or for a
         build without the counters."""
-        if self.cfg not in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
+        if self.cfg not in DUALFS_CONFIGS:
             return None
         r = subprocess.run([self.dualfs, "stats", "--json", self.mnt], capture_output=True, text=True)
         if r.returncode != 0:
@@ -194,7 +197,7 @@ class Volume:
             return None
 
     def umount(self):
-        if self.cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring"):
+        if self.cfg in DUALFS_CONFIGS:
             sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
@@ -390,6 +393,8 @@ def fuse_diff(before, after):
         n, us = v.get("count", 0) - b.get("count", 0), v.get("total_us", 0) - b.get("total_us", 0)
         if n > 0:
             out[op] = {"count": n, "total_us": us}
+            if "lock_wait_us" in v:
+                out[op]["lock_wait_us"] = v["lock_wait_us"] - b.get("lock_wait_us", 0)
     return out
 
 

@@ -34,16 +34,17 @@ fn text(stats: &Value, clean: &Value) -> String {
         rows.sort_by_key(|(_, r)| std::cmp::Reverse(r["total_us"].as_u64().unwrap_or(0)));
         let _ = writeln!(
             o,
-            "\nFUSE requests since mount:\n{:<16} {:>12} {:>14} {:>10}",
-            "opcode", "count", "total µs", "mean µs"
+            "\nFUSE requests since mount:\n{:<16} {:>12} {:>14} {:>10} {:>14}",
+            "opcode", "count", "total µs", "mean µs", "lock wait µs"
         );
         for (op, r) in rows {
             let _ = writeln!(
                 o,
-                "{op:<16} {:>12} {:>14} {:>10.2}",
+                "{op:<16} {:>12} {:>14} {:>10.2} {:>14}",
                 r["count"].as_u64().unwrap_or(0),
                 r["total_us"].as_u64().unwrap_or(0),
-                r["mean_us"].as_f64().unwrap_or(0.0)
+                r["mean_us"].as_f64().unwrap_or(0.0),
+                r["lock_wait_us"].as_u64().unwrap_or(0)
             );
         }
     }

@@ -249,3 +249,35 @@ fn inspect_shows_every_view_as_text_and_json() {
     let out = dualfs(&["inspect", &meta, &data, "inode", "/nope"]);
     assert!(stderr(&out).contains("no such file or directory"), "{}", stderr(&out));
 }
+
+/// The kernel's read-ahead for the mount (`/sys/class/bdi/MAJ:MIN`), as
+/// the mount set it.
+fn read_ahead_kb(v: &TestVolume) -> u64 {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dev = info
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 4 && f[4] == v.m()).then(|| f[2].to_string())
+        })
+        .next_back()
+        .unwrap();
+    std::fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn the_mount_sets_the_kernels_read_ahead() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    v.mount();
+    assert_eq!(read_ahead_kb(&v), 2048, "the default, 2M");
+    v.umount();
+    v.mount_with("readahead=512K");
+    assert_eq!(read_ahead_kb(&v), 512);
+    v.umount();
+    // 0 leaves the kernel's own default (128 KiB for a FUSE mount).
+    v.mount_with("readahead=0");
+    assert_eq!(read_ahead_kb(&v), 128);
+    v.umount();
+}

@@ -62,6 +62,10 @@ enum Form {
     Tree(TreeRoot),
 }
 
+fn not_a_directory_body(dir: InodeNo) -> Error {
+    Error::corrupt_meta("inode", 0, format!("directory {dir} has a body that is neither entries nor a tree"))
+}
+
 /// First free slot at or after `base` among sorted `keys`.
 fn free_slot(keys: impl Iterator<Item = u64>, base: u64) -> Option<u64> {
     let mut slot = base;
@@ -84,11 +88,7 @@ impl Fs {
             Body::Empty => Ok(Form::Empty),
             Body::Entries(e) => Ok(Form::Inline(e.clone())),
             Body::Tree(t) => Ok(Form::Tree(*t)),
-            _ => Err(Error::corrupt_meta(
-                "inode",
-                0,
-                format!("directory {dir} has a body that is neither entries nor a tree"),
-            )),
+            _ => Err(not_a_directory_body(dir)),
         }
     }
 
@@ -282,19 +282,28 @@ impl Fs {
         })
     }
 
+    /// Visits the entries from `from` where they are: a lookup or listing
+    /// of a small directory read them in the inode without copying them
+    /// (`dir_form` copies, for the changes).
     fn dir_scan_raw(&mut self, dir: InodeNo, from: u64, visit: &mut dyn FnMut(u64, &[u8]) -> bool) -> Result<()> {
-        match self.dir_form(dir)? {
-            Form::Empty => Ok(()),
-            Form::Inline(e) => {
+        let rec = self.log.inode(dir)?;
+        if FileKind::from_mode(rec.mode) != Some(FileKind::Directory) {
+            return Err(Error::NotDir);
+        }
+        let root = match &rec.body {
+            Body::Empty => return Ok(()),
+            Body::Entries(e) => {
                 for (k, v) in e.iter().filter(|(k, _)| *k >= from) {
                     if !visit(*k, v) {
                         break;
                     }
                 }
-                Ok(())
+                return Ok(());
             }
-            Form::Tree(t) => btree::scan(&mut self.log.tree(dir), Some(t.root), from, visit),
-        }
+            Body::Tree(t) => t.root,
+            _ => return Err(not_a_directory_body(dir)),
+        };
+        btree::scan(&mut self.log.tree(dir), Some(root), from, visit)
     }
 
     /// Visits entries at positions `>= from` in order until `visit` returns false.

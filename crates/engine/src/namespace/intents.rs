@@ -16,7 +16,7 @@
 //! unlinked after it was created, or created under a name removed since
 //! the last seal (replay would meet the old entry).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::format::inode::InodeRecord;
 use crate::format::name::FileName;
@@ -38,25 +38,26 @@ pub struct Birth {
 pub struct Intents {
     /// Inodes created since the last seal, with the name each got first
     /// (None until it is linked).
-    born: HashMap<InodeNo, Option<Birth>>,
+    born: FxHashMap<InodeNo, Option<Birth>>,
     /// New inodes whose names changed after their birth.
-    tangled: HashSet<InodeNo>,
-    /// Names removed since the last seal.
-    removed: HashSet<(InodeNo, FileName)>,
+    tangled: FxHashSet<InodeNo>,
+    /// Names removed since the last seal, by directory (looked up by a
+    /// borrowed name at every link: no copy of it).
+    removed: FxHashMap<InodeNo, FxHashSet<Box<[u8]>>>,
     /// Per file, the file-block ranges whose mapping changed since a record
     /// last carried the file (or since the seal), merged and sorted: a
     /// record carries only these, and replay applies records in order.
-    mapped: HashMap<InodeNo, Vec<(u64, u64)>>,
+    mapped: FxHashMap<InodeNo, Vec<(u64, u64)>>,
     /// Files whose size or mapping changed since an fsync record last
     /// carried them (or since the seal): fdatasync must log them.
-    unlogged: HashSet<InodeNo>,
+    unlogged: FxHashSet<InodeNo>,
     /// New inodes whose birth an fsync record already carries.
-    birth_logged: HashSet<InodeNo>,
+    birth_logged: FxHashSet<InodeNo>,
     /// Each file's inode as the last fsync record carried it.
-    logged: HashMap<InodeNo, InodeRecord>,
+    logged: FxHashMap<InodeNo, InodeRecord>,
     /// Files with data copies in an fsync record since the seal: an
     /// in-place write of theirs would be undone by replaying the copy.
-    copied: HashSet<InodeNo>,
+    copied: FxHashSet<InodeNo>,
 }
 
 impl Intents {
@@ -81,7 +82,7 @@ impl Intents {
     pub fn linked(&mut self, dir: InodeNo, name: &FileName, ino: InodeNo, kind: FileKind) {
         match self.born.get_mut(&ino) {
             Some(b @ None) => {
-                if self.removed.contains(&(dir, name.clone())) {
+                if self.removed.get(&dir).is_some_and(|names| names.contains(name.as_bytes())) {
                     self.tangled.insert(ino);
                 }
                 *b = Some(Birth { dir, name: name.clone(), kind });
@@ -95,9 +96,7 @@ impl Intents {
 
     /// The entry `name` of `dir`, naming `ino`, was removed or pointed elsewhere.
     pub fn unlinked(&mut self, dir: InodeNo, name: &[u8], ino: InodeNo) {
-        if let Ok(n) = FileName::new(name) {
-            self.removed.insert((dir, n));
-        }
+        self.removed.entry(dir).or_default().insert(name.into());
         if self.born.contains_key(&ino) {
             self.tangled.insert(ino);
         }

@@ -3,7 +3,7 @@
 //! in flight. The file operations that fill it are in [`super::file`]; the
 //! write-back that empties it is in [`super::writeback`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
@@ -59,7 +59,7 @@ pub struct PageCache {
     /// Per file with dirty pages: when a write first dirtied it, and its
     /// size then (a file missing here counts as old: its pages go with the
     /// next commit).
-    pub(super) dirtied: HashMap<InodeNo, Dirtied>,
+    pub(super) dirtied: FxHashMap<InodeNo, Dirtied>,
 }
 
 /// When and how a file was first dirtied, which bounds what a commit may

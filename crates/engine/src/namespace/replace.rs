@@ -25,6 +25,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::Fs;
 use crate::error::Result;
 use crate::format::inode::{Body, InodeRecord};
@@ -56,7 +58,7 @@ pub struct Replacement {
 /// The files being replaced, by inode.
 #[derive(Debug, Default)]
 pub struct Replacements {
-    held: HashMap<InodeNo, Replacement>,
+    held: FxHashMap<InodeNo, Replacement>,
 }
 
 /// What a commit does with held files.

@@ -31,8 +31,9 @@ mod tree;
 pub mod types;
 mod xattrs;
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 use std::time::Duration;
 
 pub use atime::atime_due;
@@ -154,10 +155,38 @@ impl std::fmt::Debug for Volume {
     }
 }
 
+thread_local! {
+    /// Nanoseconds this thread waited for a lock of a volume that another
+    /// thread held ([`lock_wait_ns`]).
+    static LOCK_WAIT_NS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Nanoseconds the calling thread has waited so far, in all, for the
+/// volumes' locks while another thread held them (the file-system lock
+/// behind a seal, the commit lock behind a commit...). A request's share
+/// is the difference across it: the FUSE adapter reports it per opcode
+/// (`dualfs stats`), so that a slow request tells waiting from working.
+#[must_use]
+pub fn lock_wait_ns() -> u64 {
+    LOCK_WAIT_NS.with(Cell::get)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in another thread leaves the structures as they were between
     // two statements of one operation; going on is no worse than stopping.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    match m.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => {
+            // The machine's clock, not the volume's: a figure for `dualfs
+            // stats`, never an input to what the volume does.
+            let start = std::time::Instant::now();
+            let g = m.lock().unwrap_or_else(PoisonError::into_inner);
+            let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            LOCK_WAIT_NS.with(|c| c.set(c.get().saturating_add(ns)));
+            g
+        }
+    }
 }
 
 /// Why a volume restored from a dump with replaced names may never be

@@ -20,6 +20,10 @@ pub struct FileDevice {
     /// Opened with `O_DIRECT`: I/O goes from our buffers to the device,
     /// not through a second page cache (see [`FileDevice::open_direct`]).
     direct: bool,
+    /// Beside a direct `file`, the same device opened buffered: small
+    /// reads go through the device's page cache and its read-ahead (see
+    /// [`FileDevice::BUFFERED_READ_MAX`]).
+    reader: Option<File>,
 }
 
 /// What `O_DIRECT` asks of a buffer's address (and of offsets and
@@ -39,6 +43,18 @@ fn is_aligned(buf: &[u8]) -> bool {
 }
 
 impl FileDevice {
+    /// Reads of at most this many bytes go through the page cache when the
+    /// device is otherwise direct (DESIGN.md, "Small cold reads"): a cold small
+    /// file is one 4 KiB request, and without the device's read-ahead each of
+    /// tar's files cost a request of its own; untar lays them out one after
+    /// another, so the read-ahead's 128 KiB brings the next ones in. Larger
+    /// reads (a sequential reader's, through the mount's 2 MiB read-ahead) stay
+    /// direct, without the copy into the device's page cache. Coherent: Linux
+    /// drops cached pages over a direct write's range, before the write and
+    /// again after it, waiting for a read of them in flight, and the volume
+    /// never reads a block while it writes it (tests/small_reads.rs).
+    pub const BUFFERED_READ_MAX: usize = 128 * 1024;
+
     /// Opens `path` for reading and, unless `read_only`, writing.
     ///
     /// With `exclusive`, takes an advisory lock on the file so that a second
@@ -54,8 +70,10 @@ impl FileDevice {
     /// allows it (not tmpfs, for one: then as `open`). For the data
     /// device of a mount: file data arrives from the kernel's page cache,
     /// through FUSE, and a buffered write would copy it into a second
-    /// page cache, the device's, before writing it back; reads would keep
-    /// a second copy of what the kernel caches above us.
+    /// page cache, the device's, before writing it back; large reads would
+    /// keep a second copy of what the kernel caches above us. Reads up to
+    /// [`FileDevice::BUFFERED_READ_MAX`] go through a second, buffered
+    /// descriptor, for the device's read-ahead.
     ///
     /// # Errors
     /// As [`FileDevice::open`].
@@ -86,9 +104,11 @@ impl FileDevice {
                 Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }
         }
+        // Not locked: the lock above is the volume's, taken once.
+        let reader = if direct { Some(OpenOptions::new().read(true).open(path)?) } else { None };
         // Seeking to the end gives the size of block devices as well as files.
         let bytes = file.seek(SeekFrom::End(0))?;
-        Ok(FileDevice { file, path: path.to_path_buf(), blocks: AtomicU64::new(bytes / BLOCK_BYTES), direct })
+        Ok(FileDevice { file, path: path.to_path_buf(), blocks: AtomicU64::new(bytes / BLOCK_BYTES), direct, reader })
     }
 
     /// The path this device was opened from.
@@ -111,6 +131,11 @@ impl BlockDevice for FileDevice {
 
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
         check_range(self.block_count(), first, buf.len())?;
+        if let Some(reader) = &self.reader
+            && buf.len() <= FileDevice::BUFFERED_READ_MAX
+        {
+            return reader.read_exact_at(buf, first * BLOCK_BYTES);
+        }
         if self.direct && !is_aligned(buf) {
             let (mut bounce, off) = aligned(buf.len());
             let window = &mut bounce[off..off + buf.len()];

@@ -220,7 +220,7 @@ mod tests {
         let bufs: Vec<&[u8]> = pages.iter().map(|p| &p.0[..]).collect();
         dev.write_blocks_vectored(2, &bufs).unwrap();
         let odd = vec![7u8; 4097];
-        dev.write_blocks_vectored(0, &[&odd[1..], &bufs[0][..]]).unwrap();
+        dev.write_blocks_vectored(0, &[&odd[1..], bufs[0]]).unwrap();
         dev.flush().unwrap();
         let plain = FileDevice::open(&path, true, false).unwrap();
         let mut back = vec![0u8; (n + 2) * 4096];

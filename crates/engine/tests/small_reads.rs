@@ -6,7 +6,7 @@
 //! that the small reads do use the page cache while the large ones do not.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -15,12 +15,13 @@ use dualfs_engine::device::{BlockDevice, FileDevice};
 use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
 use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
 
-/// A disk file system: /tmp may be tmpfs, which refuses `O_DIRECT` (the
-/// device would then be buffered throughout and test nothing here).
-fn scratch(name: &str) -> PathBuf {
+/// A directory on a disk file system, removed when dropped (a failing
+/// test too): /tmp may be tmpfs, which refuses `O_DIRECT` (the device
+/// would then be buffered throughout and test nothing here).
+fn scratch() -> tempfile::TempDir {
     let dir = Path::new("/var/tmp");
     let dir = if dir.is_dir() { dir.to_path_buf() } else { std::env::temp_dir() };
-    dir.join(format!("dualfs-small-reads-{name}-{}", std::process::id()))
+    tempfile::Builder::new().prefix("dualfs-small-reads").tempdir_in(dir).unwrap()
 }
 
 fn image(path: &Path, blocks: u64) {
@@ -52,7 +53,8 @@ fn cached_bytes(path: &Path) -> u64 {
 /// nothing there.
 #[test]
 fn small_reads_are_cached_and_large_ones_are_not() {
-    let path = scratch("cache");
+    let tmp = scratch();
+    let path = tmp.path().join("data.img");
     image(&path, 1024);
     let dev = FileDevice::open_direct(&path, false, false).unwrap();
     let big = FileDevice::BUFFERED_READ_MAX + BLOCK_SIZE;
@@ -69,14 +71,14 @@ fn small_reads_are_cached_and_large_ones_are_not() {
     assert_eq!(tag_of(&one), 0);
     let cached = cached_bytes(&path);
     assert!(cached > BLOCK_SIZE as u64, "a 4 KiB read brought in only {cached} bytes: no read-ahead");
-    std::fs::remove_file(&path).unwrap();
 }
 
 /// Blocks the read-ahead cached, then overwritten directly, read back as
 /// written: Linux drops cached pages over a direct write's range.
 #[test]
 fn a_read_after_an_overwrite_sees_the_new_data() {
-    let path = scratch("overwrite");
+    let tmp = scratch();
+    let path = tmp.path().join("data.img");
     image(&path, 256);
     let dev = FileDevice::open_direct(&path, false, false).unwrap();
     let old: Vec<u8> = (0..256u32).flat_map(block).collect();
@@ -98,7 +100,6 @@ fn a_read_after_an_overwrite_sees_the_new_data() {
         let want = if b >= 128 || b.is_multiple_of(2) { 1000 + b as u32 } else { b as u32 };
         assert_eq!(tag_of(&one), want, "block {b}");
     }
-    std::fs::remove_file(&path).unwrap();
 }
 
 /// Small reads all over a range while another thread overwrites it: the
@@ -106,7 +107,8 @@ fn a_read_after_an_overwrite_sees_the_new_data() {
 /// every block reads as its last write.
 #[test]
 fn read_ahead_racing_direct_writes_leaves_nothing_stale() {
-    let path = scratch("race");
+    let tmp = scratch();
+    let path = tmp.path().join("data.img");
     let blocks = 512u64;
     image(&path, blocks);
     let dev = Arc::new(FileDevice::open_direct(&path, false, false).unwrap());
@@ -141,7 +143,6 @@ fn read_ahead_racing_direct_writes_leaves_nothing_stale() {
         dev.read_blocks(b, &mut one).unwrap();
         assert_eq!(tag_of(&one), last[b as usize], "block {b}");
     }
-    std::fs::remove_file(&path).unwrap();
 }
 
 fn content(file: u32, version: u32, len: usize) -> Vec<u8> {
@@ -155,7 +156,8 @@ fn content(file: u32, version: u32, len: usize) -> Vec<u8> {
 /// a reopen, returns what was last written.
 #[test]
 fn a_volume_never_reads_stale_read_ahead() {
-    let (meta_path, data_path) = (scratch("vol-meta"), scratch("vol-data"));
+    let tmp = scratch();
+    let (meta_path, data_path) = (tmp.path().join("meta.img"), tmp.path().join("data.img"));
     image(&meta_path, 8192);
     image(&data_path, 65536);
     let open = || -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
@@ -219,6 +221,4 @@ fn a_volume_never_reads_stale_read_ahead() {
     v.close().unwrap();
     let r = dualfs_engine::check::check(meta, data).unwrap();
     assert!(r.is_clean(), "fsck: {:#?}", r.problems);
-    std::fs::remove_file(&meta_path).unwrap();
-    std::fs::remove_file(&data_path).unwrap();
 }

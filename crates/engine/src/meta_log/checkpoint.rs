@@ -318,7 +318,16 @@ impl Log {
     /// # Errors
     /// An index or table block is missing, unreadable or corrupt.
     pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint, lazy_from: Option<usize>) -> Result<()> {
-        let lazy = lazy_from.is_some();
+        self.load_checkpoint_with(c, lazy_from.is_some(), lazy_from)
+    }
+
+    /// As [`Log::load_checkpoint`], the bitmap left on disk if `lazy`, the
+    /// inode map if it has `lazy_from` blocks or more (a snapshot's
+    /// image wants its bitmap whole and its map on disk).
+    ///
+    /// # Errors
+    /// As [`Log::load_checkpoint`].
+    pub(crate) fn load_checkpoint_with(&mut self, c: &Checkpoint, lazy: bool, lazy_from: Option<usize>) -> Result<()> {
         let geometry = self.ifile.geometry();
         let source = IFileBlocks { meta: self.meta.clone(), volume_id: self.volume_id };
         // Index blocks first: they say how large each table is, which bounds
@@ -499,7 +508,7 @@ impl Log {
             }
         }
         if let Some(list) = c.snapshot_list {
-            self.load_snapshots(list)?;
+            self.load_snapshots(list, lazy_from)?;
         }
         self.last_record = Some(c.clone());
         self.recount_free_segments();

@@ -95,7 +95,7 @@ bench-requests: bench-deps build
 
 # Tables and plots from the stored results (bench/results.json, bench/engine.json).
 bench-report:
-	/usr/bin/python3 bench/report.py bench/results.json --engine bench/engine.json --notes bench/NOTES.md --docs docs
+	/usr/bin/python3 bench/report.py bench/results.json --engine bench/engine.json --docs docs
 
 # What the suite runs besides DualFS: the peers' tools, the workloads' tools,
 # the Linux source tree and matplotlib for the plots.

@@ -376,12 +376,16 @@ impl Log {
                 format!("{} inodes and {} nodes: more than the log can hold", c.inode_count, c.node_count),
             ));
         }
-        self.ifile.inodes.grow(c.inode_count as usize);
-        self.ifile.nodes.grow(c.node_count as usize);
         // A large inode map stays on disk but for its last block, where it
-        // grows (see `lazy_imap`).
+        // grows (see `lazy_imap`): its blocks are not even allocated.
         let imap_blocks = c.inode_count.div_ceil(TableId::InodeMap.per_block() as u64) as u32;
         let lazy_imap = lazy_from.is_some_and(|min| imap_blocks as usize >= min.max(2));
+        if lazy_imap {
+            self.ifile.inodes.grow_on_disk(c.inode_count as usize);
+        } else {
+            self.ifile.inodes.grow(c.inode_count as usize);
+        }
+        self.ifile.nodes.grow(c.node_count as usize);
         let mut loaded: BTreeMap<TableId, Vec<bool>> =
             tables(self).into_iter().map(|t| (t.table_id(), vec![false; t.blocks()])).collect();
         let mut index = BTreeMap::new();

@@ -49,6 +49,10 @@ impl BlockDevice for Claimed {
         self.inner.write_blocks(first, buf)
     }
 
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.inner.write_blocks_vectored(first, bufs)
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

@@ -72,6 +72,13 @@ impl BlockDevice for Metered {
         Ok(())
     }
 
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> std::io::Result<()> {
+        self.inner.write_blocks_vectored(first, bufs)?;
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        self.written.fetch_add((len / BLOCK_SIZE * BLOCK_SIZE) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn flush(&self) -> std::io::Result<()> {
         self.inner.flush()
     }

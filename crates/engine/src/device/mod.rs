@@ -8,12 +8,14 @@
 mod aligned;
 mod file;
 mod memory;
+mod page;
 mod switch;
 pub mod tracing;
 
 pub use aligned::AlignedBuf;
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
+pub use page::{DataRun, PageBuf, SharedPage};
 pub use switch::SwitchDevice;
 
 use std::fmt;
@@ -42,6 +44,23 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     /// # Errors
     /// The operating system's error, or `InvalidInput` beyond the end.
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()>;
+
+    /// Writes the blocks of `bufs`, one after another, starting at `first`:
+    /// one request where the device can take the pieces where they lie (a
+    /// write-back run of page buffers, see [`DataRun`]). By default the
+    /// pieces are gathered into one buffer and written as one: a device
+    /// that wraps another passes the call on, or the pages are copied.
+    ///
+    /// # Errors
+    /// As [`BlockDevice::write_blocks`].
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        // Gathered page-aligned, in case an `O_DIRECT` device is below.
+        let mut all = AlignedBuf::with_capacity(bufs.iter().map(|b| b.len()).sum());
+        for b in bufs {
+            all.extend_from_slice(b);
+        }
+        self.write_blocks(first, all.bytes())
+    }
 
     /// Makes every completed write durable.
     ///

@@ -332,6 +332,18 @@ impl BlockDevice for SwitchDevice {
         Ok(())
     }
 
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        {
+            let i = self.read_inner();
+            if i.mirror.is_none() {
+                return i.current.write_blocks_vectored(first, bufs);
+            }
+        }
+        // Mirrored (a migration under way): the mirror's bookkeeping is
+        // write_blocks'.
+        self.write_blocks(first, &bufs.concat())
+    }
+
     fn flush(&self) -> io::Result<()> {
         let failed = {
             let i = self.read_inner();

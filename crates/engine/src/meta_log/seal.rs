@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Log, Object};
-use crate::device::{self, AlignedBuf, BlockDevice};
+use crate::device::{self, AlignedBuf, BlockDevice, DataRun};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockHeader, BlockKind, PAYLOAD_LEN};
@@ -40,7 +40,7 @@ pub struct SealedGroup {
     /// written: in-place overwrites need no meta-data).
     pub seq: Option<Seq>,
     meta: Vec<(MetaBlock, Vec<u8>)>,
-    data: Vec<(DataBlock, AlignedBuf)>,
+    data: Vec<(DataBlock, DataRun)>,
 }
 
 impl SealedGroup {
@@ -64,10 +64,17 @@ impl SealedGroup {
         }
     }
 
+    /// Lets go of its data once written, so that the page buffers it shared
+    /// with the page cache are the cache's alone again (and come back for
+    /// reuse when their pages go).
+    pub fn release_data(&mut self) {
+        self.data = Vec::new();
+    }
+
     /// Blocks it puts on the data device.
     #[must_use]
     pub fn data_blocks(&self) -> usize {
-        self.data.iter().map(|(_, b)| b.len() / BLOCK_SIZE).sum()
+        self.data.iter().map(|(_, r)| r.blocks()).sum()
     }
 
     /// Writes it. Ordering rule 1 is enforced here and only here: the data
@@ -93,8 +100,8 @@ impl SealedGroup {
         flush_data: bool,
     ) -> Result<()> {
         if !self.data.is_empty() || (flush_data && !self.meta.is_empty()) {
-            for (at, buf) in &self.data {
-                device::write(data.as_ref(), DeviceRole::Data, at.0, buf.bytes())?;
+            for (at, run) in &self.data {
+                run.write(data.as_ref(), DeviceRole::Data, at.0)?;
             }
             if !faults::active(Fault::NoDataFlush) {
                 device::flush(data.as_ref(), DeviceRole::Data)?;
@@ -139,9 +146,9 @@ struct Plan {
 
 /// Sorts data blocks by address and merges neighbours into large requests,
 /// each in a page-aligned buffer (the data device is opened `O_DIRECT`).
-pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, AlignedBuf)> {
+pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock, DataRun)> {
     blocks.sort_unstable_by_key(|(b, _)| *b);
-    let mut runs: Vec<(DataBlock, AlignedBuf)> = Vec::new();
+    let mut runs: Vec<(DataBlock, DataRun)> = Vec::new();
     let mut i = 0;
     while i < blocks.len() {
         // The run's blocks first, so that its buffer is allocated once.
@@ -159,7 +166,7 @@ pub(crate) fn coalesce(mut blocks: Vec<(DataBlock, Vec<u8>)>) -> Vec<(DataBlock,
         for (_, buf) in &blocks[i..end] {
             run.extend_from_slice(buf);
         }
-        runs.push((blocks[i].0, run));
+        runs.push((blocks[i].0, DataRun::Bytes(run)));
         i = end;
     }
     runs
@@ -186,13 +193,14 @@ impl Log {
     /// data past it is not written yet (a delayed tail), or the record it
     /// had before a truncation while its new contents are held back (see
     /// `namespace::replace`). `data` comes in runs already, in
-    /// page-aligned buffers ([`coalesce`], `Pages::take_queued`).
+    /// page-aligned buffers ([`coalesce`], or the page cache's own from
+    /// `Pages::take_queued`).
     ///
     /// # Errors
     /// As [`Log::seal`].
     pub fn seal_substituted(
         &mut self,
-        data: Vec<(DataBlock, AlignedBuf)>,
+        data: Vec<(DataBlock, DataRun)>,
         substitutes: &HashMap<InodeNo, InodeRecord>,
         now: Timestamp,
     ) -> Result<Option<SealedGroup>> {
@@ -352,7 +360,7 @@ impl Log {
         mut bodies: Vec<Body>,
         changes: Vec<Change>,
         now: Timestamp,
-        data: Vec<(DataBlock, AlignedBuf)>,
+        data: Vec<(DataBlock, DataRun)>,
         fill: impl FnOnce(&mut Log, &[MetaBlock], &mut [Body]) -> R,
     ) -> Result<(SealedGroup, R)> {
         let plans = self.plan_group(&bodies, &changes)?;
@@ -438,7 +446,7 @@ impl Log {
                 _ => meta.push((MetaBlock(p.start), buf)),
             }
         }
-        self.stats.data_blocks_written += data.iter().map(|(_, b)| (b.len() / BLOCK_SIZE) as u64).sum::<u64>();
+        self.stats.data_blocks_written += data.iter().map(|(_, r)| r.blocks() as u64).sum::<u64>();
         let group = SealedGroup { seq: Some(last_seq), meta, data };
         group.forget_read_ahead(&mut self.readahead);
         Ok((group, filled))
@@ -493,9 +501,10 @@ mod tests {
         let runs = coalesce(blocks);
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].0, DataBlock(3));
-        assert_eq!(runs[0].1.len(), 3 * BLOCK_SIZE);
-        assert_eq!(runs[0].1.bytes()[BLOCK_SIZE], 4);
-        assert_eq!(runs[0].1.bytes().as_ptr() as usize % BLOCK_SIZE, 0);
+        assert_eq!(runs[0].1.blocks(), 3);
+        let DataRun::Bytes(run) = &runs[0].1 else { panic!("coalesced blocks are one buffer") };
+        assert_eq!(run.bytes()[BLOCK_SIZE], 4);
+        assert_eq!(run.bytes().as_ptr() as usize % BLOCK_SIZE, 0);
         assert_eq!(runs[1].0, DataBlock(9));
     }
 }

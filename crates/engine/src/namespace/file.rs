@@ -192,10 +192,10 @@ impl Fs {
             // A page written from its start to the block's end, or to or
             // past end of file (an append), needs none of its old bytes.
             let whole = skip == 0 && (n == BLOCK_SIZE || pos + n as u64 >= size);
-            self.dirty_page(ino, block, whole)?;
+            self.dirty_page(ino, block, whole, n == BLOCK_SIZE)?;
             let pages = self.pages.files.entry(ino).or_default();
             let p = pages.get_mut(&block).ok_or(Error::Invalid("page vanished"))?;
-            p.data[skip..skip + n].copy_from_slice(&src[..n]);
+            p.bytes_mut()[skip..skip + n].copy_from_slice(&src[..n]);
             pos += n as u64;
             src = &src[n..];
         }
@@ -210,9 +210,10 @@ impl Fs {
     }
 
     /// Makes sure block `block` of `ino` has a dirty page, filled from disk
-    /// unless it is about to be overwritten whole. A new page over a hole
-    /// takes one of the caller's reservations.
-    pub(super) fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool) -> Result<()> {
+    /// unless its old bytes are not needed (`whole`). A new page over a hole
+    /// takes one of the caller's reservations. With `covered` the caller
+    /// writes every byte of a new page at once, so it is not cleared first.
+    pub(super) fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool, covered: bool) -> Result<()> {
         let strict = self.config.strict;
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
             if !matches!(p.state, PageState::Dirty { .. }) {
@@ -224,10 +225,12 @@ impl Fs {
             }
             return Ok(());
         }
-        let mut data = self.pages.new_buffer();
-        let reserved = match self.extent_at(ino, block)? {
+        let extent = self.extent_at(ino, block)?;
+        let filled = !whole && extent.is_some_and(|e| !e.unwritten);
+        let mut data = self.pages.new_buffer(covered || filled);
+        let reserved = match extent {
             Some(e) => {
-                if !whole && !e.unwritten {
+                if filled {
                     let old = self.read_data_block(DataBlock(e.physical.0 + (block - e.logical)))?;
                     data.copy_from_slice(&old);
                 }
@@ -237,7 +240,7 @@ impl Fs {
             }
             None => true,
         };
-        self.pages.files.entry(ino).or_default().insert(block, Page { data, state: PageState::Dirty { reserved } });
+        self.pages.files.entry(ino).or_default().insert(block, Page::new(data, PageState::Dirty { reserved }));
         self.pages.dirty_pages += 1;
         self.pages.count_reserved(ino, u64::from(reserved), 0);
         Ok(())
@@ -251,9 +254,9 @@ impl Fs {
         let bytes = bytes.clone();
         self.log.space_mut().reserve(1)?;
         self.log.inode_mut(ino)?.body = Body::Empty;
-        let mut data: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
+        let mut data = self.pages.new_buffer(false);
         data[..bytes.len()].copy_from_slice(&bytes);
-        self.pages.files.entry(ino).or_default().insert(0, Page { data, state: PageState::Dirty { reserved: true } });
+        self.pages.files.entry(ino).or_default().insert(0, Page::new(data, PageState::Dirty { reserved: true }));
         self.pages.dirty_pages += 1;
         self.pages.count_reserved(ino, 1, 0);
         // Inline bytes that may be durable (a commit group or an fsync
@@ -381,9 +384,9 @@ impl Fs {
             // The zeroed block goes to a new block, like any overwrite.
             self.log.space_mut().reserve(1)?;
         }
-        self.dirty_page(ino, block, false)?;
+        self.dirty_page(ino, block, false, false)?;
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
-            p.data[from..to].fill(0);
+            p.bytes_mut()[from..to].fill(0);
         }
         Ok(())
     }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use crate::device::AlignedBuf;
+use std::sync::Arc;
+
+use crate::device::{DataRun, PageBuf, SharedPage};
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, Timestamp};
 
 /// Where a page stands between `write` and the disk.
@@ -33,14 +35,32 @@ pub enum PageState {
     },
 }
 
-/// Page buffers kept for reuse at most (16 MiB).
-const SPARE_PAGES: usize = 4096;
+/// Page buffers kept for reuse at most (64 MiB): a stream's pages come
+/// back a step (16 MiB) at a time while the next steps' pages are being
+/// filled, and with 16 MiB kept, a fresh buffer was faulted in for every
+/// other page of a 1 GiB copy (18% of the serving process's samples).
+const SPARE_PAGES: usize = 16384;
+/// Page buffers kept once nothing is dirty (16 MiB).
+const SPARE_IDLE_PAGES: usize = 4096;
 
 /// A cached block of file data.
 #[derive(Debug)]
 pub struct Page {
-    pub(super) data: Box<[u8; BLOCK_SIZE]>,
+    /// Shared with the run of a commit writing it, if one is.
+    pub(super) data: SharedPage,
     pub(super) state: PageState,
+}
+
+impl Page {
+    pub(super) fn new(data: Box<PageBuf>, state: PageState) -> Page {
+        Page { data: Arc::new(data), state }
+    }
+
+    /// The bytes, to change: copied first if a commit's run being written
+    /// still holds them (it writes what it was sealed with).
+    pub(super) fn bytes_mut(&mut self) -> &mut [u8; BLOCK_SIZE] {
+        &mut Arc::make_mut(&mut self.data).0
+    }
 }
 
 /// Dirty and in-flight file data, by inode and file block.
@@ -52,7 +72,7 @@ pub struct PageCache {
     /// pages: allocating a fresh 4 KiB block per page was the largest cost
     /// of a small write in the PostMark profile (the allocator gave the
     /// memory back after each commit and faulted it in again).
-    spare: Vec<Box<[u8; BLOCK_SIZE]>>,
+    spare: Vec<Box<PageBuf>>,
     /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
     /// blocks the file will have once written back, which `stat` counts.
     pub(super) reserved: FxHashMap<InodeNo, u64>,
@@ -222,11 +242,10 @@ impl PageCache {
     /// Puts a block of `ino` in the cache, queued for the next commit to
     /// write at `at` (a data copy replayed from an fsync record).
     pub fn insert_queued(&mut self, ino: InodeNo, block: u64, at: DataBlock, data: &[u8]) {
-        let mut page: Box<[u8; BLOCK_SIZE]> = Box::new([0; BLOCK_SIZE]);
+        let mut page = PageBuf::zeroed();
         let n = data.len().min(BLOCK_SIZE);
         page[..n].copy_from_slice(&data[..n]);
-        if let Some(old) =
-            self.files.entry(ino).or_default().insert(block, Page { data: page, state: PageState::Queued { at } })
+        if let Some(old) = self.files.entry(ino).or_default().insert(block, Page::new(page, PageState::Queued { at }))
             && let PageState::Dirty { reserved } = old.state
         {
             self.dirty_pages -= 1;
@@ -234,11 +253,18 @@ impl PageCache {
         }
     }
 
-    /// Hands every queued page to commit `commit`, copying its bytes once
-    /// into runs of consecutive blocks (at most `max_run` blocks each), so
-    /// that neither a buffer per page nor a second copy to merge them is
-    /// needed.
-    pub fn take_queued(&mut self, commit: u64, max_run: usize) -> Vec<(DataBlock, AlignedBuf)> {
+    /// Gives back the spare buffers a stream needed once no page is held.
+    pub fn trim_spare(&mut self) {
+        if self.files.is_empty() && self.spare.len() > SPARE_IDLE_PAGES {
+            self.spare.truncate(SPARE_IDLE_PAGES);
+            self.spare.shrink_to_fit();
+        }
+    }
+
+    /// Hands every queued page to commit `commit`, in runs of consecutive
+    /// blocks (at most `max_run` blocks each) that share the pages'
+    /// buffers: nothing is copied (see [`DataRun`]).
+    pub fn take_queued(&mut self, commit: u64, max_run: usize) -> Vec<(DataBlock, DataRun)> {
         let mut queued: Vec<(DataBlock, &mut Page)> = Vec::new();
         for pages in self.files.values_mut() {
             for p in pages.values_mut() {
@@ -249,7 +275,7 @@ impl PageCache {
             }
         }
         queued.sort_unstable_by_key(|(at, _)| *at);
-        let mut out: Vec<(DataBlock, AlignedBuf)> = Vec::new();
+        let mut out: Vec<(DataBlock, DataRun)> = Vec::new();
         let mut i = 0;
         while i < queued.len() {
             let start = queued[i].0;
@@ -257,12 +283,8 @@ impl PageCache {
             while i + n < queued.len() && n < max_run && queued[i + n].0.0 == start.0 + n as u64 {
                 n += 1;
             }
-            // Page-aligned: the data device is written with O_DIRECT.
-            let mut run = AlignedBuf::with_capacity(n * BLOCK_SIZE);
-            for (_, p) in &queued[i..i + n] {
-                run.extend_from_slice(&p.data[..]);
-            }
-            out.push((start, run));
+            let run = queued[i..i + n].iter().map(|(_, p)| Arc::clone(&p.data)).collect();
+            out.push((start, DataRun::Pages(run)));
             i += n;
         }
         out
@@ -286,26 +308,33 @@ impl PageCache {
     pub fn drop_in_flight(&mut self, commit: u64) {
         let spare = &mut self.spare;
         self.files.retain(|_, pages| {
-            pages.retain(|_, p| {
-                let gone = matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit);
-                if gone && spare.len() < SPARE_PAGES {
-                    spare.push(std::mem::replace(&mut p.data, Box::new([0; BLOCK_SIZE])));
+            let gone: Vec<u64> = pages
+                .iter()
+                .filter(|(_, p)| matches!(p.state, PageState::InFlight { commit: c, .. } if c == commit))
+                .map(|(b, _)| *b)
+                .collect();
+            for b in gone {
+                if let Some(p) = pages.remove(&b) {
+                    recycle(spare, p.data);
                 }
-                !gone
-            });
+            }
             !pages.is_empty()
         });
     }
 
-    /// A zeroed page buffer (never another file's bytes: what a write does
-    /// not cover reads as zeros).
-    pub(super) fn new_buffer(&mut self) -> Box<[u8; BLOCK_SIZE]> {
+    /// A page buffer, zeroed unless `covered` (the caller overwrites all
+    /// of it at once): never another file's bytes, for what a write does
+    /// not cover reads as zeros. A stream's pages are all covered, and
+    /// clearing each reused buffer first was a second pass over its bytes.
+    pub(super) fn new_buffer(&mut self, covered: bool) -> Box<PageBuf> {
         match self.spare.pop() {
             Some(mut b) => {
-                b.fill(0);
+                if !covered {
+                    b.fill(0);
+                }
                 b
             }
-            None => Box::new([0; BLOCK_SIZE]),
+            None => PageBuf::zeroed(),
         }
     }
 
@@ -323,9 +352,7 @@ impl PageCache {
                     self.dirty_pages -= 1;
                     reserved += u64::from(r);
                 }
-                if self.spare.len() < SPARE_PAGES {
-                    self.spare.push(p.data);
-                }
+                recycle(&mut self.spare, p.data);
             }
         }
         if pages.is_empty() {
@@ -333,5 +360,45 @@ impl PageCache {
         }
         self.count_reserved(ino, 0, reserved);
         reserved
+    }
+}
+
+/// Keeps a page's buffer for the next page, unless enough are kept or a
+/// run still holds it (then it goes when the run does).
+fn recycle(spare: &mut Vec<Box<PageBuf>>, data: SharedPage) {
+    if spare.len() < SPARE_PAGES
+        && let Ok(b) = Arc::try_unwrap(data)
+    {
+        spare.push(b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run shares the pages' buffers; a write to a page it holds copies
+    /// the buffer first, so the run writes the bytes it was sealed with,
+    /// and the buffers come back for reuse once both let go.
+    #[test]
+    fn a_write_during_write_back_leaves_the_run_as_sealed() {
+        let mut cache = PageCache::default();
+        let ino = InodeNo(7);
+        cache.insert_queued(ino, 0, DataBlock(100), &[1u8; BLOCK_SIZE]);
+        cache.insert_queued(ino, 1, DataBlock(101), &[2u8; BLOCK_SIZE]);
+        cache.insert_queued(ino, 5, DataBlock(300), &[3u8; BLOCK_SIZE]);
+        let mut runs = cache.take_queued(1, 2048);
+        assert_eq!(runs.len(), 2);
+        assert_eq!((runs[0].0, runs[0].1.blocks()), (DataBlock(100), 2));
+        let p = cache.files.get_mut(&ino).and_then(|f| f.get_mut(&1)).unwrap();
+        p.state = PageState::Dirty { reserved: false };
+        p.bytes_mut().fill(9);
+        let sealed = runs[0].1.to_vec();
+        assert!(sealed[..BLOCK_SIZE].iter().all(|&b| b == 1));
+        assert!(sealed[BLOCK_SIZE..].iter().all(|&b| b == 2), "the run keeps the sealed bytes");
+        assert!(cache.page(ino, 1).unwrap().data.iter().all(|&b| b == 9));
+        runs.clear();
+        cache.drop_in_flight(1);
+        assert_eq!(cache.held_pages(), (1, 2), "the written pages' buffers are kept for reuse");
     }
 }

@@ -124,7 +124,7 @@ impl Fs {
                     if self.config.strict {
                         self.log.space_mut().reserve(1)?;
                     }
-                    self.dirty_page(ino, b, false)?;
+                    self.dirty_page(ino, b, false, false)?;
                     b += 1;
                 }
                 None => {
@@ -137,10 +137,10 @@ impl Fs {
                     let at = e.physical.0 + (b - e.logical);
                     let raw = device::read(self.log.data_device().as_ref(), DeviceRole::Data, at, n as usize)?;
                     for (i, chunk) in raw.chunks(BLOCK_SIZE).enumerate() {
-                        let mut data = self.pages.new_buffer();
+                        let mut data = self.pages.new_buffer(true);
                         data.copy_from_slice(chunk);
                         // Reserved: its write-back goes to a new block.
-                        let page = Page { data, state: PageState::Dirty { reserved: true } };
+                        let page = Page::new(data, PageState::Dirty { reserved: true });
                         self.pages.files.entry(ino).or_default().insert(b + i as u64, page);
                     }
                     self.pages.dirty_pages += n as usize;

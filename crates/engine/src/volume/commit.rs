@@ -171,11 +171,11 @@ impl Volume {
         }
         c.next_id += 1;
         let id = c.next_id;
-        let (sealed, more) = {
+        let (mut sealed, more) = {
             let mut fs = lock(&self.fs);
             self.seal_step(&mut fs, id, mode)?
         };
-        if let Some(s) = &sealed {
+        if let Some(s) = &mut sealed {
             if let Err(e) = self.write_group(s) {
                 self.fail(&e);
                 return Err(e);
@@ -350,7 +350,7 @@ impl Volume {
             let n = pages.len();
             self.home_unflushed.store(true, Ordering::Release);
             for (at, buf) in &crate::meta_log::seal::coalesce(pages) {
-                if let Err(e) = crate::device::write(self.data.as_ref(), crate::DeviceRole::Data, at.0, buf.bytes()) {
+                if let Err(e) = buf.write(self.data.as_ref(), crate::DeviceRole::Data, at.0) {
                     self.fail(&e);
                     return Err(e);
                 }
@@ -365,8 +365,11 @@ impl Volume {
         }
     }
 
-    pub(super) fn completed(fs: &mut Fs, sealed: &crate::meta_log::SealedGroup, id: u64) {
+    pub(super) fn completed(fs: &mut Fs, sealed: &mut crate::meta_log::SealedGroup, id: u64) {
         fs.log.complete(sealed);
+        // Before the pages go: their buffers are then the cache's alone,
+        // and come back for reuse.
+        sealed.release_data();
         fs.pages.drop_in_flight(id);
     }
 
@@ -407,8 +410,8 @@ impl Volume {
             loop {
                 c.next_id += 1;
                 let id = c.next_id;
-                let (group, more) = self.seal_step(&mut fs, id, mode)?;
-                if let Some(g) = &group {
+                let (mut group, more) = self.seal_step(&mut fs, id, mode)?;
+                if let Some(g) = &mut group {
                     if let Err(e) = self.write_group_home_held(g) {
                         self.fail(&e);
                         return Err(e);

@@ -627,8 +627,14 @@ impl Volume {
         if self.no_writes.load(Ordering::Acquire) || lock(&self.failed).is_some() {
             return Ok(());
         }
+        // The spare page buffers a stream needed go once writes stop, not
+        // between a stream's steps (its pages are all written at times).
+        let idle = self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING;
         let (dirty, since_ckpt, map_dirty) = {
-            let fs = lock(&self.fs);
+            let mut fs = lock(&self.fs);
+            if idle {
+                fs.pages.trim_spare();
+            }
             let dirty = fs.log.has_dirty() || fs.pages.dirty_bytes() > 0;
             (dirty, fs.log.blocks_since_checkpoint(), fs.log.inode_map_wants_checkpoint())
         };

@@ -5,8 +5,13 @@
 10,000) made by --procs processes
 (each its own directories), reporting per million: creates/s, the serving
 process's VmRSS and `dualfs stats`' cache. Then `find` over all of them
-(time, peak RSS), a clean unmount and a timed mount (cold cache), and a
-mount after a kill -9 with fsync'd files in the log. JSON on stdout; root.
+(time, peak RSS), a clean unmount and --mount-runs timed mounts (cold
+cache: the program's pages dropped too, and again with only the volume's
+dropped), and as many mounts after a kill -9 with fsync'd files in the
+log. JSON on stdout; root.
+
+The runs take the machine for a long time: behind DUALFS_SCALE_FUSE=1, so
+that nothing runs it by accident (never in CI).
 """
 
 import argparse
@@ -26,6 +31,51 @@ def sh(cmd):
 
 def server_pid(mnt):
     return int(sh(f"pgrep -f -- 'dualfs mount .* {mnt}$'").split()[0])
+
+
+def memory(pid):
+    """VmRSS, its anonymous part, VmHWM (MiB)."""
+    return {"rss_mib": rss_mib(pid), "anon_mib": rss_mib(pid, "RssAnon"), "hwm_mib": rss_mib(pid, "VmHWM")}
+
+
+def reset_peak(pid):
+    """Starts VmHWM again from the current RSS (proc(5), clear_refs 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5\n")
+
+
+def engine_counts(dualfs, mnt):
+    """What the engine holds, from `dualfs stats`."""
+    stats = json.loads(sh(f"{dualfs} stats --json {mnt}"))
+    keep = ("cache", "_map_", "pages_", "inodes_referenced", "readahead_blocks", "bitmap_blocks")
+    return {k: v for k, v in stats.items() if any(w in k for w in keep)}
+
+
+def timed_mount(dualfs, mount_opts, meta, data, mnt, warm_program):
+    """Seconds `dualfs mount` takes with the page cache dropped; with
+    warm_program the binary is read back first (the volume stays cold)."""
+    drop_caches()
+    if warm_program:
+        sh(f"cat {dualfs} > /dev/null && {dualfs} --version > /dev/null")
+    t = time.monotonic()
+    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
+    return time.monotonic() - t
+
+
+def crash(mnt, name):
+    """fsync'd files in the log (about 2 MiB), then kill -9 of the server."""
+    pid = server_pid(mnt)
+    os.mkdir(f"{mnt}/{name}")
+    for i in range(1600):
+        with open(f"{mnt}/{name}/f{i}", "wb") as f:
+            f.write(b"x" * 1000)
+    fd = os.open(f"{mnt}/{name}", os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
+    time.sleep(1)
 
 
 def rss_mib(pid, field="VmRSS"):
@@ -62,7 +112,10 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the images (to look at the mount again)")
     ap.add_argument("--opts", default="", help="mount options, e.g. cache=64M (passed as -o)")
     ap.add_argument("--dualfs", default=DUALFS, help="the dualfs binary (another build, to compare)")
+    ap.add_argument("--mount-runs", type=int, default=3, help="timed mounts of each kind")
     a = ap.parse_args()
+    if os.environ.get("DUALFS_SCALE_FUSE") != "1":
+        sys.exit("fuse_scale.py takes the machine for a long time: set DUALFS_SCALE_FUSE=1 to run it")
     dualfs = a.dualfs
     mount_opts = f" -o {a.opts}" if a.opts else ""
     os.makedirs(f"{a.dir}/mnt", exist_ok=True)
@@ -94,44 +147,41 @@ def main():
         next_dir += share * a.procs
         made += share * a.procs * a.per
         secs = time.monotonic() - t
-        stats = json.loads(sh(f"{dualfs} stats --json {mnt}"))
-        row = {"files": made, "creates_s": share * a.procs * a.per / secs, "rss_mib": rss_mib(pid),
-               "cache": {k: v for k, v in stats.items() if "cache" in k or "_map_" in k}}
+        row = {"files": made, "creates_s": share * a.procs * a.per / secs, "load": os.getloadavg()[0], **memory(pid),
+               "cache": engine_counts(dualfs, mnt)}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     sh("sync")
     drop_caches()
+    # The find's own peak, not the creates'.
+    reset_peak(pid)
     t = time.monotonic()
     found = int(sh(f"find {mnt} | wc -l"))
-    find = {"entries": found, "seconds": time.monotonic() - t, "rss_mib": rss_mib(pid),
-            "peak_mib": rss_mib(pid, "VmHWM")}
-    stats = json.loads(sh(f"{dualfs} stats --json {mnt}"))
-    find["cache"] = {k: v for k, v in stats.items() if "cache" in k or "_map_" in k}
+    find = {"entries": found, "seconds": time.monotonic() - t, "load": os.getloadavg()[0], **memory(pid)}
+    find["peak_mib"] = find["hwm_mib"]
+    find["cache"] = engine_counts(dualfs, mnt)
     print(json.dumps(find), file=sys.stderr, flush=True)
-    sh(f"{dualfs} umount {mnt}")
-    drop_caches()
     t = time.monotonic()
-    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
-    clean_mount = time.monotonic() - t
-    pid = server_pid(mnt)
-    os.mkdir(f"{mnt}/crash")
-    for i in range(1600):
-        with open(f"{mnt}/crash/f{i}", "wb") as f:
-            f.write(b"x" * 1000)
-    fd = os.open(f"{mnt}/crash", os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
-    subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
-    time.sleep(1)
-    drop_caches()
-    t = time.monotonic()
-    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
-    crash_mount = time.monotonic() - t
-    back = len(os.listdir(f"{mnt}/crash"))
     sh(f"{dualfs} umount {mnt}")
-    out = {"uptime": sh("uptime").strip(), "rows": rows, "find": find, "mount_clean_s": clean_mount,
+    umount_s = time.monotonic() - t
+    mounts = {"cold": [], "program_warm": []}
+    for _ in range(a.mount_runs):
+        for kind in ("cold", "program_warm"):
+            mounts[kind].append(timed_mount(dualfs, mount_opts, meta, data, mnt, kind == "program_warm"))
+            sh(f"{dualfs} umount {mnt}")
+    print(json.dumps(mounts), file=sys.stderr, flush=True)
+    crash_mounts = []
+    back = []
+    sh(f"{dualfs} mount{mount_opts} {meta} {data} {mnt}")
+    for k in range(a.mount_runs):
+        crash(mnt, f"crash{k}")
+        crash_mounts.append(timed_mount(dualfs, mount_opts, meta, data, mnt, True))
+        back.append(len(os.listdir(f"{mnt}/crash{k}")))
+    sh(f"{dualfs} umount {mnt}")
+    clean_mount = sorted(mounts["program_warm"])[len(mounts["program_warm"]) // 2]
+    crash_mount = sorted(crash_mounts)[len(crash_mounts) // 2]
+    out = {"uptime": sh("uptime").strip(), "rows": rows, "find": find, "umount_after_find_s": umount_s,
+           "mounts_clean_s": mounts, "mounts_after_crash_s": crash_mounts, "mount_clean_s": clean_mount,
            "mount_after_crash_s": crash_mount, "crash_files_back": back}
     print(json.dumps(out, indent=1))
     if not a.keep:

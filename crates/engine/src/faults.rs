@@ -74,11 +74,15 @@ pub enum Fault {
     /// Bounded inode map: give back inode-map blocks changed since the
     /// last checkpoint as if they were clean (their changes are lost).
     EvictDirtyMapBlocks,
+    /// Bounded inode map: give back clean inode-map blocks while a sealed
+    /// checkpoint is being written (those it placed are read back from
+    /// where their bytes are not yet).
+    EvictBeforeCheckpointWritten,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 23] = [
+    pub const ALL: [Fault; 24] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -102,6 +106,7 @@ impl Fault {
         Fault::MigrateCopyUnsynced,
         Fault::MigrateCopyOverWrites,
         Fault::EvictDirtyMapBlocks,
+        Fault::EvictBeforeCheckpointWritten,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -192,3 +192,44 @@ fn orphans_and_a_crash_are_right_with_the_map_given_back() {
     v.close().unwrap();
     fsck(&m, &d);
 }
+
+/// A snapshot counts the inode blocks the whole map reaches from blocks it
+/// reads without taking them in, and so does a mount from a snapshot's
+/// image with its map left on disk: the same count as from the map read
+/// whole. A clone switch with the outgoing map mostly on disk (blocks
+/// compared by address) makes the right tree live, and back.
+#[test]
+fn snapshots_and_a_clone_switch_read_the_map_without_keeping_it() {
+    let (m, d) = populated();
+    let v = Volume::open(m.clone(), d.clone(), bounded()).unwrap();
+    v.finish_loading().unwrap();
+    v.snapshot_create("s").unwrap();
+    assert_bounded(&v, "after the snapshot");
+    let counted = v.snapshot_view("s").unwrap().meta_blocks;
+    v.clone_create("s", "c").unwrap();
+    // Changes in the live tree, then the clone made live.
+    let d3 = v.lookup(InodeNo::ROOT, b"d3").unwrap().ino;
+    v.unlink(d3, b"f7").unwrap();
+    v.forget(d3, 1).unwrap();
+    v.close().unwrap();
+    let whole = Volume::open(m.clone(), d.clone(), options(None)).unwrap();
+    assert_eq!(whole.snapshot_view("s").unwrap().meta_blocks, counted, "counted from the whole map");
+    whole.close().unwrap();
+    let v = Volume::open(m.clone(), d.clone(), bounded()).unwrap();
+    assert_eq!(v.snapshot_view("s").unwrap().meta_blocks, counted, "counted from an image's map on disk");
+    assert!(stat(&v, "inode_map_blocks_on_disk") > 20, "the mount read the map");
+    v.switch_tree("c").unwrap();
+    v.close().unwrap();
+    fsck(&m, &d);
+    let v = Volume::open(m.clone(), d.clone(), bounded()).unwrap();
+    assert_eq!(v.live_tree(), "c");
+    // The clone is the tree the snapshot kept: f7 is there.
+    walk(&v, &|_, _| false);
+    v.switch_tree("main").unwrap_or_else(|e| panic!("switching back: {e}"));
+    v.close().unwrap();
+    fsck(&m, &d);
+    let v = Volume::open(m.clone(), d.clone(), bounded()).unwrap();
+    assert_eq!(v.live_tree(), "main");
+    walk(&v, &|dd, i| dd == 3 && i == 7);
+    v.close().unwrap();
+}

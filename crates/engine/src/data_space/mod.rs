@@ -249,8 +249,8 @@ impl DataSpace {
         assert!(self.fully_loaded() && other.fully_loaded(), "adopting a tree with a bitmap not all read");
         assert!(self.pending.is_empty() && self.reserved == 0, "adopting a tree with data frees pending");
         assert_eq!(self.total, other.total, "adopting a tree of another size");
-        self.groups.adopt(&other.groups);
-        self.bitmap.adopt(&other.bitmap);
+        self.groups.adopt(other.groups.clone());
+        self.bitmap.adopt(other.bitmap.clone());
         self.free = other.free;
         self.cursor = other.cursor.clone();
         let held = std::mem::take(&mut self.held);

@@ -122,9 +122,9 @@ impl IFile {
     /// outgoing tree's block holds the same entries
     /// ([`crate::table::Table::adopt`]), so that no live IFile block stays
     /// in the other tree's image.
-    pub fn adopt_tree(&mut self, other: &IFile) {
-        self.inodes.adopt(&other.inodes);
-        self.nodes.adopt(&other.nodes);
+    pub fn adopt_tree(&mut self, other: IFile) {
+        self.inodes.adopt(other.inodes);
+        self.nodes.adopt(other.nodes);
         // The other tree's maps are whole in memory: everything is counted.
         self.uncounted = Vec::new();
         self.uncounted_count = 0;

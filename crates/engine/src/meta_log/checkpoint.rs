@@ -318,7 +318,16 @@ impl Log {
     /// # Errors
     /// An index or table block is missing, unreadable or corrupt.
     pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint, lazy_from: Option<usize>) -> Result<()> {
-        let lazy = lazy_from.is_some();
+        self.load_checkpoint_with(c, lazy_from.is_some(), lazy_from)
+    }
+
+    /// As [`Log::load_checkpoint`], the bitmap left on disk if `lazy`, the
+    /// inode map if it has `lazy_from` blocks or more (a snapshot's
+    /// image wants its bitmap whole and its map on disk).
+    ///
+    /// # Errors
+    /// As [`Log::load_checkpoint`].
+    pub(crate) fn load_checkpoint_with(&mut self, c: &Checkpoint, lazy: bool, lazy_from: Option<usize>) -> Result<()> {
         let geometry = self.ifile.geometry();
         let source = IFileBlocks { meta: self.meta.clone(), volume_id: self.volume_id };
         // Index blocks first: they say how large each table is, which bounds
@@ -367,12 +376,16 @@ impl Log {
                 format!("{} inodes and {} nodes: more than the log can hold", c.inode_count, c.node_count),
             ));
         }
-        self.ifile.inodes.grow(c.inode_count as usize);
-        self.ifile.nodes.grow(c.node_count as usize);
         // A large inode map stays on disk but for its last block, where it
-        // grows (see `lazy_imap`).
+        // grows (see `lazy_imap`): its blocks are not even allocated.
         let imap_blocks = c.inode_count.div_ceil(TableId::InodeMap.per_block() as u64) as u32;
         let lazy_imap = lazy_from.is_some_and(|min| imap_blocks as usize >= min.max(2));
+        if lazy_imap {
+            self.ifile.inodes.grow_on_disk(c.inode_count as usize);
+        } else {
+            self.ifile.inodes.grow(c.inode_count as usize);
+        }
+        self.ifile.nodes.grow(c.node_count as usize);
         let mut loaded: BTreeMap<TableId, Vec<bool>> =
             tables(self).into_iter().map(|t| (t.table_id(), vec![false; t.blocks()])).collect();
         let mut index = BTreeMap::new();
@@ -499,7 +512,7 @@ impl Log {
             }
         }
         if let Some(list) = c.snapshot_list {
-            self.load_snapshots(list)?;
+            self.load_snapshots(list, lazy_from)?;
         }
         self.last_record = Some(c.clone());
         self.recount_free_segments();

@@ -112,7 +112,10 @@ impl Log {
     }
 
     /// Everything the current IFile reaches in the log.
-    fn reach(&self) -> Reach {
+    ///
+    /// # Errors
+    /// An inode-map block on disk does not read back.
+    fn reach(&self) -> Result<Reach> {
         let geometry = self.ifile.geometry();
         let mut segments = BTreeSet::new();
         let mut blocks = 0u64;
@@ -140,14 +143,8 @@ impl Log {
         for a in self.ckpt.index.values() {
             add(*a);
         }
-        // Inode blocks hold several records: count each block once.
-        let mut inode_blocks = BTreeSet::new();
-        for e in self.ifile.inodes.entries() {
-            if e.in_use() && e.address.0 != 0 {
-                inode_blocks.insert(e.address);
-            }
-        }
-        for a in inode_blocks {
+        // Inode blocks hold several records: each block counts once.
+        for a in self.inode_blocks_reached()? {
             add(a);
         }
         for a in self.ifile.nodes.entries() {
@@ -155,7 +152,7 @@ impl Log {
                 add(MetaBlock(a));
             }
         }
-        Reach { segments, blocks }
+        Ok(Reach { segments, blocks })
     }
 
     /// Loads the image a snapshot's checkpoint names, as mount loads a
@@ -164,12 +161,19 @@ impl Log {
     /// # Errors
     /// A block of the image is missing or corrupt.
     pub fn open_image(&self, c: &Checkpoint) -> Result<Log> {
+        self.open_image_with(c, None)
+    }
+
+    /// As [`Log::open_image`], but a large inode map is left on disk (as
+    /// a mount leaves it): for counting what the image reaches, which
+    /// reads the map's blocks without keeping them.
+    fn open_image_with(&self, c: &Checkpoint, imap_lazy_from: Option<usize>) -> Result<Log> {
         let mut image = Log::fresh(self.sb.clone(), self.meta.clone(), self.data.clone());
-        // Whole: its bitmap is what the live volume must not hand out. An
+        // Its bitmap whole: it is what the live volume must not hand out. An
         // image never allocates, so the snapshots its checkpoint listed
         // (older ones) are not loaded with it: each would load its own.
         let c = Checkpoint { snapshot_list: None, ..c.clone() };
-        image.load_checkpoint(&c, None)?;
+        image.load_checkpoint_with(&c, false, imap_lazy_from)?;
         Ok(image)
     }
 
@@ -186,13 +190,13 @@ impl Log {
         created: Timestamp,
         address: MetaBlock,
         c: Checkpoint,
-    ) -> SnapshotInfo {
-        let reach = self.reach();
+    ) -> Result<SnapshotInfo> {
+        let reach = self.reach()?;
         let mut segments = reach.segments;
         if let Some(s) = self.ifile.geometry().segment_of(address) {
             segments.insert(s);
         }
-        SnapshotInfo {
+        Ok(SnapshotInfo {
             id,
             name,
             created,
@@ -202,12 +206,14 @@ impl Log {
             meta_blocks: reach.blocks + 1,
             bitmap: self.space.bitmap_words(),
             writable: false,
-        }
+        })
     }
 
     /// Reads the snapshot list a checkpoint names and every snapshot's
-    /// image, and pins what they keep (mount).
-    pub(crate) fn load_snapshots(&mut self, list_at: MetaBlock) -> Result<()> {
+    /// image, and pins what they keep (mount). An image's inode map of
+    /// `lazy_from` blocks or more is left on disk, as the live one is,
+    /// and read without being kept to count what it reaches.
+    pub(crate) fn load_snapshots(&mut self, list_at: MetaBlock, lazy_from: Option<usize>) -> Result<()> {
         if self.sb.incompat & INCOMPAT_SNAPSHOTS == 0 {
             return Err(Error::corrupt_meta(
                 "checkpoint",
@@ -229,11 +235,11 @@ impl Log {
             if h.name != e.id || rec.id != e.id {
                 return Err(Error::corrupt_meta("snapshot block", e.address.0, "is not the snapshot the list names"));
             }
-            match self.open_image(&rec.checkpoint) {
-                Ok(image) => {
-                    let info = image.info_from(rec.id, rec.name, rec.created, e.address, rec.checkpoint);
-                    all.push(SnapshotInfo { writable: rec.writable, ..info });
-                }
+            let info = self.open_image_with(&rec.checkpoint, lazy_from).and_then(|image| {
+                image.info_from(rec.id, rec.name.clone(), rec.created, e.address, rec.checkpoint.clone())
+            });
+            match info {
+                Ok(info) => all.push(SnapshotInfo { writable: rec.writable, ..info }),
                 Err(err) => {
                     // Damage to one snapshot must not cost the volume: it is
                     // kept (and its own blocks pinned) for fsck to name and
@@ -357,9 +363,9 @@ impl Log {
             return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
         };
         // The snapshot keeps a copy of the live bitmap, all of it, and
-        // counts the inode blocks the whole inode map reaches.
+        // counts the inode blocks the whole inode map reaches (read, not
+        // kept: `inode_blocks_reached`).
         self.space.load_all()?;
-        self.load_whole_inode_map()?;
         let entries = index_entries(&c.index, self.sb.index_runs()).len();
         if entries > snapshot::MAX_SNAPSHOT_INDEX {
             return Err(Error::SnapshotRefused(format!(
@@ -368,7 +374,7 @@ impl Log {
             )));
         }
         let id = self.snaps.next_id.max(1);
-        let info = self.info_from(id, name.to_string(), now, MetaBlock(0), c);
+        let info = self.info_from(id, name.to_string(), now, MetaBlock(0), c)?;
         for seg in &info.segments {
             *self.snaps.pins.entry(*seg).or_default() += 1;
         }

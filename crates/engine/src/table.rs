@@ -300,20 +300,7 @@ impl<E: Entry> Table<E> {
     /// last block they fill, are dirty. (Owners grow a table only where its
     /// last block is in memory: it is never given back.)
     pub fn grow(&mut self, len: usize) {
-        if len <= self.len {
-            return;
-        }
-        let per = self.per_block();
-        if !self.len.is_multiple_of(per) {
-            self.dirty.insert(self.blocks.len() as u32 - 1);
-        }
-        self.len = len;
-        while self.blocks.len() < len.div_ceil(per) {
-            self.dirty.insert(self.blocks.len() as u32);
-            let block = self.fresh_block();
-            self.blocks.push(Some(block));
-        }
-        self.addresses.resize(self.blocks.len(), MetaBlock(0));
+        self.grow_blocks(len, true);
     }
 
     /// As [`Table::grow`], but the blocks added are on disk, not in memory
@@ -321,6 +308,10 @@ impl<E: Entry> Table<E> {
     /// to drop them touched 160 MiB at ten million inodes, 140 ms of a
     /// mount's 230 (BENCHMARKS.md).
     pub fn grow_on_disk(&mut self, len: usize) {
+        self.grow_blocks(len, false);
+    }
+
+    fn grow_blocks(&mut self, len: usize, in_memory: bool) {
         if len <= self.len {
             return;
         }
@@ -331,8 +322,13 @@ impl<E: Entry> Table<E> {
         self.len = len;
         while self.blocks.len() < len.div_ceil(per) {
             self.dirty.insert(self.blocks.len() as u32);
-            self.blocks.push(None);
-            self.unloaded_count += 1;
+            if in_memory {
+                let block = self.fresh_block();
+                self.blocks.push(Some(block));
+            } else {
+                self.blocks.push(None);
+                self.unloaded_count += 1;
+            }
         }
         self.addresses.resize(self.blocks.len(), MetaBlock(0));
     }

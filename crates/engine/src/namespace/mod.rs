@@ -85,9 +85,11 @@ impl Fs {
     /// Wraps a log.
     #[must_use]
     pub fn new(log: Log, config: FsConfig) -> Fs {
+        let mut pages = PageCache::default();
+        pages.limit_spare(config.dirty_data_limit);
         Fs {
             log,
-            pages: PageCache::default(),
+            pages,
             config,
             replacing: replace::Replacements::default(),
             intents: intents::Intents::default(),

@@ -39,6 +39,8 @@ pub enum PageState {
 /// back a step (16 MiB) at a time while the next steps' pages are being
 /// filled, and with 16 MiB kept, a fresh buffer was faulted in for every
 /// other page of a 1 GiB copy (18% of the serving process's samples).
+/// Never more than half the dirty-data limit (`PageCache::limit_spare`), so
+/// that a small `cache=` bounds them too.
 const SPARE_PAGES: usize = 16384;
 /// Page buffers kept once nothing is dirty (16 MiB).
 const SPARE_IDLE_PAGES: usize = 4096;
@@ -80,6 +82,8 @@ pub struct PageCache {
     /// size then (a file missing here counts as old: its pages go with the
     /// next commit).
     pub(super) dirtied: FxHashMap<InodeNo, Dirtied>,
+    /// Spare buffers kept at most (`SPARE_PAGES` unless limited).
+    spare_max: Option<usize>,
 }
 
 /// When and how a file was first dirtied, which bounds what a commit may
@@ -253,6 +257,18 @@ impl PageCache {
         }
     }
 
+    /// Keeps at most half of `dirty_limit` bytes of spare buffers: they are
+    /// memory the cache limit is meant to bound, beside the dirty pages.
+    pub fn limit_spare(&mut self, dirty_limit: usize) {
+        self.spare_max = Some(SPARE_PAGES.min(dirty_limit / 2 / BLOCK_SIZE));
+        let max = self.spare_max();
+        self.spare.truncate(max);
+    }
+
+    fn spare_max(&self) -> usize {
+        self.spare_max.unwrap_or(SPARE_PAGES)
+    }
+
     /// Gives back the spare buffers a stream needed once no page is held.
     pub fn trim_spare(&mut self) {
         if self.files.is_empty() && self.spare.len() > SPARE_IDLE_PAGES {
@@ -306,6 +322,7 @@ impl PageCache {
 
     /// Commit `commit` is durable: its pages may go (the kernel caches data).
     pub fn drop_in_flight(&mut self, commit: u64) {
+        let max = self.spare_max();
         let spare = &mut self.spare;
         self.files.retain(|_, pages| {
             let gone: Vec<u64> = pages
@@ -315,7 +332,7 @@ impl PageCache {
                 .collect();
             for b in gone {
                 if let Some(p) = pages.remove(&b) {
-                    recycle(spare, p.data);
+                    recycle(spare, max, p.data);
                 }
             }
             !pages.is_empty()
@@ -341,6 +358,7 @@ impl PageCache {
     /// Removes pages of `ino` at blocks `>= from` (and `< to`); returns how
     /// many held reservations.
     pub(super) fn discard(&mut self, ino: InodeNo, from: u64, to: u64) -> u64 {
+        let max = self.spare_max();
         let Some(pages) = self.files.get_mut(&ino) else {
             return 0;
         };
@@ -352,7 +370,7 @@ impl PageCache {
                     self.dirty_pages -= 1;
                     reserved += u64::from(r);
                 }
-                recycle(&mut self.spare, p.data);
+                recycle(&mut self.spare, max, p.data);
             }
         }
         if pages.is_empty() {
@@ -365,8 +383,8 @@ impl PageCache {
 
 /// Keeps a page's buffer for the next page, unless enough are kept or a
 /// run still holds it (then it goes when the run does).
-fn recycle(spare: &mut Vec<Box<PageBuf>>, data: SharedPage) {
-    if spare.len() < SPARE_PAGES
+fn recycle(spare: &mut Vec<Box<PageBuf>>, max: usize, data: SharedPage) {
+    if spare.len() < max
         && let Ok(b) = Arc::try_unwrap(data)
     {
         spare.push(b);
@@ -400,5 +418,27 @@ mod tests {
         runs.clear();
         cache.drop_in_flight(1);
         assert_eq!(cache.held_pages(), (1, 2), "the written pages' buffers are kept for reuse");
+    }
+
+    /// A small dirty-data limit (a small `cache=`) bounds the spare buffers
+    /// too: half of it, not the stream's 64 MiB.
+    #[test]
+    fn spare_buffers_stay_within_half_the_dirty_limit() {
+        let mut cache = PageCache::default();
+        cache.limit_spare(8 * BLOCK_SIZE);
+        let ino = InodeNo(7);
+        for b in 0..10 {
+            cache.insert_queued(ino, b, DataBlock(100 + b), &[1u8; BLOCK_SIZE]);
+        }
+        drop(cache.take_queued(1, 2048));
+        cache.drop_in_flight(1);
+        assert_eq!(cache.held_pages(), (0, 4), "four spares kept of ten pages written");
+        let mut unlimited = PageCache::default();
+        for b in 0..10 {
+            unlimited.insert_queued(ino, b, DataBlock(100 + b), &[1u8; BLOCK_SIZE]);
+        }
+        drop(unlimited.take_queued(1, 2048));
+        unlimited.drop_in_flight(1);
+        assert_eq!(unlimited.held_pages(), (0, 10));
     }
 }

@@ -245,14 +245,16 @@ impl DataSpace {
     /// # Panics
     /// Either bitmap is not all in memory, frees or reservations are still
     /// pending (the caller checkpointed first), or the sizes differ.
-    pub fn adopt_tree(&mut self, other: &DataSpace) {
+    pub fn adopt_tree(&mut self, other: DataSpace) {
         assert!(self.fully_loaded() && other.fully_loaded(), "adopting a tree with a bitmap not all read");
         assert!(self.pending.is_empty() && self.reserved == 0, "adopting a tree with data frees pending");
         assert_eq!(self.total, other.total, "adopting a tree of another size");
-        self.groups.adopt(other.groups.clone());
-        self.bitmap.adopt(other.bitmap.clone());
+        // Moved, not copied: the incoming image goes with the switch (a
+        // bitmap is 64 MiB at 16 TiB).
+        self.groups.adopt(other.groups);
+        self.bitmap.adopt(other.bitmap);
         self.free = other.free;
-        self.cursor = other.cursor.clone();
+        self.cursor = other.cursor;
         let held = std::mem::take(&mut self.held);
         self.set_held(held);
     }

@@ -114,7 +114,7 @@ impl Log {
             *self.snaps.pins.entry(*seg).or_default() += 1;
         }
         self.space.add_held(&keep.bitmap);
-        self.space.adopt_tree(&image.space);
+        self.space.adopt_tree(image.space);
         self.ifile.adopt_tree(image.ifile);
         // Inode numbers and node ids name the incoming tree's objects now.
         self.cache.clear();

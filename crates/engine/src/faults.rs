@@ -78,11 +78,15 @@ pub enum Fault {
     /// checkpoint is being written (those it placed are read back from
     /// where their bytes are not yet).
     EvictBeforeCheckpointWritten,
+    /// Delayed tails past a checkpoint: let a commit or checkpoint made for
+    /// room leave the young tails unwritten but record the files' full
+    /// sizes (a crash then shows zeros where data was written).
+    RoomTailUncapped,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 24] = [
+    pub const ALL: [Fault; 25] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -107,6 +111,7 @@ impl Fault {
         Fault::MigrateCopyOverWrites,
         Fault::EvictDirtyMapBlocks,
         Fault::EvictBeforeCheckpointWritten,
+        Fault::RoomTailUncapped,
     ];
 
     #[cfg(feature = "fault-injection")]

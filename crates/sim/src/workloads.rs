@@ -330,6 +330,35 @@ pub fn patterns() -> Vec<Workload> {
         }
     }
     out.push(pattern("ticks-and-checkpoints", steps));
+    // Checkpoints the log takes for itself (by volume, at a tick) while
+    // files have young delayed tails: their commits leave the tails
+    // waiting, as a periodic one does, with the records capped at what is
+    // written. Files with a block-sized attribute each fill the log past
+    // the checkpoint interval; the tail grows before every tick, so
+    // whichever tick checkpoints finds it changed.
+    let mut steps = vec![Step::Create(s("B/t0"))];
+    for i in 0..10u64 {
+        steps.push(write("B/t0", i * 3000, 3000));
+        if i == 3 {
+            steps.push(write("A/foo", 12288, 6000));
+        }
+        for j in 0..30 {
+            let f = format!("A/c{i}-{j:02}");
+            steps.push(Step::Create(f.clone()));
+            steps.push(Step::SetXattr { path: f, len: 3000 });
+        }
+        steps.push(Step::Tick);
+    }
+    steps.extend([
+        Step::Create(s("B/t1")),
+        write("B/t1", 0, 5000),
+        Step::Rename { from: s("A/c0-00"), to: s("B/c") },
+        Step::Tick,
+        Step::Fsync(s("B/t1")),
+        Step::Tick,
+        Step::Sync,
+    ]);
+    out.push(pattern("checkpoint-keeps-tails", steps));
     // One commit group larger than a segment (400 creates, one fsync).
     let mut steps: Vec<Step> = (0..400).map(|i| Step::Create(format!("B/g{i:03}"))).collect();
     steps.push(Step::Fsync(s("B")));

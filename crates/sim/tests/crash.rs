@@ -151,6 +151,44 @@ fn the_cleaning_workload_moves_live_data() {
     assert!(r.cleaned.cleaner.segments_freed >= 2, "{:?}", r.cleaned);
 }
 
+/// The checkpoint workload is only a test of checkpoints that leave
+/// delayed tails if the log's own checkpoint comes at one of its ticks
+/// (by volume, not by a sync) and leaves the growing file's tail waiting.
+#[test]
+fn the_checkpoint_workload_checkpoints_with_a_tail_waiting() {
+    use std::sync::Arc;
+
+    use dualfs_engine::Volume;
+    use dualfs_engine::device::MemoryDevice;
+    use dualfs_engine::volume::MkfsOptions;
+    use dualfs_sim::model::Model;
+    use dualfs_sim::workload::{Runner, Step, fixed_clock};
+
+    let c = Config::default();
+    let meta = Arc::new(MemoryDevice::new(c.meta_blocks));
+    let data = Arc::new(MemoryDevice::new(c.data_blocks));
+    let mkfs = MkfsOptions { segment_blocks: c.segment_blocks, group_blocks: c.group_blocks, ..MkfsOptions::default() };
+    Volume::format(meta.clone(), data.clone(), &mkfs).unwrap();
+    let vol = Volume::open_with_clock(meta, data, c.mount, fixed_clock()).unwrap();
+    let stat = |name: &str| vol.stats().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v);
+    let mut r = Runner::new(&vol, Model::default(), None, 0);
+    let w = workloads::patterns().into_iter().find(|w| w.name == "pattern/checkpoint-keeps-tails").unwrap();
+    let setup = workloads::setup();
+    for (i, s) in setup.iter().enumerate() {
+        r.run(i + 1, s).unwrap();
+    }
+    let mut with_tail = 0;
+    for (i, s) in w.steps.iter().enumerate() {
+        let before = stat("checkpoints_written");
+        r.run(setup.len() + i + 1, s).unwrap();
+        if *s == Step::Tick && stat("checkpoints_written") > before && stat("dirty_data_bytes") > 0 {
+            with_tail += 1;
+        }
+    }
+    assert!(with_tail >= 1, "no tick checkpointed with a tail waiting");
+    assert_eq!(stat("data_blocks_by_room"), 0, "a checkpoint for room wrote young tails");
+}
+
 /// `order=strict`: a crash shows a prefix of every operation, data
 /// included. The oracle allows no file cut short, no byte of a later step
 /// where an earlier one is expected, and takes every fsync for a promise

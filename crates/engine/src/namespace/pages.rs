@@ -103,12 +103,17 @@ pub(super) struct Dirtied {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum WriteBack {
     /// Every dirty page, and every file held for replacement (sync, fsync,
-    /// unmount, memory pressure).
+    /// unmount, memory pressure in strict order).
     All,
-    /// Every dirty page but those of files held for replacement (see
-    /// [`super::replace`]): a commit made to free room in the log or the
-    /// cache, which nobody asked to be durable.
-    AllButHeld,
+    /// A commit or checkpoint made for room (the active group full, the
+    /// log's own checkpoint every so many blocks, the inode map's budget,
+    /// the cleaner, a full log), which nobody asked to be durable: as
+    /// [`WriteBack::Expired`], files held for replacement stay held and
+    /// the delayed tails of files first dirtied after this time wait.
+    /// Writing them here sent PostMark's whole working set (250 MiB) to
+    /// the data device at its first checkpoint, for files about to be
+    /// deleted.
+    Room(Timestamp),
     /// A periodic commit: the delayed tail of files first dirtied after
     /// this time may wait (see [`Fs::delayed_tail`]).
     Expired(Timestamp),

@@ -30,7 +30,7 @@ impl Fs {
     /// `NotFound`; I/O errors reading the extent tree.
     pub fn delayed_cap(&mut self, ino: InodeNo, mode: WriteBack) -> Result<Option<(u64, u64)>> {
         let floor = match (mode, self.pages.dirtied.get(&ino)) {
-            (WriteBack::Expired(before), Some(d)) if d.at > before => d.floor,
+            (WriteBack::Expired(before) | WriteBack::Room(before), Some(d)) if d.at > before => d.floor,
             _ => return Ok(None),
         };
         let Some(first) = self.delayed_tail(ino)? else {

@@ -142,6 +142,8 @@ pub struct Volume {
     fsync_queue: Mutex<fsync::FsyncQueue>,
     /// What fsyncs turned into.
     fsyncs_count: fsync::FsyncCounters,
+    /// Data blocks commit groups wrote, by what the commit was for.
+    data_writes: commit::DataWrites,
     /// Whether the data and the meta-data device were last found running
     /// low ([`Volume::warn_if_low`]): each start is logged once.
     low_warned: Mutex<[bool; 2]>,
@@ -335,6 +337,7 @@ impl Volume {
             pressure: Mutex::new(()),
             fsync_queue: Mutex::new(fsync::FsyncQueue::default()),
             fsyncs_count: fsync::FsyncCounters::default(),
+            data_writes: commit::DataWrites::default(),
             low_warned: Mutex::new([false; 2]),
             replay_report,
         };
@@ -639,11 +642,12 @@ impl Volume {
             (dirty, fs.log.blocks_since_checkpoint(), fs.log.inode_map_wants_checkpoint())
         };
         self.write_home()?;
-        if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
-            self.commit_periodic()?;
-        }
+        // A checkpoint due takes the periodic commit's place: its own
+        // commit leaves what a periodic one leaves (young delayed tails).
         if since_ckpt >= self.checkpoint_interval_blocks() || map_dirty {
             self.checkpoint_for_room()?;
+        } else if dirty && self.since(*lock(&self.last_commit)) >= self.options.commit_interval {
+            self.commit_periodic()?;
         }
         if self.clean_if_low()?.is_none() && self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING {
             self.clean_when_idle()?;

@@ -91,7 +91,7 @@ def main():
             reader.join(a.every)
         wall = time.monotonic() - t0
         final = stats(dualfs, mnt)
-        sh(f"{dualfs} umount {mnt}")
+        sh(f"{dualfs} umount {mnt} > /dev/null")
         total = {r: {k: round(v - base[r][k], 1) for k, v in dev_stat(d).items()} for r, d in loops.items()}
         tx_s = next((line.split("(")[1].split()[0] for line in out[0].splitlines()
                      if "transactions" in line and "per second" in line), None)

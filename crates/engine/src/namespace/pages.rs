@@ -150,6 +150,15 @@ impl PageCache {
         v
     }
 
+    /// [`PageCache::dirty_files`], the files first dirtied longest ago
+    /// first (a file with no note counts as oldest: it is due).
+    #[must_use]
+    pub fn dirty_files_oldest_first(&self) -> Vec<InodeNo> {
+        let mut v = self.dirty_files();
+        v.sort_by_key(|i| (self.dirtied.get(i).map_or(Timestamp::new(i64::MIN, 0), |d| d.at), *i));
+        v
+    }
+
     /// Whether `ino` has pages not yet queued.
     #[must_use]
     pub fn has_dirty(&self, ino: InodeNo) -> bool {

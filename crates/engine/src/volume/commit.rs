@@ -102,6 +102,40 @@ impl Volume {
         Ok(())
     }
 
+    /// The background writer's relief when dirty data passed the limit
+    /// with no stream to blame (many small files): steps of
+    /// [`Volume::commit_under_pressure`], oldest data first, until the
+    /// dirty data is a step below the limit. It used to write everything
+    /// dirty, in steps, the moment the limit was passed: with PostMark's
+    /// working set a little past it, the whole set, most of it deleted
+    /// soon after. The kernel's background write-back likewise stops at
+    /// its threshold.
+    pub(super) fn relieve_in_steps(&self) -> Result<()> {
+        if self.options.data_expire.is_zero() || self.options.order == Order::Strict {
+            return self.commit_for_room();
+        }
+        let step_blocks = self.pressure_step_blocks();
+        let step_bytes = usize::try_from(step_blocks * crate::types::BLOCK_BYTES).unwrap_or(usize::MAX);
+        let low = self.options.dirty_data_limit.saturating_sub(step_bytes);
+        let dirty = lock(&self.fs).pages.dirty_bytes();
+        // Bounded, so that writers that never stop cannot keep the
+        // background writer from its other work.
+        for _ in 0..(dirty.saturating_sub(low).div_ceil(step_bytes.max(1)) + 1) {
+            if lock(&self.fs).pages.dirty_bytes() <= low {
+                break;
+            }
+            let more = {
+                let mut c = lock(&self.commit);
+                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+            };
+            if !more {
+                break;
+            }
+            self.let_fsyncs_in();
+        }
+        Ok(())
+    }
+
     /// Blocks of delayed tails one step of a stepped commit writes.
     fn pressure_step_blocks(&self) -> u64 {
         (self.options.dirty_data_limit as u64 / 16 / crate::types::BLOCK_BYTES).max(16)
@@ -217,7 +251,15 @@ impl Volume {
                 return Err(e);
             }
         };
-        let dirty: Vec<InodeNo> = fs.pages.dirty_files().into_iter().filter(|i| !substitutes.contains_key(i)).collect();
+        // A step relieving memory takes the oldest data first: it is what
+        // expiry would write soonest anyway, and the youngest is the likeliest
+        // to be deleted before it must be written.
+        let files = if matches!(mode, WriteBack::Chunk(_)) {
+            fs.pages.dirty_files_oldest_first()
+        } else {
+            fs.pages.dirty_files()
+        };
+        let dirty: Vec<InodeNo> = files.into_iter().filter(|i| !substitutes.contains_key(i)).collect();
         // Every capped inode's cap is known before any is sealed: a group
         // cut short below still carries the inodes of files it did not
         // reach. A step relieving memory stops each file's write-back at a

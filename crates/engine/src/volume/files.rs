@@ -125,7 +125,7 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
-        let (dirty, streaming) = self.mutate(OpKind::Grow, |fs, now| {
+        let (dirty, streaming, over) = self.mutate(OpKind::Grow, |fs, now| {
             if !data.is_empty() {
                 let size = fs.inode(ino)?.size;
                 fs.pages.note_dirtied(ino, now, size);
@@ -146,12 +146,14 @@ impl Volume {
             // background writer makes room meanwhile.
             let heavy = pages * BLOCK_SIZE >= limit / 8;
             let wait = dirty > limit && (heavy || dirty > limit + limit / 4);
-            Ok((wait, streaming || dirty > limit))
+            Ok((wait, streaming, dirty > limit))
         })?;
         if dirty {
             self.commit_under_pressure()?;
         } else if streaming {
             self.kick_write_back();
+        } else if over {
+            self.kick_relief();
         }
         Ok(data.len())
     }

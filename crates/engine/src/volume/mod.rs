@@ -77,6 +77,17 @@ pub(super) struct CommitState {
     next_id: u64,
 }
 
+/// What the background writer was asked for.
+#[derive(Clone, Copy, Debug, Default)]
+struct Kick {
+    /// A file is being streamed: write back what is dirty.
+    stream: bool,
+    /// Dirty data passed the limit: write until it is back under it.
+    relieve: bool,
+    /// The volume is closing.
+    stop: bool,
+}
+
 /// A mounted DualFS volume.
 pub struct Volume {
     fs: Mutex<Fs>,
@@ -117,9 +128,8 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
-    /// Work for the background writer ([`Volume::background_step`]):
-    /// `(write back now, stop)`.
-    background: (Mutex<(bool, bool)>, std::sync::Condvar),
+    /// Work for the background writer ([`Volume::background_step`]).
+    background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
     /// its own moves (the background cleaner skips a turn rather than wait).
     cleaning: Mutex<()>,
@@ -329,7 +339,7 @@ impl Volume {
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
             orphans_pending: AtomicBool::new(false),
-            background: (Mutex::new((false, false)), std::sync::Condvar::new()),
+            background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
             home: Mutex::new(()),
             home_ids: AtomicU64::new(1 << 63),
@@ -665,21 +675,25 @@ impl Volume {
     /// # Errors
     /// A device fails.
     pub fn background_step(&self, period: Duration) -> Result<bool> {
-        let (write_back, stop) = {
+        let kick = {
             let (m, cv) = &self.background;
             let mut g = lock(m);
-            if !g.0 && !g.1 {
+            if !g.stream && !g.relieve && !g.stop {
                 g = cv.wait_timeout(g, period).unwrap_or_else(PoisonError::into_inner).0;
             }
-            let r = *g;
-            g.0 = false;
-            r
+            let k = *g;
+            (g.stream, g.relieve) = (false, false);
+            k
         };
-        if stop {
+        if kick.stop {
             return Ok(false);
         }
-        if write_back && !self.options.read_only {
-            self.write_back_in_steps()?;
+        if !self.options.read_only {
+            if kick.stream {
+                self.write_back_in_steps()?;
+            } else if kick.relieve {
+                self.relieve_in_steps()?;
+            }
         }
         self.tick()?;
         Ok(true)
@@ -688,16 +702,27 @@ impl Volume {
     /// Ends the background writer's loop at its next turn.
     pub fn stop_background(&self) {
         let (m, cv) = &self.background;
-        lock(m).1 = true;
+        lock(m).stop = true;
         cv.notify_all();
     }
 
-    /// Asks the background writer to commit now.
+    /// Asks the background writer to write a streamed file now.
     pub(crate) fn kick_write_back(&self) {
         let (m, cv) = &self.background;
         let mut g = lock(m);
-        if !g.0 {
-            g.0 = true;
+        if !g.stream {
+            g.stream = true;
+            cv.notify_all();
+        }
+    }
+
+    /// Asks the background writer to bring the dirty data back under the
+    /// limit.
+    pub(crate) fn kick_relief(&self) {
+        let (m, cv) = &self.background;
+        let mut g = lock(m);
+        if !g.relieve {
+            g.relieve = true;
             cv.notify_all();
         }
     }

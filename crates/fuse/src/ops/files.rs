@@ -49,13 +49,14 @@ impl DualFs {
 
     /// READ of at most `size` bytes at `offset`, handed to `reply` (which
     /// sends them). The bytes are read into a buffer the serving thread
-    /// keeps from one READ to the next (see `AlignedBuf`).
+    /// keeps from one READ to the next, in a huge page, so that a 1 MiB
+    /// READ is one device request (see `AlignedBuf::huge_pages`).
     ///
     /// # Errors
     /// The engine's.
     pub fn read<R>(&self, node: u64, offset: u64, size: u32, reply: impl FnOnce(&[u8]) -> R) -> Result<R, Errno> {
         thread_local! {
-            static BUFFER: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
+            static BUFFER: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::huge_pages());
         }
         let _t = self.requests.time(Op::Read);
         BUFFER.with(|b| {

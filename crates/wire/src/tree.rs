@@ -26,11 +26,46 @@ const DT_DIR: u32 = 4;
 const DT_REG: u32 = 8;
 const DT_LNK: u32 = 10;
 
+/// A directory's entries, by name for lookups and by inode number for
+/// listing: an entry's READDIR offset is its inode number (never reused),
+/// so entries removed while a listing is under way do not make it skip
+/// others, as offsets by position would (bonnie++ lists and deletes).
+#[derive(Debug, Default)]
+struct Dir {
+    names: BTreeMap<Vec<u8>, u64>,
+    order: BTreeMap<u64, Vec<u8>>,
+}
+
+impl Dir {
+    fn get(&self, name: &[u8]) -> Option<u64> {
+        self.names.get(name).copied()
+    }
+
+    fn contains_key(&self, name: &[u8]) -> bool {
+        self.names.contains_key(name)
+    }
+
+    fn insert(&mut self, name: &[u8], ino: u64) {
+        self.names.insert(name.to_vec(), ino);
+        self.order.insert(ino, name.to_vec());
+    }
+
+    fn remove(&mut self, name: &[u8]) {
+        if let Some(ino) = self.names.remove(name) {
+            self.order.remove(&ino);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
 #[derive(Debug)]
 struct Node {
     attr: Attr,
     /// `Some` for a directory.
-    children: Option<BTreeMap<Vec<u8>, u64>>,
+    children: Option<Dir>,
     /// A symbolic link's target (empty otherwise).
     target: Vec<u8>,
     /// References the kernel holds (entries replied minus forgotten): an
@@ -88,7 +123,7 @@ impl Fs {
     pub fn new() -> Self {
         let root = Node {
             attr: attr(abi::ROOT_ID, 0, S_IFDIR | 0o777, 2, 0, 0),
-            children: Some(BTreeMap::new()),
+            children: Some(Dir::default()),
             target: Vec::new(),
             lookups: 1,
         };
@@ -252,7 +287,7 @@ impl Handler for Fs {
             },
             Request::Lookup { name } => {
                 let child = match t.dir(h.nodeid) {
-                    Ok(d) => d.get(name).copied(),
+                    Ok(d) => d.get(name),
                     Err(e) => return Outcome::Error(e),
                 };
                 match child.and_then(|c| t.nodes.get_mut(&c)) {
@@ -268,6 +303,7 @@ impl Handler for Fs {
             Request::Create { mode, name, .. } => t.create(h, S_IFREG | (mode & 0o7777), name, b"", out),
             Request::Mkdir { mode, name, .. } => t.create(h, S_IFDIR | (mode & 0o7777), name, b"", out),
             Request::Unlink { name } => t.unlink(h.nodeid, name),
+            Request::Rmdir { name } => t.rmdir(h.nodeid, name),
             Request::Statfs => {
                 let files = u64::try_from(t.nodes.len()).unwrap_or(u64::MAX);
                 let free = 1 << 20;
@@ -303,12 +339,12 @@ impl Handler for Fs {
 }
 
 impl Tree {
-    fn dir(&self, ino: u64) -> Result<&BTreeMap<Vec<u8>, u64>, i32> {
+    fn dir(&self, ino: u64) -> Result<&Dir, i32> {
         let n = self.nodes.get(&ino).ok_or(libc::ENOENT)?;
         n.children.as_ref().ok_or(libc::ENOTDIR)
     }
 
-    fn dir_mut(&mut self, ino: u64) -> Result<&mut BTreeMap<Vec<u8>, u64>, i32> {
+    fn dir_mut(&mut self, ino: u64) -> Result<&mut Dir, i32> {
         let n = self.nodes.get_mut(&ino).ok_or(libc::ENOENT)?;
         n.children.as_mut().ok_or(libc::ENOTDIR)
     }
@@ -320,9 +356,7 @@ impl Tree {
         let ino = self.next_ino;
         match self.dir_mut(h.nodeid) {
             Ok(d) if d.contains_key(name) => return Outcome::Error(libc::EEXIST),
-            Ok(d) => {
-                d.insert(name.to_vec(), ino);
-            }
+            Ok(d) => d.insert(name, ino),
             Err(e) => return Outcome::Error(e),
         }
         self.next_ino += 1;
@@ -330,7 +364,7 @@ impl Tree {
         let nlink = if dir { 2 } else { 1 };
         let size = u64::try_from(target.len()).unwrap_or(u64::MAX);
         let attr = attr(ino, size, mode, nlink, h.uid, h.gid);
-        let node = Node { attr, children: dir.then(BTreeMap::new), target: target.to_vec(), lookups: 1 };
+        let node = Node { attr, children: dir.then(Dir::default), target: target.to_vec(), lookups: 1 };
         self.nodes.insert(ino, node);
         if mode & S_IFMT == S_IFREG {
             out.create_out(&entry(&attr), 0, 0);
@@ -342,7 +376,7 @@ impl Tree {
 
     fn unlink(&mut self, parent: u64, name: &[u8]) -> Outcome {
         let child = match self.dir(parent) {
-            Ok(d) => d.get(name).copied(),
+            Ok(d) => d.get(name),
             Err(e) => return Outcome::Error(e),
         };
         let Some(child) = child else { return Outcome::Error(libc::ENOENT) };
@@ -354,6 +388,32 @@ impl Tree {
         }
         // Inode numbers are never reused, so the kernel's node for the
         // unlinked file cannot alias a new one; it goes at the last FORGET.
+        if let Some(n) = self.nodes.get_mut(&child) {
+            n.attr.nlink = 0;
+            if n.lookups == 0 {
+                self.nodes.remove(&child);
+            }
+        }
+        Outcome::Reply
+    }
+
+    /// Removes an empty directory: without it `rm -rf` and bonnie++ fail
+    /// half-way and the floor they measure is too low.
+    fn rmdir(&mut self, parent: u64, name: &[u8]) -> Outcome {
+        let child = match self.dir(parent) {
+            Ok(d) => d.get(name),
+            Err(e) => return Outcome::Error(e),
+        };
+        let Some(child) = child else { return Outcome::Error(libc::ENOENT) };
+        match self.nodes.get(&child).map(|n| n.children.as_ref().map(Dir::is_empty)) {
+            Some(Some(true)) => {}
+            Some(Some(false)) => return Outcome::Error(libc::ENOTEMPTY),
+            Some(None) => return Outcome::Error(libc::ENOTDIR),
+            None => return Outcome::Error(libc::ENOENT),
+        }
+        if let Ok(d) = self.dir_mut(parent) {
+            d.remove(name);
+        }
         if let Some(n) = self.nodes.get_mut(&child) {
             n.attr.nlink = 0;
             if n.lookups == 0 {
@@ -379,19 +439,19 @@ impl Tree {
         };
         let max = usize::try_from(size).unwrap_or(usize::MAX);
         // ".." is given as the root: the kernel answers it from its dentries.
+        // Offsets: 1 and 2 for the dots, a child's inode number plus 2.
         let dots = [(b".".as_slice(), ino, DT_DIR), (b"..".as_slice(), abi::ROOT_ID, DT_DIR)];
-        let entries = dots.into_iter().chain(d.iter().map(|(name, &c)| {
+        let dots = (1u64..).zip(dots).skip(usize::try_from(offset.min(2)).unwrap_or(2));
+        let children = d.order.range(offset.saturating_sub(1)..).map(|(&c, name)| {
             let kind = match self.nodes.get(&c).map(|n| n.attr.mode & S_IFMT) {
                 Some(S_IFDIR) => DT_DIR,
                 Some(S_IFLNK) => DT_LNK,
                 _ => DT_REG,
             };
-            (name.as_slice(), c, kind)
-        }));
-        // The offset of an entry is its index plus one: the next READDIR
-        // starts after it.
-        for (i, (name, child, kind)) in (1u64..).zip(entries).skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
-            if !out.push_dirent(max, child, i, kind, name) {
+            (c.saturating_add(2), (name.as_slice(), c, kind))
+        });
+        for (off, (name, child, kind)) in dots.chain(children) {
+            if !out.push_dirent(max, child, off, kind, name) {
                 break;
             }
         }

@@ -54,6 +54,17 @@ fn exercise(mnt: &Path) {
     drop(OpenOptions::new().write(true).create_new(true).open(mnt.join("sub/inner")).unwrap());
     assert!(fs::metadata(mnt.join("sub")).unwrap().is_dir());
     assert_eq!(fs::read_dir(mnt.join("sub")).unwrap().count(), 1);
+    assert_eq!(fs::remove_dir(mnt.join("sub")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    fs::create_dir(mnt.join("gone")).unwrap();
+    // Deleting entries while listing them skips none (bonnie++ does this).
+    for i in 0..3000 {
+        fs::write(mnt.join(format!("gone/f{i}")), b"").unwrap();
+    }
+    for e in fs::read_dir(mnt.join("gone")).unwrap() {
+        fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    fs::remove_dir(mnt.join("gone")).unwrap();
+    assert!(fs::metadata(mnt.join("gone")).is_err());
     fs::write(mnt.join("file3"), vec![7u8; 300_000]).unwrap();
     assert_eq!(fs::metadata(mnt.join("file3")).unwrap().len(), 300_000);
     std::os::unix::fs::symlink("sub/inner", mnt.join("link")).unwrap();
@@ -107,9 +118,10 @@ fn run_with<H: Handler>(want_uring: bool, fs: Arc<H>, destroyed: impl Fn(&H) -> 
         }
         Transport::DevFuse { .. } => assert_eq!(on_ring, 0),
     }
-    assert_eq!(count(&counts, opcode::CREATE), 52);
-    assert_eq!(count(&counts, opcode::MKDIR), 1);
-    assert_eq!(count(&counts, opcode::UNLINK), 26);
+    assert_eq!(count(&counts, opcode::CREATE), 3052);
+    assert_eq!(count(&counts, opcode::MKDIR), 2);
+    assert_eq!(count(&counts, opcode::RMDIR), 2);
+    assert_eq!(count(&counts, opcode::UNLINK), 3026);
     assert!(count(&counts, opcode::GETATTR) >= 100);
     assert!(count(&counts, opcode::READDIR) >= 1);
     assert!(count(&counts, opcode::STATFS) >= 1);

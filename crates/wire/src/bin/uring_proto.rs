@@ -1,9 +1,13 @@
-//! `uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N]`: mounts
+//! `uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N]
+//! [--default-permissions]`: mounts
 //! the prototype (root only), prints one JSON line saying which transport
 //! it got, serves until the mount is unmounted, then prints the requests it
 //! served by opcode, by the CPU that served them and on the ring as a
 //! second JSON line. `--queue-threads` sets the threads per io_uring queue
-//! (each with one entry; default 8).
+//! (each with one entry; default 8). `--default-permissions` has the kernel
+//! check permissions, as DualFS's mount does (POSIX ACLs need it): the
+//! kernel then asks for a directory's attributes again after each change
+//! in it, before the next path walk through it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,13 +17,15 @@ use std::sync::Arc;
 use dualfs_wire::{Fs, Handler, Report, Server, Transport, Transports};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N]");
+    eprintln!(
+        "usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N] [--default-permissions]"
+    );
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut mnt, mut uring, mut threads) = (None, true, None);
+    let (mut mnt, mut uring, mut threads, mut perms) = (None, true, None, false);
     let mut transports = Transports::default();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -36,6 +42,7 @@ fn main() -> ExitCode {
                 Some(n) if n > 0 => transports.queue_threads = n,
                 _ => return usage(),
             },
+            "--default-permissions" => perms = true,
             _ if mnt.is_none() && !a.starts_with('-') => mnt = Some(PathBuf::from(a)),
             _ => return usage(),
         }
@@ -45,7 +52,10 @@ fn main() -> ExitCode {
     // With the ring: one reader for FORGET and INTERRUPT.
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = threads.unwrap_or(if uring { 1 } else { cpus });
-    let options = ["fsname=uring-proto", "subtype=uring-proto", "allow_other"];
+    let mut options = vec!["fsname=uring-proto", "subtype=uring-proto", "allow_other"];
+    if perms {
+        options.push("default_permissions");
+    }
     transports.uring = uring;
     transports.dev_threads = threads;
     let served = serve(Server::start(&mnt, &options, Arc::new(Fs::new()), transports), threads);

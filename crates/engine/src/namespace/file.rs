@@ -9,7 +9,8 @@
 
 use super::Fs;
 use super::pages::{Page, PageState};
-use crate::device;
+use super::spare::Prefilled;
+use crate::device::{self, PageBuf};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::descriptor::Change;
 use crate::format::inode::{Body, Extent};
@@ -128,6 +129,16 @@ impl Fs {
     /// `FileTooBig` past the maximum size, `NoSpace(Data)` when the blocks
     /// cannot be reserved; I/O errors.
     pub fn write(&mut self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_prefilled(ino, offset, data, &mut Prefilled::default())
+    }
+
+    /// [`Fs::write`], with the blocks `data` covers whole already copied
+    /// into `pre` (before the volume lock was taken): each goes to its page
+    /// as it is, and is taken out of `pre`. What `pre` lacks is copied here.
+    ///
+    /// # Errors
+    /// As [`Fs::write`].
+    pub fn write_prefilled(&mut self, ino: InodeNo, offset: u64, data: &[u8], pre: &mut Prefilled) -> Result<()> {
         self.regular(ino)?;
         let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
         if end > MAX_FILE_SIZE {
@@ -192,10 +203,15 @@ impl Fs {
             // A page written from its start to the block's end, or to or
             // past end of file (an append), needs none of its old bytes.
             let whole = skip == 0 && (n == BLOCK_SIZE || pos + n as u64 >= size);
-            self.dirty_page(ino, block, whole, n == BLOCK_SIZE)?;
-            let pages = self.pages.files.entry(ino).or_default();
-            let p = pages.get_mut(&block).ok_or(Error::Invalid("page vanished"))?;
-            p.bytes_mut()[skip..skip + n].copy_from_slice(&src[..n]);
+            let given = if n == BLOCK_SIZE { pre.take(block) } else { None };
+            if given.is_some() {
+                self.dirty_page_with(ino, block, whole, true, given)?;
+            } else {
+                self.dirty_page(ino, block, whole, n == BLOCK_SIZE)?;
+                let pages = self.pages.files.entry(ino).or_default();
+                let p = pages.get_mut(&block).ok_or(Error::Invalid("page vanished"))?;
+                p.bytes_mut()[skip..skip + n].copy_from_slice(&src[..n]);
+            }
             pos += n as u64;
             src = &src[n..];
         }
@@ -214,20 +230,44 @@ impl Fs {
     /// takes one of the caller's reservations. With `covered` the caller
     /// writes every byte of a new page at once, so it is not cleared first.
     pub(super) fn dirty_page(&mut self, ino: InodeNo, block: u64, whole: bool, covered: bool) -> Result<()> {
+        self.dirty_page_with(ino, block, whole, covered, None)
+    }
+
+    /// [`Fs::dirty_page`]; with `given`, a buffer already holding all of
+    /// the block's new bytes, which becomes the page's. A page whose old
+    /// buffer a write-back run holds gets it in that buffer's place: the
+    /// run writes the old bytes, as sealed, and nothing writes into a
+    /// buffer a run holds.
+    fn dirty_page_with(
+        &mut self,
+        ino: InodeNo,
+        block: u64,
+        whole: bool,
+        covered: bool,
+        given: Option<Box<PageBuf>>,
+    ) -> Result<()> {
         let strict = self.config.strict;
         if let Some(p) = self.pages.files.get_mut(&ino).and_then(|f| f.get_mut(&block)) {
-            if !matches!(p.state, PageState::Dirty { .. }) {
+            let old = given.map(|b| std::mem::replace(&mut p.data, std::sync::Arc::new(b)));
+            let was_dirty = matches!(p.state, PageState::Dirty { .. });
+            if !was_dirty {
                 // Queued or in flight: its block is allocated; rewrite in
                 // place (order=strict: to a new block, reserved by the caller).
                 p.state = PageState::Dirty { reserved: strict };
                 self.pages.dirty_pages += 1;
                 self.pages.count_reserved(ino, u64::from(strict), 0);
             }
+            if let Some(old) = old {
+                self.pages.recycle(old);
+            }
             return Ok(());
         }
         let extent = self.extent_at(ino, block)?;
-        let filled = !whole && extent.is_some_and(|e| !e.unwritten);
-        let mut data = self.pages.new_buffer(covered || filled);
+        let filled = given.is_none() && !whole && extent.is_some_and(|e| !e.unwritten);
+        let mut data = match given {
+            Some(b) => b,
+            None => self.pages.new_buffer(covered || filled),
+        };
         let reserved = match extent {
             Some(e) => {
                 if filled {

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 
 use std::sync::Arc;
 
+use super::spare::SparePages;
 use crate::device::{DataRun, PageBuf, SharedPage};
 use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, Timestamp};
 
@@ -35,16 +36,6 @@ pub enum PageState {
     },
 }
 
-/// Page buffers kept for reuse at most (64 MiB): a stream's pages come
-/// back a step (16 MiB) at a time while the next steps' pages are being
-/// filled, and with 16 MiB kept, a fresh buffer was faulted in for every
-/// other page of a 1 GiB copy (18% of the serving process's samples).
-/// Never more than half the dirty-data limit (`PageCache::limit_spare`), so
-/// that a small `cache=` bounds them too.
-const SPARE_PAGES: usize = 16384;
-/// Page buffers kept once nothing is dirty (16 MiB).
-const SPARE_IDLE_PAGES: usize = 4096;
-
 /// A cached block of file data.
 #[derive(Debug)]
 pub struct Page {
@@ -70,11 +61,8 @@ impl Page {
 pub struct PageCache {
     pub(super) files: FxHashMap<InodeNo, BTreeMap<u64, Page>>,
     pub(super) dirty_pages: usize,
-    /// Buffers of pages that went (written, truncated away), for the next
-    /// pages: allocating a fresh 4 KiB block per page was the largest cost
-    /// of a small write in the PostMark profile (the allocator gave the
-    /// memory back after each commit and faulted it in again).
-    spare: Vec<Box<PageBuf>>,
+    /// Buffers of pages that went, for the next pages ([`SparePages`]).
+    spare: SparePages,
     /// Per file, the pages holding a reservation (`Dirty { reserved: true }`):
     /// blocks the file will have once written back, which `stat` counts.
     pub(super) reserved: FxHashMap<InodeNo, u64>,
@@ -82,8 +70,6 @@ pub struct PageCache {
     /// size then (a file missing here counts as old: its pages go with the
     /// next commit).
     pub(super) dirtied: FxHashMap<InodeNo, Dirtied>,
-    /// Spare buffers kept at most (`SPARE_PAGES` unless limited).
-    spare_max: Option<usize>,
 }
 
 /// When and how a file was first dirtied, which bounds what a commit may
@@ -129,6 +115,19 @@ impl PageCache {
     #[must_use]
     pub fn held_pages(&self) -> (usize, usize) {
         (self.files.values().map(BTreeMap::len).sum(), self.spare.len())
+    }
+
+    /// The spare buffers, shared with writers that fill whole pages before
+    /// taking the volume lock ([`super::spare::Prefilled`]).
+    #[must_use]
+    pub fn spare(&self) -> &SparePages {
+        &self.spare
+    }
+
+    /// An empty cache keeping this one's spare buffers (and their limit).
+    #[must_use]
+    pub fn emptied(&self) -> PageCache {
+        PageCache { spare: self.spare.clone(), ..PageCache::default() }
     }
 
     /// Bytes of dirty pages.
@@ -274,20 +273,13 @@ impl PageCache {
     /// Keeps at most half of `dirty_limit` bytes of spare buffers: they are
     /// memory the cache limit is meant to bound, beside the dirty pages.
     pub fn limit_spare(&mut self, dirty_limit: usize) {
-        self.spare_max = Some(SPARE_PAGES.min(dirty_limit / 2 / BLOCK_SIZE));
-        let max = self.spare_max();
-        self.spare.truncate(max);
-    }
-
-    fn spare_max(&self) -> usize {
-        self.spare_max.unwrap_or(SPARE_PAGES)
+        self.spare.limit(dirty_limit);
     }
 
     /// Gives back the spare buffers a stream needed once no page is held.
     pub fn trim_spare(&mut self) {
-        if self.files.is_empty() && self.spare.len() > SPARE_IDLE_PAGES {
-            self.spare.truncate(SPARE_IDLE_PAGES);
-            self.spare.shrink_to_fit();
+        if self.files.is_empty() {
+            self.spare.trim_idle();
         }
     }
 
@@ -336,8 +328,7 @@ impl PageCache {
 
     /// Commit `commit` is durable: its pages may go (the kernel caches data).
     pub fn drop_in_flight(&mut self, commit: u64) {
-        let max = self.spare_max();
-        let spare = &mut self.spare;
+        let mut went = Vec::new();
         self.files.retain(|_, pages| {
             let gone: Vec<u64> = pages
                 .iter()
@@ -346,11 +337,18 @@ impl PageCache {
                 .collect();
             for b in gone {
                 if let Some(p) = pages.remove(&b) {
-                    recycle(spare, max, p.data);
+                    went.push(p.data);
                 }
             }
             !pages.is_empty()
         });
+        self.spare.recycle(went);
+    }
+
+    /// Keeps the buffer of a page that went or got another, unless a run
+    /// still holds it.
+    pub(super) fn recycle(&mut self, data: SharedPage) {
+        self.spare.recycle([data]);
     }
 
     /// A page buffer, zeroed unless `covered` (the caller overwrites all
@@ -358,7 +356,7 @@ impl PageCache {
     /// not cover reads as zeros. A stream's pages are all covered, and
     /// clearing each reused buffer first was a second pass over its bytes.
     pub(super) fn new_buffer(&mut self, covered: bool) -> Box<PageBuf> {
-        match self.spare.pop() {
+        match self.spare.take() {
             Some(mut b) => {
                 if !covered {
                     b.fill(0);
@@ -372,36 +370,27 @@ impl PageCache {
     /// Removes pages of `ino` at blocks `>= from` (and `< to`); returns how
     /// many held reservations.
     pub(super) fn discard(&mut self, ino: InodeNo, from: u64, to: u64) -> u64 {
-        let max = self.spare_max();
         let Some(pages) = self.files.get_mut(&ino) else {
             return 0;
         };
         let doomed: Vec<u64> = pages.range(from..to).map(|(b, _)| *b).collect();
         let mut reserved = 0;
+        let mut went = Vec::with_capacity(doomed.len());
         for b in doomed {
             if let Some(p) = pages.remove(&b) {
                 if let PageState::Dirty { reserved: r } = p.state {
                     self.dirty_pages -= 1;
                     reserved += u64::from(r);
                 }
-                recycle(&mut self.spare, max, p.data);
+                went.push(p.data);
             }
         }
+        self.spare.recycle(went);
         if pages.is_empty() {
             self.files.remove(&ino);
         }
         self.count_reserved(ino, 0, reserved);
         reserved
-    }
-}
-
-/// Keeps a page's buffer for the next page, unless enough are kept or a
-/// run still holds it (then it goes when the run does).
-fn recycle(spare: &mut Vec<Box<PageBuf>>, max: usize, data: SharedPage) {
-    if spare.len() < max
-        && let Ok(b) = Arc::try_unwrap(data)
-    {
-        spare.push(b);
     }
 }
 

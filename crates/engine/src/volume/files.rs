@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
+use crate::namespace::spare::Prefilled;
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
 
 /// Pages one file may hold in memory before the background writer starts
@@ -125,12 +126,15 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
-        let (dirty, streaming, over) = self.mutate(OpKind::Grow, |fs, now| {
+        // The blocks written whole are copied before the lock, so that a
+        // stream's 1 MiB copies do not hold up every other request.
+        let mut pre = Prefilled::fill(&self.spare, offset, data);
+        let done = self.mutate(OpKind::Grow, |fs, now| {
             if !data.is_empty() {
                 let size = fs.inode(ino)?.size;
                 fs.pages.note_dirtied(ino, now, size);
             }
-            fs.write(ino, offset, data)?;
+            fs.write_prefilled(ino, offset, data, &mut pre)?;
             if !data.is_empty() && stamp == Stamp::Now {
                 let mut rec = fs.inode_mut(ino)?;
                 rec.mtime = now;
@@ -147,7 +151,9 @@ impl Volume {
             let heavy = pages * BLOCK_SIZE >= limit / 8;
             let wait = dirty > limit && (heavy || dirty > limit + limit / 4);
             Ok((wait, streaming, dirty > limit))
-        })?;
+        });
+        pre.give_back(&self.spare);
+        let (dirty, streaming, over) = done?;
         if dirty {
             self.commit_under_pressure()?;
         } else if streaming {

@@ -91,6 +91,9 @@ struct Kick {
 /// A mounted DualFS volume.
 pub struct Volume {
     fs: Mutex<Fs>,
+    /// The page cache's spare buffers, which writes fill before taking
+    /// `fs` ([`crate::namespace::spare::Prefilled`]).
+    spare: crate::namespace::spare::SparePages,
     commit: Mutex<CommitState>,
     /// Held shared by readers between resolving a read and finishing it, and
     /// exclusively while freed data blocks are handed back to the allocator:
@@ -321,6 +324,7 @@ impl Volume {
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
         let vol = Volume {
+            spare: fs.pages.spare().clone(),
             fs: Mutex::new(fs),
             commit: Mutex::new(CommitState::default()),
             reuse: RwLock::new(()),

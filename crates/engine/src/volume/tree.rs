@@ -9,7 +9,7 @@ use crate::faults::{self, Fault};
 use crate::format::superblock::{INCOMPAT_CLONES, INCOMPAT_SNAPSHOTS};
 use crate::namespace::Fs;
 use crate::namespace::intents::Intents;
-use crate::namespace::pages::{PageCache, WriteBack};
+use crate::namespace::pages::WriteBack;
 
 impl Volume {
     /// Makes `name` a writable clone of snapshot (or kept tree) `source`.
@@ -91,7 +91,7 @@ impl Volume {
         }
         fs.log.stage_switch(name, now)?;
         // What the namespace kept of the outgoing tree's files goes.
-        fs.pages = PageCache::default();
+        fs.pages = fs.pages.emptied();
         fs.intents = Intents::default();
         let written = if faults::active(Fault::SwitchListLater) {
             // Broken on purpose: the maps in one checkpoint, the list in

@@ -2,7 +2,7 @@
 //! FALLOCATE, LSEEK, COPY_FILE_RANGE, IOCTL.
 
 use dualfs_engine::Error;
-use dualfs_engine::device::AlignedBuf;
+use dualfs_engine::device::{AlignedBuf, FileDevice};
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Stamp;
 
@@ -49,16 +49,22 @@ impl DualFs {
 
     /// READ of at most `size` bytes at `offset`, handed to `reply` (which
     /// sends them). The bytes are read into a buffer the serving thread
-    /// keeps from one READ to the next (see `AlignedBuf`).
+    /// keeps from one READ to the next. A large READ's buffer is a huge page,
+    /// so that 1 MiB is one device request (see `AlignedBuf::huge_pages`);
+    /// a small one's is not, since the device reads it through its page
+    /// cache (`FileDevice::BUFFERED_READ_MAX`), and a thread that serves
+    /// only small READs (tar's, grep's) need not hold 2 MiB.
     ///
     /// # Errors
     /// The engine's.
     pub fn read<R>(&self, node: u64, offset: u64, size: u32, reply: impl FnOnce(&[u8]) -> R) -> Result<R, Errno> {
         thread_local! {
-            static BUFFER: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
+            static SMALL: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
+            static LARGE: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::huge_pages());
         }
         let _t = self.requests.time(Op::Read);
-        BUFFER.with(|b| {
+        let buffer = if size as usize > FileDevice::BUFFERED_READ_MAX { &LARGE } else { &SMALL };
+        buffer.with(|b| {
             // A reply that reads again on this thread (none does) gets a
             // buffer of its own rather than a panic.
             let mut own = AlignedBuf::new();

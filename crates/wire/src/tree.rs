@@ -383,18 +383,23 @@ impl Tree {
         if self.nodes.get(&child).is_some_and(|n| n.children.is_some()) {
             return Outcome::Error(libc::EISDIR);
         }
+        self.detach(parent, name, child);
+        Outcome::Reply
+    }
+
+    /// Takes `name` (naming `child`) out of `parent`. Inode numbers are
+    /// never reused, so the kernel's node for the removed one cannot alias
+    /// a new one; it goes at the last FORGET.
+    fn detach(&mut self, parent: u64, name: &[u8], child: u64) {
         if let Ok(d) = self.dir_mut(parent) {
             d.remove(name);
         }
-        // Inode numbers are never reused, so the kernel's node for the
-        // unlinked file cannot alias a new one; it goes at the last FORGET.
         if let Some(n) = self.nodes.get_mut(&child) {
             n.attr.nlink = 0;
             if n.lookups == 0 {
                 self.nodes.remove(&child);
             }
         }
-        Outcome::Reply
     }
 
     /// Removes an empty directory: without it `rm -rf` and bonnie++ fail
@@ -411,15 +416,7 @@ impl Tree {
             Some(None) => return Outcome::Error(libc::ENOTDIR),
             None => return Outcome::Error(libc::ENOENT),
         }
-        if let Ok(d) = self.dir_mut(parent) {
-            d.remove(name);
-        }
-        if let Some(n) = self.nodes.get_mut(&child) {
-            n.attr.nlink = 0;
-            if n.lookups == 0 {
-                self.nodes.remove(&child);
-            }
-        }
+        self.detach(parent, name, child);
         Outcome::Reply
     }
 

@@ -123,24 +123,32 @@ fn every_crash_state_recovers_to_a_state_the_model_allows() {
     }
 }
 
-/// The cleaning workload is only a test of cleaning if its clean steps
-/// move live data and free segments on the explorer's volume.
-#[test]
-fn the_cleaning_workload_moves_live_data() {
+/// A fresh volume on memory devices, shaped as the explorer's
+/// (`Config::default()`), on the explorer's fixed clock.
+fn explorer_volume() -> dualfs_engine::Volume {
     use std::sync::Arc;
 
     use dualfs_engine::Volume;
     use dualfs_engine::device::MemoryDevice;
     use dualfs_engine::volume::MkfsOptions;
-    use dualfs_sim::model::Model;
-    use dualfs_sim::workload::{Runner, fixed_clock};
+    use dualfs_sim::workload::fixed_clock;
 
     let c = Config::default();
     let meta = Arc::new(MemoryDevice::new(c.meta_blocks));
     let data = Arc::new(MemoryDevice::new(c.data_blocks));
     let mkfs = MkfsOptions { segment_blocks: c.segment_blocks, group_blocks: c.group_blocks, ..MkfsOptions::default() };
     Volume::format(meta.clone(), data.clone(), &mkfs).unwrap();
-    let vol = Volume::open_with_clock(meta, data, c.mount, fixed_clock()).unwrap();
+    Volume::open_with_clock(meta, data, c.mount, fixed_clock()).unwrap()
+}
+
+/// The cleaning workload is only a test of cleaning if its clean steps
+/// move live data and free segments on the explorer's volume.
+#[test]
+fn the_cleaning_workload_moves_live_data() {
+    use dualfs_sim::model::Model;
+    use dualfs_sim::workload::Runner;
+
+    let vol = explorer_volume();
     let mut r = Runner::new(&vol, Model::default(), None, 0);
     let steps = workloads::setup().into_iter().chain(workloads::cleaning().steps);
     for (i, s) in steps.enumerate() {
@@ -156,20 +164,10 @@ fn the_cleaning_workload_moves_live_data() {
 /// (by volume, not by a sync) and leaves the growing file's tail waiting.
 #[test]
 fn the_checkpoint_workload_checkpoints_with_a_tail_waiting() {
-    use std::sync::Arc;
-
-    use dualfs_engine::Volume;
-    use dualfs_engine::device::MemoryDevice;
-    use dualfs_engine::volume::MkfsOptions;
     use dualfs_sim::model::Model;
-    use dualfs_sim::workload::{Runner, Step, fixed_clock};
+    use dualfs_sim::workload::{Runner, Step};
 
-    let c = Config::default();
-    let meta = Arc::new(MemoryDevice::new(c.meta_blocks));
-    let data = Arc::new(MemoryDevice::new(c.data_blocks));
-    let mkfs = MkfsOptions { segment_blocks: c.segment_blocks, group_blocks: c.group_blocks, ..MkfsOptions::default() };
-    Volume::format(meta.clone(), data.clone(), &mkfs).unwrap();
-    let vol = Volume::open_with_clock(meta, data, c.mount, fixed_clock()).unwrap();
+    let vol = explorer_volume();
     let stat = |name: &str| vol.stats().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v);
     let mut r = Runner::new(&vol, Model::default(), None, 0);
     let w = workloads::patterns().into_iter().find(|w| w.name == "pattern/checkpoint-keeps-tails").unwrap();

@@ -90,16 +90,24 @@ impl Volume {
         let step_blocks = self.pressure_step_blocks();
         let steps = (lock(&self.fs).pages.dirty_bytes() as u64 / crate::types::BLOCK_BYTES).div_ceil(step_blocks);
         for _ in 0..steps.max(1) {
-            let more = {
-                let mut c = lock(&self.commit);
-                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
-            };
-            if !more {
+            if !self.one_step(step_blocks)? {
                 break;
             }
-            self.let_fsyncs_in();
         }
         Ok(())
+    }
+
+    /// One step of `step_blocks` under the commit lock, then the fsyncs
+    /// waiting for that lock go first; whether dirty data is left.
+    fn one_step(&self, step_blocks: u64) -> Result<bool> {
+        let more = {
+            let mut c = lock(&self.commit);
+            self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
+        };
+        if more {
+            self.let_fsyncs_in();
+        }
+        Ok(more)
     }
 
     /// The background writer's relief when dirty data passed the limit
@@ -124,14 +132,9 @@ impl Volume {
             if lock(&self.fs).pages.dirty_bytes() <= low {
                 break;
             }
-            let more = {
-                let mut c = lock(&self.commit);
-                self.commit_step(&mut c, WriteBack::Chunk(step_blocks))?
-            };
-            if !more {
+            if !self.one_step(step_blocks)? {
                 break;
             }
-            self.let_fsyncs_in();
         }
         Ok(())
     }

@@ -295,3 +295,42 @@ fn an_unlinked_file_lives_until_its_last_close() {
     assert_eq!(v.usage(), fresh, "the last close frees it");
     v.umount();
 }
+
+/// Whether the kernel sizes a READDIR(PLUS) request from the caller's
+/// getdents buffer (Linux 6.16 and later; before, one page a request).
+fn kernel_sizes_listings_from_the_buffer() -> bool {
+    let release = sh("uname -r");
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 16)
+}
+
+#[test]
+fn a_cold_walk_that_stats_a_directory_of_a_thousand_names_looks_none_of_them_up() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    if !kernel_sizes_listings_from_the_buffer() {
+        println!("SKIPPED: this kernel sends listings one page at a time, whatever the directory asks for");
+        return;
+    }
+    v.mount();
+    let m = v.m().to_string();
+    sh(&format!(
+        "cd '{m}' && mkdir big && cd big && seq -f 'file-%04.0f' 1 1000 | xargs touch && head -c 3000 /dev/zero > large"
+    ));
+    v.remount();
+    assert_eq!(sh(&format!("cd '{m}' && find big -size +2k")), "big/large\n");
+    let stats = common::dualfs(&["stats", "--json", &m]);
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let count = |op: &str| stats["fuse_requests"][op]["count"].as_u64().unwrap_or(0);
+    // One LOOKUP for `big` itself; under the kernel's 32 KiB chunks the
+    // names after the first 190 or so were looked up one by one.
+    assert!(count("LOOKUP") <= 2, "{} LOOKUPs: {stats}", count("LOOKUP"));
+    assert_eq!(count("READDIRPLUS"), 1, "{stats}");
+    // Because the directory asks readers for a buffer its whole listing
+    // with attributes fits in (a READDIRPLUS entry is 152 bytes and the name).
+    let blksize = std::fs::metadata(v.path("big")).unwrap().blksize();
+    assert!(blksize >= 1003 * 168, "st_blksize {blksize}");
+    v.umount();
+}

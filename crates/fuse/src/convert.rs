@@ -78,6 +78,45 @@ pub fn absent() -> FileAttr {
     }
 }
 
+/// What one READDIRPLUS entry takes, for a name of up to 40 bytes: the
+/// kernel's `fuse_direntplus` (a 128-byte `fuse_entry_out`, a 24-byte
+/// `fuse_dirent`) and the name, padded to 8 bytes.
+const DIRENTPLUS_BYTES: u64 = 128 + 24 + 40;
+
+/// The largest listing buffer worth asking for: glibc takes no larger a
+/// directory's `st_blksize` (it reads one as bogus), and the kernel sends
+/// no larger a READDIR(PLUS) than the 256 pages both transports negotiate.
+const LISTING_MAX_BYTES: u64 = 1 << 20;
+
+/// The `st_blksize` the kernel is given for an inode: the engine's, but for
+/// a directory whose whole listing with attributes fits in one request,
+/// for which it is the buffer that listing needs (a power of two).
+///
+/// Why: glibc's opendir sizes its getdents buffer from the directory's
+/// `st_blksize` (32 KiB at least, 1 MiB at most), Linux 6.16+ sizes a
+/// READDIR(PLUS) request from that buffer, and under
+/// FUSE_READDIRPLUS_AUTO only the chunk at offset 0 carries attributes
+/// unless a lookup came between two chunks. A walk that reads a directory
+/// whole before it stats the names (`find -size`, `tar c`, `rm -rf`)
+/// therefore got the attributes of the first 32 KiB (about 190 entries)
+/// and looked up every later name on its own: 1,865 LOOKUPs of the
+/// suite's `find`, all in its five directories of more than 190 entries.
+/// A directory too large for one request keeps the kernel's chunks: a
+/// larger first chunk would not save the rest's lookups, and would make
+/// a plain listing of it load and send thousands of inodes.
+#[must_use]
+pub fn blksize(a: &Attr) -> u32 {
+    if a.kind != FileKind::Directory {
+        return a.blksize;
+    }
+    // The engine's size of a directory is its entry count; "." and ".." come too.
+    let need = a.size.saturating_add(2).saturating_mul(DIRENTPLUS_BYTES);
+    if need > LISTING_MAX_BYTES {
+        return a.blksize;
+    }
+    u32::try_from(need.next_power_of_two()).map_or(a.blksize, |b| b.max(a.blksize))
+}
+
 /// Engine attributes as `stat` fields for the kernel.
 pub fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
@@ -96,7 +135,7 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         // The kernel's attribute carries the 32-bit encoded device number;
         // mknod handed the engine that same encoding.
         rdev: a.rdev as u32,
-        blksize: a.blksize,
+        blksize: blksize(a),
         flags: 0,
     }
 }
@@ -221,6 +260,43 @@ mod tests {
         assert_eq!(mknod_kind(0o644), Ok(FileKind::Regular));
         assert_eq!(mknod_kind(libc::S_IFIFO | 0o600), Ok(FileKind::Fifo));
         assert_eq!(mknod_kind(0o170000), Err(Errno::EINVAL));
+    }
+
+    fn directory(entries: u64) -> Attr {
+        Attr {
+            ino: dualfs_engine::types::InodeNo(5),
+            generation: 1,
+            kind: FileKind::Directory,
+            perm: 0o755,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: entries,
+            blocks: 8,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            crtime: Timestamp::default(),
+            blksize: 4096,
+        }
+    }
+
+    #[test]
+    fn a_directory_asks_for_a_buffer_that_holds_its_whole_listing_with_attributes() {
+        // Small: glibc's 32 KiB floor holds it already; nothing changes.
+        assert_eq!(blksize(&directory(10)), 4096);
+        // The suite's include/linux: 1,468 entries need 282,240 bytes.
+        let b = blksize(&directory(1_468));
+        assert_eq!(b, 512 * 1024);
+        assert!(u64::from(b) >= 1_470 * DIRENTPLUS_BYTES);
+        assert_eq!(blksize(&directory(5_000)), 1 << 20);
+        // Larger than one request: the kernel's own chunks, as before.
+        assert_eq!(blksize(&directory(50_000)), 4096);
+        assert_eq!(blksize(&directory(u64::MAX)), 4096);
+        let mut file = directory(1_468);
+        file.kind = FileKind::Regular;
+        assert_eq!(blksize(&file), 4096);
     }
 
     #[test]

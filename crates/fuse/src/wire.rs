@@ -21,6 +21,7 @@ use dualfs_wire::{Handler, Outcome};
 
 use crate::DualFs;
 use crate::answers::{Caller, Entry, Errno, Notify, Opened, Xattr};
+use crate::convert;
 use crate::ops::SetAttrIn;
 
 /// The kernel's attributes of an inode.
@@ -41,7 +42,7 @@ fn wire_attr(a: &Attr) -> abi::Attr {
         gid: a.gid,
         // The 32-bit encoded device number mknod handed the engine.
         rdev: a.rdev as u32,
-        blksize: a.blksize,
+        blksize: convert::blksize(a),
         flags: 0,
     }
 }

@@ -99,7 +99,7 @@ const LISTING_MAX_BYTES: u64 = 1 << 20;
 /// unless a lookup came between two chunks. A walk that reads a directory
 /// whole before it stats the names (`find -size`, `tar c`, `rm -rf`)
 /// therefore got the attributes of the first 32 KiB (about 190 entries)
-/// and looked up every later name on its own: 1,865 LOOKUPs of the
+/// and looked up every later name on its own: 1,868 LOOKUPs of the
 /// suite's `find`, all in its five directories of more than 190 entries.
 /// A directory too large for one request keeps the kernel's chunks: a
 /// larger first chunk would not save the rest's lookups, and would make
@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_directory_asks_for_a_buffer_that_holds_its_whole_listing_with_attributes() {
-        // Small: glibc's 32 KiB floor holds it already; nothing changes.
+        // Small: within glibc's 32 KiB floor, the buffer is what it was.
         assert_eq!(blksize(&directory(10)), 4096);
         // The suite's include/linux: 1,468 entries need 282,240 bytes.
         let b = blksize(&directory(1_468));

@@ -40,6 +40,19 @@ impl Fs {
         Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
     }
 
+    /// Whether a commit of kind `mode` writes block 0 of `ino` only because
+    /// the file outgrew its inode since a record of it may have been made
+    /// durable (its `keep_below`): without that rule the block would wait
+    /// with the rest of a young tail. Counted for `dualfs stats`.
+    #[must_use]
+    pub fn outgrown_block_due(&self, ino: InodeNo, mode: WriteBack) -> bool {
+        let young = match (mode, self.pages.dirtied.get(&ino)) {
+            (WriteBack::Expired(before) | WriteBack::Room(before), Some(d)) => d.at > before && d.keep_below > 0,
+            _ => false,
+        };
+        young && self.pages.page(ino, 0).is_some_and(|p| p.state == PageState::Dirty { reserved: true })
+    }
+
     /// Where one step of a commit relieving memory stops writing `ino`
     /// when `budget` blocks of delayed tails may still be written: the
     /// block from which its tail waits (None: the whole file goes, for it

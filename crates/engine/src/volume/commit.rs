@@ -273,6 +273,9 @@ impl Volume {
             _ => 0,
         };
         for &ino in &dirty {
+            if fs.outgrown_block_due(ino, mode) {
+                self.data_writes.outgrown.fetch_add(1, Ordering::Relaxed);
+            }
             let capped = match mode {
                 WriteBack::Chunk(_) => fs.chunk_limit(ino, budget).map(|(limit, used)| {
                     budget -= used;
@@ -511,6 +514,10 @@ pub(super) struct DataWrites {
     periodic: AtomicU64,
     /// Steps relieving memory, and the background writer's for a stream.
     relief: AtomicU64,
+    /// Of `room` and `periodic`: the first blocks of inline files with a
+    /// record on disk that outgrew their inodes, written only to keep the
+    /// durable inline bytes reachable (I16).
+    outgrown: AtomicU64,
 }
 
 impl DataWrites {
@@ -525,12 +532,13 @@ impl DataWrites {
     }
 
     /// The counters, named for `Volume::stats`.
-    pub(super) fn named(&self) -> [(&'static str, u64); 4] {
+    pub(super) fn named(&self) -> [(&'static str, u64); 5] {
         [
             ("data_blocks_by_sync", self.all.load(Ordering::Relaxed)),
             ("data_blocks_by_room", self.room.load(Ordering::Relaxed)),
             ("data_blocks_by_periodic", self.periodic.load(Ordering::Relaxed)),
             ("data_blocks_by_relief", self.relief.load(Ordering::Relaxed)),
+            ("data_blocks_outgrown_inline", self.outgrown.load(Ordering::Relaxed)),
         ]
     }
 }

@@ -273,9 +273,6 @@ impl Volume {
             _ => 0,
         };
         for &ino in &dirty {
-            if fs.outgrown_block_due(ino, mode) {
-                self.data_writes.outgrown.fetch_add(1, Ordering::Relaxed);
-            }
             let capped = match mode {
                 WriteBack::Chunk(_) => fs.chunk_limit(ino, budget).map(|(limit, used)| {
                     budget -= used;
@@ -283,7 +280,21 @@ impl Volume {
                     more |= limit.is_some();
                     limit.map(|l| (l, None))
                 }),
-                _ => fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap)))),
+                // An inline file that outgrew its inode, nothing of it
+                // mapped: recorded inline as it was, all of its data waits.
+                _ => match fs.outgrown_record(ino, mode) {
+                    Ok(Some(rec)) => {
+                        substitutes.insert(ino, rec);
+                        Ok(Some((0, None)))
+                    }
+                    Ok(None) => {
+                        if fs.outgrown_block_due(ino, mode) {
+                            self.data_writes.outgrown.fetch_add(1, Ordering::Relaxed);
+                        }
+                        fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap))))
+                    }
+                    Err(e) => Err(e),
+                },
             };
             match capped {
                 Ok(Some(t)) => {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dualfs_engine::types::{InodeNo, Timestamp};
-use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, Policy, SetAttr, SetMode};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, FallocateMode, Policy, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};
@@ -39,6 +39,14 @@ pub enum Step {
         /// File.
         path: String,
         /// New size.
+        size: u64,
+    },
+    /// `fallocate` (mode 0) of `[0, size)`: the file grows to `size` at
+    /// least, its new blocks preallocated (unwritten: they read as zeros).
+    Fallocate {
+        /// File.
+        path: String,
+        /// End of the range.
         size: u64,
     },
     /// `unlink`.
@@ -220,6 +228,22 @@ pub struct Floor {
     pub len: usize,
 }
 
+/// A range a `fallocate` preallocated: a crash may show zeros there, from a
+/// block boundary to the file's end, where a step relieving memory left
+/// the pages written over it for the next step (as the blocks were before
+/// those writes), never where a durable state had data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prealloc {
+    /// The file.
+    pub id: Id,
+    /// From the state after this step.
+    pub from: usize,
+    /// The range: the file's length before, and the range's end.
+    pub start: usize,
+    /// End of the range.
+    pub end: usize,
+}
+
 /// Runs steps against a volume and the model together.
 pub struct Runner<'a> {
     vol: &'a Volume,
@@ -244,6 +268,8 @@ pub struct Runner<'a> {
     pub holds: Vec<HoldSpan>,
     /// Lengths files may not be cut below.
     pub floors: Vec<Floor>,
+    /// Preallocated ranges.
+    pub preallocs: Vec<Prealloc>,
     /// File fsyncs: (step, file).
     pub fsyncs: Vec<(usize, Id)>,
     /// `order=strict`: an fsync promises every step before it.
@@ -302,6 +328,7 @@ impl<'a> Runner<'a> {
             cleaned: CleanReport::default(),
             holds: Vec::new(),
             floors: Vec::new(),
+            preallocs: Vec::new(),
             fsyncs: Vec::new(),
             strict: false,
             snapshots: Vec::new(),
@@ -518,6 +545,20 @@ impl<'a> Runner<'a> {
                 }
                 self.model.truncate(id, *size);
                 (errno(vol.setattr(ino, &SetAttr { size: Some(*size), ..SetAttr::default() })), Ok(()))
+            }
+            Step::Fallocate { path, size } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
+                if !self.is_file(id) {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                if let Kind::File(d) = &self.model.nodes[&id].kind
+                    && (*size as usize) > d.len()
+                {
+                    self.preallocs.push(Prealloc { id, from: n, start: d.len(), end: *size as usize });
+                    self.model.truncate(id, *size);
+                }
+                (errno(vol.fallocate(ino, 0, *size, FallocateMode::default())), Ok(()))
             }
             Step::Unlink(p) | Step::Rmdir(p) => {
                 let Some((dir, name, _)) = self.model_path(p) else { return Ok(Promise::None) };

@@ -515,6 +515,25 @@ fn untangled() -> Vec<Workload> {
     }
     steps.push(Step::Fsync(s("A/big")));
     out.push(pattern("fsync-under-pressure", steps));
+    // A stream into a preallocated file (fio's way), past the 1 MiB limit:
+    // each step writes a step's worth of the pages over unwritten blocks
+    // and leaves the rest (zeros after a crash, as before the writes). The
+    // stream starts by overwriting its durable first 512 KiB, which must
+    // go with the first step (a file created after it commits with it);
+    // its end grows past the preallocation, a capped tail.
+    let mut steps = vec![Step::Create(s("A/pre")), Step::Fallocate { path: s("A/pre"), size: 2 << 20 }];
+    steps.push(write("A/pre", 0, 524_288));
+    steps.push(Step::Fsync(s("A/pre")));
+    for i in 0..10u64 {
+        steps.push(write("A/pre", i * 262_144, 262_144));
+        if i % 3 == 2 {
+            steps.push(Step::Create(format!("B/m{i}")));
+            steps.push(write("B/bar", 600 + i * 100, 100));
+            steps.push(Step::Fsync(s("B/bar")));
+        }
+    }
+    steps.push(Step::Fsync(s("A/pre")));
+    out.push(pattern("prealloc-stream-steps", steps));
     let mut steps = vec![Step::Create(s("A/sparse")), Step::Create(s("B/filler"))];
     for i in 0..24u64 {
         steps.push(write("A/sparse", i * 8192, 4096));

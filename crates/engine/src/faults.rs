@@ -82,15 +82,11 @@ pub enum Fault {
     /// room leave the young tails unwritten but record the files' full
     /// sizes (a crash then shows zeros where data was written).
     RoomTailUncapped,
-    /// Steps relieving memory: let the dirty pages at a file's end wait for
-    /// the next step over written blocks too, not only over preallocated
-    /// ones (an overwrite made before a later commit then goes missing).
-    StepLeavesOverwrite,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 26] = [
+    pub const ALL: [Fault; 25] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -116,7 +112,6 @@ impl Fault {
         Fault::EvictDirtyMapBlocks,
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
-        Fault::StepLeavesOverwrite,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -268,7 +268,6 @@ impl Explorer {
         history.delayed_tails = !self.config.mount.data_expire.is_zero() && !strict;
         history.holds = std::mem::take(&mut r.holds);
         history.floors = std::mem::take(&mut r.floors);
-        history.preallocs = std::mem::take(&mut r.preallocs);
         history.fsyncs = std::mem::take(&mut r.fsyncs);
         history.strict = strict;
         let snapshots = std::mem::take(&mut r.snapshots);

@@ -26,7 +26,7 @@ use crate::crash::Window;
 use crate::image::contains_poison;
 use crate::model::Id;
 use crate::tree::{EntryKind, Tree};
-use crate::workload::{Floor, HoldSpan, Prealloc, Step, tag};
+use crate::workload::{Floor, HoldSpan, Step, tag};
 
 /// The trees a workload went through, with an index by object.
 #[derive(Clone, Debug)]
@@ -42,8 +42,6 @@ pub struct History {
     pub holds: Vec<HoldSpan>,
     /// Lengths files may not be cut below.
     pub floors: Vec<Floor>,
-    /// Preallocated ranges, where a file may show zeros to its end.
-    pub preallocs: Vec<Prealloc>,
     /// File fsyncs: (step, file). A crash after step `k` must also show
     /// each file fsync'd by a later step that returned, as that step left
     /// it (and the one in progress may show too).
@@ -86,7 +84,6 @@ impl History {
             delayed_tails: false,
             holds: Vec::new(),
             floors: Vec::new(),
-            preallocs: Vec::new(),
             fsyncs: Vec::new(),
             strict: false,
         }
@@ -169,41 +166,7 @@ impl History {
                 }
             }
         }
-        for (p, g) in &got.entries {
-            let Some(w) = cut.as_ref().unwrap_or(want).entries.get(p) else { continue };
-            if g.kind != EntryKind::File || w.kind != EntryKind::File || held.iter().any(|h| h.id == w.identity) {
-                continue;
-            }
-            if let Some(z) = self.zeros_from(&g.bytes, &w.bytes, w.identity, k, durable) {
-                let t = cut.get_or_insert_with(|| want.clone());
-                if let Some(e) = t.entries.get_mut(p) {
-                    e.bytes[z..].fill(0);
-                }
-            }
-        }
         cut.map_or(std::borrow::Cow::Borrowed(want), std::borrow::Cow::Owned)
-    }
-
-    /// Where file `id`, `want` in state `k`, may show zeros to its end as
-    /// `got` does: from a block boundary inside a range a `fallocate`
-    /// preallocated by then (a step relieving memory left the pages
-    /// written over it for the next step), and only where the file held
-    /// zeros at step `durable` and at every later step that made it whole
-    /// (its fsyncs, a rename over another file).
-    fn zeros_from(&self, got: &[u8], want: &[u8], id: u64, k: usize, durable: usize) -> Option<usize> {
-        let z = got.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1).next_multiple_of(4096);
-        if z >= want.len() || want[z..].iter().all(|&b| b == 0) {
-            return None;
-        }
-        let in_range = self.preallocs.iter().any(|r| r.id == id && r.from <= k && r.start <= z && r.end >= want.len());
-        let zeros_at = |step: usize| {
-            self.by_id[step]
-                .get(&id)
-                .is_none_or(|p| self.trees[step].entries[p].bytes.get(z..).is_none_or(|t| t.iter().all(|&b| b == 0)))
-        };
-        let kept = zeros_at(durable)
-            && self.floors.iter().filter(|f| f.id == id && f.from > durable && f.from <= k).all(|f| zeros_at(f.from));
-        (in_range && kept).then_some(z)
     }
 
     /// `base` (a state `k`) with the files of `steps` (file fsyncs after

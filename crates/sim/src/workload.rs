@@ -228,22 +228,6 @@ pub struct Floor {
     pub len: usize,
 }
 
-/// A range a `fallocate` preallocated: a crash may show zeros there, from a
-/// block boundary to the file's end, where a step relieving memory left
-/// the pages written over it for the next step (as the blocks were before
-/// those writes), never where a durable state had data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prealloc {
-    /// The file.
-    pub id: Id,
-    /// From the state after this step.
-    pub from: usize,
-    /// The range: the file's length before, and the range's end.
-    pub start: usize,
-    /// End of the range.
-    pub end: usize,
-}
-
 /// Runs steps against a volume and the model together.
 pub struct Runner<'a> {
     vol: &'a Volume,
@@ -268,8 +252,6 @@ pub struct Runner<'a> {
     pub holds: Vec<HoldSpan>,
     /// Lengths files may not be cut below.
     pub floors: Vec<Floor>,
-    /// Preallocated ranges.
-    pub preallocs: Vec<Prealloc>,
     /// File fsyncs: (step, file).
     pub fsyncs: Vec<(usize, Id)>,
     /// `order=strict`: an fsync promises every step before it.
@@ -328,7 +310,6 @@ impl<'a> Runner<'a> {
             cleaned: CleanReport::default(),
             holds: Vec::new(),
             floors: Vec::new(),
-            preallocs: Vec::new(),
             fsyncs: Vec::new(),
             strict: false,
             snapshots: Vec::new(),
@@ -555,7 +536,6 @@ impl<'a> Runner<'a> {
                 if let Kind::File(d) = &self.model.nodes[&id].kind
                     && (*size as usize) > d.len()
                 {
-                    self.preallocs.push(Prealloc { id, from: n, start: d.len(), end: *size as usize });
                     self.model.truncate(id, *size);
                 }
                 (errno(vol.fallocate(ino, 0, *size, FallocateMode::default())), Ok(()))

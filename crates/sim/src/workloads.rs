@@ -516,11 +516,10 @@ fn untangled() -> Vec<Workload> {
     steps.push(Step::Fsync(s("A/big")));
     out.push(pattern("fsync-under-pressure", steps));
     // A stream into a preallocated file (fio's way), past the 1 MiB limit:
-    // each step writes a step's worth of the pages over unwritten blocks
-    // and leaves the rest (zeros after a crash, as before the writes). The
-    // stream starts by overwriting its durable first 512 KiB, which must
-    // go with the first step (a file created after it commits with it);
-    // its end grows past the preallocation, a capped tail.
+    // its pages lie over unwritten blocks, so every step writes all of
+    // them. The stream starts by overwriting its durable first 512 KiB;
+    // its end grows past the preallocation, a capped tail; other files
+    // are created and fsync'd between the steps.
     let mut steps = vec![Step::Create(s("A/pre")), Step::Fallocate { path: s("A/pre"), size: 2 << 20 }];
     steps.push(write("A/pre", 0, 524_288));
     steps.push(Step::Fsync(s("A/pre")));

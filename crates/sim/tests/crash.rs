@@ -187,33 +187,6 @@ fn the_checkpoint_workload_checkpoints_with_a_tail_waiting() {
     assert_eq!(stat("data_blocks_by_room"), 0, "a checkpoint for room wrote young tails");
 }
 
-/// The preallocated stream is only a test of steps that leave pages over
-/// unwritten blocks if a step relieving memory ends with some of the
-/// stream's pages still dirty (each step used to write all of them).
-#[test]
-fn a_step_relieving_memory_leaves_a_preallocated_stream_for_the_next() {
-    use dualfs_sim::model::Model;
-    use dualfs_sim::workload::Runner;
-
-    let vol = explorer_volume();
-    let stat = |name: &str| vol.stats().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v);
-    let mut r = Runner::new(&vol, Model::default(), None, 0);
-    let w = workloads::patterns().into_iter().find(|w| w.name == "pattern/prealloc-stream-steps").unwrap();
-    let setup = workloads::setup();
-    for (i, s) in setup.iter().enumerate() {
-        r.run(i + 1, s).unwrap();
-    }
-    let mut left = 0;
-    for (i, s) in w.steps.iter().enumerate() {
-        let before = stat("data_blocks_by_relief");
-        r.run(setup.len() + i + 1, s).unwrap();
-        if stat("data_blocks_by_relief") > before && stat("dirty_data_bytes") > 0 {
-            left += 1;
-        }
-    }
-    assert!(left >= 1, "no step relieving memory left a page of the stream for the next");
-}
-
 /// `order=strict`: a crash shows a prefix of every operation, data
 /// included. The oracle allows no file cut short, no byte of a later step
 /// where an earlier one is expected, and takes every fsync for a promise

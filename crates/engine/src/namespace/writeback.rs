@@ -53,7 +53,7 @@ impl Fs {
         if !self.tail_may_wait(ino) {
             return Ok((None, 0));
         }
-        let Some(first) = self.stream_tail(ino)? else {
+        let Some(first) = self.delayed_tail(ino)? else {
             return Ok((None, 0));
         };
         let Some(pages) = self.pages.files.get(&ino) else {
@@ -86,67 +86,13 @@ impl Fs {
         }
         let first = match reached {
             Some(b) => Some(b),
-            None => self.stream_tail(ino)?,
+            None => self.delayed_tail(ino)?,
         };
         let Some(first) = first else {
             return Ok(None);
         };
         let size = self.log.inode(ino)?.size;
         Ok(Some(size.min(floor.max(first * BLOCK_BYTES))))
-    }
-
-    /// The first block of what a step relieving memory may leave of `ino`
-    /// for the next step: its delayed tail, where the dirty pages at the
-    /// end of the file may also lie over preallocated (unwritten) blocks.
-    /// Such a page left out reads as zeros after a crash, as its block did
-    /// before the write: fio (and any writer that preallocates) streams
-    /// into blocks `fallocate` reserved, and without this every step wrote
-    /// all of such a file's dirty pages (65–130 MiB instead of 16).
-    /// Nothing written may lie after the first block: a page over a
-    /// written block (an overwrite) or over a hole without a reservation
-    /// goes, and so does everything before it.
-    fn stream_tail(&mut self, ino: InodeNo) -> Result<Option<u64>> {
-        let Some(pages) = self.pages.files.get(&ino) else {
-            return Ok(None);
-        };
-        // (block, holds a reservation) of the dirty pages at the end.
-        let mut tail: Vec<(u64, bool)> = pages
-            .iter()
-            .rev()
-            .map_while(|(b, p)| match p.state {
-                PageState::Dirty { reserved } => Some((*b, reserved)),
-                _ => None,
-            })
-            .collect();
-        tail.reverse();
-        let keep_below = self.pages.dirtied.get(&ino).map_or(0, |d| d.keep_below);
-        let mut i = tail.partition_point(|&(b, _)| b < keep_below);
-        let Some(&(start, _)) = tail.get(i) else {
-            return Ok(None);
-        };
-        let mut at = start;
-        // The broken rule: an overwrite in place waits like new data.
-        let overwrites_wait = crate::faults::active(crate::faults::Fault::StepLeavesOverwrite);
-        let mut unwritten: Vec<(u64, u64)> = Vec::new();
-        while let Some(e) = self.next_extent(ino, at)? {
-            let end = e.logical_end();
-            if e.unwritten || overwrites_wait {
-                unwritten.push((e.logical, end));
-            } else {
-                // Written data up to here: the tail starts after it.
-                i = tail.partition_point(|&(b, _)| b < end);
-            }
-            let Some(&(b, _)) = tail.get(i) else {
-                return Ok(None);
-            };
-            at = end.max(b);
-        }
-        // A page without a reservation must lie over a preallocated block.
-        let over_unwritten = |b: u64| unwritten.iter().any(|&(s, e)| s <= b && b < e);
-        if let Some(j) = tail[i..].iter().rposition(|&(b, r)| !r && !over_unwritten(b)) {
-            i += j + 1;
-        }
-        Ok(tail.get(i).map(|&(b, _)| b))
     }
 
     /// Whether `ino`'s delayed tail may wait at all: it was noted dirtied

@@ -209,13 +209,7 @@ impl Volume {
         }
         {
             let mut fs = lock(&self.fs);
-            // Pages dirtied before the allocation go with the next commit
-            // whole. With none (fio preallocates a new file, then streams
-            // into it) nothing needs to: the next write notes the new size
-            // as the floor a tail never cuts below.
-            if fs.pages.has_dirty(ino) {
-                fs.pages.expire(ino);
-            }
+            fs.pages.expire(ino);
             // Allocation changes the mapping the held record would undo.
             fs.release_replacement(ino)?;
         }

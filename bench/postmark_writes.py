@@ -22,9 +22,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYS = ("dirty_data_bytes", "data_blocks_written", "data_blocks_by_sync", "data_blocks_by_room",
-        "data_blocks_by_periodic", "data_blocks_by_relief", "meta_blocks_written", "checkpoints_written",
-        "commits", "partial_segments_written", "log_blocks_since_checkpoint", "fsync_calls", "fsync_commits",
-        "fsync_records")
+        "data_blocks_by_periodic", "data_blocks_by_relief", "data_blocks_outgrown_inline", "meta_blocks_written",
+        "checkpoints_written", "commits", "partial_segments_written", "log_blocks_since_checkpoint", "fsync_calls",
+        "fsync_commits", "fsync_records")
 
 
 def sh(cmd, capture=False):

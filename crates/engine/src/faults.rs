@@ -82,11 +82,16 @@ pub enum Fault {
     /// room leave the young tails unwritten but record the files' full
     /// sizes (a crash then shows zeros where data was written).
     RoomTailUncapped,
+    /// Delayed tails of outgrown inline files: record such a file inline
+    /// with its bytes as they were when it outgrew its inode, though a
+    /// write changed some of them since (a crash then shows the old bytes
+    /// beside later operations).
+    OutgrownInlineStale,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 25] = [
+    pub const ALL: [Fault; 26] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -112,6 +117,7 @@ impl Fault {
         Fault::EvictDirtyMapBlocks,
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
+        Fault::OutgrownInlineStale,
     ];
 
     #[cfg(feature = "fault-injection")]

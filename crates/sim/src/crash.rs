@@ -114,6 +114,27 @@ fn tear(old: &Block, new: &Block, mask: u8, garbage: Option<usize>) -> Block {
 }
 
 impl Recording {
+    /// `logged[n]`: step `n` wrote to the meta-data device (so a commit
+    /// or checkpoint then may have made a record of any file durable).
+    #[must_use]
+    pub fn logged_steps(&self) -> Vec<bool> {
+        let mut logged = Vec::new();
+        let mut step = 0;
+        for e in &self.events {
+            match e {
+                Event::Mark(Mark::StepStart(n)) => step = *n,
+                Event::Write { dev: Dev::Meta, .. } => {
+                    if logged.len() <= step {
+                        logged.resize(step + 1, false);
+                    }
+                    logged[step] = true;
+                }
+                _ => {}
+            }
+        }
+        logged
+    }
+
     /// Builds the images of one crash state.
     #[must_use]
     pub fn build(&self, spec: &StateSpec) -> CrashImages {

@@ -275,12 +275,9 @@ impl Explorer {
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
-        Ok(Run {
-            recording: Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() },
-            history,
-            snapshots,
-            switches,
-        })
+        let recording = Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() };
+        history.logged = recording.logged_steps();
+        Ok(Run { recording, history, snapshots, switches })
     }
 
     fn seed_of(&self, w: &Workload) -> u64 {

@@ -12,9 +12,14 @@
 //!
 //! With delayed tails (the default mount: a periodic commit may leave the
 //! newly written end of a file for later, recording a shorter size) a file
-//! may also be shorter than in state `k`: cut at a block boundary, never
-//! below its length at the last durable step, nor below what a rename over
-//! another file or the close that ends a replacement made whole.
+//! may also be shorter than in state `k`: cut at a block boundary or at a
+//! length a record of it that may be durable gave it (ext4's i_disksize:
+//! the length at the last durable step, at a file fsync, or around a step
+//! that wrote the log; an inline file that outgrew its inode is recorded
+//! inline at its durable size), never below its length at the last
+//! durable step, nor below what a rename over another file or the close
+//! that ends a replacement made whole. Either way its bytes are state
+//! `k`'s, cut.
 //!
 //! Replacement (`namespace::replace`): while a file the engine held after a
 //! truncation to zero is being rewritten, a crash must show its old
@@ -42,6 +47,10 @@ pub struct History {
     pub holds: Vec<HoldSpan>,
     /// Lengths files may not be cut below.
     pub floors: Vec<Floor>,
+    /// `logged[n]`: step `n` wrote to the meta-data device (a commit or a
+    /// checkpoint, which may have recorded each file as the state before
+    /// or after that step had it). Missing steps wrote nothing.
+    pub logged: Vec<bool>,
     /// File fsyncs: (step, file). A crash after step `k` must also show
     /// each file fsync'd by a later step that returned, as that step left
     /// it (and the one in progress may show too).
@@ -84,6 +93,7 @@ impl History {
             delayed_tails: false,
             holds: Vec::new(),
             floors: Vec::new(),
+            logged: Vec::new(),
             fsyncs: Vec::new(),
             strict: false,
         }
@@ -124,8 +134,9 @@ impl History {
     /// State `k`'s tree as a crash may show it: each file held for
     /// replacement with its old contents, and each file that `got` shows
     /// shorter cut to `got`'s length where delayed tails allow it (at a
-    /// block boundary, and no shorter than the file was at step `durable`
-    /// or than a later floor says).
+    /// block boundary or at a durable length, [`History::durable_length`],
+    /// and no shorter than the file was at step `durable` or than a later
+    /// floor says).
     fn cut_to(&self, got: &Tree, k: usize, durable: usize) -> std::borrow::Cow<'_, Tree> {
         let want = &self.trees[k];
         let mut cut: Option<Tree> = None;
@@ -159,7 +170,8 @@ impl History {
                 .chain(self.by_id[durable].get(&w.identity).map(|dp| self.trees[durable].entries[dp].bytes.len()))
                 .max()
                 .unwrap_or(0);
-            if g.bytes.len() % 4096 == 0 && g.bytes.len() >= floor {
+            let len = g.bytes.len();
+            if len >= floor && (len % 4096 == 0 || self.durable_length(w.identity, len, durable, k)) {
                 let t = cut.get_or_insert_with(|| want.clone());
                 if let Some(e) = t.entries.get_mut(p) {
                     e.bytes.truncate(g.bytes.len());
@@ -167,6 +179,20 @@ impl History {
             }
         }
         cut.map_or(std::borrow::Cow::Borrowed(want), std::borrow::Cow::Owned)
+    }
+
+    /// Whether a record of file `id` that may be durable in a crash state
+    /// shown as state `k` gave it length `len`: its length at step
+    /// `durable`, at a floor since (a file fsync, a rename over another
+    /// file, the close ending a replacement), or before or after a step of
+    /// `durable + 1..=k` that wrote the log (its commits and checkpoints).
+    fn durable_length(&self, id: u64, len: usize, durable: usize, k: usize) -> bool {
+        let len_at = |j: usize| self.by_id[j].get(&id).map(|p| self.trees[j].entries[p].bytes.len());
+        len_at(durable) == Some(len)
+            || self.floors.iter().any(|f| f.id == id && f.from > durable && f.from <= k && f.len == len)
+            || (durable + 1..=k)
+                .filter(|&j| self.logged.get(j).copied().unwrap_or(false))
+                .any(|j| len_at(j - 1) == Some(len) || len_at(j) == Some(len))
     }
 
     /// `base` (a state `k`) with the files of `steps` (file fsyncs after
@@ -398,6 +424,44 @@ mod tests {
         assert!(h.find(&odd, w, &steps, &[1]).is_err(), "cuts fall on block boundaries");
         let durable = Window { durable: 2, issued: 3, synced: 0 };
         assert!(h.find(&got, durable, &steps, &[1]).is_err(), "never below the durable length");
+    }
+
+    #[test]
+    fn a_delayed_tail_may_cut_a_file_at_a_durable_length() {
+        let mut m = Model::default();
+        let mut trees = vec![Tree::of_model(&m)];
+        let a = m.create(ROOT, b"a", 0o644).unwrap();
+        m.write(a, 0, &crate::workload::tagged(1, 0, 600));
+        trees.push(Tree::of_model(&m));
+        m.write(a, 600, &crate::workload::tagged(2, 600, 5000));
+        trees.push(Tree::of_model(&m));
+        m.write(a, 100, &crate::workload::tagged(3, 100, 50));
+        trees.push(Tree::of_model(&m));
+        m.create(ROOT, b"b", 0o644).unwrap();
+        trees.push(Tree::of_model(&m));
+        let steps = vec![Step::Create("a".into()), Step::Create("b".into())];
+        let mut h = History::new(trees);
+        h.delayed_tails = true;
+        // An outgrown inline file recorded inline at its 600 durable bytes,
+        // b created.
+        let mut got = h.trees[4].clone();
+        got.entries.get_mut("/a").unwrap().bytes.truncate(600);
+        let w = Window { durable: 1, issued: 4, synced: 0 };
+        assert_eq!(h.find(&got, w, &steps, &[1, 2, 3]), Ok(4));
+        // With step 0 the durable one, 600 bytes is a length the file had
+        // but no durable record gave it, unless step 1 wrote the log.
+        let w0 = Window { durable: 0, ..w };
+        assert!(h.find(&got, w0, &steps, &[1, 2, 3]).is_err(), "no record gave it 600 bytes");
+        h.logged = vec![false, true, false, false, false];
+        assert_eq!(h.find(&got, w0, &steps, &[1, 2, 3]), Ok(4));
+        h.logged.clear();
+        let mut stale = got.clone();
+        stale.entries.get_mut("/a").unwrap().bytes[100..150].copy_from_slice(&h.trees[1].entries["/a"].bytes[100..150]);
+        assert!(h.find(&stale, w, &steps, &[1, 2, 3]).is_err(), "cut, its bytes are still the state's");
+        let mut never = h.trees[4].clone();
+        never.entries.get_mut("/a").unwrap().bytes.truncate(1000);
+        assert!(h.find(&never, w, &steps, &[1, 2, 3]).is_err(), "a length the file never had");
+        assert!(h.find(&got, Window { durable: 2, ..w }, &steps, &[1, 2, 3]).is_err(), "below the durable length");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use crate::rng::Rng;
 use crate::workload::{Step, Workload};
 
+mod inline;
 mod resize;
 pub use resize::{resizes, shrink_data, shrink_meta};
 
@@ -128,27 +129,7 @@ pub fn patterns() -> Vec<Workload> {
         }
     }
     out.push(pattern("appends", steps));
-    // Appends to an inline file until it moves to the data device.
-    let steps = (0..6u64).flat_map(|i| [write("B/bar", 600 + i * 400, 400), Step::Fsync(s("B/bar"))]).collect();
-    out.push(pattern("inline-appends", steps));
-    // Inline files made durable by a commit (B/bar) and by an fsync record
-    // (B/new) outgrow their inodes with no fsync: the block now holding
-    // the durable bytes goes with the next periodic commit, while what was
-    // appended after it may wait as a delayed tail.
-    out.push(pattern(
-        "inline-outgrown",
-        vec![
-            Step::Create(s("B/new")),
-            write("B/new", 0, 500),
-            Step::Fsync(s("B/new")),
-            write("B/bar", 600, 5000),
-            write("B/new", 500, 6000),
-            Step::Tick,
-            write("B/bar", 5600, 3000),
-            Step::Tick,
-            Step::Sync,
-        ],
-    ));
+    out.extend(inline::patterns());
     // Overwrites in place, each fsync'd, and without fsync.
     let steps = (0..8u64).flat_map(|i| [write("A/foo", (i * 1531) % 10000, 2048), Step::Fsync(s("A/foo"))]).collect();
     out.push(pattern("overwrites-fsync", steps));

@@ -187,6 +187,41 @@ fn the_checkpoint_workload_checkpoints_with_a_tail_waiting() {
     assert_eq!(stat("data_blocks_by_room"), 0, "a checkpoint for room wrote young tails");
 }
 
+/// The outgrown-inline workloads are only tests of I16's inline records if
+/// their periodic commits leave every appended byte waiting: no data block
+/// written before the sync, none for the outgrown files' first blocks.
+#[test]
+fn the_outgrown_inline_workloads_write_no_data_before_the_sync() {
+    use dualfs_sim::model::Model;
+    use dualfs_sim::workload::{Runner, Step};
+
+    for name in ["pattern/inline-outgrown", "pattern/inline-outgrown-overwritten"] {
+        let vol = explorer_volume();
+        let stat = |name: &str| vol.stats().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v);
+        let mut r = Runner::new(&vol, Model::default(), None, 0);
+        let w = workloads::patterns().into_iter().find(|w| w.name == name).unwrap();
+        let setup = workloads::setup();
+        for (i, s) in setup.iter().enumerate() {
+            r.run(i + 1, s).unwrap();
+        }
+        let written = stat("data_blocks_written");
+        let mut ticks = 0;
+        for (i, s) in w.steps.iter().enumerate() {
+            if *s == Step::Sync {
+                break;
+            }
+            r.run(setup.len() + i + 1, s).unwrap();
+            if *s == Step::Tick {
+                ticks += 1;
+                assert!(stat("commits") > 0 && stat("dirty_data_bytes") > 0, "{name}: tick {ticks} left nothing");
+            }
+        }
+        assert_eq!(ticks, 2, "{name}");
+        assert_eq!(stat("data_blocks_written"), written, "{name}: a periodic commit wrote data");
+        assert_eq!(stat("data_blocks_outgrown_inline"), 0, "{name}");
+    }
+}
+
 /// `order=strict`: a crash shows a prefix of every operation, data
 /// included. The oracle allows no file cut short, no byte of a later step
 /// where an earlier one is expected, and takes every fsync for a promise

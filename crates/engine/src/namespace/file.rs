@@ -300,13 +300,18 @@ impl Fs {
         self.pages.dirty_pages += 1;
         self.pages.count_reserved(ino, 1, 0);
         // Inline bytes that may be durable (a commit group or an fsync
-        // record carried the inode) must not hide in a delayed tail: block
-        // 0 goes with the next commit, while what is appended after it may
-        // still wait.
-        let on_disk =
-            self.log.ifile().inode(ino).is_some_and(|e| e.address.0 != 0) || self.intents.logged_image(ino).is_some();
-        if on_disk && !crate::faults::active(crate::faults::Fault::UninlineInTail) {
-            self.pages.keep_below(ino, 1);
+        // record carried the inode) must not hide in a delayed tail: the
+        // next commit records the file inline again at the size of its
+        // durable record, or, once something of it is mapped, writes block
+        // 0; what was written after them may still wait.
+        let logged = self.intents.logged_image(ino).map(|r| r.size);
+        let on_disk = self.log.ifile().inode(ino).is_some_and(|e| e.address.0 != 0) || logged.is_some();
+        if on_disk
+            && !crate::faults::active(crate::faults::Fault::UninlineInTail)
+            && let Some(durable) = self.pages.outgrown(ino, bytes.len() as u64, logged)
+            && crate::faults::active(crate::faults::Fault::OutgrownInlineStale)
+        {
+            self.pages.stale_inline.insert(ino, bytes[..durable as usize].to_vec());
         }
         Ok(())
     }

@@ -74,6 +74,9 @@ pub struct PageCache {
     /// [`PageCache::drop_in_flight`] visits those and not every page held
     /// (a stream's step visited all 35,000 of them under the volume lock).
     handed: FxHashMap<u64, Vec<(InodeNo, u64)>>,
+    /// `Fault::OutgrownInlineStale` only: inline bytes as they were when
+    /// each file outgrew its inode (empty in any other build or run).
+    pub(super) stale_inline: FxHashMap<InodeNo, Vec<u8>>,
 }
 
 /// When and how a file was first dirtied, which bounds what a commit may
@@ -84,9 +87,18 @@ pub(super) struct Dirtied {
     pub at: Timestamp,
     /// Its size then: the size on disk is never capped below it.
     pub floor: u64,
-    /// Blocks below this one always go with the next commit: they hold
-    /// bytes that were durable inline before the file outgrew its inode.
+    /// Blocks below this one go with the next commit unless it records
+    /// the file inline again (`outgrown`): they hold bytes that were
+    /// durable inline before the file outgrew its inode.
     pub keep_below: u64,
+    /// For an inline file with a record that may be durable, which outgrew
+    /// its inode since: that record's size (its size at the last commit,
+    /// or in an fsync record since). While nothing of the file is mapped,
+    /// a commit may record it inline again at that size, with page 0's
+    /// bytes, in place of writing block 0 (see [`Fs::outgrown_record`]).
+    ///
+    /// [`Fs::outgrown_record`]: super::Fs::outgrown_record
+    pub outgrown: Option<u64>,
 }
 
 /// What a commit may leave behind of a file's dirty data.
@@ -187,22 +199,29 @@ impl PageCache {
     /// Notes that a write is about to dirty `ino`, `size` bytes long, at
     /// `now` (a file already dirty keeps its older note).
     pub fn note_dirtied(&mut self, ino: InodeNo, now: Timestamp, size: u64) {
-        self.dirtied.entry(ino).or_insert(Dirtied { at: now, floor: size, keep_below: 0 });
+        self.dirtied.entry(ino).or_insert(Dirtied { at: now, floor: size, keep_below: 0, outgrown: None });
     }
 
-    /// Makes the blocks of `ino` below `block` go with the next commit,
-    /// leaving what follows them free to wait as a delayed tail.
-    pub fn keep_below(&mut self, ino: InodeNo, block: u64) {
-        if let Some(d) = self.dirtied.get_mut(&ino) {
-            d.keep_below = d.keep_below.max(block);
-        }
+    /// Notes that `ino`, an inline file whose record may be durable,
+    /// outgrew its inode at `size` bytes, `logged` the size an fsync
+    /// record carried since the last commit: block 0 goes with the next
+    /// commit unless that commit records the file inline again at the size
+    /// of its last record. Returns that size. (An inline file has no
+    /// pages, so its note dates from its first write since the last
+    /// commit: its floor is the size that commit saw.)
+    pub fn outgrown(&mut self, ino: InodeNo, size: u64, logged: Option<u64>) -> Option<u64> {
+        let d = self.dirtied.get_mut(&ino)?;
+        let durable = d.floor.max(logged.unwrap_or(0)).min(size);
+        d.keep_below = d.keep_below.max(1);
+        d.outgrown = Some(durable);
+        Some(durable)
     }
 
     /// Makes `ino`'s dirty pages go with the next commit, whatever their
     /// age: a truncation, an allocation or an inline file's bytes moving to
     /// a page changed what the delayed tail may hide.
     pub fn expire(&mut self, ino: InodeNo) {
-        self.dirtied.insert(ino, Dirtied { at: Timestamp::new(i64::MIN, 0), floor: 0, keep_below: 0 });
+        self.dirtied.insert(ino, Dirtied { at: Timestamp::new(i64::MIN, 0), floor: 0, keep_below: 0, outgrown: None });
     }
 
     /// Forgets the notes of files with no dirty page left.
@@ -211,6 +230,8 @@ impl PageCache {
         self.dirtied.retain(|ino, _| {
             files.get(ino).is_some_and(|p| p.values().any(|p| matches!(p.state, PageState::Dirty { .. })))
         });
+        let dirtied = &self.dirtied;
+        self.stale_inline.retain(|ino, _| dirtied.contains_key(ino));
     }
 
     /// Blocks `ino` holds reservations for: written, not yet allocated.

@@ -7,7 +7,7 @@ use super::Fs;
 use super::pages::{PageState, WriteBack};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::descriptor::Change;
-use crate::format::inode::Extent;
+use crate::format::inode::{Body, Extent, InodeRecord};
 use crate::types::{BLOCK_BYTES, DataBlock, InodeNo};
 
 impl Fs {
@@ -38,6 +38,65 @@ impl Fs {
         };
         let size = self.log.inode(ino)?.size;
         Ok(Some((first, size.min(floor.max(first * BLOCK_BYTES)))))
+    }
+
+    /// Whether a commit of kind `mode` writes block 0 of `ino` only because
+    /// the file outgrew its inode since a record of it may have been made
+    /// durable (its `keep_below`): without that rule the block would wait
+    /// with the rest of a young tail. Counted for `dualfs stats`.
+    #[must_use]
+    pub fn outgrown_block_due(&self, ino: InodeNo, mode: WriteBack) -> bool {
+        let young = match (mode, self.pages.dirtied.get(&ino)) {
+            (WriteBack::Expired(before) | WriteBack::Room(before), Some(d)) => d.at > before && d.keep_below > 0,
+            _ => false,
+        };
+        young && self.pages.page(ino, 0).is_some_and(|p| p.state == PageState::Dirty { reserved: true })
+    }
+
+    /// The record a commit of kind `mode` may write for `ino` in place of
+    /// any of its data, when the file outgrew its inode after a record of
+    /// it may have been made durable, and nothing of it is mapped yet:
+    /// inline again, at that durable record's size, with the bytes page 0
+    /// holds now below that size. That is what a capped record shows of a
+    /// file on the data device (its state now, cut at a durable length;
+    /// I16), so the whole file may wait as a delayed tail: writing block 0
+    /// to keep the durable inline bytes reachable was most of PostMark's
+    /// data write requests. A write below that size since changed page 0,
+    /// and the record carries it: those bytes are not tail, and are
+    /// durable after the commit as they would be in block 0. None when
+    /// the file's data must go (old, expired, something mapped): block 0
+    /// goes then ([`Fs::delayed_tail`] keeps it out of the tail).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn outgrown_record(&mut self, ino: InodeNo, mode: WriteBack) -> Result<Option<InodeRecord>> {
+        let size = match (mode, self.pages.dirtied.get(&ino)) {
+            (WriteBack::Expired(before) | WriteBack::Room(before), Some(d)) if d.at > before => match d.outgrown {
+                Some(size) if size >= d.floor => size,
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let rec = self.log.inode(ino)?;
+        if !matches!(rec.body, Body::Empty)
+            || rec.blocks != 0
+            || rec.size < size
+            || size > u64::from(self.config.inline_max)
+        {
+            return Ok(None);
+        }
+        let Some(page) = self.pages.page(ino, 0).filter(|p| p.state == PageState::Dirty { reserved: true }) else {
+            return Ok(None);
+        };
+        let mut bytes = page.data[..size as usize].to_vec();
+        if crate::faults::active(crate::faults::Fault::OutgrownInlineStale)
+            && let Some(old) = self.pages.stale_inline.get(&ino)
+        {
+            // The broken rule: the bytes as they were, not as they are.
+            bytes.clone_from(old);
+        }
+        let body = if bytes.is_empty() { Body::Empty } else { Body::Inline(bytes) };
+        Ok(Some(InodeRecord { size, body, ..rec.clone() }))
     }
 
     /// Where one step of a commit relieving memory stops writing `ino`

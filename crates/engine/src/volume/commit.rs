@@ -280,7 +280,21 @@ impl Volume {
                     more |= limit.is_some();
                     limit.map(|l| (l, None))
                 }),
-                _ => fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap)))),
+                // An inline file that outgrew its inode, nothing of it
+                // mapped: recorded inline as it was, all of its data waits.
+                _ => match fs.outgrown_record(ino, mode) {
+                    Ok(Some(rec)) => {
+                        substitutes.insert(ino, rec);
+                        Ok(Some((0, None)))
+                    }
+                    Ok(None) => {
+                        if fs.outgrown_block_due(ino, mode) {
+                            self.data_writes.outgrown.fetch_add(1, Ordering::Relaxed);
+                        }
+                        fs.delayed_cap(ino, mode).map(|c| c.map(|(first, cap)| (first, Some(cap))))
+                    }
+                    Err(e) => Err(e),
+                },
             };
             match capped {
                 Ok(Some(t)) => {
@@ -518,6 +532,10 @@ pub(super) struct DataWrites {
     periodic: AtomicU64,
     /// Steps relieving memory, and the background writer's for a stream.
     relief: AtomicU64,
+    /// Of `room` and `periodic`: the first blocks of inline files with a
+    /// record on disk that outgrew their inodes, written only to keep the
+    /// durable inline bytes reachable (I16).
+    outgrown: AtomicU64,
 }
 
 impl DataWrites {
@@ -532,12 +550,13 @@ impl DataWrites {
     }
 
     /// The counters, named for `Volume::stats`.
-    pub(super) fn named(&self) -> [(&'static str, u64); 4] {
+    pub(super) fn named(&self) -> [(&'static str, u64); 5] {
         [
             ("data_blocks_by_sync", self.all.load(Ordering::Relaxed)),
             ("data_blocks_by_room", self.room.load(Ordering::Relaxed)),
             ("data_blocks_by_periodic", self.periodic.load(Ordering::Relaxed)),
             ("data_blocks_by_relief", self.relief.load(Ordering::Relaxed)),
+            ("data_blocks_outgrown_inline", self.outgrown.load(Ordering::Relaxed)),
         ]
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dualfs_engine::types::{InodeNo, Timestamp};
-use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, Policy, SetAttr, SetMode};
+use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, FallocateMode, Policy, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
 
 use crate::model::{Id, Kind, Model, ROOT};
@@ -39,6 +39,14 @@ pub enum Step {
         /// File.
         path: String,
         /// New size.
+        size: u64,
+    },
+    /// `fallocate` (mode 0) of `[0, size)`: the file grows to `size` at
+    /// least, its new blocks preallocated (unwritten: they read as zeros).
+    Fallocate {
+        /// File.
+        path: String,
+        /// End of the range.
         size: u64,
     },
     /// `unlink`.
@@ -518,6 +526,19 @@ impl<'a> Runner<'a> {
                 }
                 self.model.truncate(id, *size);
                 (errno(vol.setattr(ino, &SetAttr { size: Some(*size), ..SetAttr::default() })), Ok(()))
+            }
+            Step::Fallocate { path, size } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
+                if !self.is_file(id) {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                if let Kind::File(d) = &self.model.nodes[&id].kind
+                    && (*size as usize) > d.len()
+                {
+                    self.model.truncate(id, *size);
+                }
+                (errno(vol.fallocate(ino, 0, *size, FallocateMode::default())), Ok(()))
             }
             Step::Unlink(p) | Step::Rmdir(p) => {
                 let Some((dir, name, _)) = self.model_path(p) else { return Ok(Promise::None) };

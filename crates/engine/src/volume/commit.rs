@@ -307,9 +307,16 @@ impl Volume {
                 }
             }
         }
+        // Files written up to their step's limit: their tails start there.
+        let mut reached: HashMap<InodeNo, u64> = HashMap::new();
         for &ino in &dirty {
-            match fs.write_back_below(ino, usize::MAX, tails.get(&ino).map_or(u64::MAX, |t| t.0)) {
-                Ok(true) => {}
+            let limit = tails.get(&ino).map_or(u64::MAX, |t| t.0);
+            match fs.write_back_below(ino, usize::MAX, limit) {
+                Ok(true) => {
+                    if limit != u64::MAX {
+                        reached.insert(ino, limit);
+                    }
+                }
                 Ok(false) => {
                     more = true;
                     break;
@@ -332,7 +339,7 @@ impl Volume {
         }
         if matches!(mode, WriteBack::Chunk(_)) {
             for &ino in &dirty {
-                match fs.written_cap(ino) {
+                match fs.written_cap(ino, reached.get(&ino).copied()) {
                     Ok(Some(cap)) => caps.push((ino, cap)),
                     Ok(None) => {}
                     Err(e) => {

@@ -9,6 +9,7 @@ use crate::workload::{Step, Workload};
 
 mod inline;
 mod resize;
+mod streams;
 pub use resize::{resizes, shrink_data, shrink_meta};
 
 fn s(p: &str) -> String {
@@ -483,37 +484,7 @@ fn untangled() -> Vec<Workload> {
             Step::Fsync(s("B/f")),
         ],
     ));
-    // More dirty data than the explorer's 1 MiB limit: the writes that pass
-    // it commit in steps, the new file's end waiting (its size capped), while
-    // another file is fsync'd between them.
-    let mut steps = vec![Step::Create(s("A/big"))];
-    for i in 0..12u64 {
-        steps.push(write("A/big", i * 262_144, 262_144));
-        if i % 3 == 2 {
-            steps.push(write("B/bar", 600 + i * 100, 100));
-            steps.push(Step::Fsync(s("B/bar")));
-        }
-    }
-    steps.push(Step::Fsync(s("A/big")));
-    out.push(pattern("fsync-under-pressure", steps));
-    // A stream into a preallocated file (fio's way), past the 1 MiB limit:
-    // its pages lie over unwritten blocks, so every step writes all of
-    // them. The stream starts by overwriting its durable first 512 KiB;
-    // its end grows past the preallocation, a capped tail; other files
-    // are created and fsync'd between the steps.
-    let mut steps = vec![Step::Create(s("A/pre")), Step::Fallocate { path: s("A/pre"), size: 2 << 20 }];
-    steps.push(write("A/pre", 0, 524_288));
-    steps.push(Step::Fsync(s("A/pre")));
-    for i in 0..10u64 {
-        steps.push(write("A/pre", i * 262_144, 262_144));
-        if i % 3 == 2 {
-            steps.push(Step::Create(format!("B/m{i}")));
-            steps.push(write("B/bar", 600 + i * 100, 100));
-            steps.push(Step::Fsync(s("B/bar")));
-        }
-    }
-    steps.push(Step::Fsync(s("A/pre")));
-    out.push(pattern("prealloc-stream-steps", steps));
+    out.extend(streams::patterns());
     let mut steps = vec![Step::Create(s("A/sparse")), Step::Create(s("B/filler"))];
     for i in 0..24u64 {
         steps.push(write("A/sparse", i * 8192, 4096));

@@ -4,7 +4,8 @@
 # configurations interleaved, cold caches, fresh file system each run.
 # CFGS: ext4 | dualfs[:OPTS] | base[:OPTS] (main's binary) | uring[:OPTS] | proto (no-work server, /dev/fuse)
 #       | proto-uring; proto:BYTES sets its kernel window.  OPTS use '+' for ','.  REPS=N; FRESH=1 makes
-#       new (sparse) image files before every run, as the suite does.  Prints one line per run
+#       new (sparse) image files before every run, as the suite does.  Prints one line per run, with
+#       the CPU time both CPUs spent on anything during it (CPU-s: user, system, interrupts, steal)
 #       (docs/BENCHMARKS.md, "The stream's window and its copy out of the lock").
 set -u
 P=/sys/module/fuse/parameters/enable_uring
@@ -46,7 +47,7 @@ import json,sys
 r=json.load(sys.stdin).get('fuse_requests',{})
 w=r.get('WRITE',{}); f=r.get('FSYNC',{})
 print('WRITE %d mean %.0f us lockwait %.0f us; FSYNC %.1f ms' % (w.get('count',0), w.get('total_us',0)/max(1,w.get('count',1)), w.get('lock_wait_us',0)/max(1,w.get('count',1)), f.get('total_us',0)/1000))" 2>/dev/null) ;; esac
-  printf "%-22s rep%s %5s MiB/s  wall %.2f s  cpu-busy %3.0f%%  server %s ticks  load %s  %s\n" "$cfg" $rep $bw "$(echo "$s1 - $s0" | bc)" "$(echo "100 * ($b1 - $b0) / ($t1 - $t0)" | bc -l)" "$((c1-c0))" "$(cut -d' ' -f1 /proc/loadavg)" "$st"
+  printf "%-22s rep%s %5s MiB/s  wall %.2f s  cpu-busy %3.0f%% (%.2f CPU-s)  server %s ticks  load %s  %s\n" "$cfg" $rep $bw "$(echo "$s1 - $s0" | bc)" "$(echo "100 * ($b1 - $b0) / ($t1 - $t0)" | bc -l)" "$(echo "($b1 - $b0) / $(getconf CLK_TCK)" | bc -l)" "$((c1-c0))" "$(cut -d' ' -f1 /proc/loadavg)" "$st"
   case $name in ext4|proto*) umount $W/mnt; sleep 0.5 ;; *) $B/dualfs umount $W/mnt >/dev/null ;; esac
  done
 done

@@ -83,13 +83,15 @@ fuzz:
 	scripts/fuzz
 
 # Issue 10's figures, easy to run again on a quiet machine: DualFS against
-# ext4 in one run (medians of 3, no traced run) with the targets table
-# (bench/targets.py), then system calls through the mount next to ext4 and
-# fuse2fs (bench/micro.py, FUSE requests counted per operation). BENCH_ARGS
-# goes to the suite (e.g. --sequences micro,postmark --repeats 1).
+# ext4 and the floor (a FUSE server that does no work) in one run (medians
+# of 3, no traced run) with the targets table (bench/targets.py), then
+# system calls through the mount next to ext4 and fuse2fs (bench/micro.py,
+# FUSE requests counted per operation). BENCH_ARGS goes to the suite (e.g.
+# --sequences micro,postmark --repeats 1).
 bench-requests: bench-deps build
 	$(CARGO) build --release -p dualfs-bench
-	python3 bench/suite.py --configs dualfs,ext4 --repeats 3 --out bench/results-issue10.json $(BENCH_ARGS)
+	$(CARGO) build --release -p dualfs-wire --bin uring-proto
+	python3 bench/suite.py --configs dualfs,ext4,floor --repeats 3 --out bench/results-issue10.json $(BENCH_ARGS)
 	python3 bench/targets.py bench/results-issue10.json
 	python3 bench/micro.py --out bench/micro.json
 

@@ -35,6 +35,9 @@ CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring")
+# "floor": a FUSE server that does no work (`uring-proto --transport dev --default-permissions`, built
+# beside the DualFS binary: a tree of names and sizes in memory, no data), mounted with the permission
+# checks DualFS asks for. What any FUSE file system pays on this machine for the same requests (issue 10).
 
 
 def log(msg):
@@ -168,6 +171,21 @@ class Volume:
                 log(f"dualfs-uring: {said.strip()}")
                 return
             sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
+        elif c == "floor":
+            # One server for the whole sequence: its tree is the state the
+            # next phase finds (caches are dropped between phases as for
+            # the others; the server keeps nothing else).
+            if self.fuse_proc is not None and self.fuse_proc.poll() is None:
+                return
+            proto = os.path.join(os.path.dirname(self.args.dualfs), "uring-proto")
+            self.fuse_proc = subprocess.Popen([proto, self.mnt, "--transport", "dev", "--default-permissions"],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(200):
+                if sh(f"mountpoint -q {self.mnt}", check=False) == 0:
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("uring-proto did not mount")
         elif c == "fuse2fs":
             self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -196,7 +214,9 @@ class Volume:
         except ValueError:
             return None
 
-    def umount(self):
+    def umount(self, last=False):
+        if self.cfg == "floor" and not last:
+            return
         if self.cfg in DUALFS_CONFIGS:
             sh(f"{self.dualfs} umount {self.mnt}")
         else:
@@ -378,7 +398,7 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
     finally:
         if sh(f"mountpoint -q {vol.mnt}", check=False) == 0:
             try:
-                vol.umount()
+                vol.umount(last=True)
             except Exception as e:  # noqa: BLE001 - clean-up must go on
                 log(f"umount failed: {e}")
         vol.detach()

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Issue 10's targets from a run of bench/suite.py (DualFS and ext4 at
 least): medians of the repeats, ratios to ext4 of the same run, met or
-missed. Prints Markdown.
+missed. Prints Markdown. With the suite's `floor` configuration in the run
+(a FUSE server that does no work), each target also gets the floor's own
+ratio to ext4: what no FUSE file system can beat on that machine.
 
     bench/targets.py bench/results-issue10.json
 
@@ -113,35 +115,48 @@ def main():
     out = [f"Load average at start: {m.get('loadavg_start', '?')}; command: `{d.get('command', '?')}`.", ""]
     out += ["Medians of the repeats; for wall times, the ratio of the fastest repeats as well (less of the "
             "other tenants in it).", ""]
-    out += ["| target | ext4 | DualFS | ratio | |", "|---|---:|---:|---:|---|"]
+    floor = any(c == "floor" for c, _ in runs)
+
+    def at_floor(x):
+        """The floor's ratio cell, when the run has one."""
+        if not floor:
+            return ""
+        return f" {x:.2f} |" if x is not None else " |"
+
+    out += ["| target | ext4 | DualFS | ratio |" + (" floor (no-work server) ÷ ext4 |" if floor else "") + " |",
+            "|---|---:|---:|---:|" + ("---:|" if floor else "") + "---|"]
     for phase, label in WALL:
         e, f = wall(runs, "ext4", phase), wall(runs, "dualfs", phase)
         if e and f:
             fe, ff = fastest(runs, "ext4", phase), fastest(runs, "dualfs", phase)
-            out.append(f"| {label}: wall s (≤ 1.5× ext4) | {e:.2f} | {f:.2f} | {f / e:.2f} (fastest: {ff / fe:.2f}) "
-                       f"| {mark(f / e <= 1.5)} |")
+            fl = wall(runs, "floor", phase)
+            out.append(f"| {label}: wall s (≤ 1.5× ext4) | {e:.2f} | {f:.2f} | {f / e:.2f} (fastest: {ff / fe:.2f}) |"
+                       + at_floor(fl / e if fl else None) + f" {mark(f / e <= 1.5)} |")
     a = d.get("args", {})
     sizes = {"seq": str(a.get("fsync", "256")).split(",")[0], "read": a.get("read_mib", 1024)}
     for phase, key, label, limit in RATES:
         label = label.format(**sizes)
         e, f = rate(runs, "ext4", phase, key), rate(runs, "dualfs", phase, key)
         if e and f:
-            out.append(f"| {label} (≥ {limit}× ext4) | {e:,.0f} | {f:,.0f} | {f / e:.2f} | {mark(f / e >= limit)} |")
+            fl = rate(runs, "floor", phase, key)
+            out.append(f"| {label} (≥ {limit}× ext4) | {e:,.0f} | {f:,.0f} | {f / e:.2f} |"
+                       + at_floor(fl / e if fl else None) + f" {mark(f / e >= limit)} |")
     for one, four in PAIRS:
         e1, e4, f1, f4 = (wall(runs, c, p) for c, p in
                           (("ext4", one), ("ext4", four), ("dualfs", one), ("dualfs", four)))
         if all((e1, e4, f1, f4)):
             se, sf = e1 / e4, f1 / f4
-            out.append(f"| {four}: speed-up over 1 process (≥ ext4's) | {se:.2f}× | {sf:.2f}× | "
-                       f"{sf / se:.2f} | {mark(sf >= se)} |")
+            l1, l4 = wall(runs, "floor", one), wall(runs, "floor", four)
+            out.append(f"| {four}: speed-up over 1 process (≥ ext4's) | {se:.2f}× | {sf:.2f}× | {sf / se:.2f} |"
+                       + at_floor(l1 / l4 / se if l1 and l4 else None) + f" {mark(sf >= se)} |")
     pe, pf = runs.get(("ext4", "postmark"), []), runs.get(("dualfs", "postmark"), [])
     if pe and pf:
         we, wf = med([writes(r) for r in pe]), med([writes(r) for r in pf])
         be, bf = med([bytes_written(r) for r in pe]), med([bytes_written(r) for r in pf])
-        out.append(f"| PostMark write requests (≤ 1.5× ext4) | {we:,.0f} | {wf:,.0f} | {wf / max(we, 1):.2f} | "
-                   f"{mark(wf <= 1.5 * we)} |")
+        out.append(f"| PostMark write requests (≤ 1.5× ext4) | {we:,.0f} | {wf:,.0f} | {wf / max(we, 1):.2f} |"
+                   + at_floor(None) + f" {mark(wf <= 1.5 * we)} |")
         out.append(f"| PostMark MiB written (≤ 1.5× ext4) | {be / 2**20:,.0f} | {bf / 2**20:,.0f} | "
-                   f"{bf / max(be, 1):.2f} | {mark(bf <= 1.5 * be)} |")
+                   f"{bf / max(be, 1):.2f} |" + at_floor(None) + f" {mark(bf <= 1.5 * be)} |")
     out += ["", "| phase | write requests ÷ ext4 (≤ 0.5) | meta-data bytes ÷ ext4 (≤ 0.5) |", "|---|---:|---:|"]
     for p in IO:
         e, f = runs.get(("ext4", p), []), runs.get(("dualfs", p), [])

@@ -178,27 +178,23 @@ class Volume:
             if self.fuse_proc is not None and self.fuse_proc.poll() is None:
                 return
             proto = os.path.join(os.path.dirname(self.args.dualfs), "uring-proto")
-            self.fuse_proc = subprocess.Popen([proto, self.mnt, "--transport", "dev", "--default-permissions"],
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for _ in range(200):
-                if sh(f"mountpoint -q {self.mnt}", check=False) == 0:
-                    break
-                time.sleep(0.05)
-            else:
-                raise RuntimeError("uring-proto did not mount")
+            self.serve([proto, self.mnt, "--transport", "dev", "--default-permissions"])
         elif c == "fuse2fs":
-            self.fuse_proc = subprocess.Popen(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt],
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for _ in range(200):
-                if sh(f"mountpoint -q {self.mnt}", check=False) == 0:
-                    break
-                time.sleep(0.05)
-            else:
-                raise RuntimeError("fuse2fs did not mount")
+            self.serve(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt])
         elif c == "xfs-extlog":
             sh(f"mount -o noatime,logdev={m} {d} {self.mnt}")
         else:
             sh(f"mount -o noatime {d} {self.mnt}")
+
+    def serve(self, argv):
+        """Starts a FUSE server in the foreground of its own process and
+        waits until it has mounted."""
+        self.fuse_proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if sh(f"mountpoint -q {self.mnt}", check=False) == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{os.path.basename(argv[0])} did not mount")
 
     def fuse_requests(self):
         """DualFS's FUSE requests since mount (`dualfs stats --json`):

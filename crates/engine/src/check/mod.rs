@@ -7,6 +7,7 @@
 //! engine's caches: every inode block, every node, every directory, extent
 //! map and xattr set, and the result is compared with the IFile.
 
+mod space;
 pub mod tree;
 mod walk;
 
@@ -192,7 +193,7 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
     let mut stats = CheckStats::default();
     let loaded = walk::load(&log, &mut problems);
     walk::check_namespace(&log, &loaded, &mut problems, &mut stats);
-    walk::check_space(&log, &loaded, &mut problems, &mut stats);
+    space::check_space(&log, &loaded, &mut problems, &mut stats);
     check_snapshots(&log, &loaded, &mut problems);
     Ok(CheckReport { problems, stats, open })
 }
@@ -203,7 +204,7 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
 /// map is the same block of the same file in both (the allocator never
 /// handed a held block to anything else), and so between two snapshots.
 fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
-    let mut maps = vec![("the live volume".to_string(), walk::data_map(loaded))];
+    let mut maps = vec![("the live volume".to_string(), space::data_map(loaded))];
     for s in log.snapshots() {
         let image = match log.open_image(&s.checkpoint) {
             Ok(i) => i,
@@ -222,7 +223,7 @@ fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
         let mut stats = CheckStats::default();
         let image_loaded = walk::load(&image, &mut found);
         walk::check_namespace(&image, &image_loaded, &mut found, &mut stats);
-        walk::check_space(&image, &image_loaded, &mut found, &mut stats);
+        space::check_space(&image, &image_loaded, &mut found, &mut stats);
         for p in found {
             problems.push(Problem {
                 invariant: Some(Invariant::I12),
@@ -230,7 +231,7 @@ fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
                 ..p
             });
         }
-        maps.push((format!("snapshot {}", s.name), walk::data_map(&image_loaded)));
+        maps.push((format!("snapshot {}", s.name), space::data_map(&image_loaded)));
     }
     for i in 0..maps.len() {
         for j in i + 1..maps.len() {

@@ -7,11 +7,16 @@
 //! device locked asks who holds it (/proc/locks names the process): a
 //! serving process that has seen its mount go renames itself
 //! [`CLOSING_NAME`] (see `mount.rs`), and is waited for, up to
-//! [`CLOSE_WAIT`], with a message; anything else (a mount still mounted,
-//! an fsck, a clean) is named in a refusal at once.
+//! [`CLOSE_WAIT`]; anything else (a mount still mounted, an fsck, a clean)
+//! is named in a refusal at once. The wait is said on standard error only
+//! once it has lasted [`SAY_AFTER`]: a mount right after an unmount
+//! usually waits milliseconds, and a kernel file system's mount prints
+//! nothing (scripts compare its output). Every wait is kept for the
+//! mount's log ([`take_waits`]).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -26,6 +31,19 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(60);
 
 /// Pause between two tries of the lock.
 const RETRY: Duration = Duration::from_millis(50);
+
+/// A wait for a closing mount is said on standard error once it lasts
+/// this long: long enough for a person to wonder.
+pub const SAY_AFTER: Duration = Duration::from_secs(1);
+
+/// The waits of this process that ended with the lock, as log lines.
+static WAITS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The waits for closing mounts so far (taken): a background mount logs
+/// them once its standard error is its log.
+pub fn take_waits() -> Vec<String> {
+    WAITS.lock().map(|mut w| std::mem::take(&mut *w)).unwrap_or_default()
+}
 
 /// The process holding a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,13 +93,28 @@ pub struct Wait {
     path: PathBuf,
     start: Instant,
     said: bool,
+    /// The closing process waited for, and the device's role.
+    closing: Option<(u32, String)>,
 }
 
 impl Wait {
     /// A wait for `path`, started now.
     #[must_use]
     pub fn new(path: &Path) -> Wait {
-        Wait { path: path.to_path_buf(), start: Instant::now(), said: false }
+        Wait { path: path.to_path_buf(), start: Instant::now(), said: false, closing: None }
+    }
+
+    /// The lock is ours: a wait for a closing mount is kept for the log.
+    pub fn done(self) {
+        let Some((pid, role)) = self.closing else { return };
+        let line = format!(
+            "waited {} ms for {} ({role}) to be closed by the process that served its last mount (pid {pid})",
+            self.start.elapsed().as_millis(),
+            self.path.display()
+        );
+        if let Ok(mut w) = WAITS.lock() {
+            w.push(line);
+        }
     }
 
     /// After a failed try of the lock: pauses and returns Ok when the holder
@@ -101,7 +134,8 @@ impl Wait {
                         h.pid
                     );
                 }
-                if !self.said {
+                self.closing = Some((h.pid, role.to_string()));
+                if !self.said && self.start.elapsed() >= SAY_AFTER {
                     eprintln!(
                         "dualfs: {shown} ({role}) is being closed by the process that served its last mount (pid {}); waiting for it",
                         h.pid

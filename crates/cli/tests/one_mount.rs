@@ -114,12 +114,8 @@ fn closing_holder(dir: &Path, file: &Path, secs: f64) -> std::process::Child {
     if !fake.exists() {
         std::fs::copy(sh("command -v flock").trim(), &fake).unwrap();
     }
-    let child = std::process::Command::new(&fake)
-        .arg("-x")
-        .arg(file)
-        .args(["sleep", &secs.to_string()])
-        .spawn()
-        .unwrap();
+    let child =
+        std::process::Command::new(&fake).arg("-x").arg(file).args(["sleep", &secs.to_string()]).spawn().unwrap();
     let f = std::fs::File::open(file).unwrap();
     let start = std::time::Instant::now();
     while f.try_lock_shared().is_ok() {

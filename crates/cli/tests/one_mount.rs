@@ -107,10 +107,11 @@ fn mkfs_force_never_overwrites_a_mounted_file_system() {
     sh(&format!("umount {}", mnt.display()));
 }
 
-/// Holds `file`'s lock for `secs` as a closing mount does: flock(1) under
-/// the name a serving process takes once its mount has gone.
-fn closing_holder(dir: &Path, file: &Path, secs: f64) -> std::process::Child {
-    let fake = dir.join("dualfs-closing");
+/// Holds `file`'s lock for `secs` as a serving process does: flock(1)
+/// under `name`, the process name of a mount (`dualfs`) or of a mount
+/// that has seen its unmount (`dualfs-closing`).
+fn holder(dir: &Path, name: &str, file: &Path, secs: f64) -> std::process::Child {
+    let fake = dir.join(name);
     if !fake.exists() {
         std::fs::copy(sh("command -v flock").trim(), &fake).unwrap();
     }
@@ -133,19 +134,35 @@ fn a_mount_waiting_briefly_for_a_closing_one_prints_nothing_and_logs_the_wait() 
     };
     // A short wait, as after an unmount: nothing on the terminal (a kernel
     // file system's mount prints nothing), the wait in the log.
-    let mut holder = closing_holder(v.dir.path(), &v.meta, 0.3);
+    let mut held = holder(v.dir.path(), "dualfs-closing", &v.meta, 0.3);
     let out = v.mount_output("");
-    holder.wait().unwrap();
+    held.wait().unwrap();
     assert!(out.status.success(), "mount failed: {}", stderr(&out));
     assert_eq!(stderr(&out), "", "a short wait was said on stderr");
     assert!(v.log().contains("to be closed by the process that served its last mount"), "{}", v.log());
     v.umount();
 
     // A wait a person would wonder about is said.
-    let mut holder = closing_holder(v.dir.path(), &v.meta, 2.5);
+    let mut held = holder(v.dir.path(), "dualfs-closing", &v.meta, 2.5);
     let out = v.mount_output("");
-    holder.wait().unwrap();
+    held.wait().unwrap();
     assert!(out.status.success(), "mount failed: {}", stderr(&out));
     assert!(stderr(&out).contains("waiting for it"), "{}", stderr(&out));
+    v.umount();
+}
+
+#[test]
+fn a_mount_right_after_an_unmount_waits_for_the_server_to_see_it() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    // umount(8) returns before the serving process has seen its mount go
+    // and taken its closing name: it still holds the lock as `dualfs`,
+    // serving no mount. The next mount waits for it, silently.
+    let mut held = holder(v.dir.path(), "dualfs", &v.meta, 0.3);
+    let out = v.mount_output("");
+    held.wait().unwrap();
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert_eq!(stderr(&out), "");
     v.umount();
 }

@@ -15,6 +15,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod fsync;
+pub mod ifile_load;
 pub mod lazy_imap;
 pub mod mend;
 pub mod mount;
@@ -250,7 +251,7 @@ impl Log {
             // Kept until the next checkpoint writes them.
             ("inode_map_blocks_dirty", self.ifile.inodes.dirty_count() as u64),
             ("node_map_entries", self.ifile.nodes.len() as u64),
-            ("bitmap_blocks_loaded", (self.space.bitmap.block_count() - self.space.bitmap.unloaded_blocks()) as u64),
+            ("bitmap_blocks_loaded", self.space.bitmap.loaded_blocks() as u64),
         ]
     }
 

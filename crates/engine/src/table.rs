@@ -509,6 +509,14 @@ impl<E: Entry> Table<E> {
         self.in_memory
     }
 
+    /// Chunks whose addresses are in memory, and the slots kept for the
+    /// chunks before the last one not unwritten (what the table costs
+    /// besides its blocks).
+    #[must_use]
+    pub fn chunks_in_memory(&self) -> (usize, usize) {
+        (self.chunks.iter().filter(|s| matches!(s, Slot::Loaded(_))).count(), self.chunks.len())
+    }
+
     /// Whether block `b` may be given back ([`Table::evict`]): in memory,
     /// unchanged since the last checkpoint, and with a durable copy to read
     /// it again from.

@@ -321,3 +321,58 @@ impl IFile {
 fn clamp(v: i64) -> u32 {
     v.clamp(0, i64::from(u32::MAX)) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ifile::TableId;
+    use crate::ifile::SegmentGeometry;
+    use crate::table::{Fresh, Table};
+    use crate::types::MetaBlock;
+
+    /// Block 1 of the usage table on disk: segment 300 holds 8,000 live
+    /// bytes and 2 IFile blocks there, every other entry is fresh.
+    #[derive(Debug)]
+    struct Disk;
+    impl TableSource for Disk {
+        fn read_block(&self, _: TableId, b: u32, _: MetaBlock) -> Result<Vec<u8>> {
+            assert_eq!(b, 1);
+            let mut t: Table<SegUsage> = Table::new(TableId::SegmentUsage, 600, Fresh::Default, true);
+            t.set(300, SegUsage { live_bytes: 8000, ifile_blocks: 2, last_seq: Seq(5) });
+            Ok(t.encode_block(1))
+        }
+        fn read_index(&self, _: TableId, _: u32, _: MetaBlock) -> Result<Vec<MetaBlock>> {
+            Ok(vec![MetaBlock(0), MetaBlock(77)])
+        }
+    }
+
+    #[test]
+    fn a_change_to_an_entry_on_disk_waits_for_its_block_and_the_sums_follow() {
+        let g = SegmentGeometry { first_block: 128, blocks: 128, count: 600 };
+        let mut f = IFile::for_load(g, true, 1, 1);
+        f.segments.set_index_address(0, MetaBlock(70));
+        // As the checkpoint recorded: 599 segments hold nothing.
+        f.set_usage_sums(Some((599, 8000 + 2 * 4096)));
+        assert_eq!(f.segment_known(SegmentNo(300)), None);
+        // An inode of 4,000 bytes leaves segment 300, an IFile block too.
+        f.usage_sub(SegmentNo(300), 4000);
+        f.add_ifile_blocks(SegmentNo(300), -1);
+        f.note_write(SegmentNo(301), Seq(9));
+        assert_eq!(f.usage_blocks_waiting(), vec![1]);
+        assert_eq!(f.live_total(), 4000 + 4096, "the sum takes the change at once");
+        assert_eq!(f.vacant_segments(), 599, "the entries' vacancy waits for them");
+        f.load_usage_block(1, &Disk, Seq(6)).unwrap();
+        assert_eq!(f.segment(SegmentNo(300)), SegUsage { live_bytes: 4000, ifile_blocks: 1, last_seq: Seq(5) });
+        assert_eq!(f.segment(SegmentNo(301)).last_seq, Seq(9));
+        assert_eq!(f.live_total(), 4000 + 4096);
+        assert!(f.usage_blocks_waiting().is_empty());
+        // The last of it leaves: the segment holds nothing now.
+        f.usage_sub(SegmentNo(300), 4000);
+        f.add_ifile_blocks(SegmentNo(300), -1);
+        assert_eq!((f.vacant_segments(), f.live_total()), (600, 0));
+        // A block written after the checkpoint it belongs to is damage.
+        let mut f = IFile::for_load(g, true, 1, 1);
+        f.segments.set_index_address(0, MetaBlock(70));
+        assert!(f.load_usage_block(1, &Disk, Seq(5)).is_err(), "segment 300 was written at sequence 5");
+    }
+}

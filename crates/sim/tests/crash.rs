@@ -343,8 +343,7 @@ fn crashes_on_a_sparse_ifile_of_many_groups() {
     if replaying.is_some() && env("DUALFS_CRASH_MANY_GROUPS").is_none() {
         return;
     }
-    let config =
-        Config { data_blocks: 64 * 1024, group_blocks: 1024, meta_blocks: 301 * 128, ..Config::default() };
+    let config = Config { data_blocks: 64 * 1024, group_blocks: 1024, meta_blocks: 301 * 128, ..Config::default() };
     let ex = Explorer::new(config, &workloads::setup()).expect("base image");
     if let Some(spec) = replaying {
         let (name, state) = spec.split_once(':').and_then(|(_, r)| r.rsplit_once(':')).expect("seed:workload:state");

@@ -57,6 +57,10 @@ impl Log {
     #[must_use]
     pub fn free_segments(&self) -> u32 {
         let count = self.sb.segment_count;
+        if faults::active(Fault::SegmentReuse) {
+            // The broken rule's segments, counted as it picks them.
+            return (0..count).filter(|&s| self.segment_is_free(SegmentNo(s))).count() as u32;
+        }
         let end = self.usable_segments.min(self.segment_limit).min(count);
         let taken = |s: u32| self.ifile.is_vacant(SegmentNo(s)).unwrap_or(true);
         let mut kept: i64 = (end..count).filter(|&s| taken(s)).count() as i64;

@@ -99,9 +99,23 @@ impl IFile {
         if !self.segments.is_loaded(b) {
             let at = self.segments.address(b);
             let payload = source.read_block(self.segments.id(), b, at)?;
+            self.take_usage_block(b, at, &payload, before)?;
+        }
+        self.apply_waiting(b);
+        Ok(())
+    }
+
+    /// Takes usage block `b`, read at `at` (its chunk's addresses known),
+    /// if it is not in memory: no entry may show a write at or after
+    /// `before`. Then applies the changes waiting for its entries.
+    ///
+    /// # Errors
+    /// It does not decode, or an entry is newer than it can be.
+    pub fn take_usage_block(&mut self, b: u32, at: crate::types::MetaBlock, payload: &[u8], before: Seq) -> Result<()> {
+        if !self.segments.is_in_memory(b) {
             let block = self
                 .segments
-                .decode_detached(b, &payload)
+                .decode_detached(b, payload)
                 .map_err(|e| Error::corrupt_meta("segment usage table", at.0, e.0))?;
             let start = b as usize * self.segments.per_block();
             let n = self.segments.per_block().min(self.segments.len() - start);
@@ -118,7 +132,7 @@ impl IFile {
                 ));
             }
             self.segments
-                .decode_block(b, &payload)
+                .decode_block(b, payload)
                 .map_err(|e| Error::corrupt_meta("segment usage table", at.0, e.0))?;
         }
         self.apply_waiting(b);

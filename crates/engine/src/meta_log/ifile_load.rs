@@ -259,10 +259,24 @@ impl Log {
             }
         }
         // Index blocks read now: the maps' (their size is the file count's),
-        // and every one unless the tables are left on disk.
+        // and every one unless the tables are left on disk; then also the
+        // segment usage chunk of the log's head, whose entries the count of
+        // free segments looks at (read with the others, in one request
+        // where the checkpoint wrote them together).
         let now = |t: TableId| !(sparse && lazy) || matches!(t, TableId::InodeMap | TableId::NodeMap);
+        let per_usage = TableId::SegmentUsage.per_block() as u32;
+        let head_usage: Vec<u32> = if sparse && lazy {
+            let mut v: Vec<u32> = [c.log.segment, c.log.next_segment].iter().map(|s| s.0 / per_usage).collect();
+            v.dedup();
+            v
+        } else {
+            Vec::new()
+        };
+        let head_chunk = |k: &(TableId, u32)| {
+            k.0 == TableId::SegmentUsage && head_usage.iter().any(|b| b / INDEX_PER_BLOCK as u32 == k.1)
+        };
         let to_read: Vec<((TableId, u32), MetaBlock)> =
-            index.iter().filter(|((t, _), _)| now(*t)).map(|(k, a)| (*k, *a)).collect();
+            index.iter().filter(|(k, _)| now(k.0) || head_chunk(k)).map(|(k, a)| (*k, *a)).collect();
         let raws = read_scattered(self.meta.as_ref(), to_read.iter().map(|x| x.1))?;
         for (((t, chunk), at), raw) in to_read.into_iter().zip(raws) {
             let addresses = open_index_block(&raw, t, chunk, at, self.volume_id, geometry)?;
@@ -274,7 +288,7 @@ impl Log {
             }
         }
         for ((t, chunk), at) in &index {
-            if !now(*t) {
+            if !now(*t) && !head_chunk(&(*t, *chunk)) {
                 for tab in tables(self) {
                     if tab.table_id() == *t {
                         tab.set_index_at(*chunk, *at);
@@ -292,6 +306,13 @@ impl Log {
             TableId::NodeMap => false,
         };
         let mut to_read: Vec<(TableId, u32, MetaBlock)> = Vec::new();
+        for &b in &head_usage {
+            let t = &self.ifile.segments;
+            if t.chunk_known(b / INDEX_PER_BLOCK as u32) && t.address(b).0 != 0 {
+                to_read.push((TableId::SegmentUsage, b, t.address(b)));
+            }
+        }
+        let head_blocks = to_read.len();
         for t in tables(self) {
             let id = t.table_id();
             for chunk in 0..t.chunks() as u32 {
@@ -307,8 +328,15 @@ impl Log {
             }
         }
         let raws = read_scattered(self.meta.as_ref(), to_read.iter().map(|x| x.2))?;
-        for ((t, b, at), raw) in to_read.into_iter().zip(raws) {
+        let mut head_payloads = Vec::new();
+        for (i, ((t, b, at), raw)) in to_read.into_iter().zip(raws).enumerate() {
             let payload = open_table_block(&raw, t, b, at, self.volume_id)?;
+            if i < head_blocks {
+                // Checked as any usage block read later (once the log
+                // position is known to the IFile).
+                head_payloads.push((b, at, payload.to_vec()));
+                continue;
+            }
             for tab in tables(self) {
                 if tab.table_id() == t {
                     tab.decode(b, payload).map_err(|e| Error::corrupt_meta(t.name(), at.0, e.0))?;
@@ -327,6 +355,9 @@ impl Log {
             self.ifile.leave_inodes_on_disk_but(imap_blocks - 1);
         } else {
             self.ifile.rebuild_free_lists();
+        }
+        for (b, at, payload) in head_payloads {
+            self.ifile.take_usage_block(b, at, &payload, c.log.seq)?;
         }
         let usage_whole = !(sparse && lazy);
         if usage_whole {

@@ -159,7 +159,6 @@ impl Volume {
 
     /// Segments `req` would clean now: those below its utilisation, at most
     /// `req.max_segments`.
-    #[must_use]
     ///
     /// # Errors
     /// The segment usage table cannot be read.
@@ -264,7 +263,6 @@ impl Volume {
     }
 
     /// Utilisation of every segment (0 to 1), for a histogram.
-    #[must_use]
     ///
     /// # Errors
     /// The segment usage table cannot be read.

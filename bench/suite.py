@@ -31,10 +31,11 @@ import time
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
 # Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict) and
 # "dualfs-uring" (DualFS mounted -o uring: our own transports, io_uring where enable_uring is Y),
-# "dualfs-base-uring" (the --dualfs-base build mounted -o uring, for an A/B over io_uring).
+# "dualfs-base-uring" (the --dualfs-base build mounted -o uring, for an A/B over io_uring),
+# "dualfs-devfuse" (DualFS mounted -o uring with enable_uring off: our own transport over /dev/fuse).
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
-DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring")
+DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse")
 # "floor": a FUSE server that does no work (`uring-proto --transport dev --default-permissions`, built
 # beside the DualFS binary: a tree of names and sizes in memory, no data), mounted with the permission
 # checks DualFS asks for. What any FUSE file system pays on this machine for the same requests (issue 10).
@@ -76,8 +77,7 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "ext4-extjournal",
-                               "xfs-extlog")
+        self.two = cfg in DUALFS_CONFIGS + ("ext4-extjournal", "xfs-extlog")
         # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
         # comparison in one run; dualfs-strict: DualFS with -o order=strict.
         self.dualfs = args.dualfs_base if cfg in ("dualfs-base", "dualfs-base-uring") else args.dualfs
@@ -155,20 +155,21 @@ class Volume:
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
             if c == "dualfs-strict":
                 opts += ",order=strict"
-            if c in ("dualfs-uring", "dualfs-base-uring"):
+            if c in ("dualfs-uring", "dualfs-base-uring", "dualfs-devfuse"):
                 opts += ",uring"
                 # io_uring needs the fuse module's enable_uring (the whole
-                # machine's) at the mount: set under the lock the mount
-                # tests share, and put back.
+                # machine's) at the mount: set (or, for /dev/fuse, cleared)
+                # under the lock the mount tests share, and put back.
                 lock = "/run/lock/dualfs-enable-uring.lock"
                 param = "/sys/module/fuse/parameters/enable_uring"
-                sh(f"( flock 9; old=$(cat {param}); echo Y > {param}; "
+                want = "N" if c == "dualfs-devfuse" else "Y"
+                sh(f"( flock 9; old=$(cat {param}); echo {want} > {param}; "
                    f"{self.dualfs} mount -o {opts},log={self.dir}/uring.log {m} {d} {self.mnt}; rc=$?; "
                    f"echo $old > {param}; exit $rc ) 9>{lock}")
                 # The background process logs its transport just after it is ready.
                 time.sleep(0.2)
                 said = sh(f"grep 'serving over' {self.dir}/uring.log | tail -1", check=False, capture=True)
-                log(f"dualfs-uring: {said.strip()}")
+                log(f"{c}: {said.strip()}")
                 return
             sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
         elif c == "floor":

@@ -90,7 +90,7 @@ fuzz:
 # --sequences micro,postmark --repeats 1).
 bench-requests: bench-deps build
 	$(CARGO) build --release -p dualfs-bench
-	$(CARGO) build --release -p dualfs-wire --bin uring-proto
+	$(CARGO) build --release -p dualfs-bench --bin no-work-server
 	python3 bench/suite.py --configs dualfs,ext4,floor --repeats 3 --out bench/results-issue10.json $(BENCH_ARGS)
 	python3 bench/targets.py bench/results-issue10.json
 	python3 bench/micro.py --out bench/micro.json

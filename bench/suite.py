@@ -36,7 +36,7 @@ CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse")
-# "floor": a FUSE server that does no work (`uring-proto --transport dev --default-permissions`, built
+# "floor": a FUSE server that does no work (`no-work-server --transport dev --default-permissions`, built
 # beside the DualFS binary: a tree of names and sizes in memory, no data), mounted with the permission
 # checks DualFS asks for. What any FUSE file system pays on this machine for the same requests (issue 10).
 
@@ -178,7 +178,7 @@ class Volume:
             # the others; the server keeps nothing else).
             if self.fuse_proc is not None and self.fuse_proc.poll() is None:
                 return
-            proto = os.path.join(os.path.dirname(self.args.dualfs), "uring-proto")
+            proto = os.path.join(os.path.dirname(self.args.dualfs), "no-work-server")
             self.serve([proto, self.mnt, "--transport", "dev", "--default-permissions"])
         elif c == "fuse2fs":
             self.serve(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt])

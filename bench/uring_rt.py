@@ -2,9 +2,9 @@
 """What FUSE over io_uring saves on a round trip here (issue 10, "cheaper
 round trips"; docs/DESIGN.md, "FUSE over io_uring").
 
-Four file systems in one run, each measured with `rt-client` (crates/wire):
+Four file systems in one run, each measured with `rt-client` (crates/bench):
 
-  proto-uring  the prototype server (crates/wire) over io_uring: one queue
+  proto-uring  the no-work server (crates/bench) over io_uring: one queue
                per CPU, the queue's thread pinned to its CPU
   proto-dev    the same server and handler over /dev/fuse read/write
   dualfs-uring `dualfs mount -o uring` (the adapter over crates/wire's
@@ -300,7 +300,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     rel = os.path.join(here, "..", "target", "release")
     ap.add_argument("--dualfs", default=os.path.join(rel, "dualfs"))
-    ap.add_argument("--proto", default=os.path.join(rel, "uring-proto"))
+    ap.add_argument("--proto", default=os.path.join(rel, "no-work-server"))
     ap.add_argument("--client", default=os.path.join(rel, "rt-client"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--getattr-n", type=int, default=20_000)

@@ -13,11 +13,11 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use dualfs_wire::abi::opcode;
-use dualfs_wire::{Fs, Handler, Server, Transport, Transports};
+use dualfs_wire::{Handler, Server, Transport, Transports};
 
 mod common;
 
-use common::{PARAM, UringParam, can_mount, count};
+use common::{TestFs, PARAM, UringParam, can_mount, count};
 
 /// What a user does on the mount, checked against what the tree must show.
 fn exercise(mnt: &Path) {
@@ -92,7 +92,7 @@ fn exercise(mnt: &Path) {
 }
 
 fn run(want_uring: bool) -> Transport {
-    run_with(want_uring, Arc::new(Fs::new()), Fs::destroyed)
+    run_with(want_uring, Arc::new(TestFs::new()), TestFs::destroyed)
 }
 
 fn run_with<H: Handler>(want_uring: bool, fs: Arc<H>, destroyed: impl Fn(&H) -> u32) -> Transport {
@@ -174,7 +174,7 @@ fn asking_for_io_uring_with_the_module_parameter_off_falls_back_to_dev_fuse() {
 /// io_uring: the same queue) that must be answered meanwhile.
 fn blocked_fsync_stalls_nothing(want_uring: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(Fs::new());
+    let fs = Arc::new(TestFs::new());
     let transports = Transports { uring: want_uring, dev_threads: 2, ..Transports::default() };
     let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::clone(&fs), transports).unwrap();
     if want_uring && !matches!(server.transport, Transport::Uring { .. }) {

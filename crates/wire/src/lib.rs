@@ -11,6 +11,7 @@
 
 pub mod abi;
 pub mod devfuse;
+mod fusermount;
 pub mod handler;
 pub mod notify;
 pub mod ring;

@@ -1,6 +1,6 @@
 //! The session through the kernel: mount options as /proc/mounts shows
 //! them, and notifications that make the kernel ask again. Needs root and
-//! /dev/fuse; says so and skips otherwise.
+//! /dev/fuse (see `common::skip`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
-use common::{TestFs, UringParam, can_mount, count};
+use common::{TestFs, can_mount, count, uring_param};
 use dualfs_wire::abi::{ROOT_ID, opcode};
 use dualfs_wire::{Server, Transport, Transports};
 
@@ -68,9 +68,8 @@ fn notifications_reach_the_kernel(want_uring: bool) {
     let dir = tempfile::tempdir().unwrap();
     let transports = Transports { uring: want_uring, ..Transports::default() };
     let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::new(TestFs::new()), transports).unwrap();
-    if want_uring && !matches!(server.transport, Transport::Uring { .. }) {
-        eprintln!("skipped: the mount fell back to /dev/fuse: {:?}", server.transport);
-        return;
+    if want_uring {
+        assert!(matches!(server.transport, Transport::Uring { .. }), "fell back: {:?}", server.transport);
     }
     let n = server.notifier();
     let p = dir.path().join("a");
@@ -113,9 +112,6 @@ fn notifications_reach_the_kernel_beside_io_uring() {
     if !can_mount() {
         return;
     }
-    let Some(_param) = UringParam::set(true) else {
-        eprintln!("skipped: cannot set {} (kernel without CONFIG_FUSE_IO_URING?)", common::PARAM);
-        return;
-    };
+    let Some(_param) = uring_param(true) else { return };
     notifications_reach_the_kernel(true);
 }

@@ -24,12 +24,38 @@ pub const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 /// parameter is the whole machine's.
 const PARAM_FLOCK: &str = "/run/lock/dualfs-enable-uring.lock";
 
+/// Says why a test cannot run here and fails it, unless the developer
+/// allowed that with `DUALFS_ALLOW_SKIP=1` (CI never does): a machine that
+/// cannot run the kernel tests must not report them passed.
+pub fn skip(why: &str) {
+    if std::env::var_os("DUALFS_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    panic!("cannot run here: {why} (DUALFS_ALLOW_SKIP=1 lets tests that cannot run pass)");
+}
+
+/// Whether the kernel tests can run here; if not, [`skip`] says why.
 pub fn can_mount() -> bool {
-    if !nix::unistd::Uid::effective().is_root() || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: mounting needs root and /dev/fuse");
+    if !nix::unistd::Uid::effective().is_root() {
+        skip("the kernel tests mount, which needs root");
+        return false;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        skip("/dev/fuse is missing (modprobe fuse)");
         return false;
     }
     true
+}
+
+/// Sets `enable_uring` (see [`UringParam`]) or, where the kernel has no
+/// such parameter, [`skip`]s.
+pub fn uring_param(on: bool) -> Option<UringParam> {
+    let p = UringParam::set(on);
+    if p.is_none() {
+        skip(&format!("cannot set {PARAM} (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)"));
+    }
+    p
 }
 
 /// The tests of one binary that set `enable_uring` take turns.

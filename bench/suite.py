@@ -29,10 +29,11 @@ import sys
 import time
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
-# Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict) and
-# "dualfs-uring" (DualFS mounted -o uring: our own transports, io_uring where enable_uring is Y),
-# "dualfs-base-uring" (the --dualfs-base build mounted -o uring, for an A/B over io_uring),
-# "dualfs-devfuse" (DualFS mounted -o uring with enable_uring off: our own transport over /dev/fuse).
+# Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict),
+# "dualfs-uring" (DualFS over io_uring: transport=uring, enable_uring set for the mount),
+# "dualfs-base-uring" (the --dualfs-base build so, for an A/B over io_uring) and
+# "dualfs-devfuse" (DualFS over /dev/fuse: transport=devfuse). "dualfs" mounts as a user
+# would: io_uring if the machine's enable_uring allows it, /dev/fuse otherwise.
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse")
@@ -155,23 +156,24 @@ class Volume:
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
             if c == "dualfs-strict":
                 opts += ",order=strict"
-            if c in ("dualfs-uring", "dualfs-base-uring", "dualfs-devfuse"):
-                opts += ",uring"
+            transport = {"dualfs-uring": "uring", "dualfs-base-uring": "uring", "dualfs-devfuse": "devfuse"}.get(c)
+            if transport:
+                opts += f",transport={transport}"
+            mount = f"{self.dualfs} mount -o {opts},log={self.dir}/dualfs.log {m} {d} {self.mnt}"
+            if transport == "uring":
                 # io_uring needs the fuse module's enable_uring (the whole
-                # machine's) at the mount: set (or, for /dev/fuse, cleared)
-                # under the lock the mount tests share, and put back.
+                # machine's) at the mount: set under the lock the mount
+                # tests share, and put back.
                 lock = "/run/lock/dualfs-enable-uring.lock"
                 param = "/sys/module/fuse/parameters/enable_uring"
-                want = "N" if c == "dualfs-devfuse" else "Y"
-                sh(f"( flock 9; old=$(cat {param}); echo {want} > {param}; "
-                   f"{self.dualfs} mount -o {opts},log={self.dir}/uring.log {m} {d} {self.mnt}; rc=$?; "
+                sh(f"( flock 9; old=$(cat {param}); echo Y > {param}; {mount}; rc=$?; "
                    f"echo $old > {param}; exit $rc ) 9>{lock}")
-                # The background process logs its transport just after it is ready.
-                time.sleep(0.2)
-                said = sh(f"grep 'serving over' {self.dir}/uring.log | tail -1", check=False, capture=True)
-                log(f"{c}: {said.strip()}")
-                return
-            sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
+            else:
+                sh(mount)
+            # The background process logs its transport just after it is ready.
+            time.sleep(0.2)
+            said = sh(f"grep 'serving over' {self.dir}/dualfs.log | tail -1", check=False, capture=True)
+            log(f"{c}: {said.strip()}")
         elif c == "floor":
             # One server for the whole sequence: its tree is the state the
             # next phase finds (caches are dropped between phases as for
@@ -215,7 +217,14 @@ class Volume:
         if self.cfg == "floor" and not last:
             return
         if self.cfg in DUALFS_CONFIGS:
-            sh(f"{self.dualfs} umount {self.mnt}")
+            # A process of the machine's passing through the mount (a scan
+            # of every mount point) makes it busy for a moment: try again.
+            for _ in range(20):
+                if sh(f"{self.dualfs} umount {self.mnt}", check=False) == 0:
+                    break
+                time.sleep(0.5)
+            else:
+                sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
             if self.fuse_proc is not None:

@@ -7,9 +7,10 @@ Four file systems in one run, each measured with `rt-client` (crates/bench):
   proto-uring  the no-work server (crates/bench) over io_uring: one queue
                per CPU, the queue's thread pinned to its CPU
   proto-dev    the same server and handler over /dev/fuse read/write
-  dualfs-uring `dualfs mount -o uring` (the adapter over crates/wire's
+  dualfs-uring `dualfs mount -o transport=uring` (the adapter over the
                io_uring queues) on the suite's loop devices
-  dualfs       `dualfs mount` (fuser) on the suite's loop devices
+  dualfs       `dualfs mount` on the suite's loop devices (io_uring if the
+               machine's enable_uring allows it, /dev/fuse otherwise)
   ext4         kernel ext4 on a loop device
 
 Two loops: `getattr` (statx with AT_STATX_FORCE_SYNC: one GETATTR round trip

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mount time against the data device's size (issue 13), beside ext4.
+"""Mount time against the data device's size, beside ext4.
 
 For each size, on sparse image files in --dir: mkfs (timed), a clean mount
 (timed from `dualfs mount` until it returns, the volume served), unmount;
@@ -15,7 +15,9 @@ Past 16 TiB - 4 KiB an ext4 file cannot hold the image: give --dir on XFS
 
 The meta-data image has a fixed size (--meta, 4 GiB by default) whatever
 the data device's size, so that the sweep measures what the data device's
-size costs. Results (JSON) go to stdout; run as root.
+size costs. Each row is appended to the results store (bench/results.jsonl,
+tool `mount-time`, configuration dualfs or ext4, the size as the phase) and
+printed as JSON; run as root.
 """
 
 import argparse
@@ -25,6 +27,9 @@ import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 
 DUALFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs")
 
@@ -128,14 +133,15 @@ def main():
     ap.add_argument("--meta", default="4G")
     ap.add_argument("--log-mib", type=float, default=2.0)
     ap.add_argument("--no-ext4", action="store_true")
+    ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
+    run = store.Run("mount-time", a.store)
     rows = []
     for s in a.sizes.split(","):
-        rows.append(dualfs_row(a.dir, s, a.meta, a.log_mib))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        if not a.no_ext4:
-            rows.append(ext4_row(a.dir, s))
+        for make in [dualfs_row] + ([] if a.no_ext4 else [ext4_row]):
+            rows.append(make(a.dir, s, a.meta, a.log_mib) if make is dualfs_row else make(a.dir, s))
+            run.append(run.record(rows[-1]["fs"], s, {k: v for k, v in rows[-1].items() if k not in ("fs", "size")}))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(json.dumps({"uptime": sh("uptime").strip(), "rows": rows}, indent=1))
 

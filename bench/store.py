@@ -31,6 +31,11 @@ other line names the columns, then one row per measurement; or rows of
 record per row. Columns `fs` or `config` give the configuration, `what` or
 `phase` the phase, `run` or `rep` the repeat (a word in `run` is the phase);
 a trailing `# comment` is kept as the row's `note`.
+
+    bench/store.py add-json TOOL --config-key KEY --phase PHASE [JSON]
+
+appends a JSON list of objects (engine-bench --json), one record each, its
+configuration taken from the object's KEY.
 """
 
 import argparse
@@ -186,10 +191,24 @@ def main():
     add.add_argument("--config", default="dualfs", help="the configuration of rows that do not name one")
     add.add_argument("--store", default=STORE)
     add.add_argument("--command", help="the command that produced the table")
+    js = sub.add_parser("add-json", help="append a JSON list of measurements")
+    js.add_argument("tool")
+    js.add_argument("json", nargs="?", help="the JSON (default: standard input)")
+    js.add_argument("--config-key", required=True, help="the key that names each object's configuration")
+    js.add_argument("--phase", required=True)
+    js.add_argument("--store", default=STORE)
+    js.add_argument("--command", help="the command that produced the JSON")
     a = ap.parse_args()
-    text = open(a.table).read() if a.table else sys.stdin.read()
+    if a.cmd == "add":
+        text = open(a.table).read() if a.table else sys.stdin.read()
+    else:
+        text = open(a.json).read() if a.json else sys.stdin.read()
     run = Run(a.tool, a.store, build=os.environ.get("DUALFS"), command=a.command)
-    recs = [run.record(c, p, v, rep=r) for c, p, r, v in parse_table(text, a.phase, a.config)]
+    if a.cmd == "add":
+        recs = [run.record(c, p, v, rep=r) for c, p, r, v in parse_table(text, a.phase, a.config)]
+    else:
+        recs = [run.record(o[a.config_key], a.phase, {k: v for k, v in o.items() if k != a.config_key})
+                for o in json.loads(text)]
     run.append(recs)
     print(f"{len(recs)} records appended to {a.store} (run {run.id})", file=sys.stderr)
 

@@ -104,7 +104,7 @@ impl WireMount {
         let report = self.server.wait().context("the FUSE session ended with an error")?;
         // Which CPU served how many: the kernel queues a request on the ring
         // of its sender's CPU, and the kernel's write-back sends from its
-        // flusher's (DESIGN.md, "A stream over io_uring").
+        // flusher's.
         log::info!("served {} requests on io_uring queues; by CPU: {:?}", report.ring_requests, report.by_cpu);
         Ok(())
     }

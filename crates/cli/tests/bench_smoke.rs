@@ -64,11 +64,8 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
         store.to_str().unwrap(),
     ]));
     // The store: one JSON record a line, the measured values under "values".
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(&store)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let records: Vec<serde_json::Value> =
+        std::fs::read_to_string(&store).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     let runs: Vec<serde_json::Value> = records
         .iter()
         .map(|r| {

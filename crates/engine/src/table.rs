@@ -305,8 +305,8 @@ impl<E: Entry> Table<E> {
 
     /// As [`Table::grow`], but the blocks added are on disk, not in memory
     /// (a mount that leaves a large inode map on disk): allocating them only
-    /// to drop them touched 160 MiB at ten million inodes, 140 ms of a
-    /// mount's 230 (BENCHMARKS.md).
+    /// to drop them would touch 160 MiB at ten million inodes, 140 ms of a
+    /// cold mount's 230.
     pub fn grow_on_disk(&mut self, len: usize) {
         self.grow_blocks(len, false);
     }

@@ -1,4 +1,4 @@
-//! Ten million files (issue 13), through the engine on sparse image files.
+//! Ten million files through the engine on sparse image files.
 //! Not part of the default run: `DUALFS_SCALE_FILES=10000000 cargo test
 //! --release -p dualfs-engine --test many_files -- --nocapture` (images go
 //! to `DUALFS_SCALE_DIR`, /var/tmp by default, and are removed after unless
@@ -75,7 +75,7 @@ fn walk(v: &Volume, dir: InodeNo, seen: &mut u64) -> Vec<InodeNo> {
 #[test]
 fn ten_million_files() {
     let Some(total) = std::env::var("DUALFS_SCALE_FILES").ok().and_then(|v| v.parse::<u64>().ok()) else {
-        eprintln!("skipped: set DUALFS_SCALE_FILES (10000000 for issue 13's run)");
+        eprintln!("skipped: set DUALFS_SCALE_FILES (10000000 for the figures in docs/BENCHMARKS.md)");
         return;
     };
     let big = std::env::var("DUALFS_SCALE_BIG").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(total / 10);

@@ -225,7 +225,7 @@ impl Handler for DualFs {
                 let size = size as usize;
                 // Entries the kernel holds go without attributes (node id
                 // 0), which fuser cannot send: a warm `ls -l` then keeps
-                // the kernel's cached ACLs (BENCHMARKS.md, "warm ls -l").
+                // the kernel's cached ACLs (DESIGN.md, "FUSE adapter").
                 let r = self.readdirplus(node, offset, true, &mut |l, e| {
                     let mut entry = entry_out(e);
                     // The dirent's inode number is the attributes' one.

@@ -1,5 +1,5 @@
 //! The FUSE wire protocol and its two transports, which DualFS's adapter
-//! serves over (docs/DESIGN.md, "FUSE over io_uring"); it began as the
+//! serves over (docs/DESIGN.md, "FUSE adapter"); it began as the
 //! prototype that measured io_uring, and its in-memory tree still serves
 //! the transport tests and the round-trip benchmark.
 //!

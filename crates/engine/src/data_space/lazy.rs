@@ -1,6 +1,6 @@
 //! Loading the data bitmap lazily, a group at a time (a mount reads only
-//! where each bitmap block lives; DESIGN.md, "Mount time independent of
-//! the data device's size").
+//! where each bitmap block lives; DESIGN.md, "A mount reads no data
+//! bitmap").
 
 use std::sync::Arc;
 

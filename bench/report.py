@@ -108,6 +108,10 @@ class Suite:
                     continue
                 if config != "ext4" and (run, "ext4", phase, traced) not in self.by:
                     continue
+                # ext4 alone beside configurations the tables do not show
+                # (an A/B of builds or transports) compares nothing here.
+                if config == "ext4" and not any((run, c, phase, traced) in self.by for c in CONFIGS if c != "ext4"):
+                    continue
                 k = (config, phase, traced)
                 if k not in self.chosen or self.run_time[run] > self.run_time[self.chosen[k]]:
                     self.chosen[k] = run
@@ -253,6 +257,32 @@ def phase_table(su, lab, phases, configs, key, title, conv=lambda x: x, digits=2
     return "\n".join(lines) + "\n"
 
 
+TRANSPORTS = [("dualfs-fuser", "fuser (removed)"), ("dualfs-devfuse", "/dev/fuse"), ("dualfs-uring", "io_uring"),
+              ("ext4", "ext4")]
+
+
+def transports_table(su, lab):
+    """The newest run that set DualFS's transports beside each other and
+    ext4: medians of the wall time, PostMark in transactions per second."""
+    have = collections.defaultdict(set)
+    for (run, config, phase, traced) in su.by:
+        if not traced:
+            have[run].add(config)
+    runs = [r for r, cs in have.items() if "ext4" in cs and sum(c in cs for c, _ in TRANSPORTS[:3]) >= 2]
+    if not runs:
+        return ""
+    run = max(runs, key=lambda r: su.run_time[r])
+    cols = [(c, name) for c, name in TRANSPORTS if c in have[run]]
+    phases = [p for p in su.order if any((run, c, p, False) in su.by for c, _ in cols)]
+    lines = [f"Run [{lab(run)}], one build, the transports and ext4 interleaved (DESIGN.md, \"FUSE adapter\").", "",
+             "| phase | " + " | ".join(name for _, name in cols) + " |", "|---|" + "---:|" * len(cols)]
+    for p in phases:
+        key = "x_postmark_tx_s" if p == "postmark" else "wall_s"
+        cells = [fmt((su.stats(c, p, run) or {}).get(key)) for c, _ in cols]
+        lines.append(f"| {p}{' (transactions/s)' if key != 'wall_s' else ''} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def goals_table(su, lab):
     """DualFS against ext4 and the floor (a FUSE server that does no work)
     in the run DualFS's untar comes from."""
@@ -373,7 +403,7 @@ def requests_table(su, lab):
         if durable(p) or not s or not s.get("fuse_ops"):
             continue
         ops = {}
-        for op in {op for f in s["fuse_ops"] for op in f}:
+        for op in sorted({op for f in s["fuse_ops"] for op in f}):
             n = med([f.get(op, {}).get("count", 0) for f in s["fuse_ops"]])
             us = med([f.get(op, {}).get("total_us", 0) for f in s["fuse_ops"]])
             ops[op] = (n, us)
@@ -719,6 +749,7 @@ def tables(su, lab, records, docs, no_plots):
           "data device in the same phase.\n", io_goals_table(su, lab, heavy),
           "\n### FUSE requests DualFS served per phase\n",
           "`dualfs stats --json` read before and after each phase, medians.\n", requests_table(su, lab),
+          "\n### DualFS's transports\n", transports_table(su, lab),
           "\n## Wall time\n",
           phase_table(su, lab, phases, configs, "wall_s", "Seconds, the phase's command (the page cache may hold "
                       "dirty data)"),

@@ -51,9 +51,9 @@ journal on a second device:
 Blocks of the main device are classed `fs`, of a journal or log device
 `journal` (the peer's blocks are not decoded).
 
-On an emulated disk (--model), two partitions of one disk are two loop
-devices over the same MNT/image with --offset and --sizelimit: one head
-serves both. Set up a disk's loop device with its discards off
+On an emulated disk (--model), two partitions of one disk are two files of
+one server: --parts 408M,3688M serves MNT/p0 and MNT/p1 beside MNT/image,
+consecutive ranges of the image, and one head serves them all. Set up a disk's loop device with its discards off
 (echo 0 > /sys/block/loopN/queue/discard_max_bytes: a disk has none, and
 a punched hole then reaches the server only as a write of zeros) and
 rotational (echo 1 > /sys/block/loopN/queue/rotational: a loop device over
@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// The emulated disk has its write cache off.
     #[arg(long)]
     pub no_write_cache: bool,
+    /// Also serve consecutive ranges of the image of these sizes (K, M, G
+    /// suffixes) as files p0, p1, ...: a disk's partitions.
+    #[arg(long, value_delimiter = ',', value_parser = crate::args::parse_size)]
+    pub parts: Vec<u64>,
     /// Threads reading requests: the most requests the disk can have
     /// waiting at once (a loop device sends up to its queue depth).
     #[arg(long, default_value_t = 40)]
@@ -86,8 +90,9 @@ pub struct ServeArgs {
 }
 
 const ROOT: u64 = 1;
-const IMAGE: u64 = 2;
-const STATS: u64 = 3;
+const STATS: u64 = 2;
+/// The whole image; partitions follow it.
+const IMAGE: u64 = 3;
 const VALID: Duration = Duration::from_secs(3600);
 /// The largest request the kernel may send (with MAX_PAGES).
 const MAX_WRITE: u32 = 1 << 20;
@@ -101,10 +106,20 @@ const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 /// Requests seen, by operation and size in bytes.
 type Sizes = BTreeMap<(&'static str, u64), u64>;
 
+/// A served file: a range of the image.
+#[derive(Debug)]
+struct Part {
+    name: String,
+    offset: u64,
+    size: u64,
+}
+
 #[derive(Debug)]
 struct ImageFs {
     file: File,
     size: u64,
+    /// The image itself, then the partitions; inode IMAGE + index.
+    parts: Vec<Part>,
     device: TraceDevice,
     class: BlockClass,
     sink: Option<Arc<TraceSink>>,
@@ -129,10 +144,14 @@ fn cpu_seconds() -> f64 {
 }
 
 impl ImageFs {
+    fn part(&self, ino: u64) -> Option<&Part> {
+        self.parts.get(usize::try_from(ino.checked_sub(IMAGE)?).ok()?)
+    }
+
     fn attr(&self, ino: u64) -> Attr {
-        let (mode, size, nlink) = match ino {
-            ROOT => (S_IFDIR | 0o755, 0, 2),
-            IMAGE => (S_IFREG | 0o600, self.size, 1),
+        let (mode, size, nlink) = match (ino, self.part(ino)) {
+            (ROOT, _) => (S_IFDIR | 0o755, 0, 2),
+            (_, Some(p)) => (S_IFREG | 0o600, p.size, 1),
             // Read through direct I/O: the size only has to be large enough.
             _ => (S_IFREG | 0o444, 1 << 20, 1),
         };
@@ -222,8 +241,10 @@ impl ImageFs {
             out.push(&snap[from..to]);
             return Outcome::Reply;
         }
+        let Some(part) = self.part(ino) else { return Outcome::Error(libc::EBADF) };
         let start = Instant::now();
-        let len = u64::from(size).min(self.size.saturating_sub(offset));
+        let len = u64::from(size).min(part.size.saturating_sub(offset));
+        let offset = part.offset + offset;
         let n = usize::try_from(len).unwrap_or(0);
         let spare = out.spare();
         if n > spare.len() {
@@ -237,11 +258,13 @@ impl ImageFs {
         Outcome::Reply
     }
 
-    fn write(&self, offset: u64, data: &[u8], out: &mut ReplyBuf<'_>) -> Outcome {
+    fn write(&self, ino: u64, offset: u64, data: &[u8], out: &mut ReplyBuf<'_>) -> Outcome {
+        let Some(part) = self.part(ino) else { return Outcome::Error(libc::EBADF) };
         let start = Instant::now();
-        if offset.saturating_add(data.len() as u64) > self.size {
+        if offset.saturating_add(data.len() as u64) > part.size {
             return Outcome::Error(libc::ENOSPC);
         }
+        let offset = part.offset + offset;
         if let Err(e) = self.file.write_all_at(data, offset) {
             return errno(&e);
         }
@@ -267,11 +290,14 @@ impl ImageFs {
     /// hole (write-zeroes with REQ_NOUNMAP as a zeroed range): the image
     /// gets the hole, the model a write of zeros on a disk (which has no
     /// discard: its loop device should say so) and a discard on an SSD.
-    fn fallocate(&self, offset: u64, length: u64, mode: u32) -> Outcome {
+    fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: u32) -> Outcome {
+        let Some(part) = self.part(ino) else { return Outcome::Error(libc::EBADF) };
         let start = Instant::now();
         if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) == 0 {
             return Outcome::Reply;
         }
+        let length = length.min(part.size.saturating_sub(offset));
+        let offset = part.offset + offset;
         let (Ok(off), Ok(len)) = (i64::try_from(offset), i64::try_from(length)) else {
             return Outcome::Error(libc::EINVAL);
         };
@@ -287,7 +313,7 @@ impl ImageFs {
 
     fn open(&self, ino: u64, out: &mut ReplyBuf<'_>) -> Outcome {
         match ino {
-            IMAGE => out.open_out(0, fopen::DIRECT_IO),
+            _ if self.part(ino).is_some() => out.open_out(0, fopen::DIRECT_IO),
             STATS => {
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 let mut text = serde_json::to_vec_pretty(&self.stats()).unwrap_or_default();
@@ -304,8 +330,9 @@ impl ImageFs {
         if ino != ROOT {
             return Outcome::Error(libc::ENOTDIR);
         }
-        let entries: [(u64, u32, &[u8]); 4] =
-            [(ROOT, DT_DIR, b"."), (ROOT, DT_DIR, b".."), (IMAGE, DT_REG, b"image"), (STATS, DT_REG, b"stats")];
+        let mut entries: Vec<(u64, u32, &[u8])> =
+            vec![(ROOT, DT_DIR, b"."), (ROOT, DT_DIR, b".."), (STATS, DT_REG, b"stats")];
+        entries.extend((IMAGE..).zip(&self.parts).map(|(ino, p)| (ino, DT_REG, p.name.as_bytes())));
         let max = usize::try_from(size).unwrap_or(usize::MAX);
         for (i, (ino, kind, name)) in (1u64..).zip(entries).skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             if !out.push_dirent(max, ino, i, kind, name) {
@@ -336,25 +363,23 @@ impl Handler for ImageFs {
         match req {
             Request::Forget { .. } | Request::BatchForget { .. } | Request::Interrupt { .. } => Outcome::NoReply,
             Request::Lookup { name } if h.nodeid == ROOT => {
-                match name {
-                    b"image" => out.entry_out(&self.entry(IMAGE)),
-                    b"stats" => out.entry_out(&self.entry(STATS)),
-                    _ => return Outcome::Error(libc::ENOENT),
+                let part = (IMAGE..).zip(&self.parts).find(|(_, p)| p.name.as_bytes() == name).map(|(i, _)| i);
+                match part.or((name == b"stats").then_some(STATS)) {
+                    Some(ino) => out.entry_out(&self.entry(ino)),
+                    None => return Outcome::Error(libc::ENOENT),
                 }
                 Outcome::Reply
             }
             Request::Lookup { .. } => Outcome::Error(libc::ENOTDIR),
-            Request::Getattr { .. } | Request::Setattr(_) if h.nodeid <= STATS => {
+            Request::Getattr { .. } | Request::Setattr(_) if h.nodeid <= STATS || self.part(h.nodeid).is_some() => {
                 out.attr_out(&self.attr(h.nodeid), VALID);
                 Outcome::Reply
             }
             Request::Open { .. } => self.open(h.nodeid, out),
             Request::Read { fh, offset, size, .. } => self.read(h.nodeid, fh, offset, size, out),
-            Request::Write { offset, data, .. } if h.nodeid == IMAGE => self.write(offset, data, out),
-            Request::Fsync { .. } if h.nodeid == IMAGE => self.fsync(),
-            Request::Fallocate { offset, length, mode, .. } if h.nodeid == IMAGE => {
-                self.fallocate(offset, length, mode)
-            }
+            Request::Write { offset, data, .. } => self.write(h.nodeid, offset, data, out),
+            Request::Fsync { .. } if self.part(h.nodeid).is_some() => self.fsync(),
+            Request::Fallocate { offset, length, mode, .. } => self.fallocate(h.nodeid, offset, length, mode),
             Request::Release { fh, .. } => {
                 if h.nodeid == STATS {
                     self.snapshots.lock().unwrap_or_else(PoisonError::into_inner).remove(&fh);
@@ -379,7 +404,6 @@ impl Handler for ImageFs {
                 });
                 Outcome::Reply
             }
-            Request::Write { .. } | Request::Fallocate { .. } => Outcome::Error(libc::EACCES),
             // ENOSYS once and the kernel stops asking (xattrs and the rest).
             _ => Outcome::Error(libc::ENOSYS),
         }
@@ -415,11 +439,21 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let mut parts = vec![Part { name: "image".into(), offset: 0, size }];
+    let mut at = 0u64;
+    for (i, &len) in args.parts.iter().enumerate() {
+        if at.saturating_add(len) > size {
+            bail!("the partitions end past the image ({size} bytes)");
+        }
+        parts.push(Part { name: format!("p{i}"), offset: at, size: len });
+        at += len;
+    }
     let emulator = args.model.map(|m| Emulator::start(m, size, !args.no_write_cache));
     let created_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
     let fs = Arc::new(ImageFs {
         file,
         size,
+        parts,
         device,
         class,
         sink: sink.clone(),

@@ -254,49 +254,115 @@ PHASES = ["untar", "find", "grep", "tar", "cp-a", "web", "rm", "postmark"]
 META_HEAVY = ["untar", "find", "cp-a", "rm", "postmark"]
 
 
-def medians(runs):
-    """(disk, config, phase) -> median wall seconds, and the runs behind it."""
+def medians(runs, key):
+    """(disk, config, phase) -> median of `key` over the runs, and the runs."""
     groups = {}
     for r in runs:
         if not r.get("disk"):
             continue
         groups.setdefault((r["disk"], r["config"], r["phase"]), []).append(r)
-    return {k: (statistics.median(x["wall_s"] for x in v), v) for k, v in groups.items()}
+    return {k: (statistics.median(x[key] for x in v), v) for k, v in groups.items()}
+
+
+def base_of(med, disk, phase):
+    return med.get((disk, "ext4", phase)) or med.get((disk, "ext4-extjournal", phase))
+
+
+def table(med, disk, configs, title):
+    cs = [c for c in configs if any(k[0] == disk and k[1] == c for k in med)]
+    md = [f"\n**{title}, s, on {disk}** (median of {max(len(v[1]) for v in med.values())}; "
+          "in brackets the ratio to ext4, or to ext4 with its journal on the other device where ext4 did not run)\n",
+          "| phase | " + " | ".join(cs) + " |", "|---|" + "---:|" * len(cs)]
+    for ph in PHASES:
+        if not any((disk, c, ph) in med for c in cs):
+            continue
+        base = base_of(med, disk, ph)
+        cells = []
+        for c in cs:
+            v = med.get((disk, c, ph))
+            if v is None:
+                cells.append("")
+                continue
+            same = base is not None and v is base
+            ratio = f" ({v[0] / base[0]:.2f})" if base and base[0] > 0 and not same else ""
+            cells.append(f"{v[0]:.1f}{ratio}")
+        md.append(f"| {ph} | " + " | ".join(cells) + " |")
+    return md
+
+
+def targets(med, disks):
+    """DualFS against ext4 (and, tiered, against ext4 with an SSD journal
+    and XFS with an SSD log) on the meta-data-heavy phases."""
+    md = ["\n**Targets** (until unmounted, medians): DualFS ÷ the peer; below 1 is met\n",
+          "| disk | peer | " + " | ".join(META_HEAVY) + " |", "|---|---|" + "---:|" * len(META_HEAVY)]
+    for disk in disks:
+        peers = ["ext4", "ext4-extjournal", "xfs-extlog", "xfs-rt"]
+        for peer in peers:
+            cells = []
+            for ph in META_HEAVY:
+                d, p = med.get((disk, "dualfs", ph)), med.get((disk, peer, ph))
+                if not d or not p or p[0] <= 0:
+                    cells.append("")
+                    continue
+                r = d[0] / p[0]
+                cells.append(f"{r:.2f} {'met' if r < 1 else '**missed**'}")
+            if any(cells):
+                md.append(f"| {disk} | {peer} | " + " | ".join(cells) + " |")
+    return md
+
+
+def cost(runs, disks):
+    """The emulation's own cost beside the modelled service: per request,
+    the server's CPU and how late its answers went out."""
+    md = ["\n**The emulation's own cost** (all phases of all runs, per disk)\n",
+          "| layout | disk | model | requests | modelled response, ms/request | server CPU, ms/request | "
+          "answered late by, ms/request (mean) | worst |",
+          "|---|---|---|---:|---:|---:|---:|---:|"]
+    for disk in disks:
+        acc = {}
+        for r in runs:
+            if r.get("disk") != disk:
+                continue
+            for name, e in (r.get("emulation") or {}).items():
+                a = acc.setdefault(name, {"model": e.get("model"), "n": 0, "resp": 0.0, "cpu": 0.0, "late": 0.0,
+                                          "worst": 0.0})
+                a["n"] += e.get("answered", 0)
+                a["resp"] += e.get("response_ms", 0.0)
+                a["cpu"] += e.get("cpu_s", 0.0) * 1e3
+                a["late"] += e.get("late_ms", 0.0)
+                a["worst"] = max(a["worst"], e.get("late_max_ms", 0.0))
+        for name, a in sorted(acc.items()):
+            n = max(1, a["n"])
+            md.append(f"| {disk} | {name} | {a['model']} | {a['n']:,} | {a['resp'] / n:.3f} | {a['cpu'] / n:.3f} | "
+                      f"{a['late'] / n:.3f} | {a['worst']:.1f} |")
+    return md
 
 
 def report(args):
     with open(args.results) as f:
         data = json.load(f)
-    med = medians(data["runs"])
-    disks = [d for d in LAYOUTS if any(k[0] == d for k in med)]
+    runs = data["runs"]
+    until = medians(runs, "wall_umount_s")
+    wall = medians(runs, "wall_s")
+    disks = [d for d in LAYOUTS if any(k[0] == d for k in until)]
     configs = []
-    for (_, c, _) in med:
+    for (_, c, _) in until:
         if c not in configs:
             configs.append(c)
     md = []
     for disk in disks:
-        cs = [c for c in configs if any(k[0] == disk and k[1] == c for k in med)]
-        md.append(f"\n**Wall time, s, on {disk}** (median of the runs; ratio to ext4 in brackets, "
-                  f"or to ext4-extjournal where ext4 did not run)\n")
-        md.append("| phase | " + " | ".join(cs) + " |")
-        md.append("|---|" + "---:|" * len(cs))
-        for ph in PHASES:
-            if not any((disk, c, ph) in med for c in cs):
-                continue
-            base = med.get((disk, "ext4", ph)) or med.get((disk, "ext4-extjournal", ph))
-            cells = []
-            for c in cs:
-                v = med.get((disk, c, ph))
-                if v is None:
-                    cells.append("")
-                    continue
-                ratio = f" ({v[0] / base[0]:.2f})" if base and base[0] > 0 and c not in ("ext4",) else ""
-                cells.append(f"{v[0]:.1f}{ratio}")
-            md.append(f"| {ph} | " + " | ".join(cells) + " |")
+        md += table(until, disk, configs, "Until unmounted")
+        md += table(wall, disk, configs, "The command alone")
+    md += targets(until, disks)
+    md += cost(runs, disks)
+    loads = [x for r in runs if r.get("disk") for x in r.get("loadavg", [])]
+    if loads:
+        md.append(f"\nLoad average during the phases: {min(loads):.1f}–{max(loads):.1f} "
+                  f"(median {statistics.median(loads):.1f}) on {data['machine']['cpus']} CPUs.")
     text = "\n".join(md) + "\n"
     print(text)
     if args.plot:
-        plot(med, disks, configs, args.plot)
+        plot(until, disks, configs, args.plot)
     return text
 
 
@@ -310,14 +376,14 @@ def plot(med, disks, configs, path):
         phs = [p for p in PHASES if any((disk, c, p) in med for c in cs)]
         width = 0.8 / max(1, len(cs))
         for i, c in enumerate(cs):
-            base = [med.get((disk, "ext4", p)) or med.get((disk, "ext4-extjournal", p)) for p in phs]
+            base = [base_of(med, disk, p) for p in phs]
             ys = [(med[(disk, c, p)][0] / b[0]) if (disk, c, p) in med and b else 0 for p, b in zip(phs, base)]
             ax.bar([x + i * width for x in range(len(phs))], ys, width, label=c)
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(phs))])
         ax.set_xticklabels(phs, rotation=45, ha="right")
         ax.axhline(1.0, color="black", linewidth=0.5)
         ax.set_title(disk)
-        ax.set_ylabel("wall time / ext4's")
+        ax.set_ylabel("until unmounted / ext4's")
         ax.set_yscale("log")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()

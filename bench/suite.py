@@ -49,9 +49,18 @@ def log(msg):
 
 
 def sh(cmd, check=True, capture=False, timeout=3600):
-    r = subprocess.run(["bash", "-c", cmd], check=False, timeout=timeout,
-                       stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+    # In a session of its own: a command that runs past its timeout is
+    # stopped with everything it started (PostMark under bash), so that the
+    # file system can be unmounted.
+    p = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        p.communicate()
+        raise
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
     if check and r.returncode != 0:
         raise RuntimeError(f"command failed ({r.returncode}): {cmd}\n{r.stderr.decode(errors='replace')}")
     return r.stdout.decode(errors="replace") if capture else r.returncode
@@ -434,7 +443,18 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
             c0 = vol.counters()
             ns0 = time.time_ns()
             t0 = time.monotonic()
-            sh(env + cmd, timeout=args.phase_timeout)
+            try:
+                sh(env + cmd, timeout=args.phase_timeout)
+            except subprocess.TimeoutExpired:
+                # Recorded as what it is; the sequence ends here.
+                log(f"  {phase}: stopped after {args.phase_timeout} s")
+                vol.umount()
+                results.append({"config": vol.cfg, "phase": phase, "sequence": name, "rep": rep,
+                                "traced": trace_tag is not None, "timed_out": True,
+                                "wall_s": float(args.phase_timeout), "wall_umount_s": float(args.phase_timeout),
+                                "disk": vol.disk})
+                save(args, results)
+                break
             t1 = time.monotonic()
             # The FUSE requests the phase sent, per opcode with their serving
             # time (issue 10); read before the unmount, and not timed.

@@ -171,7 +171,7 @@ impl Counters {
 
 #[derive(Debug)]
 enum Kind {
-    Hdd(hdd::Hdd),
+    Hdd(Box<hdd::Hdd>),
     Ssd(ssd::Ssd),
 }
 
@@ -190,8 +190,8 @@ impl Drive {
     #[must_use]
     pub fn new(model: Model, span_bytes: u64, write_cache: bool) -> Drive {
         let kind = match model {
-            Model::Hdd5400 => Kind::Hdd(hdd::Hdd::new(hdd::HDD5400, span_bytes, write_cache)),
-            Model::Hdd7200 => Kind::Hdd(hdd::Hdd::new(hdd::HDD7200, span_bytes, write_cache)),
+            Model::Hdd5400 => Kind::Hdd(Box::new(hdd::Hdd::new(hdd::HDD5400, span_bytes, write_cache))),
+            Model::Hdd7200 => Kind::Hdd(Box::new(hdd::Hdd::new(hdd::HDD7200, span_bytes, write_cache))),
             Model::Ssd => Kind::Ssd(ssd::Ssd::new(ssd::SSD)),
         };
         Drive { kind, next_ticket: 0, counters: Counters::default() }

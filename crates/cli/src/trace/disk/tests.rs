@@ -32,7 +32,7 @@ fn seek_time_follows_the_square_root_of_the_distance() {
     assert!((h.seek_ms(GIB, 0) - quarter).abs() < 1e-9, "either way");
     let mut last = 0.0;
     for i in 1..100u64 {
-        let s = h.seek_ms(0, i * 40 << 20);
+        let s = h.seek_ms(0, (i * 40) << 20);
         assert!(s > last, "longer seeks take longer");
         last = s;
     }

@@ -2,17 +2,17 @@
 """Emulated disks for the suite (bench/suite.py --disks), their calibration
 and the report of the runs on them.
 
-A disk is an image file served by `dualfs trace serve --model M` (one
-FUSE file per disk, every request answered when the modelled disk would
-have completed it) with loop devices over that file: one per partition,
-with an offset, so that both partitions of one disk share its head. The
-file system is made on plain loop devices over the same image files
-first (mkfs is not what is measured, and zeroing inode tables at 10 MB/s
-would take minutes), then the image is served and the file system
-mounted on the emulated disk.
+A disk is an image file served by `dualfs trace serve --model M` (every
+request answered when the modelled disk would have completed it) with a
+loop device over each of its partitions, each served as a file of its own
+(`--parts`), so that both partitions of one disk share its head. The file system is made with the images served
+without a model (mkfs is not what is measured, and zeroing inode tables at
+10 MB/s would take minutes), then they are served again through their
+models and the file system is mounted on the emulated disks.
 
     python3 bench/disks.py calibrate [--out bench/disks-calibration.json]
-    python3 bench/disks.py report bench/results-disks.json [--docs docs]
+    python3 bench/disks.py report bench/results-disks.json [...] \
+        [--calibration bench/disks-calibration.json] [--plot docs/bench-disks.png]
 """
 
 import argparse
@@ -255,13 +255,20 @@ META_HEAVY = ["untar", "find", "cp-a", "rm", "postmark"]
 
 
 def medians(runs, key):
-    """(disk, config, phase) -> median of `key` over the runs, and the runs."""
+    """(disk, config, phase) -> median of `key` (a field, or a function of a
+    run) over the runs, and the runs."""
+    get = key if callable(key) else (lambda r: r[key])
     groups = {}
     for r in runs:
-        if not r.get("disk"):
+        if not r.get("disk") or (callable(key) and r.get("timed_out")):
             continue
         groups.setdefault((r["disk"], r["config"], r["phase"]), []).append(r)
-    return {k: (statistics.median(x[key] for x in v), v) for k, v in groups.items()}
+    return {k: (statistics.median(get(x) for x in v), v) for k, v in groups.items()}
+
+
+def busy_s(r):
+    """Seconds the emulated disks' heads (or the SSD's channels) worked."""
+    return sum(e.get("busy_ms", 0.0) for e in (r.get("emulation") or {}).values()) / 1e3
 
 
 def base_of(med, disk, phase):
@@ -338,10 +345,33 @@ def cost(runs, disks):
     return md
 
 
+def calibration(path):
+    """fio on each emulated disk beside the model's own figures."""
+    with open(path) as f:
+        rows = json.load(f)["results"]
+    md = ["\n**Calibration**: fio on the emulated device (direct I/O, libaio) against `dualfs trace predict` "
+          "for the same run; writes end with an fsync, counted in the time; `none` is the same path with no model\n",
+          "| model | fio | bs | QD | requests | measured IOPS | model IOPS | measured ÷ model | "
+          "latency ms, measured | model | load |",
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        m, p = r["measured"], r.get("predicted")
+        ratio = f"{m['iops'] / p['iops']:.2f}" if p and p["iops"] else ""
+        md.append(f"| {r['model']} | {r['rw']} | {r['bs']} | {r['qd']} | {r['ios']} | {m['iops']:,.1f} | "
+                  f"{p['iops']:,.1f} | {ratio} | {m['lat_ms']:.3f} | {p['lat_ms']:.3f} | {r['load']:.1f} |"
+                  if p else
+                  f"| {r['model']} | {r['rw']} | {r['bs']} | {r['qd']} | {r['ios']} | {m['iops']:,.1f} | | | "
+                  f"{m['lat_ms']:.3f} | | {r['load']:.1f} |")
+    return md
+
+
 def report(args):
-    with open(args.results) as f:
-        data = json.load(f)
-    runs = data["runs"]
+    runs = []
+    data = {}
+    for path in args.results:
+        with open(path) as f:
+            data = json.load(f)
+        runs += data["runs"]
     until = medians(runs, "wall_umount_s")
     wall = medians(runs, "wall_s")
     disks = [d for d in LAYOUTS if any(k[0] == d for k in until)]
@@ -350,11 +380,15 @@ def report(args):
         if c not in configs:
             configs.append(c)
     md = []
+    busy = medians(runs, busy_s)
     for disk in disks:
         md += table(until, disk, configs, "Until unmounted")
         md += table(wall, disk, configs, "The command alone")
+        md += table(busy, disk, configs, "The disks' busy time (modelled)")
     md += targets(until, disks)
     md += cost(runs, disks)
+    if args.calibration:
+        md += calibration(args.calibration)
     loads = [x for r in runs if r.get("disk") for x in r.get("loadavg", [])]
     if loads:
         md.append(f"\nLoad average during the phases: {min(loads):.1f}–{max(loads):.1f} "
@@ -420,7 +454,8 @@ def main():
     c.add_argument("--work", default="/var/tmp/dualfs-disks")
     c.add_argument("--out", default="bench/disks-calibration.json")
     r = sub.add_parser("report", help="tables (and a plot) of the suite's runs on emulated disks")
-    r.add_argument("results")
+    r.add_argument("results", nargs="+")
+    r.add_argument("--calibration", help="the calibration's JSON (disks.py calibrate --out)")
     r.add_argument("--plot", help="write the plot here (PNG)")
     w = sub.add_parser("web", help="the suite's SpecWeb-like phase")
     w.add_argument("--root", required=True)

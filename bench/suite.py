@@ -109,7 +109,7 @@ class Volume:
         os.makedirs(self.mnt, exist_ok=True)
         total, meta = self.args.size_mib, self.args.meta_mib
         if self.disk:
-            # Plain loop devices for mkfs; emulate() puts the disks under them.
+            # Served without a model for mkfs; emulate() turns the models on.
             self.disks = emulated.Disks(self.disk, self.args.dualfs, self.dir, self.two, total, meta,
                                         write_cache=not self.args.no_write_cache)
             self.trace_tag = trace_tag
@@ -191,9 +191,9 @@ class Volume:
             sh(f"mkfs.btrfs -q -f {d}")
 
     def ext4_opts(self):
-        """On emulated disks the inode tables are zeroed by mkfs (on the
-        plain loop device), not by ext4's lazy init in the background of
-        the measured phases."""
+        """On emulated disks the inode tables are zeroed by mkfs (before the
+        model is on), not by ext4's lazy init in the background of the
+        measured phases."""
         return "-E lazy_itable_init=0,lazy_journal_init=0" if self.disk else ""
 
     def mount(self):

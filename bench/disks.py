@@ -396,32 +396,38 @@ def report(args):
     text = "\n".join(md) + "\n"
     print(text)
     if args.plot:
-        plot(until, disks, configs, args.plot)
+        plot([("until unmounted ÷ ext4's", until), ("disks' busy time ÷ ext4's", busy)], disks, configs, args.plot)
     return text
 
 
-def plot(med, disks, configs, path):
+def plot(rows, disks, configs, path):
+    """One column per layout; a row per measure (`rows`: (title, medians)),
+    each bar a file system's median over ext4's (or ext4 with its journal on
+    the other device where ext4 did not run), on a log scale."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(disks), figsize=(5 * len(disks), 4.5), squeeze=False)
-    for ax, disk in zip(axes[0], disks):
-        cs = [c for c in configs if any(k[0] == disk and k[1] == c for k in med)]
-        phs = [p for p in PHASES if any((disk, c, p) in med for c in cs)]
-        width = 0.8 / max(1, len(cs))
-        for i, c in enumerate(cs):
-            base = [base_of(med, disk, p) for p in phs]
-            ys = [(med[(disk, c, p)][0] / b[0]) if (disk, c, p) in med and b else 0 for p, b in zip(phs, base)]
-            ax.bar([x + i * width for x in range(len(phs))], ys, width, label=c)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(phs))])
-        ax.set_xticklabels(phs, rotation=45, ha="right")
-        ax.axhline(1.0, color="black", linewidth=0.5)
-        ax.set_title(disk)
-        ax.set_ylabel("until unmounted / ext4's")
-        ax.set_yscale("log")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    colors = {c: f"C{i}" for i, c in enumerate(configs)}
+    fig, axes = plt.subplots(len(rows), len(disks), figsize=(5 * len(disks), 3.6 * len(rows)), squeeze=False)
+    for row, (title, med) in zip(axes, rows):
+        for ax, disk in zip(row, disks):
+            cs = [c for c in configs if any(k[0] == disk and k[1] == c for k in med)]
+            phs = [p for p in PHASES if any((disk, c, p) in med for c in cs)]
+            width = 0.8 / max(1, len(cs))
+            for i, c in enumerate(cs):
+                base = [base_of(med, disk, p) for p in phs]
+                ys = [(med[(disk, c, p)][0] / b[0]) if (disk, c, p) in med and b and b[0] > 0 else 0
+                      for p, b in zip(phs, base)]
+                ax.bar([x + i * width for x in range(len(phs))], ys, width, label=c, color=colors[c])
+            ax.set_xticks([x + 0.4 - width / 2 for x in range(len(phs))])
+            ax.set_xticklabels(phs, rotation=30, ha="right")
+            ax.axhline(1.0, color="black", linewidth=0.5)
+            ax.set_title(f"{disk}: {title}", fontsize=10)
+            ax.set_yscale("log")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[c]) for c in configs]
+    fig.legend(handles, configs, loc="upper center", ncol=len(configs), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=100)
 
 
 def web(args):

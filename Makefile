@@ -17,7 +17,7 @@ DUALFS = target/release/dualfs
 PREFIX ?= /usr/local
 SBINDIR ?= /sbin
 
-.PHONY: test test-uring check-style deps fuzz mount umount build install uninstall bench bench-deps bench-report bench-requests
+.PHONY: test test-uring check-style deps fuzz mount umount build install uninstall bench bench-deps bench-report bench-requests xfstests
 
 # Every test, and the style gates CI enforces.
 test: deps check-style
@@ -75,6 +75,14 @@ bench: bench-deps build
 	target/release/engine-bench --json > bench/engine.json
 	python3 bench/suite.py --trace --out bench/results.json $(BENCH_ARGS)
 	$(MAKE) bench-report
+
+# xfstests through the installed helpers (root; hours for the generic
+# group, so not part of `test`): XFSTESTS_DIR names a built xfstests
+# checkout, XFSTESTS_ARGS goes to its check (default: the generic auto
+# group). docs/TESTING.md, "xfstests".
+XFSTESTS_ARGS ?=
+xfstests: install
+	scripts/xfstests $(XFSTESTS_ARGS)
 
 # Coverage-guided fuzzing (afl++, installed if missing), FUZZ_SECONDS per
 # target (default 300); not part of `test`, which replays what it keeps

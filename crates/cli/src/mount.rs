@@ -399,6 +399,9 @@ fn serve(args: &MountArgs) -> Result<()> {
     if args.daemon_child {
         detach(&cfg)?;
     }
+    for wait in crate::holder::take_waits() {
+        log::info!("{wait}");
+    }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
     if let Served::Wire(m) = &session {
         log::info!("{}", m.transport());

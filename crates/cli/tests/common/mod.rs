@@ -173,6 +173,13 @@ impl TestVolume {
 
     /// As [`TestVolume::mount_with`], whatever enable_uring is.
     pub fn mount_as_given(&mut self, options: &str) {
+        let out = self.mount_output(options);
+        assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Runs `dualfs mount` as [`TestVolume::mount_as_given`] does and
+    /// returns what it printed, mounted or not.
+    pub fn mount_output(&mut self, options: &str) -> Output {
         let log = self.dir.path().join("dualfs.log");
         self.log_from = std::fs::read(&log).map_or(0, |t| t.len());
         let mut opts = format!("log={}", log.display());
@@ -189,8 +196,8 @@ impl TestVolume {
             self.data.to_str().expect("utf-8"),
             self.m(),
         ]);
-        assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
-        self.mounted = true;
+        self.mounted = out.status.success();
+        out
     }
 
     /// Waits for the log of the latest [`TestVolume::mount_with`] to name

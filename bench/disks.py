@@ -10,9 +10,13 @@ without a model (mkfs is not what is measured, and zeroing inode tables at
 10 MB/s would take minutes), then they are served again through their
 models and the file system is mounted on the emulated disks.
 
-    python3 bench/disks.py calibrate [--out bench/disks-calibration.json]
-    python3 bench/disks.py report bench/results-disks.json [...] \
-        [--calibration bench/disks-calibration.json] [--plot docs/bench-disks.png]
+    python3 bench/disks.py calibrate [--store bench/results.jsonl]
+    python3 bench/disks.py report [--store bench/results.jsonl] [--plot docs/bench-disks.png]
+
+Both keep their results in the results store (bench/store.py): the suite's
+runs on emulated disks as tool `disks`, the calibration as tool
+`disk-calibration` (configuration: the model, phase: `RW BS qdQD`).
+bench/report.py puts the report in docs/BENCHMARKS.md.
 """
 
 import argparse
@@ -22,6 +26,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 
 # Where each role's device goes: disks by name and model, then the disk of
 # the meta-data (journal, log, XFS's main section when its data is on the
@@ -213,6 +220,7 @@ def predict(dualfs, model, rw, bs, qd, ios):
 
 
 def calibrate(args):
+    run = store.Run("disk-calibration", args.store)
     results = []
     # "bare": the same FUSE file and loop device with no model, what the
     # path itself costs; then each model.
@@ -237,14 +245,13 @@ def calibrate(args):
                     if label == "emulated":
                         row["predicted"] = predict(args.dualfs, model, rw, bs, qd, ios)
                     results.append(row)
+                    run.append(run.record(row["model"], f"{rw} {bs} qd{qd}", row))
                     p = row.get("predicted", {})
                     print(f"{model or 'none':8} {label:8} {rw:9} {bs:>3} qd{qd:<2} {got['iops']:9.1f} IOPS "
                           f"{got['lat_ms']:8.3f} ms  model {p.get('iops', 0):9.1f} IOPS {p.get('lat_ms', 0):8.3f} ms"
                           f"  load {load:.1f}", file=sys.stderr, flush=True)
         finally:
             d.detach()
-        with open(args.out, "w") as f:
-            json.dump({"results": results}, f, indent=1)
     return results
 
 
@@ -345,10 +352,8 @@ def cost(runs, disks):
     return md
 
 
-def calibration(path):
+def calibration(rows):
     """fio on each emulated disk beside the model's own figures."""
-    with open(path) as f:
-        rows = json.load(f)["results"]
     md = ["\n**Calibration**: fio on the emulated device (direct I/O, libaio) against `dualfs trace predict` "
           "for the same run; writes end with an fsync, counted in the time; `none` is the same path with no model\n",
           "| model | fio | bs | QD | requests | measured IOPS | model IOPS | measured ÷ model | "
@@ -365,39 +370,68 @@ def calibration(path):
     return md
 
 
-def report(args):
-    runs = []
-    data = {}
-    for path in args.results:
-        with open(path) as f:
-            data = json.load(f)
-        runs += data["runs"]
+def flat(rec):
+    """A store record as the suite wrote it: its values with its identity."""
+    out = dict(rec["values"])
+    out.update(config=rec["config"], phase=rec["phase"], rep=rec.get("rep"), run=rec["run"])
+    return out
+
+
+def run_tables(runs):
+    """One run's tables: per layout, until unmounted, the command alone and
+    the disks' busy time; the targets where DualFS and a peer both ran."""
     until = medians(runs, "wall_umount_s")
     wall = medians(runs, "wall_s")
+    busy = medians(runs, busy_s)
     disks = [d for d in LAYOUTS if any(k[0] == d for k in until)]
     configs = []
     for (_, c, _) in until:
         if c not in configs:
             configs.append(c)
     md = []
-    busy = medians(runs, busy_s)
     for disk in disks:
         md += table(until, disk, configs, "Until unmounted")
         md += table(wall, disk, configs, "The command alone")
         md += table(busy, disk, configs, "The disks' busy time (modelled)")
-    md += targets(until, disks)
-    md += cost(runs, disks)
-    if args.calibration:
-        md += calibration(args.calibration)
-    loads = [x for r in runs if r.get("disk") for x in r.get("loadavg", [])]
-    if loads:
-        md.append(f"\nLoad average during the phases: {min(loads):.1f}–{max(loads):.1f} "
-                  f"(median {statistics.median(loads):.1f}) on {data['machine']['cpus']} CPUs.")
-    text = "\n".join(md) + "\n"
-    print(text)
-    if args.plot:
-        plot([("until unmounted ÷ ext4's", until), ("disks' busy time ÷ ext4's", busy)], disks, configs, args.plot)
-    return text
+    if "dualfs" in configs and len(configs) > 1:
+        md += targets(until, disks)
+    return md, until, busy, disks, configs
+
+
+def section(records, plot_path=None, label=lambda run: run):
+    """The runs on emulated disks in the store, as Markdown: each run's
+    tables (the largest run first), the emulation's own cost, the newest
+    calibration; and the plot of the largest run."""
+    by_run = {}
+    for r in records:
+        if r["tool"] == "disks":
+            by_run.setdefault(r["run"], []).append(r)
+    if not by_run:
+        return ""
+    order = sorted(by_run, key=lambda run: (-len(by_run[run]), run))
+    md = []
+    every = []
+    for run in order:
+        recs = by_run[run]
+        runs = [flat(r) for r in recs]
+        every += runs
+        loads = [x for r in runs for x in r.get("loadavg", [])]
+        load = f"; load {min(loads):.0f}–{max(loads):.0f}" if loads else ""
+        layouts = ", ".join(d for d in LAYOUTS if any(r.get("disk") == d for r in runs))
+        md.append(f"\n### Run [{label(run)}]: {layouts}\n\n`{recs[0]['command']}`{load.replace('; ', ' (', 1) + ')' if load else ''}")
+        tables, until, busy, disks, configs = run_tables(runs)
+        md += tables
+        if run == order[0] and plot_path:
+            plot([("until unmounted ÷ ext4's", until), ("disks' busy time ÷ ext4's", busy)], disks, configs,
+                 plot_path)
+            md.append(f"\n![Wall time and disk time on emulated disks, against ext4]({os.path.basename(plot_path)})")
+    md += cost(every, [d for d in LAYOUTS if any(r.get("disk") == d for r in every)])
+    cal = [r for r in records if r["tool"] == "disk-calibration"]
+    if cal:
+        newest = max(r["run"] for r in cal)
+        md.append(f"\nRun [{label(newest)}].")
+        md += calibration([r["values"] for r in cal if r["run"] == newest])
+    return "\n".join(md) + "\n"
 
 
 def plot(rows, disks, configs, path):
@@ -458,10 +492,9 @@ def main():
     c.add_argument("--models", default="hdd5400,hdd7200,ssd")
     c.add_argument("--ios", type=int, default=400, help="4 KiB requests per run (1 MiB runs: an eighth)")
     c.add_argument("--work", default="/var/tmp/dualfs-disks")
-    c.add_argument("--out", default="bench/disks-calibration.json")
+    c.add_argument("--store", default=store.STORE)
     r = sub.add_parser("report", help="tables (and a plot) of the suite's runs on emulated disks")
-    r.add_argument("results", nargs="+")
-    r.add_argument("--calibration", help="the calibration's JSON (disks.py calibrate --out)")
+    r.add_argument("--store", default=store.STORE)
     r.add_argument("--plot", help="write the plot here (PNG)")
     w = sub.add_parser("web", help="the suite's SpecWeb-like phase")
     w.add_argument("--root", required=True)
@@ -473,7 +506,7 @@ def main():
         args.dualfs = os.path.abspath(args.dualfs)
         calibrate(args)
     else:
-        report(args)
+        print(section(store.load(args.store), args.plot))
 
 
 if __name__ == "__main__":

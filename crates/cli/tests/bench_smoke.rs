@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -16,7 +18,7 @@ fn bench_dir() -> PathBuf {
 /// Whether the harness can run here; says why not when it cannot.
 fn can_run() -> bool {
     if !nix::unistd::geteuid().is_root() {
-        println!("SKIPPED: the benchmark harness needs root (loop devices, mount)");
+        common::skip("the benchmark harness needs root (loop devices, mount)");
         return false;
     }
     for (what, cmd) in [
@@ -27,7 +29,7 @@ fn can_run() -> bool {
     ] {
         let ok = Command::new("sh").args(["-c", cmd]).output().is_ok_and(|o| o.status.success());
         if !ok {
-            println!("SKIPPED: {what} is not available");
+            common::skip(&format!("{what} is not available"));
             return false;
         }
     }
@@ -52,7 +54,7 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
         return;
     }
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let results = work.path().join("results.json");
+    let store = work.path().join("results.jsonl");
     run(Command::new("timeout").args(["600", "python3"]).arg(bench_dir().join("suite.py")).args([
         "--smoke",
         "--trace",
@@ -60,11 +62,23 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
         DUALFS,
         "--work",
         work.path().to_str().unwrap(),
-        "--out",
-        results.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
     ]));
-    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
-    let runs = j["runs"].as_array().unwrap();
+    // The store: one JSON record a line, the measured values under "values".
+    let records: Vec<serde_json::Value> =
+        std::fs::read_to_string(&store).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let runs: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            let mut flat = r["values"].clone();
+            for key in ["config", "phase", "traced", "commit", "machine"] {
+                flat[key] = r[key].clone();
+            }
+            flat
+        })
+        .collect();
+    assert!(runs.iter().all(|r| r["machine"]["kernel"].is_string()), "every record names its machine");
     for config in ["dualfs", "ext4"] {
         for phase in ["untar", "find", "grep", "tar", "write-meta", "write-data-meta", "rm", "write-del-1"] {
             let r: Vec<_> = runs.iter().filter(|r| r["config"] == config && r["phase"] == phase).collect();
@@ -84,7 +98,8 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
     let docs = work.path().join("docs");
     run(Command::new("python3")
         .arg(bench_dir().join("report.py"))
-        .arg(&results)
+        .arg("--store")
+        .arg(&store)
         .arg("--docs")
         .arg(&docs)
         .arg("--no-plots"));

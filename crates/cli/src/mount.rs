@@ -323,6 +323,15 @@ fn serve(args: &MountArgs) -> Result<()> {
             vol.open_report().checkpoint
         );
     }
+    if let Some(mark) = vol.receive_pending() {
+        // Said before the mount returns: on the caller's terminal too.
+        log::warn!(
+            "a receive is under way on this volume ({}): the tree is incomplete until it ends; receive the same \
+             stream again to finish it, or run `dualfs receive --abort {}` to go back to the last complete tree",
+            dualfs_engine::volume::describe_mark(&mark),
+            args.mountpoint.display()
+        );
+    }
     let vol = Arc::new(vol);
     let mut config = fuser::Config::default();
     config.mount_options = DualFs::required_mount_options();

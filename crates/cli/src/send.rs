@@ -94,6 +94,9 @@ pub fn send(args: &SendArgs) -> Result<()> {
             .ok_or_else(|| anyhow!("cannot tell the devices of the volume mounted on {}", m.root().display()))?,
         Target::Devices(m, d) => (m, d),
     };
+    if let Some(f) = &args.file {
+        crate::itself::Itself::devices(&meta, &data).refuse(f, "the stream file")?;
+    }
     let (m, d) = open_pair(&meta, &data, Access::Shared)?;
     let mut out: Box<dyn Write> = match &args.file {
         Some(p) => Box::new(File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
@@ -185,6 +188,9 @@ pub fn receive(args: &ReceiveArgs) -> Result<()> {
     let v = match target(&args.target, false)?.0 {
         Target::Mounted(m) => receive_mounted(m.root(), args.file.as_deref())?,
         Target::Devices(meta, data) => {
+            if let Some(f) = &args.file {
+                crate::itself::Itself::devices(&meta, &data).refuse(f, "the stream file")?;
+            }
             let (m, d) = open_pair(&meta, &data, Access::Exclusive)?;
             let vol = Volume::open(m, d, MountOptions::default())
                 .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
@@ -222,9 +228,14 @@ impl Drop for Spool {
 /// is one already), named in the control attribute, then waited for.
 fn receive_mounted(root: &Path, file: Option<&Path>) -> Result<Value> {
     let mut spool = None;
+    let itself = crate::itself::Itself::mounted(root);
     let path = match file {
-        Some(p) => std::fs::canonicalize(p).with_context(|| format!("cannot resolve {}", p.display()))?,
+        Some(p) => {
+            itself.refuse(p, "the stream file")?;
+            std::fs::canonicalize(p).with_context(|| format!("cannot resolve {}", p.display()))?
+        }
         None => {
+            itself.refuse(&std::env::temp_dir().join("dualfs-receive"), "the spool file (in $TMPDIR)")?;
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             let p = std::env::temp_dir().join(format!("dualfs-receive-{}-{}", std::process::id(), nanos.as_nanos()));
             let mut f = std::fs::OpenOptions::new()

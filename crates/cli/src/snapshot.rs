@@ -34,6 +34,9 @@ pub(crate) fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Opt
     } else {
         (words, None)
     };
+    if let [one] = place {
+        crate::itself::refuse_dead_mount(one)?;
+    }
     let t = match place {
         [one] if one.is_dir() => Target::Mounted(Mounted::find(one)?),
         [one] => {

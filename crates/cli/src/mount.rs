@@ -90,6 +90,7 @@ pub fn run(args: &MountArgs) -> Result<()> {
 }
 
 fn check_mountpoint(p: &Path) -> Result<()> {
+    crate::itself::refuse_dead_mount(p)?;
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => bail!("cannot mount on {}: not a directory", p.display()),

@@ -361,6 +361,8 @@ fn a_dead_mount_is_named_and_sync_says_it_did_not_sync() {
         fails(&dualfs(&args), "dead mount");
     }
     fails(&sh_output(&format!("echo | {DUALFS} receive {mnt}")), "dead mount");
+    let [m, d] = devices(&v);
+    fails(&dualfs(&["mount", &m, &d, mnt]), "dead mount");
     // Every mount: the others (other tests') are synced, this one named.
     let t = fails(&dualfs(&["sync"]), "not synced");
     assert!(t.contains(&format!("{mnt} (a dead mount")), "{t}");

@@ -122,6 +122,7 @@ fn a_receive_killed_midway_is_reported_kept_by_repair_and_finished_or_abandoned(
     let t = ok(&dualfs(&["mount", &m, &d, dst.m()]));
     assert!(t.contains("a receive is under way"), "{t}");
     assert!(ok(&dualfs(&["stats", dst.m()])).contains("a receive is under way"));
+    fails(&dualfs(&["snapshot", "create", dst.m(), "early"]), "a receive is under way");
     // Finished through the mount by the same stream.
     let t = ok(&sh_output(&format!("{DUALFS} receive {} < {stream}", dst.m())));
     assert!(t.contains("interrupted receive finished"), "{t}");

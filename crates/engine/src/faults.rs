@@ -87,11 +87,15 @@ pub enum Fault {
     /// write changed some of them since (a crash then shows the old bytes
     /// beside later operations).
     OutgrownInlineStale,
+    /// Sparse IFile: leave the IFile blocks of the checkpoint followed out
+    /// of the segment usage entries a checkpoint writes (they are its own
+    /// no longer, and counted nowhere), so that their segments look free.
+    UncountedCheckpointBlocks,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 26] = [
+    pub const ALL: [Fault; 27] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -118,6 +122,7 @@ impl Fault {
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
+        Fault::UncountedCheckpointBlocks,
     ];
 
     #[cfg(feature = "fault-injection")]

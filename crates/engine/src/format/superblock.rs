@@ -14,8 +14,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
-/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`].
-pub const FORMAT_MINOR: u16 = 5;
+/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.7
+/// added [`INCOMPAT_SPARSE_IFILE`].
+pub const FORMAT_MINOR: u16 = 7;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -66,6 +67,17 @@ pub const INCOMPAT_CLONES: u64 = 1 << 6;
 /// refuse the run length as a reserved field set, hence incompat. mkfs
 /// sets it. Since 1.5.
 pub const INCOMPAT_INDEX_RUNS: u64 = 1 << 7;
+/// `incompat`: the IFile is sparse. A table block an index block lists at
+/// address 0, and every block of a chunk the checkpoint names no index
+/// block for, was never written and holds its table's fresh entries (a
+/// free segment, a wholly free group, free bits); segment usage entries
+/// count the IFile blocks in their segment; a checkpoint ends with where
+/// its own partial segments start, the segments holding nothing and the
+/// live bytes in all. So mkfs writes what a fresh volume needs and a mount
+/// reads what it uses, whatever the size. A reader unaware of it would
+/// refuse the missing blocks, or take a segment holding the IFile for
+/// free, hence incompat. mkfs sets it. Since 1.7.
+pub const INCOMPAT_SPARSE_IFILE: u64 = 1 << 9;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -77,7 +89,8 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_SNAPSHOTS
     | INCOMPAT_RESIZED
     | INCOMPAT_CLONES
-    | INCOMPAT_INDEX_RUNS;
+    | INCOMPAT_INDEX_RUNS
+    | INCOMPAT_SPARSE_IFILE;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -186,6 +199,12 @@ impl Superblock {
     #[must_use]
     pub fn index_runs(&self) -> bool {
         self.incompat & INCOMPAT_INDEX_RUNS != 0
+    }
+
+    /// Whether the IFile is sparse ([`INCOMPAT_SPARSE_IFILE`]).
+    #[must_use]
+    pub fn sparse_ifile(&self) -> bool {
+        self.incompat & INCOMPAT_SPARSE_IFILE != 0
     }
 
     /// Whether every checkpoint carries its own geometry ([`INCOMPAT_RESIZED`]).

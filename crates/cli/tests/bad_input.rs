@@ -126,15 +126,7 @@ fn a_receive_killed_midway_is_reported_kept_by_repair_and_finished_or_abandoned(
     // Finished through the mount by the same stream.
     let t = ok(&sh_output(&format!("{DUALFS} receive {} < {stream}", dst.m())));
     assert!(t.contains("interrupted receive finished"), "{t}");
-    let same = |a: &str, b: &str| {
-        let list = |r: &str| {
-            sh(&format!(
-                "cd {r} && find . -printf '%p %y %m %n %s %i\\n' | sort && cat $(find . -type f | sort) | sha256sum"
-            ))
-        };
-        assert_eq!(list(a), list(b), "{a} and {b} differ");
-    };
-    same(src.m(), dst.m());
+    assert_eq!(listing(src.m()), listing(dst.m()), "the mirror is not the source");
     dst.umount();
     // Killed again, then abandoned: back to the empty volume.
     let Some(dst2) = TestVolume::create("256M") else { return };
@@ -147,6 +139,65 @@ fn a_receive_killed_midway_is_reported_kept_by_repair_and_finished_or_abandoned(
     fails(&dualfs(&["receive", "--abort", &m2, &d2]), "no receive is under way");
     ok(&dualfs(&["receive", "--file", &stream, &m2, &d2]));
     ok(&dualfs(&["fsck", &m2, &d2]));
+    src.umount();
+}
+
+/// What a tree holds, for comparing two: names, types, modes, links,
+/// sizes, inode numbers and the files' bytes.
+fn listing(root: &str) -> String {
+    sh(&format!(
+        "cd {root} && find . -printf '%p %y %m %n %s %i\\n' | sort && cat $(find . -type f | sort) | sha256sum"
+    ))
+}
+
+#[test]
+fn a_stream_cut_short_is_refused_and_leaves_the_last_complete_tree_fsck_calls_clean() {
+    let Some(mut src) = TestVolume::create("256M") else { return };
+    let Some(mut dst) = TestVolume::create("256M") else { return };
+    let full = source_stream(&mut src, 2500);
+    let dir = src.dir.path().display().to_string();
+    let s = src.m().to_string();
+    // An increment from s: files changed, removed, moved, a hard link.
+    sh(&format!(
+        "cd {s} && rm -r d2 && mv d3 moved && for i in $(seq 1 400); do echo again $i > d1/n$i; done && ln d4/f3 \
+         d5/h && echo more >> deep/er/y"
+    ));
+    ok(&dualfs(&["snapshot", "create", &s, "t"]));
+    let inc = format!("{dir}/t.stream");
+    sh(&format!("{DUALFS} send --from s t {s} > {inc}"));
+    let [m, d] = devices(&dst);
+    dst.mount();
+    let empty = listing(dst.m());
+    let mnt = dst.m().to_string();
+    let cut = |stream: &str| {
+        let half = std::fs::metadata(stream).unwrap().len() / 2;
+        fails(&sh_output(&format!("head -c {half} {stream} | {DUALFS} receive {mnt}")), "cut short")
+    };
+    // A full stream cut short: the volume is empty again, and fsck, -p and
+    // the next receive say so.
+    cut(&full);
+    assert_eq!(listing(dst.m()), empty, "the cut full stream left names behind");
+    dst.umount();
+    let t = ok(&dualfs(&["fsck", &m, &d]));
+    assert!(t.contains("the volume is consistent") && !t.contains("under way"), "{t}");
+    let t = ok(&dualfs(&["fsck", "-p", &m, &d]));
+    assert!(!t.contains("UNEXPECTED"), "{t}");
+    // The whole stream then, and an increment cut short: the tree of s.
+    ok(&dualfs(&["receive", "--file", &full, &m, &d]));
+    dst.mount();
+    let first = listing(dst.m());
+    cut(&inc);
+    assert_eq!(listing(dst.m()), first, "the cut increment left the mirror changed");
+    dst.umount();
+    let t = ok(&dualfs(&["fsck", "-y", &m, &d]));
+    assert!(t.contains("the volume is consistent") && !t.contains("lost+found"), "{t}");
+    // The same increment whole: the mirror is the source.
+    dst.mount();
+    let t = ok(&sh_output(&format!("{DUALFS} receive {} < {inc}", dst.m())));
+    assert!(!t.contains("interrupted receive"), "{t}");
+    assert_eq!(listing(dst.m()), listing(&s), "the mirror is not the source");
+    dst.umount();
+    ok(&dualfs(&["fsck", &m, &d]));
     src.umount();
 }
 

@@ -4,7 +4,8 @@
 //! moved, one removed with its files, a name taken by another type, hard
 //! links, a new nested tree) is cut after each of its records and
 //! received by a mirror holding its base, on the explorer's recording
-//! devices. Each cut receive is refused and leaves the mirror as it was.
+//! devices; so is the full stream of that base, received by an empty
+//! volume. Each cut receive is refused and leaves the mirror as it was.
 //! Each crash state of its recording (the mark committed, the records
 //! before the cut made durable by the rollback's first commit, the
 //! rollback part done, the mark removed; cuts at flushes and writes,
@@ -14,7 +15,7 @@
 //!   the mark is there (the namespace disagreements it explains are
 //!   listed apart);
 //! - repair plans nothing for the namespace (nothing goes to lost+found)
-//!   and leaves the mark;
+//!   and leaves the mark; what follows runs on the volume it repaired;
 //! - it mounts, and shows the mirror as it was unless the receive is
 //!   marked under way;
 //! - receiving the whole stream then gives the new tree and its snapshot,
@@ -85,7 +86,9 @@ struct Setup {
     s1: BTreeMap<String, String>,
 }
 
-fn setup() -> Setup {
+/// The increment (`full` false) or the full stream of its base (received
+/// by an empty volume) as the stream to cut.
+fn setup(full: bool) -> Setup {
     let mut streams = (Vec::new(), Vec::new());
     let source = evolve(blank(), true, |v| {
         populate(v);
@@ -97,14 +100,17 @@ fn setup() -> Setup {
     send(m.clone(), d.clone(), None, "one", &mut streams.0).unwrap();
     send(m, d, Some("one"), "two", &mut streams.1).unwrap();
     let base = evolve(blank(), true, |v| {
-        v.receive(&mut &streams.0[..]).unwrap();
+        if !full {
+            v.receive(&mut &streams.0[..]).unwrap();
+        }
     });
+    let increment = if full { streams.0 } else { streams.1 };
     let open = |(m, d): Pair| Volume::open_with_clock(m, d, options(), fixed_clock()).unwrap();
     let s0 = digest(&open(devices(&base.0, &base.1)));
     let after = open(devices(&base.0, &base.1));
-    after.receive(&mut &streams.1[..]).unwrap();
+    after.receive(&mut &increment[..]).unwrap();
     let s1 = digest(&after);
-    Setup { base, increment: streams.1, s0, s1 }
+    Setup { base, increment, s0, s1 }
 }
 
 /// Where each record of `s` ends.
@@ -152,7 +158,14 @@ fn check(s: &Setup, meta: &Arc<Image>, data: &Arc<Image>) -> Result<(), String> 
     {
         return Err(format!("after repair: {:?}, receiving {:?}", after.problems, after.receiving));
     }
-    let vol = open(devices(meta, data))?;
+    // What follows runs on the volume as repair leaves it (`fsck -y`):
+    // repair must not have broken the receive for finishing or abandoning.
+    let repaired = || -> Result<Pair, String> {
+        let pair = devices(meta, data);
+        p.write(&*pair.0, &*pair.1).map_err(|e| format!("writing the repair: {e}"))?;
+        Ok(pair)
+    };
+    let vol = open(repaired()?)?;
     if vol.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_ok() != marked {
         return Err("the mount and fsck disagree about the mark".into());
     }
@@ -161,7 +174,7 @@ fn check(s: &Setup, meta: &Arc<Image>, data: &Arc<Image>) -> Result<(), String> 
     }
     drop(vol);
     // Finished by the whole stream.
-    let pair = devices(meta, data);
+    let pair = repaired()?;
     let vol = open(pair.clone())?;
     let got = vol.receive(&mut &s.increment[..]).map_err(|e| format!("receiving the stream again: {e}"))?;
     if got.resumed != marked {
@@ -174,7 +187,7 @@ fn check(s: &Setup, meta: &Arc<Image>, data: &Arc<Image>) -> Result<(), String> 
     fsck_clean(pair, "after finishing")?;
     // Or abandoned.
     if marked {
-        let pair = devices(meta, data);
+        let pair = repaired()?;
         let vol = open(pair.clone())?;
         vol.receive_abort(&mut Touched::default()).map_err(|e| format!("abort: {e}"))?;
         if digest(&vol) != s.s0 {
@@ -228,7 +241,17 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn a_receive_cut_at_every_record_boundary_leaves_states_fsck_repair_and_mount_know() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     faults::set(&[]);
-    let s = setup();
+    let s = setup(false);
+    assert!(boundaries(&s.increment).len() > 20, "a stream with records to cut between");
+    let failures = explore(&s);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn a_full_stream_cut_at_every_record_boundary_leaves_states_fsck_repair_and_mount_know() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    faults::set(&[]);
+    let s = setup(true);
     assert!(boundaries(&s.increment).len() > 20, "a stream with records to cut between");
     let failures = explore(&s);
     assert!(failures.is_empty(), "{failures:#?}");
@@ -238,7 +261,7 @@ fn a_receive_cut_at_every_record_boundary_leaves_states_fsck_repair_and_mount_kn
 fn without_the_mark_fsck_calls_a_cut_receive_broken() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     faults::set(&[]);
-    let s = setup();
+    let s = setup(false);
     faults::set(&[Fault::ReceiveWithoutMark]);
     let failures = explore(&s);
     faults::set(&[]);

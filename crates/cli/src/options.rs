@@ -260,6 +260,20 @@ fn atime_name(mode: AtimeMode) -> &'static str {
     }
 }
 
+/// The memory this process may use: the machine's, or its cgroup's
+/// limit when lower (cgroup v2 `memory.max`).
+fn machine_memory() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok()?.lines().find_map(|l| {
+        let kib = l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
+        Some(kib * 1024)
+    })?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|t| {
+        let path = t.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
+        std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?.trim().parse::<u64>().ok()
+    });
+    Some(cgroup.map_or(total, |c| c.min(total)))
+}
+
 /// Seconds as libfuse's `attr_timeout=` takes them: a fraction is allowed.
 fn seconds(name: &str, v: &str) -> Result<Duration> {
     match v.parse::<f64>() {
@@ -295,6 +309,16 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             let size = crate::args::parse_size(v).map_err(|e| anyhow::anyhow!("cache={v}: {e}"))?;
             if size < 16 << 20 {
                 bail!("cache={v}: give at least 16M");
+            }
+            if let Some(memory) = machine_memory()
+                && size > memory / 2
+            {
+                bail!(
+                    "cache={v}: this machine has {} of memory for this process (its cgroup's limit, if lower): give \
+                     at most half of it, {}",
+                    crate::mkfs::human_bytes(memory),
+                    crate::mkfs::human_bytes(memory / 2)
+                );
             }
             c.cache = Some(size);
         } else if let Some(v) = opt.strip_prefix("attr_timeout=") {

@@ -260,7 +260,7 @@ impl Harness {
                 let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
                     return Ok(());
                 };
-                let mode = FallocateMode { keep_size: true, punch_hole: true, zero_range: false };
+                let mode = FallocateMode::PUNCH_HOLE;
                 let got = self.vol().fallocate(ino, offset, len.max(1), mode);
                 self.model.punch(id, offset, len.max(1));
                 (errno(got), Ok(()))

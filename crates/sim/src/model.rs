@@ -209,7 +209,7 @@ impl Model {
     /// `EINVAL`: not block-aligned, empty, or reaching the end of the file.
     pub fn collapse(&mut self, id: Id, offset: u64, len: u64) -> Result<(), Errno> {
         let d = self.data_mut(id);
-        if len == 0 || offset % 4096 != 0 || len % 4096 != 0 || offset + len >= d.len() as u64 {
+        if len == 0 || !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) || offset + len >= d.len() as u64 {
             return Err(libc::EINVAL);
         }
         d.drain(offset as usize..(offset + len) as usize);
@@ -222,7 +222,7 @@ impl Model {
     /// `EINVAL`: not block-aligned, empty, or at or past the end of the file.
     pub fn insert(&mut self, id: Id, offset: u64, len: u64) -> Result<(), Errno> {
         let d = self.data_mut(id);
-        if len == 0 || offset % 4096 != 0 || len % 4096 != 0 || offset >= d.len() as u64 {
+        if len == 0 || !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) || offset >= d.len() as u64 {
             return Err(libc::EINVAL);
         }
         let at = offset as usize;

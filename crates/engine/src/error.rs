@@ -105,6 +105,13 @@ pub enum Error {
     /// Seeking past the end of the file for data or a hole.
     #[error("no such device or address (offset beyond the end of file)")]
     NoSuchOffset,
+    /// An operation on a fifo that only seekable files have (`fallocate`).
+    #[error("illegal seek (a fifo)")]
+    IllegalSeek,
+    /// An operation on a device or socket node that only regular files
+    /// have here (`fallocate`: the kernel sends a device's to its driver).
+    #[error("no such device (not a regular file)")]
+    NoDevice,
     /// Opening found commits that had been made durable and cannot be
     /// applied: writing would make the loss permanent, so the volume opens
     /// read-only or with the loss accepted (`MountOptions::accept_loss`).
@@ -172,6 +179,8 @@ impl Error {
             Error::Resize(_) | Error::Migrate(_) => libc::EINVAL,
             Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
+            Error::IllegalSeek => libc::ESPIPE,
+            Error::NoDevice => libc::ENODEV,
             Error::MustRead(_) => libc::EIO,
             Error::SnapshotRefused(_) => libc::EINVAL,
             Error::NoSnapshot(_) => libc::ENOENT,

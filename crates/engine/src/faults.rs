@@ -91,11 +91,15 @@ pub enum Fault {
     /// of the segment usage entries a checkpoint writes (they are its own
     /// no longer, and counted nowhere), so that their segments look free.
     UncountedCheckpointBlocks,
+    /// Collapse range: free the range and shrink the file in one commit
+    /// group, and move the extents after it down in the next (a crash
+    /// between shows the file cut short with its tail still in place).
+    CollapseSizeLater,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 27] = [
+    pub const ALL: [Fault; 28] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -123,6 +127,7 @@ impl Fault {
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
         Fault::UncountedCheckpointBlocks,
+        Fault::CollapseSizeLater,
     ];
 
     #[cfg(feature = "fault-injection")]

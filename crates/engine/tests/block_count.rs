@@ -57,7 +57,7 @@ fn punching_and_preallocating_keep_the_count_right() {
     let v = volume();
     let f = v.create(InodeNo::ROOT, b"f", 0o644, Creds::ROOT).unwrap().ino;
     v.write(f, 0, &vec![9u8; 8 * 4096]).unwrap();
-    let punch = FallocateMode { keep_size: true, punch_hole: true, zero_range: false };
+    let punch = FallocateMode::PUNCH_HOLE;
     v.fallocate(f, 2 * 4096, 3 * 4096, punch).unwrap();
     assert_eq!(blocks(&v, f), units(5), "dirty pages punched out give their reservations back");
     v.fallocate(f, 0, 20 * 4096, FallocateMode::default()).unwrap();

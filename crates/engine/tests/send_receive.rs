@@ -229,7 +229,7 @@ fn change_two(vol: &Volume) {
         file(vol, r, &format!("reborn-{i}"), &pattern(100 + i * 300, i as u8));
     }
     let big = lookup(vol, "dir/big");
-    let punch = FallocateMode { keep_size: true, punch_hole: true, zero_range: false };
+    let punch = FallocateMode::PUNCH_HOLE;
     vol.fallocate(big, 8192, 65536, punch).unwrap();
     let small = lookup(vol, "dir/small-moved");
     vol.write(small, 20_000, b"grown").unwrap();

@@ -36,6 +36,13 @@ pub enum Op {
     Truncate { file: u32, size: u64 },
     /// Punch a hole.
     Punch { file: u32, offset: u64, len: u64 },
+    /// Collapse a range: `blocks` blocks from block `at`, both bytes
+    /// `unaligned` off (0: aligned).
+    Collapse { file: u32, at: u16, blocks: u8, unaligned: u16 },
+    /// Insert a range, as `Collapse` counts it.
+    Insert { file: u32, at: u16, blocks: u8, unaligned: u16 },
+    /// Unshare `blocks` blocks from block `at` (the size grows to its end).
+    Unshare { file: u32, at: u16, blocks: u8 },
     /// Remove a non-directory name.
     Unlink { dir: u32, name: u8 },
     /// Remove a directory name.
@@ -260,9 +267,30 @@ impl Harness {
                 let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
                     return Ok(());
                 };
-                let mode = FallocateMode { keep_size: true, punch_hole: true, zero_range: false };
+                let mode = FallocateMode::PUNCH_HOLE;
                 let got = self.vol().fallocate(ino, offset, len.max(1), mode);
                 self.model.punch(id, offset, len.max(1));
+                (errno(got), Ok(()))
+            }
+            Op::Collapse { file, at, blocks, unaligned } | Op::Insert { file, at, blocks, unaligned } => {
+                let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
+                    return Ok(());
+                };
+                let (offset, len) = (u64::from(at) * 4096 + u64::from(unaligned), u64::from(blocks) * 4096);
+                let collapse = matches!(op, Op::Collapse { .. });
+                let mode = if collapse { FallocateMode::COLLAPSE_RANGE } else { FallocateMode::INSERT_RANGE };
+                let got = self.vol().fallocate(ino, offset, len, mode);
+                let want =
+                    if collapse { self.model.collapse(id, offset, len) } else { self.model.insert(id, offset, len) };
+                (errno(got), want)
+            }
+            Op::Unshare { file, at, blocks } => {
+                let Some((_, id, ino)) = self.pick(file, |k| matches!(k, Kind::File(_))) else {
+                    return Ok(());
+                };
+                let (offset, len) = (u64::from(at) * 4096, u64::from(blocks.max(1)) * 4096);
+                let got = self.vol().fallocate(ino, offset, len, FallocateMode::UNSHARE_RANGE);
+                self.model.unshare(id, offset, len);
                 (errno(got), Ok(()))
             }
             Op::Unlink { dir, name: n } => {

@@ -202,6 +202,44 @@ impl Model {
         }
     }
 
+    /// Removes `[offset, offset + len)` and moves what follows down, with
+    /// the kernel's rules (`FALLOC_FL_COLLAPSE_RANGE` on 4 KiB blocks).
+    ///
+    /// # Errors
+    /// `EINVAL`: not block-aligned, empty, or reaching the end of the file.
+    pub fn collapse(&mut self, id: Id, offset: u64, len: u64) -> Result<(), Errno> {
+        let d = self.data_mut(id);
+        if len == 0 || !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) || offset + len >= d.len() as u64 {
+            return Err(libc::EINVAL);
+        }
+        d.drain(offset as usize..(offset + len) as usize);
+        Ok(())
+    }
+
+    /// Inserts `len` zero bytes at `offset` (`FALLOC_FL_INSERT_RANGE`).
+    ///
+    /// # Errors
+    /// `EINVAL`: not block-aligned, empty, or at or past the end of the file.
+    pub fn insert(&mut self, id: Id, offset: u64, len: u64) -> Result<(), Errno> {
+        let d = self.data_mut(id);
+        if len == 0 || !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) || offset >= d.len() as u64 {
+            return Err(libc::EINVAL);
+        }
+        let at = offset as usize;
+        d.splice(at..at, std::iter::repeat_n(0u8, len as usize));
+        Ok(())
+    }
+
+    /// `FALLOC_FL_UNSHARE_RANGE` without keep-size: the contents stay, the
+    /// size grows to the range's end.
+    pub fn unshare(&mut self, id: Id, offset: u64, len: u64) {
+        let d = self.data_mut(id);
+        let end = (offset + len) as usize;
+        if d.len() < end {
+            d.resize(end, 0);
+        }
+    }
+
     /// Drops one link; a node with none goes unless `held`.
     fn unref(&mut self, id: Id, held: &dyn Fn(Id) -> bool) {
         let n = self.node_mut(id);

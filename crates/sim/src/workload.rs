@@ -49,6 +49,26 @@ pub enum Step {
         /// End of the range.
         size: u64,
     },
+    /// `fallocate` collapse (`collapse`) or insert of `[offset, offset + len)`.
+    Shift {
+        /// File.
+        path: String,
+        /// Where (block-aligned for the call to succeed).
+        offset: u64,
+        /// How many bytes.
+        len: u64,
+        /// Collapse, else insert.
+        collapse: bool,
+    },
+    /// `fallocate` unshare of `[offset, offset + len)`, keeping the size.
+    Unshare {
+        /// File.
+        path: String,
+        /// Where.
+        offset: u64,
+        /// How many bytes.
+        len: u64,
+    },
     /// `unlink`.
     Unlink(String),
     /// `rmdir`.
@@ -539,6 +559,28 @@ impl<'a> Runner<'a> {
                     self.model.truncate(id, *size);
                 }
                 (errno(vol.fallocate(ino, 0, *size, FallocateMode::default())), Ok(()))
+            }
+            Step::Shift { path, offset, len, collapse } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
+                if !self.is_file(id) {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                let (mode, want) = if *collapse {
+                    (FallocateMode::COLLAPSE_RANGE, self.model.collapse(id, *offset, *len))
+                } else {
+                    (FallocateMode::INSERT_RANGE, self.model.insert(id, *offset, *len))
+                };
+                (errno(vol.fallocate(ino, *offset, *len, mode)), want)
+            }
+            Step::Unshare { path, offset, len } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
+                if !self.is_file(id) {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                let mode = FallocateMode { keep_size: true, ..FallocateMode::UNSHARE_RANGE };
+                (errno(vol.fallocate(ino, *offset, *len, mode)), Ok(()))
             }
             Step::Unlink(p) | Step::Rmdir(p) => {
                 let Some((dir, name, _)) = self.model_path(p) else { return Ok(Promise::None) };

@@ -8,8 +8,10 @@ use crate::rng::Rng;
 use crate::workload::{Step, Workload};
 
 mod inline;
+mod ranges;
 mod resize;
 mod streams;
+pub use ranges::ranges;
 pub use resize::{resizes, shrink_data, shrink_meta};
 
 fn s(p: &str) -> String {
@@ -759,6 +761,7 @@ pub fn all() -> Vec<Workload> {
     v.push(cleaning());
     v.extend(snapshots());
     v.extend(clones());
+    v.extend(ranges());
     v
 }
 

@@ -291,6 +291,20 @@ fn crashes_around_clones_keep_every_tree_whole() {
     }
 }
 
+/// The range workloads on their own (they are in the campaign above
+/// too): every crash state shows each collapse and insert whole or not at
+/// all, and the snapshot as it was made.
+#[test]
+fn crashes_around_collapse_and_insert_show_them_whole() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::ranges() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 50, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}
+
 /// A volume with more inodes than the threshold leaves its inode map on
 /// disk at every recovery: roll-forward reads the blocks it replays into,
 /// the oracle's reads read the rest on demand, and orphans wait on the

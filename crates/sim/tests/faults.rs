@@ -60,6 +60,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a snapshot's blocks overwritten after it was made show it.
         list.extend(workloads::snapshots());
     }
+    if fault == Fault::CollapseSizeLater {
+        // Only a collapse shows it.
+        list.extend(workloads::ranges());
+    }
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }

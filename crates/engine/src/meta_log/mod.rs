@@ -473,6 +473,19 @@ impl Log {
             && est + OP_MAX_BLOCKS > self.group_limit.min(self.available_blocks(segments::OpKind::Grow))
     }
 
+    /// Whether an operation that may dirty `blocks` log blocks (more than
+    /// [`OP_MAX_BLOCKS`]: a collapse or insert rewriting an extent tree)
+    /// may start in the active commit group: within its size limit, or,
+    /// when the group holds nothing yet, within the room left. An empty
+    /// group takes an operation past the limit, so that the operation is
+    /// never cut in two.
+    #[must_use]
+    pub fn has_room_for(&self, blocks: usize) -> bool {
+        let est = self.estimate_blocks();
+        let limit = if self.has_dirty() { self.group_limit } else { usize::MAX };
+        est + blocks + OP_MAX_BLOCKS <= limit.min(self.available_blocks(segments::OpKind::Grow))
+    }
+
     // ---- inodes ----
 
     /// Reads an inode (through the cache).

@@ -362,6 +362,13 @@ pub fn destroy(store: &mut dyn NodeStore, root: Option<NodeId>) -> Result<()> {
     Ok(())
 }
 
+/// Most leaves `entries` values of `value_len` bytes can take (each leaf
+/// at least a quarter full), for capacity planning.
+#[must_use]
+pub fn leaves_for(entries: usize, value_len: usize) -> usize {
+    (entries * leaf_entry_len(value_len)).div_ceil(UNDERFULL) + 1
+}
+
 /// Encoded size of an internal node with `n` children (for capacity planning).
 #[must_use]
 pub fn internal_len(n: usize) -> usize {

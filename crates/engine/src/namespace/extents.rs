@@ -14,13 +14,16 @@ use crate::format::inode::{Body, EXTENT_UNWRITTEN, Extent, MAX_INLINE_EXTENTS, T
 use crate::format::node::TreeKind;
 use crate::types::{DataBlock, InodeNo};
 
+/// Bytes of an extent's value in the tree.
+pub(super) const EXTENT_VALUE_LEN: usize = 13;
+
 fn encode(e: &Extent) -> Vec<u8> {
-    let mut w = Writer::with_capacity(13);
+    let mut w = Writer::with_capacity(EXTENT_VALUE_LEN);
     w.u64(e.physical.0).u32(e.len).u8(if e.unwritten { EXTENT_UNWRITTEN } else { 0 });
     w.into_inner()
 }
 
-fn decode(logical: u64, v: &[u8], ino: InodeNo) -> Result<Extent> {
+pub(super) fn decode(logical: u64, v: &[u8], ino: InodeNo) -> Result<Extent> {
     let bad = || Error::corrupt_meta("extent", 0, format!("malformed extent at file block {logical} of inode {ino}"));
     let mut r = Reader::new(v);
     let physical = DataBlock(r.u64().map_err(|_| bad())?);
@@ -292,6 +295,59 @@ impl Fs {
             self.replace_extents(ino, &take, keep)?;
         }
         Ok((freed, done))
+    }
+
+    /// Moves every extent from file block `from` on by `delta` blocks, an
+    /// extent crossing `from` cut there first (a collapse or an insert).
+    /// The blocks moved onto hold no extent: a collapse unmapped them, an
+    /// insert moves up. A map in a tree is rewritten key by key, without
+    /// [`Fs::replace_extents`]' comparison of the two lists (quadratic),
+    /// and the whole moved range is noted as remapped for fsync records.
+    ///
+    /// # Errors
+    /// I/O and corruption errors.
+    pub fn shift_extents(&mut self, ino: InodeNo, from: u64, delta: i64) -> Result<()> {
+        let tail: Vec<Extent> =
+            self.extents_around(ino, from, u64::MAX)?.into_iter().filter(|e| e.logical_end() > from).collect();
+        if tail.is_empty() {
+            return Ok(());
+        }
+        let mut new = Vec::with_capacity(tail.len() + 1);
+        for e in &tail {
+            new.extend(clip(e, 0, from));
+            if let Some(after) = clip(e, from, u64::MAX) {
+                let logical = after.logical.checked_add_signed(delta).ok_or(Error::FileTooBig)?;
+                new.push(Extent { logical, ..after });
+            }
+        }
+        let lowest = from.checked_add_signed(delta.min(0)).unwrap_or(0);
+        debug_assert!(
+            delta > 0 || self.extents_around(ino, lowest, from)?.iter().all(|e| clip(e, lowest, from).is_none()),
+            "extents of inode {ino} in the way of a shift"
+        );
+        // One range from the lowest block moved onto: a block moving between
+        // two ranges of a record would be gained by one while the other still
+        // maps it, which replay refuses.
+        self.intents.remapped(ino, lowest, u64::MAX);
+        let Body::Tree(t) = self.log.inode(ino)?.body.clone() else {
+            return self.replace_extents(ino, &tail, new);
+        };
+        let (mut root, mut count) = (Some(t.root), t.count);
+        for o in &tail {
+            let (r, prev) = btree::remove(&mut self.log.tree(ino), root, o.logical)?;
+            root = r;
+            count -= u64::from(prev.is_some());
+        }
+        for e in &new {
+            let (r, prev) = btree::insert(&mut self.log.tree(ino), root, TreeKind::Extents, e.logical, encode(e))?;
+            root = Some(r);
+            count += u64::from(prev.is_none());
+        }
+        self.log.inode_mut(ino)?.body = match root {
+            Some(root) => Body::Tree(TreeRoot { root, count }),
+            None => Body::Empty,
+        };
+        Ok(())
     }
 
     /// Marks `[start, end)` as written wherever it is allocated unwritten.

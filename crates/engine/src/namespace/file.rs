@@ -287,7 +287,7 @@ impl Fs {
     }
 
     /// Moves inline bytes into a page so that the file can grow past the inline limit.
-    fn uninline(&mut self, ino: InodeNo) -> Result<()> {
+    pub(super) fn uninline(&mut self, ino: InodeNo) -> Result<()> {
         let Body::Inline(bytes) = &self.log.inode(ino)?.body else {
             return Ok(());
         };

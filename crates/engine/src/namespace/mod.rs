@@ -19,6 +19,7 @@ pub mod refs;
 pub mod relocate;
 pub mod replace;
 pub mod replay;
+pub mod shift;
 pub mod spare;
 pub mod writeback;
 pub mod xattr;

@@ -421,6 +421,41 @@ impl PageCache {
         }
     }
 
+    /// Moves every page of `ino` at block `from` or after by `delta` blocks
+    /// (a collapsed or inserted range: the extents move with them, so each
+    /// page stays over the block it was over, and its state, reservation
+    /// and data block stay right). Pages a commit is writing move too, and
+    /// so do the notes of which pages each commit was handed, so that the
+    /// commit's end drops them where they now are. The caller made sure
+    /// the blocks the pages move onto hold none (a collapse discards the
+    /// range first; an insert moves up).
+    pub(super) fn shift(&mut self, ino: InodeNo, from: u64, delta: i64) {
+        let moved = |b: u64| b.checked_add_signed(delta).unwrap_or(b);
+        if let Some(pages) = self.files.get_mut(&ino) {
+            let tail = pages.split_off(&from);
+            debug_assert!(
+                tail.keys().next().is_none_or(|&b| pages.range(moved(b)..).next().is_none()),
+                "pages shifted onto pages of inode {ino}"
+            );
+            pages.extend(tail.into_iter().map(|(b, p)| (moved(b), p)));
+        }
+        for handed in self.handed.values_mut() {
+            for (i, b) in handed.iter_mut() {
+                if *i == ino && *b >= from {
+                    *b = moved(*b);
+                }
+            }
+        }
+    }
+
+    /// Forgets that commits were handed pages of `ino` in `[from, to)`
+    /// (discarded: other pages may move there).
+    pub(super) fn forget_handed(&mut self, ino: InodeNo, from: u64, to: u64) {
+        for handed in self.handed.values_mut() {
+            handed.retain(|&(i, b)| i != ino || b < from || b >= to);
+        }
+    }
+
     /// Removes pages of `ino` at blocks `>= from` (and `< to`); returns how
     /// many held reservations.
     pub(super) fn discard(&mut self, ino: InodeNo, from: u64, to: u64) -> u64 {

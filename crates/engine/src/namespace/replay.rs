@@ -118,16 +118,28 @@ impl Fs {
                 self.log.inode_mut(ino)?.blocks = n;
             }
         }
-        for (at, (ino, block, bytes)) in copies {
-            // A copy whose block the file no longer maps there is stale.
-            let here = self.log.inode(ino).is_ok()
-                && self
-                    .extent_at(ino, block)?
-                    .is_some_and(|e| !e.unwritten && e.physical.0 + (block - e.logical) == at);
-            if here {
-                self.pages.insert_queued(ino, block, DataBlock(at), &bytes);
-                report.data_blocks += 1;
+        // Each file's written blocks by data block, read once: a collapse or
+        // an insert after a copy was made moves its block within the file.
+        let mut maps: HashMap<InodeNo, Vec<Extent>> = HashMap::new();
+        for (at, (ino, _, bytes)) in copies {
+            if self.log.inode(ino).is_err() {
+                continue;
             }
+            let map = match maps.entry(ino) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let mut m = self.extents_around(ino, 0, u64::MAX)?;
+                    m.retain(|e| !e.unwritten);
+                    m.sort_unstable_by_key(|e| e.physical.0);
+                    v.insert(m)
+                }
+            };
+            // A copy whose block the file no longer maps (written) is stale.
+            let i = map.partition_point(|e| e.physical.0 + u64::from(e.len) <= at);
+            let Some(e) = map.get(i).filter(|e| e.physical.0 <= at) else { continue };
+            let now = e.logical + (at - e.physical.0);
+            self.pages.insert_queued(ino, now, DataBlock(at), &bytes);
+            report.data_blocks += 1;
         }
         Ok(report)
     }

@@ -2,14 +2,14 @@
 //! write, preallocation and holes, and the durability calls.
 
 use super::atime::Touch;
-use super::{FallocateMode, Stamp, Volume, lock};
+use super::{Stamp, Volume, lock};
 use crate::device::AlignedBuf;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::inode::Body;
 use crate::meta_log::segments::OpKind;
-use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
+use crate::namespace::file::{ReadPiece, Whence};
 use crate::namespace::spare::Prefilled;
-use crate::types::{BLOCK_SIZE, FileKind, InodeNo};
+use crate::types::{BLOCK_SIZE, InodeNo};
 
 /// Pages one file may hold in memory before the background writer starts
 /// on them (32 MiB): a file written this far in one go is streamed, and its
@@ -182,57 +182,6 @@ impl Volume {
                 fs.inode_mut(ino)?.ctime = now;
             }
             Ok(dropped)
-        })
-    }
-
-    /// Allocates, zeroes or deallocates a range of a regular file.
-    ///
-    /// # Errors
-    /// `Invalid` for an empty range, `NotSupported` for punching without
-    /// keeping the size, `FileTooBig`, `NoSpace(Data)`.
-    pub fn fallocate(&self, ino: InodeNo, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
-        if len == 0 {
-            return Err(Error::Invalid("fallocate of an empty range"));
-        }
-        if mode.punch_hole && !mode.keep_size {
-            return Err(Error::NotSupported);
-        }
-        let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
-        if end > MAX_FILE_SIZE {
-            return Err(Error::FileTooBig);
-        }
-        let kind = Volume::kind_of(&mut lock(&self.fs), ino)?;
-        match kind {
-            FileKind::Regular => {}
-            FileKind::Directory => return Err(Error::IsDir),
-            _ => return Err(Error::Invalid("fallocate needs a regular file")),
-        }
-        {
-            let mut fs = lock(&self.fs);
-            fs.pages.expire(ino);
-            // Allocation changes the mapping the held record would undo.
-            fs.release_replacement(ino)?;
-        }
-        if mode.punch_hole || mode.zero_range {
-            while !self.mutate(OpKind::Shrink, |fs, _| fs.punch_hole_step(ino, offset, len))? {}
-        }
-        if !mode.punch_hole {
-            while !self.mutate(OpKind::Grow, |fs, _| fs.preallocate_step(ino, offset, len, 8))? {}
-        }
-        self.mutate(OpKind::Grow, |fs, now| {
-            let mut rec = fs.inode_mut(ino)?;
-            let grow = !mode.keep_size && !mode.punch_hole && end > rec.size;
-            if grow {
-                rec.size = end;
-            }
-            // Every mode moves both, as on ext4 (POSIX says nothing).
-            rec.mtime = now;
-            rec.ctime = now;
-            drop(rec);
-            if grow {
-                fs.intents.resized(ino);
-            }
-            Ok(())
         })
     }
 

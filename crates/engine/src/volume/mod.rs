@@ -14,6 +14,7 @@ mod atime;
 mod clean;
 mod clock;
 mod commit;
+mod fallocate;
 mod files;
 mod fsync;
 mod load;

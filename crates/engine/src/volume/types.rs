@@ -137,7 +137,8 @@ pub struct RenameFlags {
     pub exchange: bool,
 }
 
-/// `fallocate` modes.
+/// `fallocate` modes: none of the range modes allocates the range (mode
+/// 0); at most one of them may be set.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct FallocateMode {
     /// Do not change the file size.
@@ -146,6 +147,51 @@ pub struct FallocateMode {
     pub punch_hole: bool,
     /// Zero the range (deallocate, then allocate unwritten).
     pub zero_range: bool,
+    /// Remove the range and move what follows down (`FALLOC_FL_COLLAPSE_RANGE`).
+    pub collapse_range: bool,
+    /// Insert a hole of the range's length at its offset, moving what
+    /// follows up (`FALLOC_FL_INSERT_RANGE`).
+    pub insert_range: bool,
+    /// Give the file its own copies of the blocks a snapshot shares in the
+    /// range, then allocate the range as mode 0 (`FALLOC_FL_UNSHARE_RANGE`).
+    pub unshare_range: bool,
+}
+
+impl FallocateMode {
+    /// Mode 0: allocate the range, growing the file.
+    pub const ALLOCATE: FallocateMode = FallocateMode {
+        keep_size: false,
+        punch_hole: false,
+        zero_range: false,
+        collapse_range: false,
+        insert_range: false,
+        unshare_range: false,
+    };
+    /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
+    pub const PUNCH_HOLE: FallocateMode = FallocateMode { keep_size: true, punch_hole: true, ..Self::ALLOCATE };
+    /// `FALLOC_FL_COLLAPSE_RANGE`.
+    pub const COLLAPSE_RANGE: FallocateMode = FallocateMode { collapse_range: true, ..Self::ALLOCATE };
+    /// `FALLOC_FL_INSERT_RANGE`.
+    pub const INSERT_RANGE: FallocateMode = FallocateMode { insert_range: true, ..Self::ALLOCATE };
+    /// `FALLOC_FL_UNSHARE_RANGE` (the size grows as with mode 0).
+    pub const UNSHARE_RANGE: FallocateMode = FallocateMode { unshare_range: true, ..Self::ALLOCATE };
+
+    /// Checks the combination as Linux's `vfs_fallocate` does: one range
+    /// mode at most, punching keeps the size, collapse and insert change it.
+    ///
+    /// # Errors
+    /// `NotSupported` for two range modes or a punch that would change the
+    /// size; `Invalid` for a collapse or insert told to keep the size.
+    pub fn check(&self) -> crate::error::Result<()> {
+        let modes = [self.punch_hole, self.zero_range, self.collapse_range, self.insert_range, self.unshare_range];
+        if modes.into_iter().filter(|&m| m).count() > 1 || (self.punch_hole && !self.keep_size) {
+            return Err(crate::error::Error::NotSupported);
+        }
+        if (self.collapse_range || self.insert_range) && self.keep_size {
+            return Err(crate::error::Error::Invalid("collapse or insert range cannot keep the size"));
+        }
+        Ok(())
+    }
 }
 
 /// Space and inode figures for `statfs`.

@@ -281,7 +281,7 @@ impl<'a> Apply<'a> {
                 vol.write_with(ino, offset, &data, Stamp::Keep).map(|_| ())
             }
             Record::Hole { offset, len } if kind == Some(FileKind::Regular) => {
-                let mode = FallocateMode { keep_size: true, punch_hole: true, zero_range: false };
+                let mode = FallocateMode::PUNCH_HOLE;
                 vol.fallocate(ino, offset, len, mode)
             }
             Record::Truncate { .. } | Record::Write { .. } | Record::Hole { .. } => wrong("file data"),

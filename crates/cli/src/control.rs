@@ -37,7 +37,7 @@ impl Mounted {
     pub fn find(mountpoint: &Path) -> Result<Mounted> {
         let root =
             std::fs::canonicalize(mountpoint).with_context(|| format!("cannot resolve {}", mountpoint.display()))?;
-        crate::umount::find(&root)?;
+        crate::mountinfo::find(&root)?;
         Ok(Mounted { root })
     }
 

@@ -17,10 +17,9 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, FileTypeExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::format::block::{BLOCK_MAGIC, HEADER_LEN};
 use dualfs_engine::format::checkpoint::CHECKPOINT_MAGIC;
@@ -28,41 +27,10 @@ use dualfs_engine::format::checksum::{self, crc32c};
 use dualfs_engine::format::superblock::{INCOMPAT_SCANNED_NAMES, Role, SUPER_MAGIC, Superblock};
 use dualfs_engine::types::BLOCK_BYTES;
 
+use crate::args::{MetadumpArgs, MetarestoreArgs};
 use crate::devices::{Access, open_pair};
-use crate::inspect::uuid;
-use crate::mkfs::human_bytes;
 use crate::obfuscate::{FSYNC_KIND, Obfuscator, Outcome, zeros_with_crc};
-
-/// Arguments of `dualfs metadump`.
-#[derive(Args, Debug)]
-pub struct MetadumpArgs {
-    /// The meta-data device or image file.
-    pub meta: PathBuf,
-    /// The data device or image file (only its superblock is read).
-    pub data: PathBuf,
-    /// The dump file to write; `-` for standard output.
-    pub out: PathBuf,
-    /// Keep names, symlink targets, inline file data and xattr values.
-    #[arg(long)]
-    pub no_obfuscate: bool,
-    /// Overwrite OUT if it exists.
-    #[arg(long, short)]
-    pub force: bool,
-}
-
-/// Arguments of `dualfs metarestore`.
-#[derive(Args, Debug)]
-pub struct MetarestoreArgs {
-    /// The dump file; `-` for standard input.
-    pub dump: PathBuf,
-    /// The meta-data device or image file to write (created if missing).
-    pub meta: PathBuf,
-    /// The data device or image file to write (created if missing).
-    pub data: PathBuf,
-    /// Overwrite devices that hold a file system.
-    #[arg(long, short)]
-    pub force: bool,
-}
+use crate::words::{human_bytes, uuid};
 
 /// `"DUALDUMP"`: the dump's magic.
 const DUMP_MAGIC: &[u8; 8] = b"DUALDUMP";

@@ -18,36 +18,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use clap::ValueEnum;
 use dualfs_engine::device::tracing::{BlockClass, TraceDevice, TraceOp};
 use dualfs_engine::types::BLOCK_BYTES;
 use serde_json::{Value, json};
 
 use super::{Layout, Trace};
 
-pub const HELP: &str = "\
-Models:
-  hdd5400  the DualFS paper's disk (Seagate ST-34310A, 5,400 rpm IDE):
-           seek 1.5-21 ms, 9.3 ms average; 10 MB/s; 512 KiB read-ahead
-  hdd7200  a current 7,200 rpm SATA disk: seek 0.8-16 ms, 8.5 ms average;
-           160 MB/s; 2 MiB read-ahead
-  ssd      a SATA SSD: 80 us per read, 30 us per write, 500 MB/s, 0.5 ms per flush
-
-Layouts: one-disk puts the meta-data (or journal) device on the outer
-tracks and the data device after it, on one disk whose size is their sum;
-two-disks gives each device a disk of its own, as large as the larger
-device. Write caches are off: a flush costs nothing on a disk.";
-
-/// The disk models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Model {
-    /// The paper's 5,400 rpm IDE disk.
-    Hdd5400,
-    /// A current 7,200 rpm SATA disk.
-    Hdd7200,
-    /// A SATA SSD.
-    Ssd,
-}
+pub use crate::args::Model;
 
 impl Model {
     /// The name on the command line.

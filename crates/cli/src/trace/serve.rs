@@ -11,12 +11,10 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use dualfs_engine::device::tracing::{BlockClass, TraceDevice, TraceOp, TraceRecord, TraceSink};
 use dualfs_engine::types::BLOCK_BYTES;
 use dualfs_wire::abi::{
@@ -24,35 +22,7 @@ use dualfs_wire::abi::{
 };
 use dualfs_wire::{Handler, Outcome, Server, Transports};
 
-pub const HELP: &str = "\
-Serves until unmounted (fusermount3 -u MNT). Typical use, for ext4 with its
-journal on a second device:
-
-  dualfs trace serve main.img /tmp/t-main --out main.trace --device d &
-  dualfs trace serve jrnl.img /tmp/t-jrnl --out jrnl.trace --device m &
-  losetup --direct-io=on -f --show /tmp/t-main/image     # /dev/loop0
-  losetup --direct-io=on -f --show /tmp/t-jrnl/image     # /dev/loop1
-  mkfs.ext4 -J device=/dev/loop1 /dev/loop0 ...
-  dualfs trace summary main.trace jrnl.trace
-
-Blocks of the main device are classed `fs`, of a journal or log device
-`journal` (the peer's blocks are not decoded).";
-
-/// Arguments of `dualfs trace serve`.
-#[derive(Args, Debug)]
-pub struct ServeArgs {
-    /// The image file to expose.
-    pub image: PathBuf,
-    /// An empty directory to mount on; the image appears as MNT/image.
-    pub mountpoint: PathBuf,
-    /// The trace file to write.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Which device this image is: d (main or data device) or m (journal,
-    /// log or meta-data device).
-    #[arg(long, default_value = "d", value_parser = ["d", "m"])]
-    pub device: String,
-}
+pub use crate::args::ServeArgs;
 
 const ROOT: u64 = abi::ROOT_ID;
 const IMAGE: u64 = 2;

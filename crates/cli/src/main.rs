@@ -28,6 +28,8 @@ mod helper;
 mod holder;
 mod inspect;
 mod inspect_text;
+#[cfg(test)]
+mod manual;
 mod metadump;
 mod migrate;
 mod mkfs;

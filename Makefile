@@ -13,11 +13,15 @@ SIZE ?= 4G
 DUALFS = target/release/dualfs
 
 # Where `make install` puts the binary and the helpers mount(8), mkfs(8)
-# and fsck(8) look for (they search /sbin, not PATH).
+# and fsck(8) look for (they search /sbin, not PATH), the manual pages and
+# the shell completions.
 PREFIX ?= /usr/local
 SBINDIR ?= /sbin
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 
-.PHONY: test test-uring check-style deps fuzz mount umount build install uninstall bench bench-deps bench-report bench-requests xfstests
+.PHONY: test test-uring check-style deps fuzz mount umount build install uninstall manuals bench bench-deps bench-report bench-requests xfstests
 
 # Every test, and the style gates CI enforces: the workspace (its mount
 # suites over /dev/fuse), then a representative set of the mount suites
@@ -62,10 +66,24 @@ install: build
 	ln -sf $(PREFIX)/bin/dualfs $(DESTDIR)$(SBINDIR)/mount.fuse.dualfs
 	ln -sf $(PREFIX)/bin/dualfs $(DESTDIR)$(SBINDIR)/mkfs.dualfs
 	ln -sf $(PREFIX)/bin/dualfs $(DESTDIR)$(SBINDIR)/fsck.dualfs
+	install -d $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 crates/cli/man/*.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 crates/cli/man/*.8 $(DESTDIR)$(MANDIR)/man8/
+	install -D -m 0644 crates/cli/completions/dualfs.bash $(DESTDIR)$(BASHCOMPDIR)/dualfs
+	install -D -m 0644 crates/cli/completions/_dualfs $(DESTDIR)$(ZSHCOMPDIR)/_dualfs
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/dualfs $(DESTDIR)$(SBINDIR)/mount.fuse.dualfs \
-		$(DESTDIR)$(SBINDIR)/mkfs.dualfs $(DESTDIR)$(SBINDIR)/fsck.dualfs
+		$(DESTDIR)$(SBINDIR)/mkfs.dualfs $(DESTDIR)$(SBINDIR)/fsck.dualfs \
+		$(DESTDIR)$(BASHCOMPDIR)/dualfs $(DESTDIR)$(ZSHCOMPDIR)/_dualfs
+	cd crates/cli/man && for f in *.5; do rm -f $(DESTDIR)$(MANDIR)/man5/$$f; done
+	cd crates/cli/man && for f in *.8; do rm -f $(DESTDIR)$(MANDIR)/man8/$$f; done
+
+# The manual pages (crates/cli/man) and shell completions
+# (crates/cli/completions) written again from the command line's definition,
+# after a change to it; `make test` fails while they are out of date.
+manuals:
+	DUALFS_WRITE_MANUALS=1 $(CARGO) test --release -p dualfs-cli --bin dualfs manual
 
 # The benchmark suite against ext2, ext4, ext4 with an external journal, XFS
 # with an external log, btrfs and fuse2fs, on loop devices (root; about an

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod admin;
+pub use admin::*;
+
 /// DualFS: a Linux file system that keeps file data and meta-data on two
 /// devices. Data goes to the data device, in groups written in place;
 /// every piece of meta-data lives once, in a log on the meta-data device.
@@ -47,11 +50,11 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Write a snapshot, or what changed between two, as a stream for
     /// `dualfs receive` (a mirror kept up to date).
-    #[command(after_help = crate::send::SEND_HELP)]
-    Send(crate::send::SendArgs),
+    #[command(after_help = SEND_HELP)]
+    Send(SendArgs),
     /// Apply a stream of `dualfs send` to another volume (mounted or not).
-    #[command(after_help = crate::send::RECEIVE_HELP)]
-    Receive(crate::send::ReceiveArgs),
+    #[command(after_help = RECEIVE_HELP)]
+    Receive(ReceiveArgs),
     /// Make a writable clone of a snapshot (mounted or not); mount it with
     /// `dualfs mount -o clone=NAME`.
     #[command(after_help = CLONE_HELP)]
@@ -60,32 +63,32 @@ pub enum Command {
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
     /// Grow a volume into room its devices gained (mounted or not).
-    #[command(after_help = crate::resize::RESIZE_HELP)]
-    Resize(crate::resize::ResizeArgs),
+    #[command(after_help = RESIZE_HELP)]
+    Resize(ResizeArgs),
     /// Move the meta-data or data device to another (mounted or not).
-    #[command(after_help = crate::migrate::MIGRATE_HELP)]
-    Migrate(crate::migrate::MigrateArgs),
+    #[command(after_help = MIGRATE_HELP)]
+    Migrate(MigrateArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
-    Trace(crate::trace::TraceArgs),
+    Trace(TraceArgs),
     /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
     #[command(after_help = PROBE_HELP)]
-    Probe(crate::probe::ProbeArgs),
+    Probe(ProbeArgs),
     /// Change a volume's label, UUID or default mount options (unmounted).
     #[command(after_help = TUNE_HELP)]
-    Tune(crate::tune::TuneArgs),
+    Tune(TuneArgs),
     /// Print a file of an unmounted, even damaged, volume.
     #[command(after_help = CAT_HELP)]
-    Cat(crate::extract::CatArgs),
+    Cat(CatArgs),
     /// Copy a file or a tree out of an unmounted, even damaged, volume.
     #[command(after_help = GET_HELP)]
-    Get(crate::extract::GetArgs),
+    Get(GetArgs),
     /// Write a volume's meta-data (names replaced, no file contents) to a
     /// file to send to a developer.
     #[command(after_help = METADUMP_HELP)]
-    Metadump(crate::metadump::MetadumpArgs),
+    Metadump(MetadumpArgs),
     /// Turn a metadump back into a volume (file contents read as zeros).
     #[command(after_help = METARESTORE_HELP)]
-    Metarestore(crate::metadump::MetarestoreArgs),
+    Metarestore(MetarestoreArgs),
 }
 
 const METADUMP_HELP: &str = "\
@@ -334,7 +337,7 @@ impl Command {
     pub fn only_reports(&self) -> bool {
         match self {
             Command::Fsck(_) | Command::Inspect(_) | Command::Stats(_) => true,
-            Command::Trace(t) => !matches!(t.what, crate::trace::TraceCommand::Serve(_)),
+            Command::Trace(t) => !matches!(t.what, TraceCommand::Serve(_)),
             Command::Probe(_) | Command::Cat(_) | Command::Metadump(_) | Command::Send(_) => true,
             Command::Snapshot(a) => matches!(a.action, SnapshotAction::List { .. } | SnapshotAction::Show { .. }),
             Command::Mkfs(_)

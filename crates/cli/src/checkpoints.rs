@@ -10,10 +10,10 @@ use dualfs_engine::device::read as read_blocks;
 use dualfs_engine::format::checkpoint::Checkpoint;
 use dualfs_engine::format::superblock::CHECKPOINT_SLOTS;
 use dualfs_engine::meta_log::mount::OpenReport;
+use dualfs_engine::meta_log::recovery::{LogEnd, Stop};
 use serde_json::{Value, json};
 
-use crate::inspect::date;
-use crate::words::count;
+use crate::words::{count, date};
 
 fn slot_json(meta: &dyn BlockDevice, block: u64) -> Value {
     let raw = match read_blocks(meta, DeviceRole::Meta, block, 1) {
@@ -59,7 +59,7 @@ pub fn checkpoints_json(meta: &dyn BlockDevice, open: Option<&OpenReport>) -> Va
             "partial_segments": r.recovery.partial_segments,
             "blocks": r.recovery.blocks_scanned,
             "end": r.recovery.end.to_string(),
-            "stop": crate::inspect::log_end_json(&r.recovery.end),
+            "stop": log_end_json(&r.recovery.end),
         })),
     })
 }
@@ -108,4 +108,15 @@ pub fn render(v: &Value) -> String {
         o.push_str("the volume cannot be opened from either checkpoint\n");
     }
     o
+}
+
+/// Why roll-forward stopped, for scripts: whether the end is clean, and the
+/// check each candidate place failed (its name, block and plain words).
+pub fn log_end_json(end: &LogEnd) -> Value {
+    let stop = |s: &Stop| json!({ "kind": s.name(), "block": s.block(), "why": s.to_string() });
+    json!({
+        "clean": end.is_clean(),
+        "reason": stop(&end.reason),
+        "next_segment": end.next_segment.as_ref().map(stop),
+    })
 }

@@ -14,11 +14,10 @@ use serde_json::{Value, json};
 
 use crate::args::CleanArgs;
 use crate::control::Mounted;
+use crate::devices::split_source;
 use crate::devices::{Access, open_pair};
-use crate::helper::split_source;
-use crate::mkfs::human_bytes;
 use crate::progress::segment_bar;
-use crate::words::count;
+use crate::words::{count, human_bytes};
 
 /// How often a mounted clean's progress is read.
 const POLL: Duration = Duration::from_millis(100);

@@ -39,7 +39,7 @@ impl Mounted {
         crate::itself::refuse_dead_mount(mountpoint)?;
         let root =
             std::fs::canonicalize(mountpoint).with_context(|| format!("cannot resolve {}", mountpoint.display()))?;
-        crate::umount::find(&root)?;
+        crate::mountinfo::find(&root)?;
         Ok(Mounted { root })
     }
 

@@ -122,8 +122,45 @@ pub fn named(meta: &Path, data: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
             crate::find::device(meta, dualfs_engine::format::superblock::Role::Meta)?,
             crate::find::device(d, dualfs_engine::format::superblock::Role::Data)?,
         )),
-        None => crate::helper::split_source(&meta.to_string_lossy(), None),
+        None => split_source(&meta.to_string_lossy(), None),
     }
+}
+
+/// SOURCE names both devices: `META#DATA`, or `META:DATA` when neither
+/// path contains a colon, or just `META` with `-o data=DATA`. Either side
+/// may be `UUID=…` or `LABEL=…`, and SOURCE may be one tag or one device
+/// alone, whose partner is then looked for among the block devices.
+///
+/// Splits SOURCE into the two device paths, looking tags up.
+///
+/// # Errors
+/// A SOURCE that does not name both devices, a tag no device answers to,
+/// or one device whose partner is not found.
+pub fn split_source(source: &str, data_option: Option<&str>) -> Result<(PathBuf, PathBuf)> {
+    let pair = |m: &str, d: &str| -> Result<(PathBuf, PathBuf)> {
+        Ok((
+            crate::find::device(Path::new(m), dualfs_engine::format::superblock::Role::Meta)?,
+            crate::find::device(Path::new(d), dualfs_engine::format::superblock::Role::Data)?,
+        ))
+    };
+    if let Some(data) = data_option {
+        return pair(source, data);
+    }
+    if let Some((m, d)) = source.split_once('#') {
+        return pair(m, d);
+    }
+    let colons: Vec<_> = source.match_indices(':').collect();
+    if let [(i, _)] = colons[..]
+        && crate::find::Tag::parse(source).is_none()
+    {
+        return pair(&source[..i], &source[i + 1..]);
+    }
+    if crate::find::Tag::parse(source).is_some() || Path::new(source).exists() {
+        return crate::find::both(source);
+    }
+    bail!(
+        "the source {source:?} must name both devices: META#DATA (or META:DATA), META with -o data=DATA, UUID=… or LABEL=…"
+    )
 }
 
 /// Opens the meta-data and data devices of a volume.
@@ -135,4 +172,21 @@ pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<DevicePair>
     let m = open_one(meta, DeviceRole::Meta, access)?;
     let d = open_one(data, DeviceRole::Data, access)?;
     Ok((m, d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_name_both_devices() {
+        let (m, d) = split_source("/v/meta.img#/v/data.img", None).unwrap();
+        assert_eq!((m.to_str(), d.to_str()), (Some("/v/meta.img"), Some("/v/data.img")));
+        let (m, d) = split_source("/dev/sdb1:/dev/sdc1", None).unwrap();
+        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/sdb1"), Some("/dev/sdc1")));
+        let (m, d) = split_source("/dev/disk/by-path/pci-0:1", Some("/d")).unwrap();
+        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/disk/by-path/pci-0:1"), Some("/d")));
+        assert!(split_source("/dev/sdb1", None).is_err());
+        assert!(split_source("a:b:c", None).is_err());
+    }
 }

@@ -19,14 +19,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::Volume;
 use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, Timestamp};
 use dualfs_engine::volume::{Attr, MountOptions};
 
+use crate::args::{CatArgs, GetArgs};
 use crate::devices::{Access, named, open_pair};
+use crate::exit::Exit;
 use crate::inspect::resolve;
-use crate::mount::Exit;
 use crate::words::count;
 
 /// Exit status when something was skipped (as fsck's "problems left").
@@ -36,35 +36,6 @@ const CHUNK: usize = 1 << 20;
 /// Deepest directory nesting followed: a corrupt volume cannot make the
 /// walk run on (nor a loop, which the visited set also stops).
 const MAX_DEPTH: usize = 4096;
-
-/// Arguments of `dualfs cat`.
-#[derive(Args, Debug)]
-pub struct CatArgs {
-    /// The meta-data device or image file (or UUID=…, LABEL=…).
-    pub meta: PathBuf,
-    /// The data device or image file.
-    pub data: PathBuf,
-    /// The file, as a path inside the volume starting with '/', or an
-    /// inode number.
-    pub path: String,
-}
-
-/// Arguments of `dualfs get`.
-#[derive(Args, Debug)]
-pub struct GetArgs {
-    /// The meta-data device or image file (or UUID=…, LABEL=…).
-    pub meta: PathBuf,
-    /// The data device or image file.
-    pub data: PathBuf,
-    /// What to copy: a path inside the volume starting with '/' (a file,
-    /// a symlink or a whole tree), or an inode number.
-    pub path: String,
-    /// Where to: a new path, or an existing directory to copy into.
-    pub dest: PathBuf,
-    /// Name every file copied on standard output.
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
-}
 
 fn open_volume(meta: &Path, data: &Path) -> Result<Volume> {
     let (meta, data) = named(meta, Some(data))?;
@@ -434,7 +405,7 @@ pub fn get(args: &GetArgs) -> Result<()> {
         count(t.dirs, "directory"),
         count(t.symlinks, "symlink"),
         count(t.others, "special file"),
-        crate::mkfs::human_bytes(t.bytes),
+        crate::words::human_bytes(t.bytes),
         dest.display()
     );
     if t.problems.is_empty() {

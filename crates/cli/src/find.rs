@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use dualfs_engine::format::superblock::{Role, SUPER_MAGIC, Superblock};
 use dualfs_engine::types::BLOCK_SIZE;
 
-use crate::inspect::uuid;
+use crate::words::uuid;
 
 /// What a device holds, as far as DualFS is concerned.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::args::FsckArgs;
 use crate::devices::{Access, open_pair};
-use crate::mount::Exit;
+use crate::exit::Exit;
 use crate::progress::{Activity, Meter};
 use crate::words::count;
 use nix::sys::signal::{SigSet, Signal};
@@ -54,7 +54,7 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
         "checkpoint": r.open.checkpoint,
         "roll_forward_partial_segments": r.open.recovery.partial_segments,
         "fsync_records_pending": r.open.recovery.fsync_pending,
-        "log_end": crate::inspect::log_end_json(&r.open.recovery.end),
+        "log_end": crate::checkpoints::log_end_json(&r.open.recovery.end),
         "damage": r.open.damage,
         "loss": r.open.loss.as_ref().map(|l| json!({
             "first_seq": l.first.0,

@@ -14,14 +14,11 @@
 //! alone, whose partner is then looked for among the block devices.
 
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-use dualfs_engine::format::superblock::Role;
-
 use crate::args::MountArgs;
-use crate::find;
 
 /// Whether `word` is one of `dualfs`'s own subcommands (taken from the
 /// command line's definition, so that a new one is never mistaken for a
@@ -62,35 +59,6 @@ pub fn personality(argv: &[OsString]) -> Personality {
     }
 }
 
-/// Splits SOURCE into the two device paths, looking tags up.
-///
-/// # Errors
-/// A SOURCE that does not name both devices, a tag no device answers to,
-/// or one device whose partner is not found.
-pub fn split_source(source: &str, data_option: Option<&str>) -> Result<(PathBuf, PathBuf)> {
-    let pair = |m: &str, d: &str| -> Result<(PathBuf, PathBuf)> {
-        Ok((find::device(Path::new(m), Role::Meta)?, find::device(Path::new(d), Role::Data)?))
-    };
-    if let Some(data) = data_option {
-        return pair(source, data);
-    }
-    if let Some((m, d)) = source.split_once('#') {
-        return pair(m, d);
-    }
-    let colons: Vec<_> = source.match_indices(':').collect();
-    if let [(i, _)] = colons[..]
-        && find::Tag::parse(source).is_none()
-    {
-        return pair(&source[..i], &source[i + 1..]);
-    }
-    if find::Tag::parse(source).is_some() || Path::new(source).exists() {
-        return find::both(source);
-    }
-    bail!(
-        "the source {source:?} must name both devices: META#DATA (or META:DATA), META with -o data=DATA, UUID=… or LABEL=…"
-    )
-}
-
 /// Reads a mount helper's command line: `SOURCE MOUNTPOINT` and the flags
 /// mount(8) may add (`-o OPTS`, `-t TYPE`, `-n`, `-s`, `-v`, `-f`, `-N NS`).
 ///
@@ -119,7 +87,7 @@ pub fn mount_args(argv: &[OsString]) -> Result<MountArgs> {
     };
     let data_option =
         options.iter().flat_map(|o| o.split(',')).find_map(|o| o.strip_prefix("data=")).map(str::to_string);
-    let (meta, data) = split_source(source, data_option.as_deref())?;
+    let (meta, data) = crate::devices::split_source(source, data_option.as_deref())?;
     Ok(MountArgs { meta, data, mountpoint: PathBuf::from(mountpoint), foreground: false, options, daemon_child: false })
 }
 
@@ -142,18 +110,6 @@ mod tests {
         assert_eq!(personality(&argv(&["dualfs", "stats", "/mnt"])), Personality::Dualfs);
         assert_eq!(personality(&argv(&["dualfs", "--help"])), Personality::Dualfs);
         assert_eq!(personality(&argv(&["dualfs"])), Personality::Dualfs);
-    }
-
-    #[test]
-    fn sources_name_both_devices() {
-        let (m, d) = split_source("/v/meta.img#/v/data.img", None).unwrap();
-        assert_eq!((m.to_str(), d.to_str()), (Some("/v/meta.img"), Some("/v/data.img")));
-        let (m, d) = split_source("/dev/sdb1:/dev/sdc1", None).unwrap();
-        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/sdb1"), Some("/dev/sdc1")));
-        let (m, d) = split_source("/dev/disk/by-path/pci-0:1", Some("/d")).unwrap();
-        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/disk/by-path/pci-0:1"), Some("/d")));
-        assert!(split_source("/dev/sdb1", None).is_err());
-        assert!(split_source("a:b:c", None).is_err());
     }
 
     #[test]

@@ -2,43 +2,19 @@
 //! Every view is built once as JSON and printed either as JSON or as text,
 //! so the two never disagree.
 
-use std::fmt::Write as _;
-
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::meta_log::Log;
-use dualfs_engine::meta_log::recovery::{LogEnd, Stop};
-use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, SegmentNo, Timestamp};
+
+use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, SegmentNo};
 use dualfs_engine::volume::MountOptions;
 use serde_json::{Value, json};
 
 use crate::args::{Inspect, InspectArgs};
 use crate::devices::{Access, open_pair};
-
-/// A UUID in its usual text form.
-pub fn uuid(b: &[u8; 16]) -> String {
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
-}
-
-/// `2024-05-01 12:34:56.123456789 UTC` (proleptic Gregorian, any year).
-pub fn date(t: Timestamp) -> String {
-    let days = t.sec.div_euclid(86_400);
-    let secs = t.sec.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:09} UTC", secs / 3600, secs / 60 % 60, secs % 60, t.nsec)
-}
+use crate::words::{date, uuid};
 
 fn kind_name(k: FileKind) -> &'static str {
     match k {
@@ -74,17 +50,6 @@ fn superblock_json(sb: &Superblock) -> Value {
     })
 }
 
-/// Why roll-forward stopped, for scripts: whether the end is clean, and the
-/// check each candidate place failed (its name, block and plain words).
-pub fn log_end_json(end: &LogEnd) -> Value {
-    let stop = |s: &Stop| json!({ "kind": s.name(), "block": s.block(), "why": s.to_string() });
-    json!({
-        "clean": end.is_clean(),
-        "reason": stop(&end.reason),
-        "next_segment": end.next_segment.as_ref().map(stop),
-    })
-}
-
 fn log_json(vol: &Volume) -> Value {
     let r = vol.open_report();
     let (head, durable, since) = vol.with_fs(|fs| (fs.log.head(), fs.log.durable(), fs.log.blocks_since_checkpoint()));
@@ -95,7 +60,7 @@ fn log_json(vol: &Volume) -> Value {
             "partial_segments": r.recovery.partial_segments,
             "blocks_scanned": r.recovery.blocks_scanned,
             "end": r.recovery.end.to_string(),
-            "stop": log_end_json(&r.recovery.end),
+            "stop": crate::checkpoints::log_end_json(&r.recovery.end),
             "micros": r.recovery.micros,
             "fsync_pending": r.recovery.fsync_pending,
             "fsync_folded": r.recovery.fsync_folded,
@@ -332,25 +297,4 @@ fn volume_view(what: &Inspect, sb: &Superblock, vol: &Volume, meta: &dyn BlockDe
         Inspect::Extents { file } => crate::extent_map::extents_json(vol, resolve(vol, file)?)?,
         Inspect::Checkpoints => crate::checkpoints::checkpoints_json(meta, Some(vol.open_report())),
     })
-}
-
-/// Appends `key: value` lines for every scalar of a JSON object, nested
-/// objects indented: the generic text form of a view.
-pub fn render_fields(out: &mut String, v: &Value, indent: usize) {
-    let Some(map) = v.as_object() else { return };
-    for (k, val) in map {
-        match val {
-            Value::Object(_) => {
-                let _ = writeln!(out, "{:indent$}{k}:", "");
-                render_fields(out, val, indent + 2);
-            }
-            Value::Array(_) => {}
-            Value::String(s) => {
-                let _ = writeln!(out, "{:indent$}{k}: {s}", "");
-            }
-            other => {
-                let _ = writeln!(out, "{:indent$}{k}: {other}", "");
-            }
-        }
-    }
 }

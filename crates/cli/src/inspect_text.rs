@@ -6,9 +6,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use crate::args::Inspect;
-use crate::inspect::render_fields;
-use crate::mkfs::human_bytes;
-use crate::words::count;
+use crate::words::{count, human_bytes};
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -201,6 +199,27 @@ pub fn render(what: &Inspect, v: &Value) -> String {
             let mut o = String::new();
             render_fields(&mut o, v, 0);
             o
+        }
+    }
+}
+
+/// Appends `key: value` lines for every scalar of a JSON object, nested
+/// objects indented: the generic text form of a view.
+pub fn render_fields(out: &mut String, v: &Value, indent: usize) {
+    let Some(map) = v.as_object() else { return };
+    for (k, val) in map {
+        match val {
+            Value::Object(_) => {
+                let _ = writeln!(out, "{:indent$}{k}:", "");
+                render_fields(out, val, indent + 2);
+            }
+            Value::Array(_) => {}
+            Value::String(s) => {
+                let _ = writeln!(out, "{:indent$}{k}: {s}", "");
+            }
+            other => {
+                let _ = writeln!(out, "{:indent$}{k}: {other}", "");
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ mod claim;
 mod clean;
 mod control;
 mod devices;
+mod exit;
 mod extent_map;
 mod extract;
 mod find;
@@ -28,10 +29,13 @@ mod holder;
 mod inspect;
 mod inspect_text;
 mod itself;
+#[cfg(test)]
+mod manual;
 mod metadump;
 mod migrate;
 mod mkfs;
 mod mount;
+mod mountinfo;
 mod obfuscate;
 mod options;
 mod probe;
@@ -155,7 +159,7 @@ fn exit_code(r: Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            if let Some(mount::Exit(code)) = e.downcast_ref::<mount::Exit>() {
+            if let Some(exit::Exit(code)) = e.downcast_ref::<exit::Exit>() {
                 return ExitCode::from(u8::try_from(*code).unwrap_or(1));
             }
             eprintln!("dualfs: {e:#}");

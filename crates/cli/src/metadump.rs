@@ -17,52 +17,22 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, FileTypeExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::device::BlockDevice;
-use dualfs_engine::format::block::{BLOCK_MAGIC, HEADER_LEN};
+use dualfs_engine::format::block::{BlockKind, HEADER_LEN};
 use dualfs_engine::format::checkpoint::CHECKPOINT_MAGIC;
 use dualfs_engine::format::checksum::{self, crc32c};
+use dualfs_engine::format::descriptor::PsKind;
+use dualfs_engine::format::raw::{self, u32_at, u64_at};
 use dualfs_engine::format::superblock::{INCOMPAT_SCANNED_NAMES, Role, SUPER_MAGIC, Superblock};
 use dualfs_engine::types::BLOCK_BYTES;
 
+use crate::args::{MetadumpArgs, MetarestoreArgs};
 use crate::devices::{Access, open_pair};
-use crate::inspect::uuid;
-use crate::mkfs::human_bytes;
-use crate::obfuscate::{FSYNC_KIND, Obfuscator, Outcome, zeros_with_crc};
-
-/// Arguments of `dualfs metadump`.
-#[derive(Args, Debug)]
-pub struct MetadumpArgs {
-    /// The meta-data device or image file.
-    pub meta: PathBuf,
-    /// The data device or image file (only its superblock is read).
-    pub data: PathBuf,
-    /// The dump file to write; `-` for standard output.
-    pub out: PathBuf,
-    /// Keep names, symlink targets, inline file data and xattr values.
-    #[arg(long)]
-    pub no_obfuscate: bool,
-    /// Overwrite OUT if it exists.
-    #[arg(long, short)]
-    pub force: bool,
-}
-
-/// Arguments of `dualfs metarestore`.
-#[derive(Args, Debug)]
-pub struct MetarestoreArgs {
-    /// The dump file; `-` for standard input.
-    pub dump: PathBuf,
-    /// The meta-data device or image file to write (created if missing).
-    pub meta: PathBuf,
-    /// The data device or image file to write (created if missing).
-    pub data: PathBuf,
-    /// Overwrite devices that hold a file system.
-    #[arg(long, short)]
-    pub force: bool,
-}
+use crate::obfuscate::{Obfuscator, Outcome, zeros_with_crc};
+use crate::words::{human_bytes, uuid};
 
 /// `"DUALDUMP"`: the dump's magic.
 const DUMP_MAGIC: &[u8; 8] = b"DUALDUMP";
@@ -85,18 +55,6 @@ const BS: usize = BLOCK_BYTES as usize;
 /// data blocks): a dump naming less is damaged.
 const MIN_META_BYTES: u64 = 17 * BLOCK_BYTES;
 const MIN_DATA_BYTES: u64 = 256 * BLOCK_BYTES;
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
-}
 
 /// The dump's header.
 struct Header {
@@ -126,13 +84,18 @@ impl Header {
         if !checksum::verify(h, 60) {
             bail!("the dump's header is damaged (checksum mismatch)");
         }
-        let version = le32(h, 8);
+        let version = u32_at(h, 8).unwrap_or(0);
         if version != DUMP_VERSION {
             bail!("the dump is of format version {version}; this dualfs reads version {DUMP_VERSION}");
         }
         let mut volume_uuid = [0u8; 16];
         volume_uuid.copy_from_slice(&h[32..48]);
-        Ok(Header { flags: le32(h, 12), meta_bytes: le64(h, 16), data_bytes: le64(h, 24), volume_uuid })
+        Ok(Header {
+            flags: u32_at(h, 12).unwrap_or(0),
+            meta_bytes: u64_at(h, 16).unwrap_or(0),
+            data_bytes: u64_at(h, 24).unwrap_or(0),
+            volume_uuid,
+        })
     }
 }
 
@@ -189,14 +152,16 @@ impl<W: Write> RunWriter<W> {
 /// The superblock with [`INCOMPAT_SCANNED_NAMES`] set (format 1.2), when
 /// it verifies; a damaged one stays as it is.
 fn mark_scanned(block: &mut [u8]) {
-    if le32(block, 0) != SUPER_MAGIC || !checksum::verify(block, 4) {
+    if u32_at(block, 0) != Some(SUPER_MAGIC) || !raw::verifies(block) {
         return;
     }
-    let incompat = le64(block, 32) | INCOMPAT_SCANNED_NAMES;
-    block[32..40].copy_from_slice(&incompat.to_le_bytes());
-    let minor = u16::from_le_bytes([block[10], block[11]]).max(2);
-    block[10..12].copy_from_slice(&minor.to_le_bytes());
-    checksum::seal(block, 4);
+    let (Some(incompat), Some(minor)) = (u64_at(block, raw::SUPER_INCOMPAT_AT), raw::u16_at(block, raw::MINOR_AT))
+    else {
+        return;
+    };
+    raw::put_u64(block, raw::SUPER_INCOMPAT_AT, incompat | INCOMPAT_SCANNED_NAMES);
+    raw::put_u16(block, raw::MINOR_AT, minor.max(2));
+    raw::reseal(block);
 }
 
 fn read_block(dev: &dyn BlockDevice, address: u64, what: &str) -> Result<Vec<u8>> {
@@ -211,7 +176,7 @@ fn identify(meta: &dyn BlockDevice, data: &dyn BlockDevice, args: &MetadumpArgs)
     let m = read_block(meta, 0, "meta-data device")?;
     let d = if data.block_count() > 0 { read_block(data, 0, "data device")? } else { vec![0; BS] };
     let (ms, ds) = (Superblock::decode(&m), Superblock::decode(&d));
-    if le32(&m, 0) != SUPER_MAGIC && le32(&d, 0) != SUPER_MAGIC {
+    if u32_at(&m, 0) != Some(SUPER_MAGIC) && u32_at(&d, 0) != Some(SUPER_MAGIC) {
         bail!(
             "neither {} nor {} holds a DualFS superblock: they are not a DualFS volume",
             args.meta.display(),
@@ -260,39 +225,38 @@ fn reseal_log(
         let mut payloads = Vec::new();
         for i in 0..n {
             let b = read_block(meta, address + i, "meta-data device")?;
-            let len = le32(&b, 12) as usize;
-            let sound = le32(&b, 0) == BLOCK_MAGIC
-                && checksum::verify(&b, 4)
-                && b[8] == 1
-                && le64(&b, 32) == seq
-                && u64::from(u16::from_le_bytes([b[10], b[11]])) == i
-                && HEADER_LEN + len <= BS;
-            if !sound {
-                break;
-            }
-            payloads.extend_from_slice(&b[HEADER_LEN..HEADER_LEN + len]);
+            let sound = raw::header(&b)
+                .filter(|h| raw::verifies(&b) && h.is(BlockKind::Descriptor) && h.seq == seq && u64::from(h.aux) == i);
+            let Some(payload) = sound.and_then(|h| raw::payload(&b, &h)) else { break };
+            payloads.extend_from_slice(payload);
             blocks.push(b);
         }
         // An fsync descriptor left out here is dropped by the obfuscator.
-        if (blocks.len() as u64) < n || payloads.len() < 8 + 60 {
+        if (blocks.len() as u64) < n || payloads.len() < raw::DESC_STREAM_AT + raw::STREAM_FIXED_LEN {
             continue;
         }
-        let stream_len = le32(&payloads, 4) as usize;
-        if payloads.len() != 8 + stream_len || stream_len < 60 {
+        let (Some(stream_len), Some(old_desc)) =
+            (u32_at(&payloads, raw::DESC_STREAM_LEN_AT), u32_at(&payloads, raw::DESC_CRC_AT))
+        else {
+            continue;
+        };
+        let stream_len = stream_len as usize;
+        if payloads.len() != raw::DESC_STREAM_AT + stream_len || stream_len < raw::STREAM_FIXED_LEN {
             continue;
         }
-        let old_desc = le32(&payloads, 0);
-        let mut s = payloads[8..].to_vec();
+        let mut s = payloads[raw::DESC_STREAM_AT..].to_vec();
         if crc32c(&s) != old_desc {
             continue;
         }
-        let fsync = s[0] == FSYNC_KIND;
-        let prev = le32(&s, 36);
-        let body = le32(&s, 40);
+        // The stream's fixed part is there (its length was checked).
+        let field = |s: &[u8], at| u32_at(s, at).unwrap_or(0);
+        let fsync = s[raw::STREAM_KIND_AT] == PsKind::Fsync.code();
+        let prev = field(&s, raw::STREAM_PREV_CRC_AT);
+        let body = field(&s, raw::STREAM_BODY_CRC_AT);
         let first_body = address + n;
         let new_body = if fsync {
             // Raw data blocks: crc(x) is CRC32C of the block (3.4.7).
-            let copies = u64::from(le32(&s, 44));
+            let copies = u64::from(field(&s, raw::STREAM_BLOCKS_AT));
             let mut raw = Vec::new();
             for a in first_body..(first_body + copies).min(meta.block_count()) {
                 raw.push(read_block(meta, a, "meta-data device")?);
@@ -314,7 +278,8 @@ fn reseal_log(
             let bytes = |c: &[u32]| -> Vec<u8> { c.iter().flat_map(|c| c.to_le_bytes()).collect() };
             if old.len() as u64 == copies && crc32c(&bytes(&old)) == body { crc32c(&bytes(&new)) } else { body }
         } else {
-            let body_blocks = u64::from(le32(&s, 44)) + u64::from(le32(&s, 48));
+            let body_blocks =
+                u64::from(field(&s, raw::STREAM_BLOCKS_AT)) + u64::from(field(&s, raw::STREAM_INODE_BLOCKS_AT));
             let crcs = |pick: &dyn Fn(u64) -> u32| -> Option<u32> {
                 let mut bytes = Vec::new();
                 for a in first_body..first_body + body_blocks {
@@ -334,8 +299,8 @@ fn reseal_log(
         if !fsync && new_prev == prev && new_body == body {
             continue;
         }
-        s[36..40].copy_from_slice(&new_prev.to_le_bytes());
-        s[40..44].copy_from_slice(&new_body.to_le_bytes());
+        raw::put_u32(&mut s, raw::STREAM_PREV_CRC_AT, new_prev);
+        raw::put_u32(&mut s, raw::STREAM_BODY_CRC_AT, new_body);
         let new_desc = crc32c(&s);
         chain.insert((seq, old_desc), new_desc);
         // The payloads again, cut as they were: desc_crc, stream_len, then
@@ -345,10 +310,11 @@ fn reseal_log(
         bytes.extend_from_slice(&s);
         let mut at = 0;
         for (i, mut b) in blocks.into_iter().enumerate() {
-            let len = le32(&b, 12) as usize;
+            // Each block was read sound above: its header is there.
+            let len = raw::header(&b).map_or(0, |h| h.payload_len);
             if b[HEADER_LEN..HEADER_LEN + len] != bytes[at..at + len] {
                 b[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&bytes[at..at + len]);
-                checksum::seal(&mut b, 4);
+                raw::reseal(&mut b);
                 replaced.insert(address + i as u64, b);
             } else if fsync {
                 // Unchanged, but kept: the obfuscator drops fsync
@@ -360,13 +326,17 @@ fn reseal_log(
     }
     for slot in [1u64, 2] {
         let mut b = read_block(meta, slot, "meta-data device")?;
-        if le32(&b, 0) != CHECKPOINT_MAGIC || !checksum::verify(&b, 4) {
+        if u32_at(&b, 0) != Some(CHECKPOINT_MAGIC) || !raw::verifies(&b) {
             continue;
         }
-        let (log_seq, prev) = (le64(&b, 40), le32(&b, 60));
+        let (Some(log_seq), Some(prev)) =
+            (u64_at(&b, raw::CHECKPOINT_LOG_SEQ_AT), u32_at(&b, raw::CHECKPOINT_PREV_CRC_AT))
+        else {
+            continue;
+        };
         if let Some(&new) = log_seq.checked_sub(1).and_then(|p| chain.get(&(p, prev))) {
-            b[60..64].copy_from_slice(&new.to_le_bytes());
-            checksum::seal(&mut b, 4);
+            raw::put_u32(&mut b, raw::CHECKPOINT_PREV_CRC_AT, new);
+            raw::reseal(&mut b);
             replaced.insert(slot, b);
         }
     }
@@ -487,17 +457,19 @@ fn write_dump(
         let mut descriptors = Vec::new();
         sweep(meta, &mut |a, b| {
             ob.learn(a, b);
-            stored[a as usize] = le32(b, 4);
+            stored[a as usize] = raw::stored_crc(b).unwrap_or(0);
             // Descriptors of kinds the obfuscator drops are not resealed.
-            let known_kind = matches!(b[HEADER_LEN + 8], 1 | 2 | FSYNC_KIND);
-            if le32(b, 0) == BLOCK_MAGIC
-                && b[8] == 1
-                && b[10] == 0
-                && b[11] == 0
+            let known_kind = [PsKind::Normal, PsKind::Checkpoint, PsKind::Fsync]
+                .iter()
+                .any(|k| b.get(HEADER_LEN + raw::DESC_STREAM_AT + raw::STREAM_KIND_AT) == Some(&k.code()));
+            if let Some(h) = raw::header(b)
+                && h.is(BlockKind::Descriptor)
+                && h.aux == 0
                 && known_kind
-                && checksum::verify(b, 4)
+                && raw::verifies(b)
             {
-                descriptors.push((a, le64(b, 32), le64(b, 48)));
+                // A first descriptor block's name is its block count.
+                descriptors.push((a, h.seq, h.name));
             }
             Ok(())
         })?;
@@ -684,7 +656,7 @@ pub fn metarestore(args: &MetarestoreArgs) -> Result<()> {
         if !checksum::verify(&r, 20) {
             bail!("the dump is damaged (run {runs} has a bad checksum): the devices are incomplete");
         }
-        let (device, count, first) = (r[0], le32(&r, 4), le64(&r, 8));
+        let (device, count, first) = (r[0], u32_at(&r, 4).unwrap_or(0), u64_at(&r, 8).unwrap_or(0));
         if device == RUN_END {
             if first != runs {
                 bail!("the dump ends after {runs} runs but says it holds {first}: the devices are incomplete");
@@ -710,7 +682,7 @@ pub fn metarestore(args: &MetarestoreArgs) -> Result<()> {
         input
             .read_exact(&mut buf)
             .map_err(|_| anyhow!("the dump is cut short in run {runs}: the devices are incomplete"))?;
-        if crc32c(&buf) != le32(&r, 16) {
+        if Some(crc32c(&buf)) != u32_at(&r, 16) {
             bail!("the dump is damaged (run {runs}'s blocks fail their checksum): the devices are incomplete");
         }
         target.write_all_at(&buf, first * BLOCK_BYTES).with_context(|| format!("cannot write the {what}"))?;

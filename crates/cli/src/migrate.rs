@@ -9,7 +9,6 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, FileDevice};
 use dualfs_engine::error::DeviceRole;
@@ -19,55 +18,12 @@ use dualfs_fuse::migrate::{DeviceOpener, MIGRATE, migrate_json, migrate_order};
 use rustix::fs::XattrFlags;
 use serde_json::{Value, json};
 
+use crate::args::MigrateArgs;
 use crate::control::Mounted;
+use crate::devices::split_source;
 use crate::devices::{Access, open_pair};
-use crate::helper::split_source;
-use crate::mkfs::human_bytes;
 use crate::progress::unit_bar;
-
-/// `dualfs migrate`.
-#[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("new").required(true).args(["meta", "data"]))]
-pub struct MigrateArgs {
-    /// The mount point of a mounted volume, or the meta-data device of an
-    /// unmounted one (or META#DATA).
-    pub target: PathBuf,
-    /// The data device of an unmounted volume.
-    #[arg(value_name = "DATA_DEVICE")]
-    pub data_device: Option<PathBuf>,
-    /// The device or image file to move the meta-data device to.
-    #[arg(long, value_name = "NEWDEV")]
-    pub meta: Option<PathBuf>,
-    /// The device or image file to move the data device to.
-    #[arg(long, value_name = "NEWDEV")]
-    pub data: Option<PathBuf>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub(crate) const MIGRATE_HELP: &str = "\
-Moves the meta-data device (--meta) or the data device (--data) of a volume
-to another device or image file, mounted (give the mount point) or not
-(give the devices). While it runs the volume stays in use: every write
-goes to the old device and to the new one, and what the volume uses of the
-old device (the log's segments in use, or the data blocks in use) is copied
-to the new one, a progress bar counting the MiB. Then the superblocks name
-the new device, which gets a new UUID; the old device no longer pairs with
-the volume and may be reused.
-
-The new device must hold at least what the volume uses of the old one
-(its size as mkfs or resize left it); a larger one keeps the volume's size:
-grow into the rest with dualfs resize afterwards. Whatever the new device
-held is overwritten.
-
-After a crash during a migration, mount with the new device; if that pair
-is refused (\"not a pair\"), the migration had not finished: mount with the
-old device, nothing acknowledged is lost either way.
-
-Examples:
-  dualfs migrate --meta /dev/nvme0n1p2 /mnt/vol
-  dualfs migrate --data new-data.img meta.img data.img";
+use crate::words::human_bytes;
 
 /// Opens a device for the volume to move to: read-write, claimed against
 /// every other writer (as a mount claims its devices), never waiting.

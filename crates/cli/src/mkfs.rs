@@ -13,7 +13,7 @@ use dualfs_engine::volume::MkfsOptions;
 use crate::args::MkfsArgs;
 use crate::devices::{Access, open_pair};
 use crate::progress::{Activity, Meter};
-use crate::words::count;
+use crate::words::{count, human_bytes};
 
 /// How a total size is split: the meta-data device takes about a tenth.
 const META_SHARE_DIVISOR: u64 = 10;
@@ -171,7 +171,7 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
     say!(
         "DualFS volume {} created{}",
-        crate::inspect::uuid(&sb.volume_uuid),
+        crate::words::uuid(&sb.volume_uuid),
         if sb.label_str().is_empty() { String::new() } else { format!(", label {:?}", sb.label_str()) }
     );
     say!(
@@ -190,24 +190,6 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     Ok(())
 }
 
-/// `1536` → `1.5 KiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} bytes")
-    } else if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,12 +203,5 @@ mod tests {
         let (m, _) = split_size(64 << 20, 1 << 20).unwrap();
         assert_eq!(m, 17 << 20);
         assert!(split_size(16 << 20, 1 << 20).is_err());
-    }
-
-    #[test]
-    fn human_sizes_read_well() {
-        assert_eq!(human_bytes(512), "512 bytes");
-        assert_eq!(human_bytes(1 << 20), "1 MiB");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
     }
 }

@@ -25,23 +25,11 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
 use crate::devices::open_pair_for_mount;
+use crate::exit::Exit;
 use crate::options::{self, MountConfig};
 
 /// What the background child prints once the volume is mounted.
 const READY: &str = "dualfs-ready";
-
-/// An exit status to leave with, its message already printed (by the
-/// background child, on the caller's standard error).
-#[derive(Debug)]
-pub struct Exit(pub i32);
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit status {}", self.0)
-    }
-}
-
-impl std::error::Error for Exit {}
 
 /// Runs the mount helper (`mount.fuse.dualfs`, or `dualfs SOURCE MNT -o
 /// OPTS`): a `remount` changes the mount already there; a mount by root

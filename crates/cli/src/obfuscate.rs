@@ -12,39 +12,39 @@
 
 use std::collections::{HashMap, HashSet};
 
-use dualfs_engine::format::block::{BLOCK_MAGIC, HEADER_LEN, PAYLOAD_LEN};
+use dualfs_engine::format::block::{BlockKind, HEADER_LEN, PAYLOAD_LEN};
 use dualfs_engine::format::checksum;
+use dualfs_engine::format::descriptor::PsKind;
+use dualfs_engine::format::inode::EXTENT_LEN;
 use dualfs_engine::format::name::hash_position;
+use dualfs_engine::format::node::TreeKind;
+use dualfs_engine::format::raw::{
+    self, BLOB_COUNT_AT, BLOB_IDS_AT, BODY_BLOB, BODY_ENTRIES, BODY_INLINE, DESC_STREAM_AT, DIRENT_NAME_AT, FSYNC_DATA,
+    FSYNC_DATA_CRC_AT, FSYNC_DATA_LEN, FSYNC_INODE, FSYNC_INODE_LEN_AT, FSYNC_INODE_RECORD_AT, FSYNC_LINK,
+    FSYNC_LINK_FIXED, FSYNC_LINK_NAME_LEN_AT, FSYNC_RANGE, FSYNC_RANGE_COUNT_AT, FSYNC_RANGE_FIXED, FSYNC_WRITTEN,
+    FSYNC_WRITTEN_LEN, INODE_BODY_KIND_AT, INODE_BODY_LEN_AT, INODE_FIXED_LEN, INODE_MODE_AT, INODE_XATTR_KIND_AT,
+    INODE_XATTR_LEN_AT, LEAF_ENTRY_FIXED, NODE_COUNT_AT, NODE_ENTRIES_AT, NODE_TREE_AT, STREAM_BLOCKS_AT,
+    STREAM_FIXED_LEN, STREAM_KIND_AT, STREAM_RECORDS_AT, XATTR_VALUE_INLINE, XATTRS_INLINE, u32_at, u64_at,
+};
 
-/// Block kinds (FORMAT.md 3.3) this module rewrites or knows to hold no
-/// names.
-const KIND_DESCRIPTOR: u8 = 1;
-const KIND_INODES: u8 = 2;
-const KIND_NODE: u8 = 3;
-const KIND_BLOB: u8 = 4;
-const KIND_TABLE: u8 = 5;
-const KIND_INDEX: u8 = 6;
-
-/// Partial segment kinds whose descriptors hold no names (FORMAT.md 3.4):
-/// normal and checkpoint.
-const KNOWN_DESCRIPTORS: [u8; 2] = [1, 2];
-/// The fsync partial segment kind (FORMAT.md 3.4.8): its records hold
-/// names and inode records, its body raw file data; [`Obfuscator::fsync_stream`]
-/// edits the first, the dump zeros the second.
-pub const FSYNC_KIND: u8 = 3;
+/// Block kinds this module rewrites or knows to hold no names; any other
+/// kind's payload is dropped.
+const KNOWN_KINDS: [BlockKind; 6] = [
+    BlockKind::Descriptor,
+    BlockKind::Inodes,
+    BlockKind::Node,
+    BlockKind::Blob,
+    BlockKind::IFileTable,
+    BlockKind::IFileIndex,
+];
+/// Partial segment kinds whose descriptors hold no names.
+const KNOWN_DESCRIPTORS: [PsKind; 2] = [PsKind::Normal, PsKind::Checkpoint];
 /// Descriptor blocks one partial segment may have (a segment's blocks).
 const MAX_DESCRIPTOR_BLOCKS: u64 = 65_536;
 
-/// Inode record layout (FORMAT.md 3.6).
-const RECORD_FIXED: usize = 136;
+/// A symlink's file type in a mode (POSIX).
 const S_IFMT: u32 = 0o170_000;
 const S_IFLNK: u32 = 0o120_000;
-const BODY_INLINE: u8 = 1;
-const BODY_BLOB: u8 = 4;
-const BODY_ENTRIES: u8 = 5;
-/// B-tree kinds (FORMAT.md 3.8).
-const TREE_DIRECTORY: u8 = 1;
-const TREE_XATTRS: u8 = 3;
 
 /// Names kept as they are: they carry no one's information and tools
 /// look for them.
@@ -114,25 +114,14 @@ pub struct Obfuscator {
     pub counts: Counts,
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<usize> {
-    Some(usize::from(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?)))
+/// A length or count stored as a `u16`.
+fn len_at(b: &[u8], at: usize) -> Option<usize> {
+    raw::u16_at(b, at).map(usize::from)
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// A meta-data block's kind and payload range, when it carries the magic.
-fn header(block: &[u8]) -> Option<(u8, usize)> {
-    if u32_at(block, 0)? != BLOCK_MAGIC {
-        return None;
-    }
-    let len = u32_at(block, 12)? as usize;
-    (len <= PAYLOAD_LEN).then_some((block[8], len))
+/// Whether a first descriptor block's stream is of one of `kinds`.
+fn stream_of(payload: &[u8], kinds: &[PsKind]) -> bool {
+    payload.get(DESC_STREAM_AT + STREAM_KIND_AT).is_some_and(|k| kinds.iter().any(|p| p.code() == *k))
 }
 
 impl Obfuscator {
@@ -156,27 +145,24 @@ impl Obfuscator {
     /// blocks to keep, and from an fsync descriptor where its raw data
     /// blocks are. Blocks whose CRC fails teach nothing.
     pub fn learn(&mut self, address: u64, block: &[u8]) {
-        let Some((kind, len)) = header(block) else { return };
-        if !checksum::verify(block, 4) {
+        let Some(h) = raw::header(block) else { return };
+        if !raw::verifies(block) {
             return;
         }
-        let payload = &block[HEADER_LEN..HEADER_LEN + len];
-        if kind == KIND_DESCRIPTOR {
+        let Some(payload) = raw::payload(block, &h) else { return };
+        if h.is(BlockKind::Descriptor) {
             // The first descriptor block (aux 0) carries the stream's kind
-            // at payload offset 8 and, in its header name, the number of
-            // descriptor blocks.
-            let first = u16_at(block, 10) == Some(0);
-            let stream_kind = payload.get(8).copied().unwrap_or(0);
-            if !first {
+            // and, in its header name, the number of descriptor blocks.
+            if h.aux != 0 {
                 return;
             }
-            let n = u64_at(block, 48).unwrap_or(1).clamp(1, MAX_DESCRIPTOR_BLOCKS);
-            if KNOWN_DESCRIPTORS.contains(&stream_kind) {
+            let n = h.name.clamp(1, MAX_DESCRIPTOR_BLOCKS);
+            if stream_of(payload, &KNOWN_DESCRIPTORS) {
                 self.plain.extend(address + 1..address + n);
-            } else if stream_kind == FSYNC_KIND {
-                // n_blocks: stream offset 44, after the 8-byte prefix.
-                let copies = u64::from(u32_at(payload, 8 + 44).unwrap_or(0)).min(MAX_DESCRIPTOR_BLOCKS);
-                let seq = u64_at(block, 32).unwrap_or(0);
+            } else if stream_of(payload, &[PsKind::Fsync]) {
+                let copies = u64::from(u32_at(payload, DESC_STREAM_AT + STREAM_BLOCKS_AT).unwrap_or(0))
+                    .min(MAX_DESCRIPTOR_BLOCKS);
+                let seq = h.seq;
                 for a in address + n..address + n + copies {
                     let s = self.raw.entry(a).or_insert(seq);
                     *s = (*s).max(seq);
@@ -184,20 +170,20 @@ impl Obfuscator {
             }
             return;
         }
-        if kind != KIND_INODES {
+        if !h.is(BlockKind::Inodes) {
             return;
         }
-        for (start, end) in records(payload) {
-            let rec = &payload[start..end];
-            let is_link = u32_at(rec, 12).is_some_and(|m| m & S_IFMT == S_IFLNK);
-            if !is_link || rec.get(116) != Some(&BODY_BLOB) {
+        for r in raw::inode_records(payload) {
+            let rec = &payload[r];
+            let is_link = u32_at(rec, INODE_MODE_AT).is_some_and(|m| m & S_IFMT == S_IFLNK);
+            if !is_link || rec.get(INODE_BODY_KIND_AT) != Some(&BODY_BLOB) {
                 continue;
             }
-            let Some(body_len) = u16_at(rec, 118) else { continue };
-            let Some(body) = rec.get(RECORD_FIXED..RECORD_FIXED + body_len) else { continue };
-            let n = u16_at(body, 4).unwrap_or(0);
+            let Some(body_len) = len_at(rec, INODE_BODY_LEN_AT) else { continue };
+            let Some(body) = rec.get(INODE_FIXED_LEN..INODE_FIXED_LEN + body_len) else { continue };
+            let n = len_at(body, BLOB_COUNT_AT).unwrap_or(0);
             for i in 0..n {
-                if let Some(id) = u64_at(body, 6 + 8 * i) {
+                if let Some(id) = u64_at(body, BLOB_IDS_AT + 8 * i) {
                     self.symlink_blobs.insert(id);
                 }
             }
@@ -280,7 +266,7 @@ impl Obfuscator {
             self.counts.copies += 1;
             return Outcome::Cleared;
         }
-        let Some((kind, len)) = header(block) else {
+        let Some(h) = raw::header(block) else {
             if block.iter().all(|&b| b == 0) {
                 return Outcome::Kept;
             }
@@ -290,15 +276,14 @@ impl Obfuscator {
             self.counts.cleared += 1;
             return Outcome::Cleared;
         };
-        let plain_descriptor = kind != KIND_DESCRIPTOR
-            || if u16_at(block, 10) == Some(0) {
-                block.get(HEADER_LEN + 8).is_some_and(|k| KNOWN_DESCRIPTORS.contains(k))
+        let plain_descriptor = !h.is(BlockKind::Descriptor)
+            || if h.aux == 0 {
+                block.get(HEADER_LEN..).is_some_and(|p| stream_of(p, &KNOWN_DESCRIPTORS))
             } else {
                 self.plain.contains(&address)
             };
-        let known = [KIND_DESCRIPTOR, KIND_INODES, KIND_NODE, KIND_BLOB, KIND_TABLE, KIND_INDEX].contains(&kind)
-            && plain_descriptor;
-        if !checksum::verify(block, 4) || !known {
+        let known = KNOWN_KINDS.iter().any(|k| h.is(*k)) && plain_descriptor;
+        if !raw::verifies(block) || !known {
             block[HEADER_LEN..].fill(0);
             if known {
                 self.counts.damaged += 1;
@@ -307,20 +292,19 @@ impl Obfuscator {
             }
             return Outcome::Dropped;
         }
-        let old = u32_at(block, 4).unwrap_or(0);
-        let level = u16_at(block, 10).unwrap_or(0);
-        let node_id = u64_at(block, 48).unwrap_or(0);
-        let payload = &mut block[HEADER_LEN..HEADER_LEN + len];
-        let changed = match kind {
-            KIND_INODES => {
+        let old = raw::stored_crc(block).unwrap_or(0);
+        let (level, node_id) = (h.aux, h.name);
+        let Some(payload) = raw::payload_mut(block, &h) else { return Outcome::Kept };
+        let changed = match BlockKind::from_code(h.kind) {
+            Some(BlockKind::Inodes) => {
                 let mut any = false;
-                for (start, end) in records(payload) {
-                    any |= self.record(&mut payload[start..end]);
+                for r in raw::inode_records(payload) {
+                    any |= self.record(&mut payload[r]);
                 }
                 any
             }
-            KIND_NODE if level == 0 => self.leaf(payload),
-            KIND_BLOB if !payload.is_empty() => {
+            Some(BlockKind::Node) if level == 0 => self.leaf(payload),
+            Some(BlockKind::Blob) if !payload.is_empty() => {
                 if self.symlink_blobs.contains(&node_id) {
                     self.path(payload);
                     self.counts.symlinks += 1;
@@ -335,8 +319,8 @@ impl Obfuscator {
         if !changed {
             return Outcome::Kept;
         }
-        checksum::seal(block, 4);
-        let new = u32_at(block, 4).unwrap_or(0);
+        raw::reseal(block);
+        let new = raw::stored_crc(block).unwrap_or(0);
         if new == old { Outcome::Kept } else { Outcome::Resealed(old, new) }
     }
 
@@ -348,37 +332,39 @@ impl Obfuscator {
     /// Returns the `Data` records' old checksums; `None` when the records
     /// do not parse: the caller drops the stream.
     pub fn fsync_stream(&mut self, stream: &mut [u8], old_copies: &[u32], zero_crc: u32) -> Option<Vec<u32>> {
-        let copies = u32_at(stream, 44)? as usize;
-        let n_records = u32_at(stream, 52)? as usize;
-        let mut at = 60;
+        let copies = u32_at(stream, STREAM_BLOCKS_AT)? as usize;
+        let n_records = u32_at(stream, STREAM_RECORDS_AT)? as usize;
+        let mut at = STREAM_FIXED_LEN;
         let mut data = 0;
         let mut wanted = Vec::new();
         for _ in 0..n_records {
             let len = match *stream.get(at)? {
-                1 => {
-                    let len = u16_at(stream, at + 2)?;
-                    self.record(stream.get_mut(at + 4..at + 4 + len)?);
-                    4 + len
+                FSYNC_INODE => {
+                    let len = len_at(stream, at + FSYNC_INODE_LEN_AT)?;
+                    let start = at + FSYNC_INODE_RECORD_AT;
+                    self.record(stream.get_mut(start..start + len)?);
+                    FSYNC_INODE_RECORD_AT + len
                 }
-                2 => 27 + 21 * u16_at(stream, at + 25)?,
-                3 => {
-                    let name_len = usize::from(*stream.get(at + 18)?);
-                    let name = stream.get_mut(at + 19..at + 19 + name_len)?;
+                FSYNC_RANGE => FSYNC_RANGE_FIXED + EXTENT_LEN * len_at(stream, at + FSYNC_RANGE_COUNT_AT)?,
+                FSYNC_LINK => {
+                    let name_len = usize::from(*stream.get(at + FSYNC_LINK_NAME_LEN_AT)?);
+                    let start = at + FSYNC_LINK_FIXED;
+                    let name = stream.get_mut(start..start + name_len)?;
                     let n = self.name(name);
                     name.copy_from_slice(&n);
                     self.counts.names += 1;
-                    19 + name_len
+                    FSYNC_LINK_FIXED + name_len
                 }
-                4 => {
-                    let crc = u32_at(stream, at + 25)?;
+                FSYNC_DATA => {
+                    let crc = u32_at(stream, at + FSYNC_DATA_CRC_AT)?;
                     wanted.push(crc);
                     if old_copies.get(data) == Some(&crc) {
-                        stream[at + 25..at + 29].copy_from_slice(&zero_crc.to_le_bytes());
+                        raw::put_u32(stream, at + FSYNC_DATA_CRC_AT, zero_crc);
                     }
                     data += 1;
-                    29
+                    FSYNC_DATA_LEN
                 }
-                5 => 13,
+                FSYNC_WRITTEN => FSYNC_WRITTEN_LEN,
                 _ => return None,
             };
             at += len;
@@ -390,23 +376,24 @@ impl Obfuscator {
     /// partial segment (zeroed by [`Obfuscator::rewrite`]).
     #[must_use]
     pub fn is_copy(&self, address: u64, block: &[u8]) -> bool {
-        self.raw.get(&address).is_some_and(|&seq| {
-            !(header(block).is_some() && checksum::verify(block, 4) && u64_at(block, 32).is_some_and(|s| s > seq))
-        })
+        self.raw
+            .get(&address)
+            .is_some_and(|&seq| !(raw::header(block).is_some_and(|h| h.seq > seq) && raw::verifies(block)))
     }
 
     /// One inode record: its body (inline data, inline entries, an inline
     /// symlink target) and its inline xattrs.
     fn record(&mut self, rec: &mut [u8]) -> bool {
-        let (Some(mode), Some(body_len), Some(xattr_len)) = (u32_at(rec, 12), u16_at(rec, 118), u16_at(rec, 120))
+        let (Some(mode), Some(body_len), Some(xattr_len)) =
+            (u32_at(rec, INODE_MODE_AT), len_at(rec, INODE_BODY_LEN_AT), len_at(rec, INODE_XATTR_LEN_AT))
         else {
             return false;
         };
-        if RECORD_FIXED + body_len + xattr_len != rec.len() {
+        if INODE_FIXED_LEN + body_len + xattr_len != rec.len() {
             return false;
         }
-        let (body_kind, xattr_kind) = (rec[116], rec[117]);
-        let (body, xattrs) = rec[RECORD_FIXED..].split_at_mut(body_len);
+        let (body_kind, xattr_kind) = (rec[INODE_BODY_KIND_AT], rec[INODE_XATTR_KIND_AT]);
+        let (body, xattrs) = rec[INODE_FIXED_LEN..].split_at_mut(body_len);
         let mut changed = false;
         match body_kind {
             BODY_INLINE if mode & S_IFMT == S_IFLNK => {
@@ -419,10 +406,10 @@ impl Obfuscator {
                 self.counts.zeroed += 1;
                 changed = true;
             }
-            BODY_ENTRIES => changed |= self.entries(body, 2, u16_at(body, 0).unwrap_or(0)),
+            BODY_ENTRIES => changed |= self.entries(body, 2, len_at(body, 0).unwrap_or(0)),
             _ => {}
         }
-        if xattr_kind == 0 && !xattrs.is_empty() {
+        if xattr_kind == XATTRS_INLINE && !xattrs.is_empty() {
             changed |= self.inline_xattrs(xattrs);
         }
         changed
@@ -433,15 +420,15 @@ impl Obfuscator {
     fn entries(&mut self, b: &mut [u8], mut at: usize, count: usize) -> bool {
         let mut changed = false;
         for _ in 0..count {
-            let Some(len) = u16_at(b, at + 8) else { break };
-            let Some(value) = b.get_mut(at + 10..at + 10 + len) else { break };
-            if value.len() > 9 {
-                let n = self.name(&value[9..]);
-                value[9..].copy_from_slice(&n);
+            let Some(len) = len_at(b, at + 8) else { break };
+            let Some(value) = b.get_mut(at + LEAF_ENTRY_FIXED..at + LEAF_ENTRY_FIXED + len) else { break };
+            if value.len() > DIRENT_NAME_AT {
+                let n = self.name(&value[DIRENT_NAME_AT..]);
+                value[DIRENT_NAME_AT..].copy_from_slice(&n);
                 self.counts.names += 1;
                 changed = true;
             }
-            at += 10 + len;
+            at += LEAF_ENTRY_FIXED + len;
         }
         changed
     }
@@ -449,21 +436,23 @@ impl Obfuscator {
     /// A B-tree leaf: directory entries' names, xattr names and inline
     /// values; extent leaves hold nothing to hide.
     fn leaf(&mut self, payload: &mut [u8]) -> bool {
-        let (Some(&tree), Some(count)) = (payload.first(), u16_at(payload, 2)) else { return false };
-        match tree {
-            TREE_DIRECTORY => self.entries(payload, 4, count),
-            TREE_XATTRS => {
-                let mut at = 4;
-                let mut changed = false;
-                for _ in 0..count {
-                    let Some(len) = u16_at(payload, at + 8) else { break };
-                    let Some(value) = payload.get_mut(at + 10..at + 10 + len) else { break };
-                    changed |= self.tree_xattr(value);
-                    at += 10 + len;
-                }
-                changed
+        let (Some(&tree), Some(count)) = (payload.get(NODE_TREE_AT), len_at(payload, NODE_COUNT_AT)) else {
+            return false;
+        };
+        if tree == TreeKind::Directory.code() {
+            self.entries(payload, NODE_ENTRIES_AT, count)
+        } else if tree == TreeKind::Xattrs.code() {
+            let mut at = NODE_ENTRIES_AT;
+            let mut changed = false;
+            for _ in 0..count {
+                let Some(len) = len_at(payload, at + 8) else { break };
+                let Some(value) = payload.get_mut(at + LEAF_ENTRY_FIXED..at + LEAF_ENTRY_FIXED + len) else { break };
+                changed |= self.tree_xattr(value);
+                at += LEAF_ENTRY_FIXED + len;
             }
-            _ => false,
+            changed
+        } else {
+            false
         }
     }
 
@@ -478,7 +467,7 @@ impl Obfuscator {
         let n = self.xattr_name(name);
         v[2..end].copy_from_slice(&n);
         self.counts.xattrs += 1;
-        if form == 0 && v.len() > end {
+        if form == XATTR_VALUE_INLINE && v.len() > end {
             v[end..].fill(0);
             self.counts.zeroed += 1;
         }
@@ -488,11 +477,11 @@ impl Obfuscator {
     /// An inode's inline xattr list: names replaced, values zeroed, pairs
     /// sorted again by their new names (the format keeps them in order).
     fn inline_xattrs(&mut self, area: &mut [u8]) -> bool {
-        let Some(count) = u16_at(area, 0) else { return false };
+        let Some(count) = len_at(area, 0) else { return false };
         let mut pairs = Vec::with_capacity(count);
         let mut at = 2;
         for _ in 0..count {
-            let (Some(&name_len), Some(value_len)) = (area.get(at), u16_at(area, at + 1)) else { return false };
+            let (Some(&name_len), Some(value_len)) = (area.get(at), len_at(area, at + 1)) else { return false };
             let name_end = at + 3 + usize::from(name_len);
             let (Some(name), Some(value)) = (area.get(at + 3..name_end), area.get(name_end..name_end + value_len))
             else {
@@ -526,23 +515,6 @@ impl Obfuscator {
         area.copy_from_slice(&out);
         changed
     }
-}
-
-/// The record ranges of an inode block's payload, as far as its table is
-/// sound (FORMAT.md 3.5).
-fn records(payload: &[u8]) -> Vec<(usize, usize)> {
-    let Some(count) = u16_at(payload, 0) else { return Vec::new() };
-    let mut out = Vec::new();
-    for i in 0..count.min(27) {
-        let (Some(off), Some(len)) = (u16_at(payload, 2 + 12 * i + 8), u16_at(payload, 2 + 12 * i + 10)) else {
-            break;
-        };
-        if len < RECORD_FIXED || off + len > payload.len() || off < 2 + 12 * count {
-            break;
-        }
-        out.push((off, off + len));
-    }
-    out
 }
 
 /// A block of zeros but for its last 4 bytes, whose CRC32C is `crc`: what
@@ -709,8 +681,8 @@ mod tests {
         let mut b = vec![7u8; 4096];
         assert_eq!(o.rewrite(9, &mut b), Outcome::Cleared);
         assert!(b.iter().all(|&x| x == 0));
-        b[..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
-        b[8] = KIND_NODE;
+        b[..4].copy_from_slice(&dualfs_engine::format::block::BLOCK_MAGIC.to_le_bytes());
+        b[8] = BlockKind::Node.code();
         b[100] = 9;
         assert_eq!(o.rewrite(9, &mut b), Outcome::Dropped);
         assert!(!checksum::verify(&b, 4));
@@ -722,8 +694,8 @@ mod tests {
         let mut o = Obfuscator::new([1; 16]);
         let descriptor = |aux: u16, stream_kind: u8| {
             let mut b = vec![0u8; 4096];
-            b[..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
-            b[8] = KIND_DESCRIPTOR;
+            b[..4].copy_from_slice(&dualfs_engine::format::block::BLOCK_MAGIC.to_le_bytes());
+            b[8] = BlockKind::Descriptor.code();
             b[9] = 1;
             b[10..12].copy_from_slice(&aux.to_le_bytes());
             b[12..16].copy_from_slice(&100u32.to_le_bytes());

@@ -3,34 +3,16 @@
 //! this).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::Args;
 use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::types::BLOCK_BYTES;
 use serde_json::{Value, json};
 
+use crate::args::ProbeArgs;
+use crate::exit::Exit;
 use crate::find::{Probed, block_devices, probe};
-use crate::inspect::uuid;
-use crate::mount::Exit;
-
-/// Arguments of `dualfs probe`.
-#[derive(Args, Debug)]
-pub struct ProbeArgs {
-    /// Devices or image files to look at (default: every block device).
-    pub devices: Vec<PathBuf>,
-    /// KEY=value lines, a blank line between devices (blkid -o export).
-    #[arg(long, conflicts_with_all = ["json", "udev"])]
-    pub export: bool,
-    /// udev's ID_FS_* properties of one device, for IMPORT{program} in a
-    /// udev rule (blkid -o udev).
-    #[arg(long, conflicts_with = "json")]
-    pub udev: bool,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
+use crate::words::uuid;
 
 /// blkid's exit status when nothing was identified.
 const EXIT_NOTHING: i32 = 2;

@@ -20,7 +20,7 @@ use dualfs_engine::device::BlockDevice;
 use dualfs_engine::types::BLOCK_SIZE;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::mkfs::human_bytes;
+use crate::words::human_bytes;
 
 /// Work shorter than this shows nothing.
 const SHOW_AFTER: Duration = Duration::from_secs(1);

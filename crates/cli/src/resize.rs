@@ -7,7 +7,6 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::Volume;
 use dualfs_engine::types::BLOCK_BYTES;
 use dualfs_engine::volume::{MountOptions, ResizeRequest, WHOLE_DEVICE};
@@ -15,75 +14,12 @@ use dualfs_fuse::control::{self, parse_resize, resize_json, resize_order};
 use rustix::fs::XattrFlags;
 use serde_json::{Value, json};
 
+use crate::args::ResizeArgs;
 use crate::control::Mounted;
+use crate::devices::split_source;
 use crate::devices::{Access, open_pair};
-use crate::helper::split_source;
-use crate::mkfs::human_bytes;
 use crate::progress::unit_bar;
-
-/// `dualfs resize`.
-#[derive(Args, Debug)]
-pub struct ResizeArgs {
-    /// The mount point of a mounted volume, or the meta-data device of an
-    /// unmounted one (or META#DATA).
-    pub target: PathBuf,
-    /// The data device of an unmounted volume.
-    #[arg(value_name = "DATA_DEVICE")]
-    pub data_device: Option<PathBuf>,
-    /// Size of the meta-data device to use (4096, 64M, 2G...; `max`: all
-    /// of it). Without --meta and --data, both devices are used whole.
-    #[arg(long, value_name = "SIZE", value_parser = parse_target)]
-    pub meta: Option<u64>,
-    /// Size of the data device to use (as --meta).
-    #[arg(long, value_name = "SIZE", value_parser = parse_target)]
-    pub data: Option<u64>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// A size in bytes (with a suffix) or `max`, as blocks.
-fn parse_target(s: &str) -> Result<u64, String> {
-    if s == "max" {
-        return Ok(WHOLE_DEVICE);
-    }
-    let bytes = crate::args::parse_size(s)?;
-    if bytes % BLOCK_BYTES != 0 {
-        return Err(format!("{s} is not a whole number of 4 KiB blocks"));
-    }
-    Ok(bytes / BLOCK_BYTES)
-}
-
-pub(crate) const RESIZE_HELP: &str = "\
-Grows the log (new segments on the meta-data device) and the data space
-(new groups on the data device) into room the devices gained: extend the
-image file (truncate -s) or the device (lvextend; losetup -c for a loop
-device) first. Works mounted (give the mount point) or not (give the
-devices).
-
---meta smaller than the log in use shrinks it: the log stops writing past
-the new end, the cleaner moves the live meta-data out of the segments there
-(a progress bar counts them), and the volume then names the smaller size;
-truncate the device or image afterwards. A shrink whose live meta-data
-would not fit is refused before anything moves.
-
---data smaller than the data space in use shrinks it the same way: the
-allocator stops at the new end, and every block of file data past it is
-moved below it by ordinary commits (a progress bar counts the MiB), while
-the volume stays in use. Refused before anything moves when the data past
-the end would not fit in the free space below it, and on a volume with
-snapshots (their blocks cannot move).
-
-A crash at any moment leaves the volume at its old or its new size, with
-nothing lost. The first resize of a volume sets the RESIZED feature
-(format 1.3): older dualfs versions refuse it from then on.
-
-Examples:
-  truncate -s 8G data.img && dualfs resize meta.img data.img
-  dualfs resize /mnt/vol --meta 2G
-  dualfs resize /mnt/vol --data max
-  dualfs resize /mnt/vol --meta 256M && truncate -s 256M meta.img
-  dualfs resize /mnt/vol --data 2G && truncate -s 2G data.img";
+use crate::words::human_bytes;
 
 /// Resizes an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, req: ResizeRequest) -> Result<Value> {

@@ -10,77 +10,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::Volume;
 use dualfs_engine::volume::{AbortReport, MountOptions, ReceiveReport, Touched};
 use dualfs_fuse::receive::{ABORT, RECEIVE, abort_json, report_json};
 use rustix::fs::XattrFlags;
 use serde_json::Value;
 
+use crate::args::{ReceiveArgs, SendArgs};
 use crate::devices::{Access, open_pair};
-use crate::mkfs::human_bytes;
 use crate::snapshot::{Target, devices_of, target};
-
-pub const SEND_HELP: &str = "\
-The stream goes to standard output (or --file). Without --from it holds the
-whole snapshot, for an empty volume; with --from it holds what changed
-since that older snapshot, for a volume that received it. The volume may be
-mounted meanwhile: snapshots never change.
-
-  dualfs snapshot create /mnt/vol monday
-  dualfs send monday /mnt/vol | dualfs receive /mnt/mirror
-  dualfs snapshot create /mnt/vol tuesday
-  dualfs send --from monday tuesday /mnt/vol | ssh backup dualfs receive /mnt/mirror";
-
-pub const RECEIVE_HELP: &str = "\
-The stream comes from standard input (or --file). The volume becomes a copy
-of the source's snapshot, inode numbers included, and receive ends by making
-a snapshot of the same name there. A full stream needs an empty volume; an
-incremental one needs its base received, and the volume unchanged since
-(reading it is no change). Every record is checked against the tree it
-builds: a stream that would leave it inconsistent is refused, as is one
-cut short, and the volume is left as it was.
-
-A receive interrupted by a crash (or a kill) stays under way: the tree is
-incomplete, and fsck, mount and `dualfs stats` say so. Receive the same
-stream again to finish it (other streams are refused until then), or
-abandon it with --abort, which brings back the last complete tree (the
-snapshot the stream started from, or the empty volume a full stream went
-to).
-
-  dualfs send --from monday tuesday /mnt/vol | dualfs receive /mnt/mirror
-  dualfs receive --abort /mnt/mirror";
-
-#[derive(Args, Debug)]
-pub struct SendArgs {
-    /// Send only what changed since this older snapshot (the receiver must
-    /// hold it).
-    #[arg(long, value_name = "SNAPSHOT")]
-    pub from: Option<String>,
-    /// The snapshot to send, then VOLUME: mount point, META DATA or META#DATA.
-    #[arg(num_args = 2..=3, required = true, value_name = "SNAPSHOT VOLUME")]
-    pub target: Vec<PathBuf>,
-    /// Write the stream to FILE rather than standard output.
-    #[arg(long, short = 'f', value_name = "FILE")]
-    pub file: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-pub struct ReceiveArgs {
-    /// VOLUME: mount point, META DATA or META#DATA.
-    #[arg(num_args = 1..=2, required = true, value_name = "VOLUME")]
-    pub target: Vec<PathBuf>,
-    /// Read the stream from FILE rather than standard input.
-    #[arg(long, short = 'f', value_name = "FILE")]
-    pub file: Option<PathBuf>,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Abandon the receive under way (one a crash interrupted): the volume
-    /// goes back to the last complete tree.
-    #[arg(long, conflicts_with = "file")]
-    pub abort: bool,
-}
+use crate::words::human_bytes;
 
 /// Runs `dualfs send`.
 ///

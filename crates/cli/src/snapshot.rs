@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::args::{CloneArgs, SnapshotAction, SnapshotArgs};
 use crate::control::Mounted;
 use crate::devices::{Access, open_pair};
-use crate::mkfs::human_bytes;
+use crate::words::human_bytes;
 
 /// Where the command is to act.
 pub(crate) enum Target {
@@ -40,7 +40,7 @@ pub(crate) fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Opt
     let t = match place {
         [one] if one.is_dir() => Target::Mounted(Mounted::find(one)?),
         [one] => {
-            let (m, d) = crate::helper::split_source(&one.to_string_lossy(), None)?;
+            let (m, d) = crate::devices::split_source(&one.to_string_lossy(), None)?;
             Target::Devices(m, d)
         }
         [m, d] => {
@@ -170,7 +170,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// deleting it would pull its blocks from under the mount.
 fn snapshot_mount(meta: &Path, data: &Path, name: &str) -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    crate::umount::parse_mountinfo(&text).into_iter().find_map(|e| {
+    crate::mountinfo::parse_mountinfo(&text).into_iter().find_map(|e| {
         let (pair, snap) = e.source.rsplit_once('@')?;
         let (m, d) = pair.split_once('#')?;
         (e.fstype == "fuse.dualfs" && snap == name && same_file(Path::new(m), meta) && same_file(Path::new(d), data))
@@ -180,7 +180,7 @@ fn snapshot_mount(meta: &Path, data: &Path, name: &str) -> Option<PathBuf> {
 
 /// The devices of the volume mounted at `root`, from its source.
 pub(crate) fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
-    let e = crate::umount::find(root).ok()?;
+    let e = crate::mountinfo::find(root).ok()?;
     let (m, d) = e.source.split_once('#')?;
     Some((PathBuf::from(m), PathBuf::from(d)))
 }
@@ -188,7 +188,7 @@ pub(crate) fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
 fn created(s: &Value) -> String {
     let t = Timestamp::new(s["created"].as_i64().unwrap_or(0), 0);
     // To the second: enough to tell snapshots apart in a table.
-    crate::inspect::date(t).replace(".000000000", "")
+    crate::words::date(t).replace(".000000000", "")
 }
 
 /// `zfs list -t snapshot`'s columns: the space only it holds (what deleting

@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use rustix::fs::XattrFlags;
 
 use crate::args::SyncArgs;
-use crate::umount::{find, parse_mountinfo};
+use crate::mountinfo::{find, parse_mountinfo};
 
 /// How one mount point was synced.
 #[derive(Debug, PartialEq, Eq)]

@@ -7,38 +7,16 @@
 //! differ only in what tune changes; mount refuses such a pair, and running
 //! the same tune again reads the meta-data copy and rewrites both.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::types::BLOCK_SIZE;
 
+use crate::args::TuneArgs;
 use crate::devices::{Access, named, open_pair};
-use crate::inspect::uuid;
-
-/// Arguments of `dualfs tune`.
-#[derive(Args, Debug)]
-pub struct TuneArgs {
-    /// The meta-data device or image file (or META#DATA, UUID=…, LABEL=…).
-    pub meta: PathBuf,
-    /// The data device or image file.
-    pub data: Option<PathBuf>,
-    /// A new label (at most 64 bytes; "" removes it).
-    #[arg(short = 'L', long)]
-    pub label: Option<String>,
-    /// A new UUID for the volume, on both devices: `random` or a UUID. The
-    /// devices' own UUIDs are renewed with it.
-    #[arg(short = 'U', long)]
-    pub uuid: Option<String>,
-    /// Default mount options, applied before those a mount gives: a
-    /// comma-separated list that adds options, `^OPT` removes one, `none`
-    /// removes all (at most 64 bytes in all).
-    #[arg(short = 'o', long = "mount-options", value_name = "OPTIONS", allow_hyphen_values = true)]
-    pub options: Option<String>,
-}
+use crate::words::uuid;
 
 /// Reads a UUID in its usual text form (dashes optional).
 fn parse_uuid(s: &str) -> Result<[u8; 16]> {

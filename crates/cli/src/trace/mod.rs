@@ -20,96 +20,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand, ValueEnum};
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::device::tracing::{TRACE_HEADER, TraceDevice, TraceRecord, TraceSink, TracingDevice};
 use dualfs_engine::format::classify;
 
-/// Arguments of `dualfs trace`.
-#[derive(Args, Debug)]
-pub struct TraceArgs {
-    #[command(subcommand)]
-    pub what: TraceCommand,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum TraceCommand {
-    /// Requests, bytes, sequential fraction and mean request size, per
-    /// device and per class of block.
-    Summary {
-        /// Trace files; several are merged by time (a peer's main and
-        /// journal devices, traced separately).
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Total I/O time of a trace replayed through a disk model.
-    #[command(after_help = format!("{}\n\n{}", disk::HELP, replay::HELP))]
-    Replay {
-        /// Trace files, merged by time.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// The disk model.
-        #[arg(long, value_enum, default_value_t = disk::Model::Hdd5400)]
-        model: disk::Model,
-        /// Where the meta-data (journal, log) device and the data device sit.
-        #[arg(long, value_enum, default_value_t = Layout::OneDisk)]
-        layout: Layout,
-        /// Disks without a write cache: writes wait for the platter.
-        #[arg(long)]
-        no_write_cache: bool,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The model's own figures for a fio-like run: IOPS, MB/s and mean
-    /// latency of `--ios` requests kept `--qd` at a time.
-    #[command(after_help = disk::HELP)]
-    Predict {
-        /// The disk model.
-        #[arg(long, value_enum, default_value_t = disk::Model::Hdd5400)]
-        model: disk::Model,
-        /// fio's --rw.
-        #[arg(long, value_enum)]
-        rw: disk::predict::Pattern,
-        /// Request size, bytes (K, M suffixes).
-        #[arg(long, value_parser = crate::args::parse_size, default_value = "4K")]
-        bs: u64,
-        /// Requests outstanding.
-        #[arg(long, default_value_t = 1)]
-        qd: usize,
-        /// The range the requests fall in, from the start of the disk.
-        #[arg(long, value_parser = crate::args::parse_size, default_value = "4G")]
-        size: u64,
-        /// The disk's size (what a seek's distance is a share of).
-        #[arg(long, value_parser = crate::args::parse_size, default_value = "4G")]
-        span: u64,
-        /// Requests in all.
-        #[arg(long, default_value_t = 4000)]
-        ios: u64,
-        /// A disk without a write cache.
-        #[arg(long)]
-        no_write_cache: bool,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Serve IMAGE as the only file of a FUSE file system mounted on MNT
-    /// (as MNT/image) and record every request made to it, until unmounted.
-    #[command(after_help = serve::HELP)]
-    Serve(serve::ServeArgs),
-}
-
-/// Where the two devices of a trace sit for a replay.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Layout {
-    /// Two partitions of one disk: meta-data first (outer tracks), data after.
-    OneDisk,
-    /// Each device on a disk of its own.
-    TwoDisks,
-}
+pub use crate::args::{Layout, TraceArgs, TraceCommand};
 
 /// A trace loaded from one or more files: the devices' sizes and the
 /// requests in time order.

@@ -21,12 +21,7 @@ use serde_json::{Value, json};
 use super::disk::{self, Drive, Model, Ms, Op, Request};
 use super::{Layout, Trace};
 
-pub const HELP: &str = "\
-Layouts: one-disk puts the meta-data (or journal) device on the outer
-tracks and the data device after it, on one disk whose size is their sum;
-two-disks gives each device a disk of its own, as large as the larger
-device. Write caches are on unless --no-write-cache (then a write waits
-for the platter and a flush costs one command).";
+
 
 /// Time spent per device and operation.
 #[derive(Debug, Default)]

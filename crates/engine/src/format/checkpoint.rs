@@ -484,4 +484,12 @@ mod tests {
         assert!(Checkpoint::decode(&sample().encode(false)[..64]).is_err());
         assert!(Checkpoint::decode(&[0u8; BLOCK_SIZE]).is_err());
     }
+
+    #[test]
+    fn the_raw_offsets_of_metadump_are_the_encoders() {
+        use super::super::raw::{CHECKPOINT_LOG_SEQ_AT, CHECKPOINT_PREV_CRC_AT, u32_at, u64_at};
+        let b = sample().encode(false);
+        assert_eq!(u64_at(&b, CHECKPOINT_LOG_SEQ_AT), Some(42));
+        assert_eq!(u32_at(&b, CHECKPOINT_PREV_CRC_AT), Some(0xDEAD_BEEF));
+    }
 }

@@ -31,7 +31,9 @@ pub enum TreeKind {
 }
 
 impl TreeKind {
-    fn code(self) -> u8 {
+    /// The byte a node stores.
+    #[must_use]
+    pub fn code(self) -> u8 {
         match self {
             TreeKind::Directory => 1,
             TreeKind::Extents => 2,

@@ -566,4 +566,13 @@ mod tests {
         assert_eq!(sb.segment_of(MetaBlock(10)), None);
         assert_eq!(sb.segment_of(MetaBlock(256 + 19 * 256)), None);
     }
+
+    #[test]
+    fn the_raw_offsets_of_metadump_are_the_encoders() {
+        let mut sb = sample();
+        sb.incompat = 0x1234_5678;
+        let b = sb.encode();
+        assert_eq!(super::super::raw::u16_at(&b, super::super::raw::MINOR_AT), Some(sb.minor));
+        assert_eq!(super::super::raw::u64_at(&b, super::super::raw::SUPER_INCOMPAT_AT), Some(0x1234_5678));
+    }
 }

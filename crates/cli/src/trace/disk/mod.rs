@@ -33,22 +33,12 @@ mod ssd;
 #[cfg(test)]
 mod tests;
 
-use clap::ValueEnum;
 use serde_json::{Value, json};
 
 /// Milliseconds on the model's clock.
 pub type Ms = f64;
 
-/// The disk models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Model {
-    /// The paper's 5,400 rpm IDE disk.
-    Hdd5400,
-    /// A current 7,200 rpm SATA disk.
-    Hdd7200,
-    /// A SATA SSD.
-    Ssd,
-}
+pub use crate::args::Model;
 
 impl Model {
     /// The name on the command line.
@@ -61,19 +51,6 @@ impl Model {
         }
     }
 }
-
-/// The parameters of each model, for `--help` and BENCHMARKS.md.
-pub const HELP: &str = "\
-Models:
-  hdd5400  the DualFS paper's disk (Seagate ST-34310A, 5,400 rpm IDE):
-           seek 1.5-21 ms on a square-root curve, 10 MB/s media, 33 MB/s
-           bus, 0.3 ms per command, one 512 KiB read-ahead segment,
-           512 KiB write cache
-  hdd7200  a current 7,200 rpm SATA disk: seek 0.8-16 ms, 160 MB/s media,
-           600 MB/s bus, 0.1 ms per command, four 2 MiB read-ahead
-           segments, 16 MiB write cache
-  ssd      a SATA SSD: 80 us per read, 30 us per write, 4 channels, one
-           500 MB/s link, 0.5 ms per flush, 50 us per discard";
 
 /// What a request asks of the drive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,18 +6,10 @@
 
 use std::collections::HashMap;
 
-use clap::ValueEnum;
 
 use super::{Drive, Model, Ms, Op, Request, Submitted, Ticket};
 
-/// fio's `--rw`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Pattern {
-    Read,
-    Write,
-    Randread,
-    Randwrite,
-}
+pub use crate::args::Pattern;
 
 /// What a run achieved.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use dualfs_engine::device::tracing::{BlockClass, TraceDevice, TraceOp, TraceRecord, TraceSink};
 use dualfs_engine::types::BLOCK_BYTES;
 use dualfs_wire::abi::{Attr, EntryOut, InHeader, InitIn, InitOut, Kstatfs, ReplyBuf, Request, fopen, init_flags};
@@ -35,59 +34,8 @@ use dualfs_wire::{Handler, Outcome, Server, Transports};
 use serde_json::{Value, json};
 
 use super::disk::{self, Model, Op};
+pub use crate::args::ServeArgs;
 use emulate::Emulator;
-
-pub const HELP: &str = "\
-Serves until unmounted (fusermount3 -u MNT). Typical use, for ext4 with its
-journal on a second device:
-
-  dualfs trace serve main.img /tmp/t-main --out main.trace --device d &
-  dualfs trace serve jrnl.img /tmp/t-jrnl --out jrnl.trace --device m &
-  losetup --direct-io=on -f --show /tmp/t-main/image     # /dev/loop0
-  losetup --direct-io=on -f --show /tmp/t-jrnl/image     # /dev/loop1
-  mkfs.ext4 -J device=/dev/loop1 /dev/loop0 ...
-  dualfs trace summary main.trace jrnl.trace
-
-Blocks of the main device are classed `fs`, of a journal or log device
-`journal` (the peer's blocks are not decoded).
-
-On an emulated disk (--model), two partitions of one disk are two files of
-one server: --parts 408M,3688M serves MNT/p0 and MNT/p1 beside MNT/image,
-consecutive ranges of the image, and one head serves them all. Set up a disk's loop device with its discards off
-(echo 0 > /sys/block/loopN/queue/discard_max_bytes: a disk has none, and
-a punched hole then reaches the server only as a write of zeros) and
-rotational (echo 1 > /sys/block/loopN/queue/rotational: a loop device over
-a FUSE file says it is not).";
-
-/// Arguments of `dualfs trace serve`.
-#[derive(Args, Debug)]
-pub struct ServeArgs {
-    /// The image file to expose.
-    pub image: PathBuf,
-    /// An empty directory to mount on; the image appears as MNT/image.
-    pub mountpoint: PathBuf,
-    /// The trace file to write (none: no trace).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Which device this image is: d (main or data device) or m (journal,
-    /// log or meta-data device).
-    #[arg(long, default_value = "d", value_parser = ["d", "m"])]
-    pub device: String,
-    /// Answer each request when this disk model would have completed it.
-    #[arg(long, value_enum)]
-    pub model: Option<Model>,
-    /// The emulated disk has its write cache off.
-    #[arg(long)]
-    pub no_write_cache: bool,
-    /// Also serve consecutive ranges of the image of these sizes (K, M, G
-    /// suffixes) as files p0, p1, ...: a disk's partitions.
-    #[arg(long, value_delimiter = ',', value_parser = crate::args::parse_size)]
-    pub parts: Vec<u64>,
-    /// Threads reading requests: the most requests the disk can have
-    /// waiting at once (a loop device sends up to its queue depth).
-    #[arg(long, default_value_t = 40)]
-    pub threads: usize,
-}
 
 const ROOT: u64 = 1;
 const STATS: u64 = 2;

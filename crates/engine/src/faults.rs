@@ -91,11 +91,23 @@ pub enum Fault {
     /// of the segment usage entries a checkpoint writes (they are its own
     /// no longer, and counted nowhere), so that their segments look free.
     UncountedCheckpointBlocks,
+    /// Discard: discard a freed data extent at once, before the commit
+    /// group that frees it is durable (a crash then shows the file
+    /// still mapping blocks whose bytes are gone).
+    DiscardBeforeDurable,
+    /// Discard: discard freed data blocks a snapshot still holds, as if
+    /// no snapshot held them.
+    DiscardHeld,
+    /// Discard: discard a log segment as soon as it may be written into,
+    /// without waiting for the checkpoint after the one that freed it
+    /// (the previous checkpoint, which a damaged newer slot falls back
+    /// to, still maps blocks there).
+    DiscardSegmentEarly,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 27] = [
+    pub const ALL: [Fault; 30] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -123,6 +135,9 @@ impl Fault {
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
         Fault::UncountedCheckpointBlocks,
+        Fault::DiscardBeforeDurable,
+        Fault::DiscardHeld,
+        Fault::DiscardSegmentEarly,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -14,6 +14,7 @@ mod atime;
 mod clean;
 mod clock;
 mod commit;
+mod discard;
 mod files;
 mod fsync;
 mod load;
@@ -39,6 +40,7 @@ use std::time::Duration;
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
+pub use discard::{TrimRange, TrimReport};
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport};
@@ -162,6 +164,14 @@ pub struct Volume {
     low_warned: Mutex<[bool; 2]>,
     /// What replaying fsync records at open did.
     replay_report: crate::namespace::replay::ReplayReport,
+    /// Held while the background discard of `-o discard` runs: one at a
+    /// time, and a writer short of space waits for it.
+    discarding: Mutex<()>,
+    /// The meta-data and the data device were found unable to discard.
+    discard_unsupported: [AtomicBool; 2],
+    /// Data blocks and log segments `-o discard` and trims discarded.
+    discarded_blocks: AtomicU64,
+    discarded_segments: AtomicU64,
 }
 
 impl std::fmt::Debug for Volume {
@@ -319,6 +329,7 @@ impl Volume {
         };
         let mut fs = Fs::new(log, config);
         fs.log.set_cache_limits(config.cache_budget, config.cache_bytes);
+        fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
@@ -354,6 +365,10 @@ impl Volume {
             data_writes: commit::DataWrites::default(),
             low_warned: Mutex::new([false; 2]),
             replay_report,
+            discarding: Mutex::new(()),
+            discard_unsupported: [AtomicBool::new(false), AtomicBool::new(false)],
+            discarded_blocks: AtomicU64::new(0),
+            discarded_segments: AtomicU64::new(0),
         };
         Ok(vol)
     }
@@ -603,9 +618,11 @@ impl Volume {
                     return Ok(r);
                 }
                 Some(Err(Error::NoSpace(DeviceRole::Data))) if space_attempts == 0 => {
-                    // Frees waiting for a durable commit come back after one.
+                    // Frees waiting for a durable commit come back after one
+                    // (and after their discard, with `-o discard`).
                     space_attempts = 1;
                     self.commit()?;
+                    self.discard_queued();
                 }
                 Some(Err(Error::NoSpace(DeviceRole::Meta))) if space_attempts < 8 && kind != OpKind::Clean => {
                     // Segments waiting for a checkpoint come back after one;
@@ -667,6 +684,7 @@ impl Volume {
             self.clean_when_idle()?;
         }
         self.warn_if_low();
+        self.discard_queued();
         Ok(())
     }
 
@@ -757,7 +775,9 @@ impl Volume {
             let n = lock(&self.fs).refs(ino);
             self.forget(ino, n)?;
         }
-        self.checkpoint()
+        self.checkpoint()?;
+        self.discard_queued();
+        Ok(())
     }
 
     /// Number of partial segments (or data-only flushes) written since open.

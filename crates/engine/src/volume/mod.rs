@@ -661,6 +661,9 @@ impl Volume {
         if self.no_writes.load(Ordering::Acquire) || lock(&self.failed).is_some() {
             return Ok(());
         }
+        // Frees made durable by an fsync's commit since the last turn: what
+        // is queued is free on disk already, so it goes before the commit.
+        self.discard_queued();
         // The spare page buffers a stream needed go once writes stop, not
         // between a stream's steps (its pages are all written at times).
         let idle = self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING;

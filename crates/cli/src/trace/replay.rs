@@ -121,7 +121,8 @@ impl Disk {
         let bytes = count as f64 * BLOCK_BYTES as f64;
         let end = first.saturating_add(count);
         match op {
-            TraceOp::Flush => 0.0,
+            // A disk has no TRIM: the kernel refuses it before the drive.
+            TraceOp::Flush | TraceOp::Discard => 0.0,
             TraceOp::Read if first >= self.read_ahead.0 && end <= self.read_ahead.1 => {
                 p.overhead_ms + bytes / (p.bus_mb_s * 1e3)
             }
@@ -156,6 +157,8 @@ fn ssd(p: &Ssd, op: TraceOp, count: u64) -> f64 {
         TraceOp::Read => p.read_ms + transfer,
         TraceOp::Write => p.write_ms + transfer,
         TraceOp::Flush => p.flush_ms,
+        // A command that moves no data.
+        TraceOp::Discard => p.write_ms,
     }
 }
 
@@ -234,6 +237,7 @@ fn names(d: TraceDevice, o: TraceOp) -> (&'static str, &'static str) {
         TraceOp::Read => "read",
         TraceOp::Write => "write",
         TraceOp::Flush => "flush",
+        TraceOp::Discard => "discard",
     };
     (dn, on)
 }

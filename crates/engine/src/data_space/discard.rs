@@ -128,6 +128,11 @@ impl DataSpace {
         }
     }
 
+    /// Every group may hold free blocks no trim discarded.
+    pub(super) fn forget_trimmed(&mut self) {
+        self.discards.trimmed.clear();
+    }
+
     /// Takes the queued ranges to discard (they stay busy until
     /// [`DataSpace::discarded`]).
     pub fn take_discards(&mut self) -> Vec<Discard> {

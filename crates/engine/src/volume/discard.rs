@@ -148,9 +148,10 @@ impl Volume {
 
     /// Discards the free space of the volume inside `range` (FITRIM,
     /// `dualfs trim`): free data blocks in runs of at least `min_len`
-    /// bytes, and log segments no checkpoint needs. It commits first,
-    /// so that blocks freed until now are free, and checkpoints twice, so
-    /// that segments emptied until now are needed by neither checkpoint.
+    /// bytes, and log segments no checkpoint needs. It checkpoints twice
+    /// first, so that blocks freed and segments emptied until now (and
+    /// blocks of snapshots deleted) are needed by neither checkpoint a
+    /// mount may start from.
     ///
     /// # Errors
     /// `Invalid` for a range starting past the volume's end or shorter
@@ -174,7 +175,8 @@ impl Volume {
         // Whole blocks inside the range.
         let (first, last) = (range.start.div_ceil(BLOCK_BYTES), end / BLOCK_BYTES);
         let min = range.min_len.div_ceil(BLOCK_BYTES).max(1);
-        self.commit()?;
+        self.checkpoint()?;
+        self.checkpoint()?;
         let mut report = TrimReport::default();
         if first < data_blocks {
             let to = last.min(data_blocks);
@@ -201,6 +203,9 @@ impl Volume {
         let ranges = runs.iter().map(|d| (d.start, u64::from(d.len))).collect();
         let done = self.discard_ranges(DeviceRole::Data, ranges);
         lock(&self.fs).log.space_mut().discarded(runs);
+        if let Ok(n) = done {
+            self.discarded_blocks.fetch_add(n, Ordering::Relaxed);
+        }
         done
     }
 
@@ -208,8 +213,6 @@ impl Volume {
     /// `[from, to)` that no checkpoint needs, in runs of at least `min`
     /// blocks; returns the blocks discarded.
     fn trim_segments(&self, from: u64, to: u64, min: u64) -> Result<u64> {
-        self.checkpoint()?;
-        self.checkpoint()?;
         let _c = lock(&self.commit);
         let segs = {
             let mut fs = lock(&self.fs);

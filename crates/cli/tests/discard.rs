@@ -47,7 +47,9 @@ fn fstrim_gives_back_free_space_and_keeps_what_a_snapshot_holds() {
     let snap = v.dir.path().join("s1");
     std::fs::create_dir(&snap).unwrap();
     let s = snap.to_str().unwrap();
-    assert!(dualfs(&["mount", "-o", "snapshot=s1", v.meta.to_str().unwrap(), v.data.to_str().unwrap(), s]).status.success());
+    assert!(
+        dualfs(&["mount", "-o", "snapshot=s1", v.meta.to_str().unwrap(), v.data.to_str().unwrap(), s]).status.success()
+    );
     let check = sh(&format!("cd {s} && sed 's#{m}/a#a#' {m}/../a.sum | sha256sum -c"));
     assert!(dualfs(&["umount", s]).status.success());
     assert!(check.contains("a: OK"), "{check}");

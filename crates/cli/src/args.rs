@@ -238,6 +238,11 @@ Options (-o, comma-separated, may be repeated):
   nowriteback      send every write to the volume at once instead of caching
                    it in the kernel (slower; modification times then come
                    from the volume's clock alone)
+  nosecurity_xattr the security.* extended attributes are not served (each is
+                   EOPNOTSUPP, listings leave them out, what is stored is kept),
+                   as ext4's nouser_xattr does for user.*: no file capabilities
+                   or SELinux labels, and ls -l stops asking for a label per
+                   file (one request per entry less)
   relatime, noatime, strictatime
                    when reads update access times (default relatime; give one).
                    A read the kernel answers from its page cache never reaches

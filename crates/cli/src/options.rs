@@ -101,6 +101,9 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// The kernel's writeback cache.
     pub writeback: bool,
+    /// Serve the `security.*` extended attributes (`nosecurity_xattr`
+    /// turns them off).
+    pub security_xattr: bool,
     /// When reads update access times (the engine does it; the kernel
     /// never does for FUSE).
     pub atime: AtimeMode,
@@ -157,6 +160,7 @@ impl Default for MountConfig {
             threads: DEFAULT_THREADS,
             fsname: None,
             writeback: true,
+            security_xattr: true,
             atime: AtimeMode::Relatime,
             trace: None,
             attr_timeout: None,
@@ -392,6 +396,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.discard = opt == "discard";
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
+        } else if opt == "nosecurity_xattr" || opt == "security_xattr" {
+            c.security_xattr = opt == "security_xattr";
         } else if opt == "ro" {
             c.read_only = true;
             c.fuse.push(MountOption::RO);
@@ -448,6 +454,7 @@ fn group(opt: &str) -> &str {
         "sync" | "async" => "sync",
         "writeback" | "nowriteback" => "writeback",
         "discard" | "nodiscard" => "discard",
+        "security_xattr" | "nosecurity_xattr" => "security_xattr",
         "allow_other" | "allow_root" => "allow",
         _ => opt.split_once('=').map_or(opt, |(k, _)| k),
     }
@@ -489,6 +496,9 @@ mod tests {
     fn dualfs_options_are_understood() {
         let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback,trace=/tmp/t");
         assert!(!c.writeback);
+        assert!(c.security_xattr, "served unless turned off");
+        assert!(!p("nosecurity_xattr").security_xattr);
+        assert!(p("nosecurity_xattr,security_xattr").security_xattr, "the last one given");
         assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);

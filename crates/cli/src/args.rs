@@ -59,6 +59,9 @@ pub enum Command {
     /// `dualfs mount -o clone=NAME`.
     #[command(after_help = CLONE_HELP)]
     Clone(CloneArgs),
+    /// Discard the free space of a volume, mounted or not (as fstrim).
+    #[command(after_help = crate::trim::TRIM_HELP)]
+    Trim(crate::trim::TrimArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
@@ -202,6 +205,10 @@ Options (-o, comma-separated, may be repeated):
                    its log (what `dualfs fsck -y` does) and mount it;
                    without it a volume no checkpoint of which loads mounts
                    only with ro, showing the rebuilt state
+  discard          discard freed data blocks and emptied log segments as
+                   they become free (BLKDISCARD; holes punched in image
+                   files), once no crash can need them; nodiscard (the
+                   default) leaves that to fstrim MOUNTPOINT or dualfs trim
   threads=N        threads reading /dev/fuse (default 4)
   transport=uring|devfuse
                    what carries the requests. By default per-CPU io_uring
@@ -349,6 +356,7 @@ impl Command {
             | Command::Get(_)
             | Command::Metarestore(_)
             | Command::Sync(_)
+            | Command::Trim(_)
             | Command::Resize(_)
             | Command::Migrate(_)
             | Command::Receive(_) => false,

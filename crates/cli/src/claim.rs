@@ -56,6 +56,10 @@ impl BlockDevice for Claimed {
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }
+
+    fn discard(&self, first: u64, count: u64) -> io::Result<()> {
+        self.inner.discard(first, count)
+    }
 }
 
 /// Loop devices and the files behind them, from /sys/block.

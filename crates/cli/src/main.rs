@@ -48,6 +48,7 @@ mod stats;
 mod sync;
 mod trace;
 mod transport;
+mod trim;
 mod tune;
 mod umount;
 mod words;
@@ -152,6 +153,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Get(a) => extract::get(a),
         Command::Metadump(a) => metadump::metadump(a),
         Command::Metarestore(a) => metadump::metarestore(a),
+        Command::Trim(a) => trim::run(a),
     }
 }
 

@@ -259,6 +259,7 @@ fn engine_options(cfg: &MountConfig) -> MountOptions {
         order: cfg.order,
         accept_loss: cfg.accept_loss,
         rebuild: cfg.rebuild,
+        discard: cfg.discard,
         ..MountOptions::default()
     };
     if let Some(c) = cfg.commit {

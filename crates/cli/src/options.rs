@@ -141,6 +141,9 @@ pub struct MountConfig {
     /// `transport=`: io_uring where the kernel allows it (the default), or
     /// one of the two insisted on.
     pub transport: Transport,
+    /// `discard`: freed data blocks and emptied log segments are discarded
+    /// in the background (`nodiscard`, the default: only `fstrim` does).
+    pub discard: bool,
 }
 
 impl Default for MountConfig {
@@ -171,6 +174,7 @@ impl Default for MountConfig {
             snapshot: None,
             clone: None,
             transport: Transport::Auto,
+            discard: false,
         }
     }
 }
@@ -412,6 +416,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 "{opt}: io_uring is used by itself where the kernel allows it; transport=uring insists on it, \
                  transport=devfuse refuses it"
             );
+        } else if opt == "discard" || opt == "nodiscard" {
+            c.discard = opt == "discard";
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
         } else if opt == "nosecurity_xattr" || opt == "security_xattr" {
@@ -471,6 +477,7 @@ fn group(opt: &str) -> &str {
         "exec" | "noexec" => "exec",
         "sync" | "async" => "sync",
         "writeback" | "nowriteback" => "writeback",
+        "discard" | "nodiscard" => "discard",
         "security_xattr" | "nosecurity_xattr" => "security_xattr",
         "allow_other" | "allow_root" => "allow",
         _ => opt.split_once('=').map_or(opt, |(k, _)| k),
@@ -499,6 +506,14 @@ mod tests {
 
     fn p(s: &str) -> MountConfig {
         parse(&[s.to_string()]).unwrap()
+    }
+
+    #[test]
+    fn discard_is_off_unless_asked_and_the_last_word_wins() {
+        assert!(!p("rw").discard);
+        assert!(p("discard").discard);
+        assert!(!p("discard,nodiscard").discard);
+        assert_eq!(defaults_not_overridden("discard,noatime", &["nodiscard".to_string()]), "noatime");
     }
 
     #[test]

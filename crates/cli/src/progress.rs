@@ -82,6 +82,10 @@ impl BlockDevice for Metered {
     fn flush(&self) -> std::io::Result<()> {
         self.inner.flush()
     }
+
+    fn discard(&self, first: u64, count: u64) -> std::io::Result<()> {
+        self.inner.discard(first, count)
+    }
 }
 
 /// A bar of `total` segments on standard error when it is a terminal

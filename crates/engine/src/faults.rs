@@ -95,11 +95,23 @@ pub enum Fault {
     /// group, and move the extents after it down in the next (a crash
     /// between shows the file cut short with its tail still in place).
     CollapseSizeLater,
+    /// Discard: discard a freed data extent at once, before the commit
+    /// group that frees it is durable (a crash then shows the file
+    /// still mapping blocks whose bytes are gone).
+    DiscardBeforeDurable,
+    /// Discard: discard freed data blocks a snapshot still holds, as if
+    /// no snapshot held them.
+    DiscardHeld,
+    /// Discard: discard a log segment as soon as it may be written into,
+    /// without waiting for the checkpoint after the one that freed it
+    /// (the previous checkpoint, which a damaged newer slot falls back
+    /// to, still maps blocks there).
+    DiscardSegmentEarly,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 28] = [
+    pub const ALL: [Fault; 31] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -128,6 +140,9 @@ impl Fault {
         Fault::OutgrownInlineStale,
         Fault::UncountedCheckpointBlocks,
         Fault::CollapseSizeLater,
+        Fault::DiscardBeforeDurable,
+        Fault::DiscardHeld,
+        Fault::DiscardSegmentEarly,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -249,7 +249,7 @@ impl Handler for DualFs {
                 self.shutdown();
                 Outcome::Reply
             }
-            Request::Ioctl { .. } => answer(self.ioctl(), out, |d, out| out.ioctl_out(0, &d)),
+            Request::Ioctl { cmd, data, .. } => answer(self.ioctl(who, cmd, data), out, |d, out| out.ioctl_out(0, &d)),
             Request::Fallocate { offset, length, mode, .. } => {
                 empty(self.fallocate(who, node, offset, length, mode as i32))
             }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use dualfs_engine::types::BLOCK_SIZE;
 
 use crate::image::{Block, Image, SECTOR_BYTES, SECTORS_PER_BLOCK};
-use crate::record::{Dev, Event, Mark};
+use crate::record::{Dev, Event, Mark, discarded_garbage, discarded_zeros};
 use crate::rng::Rng;
 
 /// A recorded run: the images it started from and every event.
@@ -142,6 +142,11 @@ impl Recording {
         let mut durable: [HashMap<u64, Block>; 2] = [HashMap::new(), HashMap::new()];
         let mut pending: [Vec<(u64, Block)>; 2] = [Vec::new(), Vec::new()];
         let mut window = Window { durable: 0, issued: 0, synced: 0 };
+        // Discarded blocks read as zeros in some states, garbage in others.
+        let discarded = match spec.choice {
+            Choice::All | Choice::Random(_) => discarded_zeros(),
+            Choice::Flushed | Choice::Torn(_) => discarded_garbage(),
+        };
         for e in &self.events[..cut] {
             match e {
                 Event::Write { dev, block, data } => pending[dev.index()].push((*block, data.clone())),
@@ -149,6 +154,16 @@ impl Recording {
                     let i = dev.index();
                     for (b, d) in pending[i].drain(..) {
                         durable[i].insert(b, d);
+                    }
+                }
+                // Gone at once and for good: a write before it, flushed or
+                // not, is lost with it.
+                Event::Discard { dev, first, count } => {
+                    let i = dev.index();
+                    let range = *first..first + count;
+                    pending[i].retain(|(b, _)| !range.contains(b));
+                    for b in range {
+                        durable[i].insert(b, discarded.clone());
                     }
                 }
                 Event::Mark(Mark::StepStart(n)) => window.issued = *n,
@@ -380,6 +395,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_discard_loses_the_blocks_at_once_until_written_again() {
+        let mut r = rec();
+        r.events.insert(3, Event::Discard { dev: Dev::Data, first: 4, count: 2 });
+        r.events.push(w(Dev::Data, 4, 9));
+        // Cut right after the discard, nothing flushed since: gone already.
+        let s = r.build(&StateSpec { cut: 4, choice: Choice::Flushed });
+        assert_eq!(s.data.block(5), discarded_garbage(), "a flushed block discarded");
+        assert_eq!(s.data.block(4), discarded_garbage(), "a block never written discarded");
+        let s = r.build(&StateSpec { cut: 4, choice: Choice::All });
+        assert!(s.data.block(5).iter().all(|&b| b == 0), "zeros in other states");
+        // The write after it may be lost, leaving the discarded block.
+        let n = r.events.len();
+        assert_eq!(r.build(&StateSpec { cut: n, choice: Choice::Flushed }).data.block(4), discarded_garbage());
+        assert_eq!(r.build(&StateSpec { cut: n, choice: Choice::All }).data.block(4)[0], 9);
+        assert_eq!(
+            r.build(&StateSpec { cut: n, choice: Choice::All }).meta.block(7)[0],
+            4,
+            "the other device keeps its own"
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ use dualfs_engine::device::BlockDevice;
 use dualfs_engine::types::Timestamp;
 use dualfs_engine::volume::{MkfsOptions, MountOptions, Order};
 
-use crate::crash::{Recording, Seen, StateSpec};
-use crate::image::{Fill, Image, OverlayDevice};
+use crate::crash::{CrashImages, Recording, Seen, StateSpec};
+use crate::image::{Block, Fill, Image, OverlayDevice};
 use crate::model::Model;
 use crate::oracle::History;
 use crate::record::{Dev, Event, Recorder, RecordingDevice};
@@ -66,6 +66,11 @@ pub struct Config {
     pub spare_meta_blocks: u64,
     /// Blocks the data device holds past the volume made on it.
     pub spare_data_blocks: u64,
+    /// Also recover each sampled state with either checkpoint slot
+    /// zeroed: the older checkpoint must still give an allowed tree (what
+    /// discard must never take from it; workloads whose log wraps onto
+    /// the older checkpoint's segments cannot ask this).
+    pub older_checkpoint: bool,
 }
 
 impl Default for Config {
@@ -88,7 +93,18 @@ impl Default for Config {
             verbose: false,
             spare_meta_blocks: 0,
             spare_data_blocks: 0,
+            older_checkpoint: false,
         }
+    }
+}
+
+impl Config {
+    /// The discard workloads' configuration: `-o discard`, and the older
+    /// checkpoint checked beside the newer.
+    #[must_use]
+    pub fn discard() -> Config {
+        let d = Config::default();
+        Config { mount: MountOptions { discard: true, ..d.mount }, older_checkpoint: true, ..d }
     }
 }
 
@@ -390,6 +406,13 @@ impl Explorer {
         if !sampled {
             return Ok(());
         }
+        // A slot torn by the crash leaves one checkpoint only.
+        let slot_torn = img.torn.is_some_and(|(d, b, _)| {
+            d == Dev::Meta && dualfs_engine::format::superblock::CHECKPOINT_SLOTS.iter().any(|s| s.0 == b)
+        });
+        if self.config.older_checkpoint && !slot_torn {
+            self.check_older_checkpoint(run, &img, &tags, &w.steps)?;
+        }
         let second = Recording { meta: img.meta.clone(), data: img.data.clone(), events: rec.events() };
         // From the workload and the state's number only: a replay draws the same cuts.
         let mut rng = Rng::new(mix(self.seed_of(w) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
@@ -406,6 +429,27 @@ impl Explorer {
             stats.second_crash_states += 1;
             self.second_crash(&second, &s2, &expected, &tags)
                 .map_err(|e| format!("second crash ({s2}) after recovery: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Recovers the crash state with each checkpoint slot zeroed in turn
+    /// (a slot the medium lost): the mount falls back to the other
+    /// checkpoint, whose blocks and roll-forward range must be intact, and
+    /// shows a tree the model allows.
+    fn check_older_checkpoint(&self, run: &Run, img: &CrashImages, tags: &[u64], steps: &[Step]) -> Result<(), String> {
+        let zeros: Block = Arc::new([0u8; dualfs_engine::types::BLOCK_SIZE]);
+        for slot in dualfs_engine::format::superblock::CHECKPOINT_SLOTS {
+            let meta = Arc::new(OverlayDevice::new(Arc::new(img.meta.with_blocks([(slot.0, zeros.clone())]))));
+            let data = Arc::new(OverlayDevice::new(img.data.clone()));
+            let mount = MountOptions { accept_loss: true, ..self.config.mount };
+            let vol = Volume::open_with_clock(meta, data, mount, fixed_clock())
+                .map_err(|e| format!("with checkpoint slot {} lost, recovery failed: {e}", slot.0))?;
+            let tree = Tree::of_volume(&vol)
+                .map_err(|e| format!("with checkpoint slot {} lost, the volume cannot be read: {e}", slot.0))?;
+            run.history
+                .find(&tree, img.window, steps, tags)
+                .map_err(|e| format!("with checkpoint slot {} lost: {e}", slot.0))?;
         }
         Ok(())
     }
@@ -591,6 +635,7 @@ pub fn show_events(events: &[Event]) -> String {
                 }
             }
             Event::Flush(dev) => format!("flush {dev:?}"),
+            Event::Discard { dev, first, count } => format!("discard {dev:?} {first}+{count}"),
             Event::Mark(m) => format!("{m:?}"),
         };
         out.push_str(&format!("  {i:4} {line}\n"));

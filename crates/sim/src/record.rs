@@ -64,6 +64,18 @@ pub enum Event {
     },
     /// A flush returned: every earlier write of `dev` is durable.
     Flush(Dev),
+    /// Blocks discarded. A device may drop them at once, whatever comes
+    /// later: from here on (in every crash state cut after it, until the
+    /// block is written again) they read as zeros or as garbage
+    /// ([`crate::crash`]), never as what they held.
+    Discard {
+        /// Device.
+        dev: Dev,
+        /// First block.
+        first: u64,
+        /// Blocks.
+        count: u64,
+    },
     /// A mark of the workload.
     Mark(Mark),
 }
@@ -126,6 +138,29 @@ impl RecordingDevice {
     }
 }
 
+/// What a discarded block reads as on the running volume, until written
+/// again: garbage, so that a read of a block discarded too early is seen
+/// (a file's bytes differ, a meta-data block fails its checksum).
+#[must_use]
+pub fn discarded_garbage() -> Block {
+    static GARBAGE: std::sync::LazyLock<Block> = std::sync::LazyLock::new(|| {
+        let mut b = [0u8; BLOCK_SIZE];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (i as u8).wrapping_mul(73) ^ 0xA5;
+        }
+        b[..16].copy_from_slice(b"Discarded block!");
+        Arc::new(b)
+    });
+    GARBAGE.clone()
+}
+
+/// What a discarded block reads as in a crash state that says zeros.
+#[must_use]
+pub fn discarded_zeros() -> Block {
+    static ZEROS: std::sync::LazyLock<Block> = std::sync::LazyLock::new(|| Arc::new([0u8; BLOCK_SIZE]));
+    ZEROS.clone()
+}
+
 impl BlockDevice for RecordingDevice {
     fn block_count(&self) -> u64 {
         self.live.block_count()
@@ -148,6 +183,17 @@ impl BlockDevice for RecordingDevice {
 
     fn flush(&self) -> std::io::Result<()> {
         self.rec.lock().push(Event::Flush(self.dev));
+        Ok(())
+    }
+
+    fn discard(&self, first: u64, count: u64) -> std::io::Result<()> {
+        let end = first.checked_add(count).filter(|&e| e <= self.live.block_count()).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("discard of {first}+{count} beyond the end"))
+        })?;
+        for b in first..end {
+            self.live.put(b, discarded_garbage());
+        }
+        self.rec.lock().push(Event::Discard { dev: self.dev, first, count });
         Ok(())
     }
 }

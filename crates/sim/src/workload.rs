@@ -125,6 +125,9 @@ pub enum Step {
         /// At most this many victims.
         segments: u8,
     },
+    /// `fstrim` (`Volume::trim` of the whole volume): free data blocks and
+    /// log segments no crash can need are discarded.
+    Trim,
     /// `dualfs resize`: grow to `meta` and `data` blocks of each device
     /// (0 keeps a device's size). The devices must hold them (the
     /// explorer's `spare_*_blocks`).
@@ -701,6 +704,11 @@ impl<'a> Runner<'a> {
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:
                 // the durable marks around it make the oracle strict.
+                return Ok(Promise::None);
+            }
+            Step::Trim => {
+                vol.trim(dualfs_engine::volume::TrimRange::ALL).map_err(|e| format!("trim: {e}"))?;
+                // It commits and checkpoints, but promises nothing, as a clean.
                 return Ok(Promise::None);
             }
             Step::Resize { meta, data } => {

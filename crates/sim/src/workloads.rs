@@ -7,6 +7,9 @@
 use crate::rng::Rng;
 use crate::workload::{Step, Workload};
 
+pub use discard::discards;
+
+mod discard;
 mod inline;
 mod ranges;
 mod resize;
@@ -774,5 +777,5 @@ pub fn by_name(name: &str) -> Option<Workload> {
     if let Some(n) = name.strip_prefix("pattern/log-wrap-") {
         return n.parse().ok().map(|n| log_wrap(n, true));
     }
-    all().into_iter().chain([many_inodes(), many_inodes_bounded()]).find(|w| w.name == name)
+    all().into_iter().chain([many_inodes(), many_inodes_bounded()]).chain(discards()).find(|w| w.name == name)
 }

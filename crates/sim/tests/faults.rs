@@ -33,6 +33,13 @@ fn config_for(fault: Fault) -> Config {
         c.mount.inode_map_bytes = Some(2 * 4096);
         c.mount.cache_budget = 32;
     }
+    // Continuous discard, and the older checkpoint recovered too.
+    if matches!(fault, Fault::DiscardBeforeDurable | Fault::DiscardHeld | Fault::DiscardSegmentEarly) {
+        let d = Config::discard();
+        c.mount.discard = true;
+        c.older_checkpoint = d.older_checkpoint;
+        c.meta_blocks = d.meta_blocks;
+    }
     // Room to grow into, for the resize workloads.
     if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
         c.spare_meta_blocks = 8 * 128;
@@ -47,6 +54,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
         let c = config_for(fault);
         return workloads::resizes(c.meta_blocks, c.data_blocks, c.spare_meta_blocks, c.spare_data_blocks);
+    }
+    if matches!(fault, Fault::DiscardBeforeDurable | Fault::DiscardHeld | Fault::DiscardSegmentEarly) {
+        // Only a volume that discards shows them.
+        return workloads::discards();
     }
     if fault == Fault::UncountedCheckpointBlocks {
         // Only a log that wraps onto segments holding IFile blocks shows it.

@@ -122,6 +122,8 @@ pub fn replay(t: &Trace, model: Model, layout: Layout, write_cache: bool) -> Rep
             TraceOp::Read => Op::Read,
             TraceOp::Write => Op::Write,
             TraceOp::Flush => Op::Flush,
+            // The disk models have no TRIM (a disk has none): its time passes idle.
+            TraceOp::Discard => continue,
         };
         let req = Request { op, offset: first.saturating_mul(BLOCK_BYTES), len: r.count.saturating_mul(BLOCK_BYTES) };
         let disk = &mut disks[disk_of(r.device)];
@@ -157,6 +159,7 @@ fn names(d: TraceDevice, o: TraceOp) -> (&'static str, &'static str) {
         TraceOp::Read => "read",
         TraceOp::Write => "write",
         TraceOp::Flush => "flush",
+        TraceOp::Discard => "discard",
     };
     (dn, on)
 }

@@ -101,6 +101,7 @@ fn op_name(o: TraceOp) -> &'static str {
         TraceOp::Read => "read",
         TraceOp::Write => "write",
         TraceOp::Flush => "flush",
+        TraceOp::Discard => "discard",
     }
 }
 

@@ -6,8 +6,11 @@
 //! crash can never leave a file pointing at blocks that another file has
 //! meanwhile overwritten.
 
+mod discard;
 mod lazy;
 mod shrink;
+
+pub use discard::Discard;
 
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
@@ -61,6 +64,8 @@ pub struct DataSpace {
     ready: Vec<u64>,
     /// Groups not ready yet, while loading lazily.
     unready: u64,
+    /// Blocks on their way to being discarded.
+    discards: discard::Discards,
 }
 
 impl DataSpace {
@@ -89,6 +94,7 @@ impl DataSpace {
             source: None,
             ready: Vec::new(),
             unready: 0,
+            discards: discard::Discards::default(),
         };
         // Fresh entries are free blocks (bits past the device's end in use)
         // and wholly free groups: only block 0 differs.
@@ -222,14 +228,15 @@ impl DataSpace {
     /// what is available, so that would be a bug.
     #[must_use]
     pub fn available(&self) -> u64 {
+        let busy = self.busy_blocks();
         assert!(
-            self.reserved + self.held_only <= self.free,
-            "{} blocks reserved and {} held by snapshots, {} free",
+            self.reserved + self.held_only + busy <= self.free,
+            "{} blocks reserved, {} held by snapshots and {busy} being discarded, {} free",
             self.reserved,
             self.held_only,
             self.free
         );
-        self.free - self.held_only - self.reserved
+        self.free - self.held_only - self.reserved - busy
     }
 
     /// Sets what snapshots hold (the OR of their bitmaps; empty: nothing)
@@ -242,6 +249,10 @@ impl DataSpace {
         assert!(held.is_empty() || self.fully_loaded(), "snapshots held against a bitmap not all read");
         self.held = held;
         self.held_only = self.count_held_only();
+        // Blocks a deleted snapshot held are free now: the next trim looks
+        // at every group again (`-o discard` leaves them to it: the
+        // checkpoint before the deletion still lists the snapshot).
+        self.forget_trimmed();
     }
 
     /// Makes another tree's bitmap and group descriptors this space's
@@ -561,6 +572,7 @@ impl DataSpace {
             return Ok(());
         }
         // Its groups are loaded now and stay so: `release` needs no device.
+        self.discard_at_free(start, len);
         self.pending.push((UNSEALED, start, len));
         self.pending_ranges.insert(start.0, start.0 + u64::from(len));
         self.pending_blocks += u64::from(len);
@@ -589,6 +601,7 @@ impl DataSpace {
                 self.pending_ranges.remove(&start.0);
                 let freed = self.mark_free_loaded(start, len);
                 assert_eq!(freed, u64::from(len), "a pending free of data blocks {}+{len} found some free", start.0);
+                self.released(start, len);
             } else {
                 self.pending.push((seq, start, len));
             }
@@ -614,7 +627,12 @@ impl DataSpace {
         let reach = (want - 1).min(self.total - 1 - start);
         self.load_range(DataBlock(start), reach as u32 + 1)?;
         let mut len = 1;
-        while len < want && start + len < self.total && !self.bit(start + len) && !self.is_held(start + len) {
+        while len < want
+            && start + len < self.total
+            && !self.bit(start + len)
+            && !self.is_held(start + len)
+            && !self.is_busy(start + len)
+        {
             len += 1;
         }
         self.set_bits(start, len, true);
@@ -647,7 +665,7 @@ impl DataSpace {
             }
             self.load_group(g)?;
             let w = (b / 64) as usize;
-            let word = (self.bitmap.get(w) | self.held_word(w)) >> (b % 64);
+            let word = (self.bitmap.get(w) | self.held_word(w) | self.busy_word(w)) >> (b % 64);
             if word == !0u64 >> (b % 64) {
                 b = (b / 64 + 1) * 64;
                 continue;

@@ -142,7 +142,8 @@ impl DataSpace {
             } else {
                 !0u64 << (self.limit - lo)
             };
-            let mask = self.held_word(i) | past;
+            // Blocks being discarded count as such, not twice.
+            let mask = (self.held_word(i) | past) & !self.busy_word(i);
             if mask != 0 {
                 n += u64::from((mask & !self.bitmap.get(i)).count_ones());
             }

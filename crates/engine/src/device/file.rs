@@ -3,14 +3,14 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::num::NonZeroU64;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{Advice, fadvise};
 
 use super::{BlockDevice, check_range};
-use crate::types::BLOCK_BYTES;
+use crate::types::{BLOCK_BYTES, BLOCK_SIZE};
 
 /// An image file or a block device.
 #[derive(Debug)]
@@ -27,6 +27,9 @@ pub struct FileDevice {
     /// reads go through the device's page cache and our read-ahead (see
     /// [`FileDevice::BUFFERED_READ_MAX`]).
     reader: Option<File>,
+    /// A block device (discarded with BLKDISCARD), not an image file
+    /// (discarded by punching holes).
+    block_device: bool,
     /// Where the last read through `reader` ended (bytes): a read that
     /// starts within [`FileDevice::READ_AHEAD`] of it continues a run.
     read_end: AtomicU64,
@@ -130,12 +133,14 @@ impl FileDevice {
         }
         // Seeking to the end gives the size of block devices as well as files.
         let bytes = file.seek(SeekFrom::End(0))?;
+        let block_device = file.metadata()?.file_type().is_block_device();
         Ok(FileDevice {
             file,
             path: path.to_path_buf(),
             blocks: AtomicU64::new(bytes / BLOCK_BYTES),
             direct,
             reader,
+            block_device,
             read_end: AtomicU64::new(u64::MAX),
         })
     }
@@ -228,6 +233,28 @@ impl BlockDevice for FileDevice {
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+
+    /// A block device gets BLKDISCARD; an image file has holes punched
+    /// (its size kept), so that a sparse image gives the space back to
+    /// the file system holding it. The kernel drops the cached pages of
+    /// the range either way, so the buffered reader sees what the device
+    /// holds.
+    fn discard(&self, first: u64, count: u64) -> io::Result<()> {
+        check_range(
+            self.block_count(),
+            first,
+            usize::try_from(count).unwrap_or(usize::MAX).saturating_mul(BLOCK_SIZE),
+        )?;
+        if count == 0 {
+            return Ok(());
+        }
+        let (offset, len) = (first * BLOCK_BYTES, count * BLOCK_BYTES);
+        if self.block_device {
+            return dualfs_blkdev::discard(&self.file, offset, len);
+        }
+        let mode = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        rustix::fs::fallocate(&self.file, mode, offset, len).map_err(io::Error::from)
+    }
 }
 
 /// Pieces one `pwritev` takes (Linux's `UIO_MAXIOV`).
@@ -263,6 +290,34 @@ mod tests {
         let mut first = vec![0u8; 8192];
         plain.read_blocks(3, &mut first).unwrap();
         assert_eq!(first, pattern[..8192]);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Discarding an image file's blocks punches holes: they read as
+    /// zeros, the file keeps its size and holds less.
+    #[test]
+    fn discarding_an_image_file_punches_holes() {
+        let dir = Path::new("/var/tmp");
+        let dir = if dir.is_dir() { dir.to_path_buf() } else { std::env::temp_dir() };
+        let path = dir.join(format!("dualfs-discard-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap().set_len(256 * BLOCK_BYTES).unwrap();
+        let dev = FileDevice::open_direct(&path, false, false).unwrap();
+        let (mut a, off) = aligned(256 * 4096);
+        a[off..off + 256 * 4096].fill(9);
+        dev.write_blocks(0, &a[off..off + 256 * 4096]).unwrap();
+        dev.flush().unwrap();
+        let held = |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());
+        let before = held(&path);
+        dev.discard(16, 128).unwrap();
+        dev.flush().unwrap();
+        assert!(held(&path) + 128 * 8 <= before, "{} sectors before, {} after", before, held(&path));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 256 * BLOCK_BYTES);
+        let mut back = vec![1u8; 4096];
+        dev.read_blocks(20, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        dev.read_blocks(15, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 9));
+        assert!(dev.discard(250, 7).is_err(), "past the end");
         std::fs::remove_file(&path).unwrap();
     }
 

@@ -79,6 +79,20 @@ impl BlockDevice for MemoryDevice {
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
+
+    /// Discarded blocks read as zeros again, and take no memory.
+    fn discard(&self, first: u64, count: u64) -> io::Result<()> {
+        check_range(self.blocks, first, usize::try_from(count).unwrap_or(usize::MAX).saturating_mul(BLOCK_SIZE))?;
+        let mut data = self.lock();
+        if count > data.len() as u64 {
+            data.retain(|b, _| !(first..first + count).contains(b));
+        } else {
+            for b in first..first + count {
+                data.remove(&b);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

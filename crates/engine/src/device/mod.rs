@@ -68,6 +68,22 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     /// The operating system's error.
     fn flush(&self) -> io::Result<()>;
 
+    /// Tells the device that `count` blocks from `first` hold nothing the
+    /// volume needs (TRIM: an SSD may erase them, a sparse image file gives
+    /// their space back to its host). A later read of them may return
+    /// zeros, the old bytes or anything else, so the volume discards only
+    /// blocks that nothing, after any crash, will read before writing
+    /// (DESIGN.md, "Discard"). Like a write, it is durable only after a
+    /// later [`BlockDevice::flush`]. By default a device cannot discard.
+    ///
+    /// # Errors
+    /// `Unsupported` where the device cannot discard; the operating
+    /// system's error; `InvalidInput` beyond the end.
+    fn discard(&self, first: u64, count: u64) -> io::Result<()> {
+        let _ = (first, count);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "the device cannot discard"))
+    }
+
     /// Reads the device's size again, after the image file or block device
     /// under it grew (`dualfs resize`), and returns it; [`block_count`]
     /// says it from then on. Devices of a fixed size keep theirs.
@@ -115,6 +131,28 @@ pub fn write(dev: &dyn BlockDevice, role: DeviceRole, first: u64, buf: &[u8]) ->
 /// The device fails.
 pub fn flush(dev: &dyn BlockDevice, role: DeviceRole) -> Result<()> {
     dev.flush().map_err(|source| Error::Io { device: role, op: "flush", block: 0, source })
+}
+
+/// Discards `count` blocks of the volume's `role` device (see [`read`]).
+/// A device that cannot discard is `NotSupported`.
+///
+/// # Errors
+/// The device fails, or cannot discard.
+pub fn discard(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: u64) -> Result<()> {
+    dev.discard(first, count).map_err(|source| {
+        if is_unsupported(&source) {
+            Error::NotSupported
+        } else {
+            Error::Io { device: role, op: "discard", block: first, source }
+        }
+    })
+}
+
+/// Whether a device's error says it cannot discard (or a file system
+/// under an image file cannot punch holes).
+#[must_use]
+pub fn is_unsupported(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Unsupported || matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOTTY))
 }
 
 /// Checks that a request is block-aligned and inside a device of `count` blocks.

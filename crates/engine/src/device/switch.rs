@@ -369,6 +369,13 @@ impl BlockDevice for SwitchDevice {
     fn refresh_block_count(&self) -> io::Result<u64> {
         self.read_inner().current.refresh_block_count()
     }
+
+    /// The device in use only: a migration copies what is in use, and a
+    /// discarded block is in use by nothing (the replacement may keep
+    /// an older copy of it, which nothing reads either).
+    fn discard(&self, first: u64, count: u64) -> io::Result<()> {
+        self.read_inner().current.discard(first, count)
+    }
 }
 
 #[cfg(test)]

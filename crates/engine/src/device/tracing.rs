@@ -77,6 +77,8 @@ pub enum TraceOp {
     Write,
     /// A cache flush (fsync of the image or device).
     Flush,
+    /// Blocks discarded (TRIM).
+    Discard,
 }
 
 impl TraceOp {
@@ -87,6 +89,7 @@ impl TraceOp {
             TraceOp::Read => 'R',
             TraceOp::Write => 'W',
             TraceOp::Flush => 'F',
+            TraceOp::Discard => 'D',
         }
     }
 }
@@ -242,6 +245,7 @@ impl TraceRecord {
             "R" => TraceOp::Read,
             "W" => TraceOp::Write,
             "F" => TraceOp::Flush,
+            "D" => TraceOp::Discard,
             other => return Err(format!("bad operation {other:?}")),
         };
         let mut classes = Vec::new();
@@ -366,9 +370,13 @@ impl TracingDevice {
     }
 
     fn log(&self, start: Instant, op: TraceOp, first: u64, buf: &[u8]) {
-        let end = Instant::now();
         let count = (buf.len() / BLOCK_SIZE) as u64;
         let classes = if op == TraceOp::Flush { Vec::new() } else { classify(self.classifier, first, buf) };
+        self.log_count(start, op, first, count, classes);
+    }
+
+    fn log_count(&self, start: Instant, op: TraceOp, first: u64, count: u64, classes: Vec<(BlockClass, u32)>) {
+        let end = Instant::now();
         self.sink.record(&TraceRecord {
             start_ns: self.sink.now_ns(start),
             duration_ns: u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX),
@@ -417,6 +425,14 @@ impl BlockDevice for TracingDevice {
         let start = Instant::now();
         self.inner.flush()?;
         self.log(start, TraceOp::Flush, 0, &[]);
+        Ok(())
+    }
+
+    fn discard(&self, first: u64, count: u64) -> io::Result<()> {
+        let start = Instant::now();
+        self.inner.discard(first, count)?;
+        // Nothing is left to classify.
+        self.log_count(start, TraceOp::Discard, first, count, Vec::new());
         Ok(())
     }
 }

@@ -98,6 +98,9 @@ pub struct IFile {
     live_checked: bool,
     /// Segments written into since the durable checkpoint's log position.
     written_since: BTreeMap<u32, Seq>,
+    /// When segments came to hold nothing, and which were discarded
+    /// (`usage`; DESIGN.md, "Discard").
+    pub(crate) emptied: usage::Emptied,
 }
 
 impl IFile {
@@ -145,6 +148,7 @@ impl IFile {
             live_total: 0,
             live_checked: true,
             written_since: BTreeMap::new(),
+            emptied: usage::Emptied::default(),
         };
         // Number 0 never names anything; keep it out of the free lists forever.
         f.inodes.set(0, ImapEntry { flags: IMAP_USED, ..ImapEntry::default() });

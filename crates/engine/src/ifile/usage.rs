@@ -26,6 +26,49 @@ pub(crate) struct SegDelta {
     seq: Seq,
 }
 
+/// When segments came to hold nothing, for discarding them: a segment
+/// emptied may still be read by the checkpoints sealed before it was
+/// (their maps point into it), so it is discarded only once the two
+/// newest checkpoints were sealed after it ([`crate::meta_log`], "Discard").
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Emptied {
+    /// Segments holding nothing, with the first checkpoint sealed after
+    /// they came to (0: not tagged yet). A segment empty since the volume
+    /// was opened is not listed.
+    pub(crate) since: BTreeMap<u32, u64>,
+    /// Segments that came to hold nothing since the last tagging.
+    pub(crate) untagged: Vec<u32>,
+    /// Segments discarded and not written since.
+    pub(crate) discarded: std::collections::BTreeSet<u32>,
+}
+
+impl Emptied {
+    fn changed(&mut self, s: SegmentNo, before: bool, after: bool) {
+        match (before, after) {
+            (false, true) => {
+                self.since.insert(s.0, 0);
+                self.untagged.push(s.0);
+            }
+            (true, false) => {
+                self.since.remove(&s.0);
+            }
+            _ => {}
+        }
+    }
+
+    /// Tags the segments emptied since the last call with checkpoint `n`
+    /// (the first one to be sealed after them).
+    pub(crate) fn tag(&mut self, n: u64) {
+        for s in self.untagged.drain(..) {
+            if let Some(t) = self.since.get_mut(&s)
+                && *t == 0
+            {
+                *t = n;
+            }
+        }
+    }
+}
+
 /// Whether an entry holds nothing the volume needs.
 fn vacant(u: &SegUsage) -> bool {
     u.live_bytes == 0 && u.ifile_blocks == 0
@@ -173,6 +216,7 @@ impl IFile {
             (false, true) => self.vacant += 1,
             _ => {}
         }
+        self.emptied.changed(s, vacant(&before), vacant(&after));
     }
 
     /// Forgets what segment `s` holds (the broken rule of
@@ -243,6 +287,7 @@ impl IFile {
 
     /// Records that partial segment `seq` was written into `seg`.
     pub fn note_write(&mut self, seg: SegmentNo, seq: Seq) {
+        self.emptied.discarded.remove(&seg.0);
         self.delta(seg, 0, 0, seq);
         let newest = self.written_since.entry(seg.0).or_default();
         *newest = (*newest).max(seq);
@@ -331,6 +376,7 @@ impl IFile {
                 (false, true) => self.vacant += 1,
                 _ => {}
             }
+            self.emptied.changed(seg, vacant(&before), vacant(&after));
         }
     }
 }

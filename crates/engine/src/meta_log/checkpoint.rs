@@ -217,6 +217,8 @@ impl Log {
     /// or a block of the IFile it must rewrite cannot be read.
     pub fn seal_checkpoint(&mut self, now: Timestamp) -> Result<SealedCheckpoint> {
         debug_assert!(!self.has_dirty(), "checkpoint with dirty meta-data");
+        // Segments emptied until now: this checkpoint's maps point elsewhere.
+        self.tag_emptied();
         let sparse = self.sb.sparse_ifile();
         let source = self.table_source();
         let before = self.ckpt.log.seq;
@@ -431,6 +433,9 @@ impl Log {
     /// Records that a checkpoint is durable: the previous one's IFile blocks
     /// and roll-forward range are no longer needed.
     pub fn complete_checkpoint(&mut self, c: &SealedCheckpoint) {
+        // What was emptied before this checkpoint was sealed carries its
+        // number already; what was emptied while it was written, the next.
+        self.keep_previous_checkpoint();
         self.checkpoint_unwritten = false;
         if let Some(part) = &c.part {
             part.forget_read_ahead(&mut self.readahead);
@@ -467,6 +472,7 @@ impl Log {
         // Segments a grow added are named by a durable checkpoint now.
         self.usable_segments = c.record.geometry.map_or(self.sb.segment_count, |g| g.segment_count);
         self.free_segments_cached = self.free_segments();
+        self.tag_emptied();
     }
 
     /// Segments holding the current IFile's table and index blocks, from

@@ -14,6 +14,7 @@ pub mod beyond;
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod discard;
 pub mod fsync;
 pub mod ifile_load;
 pub mod lazy_imap;
@@ -151,6 +152,12 @@ pub struct Log {
     /// again to join their runs: what a snapshot block holds (lowered by
     /// tests, which cannot afford an IFile of 242 index blocks each).
     index_entry_limit: usize,
+    /// What the checkpoint before the durable one needs (unknown until a
+    /// checkpoint is written after the open): segments it may read are
+    /// not discarded ([`discard`]).
+    previous: Option<discard::PreviousCheckpoint>,
+    /// The number of the checkpoint the volume was opened from.
+    opened_at: u64,
 }
 
 impl Log {

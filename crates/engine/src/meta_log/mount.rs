@@ -151,6 +151,8 @@ impl Log {
             snaps: super::snapshot::Snapshots::default(),
             last_record: None,
             index_entry_limit: crate::format::snapshot::MAX_SNAPSHOT_INDEX,
+            previous: None,
+            opened_at: 0,
         }
     }
 
@@ -466,6 +468,9 @@ impl Log {
                         slot_errors.iter().find(|e| !e.contains("bad magic")).cloned()
                     };
                     let recovery = log.roll_forward()?;
+                    // Segments roll-forward emptied wait for two checkpoints.
+                    log.opened_at = c.number;
+                    log.tag_emptied();
                     // A slot is written after the IFile it names is durable,
                     // and that IFile is kept until a newer slot is: a newer
                     // checkpoint that decodes and does not load is damage,

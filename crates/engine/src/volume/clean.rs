@@ -249,6 +249,8 @@ impl Volume {
             ("fsync_commits", self.fsyncs_count.commits.load(Ordering::Relaxed)),
             ("fsync_grouped", self.fsyncs_count.grouped.load(Ordering::Relaxed)),
             ("fsync_partial_segments_written", s.fsync_partial_segments),
+            ("discarded_data_blocks", self.discarded_blocks.load(Ordering::Relaxed)),
+            ("discarded_segments", self.discarded_segments.load(Ordering::Relaxed)),
         ];
         // Which commits sent data to the disk (a workload's writes, by cause).
         v.extend(self.data_writes.named());

@@ -512,8 +512,13 @@ impl Volume {
             self.fail(&e);
             return Err(e);
         }
-        let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
-        lock(&self.fs).log.complete_checkpoint(&sealed);
+        {
+            let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
+            lock(&self.fs).log.complete_checkpoint(&sealed);
+        }
+        // Still under the commit lock: nothing is written into a segment
+        // while it is discarded.
+        self.discard_emptied_segments();
         Ok(())
     }
 }

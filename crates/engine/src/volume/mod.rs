@@ -15,6 +15,7 @@ mod clean;
 mod clock;
 mod commit;
 mod fallocate;
+mod discard;
 mod files;
 mod fsync;
 mod load;
@@ -40,6 +41,7 @@ use std::time::Duration;
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
+pub use discard::{TrimRange, TrimReport};
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
@@ -163,6 +165,14 @@ pub struct Volume {
     low_warned: Mutex<[bool; 2]>,
     /// What replaying fsync records at open did.
     replay_report: crate::namespace::replay::ReplayReport,
+    /// Held while the background discard of `-o discard` runs: one at a
+    /// time, and a writer short of space waits for it.
+    discarding: Mutex<()>,
+    /// The meta-data and the data device were found unable to discard.
+    discard_unsupported: [AtomicBool; 2],
+    /// Data blocks and log segments `-o discard` and trims discarded.
+    discarded_blocks: AtomicU64,
+    discarded_segments: AtomicU64,
 }
 
 impl std::fmt::Debug for Volume {
@@ -320,6 +330,7 @@ impl Volume {
         };
         let mut fs = Fs::new(log, config);
         fs.log.set_cache_limits(config.cache_budget, config.cache_bytes);
+        fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
@@ -355,6 +366,10 @@ impl Volume {
             data_writes: commit::DataWrites::default(),
             low_warned: Mutex::new([false; 2]),
             replay_report,
+            discarding: Mutex::new(()),
+            discard_unsupported: [AtomicBool::new(false), AtomicBool::new(false)],
+            discarded_blocks: AtomicU64::new(0),
+            discarded_segments: AtomicU64::new(0),
         };
         Ok(vol)
     }
@@ -611,9 +626,11 @@ impl Volume {
                     return Ok(r);
                 }
                 Some(Err(Error::NoSpace(DeviceRole::Data))) if space_attempts == 0 => {
-                    // Frees waiting for a durable commit come back after one.
+                    // Frees waiting for a durable commit come back after one
+                    // (and after their discard, with `-o discard`).
                     space_attempts = 1;
                     self.commit()?;
+                    self.discard_queued();
                 }
                 Some(Err(Error::NoSpace(DeviceRole::Meta))) if space_attempts < 8 && kind != OpKind::Clean => {
                     // Segments waiting for a checkpoint come back after one;
@@ -652,6 +669,9 @@ impl Volume {
         if self.no_writes.load(Ordering::Acquire) || lock(&self.failed).is_some() {
             return Ok(());
         }
+        // Frees made durable by an fsync's commit since the last turn: what
+        // is queued is free on disk already, so it goes before the commit.
+        self.discard_queued();
         // The spare page buffers a stream needed go once writes stop, not
         // between a stream's steps (its pages are all written at times).
         let idle = self.since(*lock(&self.last_change)) >= IDLE_BEFORE_CLEANING;
@@ -675,6 +695,7 @@ impl Volume {
             self.clean_when_idle()?;
         }
         self.warn_if_low();
+        self.discard_queued();
         Ok(())
     }
 
@@ -765,7 +786,9 @@ impl Volume {
             let n = lock(&self.fs).refs(ino);
             self.forget(ino, n)?;
         }
-        self.checkpoint()
+        self.checkpoint()?;
+        self.discard_queued();
+        Ok(())
     }
 
     /// Number of partial segments (or data-only flushes) written since open.

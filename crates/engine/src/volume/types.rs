@@ -304,6 +304,9 @@ pub struct MountOptions {
     /// [`crate::repair::rescue`]). Without it such a volume opens only
     /// read-only, showing the rebuilt state without writing it.
     pub rebuild: bool,
+    /// Discard freed data blocks and emptied log segments in the
+    /// background (`-o discard`), once no crash can need them.
+    pub discard: bool,
 }
 
 impl Default for MountOptions {
@@ -323,6 +326,7 @@ impl Default for MountOptions {
             order: Order::Default,
             accept_loss: false,
             rebuild: false,
+            discard: false,
         }
     }
 }

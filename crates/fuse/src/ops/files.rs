@@ -145,14 +145,17 @@ impl DualFs {
         r.map_err(|e| report("fsync", &e))
     }
 
-    /// IOCTL: none is implemented.
+    /// IOCTL `cmd` with the caller's bytes `data`: FITRIM.
     ///
     /// # Errors
     /// ENOTTY is what a file system says to an ioctl it does not know
-    /// (isatty's TCGETS on every open by Python, say).
-    pub fn ioctl(&self) -> Result<Vec<u8>, Errno> {
+    /// (isatty's TCGETS on every open by Python, say); FITRIM's.
+    pub fn ioctl(&self, caller: Caller, cmd: u32, data: &[u8]) -> Result<Vec<u8>, Errno> {
         let _t = self.requests.time(Op::Ioctl);
-        Err(Errno::ENOTTY)
+        match cmd {
+            super::FITRIM => self.fitrim(caller, data),
+            _ => Err(Errno::ENOTTY),
+        }
     }
 
     /// FALLOCATE with the `fallocate(2)` mode bits.

@@ -7,10 +7,12 @@
 //! - `names.rs`: LOOKUP, FORGET, GETATTR, SETATTR, the directory changes,
 //!   READDIR(PLUS), STATFS;
 //! - `files.rs`: OPEN to COPY_FILE_RANGE, the requests on open files;
-//! - `xattrs.rs`: the extended attributes, ACLs and the control interface.
+//! - `xattrs.rs`: the extended attributes, ACLs and the control interface;
+//! - `trim.rs`: FITRIM.
 
 mod files;
 mod names;
+mod trim;
 mod xattrs;
 
 use std::sync::atomic::Ordering;
@@ -22,6 +24,7 @@ use crate::answers::{Caller, Errno, init};
 use crate::{DualFs, convert};
 
 pub use names::SetAttrIn;
+pub use trim::FITRIM;
 
 /// Capabilities asked of the kernel, each for a reason:
 /// writeback caching (large, merged writes), readdirplus (one round trip

@@ -87,11 +87,15 @@ pub enum Fault {
     /// write changed some of them since (a crash then shows the old bytes
     /// beside later operations).
     OutgrownInlineStale,
+    /// Redundant log: write the partial segments an fsync or a sync waits
+    /// for once, without their twins (one damaged block of the last one
+    /// then loses it without a word).
+    NoTwins,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 26] = [
+    pub const ALL: [Fault; 27] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -118,6 +122,7 @@ impl Fault {
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
+        Fault::NoTwins,
     ];
 
     #[cfg(feature = "fault-injection")]

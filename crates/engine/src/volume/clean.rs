@@ -243,6 +243,7 @@ impl Volume {
             ("fsync_commits", self.fsyncs_count.commits.load(Ordering::Relaxed)),
             ("fsync_grouped", self.fsyncs_count.grouped.load(Ordering::Relaxed)),
             ("fsync_partial_segments_written", s.fsync_partial_segments),
+            ("twin_blocks_written", s.twin_blocks),
         ];
         // Which commits sent data to the disk (issue 10: PostMark's writes).
         v.extend(self.data_writes.named());

@@ -75,6 +75,9 @@ const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 pub(super) struct CommitState {
     next_id: u64,
+    /// The commit under way is one a caller waits for: its last group is
+    /// twinned (`Log::twin_next_group`).
+    acknowledged: bool,
 }
 
 /// What the background writer was asked for.

@@ -31,7 +31,6 @@ mod metadump;
 mod migrate;
 mod mkfs;
 mod mount;
-mod mount_wire;
 mod obfuscate;
 mod options;
 mod probe;
@@ -43,6 +42,7 @@ mod snapshot;
 mod stats;
 mod sync;
 mod trace;
+mod transport;
 mod tune;
 mod umount;
 mod words;
@@ -80,8 +80,7 @@ pub fn log_to_file() {
 /// DualFS and warnings from everything else.
 fn init_logging() {
     env_logger::Builder::from_env(
-        env_logger::Env::default()
-            .default_filter_or("warn,fuser::session=error,dualfs=info,dualfs_fuse=info,dualfs_engine=info"),
+        env_logger::Env::default().default_filter_or("warn,dualfs=info,dualfs_fuse=info,dualfs_engine=info"),
     )
     .format(|buf, record| {
         if LOG_TIMESTAMPS.load(Ordering::Relaxed) {

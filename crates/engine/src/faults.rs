@@ -87,6 +87,10 @@ pub enum Fault {
     /// write changed some of them since (a crash then shows the old bytes
     /// beside later operations).
     OutgrownInlineStale,
+    /// Sparse IFile: leave the IFile blocks of the checkpoint followed out
+    /// of the segment usage entries a checkpoint writes (they are its own
+    /// no longer, and counted nowhere), so that their segments look free.
+    UncountedCheckpointBlocks,
     /// Redundant log: write the partial segments an fsync or a sync waits
     /// for once, without their twins (one damaged block of the last one
     /// then loses it without a word).
@@ -95,7 +99,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 27] = [
+    pub const ALL: [Fault; 28] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -122,6 +126,7 @@ impl Fault {
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
+        Fault::UncountedCheckpointBlocks,
         Fault::NoTwins,
     ];
 

@@ -426,9 +426,7 @@ fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
     let mut unrepaired = Vec::new();
     let mut unmountable = Vec::new();
     let mut lost_acknowledged = Vec::new();
-    for (name, (meta, data, want)) in
-        [("small", small_base()), ("fsynced", fsynced_base()), ("aged", damaged_base())]
-    {
+    for (name, (meta, data, want)) in [("small", small_base()), ("fsynced", fsynced_base()), ("aged", damaged_base())] {
         let s = sweep(meta, data, want);
         // These two end with an acknowledged write (a directory's fsync, a
         // file's fsync record): no block of it may go without a word.

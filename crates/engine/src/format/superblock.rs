@@ -14,8 +14,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
-/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.8
-/// added [`INCOMPAT_META_REDUNDANCY`].
+/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.7
+/// added [`INCOMPAT_SPARSE_IFILE`]; 1.8 added [`INCOMPAT_META_REDUNDANCY`].
 pub const FORMAT_MINOR: u16 = 8;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
@@ -67,13 +67,24 @@ pub const INCOMPAT_CLONES: u64 = 1 << 6;
 /// refuse the run length as a reserved field set, hence incompat. mkfs
 /// sets it. Since 1.5.
 pub const INCOMPAT_INDEX_RUNS: u64 = 1 << 7;
+/// `incompat`: the IFile is sparse. A table block an index block lists at
+/// address 0, and every block of a chunk the checkpoint names no index
+/// block for, was never written and holds its table's fresh entries (a
+/// free segment, a wholly free group, free bits); segment usage entries
+/// count the IFile blocks in their segment; a checkpoint ends with where
+/// its own partial segments start, the segments holding nothing and the
+/// live bytes in all. So mkfs writes what a fresh volume needs and a mount
+/// reads what it uses, whatever the size. A reader unaware of it would
+/// refuse the missing blocks, or take a segment holding the IFile for
+/// free, hence incompat. mkfs sets it. Since 1.7.
+pub const INCOMPAT_SPARSE_IFILE: u64 = 1 << 9;
 /// `incompat`: the log's meta-data is kept redundantly: the partial
 /// segments an fsync or a sync waits for may be followed by a twin
 /// (descriptor flags `PS_TWINNED`, `PS_TWIN`), which roll-forward takes
-/// when the original is damaged and otherwise steps over. A reader of 1.5
+/// when the original is damaged and otherwise steps over. A reader of 1.7
 /// would refuse the flags and take the last acknowledged fsync for a torn
-/// tail, hence incompat. mkfs sets it. Bits 8 and 9 belong to other
-/// features. Since 1.8.
+/// tail, hence incompat. mkfs sets it. Bit 8 belongs to another
+/// feature. Since 1.8.
 pub const INCOMPAT_META_REDUNDANCY: u64 = 1 << 10;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
@@ -87,6 +98,7 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_RESIZED
     | INCOMPAT_CLONES
     | INCOMPAT_INDEX_RUNS
+    | INCOMPAT_SPARSE_IFILE
     | INCOMPAT_META_REDUNDANCY;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
@@ -196,6 +208,12 @@ impl Superblock {
     #[must_use]
     pub fn index_runs(&self) -> bool {
         self.incompat & INCOMPAT_INDEX_RUNS != 0
+    }
+
+    /// Whether the IFile is sparse ([`INCOMPAT_SPARSE_IFILE`]).
+    #[must_use]
+    pub fn sparse_ifile(&self) -> bool {
+        self.incompat & INCOMPAT_SPARSE_IFILE != 0
     }
 
     /// Whether every checkpoint carries its own geometry ([`INCOMPAT_RESIZED`]).

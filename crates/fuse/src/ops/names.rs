@@ -127,8 +127,8 @@ impl DualFs {
             // when truncate(2) leaves the size as it was).
             size_stamp: if self.writeback() { Stamp::Keep } else { Stamp::Now },
             // The kernel flags an unprivileged truncation with
-            // FATTR_KILL_SUIDGID, which fuser does not pass on; root stands
-            // in for "has CAP_FSETID".
+            // FATTR_KILL_SUIDGID, which the adapter does not read; root
+            // stands in for "has CAP_FSETID".
             kill_privileges: caller.uid != 0,
         };
         self.vol.setattr(ino(node), &set).map_err(|e| report("setattr", &e))
@@ -257,7 +257,7 @@ impl DualFs {
     /// the kernel lists the name and leaves what it caches of the inode
     /// alone, its ACLs among them, which fresh attributes would drop (so a
     /// warm `ls -l` would ask for them all again). No reference is taken
-    /// for it. A transport that cannot send node id 0 (fuser) passes false.
+    /// for it. Without `known_bare` every entry carries its attributes.
     ///
     /// # Errors
     /// The engine's.

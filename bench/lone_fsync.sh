@@ -2,11 +2,12 @@
 # What a lone 4 KiB fsync costs: fio appends 4 KiB and fsyncs, one at a
 # time, on DualFS with twins (a volume made by this mkfs, format 1.8), on
 # DualFS without them (a volume made by OLD_DUALFS's mkfs, format 1.7,
-# mounted by this binary: same code, the feature off) and on ext4, each
-# on loop devices with direct I/O over image files, interleaved round by
-# round. Prints one line per run: latency (mean, p50, p99 in µs), fsyncs
+# mounted by this binary: same code, the feature off), on DualFS with a
+# mirrored meta-data device (mkfs --meta-mirror, a third loop device) and
+# on ext4, each on loop devices with direct I/O over image files,
+# interleaved round by round. Prints one line per run: latency (mean, p50, p99 in µs), fsyncs
 # per second, and what the devices wrote per fsync (requests, KiB).
-# Usage: OLD_DUALFS=/path/to/1.7/dualfs bench/lone_fsync.sh [ROUNDS] [N]   (root)
+# Usage: OLD_DUALFS=/path/to/1.7/dualfs [KINDS="twins single mirror ext4"] bench/lone_fsync.sh [ROUNDS] [N]   (root)
 set -euo pipefail
 ROUNDS=${1:-3}
 N=${2:-2000}
@@ -24,9 +25,12 @@ flushes() { awk '{print $16}' /sys/block/$(basename $1)/stat; }
 run() {
   local fs=$1 devs
   cleanup; LOOPS=""
-  truncate -s 256M $W/m.img; truncate -s 1G $W/d.img
-  M=$(loop $W/m.img); D=$(loop $W/d.img); LOOPS="$M $D"
+  truncate -s 256M $W/m.img $W/mm.img; truncate -s 1G $W/d.img
+  M=$(loop $W/m.img); D=$(loop $W/d.img); MM=$(loop $W/mm.img); LOOPS="$M $D $MM"
   case $fs in
+    mirror)
+      for _ in $(seq 1 30); do $DUALFS mkfs -f --meta-mirror $MM $M $D >/dev/null 2>&1 && break; sleep 0.5; done
+      $DUALFS mount -o mirror=$MM $M $D $W/mnt; devs="$M $D $MM" ;;
     twins|single)
       local mk=$DUALFS; [ $fs = single ] && mk=$OLD_DUALFS
       for _ in $(seq 1 30); do $mk mkfs -f $M $D >/dev/null 2>&1 && break; sleep 0.5; done
@@ -58,6 +62,6 @@ EOF
 
 uptime
 for r in $(seq 1 $ROUNDS); do
-  for fs in twins single ext4; do run $fs; done
+  for fs in ${KINDS:-twins single mirror ext4}; do run $fs; done
 done
 uptime

@@ -504,6 +504,10 @@ pub struct MkfsArgs {
     /// meta-data device (0 to 3072).
     #[arg(long, default_value_t = 1024)]
     pub inline_max: u32,
+    /// Keep the meta-data device on this second device too, written alike
+    /// (mount it with `-o mirror=DEV`).
+    #[arg(long, value_name = "DEV")]
+    pub meta_mirror: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

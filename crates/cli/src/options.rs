@@ -137,6 +137,10 @@ pub struct MountConfig {
     /// `transport=`: io_uring where the kernel allows it (the default), or
     /// one of the two insisted on.
     pub transport: Transport,
+    /// `mirror=DEV`: the second copy of a mirrored meta-data device.
+    pub mirror: Option<PathBuf>,
+    /// `degraded`: mount a mirrored volume with one copy missing or stale.
+    pub degraded: bool,
 }
 
 impl Default for MountConfig {
@@ -166,6 +170,8 @@ impl Default for MountConfig {
             snapshot: None,
             clone: None,
             transport: Transport::Auto,
+            mirror: None,
+            degraded: false,
         }
     }
 }
@@ -354,6 +360,13 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 Ok(n) if n == 0 || (4 << 10..=1 << 30).contains(&n) => n,
                 _ => bail!("readahead={v}: give a size from 4K to 1G (or 0 for the kernel's default)"),
             };
+        } else if let Some(v) = opt.strip_prefix("mirror=") {
+            if v.is_empty() {
+                bail!("mirror= needs the second meta-data device");
+            }
+            c.mirror = Some(PathBuf::from(v));
+        } else if opt == "degraded" {
+            c.degraded = true;
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {

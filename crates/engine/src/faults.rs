@@ -95,11 +95,17 @@ pub enum Fault {
     /// for once, without their twins (one damaged block of the last one
     /// then loses it without a word).
     NoTwins,
+    /// Meta-data mirror: flush only the first copy before a write is
+    /// acknowledged (the second may still lose it).
+    MirrorAckBeforeSecond,
+    /// Meta-data mirror: take a copy that missed writes (its superblock
+    /// names an older mirror generation) as in sync.
+    MirrorTrustStale,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 28] = [
+    pub const ALL: [Fault; 30] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -128,6 +134,8 @@ impl Fault {
         Fault::OutgrownInlineStale,
         Fault::UncountedCheckpointBlocks,
         Fault::NoTwins,
+        Fault::MirrorAckBeforeSecond,
+        Fault::MirrorTrustStale,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -251,6 +251,7 @@ impl Volume {
             ("fsync_partial_segments_written", s.fsync_partial_segments),
             ("twin_blocks_written", s.twin_blocks),
         ];
+        v.extend(self.mirror_stats());
         // Which commits sent data to the disk (issue 10: PostMark's writes).
         v.extend(self.data_writes.named());
         // What the serving process holds, as counts (issue 13's profile).

@@ -18,6 +18,7 @@ mod files;
 mod fsync;
 mod load;
 mod migrate;
+mod mirror;
 mod mkfs;
 mod ops;
 mod orphans;
@@ -134,6 +135,8 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
+    /// The meta-data mirror this volume runs on, if any ([`Volume::attach_mirror`]).
+    mirror: std::sync::OnceLock<mirror::Attached>,
     /// Work for the background writer ([`Volume::background_step`]).
     background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
@@ -345,6 +348,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
+            mirror: std::sync::OnceLock::new(),
             orphans_pending: AtomicBool::new(false),
             background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),

@@ -191,10 +191,12 @@ Options (-o, comma-separated, may be repeated):
   recover=older    mount writable although damage took commits that had been
                    made durable (fsck says which), accepting the older state;
                    without it such a volume mounts only with ro
-  recover=rebuild  when no checkpoint loads (damage to the IFile blocks both
-                   share), write the volume as rebuilt from its log (what
-                   `dualfs fsck -y` does) and mount it; without it such a
-                   volume mounts only with ro, showing the rebuilt state
+  recover=rebuild  check the whole volume first, as fsck does, and when
+                   the IFile is damaged (no checkpoint loads, or a table
+                   block a mount does not read) write it as rebuilt from
+                   its log (what `dualfs fsck -y` does) and mount it;
+                   without it a volume no checkpoint of which loads mounts
+                   only with ro, showing the rebuilt state
   threads=N        threads reading /dev/fuse (default 4)
   transport=uring|devfuse
                    what carries the requests. By default per-CPU io_uring

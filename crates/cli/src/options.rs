@@ -113,8 +113,9 @@ pub struct MountConfig {
     /// `recover=older`: accept losing commits a damaged log can no longer
     /// give back, and mount writable from the state before the damage.
     pub accept_loss: bool,
-    /// `recover=rebuild`: when no checkpoint loads, write the volume as
-    /// rebuilt from its log (what `fsck -y` does) and mount that.
+    /// `recover=rebuild`: check the whole volume first and, when its IFile
+    /// is damaged, write it as rebuilt from its log (what `fsck -y` does)
+    /// and mount that.
     pub rebuild: bool,
     /// `dirty_window=`: the most dirty data the kernel may hold for this
     /// mount before passing it to the volume (0: the kernel's own limit).

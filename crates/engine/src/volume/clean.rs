@@ -252,9 +252,9 @@ impl Volume {
             ("twin_blocks_written", s.twin_blocks),
         ];
         v.extend(self.mirror_stats());
-        // Which commits sent data to the disk (issue 10: PostMark's writes).
+        // Which commits sent data to the disk (a workload's writes, by cause).
         v.extend(self.data_writes.named());
-        // What the serving process holds, as counts (issue 13's profile).
+        // What the serving process holds, as counts (its memory, explained).
         v.extend(log.memory_counts());
         let (pages, spare) = fs.pages.held_pages();
         v.push(("pages_held", pages as u64));

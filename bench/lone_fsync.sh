@@ -5,8 +5,10 @@
 # mounted by this binary: same code, the feature off), on DualFS with a
 # mirrored meta-data device (mkfs --meta-mirror, a third loop device) and
 # on ext4, each on loop devices with direct I/O over image files,
-# interleaved round by round. Prints one line per run: latency (mean, p50, p99 in µs), fsyncs
-# per second, and what the devices wrote per fsync (requests, KiB).
+# interleaved round by round. Prints one row per run for `bench/store.py
+# add lone-fsync` (CONFIG lone-fsync key=value ...: latency mean, p50 and
+# p99 in µs; what the devices wrote per fsync: requests, flushes, KiB),
+# each after a comment line for people.
 # Usage: OLD_DUALFS=/path/to/1.7/dualfs [KINDS="twins single mirror ext4"] bench/lone_fsync.sh [ROUNDS] [N]   (root)
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -54,14 +56,17 @@ w = job["write"]["clat_ns"]
 # fio's sync latency is the fsync alone; add the write's for the whole op.
 mean = (s["mean"] + w["mean"]) / 1000
 p = s.get("percentile", {})
-print(f"{fs:7} fsync mean {mean:8.1f} µs (fsync {s['mean']/1000:.1f}, write {w['mean']/1000:.1f}) "
+print(f"{fs} lone-fsync mean_us={mean:.1f} fsync_us={s['mean']/1000:.1f} write_us={w['mean']/1000:.1f} "
+      f"p50_us={p.get('50.000000', 0)/1000:.1f} p99_us={p.get('99.000000', 0)/1000:.1f} n={n} "
+      f"write_req_per_fsync={req/n:.3f} flushes_per_fsync={fl/n:.3f} kib_per_fsync={sect*512/1024/n:.2f}")
+print(f"# {fs:7} fsync mean {mean:8.1f} µs (fsync {s['mean']/1000:.1f}, write {w['mean']/1000:.1f}) "
       f"p50 {p.get('50.000000', 0)/1000:8.1f} p99 {p.get('99.000000', 0)/1000:8.1f} µs "
       f"{1e6/mean:7.0f} fsync/s  {req/n:5.2f} write req/fsync  {fl/n:5.2f} flushes/fsync  {sect*512/1024/n:6.1f} KiB/fsync")
 EOF
 }
 
-uptime
+echo "# $(uptime)"
 for r in $(seq 1 $ROUNDS); do
   for fs in ${KINDS:-twins single mirror ext4}; do run $fs; done
 done
-uptime
+echo "# $(uptime)"

@@ -197,6 +197,14 @@ Options (-o, comma-separated, may be repeated):
                    its log (what `dualfs fsck -y` does) and mount it;
                    without it a volume no checkpoint of which loads mounts
                    only with ro, showing the rebuilt state
+  mirror=DEV       the second copy of a meta-data device made with
+                   `mkfs --meta-mirror DEV`: every meta-data write goes to
+                   both, a block failing its check on the first is read
+                   from the second and written back (dualfs stats counts it)
+  degraded         mount a mirrored volume with a copy missing or stale
+                   (one that missed writes): it runs on the copy in sync,
+                   says so in its log and stats, and the other copy is
+                   never trusted again
   threads=N        threads reading /dev/fuse (default 4)
   transport=uring|devfuse
                    what carries the requests. By default per-CPU io_uring

@@ -55,7 +55,7 @@ pub fn open_with_clock(
         let why = prepared.repairs.first().map(|r| r.problem.clone()).unwrap_or_default();
         return rebuild(meta, data, options, clock, prepared, &why);
     }
-    let failed = match Volume::open_with_clock(meta.clone(), data.clone(), options.clone(), clock.clone()) {
+    let failed = match Volume::open_with_clock(meta.clone(), data.clone(), options, clock.clone()) {
         Err(e @ Error::Corrupt { .. }) => e,
         other => return other,
     };

@@ -219,10 +219,10 @@ fn different_blocks_damaged_on_both_copies_lose_nothing() {
 fn a_missing_copy_refuses_the_mount_unless_degraded_and_then_the_returning_copy_is_stale() {
     let _g = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (a, b, d, want) = populated();
-    let e = open(&[a.clone()], &d, false).unwrap_err().to_string();
+    let e = open(std::slice::from_ref(&a), &d, false).unwrap_err().to_string();
     assert!(e.contains("degraded") && e.contains("missing"), "{e}");
     // Degraded: runs on copy a, says so, and marks the mirror first.
-    let v = open(&[a.clone()], &d, true).unwrap();
+    let v = open(std::slice::from_ref(&a), &d, true).unwrap();
     assert_eq!(stat(&v, "mirror_degraded"), 1);
     assert_eq!(Tree::of_volume(&v).unwrap(), want);
     let f = v.create(InodeNo::ROOT, b"while-degraded", 0o644, Creds::ROOT).unwrap().ino;
@@ -250,7 +250,7 @@ fn a_missing_copy_refuses_the_mount_unless_degraded_and_then_the_returning_copy_
     });
     faults::set(&[]);
     assert_eq!(trusted.unwrap(), 2, "the stale copy was taken as in sync");
-    let alone = open(&[b.clone()], &snap(&d), true).map(|v| {
+    let alone = open(std::slice::from_ref(&b), &snap(&d), true).map(|v| {
         let has = v.lookup(InodeNo::ROOT, b"while-degraded").is_ok();
         std::mem::forget(v);
         has

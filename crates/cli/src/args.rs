@@ -168,8 +168,10 @@ const MOUNT_HELP: &str = "\
 Options (-o, comma-separated, may be repeated):
   ro               mount read-only (nothing is written, not even recovery)
   allow_other      let every user use the mount (allow_root: root as well)
-  commit=SECONDS   write dirty data and meta-data at least this often (default 5)
-  cache=SIZE       memory the volume keeps (default 512M, at least 16M): half
+  commit=SECONDS   write dirty data and meta-data at least this often (default 5;
+                   0 means the default, as on ext4)
+  cache=SIZE       memory the volume keeps (default 512M, at least 16M, at
+                   most half of the machine's memory or its cgroup's): half
                    for file data not yet written (reaching it commits), half
                    for meta-data: three eighths of SIZE for decoded inodes,
                    directory and tree nodes (least recently used evicted
@@ -239,6 +241,11 @@ Options (-o, comma-separated, may be repeated):
   nowriteback      send every write to the volume at once instead of caching
                    it in the kernel (slower; modification times then come
                    from the volume's clock alone)
+  nosecurity_xattr the security.* extended attributes are not served (each is
+                   EOPNOTSUPP, listings leave them out, what is stored is kept),
+                   as ext4's nouser_xattr does for user.*: no file capabilities
+                   or SELinux labels, and ls -l stops asking for a label per
+                   file (one request per entry less)
   relatime, noatime, strictatime
                    when reads update access times (default relatime; give one).
                    A read the kernel answers from its page cache never reaches

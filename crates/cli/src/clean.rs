@@ -141,6 +141,7 @@ fn text(v: &Value, order: &CleanOrder) -> String {
 /// already running (mounted), or a device fails.
 pub fn run(args: &CleanArgs) -> Result<()> {
     let order = CleanOrder { segments: args.segments, policy: args.policy, max_utilization: args.max_utilization };
+    crate::itself::refuse_dead_mount(&args.target)?;
     let value = match &args.data {
         Some(data) => offline(&args.target, data, &order)?,
         None if args.target.is_dir() => mounted(&args.target, &order)?,

@@ -33,8 +33,10 @@ impl Mounted {
     /// The DualFS volume mounted at `mountpoint`.
     ///
     /// # Errors
-    /// Nothing, or not DualFS, is mounted there.
+    /// Nothing, or not DualFS, is mounted there; or a dead mount (its
+    /// serving process is gone).
     pub fn find(mountpoint: &Path) -> Result<Mounted> {
+        crate::itself::refuse_dead_mount(mountpoint)?;
         let root =
             std::fs::canonicalize(mountpoint).with_context(|| format!("cannot resolve {}", mountpoint.display()))?;
         crate::umount::find(&root)?;

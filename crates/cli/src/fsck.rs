@@ -44,6 +44,13 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
             "inline_files": s.inline_files, "symlinks": s.symlinks, "special": s.special,
             "entries": s.entries, "nodes": s.nodes, "data_blocks": s.data_blocks, "orphans": s.orphans,
         },
+        "receiving": r.receiving,
+        "explained_by_receive": r.explained.iter().map(|p| json!({
+            "invariant": p.invariant.map(|i| i.id()),
+            "structure": p.structure,
+            "ino": p.ino.map(|i| i.0),
+            "message": p.message,
+        })).collect::<Vec<_>>(),
         "checkpoint": r.open.checkpoint,
         "roll_forward_partial_segments": r.open.recovery.partial_segments,
         "fsync_records_pending": r.open.recovery.fsync_pending,
@@ -98,7 +105,18 @@ fn print_text(r: &CheckReport) {
     for p in &r.problems {
         println!("PROBLEM: {p}");
     }
-    if r.is_clean() {
+    if let Some(what) = &r.receiving {
+        print_receiving(what, r.explained.len());
+        for p in r.explained.iter().take(SHOWN) {
+            println!("  incomplete until then: {p}");
+        }
+        if r.explained.len() > SHOWN {
+            println!("  ... and {} more", r.explained.len() - SHOWN);
+        }
+    }
+    if r.is_clean() && r.receiving.is_some() {
+        println!("no problem found besides the receive under way");
+    } else if r.is_clean() {
         println!("the volume is consistent");
     } else {
         println!(
@@ -106,6 +124,23 @@ fn print_text(r: &CheckReport) {
             count(r.problems.len() as u64, "problem")
         );
     }
+}
+
+/// Disagreements a receive under way explains, shown one per line.
+const SHOWN: usize = 10;
+
+/// A receive under way: what it is, that its tree is incomplete, how it
+/// ends. Not a problem: fsck's status stays 0 for it.
+fn print_receiving(what: &str, explained: usize) {
+    println!(
+        "a receive is under way on this volume ({what}): its tree is incomplete{}; receive the same stream again to \
+         finish it, or `dualfs receive --abort` to go back to the last complete tree",
+        if explained > 0 {
+            format!(" ({} it explains, left as they are)", count(explained as u64, "namespace disagreement"))
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// Set while a repair is written to the devices: an interruption then
@@ -190,6 +225,7 @@ pub fn run(args: &FsckArgs) -> Result<()> {
 fn repair_json(p: &Prepared, written: bool) -> serde_json::Value {
     json!({
         "source": p.source,
+        "receiving": p.receiving,
         "repairs": p.repairs.iter().map(|r| json!({
             "severity": r.severity.name(),
             "ino": r.ino.map(|i| i.0),
@@ -223,6 +259,10 @@ fn repair(args: &FsckArgs, meta: &Path, data: &Path, mode: Mode) -> Result<()> {
     let text = !args.json;
     if text {
         say!("{}", p.source);
+        if let Some(what) = &p.receiving {
+            // Its namespace is the receive's to settle: repair leaves it.
+            print_receiving(what, 0);
+        }
     }
     if p.is_empty() {
         if args.json {

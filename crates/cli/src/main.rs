@@ -27,6 +27,7 @@ mod helper;
 mod holder;
 mod inspect;
 mod inspect_text;
+mod itself;
 mod metadump;
 mod migrate;
 mod mkfs;

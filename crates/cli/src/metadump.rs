@@ -81,6 +81,10 @@ const RUN_END: u8 = 0;
 const RUN_META: u8 = 1;
 const RUN_DATA: u8 = 2;
 const BS: usize = BLOCK_BYTES as usize;
+/// The smallest devices mkfs makes (17 segments of at least one block; 256
+/// data blocks): a dump naming less is damaged.
+const MIN_META_BYTES: u64 = 17 * BLOCK_BYTES;
+const MIN_DATA_BYTES: u64 = 256 * BLOCK_BYTES;
 
 fn le32(b: &[u8], at: usize) -> u32 {
     let mut x = [0u8; 4];
@@ -404,6 +408,7 @@ fn open_out(args: &MetadumpArgs) -> Result<Box<dyn Write>> {
             bail!("{} is the volume's device {}: the dump must go elsewhere", args.out.display(), device.display());
         }
     }
+    crate::itself::Itself::devices(&args.meta, &args.data).refuse(&args.out, "the dump")?;
     if let Ok(m) = std::fs::metadata(&args.out)
         && m.file_type().is_block_device()
     {
@@ -649,6 +654,17 @@ pub fn metarestore(args: &MetarestoreArgs) -> Result<()> {
         .read_exact(&mut h)
         .map_err(|_| anyhow!("{} is not a DualFS meta-data dump (too short)", args.dump.display()))?;
     let header = Header::decode(&h).with_context(|| format!("{}", args.dump.display()))?;
+    for (bytes, least, what) in
+        [(header.meta_bytes, MIN_META_BYTES, "meta-data device"), (header.data_bytes, MIN_DATA_BYTES, "data device")]
+    {
+        if bytes < least || !bytes.is_multiple_of(BLOCK_BYTES) {
+            bail!(
+                "the dump is damaged: its header gives the {what} {bytes} bytes, which no DualFS {what} has (a \
+                 whole number of 4 KiB blocks, at least {}): nothing was restored",
+                human_bytes(least)
+            );
+        }
+    }
     if args.meta == args.data {
         bail!("{} is given twice: DualFS needs two different devices or image files", args.meta.display());
     }
@@ -680,15 +696,22 @@ pub fn metarestore(args: &MetarestoreArgs) -> Result<()> {
             RUN_DATA => (&data, header.data_bytes, "data device"),
             _ => bail!("the dump is damaged (run {runs} names device {device})"),
         };
+        // Checked before the blocks are read (or memory given for them): a
+        // run near 2^64 or past the device's end is damage, not a write.
+        let end = first.checked_add(u64::from(count)).and_then(|e| e.checked_mul(BLOCK_BYTES));
+        if end.is_none_or(|e| e > limit) || count == 0 || count as usize > RUN_MAX {
+            bail!(
+                "the dump is damaged (run {runs}, blocks {first}+{count}, lies past the end of the {what}, {} \
+                 blocks): the devices are incomplete",
+                limit / BLOCK_BYTES
+            );
+        }
         let mut buf = vec![0u8; count as usize * BS];
         input
             .read_exact(&mut buf)
             .map_err(|_| anyhow!("the dump is cut short in run {runs}: the devices are incomplete"))?;
         if crc32c(&buf) != le32(&r, 16) {
             bail!("the dump is damaged (run {runs}'s blocks fail their checksum): the devices are incomplete");
-        }
-        if (first + u64::from(count)) * BLOCK_BYTES > limit {
-            bail!("the dump is damaged (run {runs} lies past the end of the {what})");
         }
         target.write_all_at(&buf, first * BLOCK_BYTES).with_context(|| format!("cannot write the {what}"))?;
         runs += 1;

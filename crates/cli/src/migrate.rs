@@ -87,9 +87,23 @@ fn open_new(path: &Path, role: DeviceRole) -> Result<Arc<dyn BlockDevice>, Strin
     crate::claim::claim(path, Arc::new(dev)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The opener the mounting code gives the serving process.
-pub fn opener() -> DeviceOpener {
-    Arc::new(open_new)
+/// The opener the mounting code gives the serving process of the mount on
+/// `mountpoint` (canonical): it refuses a new device on that very volume,
+/// which the process would write through its own mount.
+pub fn opener(mountpoint: PathBuf) -> DeviceOpener {
+    Arc::new(move |path: &Path, role: DeviceRole| {
+        crate::itself::Itself::mounted(&mountpoint)
+            .refuse(path, &format!("the new {} device", role_word(role)))
+            .map_err(|e| format!("{e:#}"))?;
+        open_new(path, role)
+    })
+}
+
+fn role_word(role: DeviceRole) -> &'static str {
+    match role {
+        DeviceRole::Meta => "meta-data",
+        DeviceRole::Data => "data",
+    }
 }
 
 fn request(args: &MigrateArgs) -> Result<(DeviceRole, PathBuf)> {
@@ -104,6 +118,7 @@ fn request(args: &MigrateArgs) -> Result<(DeviceRole, PathBuf)> {
 
 /// Migrates an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, role: DeviceRole, new: &Path) -> Result<Value> {
+    crate::itself::Itself::devices(meta, data).refuse(new, &format!("the new {} device", role_word(role)))?;
     let (m, d) = open_pair(meta, data, Access::Exclusive)?;
     let target = open_new(new, role).map_err(|e| anyhow!(e))?;
     let vol = Volume::open(m, d, MountOptions::default())
@@ -130,6 +145,7 @@ fn offline(meta: &Path, data: &Path, role: DeviceRole, new: &Path) -> Result<Val
 /// Asks the mount's process to migrate, and waits.
 fn mounted(target: &Path, role: DeviceRole, new: &Path) -> Result<Value> {
     let mnt = Mounted::find(target)?;
+    crate::itself::Itself::mounted(mnt.root()).refuse(new, &format!("the new {} device", role_word(role)))?;
     let order = migrate_order(role, new);
     let root = mnt.root().to_path_buf();
     let value = order.clone();
@@ -195,6 +211,7 @@ fn text(r: &Value, mounted: bool) -> String {
 /// The volume or new device cannot be opened or reached, the migration
 /// cannot be done (the reason said plainly), or a device fails.
 pub fn run(args: &MigrateArgs) -> Result<()> {
+    crate::itself::refuse_dead_mount(&args.target)?;
     let (role, new) = request(args)?;
     let value = match &args.data_device {
         Some(data) => offline(&args.target, data, role, &new)?,

@@ -90,6 +90,7 @@ pub fn run(args: &MountArgs) -> Result<()> {
 }
 
 fn check_mountpoint(p: &Path) -> Result<()> {
+    crate::itself::refuse_dead_mount(p)?;
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => bail!("cannot mount on {}: not a directory", p.display()),
@@ -126,7 +127,11 @@ fn daemonize(args: &MountArgs) -> Result<()> {
         return Ok(());
     }
     let status = child.wait().context("lost the background process")?;
-    Err(Exit(status.code().unwrap_or(1)).into())
+    match status.code() {
+        // It said why on the caller's standard error.
+        Some(code) if code != 0 => Err(Exit(code).into()),
+        _ => bail!("the background process ended ({status}) before the volume was mounted: nothing is mounted"),
+    }
 }
 
 /// SIGINT, SIGTERM and SIGHUP are taken by one thread with sigwait; they
@@ -214,21 +219,38 @@ fn close(vol: Arc<Volume>) -> Result<()> {
     Ok(())
 }
 
+/// What the background process writes to once it lets go of the caller's
+/// terminal: /dev/null, and the log file (or /dev/null). Opened before the
+/// mount, so that a log file that cannot be opened fails the mount, with
+/// its status, instead of a mount that said it was up.
+struct Detached {
+    null: std::fs::File,
+    log: std::fs::File,
+}
+
+fn open_detached(cfg: &MountConfig, meta: &Path, data: &Path, mountpoint: &Path) -> Result<Detached> {
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").context("cannot open /dev/null")?;
+    let log = match &cfg.log {
+        Some(p) => {
+            crate::itself::refuse_own_file(p, "the log file", meta, data, mountpoint)?;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("cannot open log file {}", p.display()))?
+        }
+        None => null.try_clone().context("cannot duplicate /dev/null")?,
+    };
+    Ok(Detached { null, log })
+}
+
 /// Tells the waiting parent that the mount is up, then lets go of its
 /// terminal: standard output to /dev/null, standard error to the log file.
-fn detach(cfg: &MountConfig) -> Result<()> {
+fn detach(files: Detached) -> Result<()> {
+    let Detached { null, log } = files;
     let mut out = std::io::stdout();
     // The parent may be gone (killed while waiting); nothing to tell then.
     let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
-    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").context("cannot open /dev/null")?;
-    let log = match &cfg.log {
-        Some(p) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .with_context(|| format!("cannot open log file {}", p.display()))?,
-        None => null.try_clone().context("cannot duplicate /dev/null")?,
-    };
     nix::unistd::dup2_stdout(&null).context("cannot redirect standard output")?;
     nix::unistd::dup2_stderr(&log).context("cannot redirect standard error")?;
     crate::log_to_file();
@@ -289,6 +311,17 @@ fn serve(args: &MountArgs) -> Result<()> {
     check_mountpoint(&args.mountpoint)?;
     let meta = absolute(&args.meta)?;
     let data = absolute(&args.data)?;
+    let detached = if args.daemon_child {
+        Some(open_detached(&cfg, &meta, &data, &args.mountpoint)?)
+    } else {
+        if let Some(l) = &cfg.log {
+            crate::itself::refuse_own_file(l, "the log file", &meta, &data, &args.mountpoint)?;
+        }
+        None
+    };
+    if let Some(t) = &cfg.trace {
+        crate::itself::refuse_own_file(t, "the trace file", &meta, &data, &args.mountpoint)?;
+    }
     // A snapshot is read beside the live volume, whose mount holds the
     // lock: what a snapshot reaches is never moved nor overwritten while
     // it exists (DESIGN.md, snapshots).
@@ -336,6 +369,15 @@ fn serve(args: &MountArgs) -> Result<()> {
             vol.open_report().checkpoint
         );
     }
+    if let Some(mark) = vol.receive_pending() {
+        // Said before the mount returns: on the caller's terminal too.
+        log::warn!(
+            "a receive is under way on this volume ({}): the tree is incomplete until it ends; receive the same \
+             stream again to finish it, or run `dualfs receive --abort {}` to go back to the last complete tree",
+            dualfs_engine::volume::describe_mark(&mark),
+            args.mountpoint.display()
+        );
+    }
     let vol = Arc::new(vol);
     if vol.live_tree() != dualfs_engine::format::snapshot::DEFAULT_TREE {
         log::info!("the live tree is {}", vol.live_tree());
@@ -347,16 +389,18 @@ fn serve(args: &MountArgs) -> Result<()> {
     let defaults = AdapterOptions::default();
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
+        security_xattrs: cfg.security_xattr,
         owner_uid: nix::unistd::geteuid().as_raw(),
         attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
         entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
         devices_writable,
         ..defaults
     };
-    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(crate::migrate::opener());
+    let mountpoint = std::fs::canonicalize(&args.mountpoint).or_else(|_| absolute(&args.mountpoint))?;
+    let opener = crate::migrate::opener(mountpoint.clone());
+    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(opener);
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
-    let mountpoint = absolute(&args.mountpoint)?;
     let options = crate::transport::options(&fsname, &cfg);
     let session = match crate::transport::Mounted::start(fs, &args.mountpoint, &options, &cfg) {
         Ok(m) => m,
@@ -387,8 +431,8 @@ fn serve(args: &MountArgs) -> Result<()> {
             })
             .context("cannot start the thread that loads the inode map")?
     };
-    if args.daemon_child {
-        detach(&cfg)?;
+    if let Some(files) = detached {
+        detach(files)?;
     }
     for wait in crate::holder::take_waits() {
         log::info!("{wait}");

@@ -101,6 +101,9 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// The kernel's writeback cache.
     pub writeback: bool,
+    /// Serve the `security.*` extended attributes (`nosecurity_xattr`
+    /// turns them off).
+    pub security_xattr: bool,
     /// When reads update access times (the engine does it; the kernel
     /// never does for FUSE).
     pub atime: AtimeMode,
@@ -158,6 +161,7 @@ impl Default for MountConfig {
             threads: DEFAULT_THREADS,
             fsname: None,
             writeback: true,
+            security_xattr: true,
             atime: AtimeMode::Relatime,
             trace: None,
             attr_timeout: None,
@@ -262,6 +266,20 @@ fn atime_name(mode: AtimeMode) -> &'static str {
     }
 }
 
+/// The memory this process may use: the machine's, or its cgroup's
+/// limit when lower (cgroup v2 `memory.max`).
+fn machine_memory() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok()?.lines().find_map(|l| {
+        let kib = l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
+        Some(kib * 1024)
+    })?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|t| {
+        let path = t.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
+        std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?.trim().parse::<u64>().ok()
+    });
+    Some(cgroup.map_or(total, |c| c.min(total)))
+}
+
 /// Seconds as libfuse's `attr_timeout=` takes them: a fraction is allowed.
 fn seconds(name: &str, v: &str) -> Result<Duration> {
     match v.parse::<f64>() {
@@ -297,6 +315,16 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             let size = crate::args::parse_size(v).map_err(|e| anyhow::anyhow!("cache={v}: {e}"))?;
             if size < 16 << 20 {
                 bail!("cache={v}: give at least 16M");
+            }
+            if let Some(memory) = machine_memory()
+                && size > memory / 2
+            {
+                bail!(
+                    "cache={v}: this machine has {} of memory for this process (its cgroup's limit, if lower): give \
+                     at most half of it, {}",
+                    crate::mkfs::human_bytes(memory),
+                    crate::mkfs::human_bytes(memory / 2)
+                );
             }
             c.cache = Some(size);
         } else if let Some(v) = opt.strip_prefix("attr_timeout=") {
@@ -399,6 +427,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             );
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
+        } else if opt == "nosecurity_xattr" || opt == "security_xattr" {
+            c.security_xattr = opt == "security_xattr";
         } else if opt == "ro" {
             c.read_only = true;
             c.fuse.push(MountOption::RO);
@@ -454,6 +484,7 @@ fn group(opt: &str) -> &str {
         "exec" | "noexec" => "exec",
         "sync" | "async" => "sync",
         "writeback" | "nowriteback" => "writeback",
+        "security_xattr" | "nosecurity_xattr" => "security_xattr",
         "allow_other" | "allow_root" => "allow",
         _ => opt.split_once('=').map_or(opt, |(k, _)| k),
     }
@@ -487,6 +518,9 @@ mod tests {
     fn dualfs_options_are_understood() {
         let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback,trace=/tmp/t");
         assert!(!c.writeback);
+        assert!(c.security_xattr, "served unless turned off");
+        assert!(!p("nosecurity_xattr").security_xattr);
+        assert!(p("nosecurity_xattr,security_xattr").security_xattr, "the last one given");
         assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);

@@ -199,6 +199,7 @@ pub fn run(args: &ResizeArgs) -> Result<()> {
         ResizeRequest { meta_blocks: args.meta, data_blocks: args.data }
     };
     debug_assert_eq!(parse_resize(&resize_order(&req)), Ok(req));
+    crate::itself::refuse_dead_mount(&args.target)?;
     let value = match &args.data_device {
         Some(data) => offline(&args.target, data, req)?,
         None if args.target.is_dir() => mounted(&args.target, req)?,

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use dualfs_engine::Volume;
-use dualfs_engine::volume::{MountOptions, ReceiveReport};
-use dualfs_fuse::receive::{RECEIVE, report_json};
+use dualfs_engine::volume::{AbortReport, MountOptions, ReceiveReport, Touched};
+use dualfs_fuse::receive::{ABORT, RECEIVE, abort_json, report_json};
 use rustix::fs::XattrFlags;
 use serde_json::Value;
 
@@ -37,9 +37,19 @@ The stream comes from standard input (or --file). The volume becomes a copy
 of the source's snapshot, inode numbers included, and receive ends by making
 a snapshot of the same name there. A full stream needs an empty volume; an
 incremental one needs its base received, and the volume unchanged since
-(reading it is no change). If receive is interrupted (a crash, a cut
-stream), receive the same stream again: it finishes what was begun, and
-until then other streams are refused.";
+(reading it is no change). Every record is checked against the tree it
+builds: a stream that would leave it inconsistent is refused, as is one
+cut short, and the volume is left as it was.
+
+A receive interrupted by a crash (or a kill) stays under way: the tree is
+incomplete, and fsck, mount and `dualfs stats` say so. Receive the same
+stream again to finish it (other streams are refused until then), or
+abandon it with --abort, which brings back the last complete tree (the
+snapshot the stream started from, or the empty volume a full stream went
+to).
+
+  dualfs send --from monday tuesday /mnt/vol | dualfs receive /mnt/mirror
+  dualfs receive --abort /mnt/mirror";
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
@@ -66,6 +76,10 @@ pub struct ReceiveArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Abandon the receive under way (one a crash interrupted): the volume
+    /// goes back to the last complete tree.
+    #[arg(long, conflicts_with = "file")]
+    pub abort: bool,
 }
 
 /// Runs `dualfs send`.
@@ -80,6 +94,9 @@ pub fn send(args: &SendArgs) -> Result<()> {
             .ok_or_else(|| anyhow!("cannot tell the devices of the volume mounted on {}", m.root().display()))?,
         Target::Devices(m, d) => (m, d),
     };
+    if let Some(f) = &args.file {
+        crate::itself::Itself::devices(&meta, &data).refuse(f, "the stream file")?;
+    }
     let (m, d) = open_pair(&meta, &data, Access::Shared)?;
     let mut out: Box<dyn Write> = match &args.file {
         Some(p) => Box::new(File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
@@ -119,18 +136,61 @@ fn describe(v: &Value) -> String {
     )
 }
 
+fn describe_abort(v: &Value) -> String {
+    let back = match v["base"].as_str() {
+        Some(b) => format!("snapshot {b}"),
+        None => "the empty volume it started from".to_string(),
+    };
+    format!(
+        "abandoned the receive under way ({}): the tree is back to {back} ({} inodes brought back)",
+        v["aborted"].as_str().unwrap_or("?"),
+        v["inodes"]
+    )
+}
+
+/// Runs `dualfs receive --abort`.
+fn abort(args: &ReceiveArgs) -> Result<()> {
+    let v = match target(&args.target, false)?.0 {
+        Target::Mounted(m) => hand_over(m.root(), ABORT)?,
+        Target::Devices(meta, data) => {
+            let (m, d) = open_pair(&meta, &data, Access::Exclusive)?;
+            let vol = Volume::open(m, d, MountOptions::default())
+                .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+            let out: Result<AbortReport, String> =
+                vol.receive_abort(&mut Touched::default()).map_err(|e| e.to_string());
+            vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))?;
+            abort_json(&out)
+        }
+    };
+    if v["state"] != "done" {
+        bail!("{}", v["error"].as_str().unwrap_or("the abort failed"));
+    }
+    if args.json {
+        say!("{v}");
+    } else {
+        say!("{}", describe_abort(&v));
+    }
+    Ok(())
+}
+
 /// Runs `dualfs receive`.
 ///
 /// # Errors
 /// The stream is refused or malformed, the volume cannot be reached, a
 /// device fails.
 pub fn receive(args: &ReceiveArgs) -> Result<()> {
+    if args.abort {
+        return abort(args);
+    }
     if args.file.is_none() && std::io::stdin().is_terminal() {
         bail!("the stream comes from standard input (a pipe or a file), or from --file");
     }
     let v = match target(&args.target, false)?.0 {
         Target::Mounted(m) => receive_mounted(m.root(), args.file.as_deref())?,
         Target::Devices(meta, data) => {
+            if let Some(f) = &args.file {
+                crate::itself::Itself::devices(&meta, &data).refuse(f, "the stream file")?;
+            }
             let (m, d) = open_pair(&meta, &data, Access::Exclusive)?;
             let vol = Volume::open(m, d, MountOptions::default())
                 .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
@@ -168,9 +228,14 @@ impl Drop for Spool {
 /// is one already), named in the control attribute, then waited for.
 fn receive_mounted(root: &Path, file: Option<&Path>) -> Result<Value> {
     let mut spool = None;
+    let itself = crate::itself::Itself::mounted(root);
     let path = match file {
-        Some(p) => std::fs::canonicalize(p).with_context(|| format!("cannot resolve {}", p.display()))?,
+        Some(p) => {
+            itself.refuse(p, "the stream file")?;
+            std::fs::canonicalize(p).with_context(|| format!("cannot resolve {}", p.display()))?
+        }
         None => {
+            itself.refuse(&std::env::temp_dir().join("dualfs-receive"), "the spool file (in $TMPDIR)")?;
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             let p = std::env::temp_dir().join(format!("dualfs-receive-{}-{}", std::process::id(), nanos.as_nanos()));
             let mut f = std::fs::OpenOptions::new()
@@ -185,20 +250,25 @@ fn receive_mounted(root: &Path, file: Option<&Path>) -> Result<Value> {
             p
         }
     };
-    rustix::fs::setxattr(root, RECEIVE, path.as_os_str().as_encoded_bytes(), XattrFlags::empty()).map_err(
-        |e| match e {
-            rustix::io::Errno::BUSY => anyhow!("a receive is already running on {}", root.display()),
-            rustix::io::Errno::PERM => {
-                anyhow!("receiving on {}: only root and the user who mounted the volume may", root.display())
-            }
-            e => anyhow!("receiving on {}: {}", root.display(), std::io::Error::from(e)),
-        },
-    )?;
+    let v = hand_over(root, path.as_os_str().as_encoded_bytes())?;
+    drop(spool);
+    Ok(v)
+}
+
+/// Sets the control attribute to `value` (a stream's path, or `abort`) and
+/// waits for the serving process's outcome.
+fn hand_over(root: &Path, value: &[u8]) -> Result<Value> {
+    rustix::fs::setxattr(root, RECEIVE, value, XattrFlags::empty()).map_err(|e| match e {
+        rustix::io::Errno::BUSY => anyhow!("a receive is already running on {}", root.display()),
+        rustix::io::Errno::PERM => {
+            anyhow!("receiving on {}: only root and the user who mounted the volume may", root.display())
+        }
+        e => anyhow!("receiving on {}: {}", root.display(), std::io::Error::from(e)),
+    })?;
     let mounted = crate::control::Mounted::find(root)?;
     loop {
         let v = mounted.get(RECEIVE)?;
         if v["state"] != "running" {
-            drop(spool);
             return Ok(v);
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -34,6 +34,9 @@ pub(crate) fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Opt
     } else {
         (words, None)
     };
+    if let [one] = place {
+        crate::itself::refuse_dead_mount(one)?;
+    }
     let t = match place {
         [one] if one.is_dir() => Target::Mounted(Mounted::find(one)?),
         [one] => {
@@ -93,6 +96,7 @@ fn change(t: &Target, name: &str, create: bool) -> Result<()> {
     match t {
         Target::Mounted(mnt) => {
             let known = list(t)?;
+            refuse_while_receiving(mnt.root(), &known, name, create)?;
             let exists = known.as_array().into_iter().flatten().any(|s| s["name"] == name);
             if create && exists {
                 bail!("a snapshot named {name} exists already on {}", mnt.root().display());
@@ -125,6 +129,31 @@ fn change(t: &Target, name: &str, create: bool) -> Result<()> {
             vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))
         }
     }
+}
+
+/// What the serving process would refuse with EINVAL while a receive is
+/// under way on the mount (its root's mark, readable by root), said plainly.
+fn refuse_while_receiving(root: &Path, known: &Value, name: &str, create: bool) -> Result<()> {
+    let mut buf = vec![0u8; 4096];
+    let Ok(n) = rustix::fs::getxattr(root, "trusted.dualfs.receiving", &mut buf[..]) else { return Ok(()) };
+    let mark = &buf[..n];
+    let what = dualfs_engine::format::stream::describe_mark(mark);
+    if create {
+        bail!(
+            "a receive is under way on {} ({what}) and its tree is incomplete: receive the same stream again to \
+             finish it, or `dualfs receive --abort {}`, then make the snapshot",
+            root.display(),
+            root.display()
+        );
+    }
+    let base = dualfs_engine::format::stream::mark_base(mark).ok().flatten();
+    if base.is_some() && known.as_array().into_iter().flatten().any(|s| s["name"] == name && s["id"].as_u64() == base) {
+        bail!(
+            "{name} is the base of the receive under way on {} ({what}): finish or abandon the receive first",
+            root.display()
+        );
+    }
+    Ok(())
 }
 
 /// The same file or device, whatever path names it.

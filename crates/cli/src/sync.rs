@@ -83,6 +83,7 @@ pub fn run(args: &SyncArgs) -> Result<()> {
     } else {
         let mut v = Vec::new();
         for m in &args.mountpoints {
+            crate::itself::refuse_dead_mount(m)?;
             let root = std::fs::canonicalize(m).with_context(|| format!("cannot resolve {}", m.display()))?;
             find(&root)?;
             v.push(root);
@@ -90,9 +91,11 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         v
     };
     let every = args.mountpoints.is_empty();
+    let mut failed = Vec::new();
     for root in roots {
-        // Like sync(1), syncing every mount passes over one whose serving
-        // process is gone (killed, crashed): it holds nothing to sync.
+        // Syncing every mount passes over one whose serving process is
+        // gone (killed, crashed): it holds nothing to sync, and the others
+        // are synced; the status then says that not all were.
         if every && abandoned(&root) {
             let _ = writeln!(
                 std::io::stderr(),
@@ -100,9 +103,21 @@ pub fn run(args: &SyncArgs) -> Result<()> {
                 root.display(),
                 root.display()
             );
+            failed.push(format!("{} (a dead mount: its serving process is gone)", root.display()));
             continue;
         }
-        match sync_mount(&root)? {
+        let synced = match sync_mount(&root) {
+            Ok(x) => x,
+            // Every mount: the others are still synced, and the status says
+            // which were not.
+            Err(e) if every => {
+                let _ = writeln!(std::io::stderr(), "dualfs: {e:#}");
+                failed.push(format!("{} ({e:#})", root.display()));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match synced {
             Synced::Checkpoint => {
                 if args.verbose {
                     say!("{}: committed and checkpointed", root.display());
@@ -119,6 +134,10 @@ pub fn run(args: &SyncArgs) -> Result<()> {
                 root.display()
             ),
         }
+    }
+    // The others were synced; the caller must know which were not.
+    if !failed.is_empty() {
+        bail!("not synced: {}", failed.join("; "));
     }
     Ok(())
 }

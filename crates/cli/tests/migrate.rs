@@ -94,7 +94,7 @@ fn an_unmounted_volume_migrates_and_a_small_device_is_refused() {
     let (ok, out) = run(&["migrate", "--data", small.to_str().unwrap(), &meta, &data]);
     assert!(!ok && out.contains("holds 8 MiB") && out.contains("at least that large"), "{out}");
     let (ok, out) = run(&["migrate", "--meta", &data, &meta, &data]);
-    assert!(!ok && out.contains("is in use"), "{out}");
+    assert!(!ok && out.contains("is the volume's data device"), "{out}");
     let (ok, out) = run(&["migrate", "--meta", "/nonexistent/x.img", &meta, &data]);
     assert!(!ok && out.contains("/nonexistent/x.img"), "{out}");
     v.fsck();

@@ -1,8 +1,9 @@
 //! Send and receive: a stream of the difference between two snapshots,
 //! applied to another volume, leaves there the same tree as the source
 //! snapshot, byte for byte and attribute for attribute, full and
-//! incremental; what does not fit is refused, and a cut stream is finished
-//! by receiving it again.
+//! incremental; what does not fit is refused, a cut stream leaves the
+//! mirror as it was, and a receive a crash interrupted is finished by
+//! receiving the stream again or abandoned with `receive_abort`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -354,7 +355,7 @@ fn reading_the_mirror_does_not_stop_the_next_increment() {
 }
 
 #[test]
-fn cut_and_corrupted_streams_are_refused_and_a_cut_one_finished_by_sending_it_again() {
+fn cut_and_corrupted_streams_are_refused_with_the_mirror_left_as_it_was() {
     let src = Disk::new();
     let dst = Disk::new();
     let vol = src.open();
@@ -371,13 +372,11 @@ fn cut_and_corrupted_streams_are_refused_and_a_cut_one_finished_by_sending_it_ag
     bad[30] ^= 1;
     assert!(matches!(receive(&target, &bad), Err(Error::Stream(_))));
     assert!(target.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_err());
-    // Cut in the middle: what came before is applied, and marked pending.
+    // Cut in the middle: what came before was applied, and is undone.
     let e = receive(&target, &stream[..stream.len() / 2]).unwrap_err();
-    assert!(matches!(&e, Error::Stream(m) if m.contains("cut short")), "{e}");
-    assert!(target.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_ok());
-    // Another stream is refused until the pending one is finished.
-    let e = receive(&target, &src.send(None, "b").0).unwrap_err();
-    assert!(matches!(&e, Error::ReceiveRefused(m) if m.contains("interrupted")), "{e}");
+    assert!(matches!(&e, Error::Stream(m) if m.contains("cut short") && m.contains("as it was")), "{e}");
+    assert!(target.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_err());
+    assert_same(&src.snapshot("a"), &target);
     // A byte changed near the end: the checksum refuses it.
     let mut bad = stream.clone();
     let at = stream.len() - 40;
@@ -387,13 +386,123 @@ fn cut_and_corrupted_streams_are_refused_and_a_cut_one_finished_by_sending_it_ag
     let mut long = stream.clone();
     long.push(0);
     assert!(matches!(receive(&target, &long), Err(Error::Stream(_))));
+    assert_same(&src.snapshot("a"), &target);
+    // The mirror, brought back each time, still takes the increment: its
+    // files hold a's bytes again, if not in a's blocks.
     let got = receive(&target, &stream).unwrap();
-    assert!(got.resumed);
+    assert!(!got.resumed);
     assert_same(&src.snapshot("b"), &target);
     // Received already.
     let e = receive(&target, &stream).unwrap_err();
     assert!(matches!(&e, Error::ReceiveRefused(m) if m.contains("received already")), "{e}");
     target.close().unwrap();
+    vol.close().unwrap();
+}
+
+/// A reader that gives `limit` bytes of `bytes`, then takes a copy of the
+/// mirror's devices as a crash there would leave them (everything written
+/// so far; the receive writes nothing while it reads), then fails.
+struct CrashAt<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    limit: usize,
+    disk: &'a Disk,
+    copy: Option<Disk>,
+}
+
+impl std::io::Read for CrashAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at >= self.limit {
+            if self.copy.is_none() {
+                self.copy =
+                    Some(Disk { meta: Arc::new(self.disk.meta.snapshot()), data: Arc::new(self.disk.data.snapshot()) });
+            }
+            return Err(std::io::Error::other("killed"));
+        }
+        let n = buf.len().min(self.limit - self.at);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_receive_a_crash_interrupted_is_finished_by_the_same_stream_or_abandoned() {
+    let src = Disk::new();
+    let dst = Disk::new();
+    let vol = src.open();
+    populate(&vol);
+    vol.snapshot_create("a").unwrap();
+    change_one(&vol);
+    change_two(&vol);
+    vol.snapshot_create("b").unwrap();
+    let target = dst.open();
+    receive(&target, &src.send(None, "a").0).unwrap();
+    target.commit().unwrap();
+    let (stream, _) = src.send(Some("a"), "b");
+    // The crash: the devices as they are when the stream stops, mid-way.
+    let mut input = CrashAt { bytes: &stream, at: 0, limit: stream.len() * 3 / 4, disk: &dst, copy: None };
+    assert!(target.receive(&mut input).is_err());
+    let crashed = input.copy.take().unwrap();
+    target.close().unwrap();
+    let (m, d) = crashed.devices();
+    let report = dualfs_engine::check::check(m.clone(), d.clone()).unwrap();
+    assert!(report.receiving.is_some(), "fsck names the receive under way");
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    let copy = Disk { meta: Arc::new(crashed.meta.snapshot()), data: Arc::new(crashed.data.snapshot()) };
+    // Finished by the same stream; other streams refused until then.
+    let mirror = crashed.open();
+    assert!(mirror.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_ok());
+    let e = mirror.snapshot_create("now").unwrap_err();
+    assert!(e.to_string().contains("receive is under way"), "{e}");
+    let e = mirror.snapshot_delete("a").unwrap_err();
+    assert!(e.to_string().contains("base of the receive under way"), "{e}");
+    let e = receive(&mirror, &src.send(None, "b").0).unwrap_err();
+    assert!(matches!(&e, Error::ReceiveRefused(m) if m.contains("--abort")), "{e}");
+    let got = receive(&mirror, &stream).unwrap();
+    assert!(got.resumed);
+    assert_same(&src.snapshot("b"), &mirror);
+    mirror.close().unwrap();
+    let (m, d) = crashed.devices();
+    assert!(dualfs_engine::check::check(m, d).unwrap().is_clean());
+    // Or abandoned: back to a, and a's increment received afterwards.
+    let mirror = copy.open();
+    let r = mirror.receive_abort(&mut dualfs_engine::volume::Touched::default()).unwrap();
+    assert_eq!(r.base.as_deref(), Some("a"));
+    assert!(mirror.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_err());
+    assert_same(&src.snapshot("a"), &mirror);
+    assert!(mirror.receive_abort(&mut dualfs_engine::volume::Touched::default()).is_err(), "nothing left to abort");
+    receive(&mirror, &stream).unwrap();
+    assert_same(&src.snapshot("b"), &mirror);
+    mirror.close().unwrap();
+    let (m, d) = copy.devices();
+    assert!(dualfs_engine::check::check(m, d).unwrap().is_clean());
+    vol.close().unwrap();
+}
+
+#[test]
+fn an_abandoned_full_receive_leaves_the_empty_volume_it_started_from() {
+    let src = Disk::new();
+    let dst = Disk::new();
+    let vol = src.open();
+    populate(&vol);
+    vol.snapshot_create("a").unwrap();
+    let (stream, _) = src.send(None, "a");
+    let target = dst.open();
+    let empty = walk(&target);
+    let mut input = CrashAt { bytes: &stream, at: 0, limit: stream.len() / 2, disk: &dst, copy: None };
+    assert!(target.receive(&mut input).is_err());
+    assert_eq!(walk(&target), empty, "a cut stream leaves the volume as it was");
+    let crashed = input.copy.take().unwrap();
+    target.close().unwrap();
+    let mirror = crashed.open();
+    assert!(mirror.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_ok());
+    let r = mirror.receive_abort(&mut dualfs_engine::volume::Touched::default()).unwrap();
+    assert_eq!(r.base, None);
+    assert_eq!(walk(&mirror), empty);
+    receive(&mirror, &stream).unwrap();
+    assert_same(&src.snapshot("a"), &mirror);
+    mirror.close().unwrap();
     vol.close().unwrap();
 }
 

@@ -276,8 +276,16 @@ pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Val
         vol.stats().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
     // Why the volume refuses changes, when a device error made it so.
     map.insert("failed".into(), json!(vol.failure()));
-    // A device running low, in words (empty when none is).
-    map.insert("warnings".into(), json!(vol.space_warnings()));
+    // A device running low, a receive under way, in words (empty when none is).
+    let mut warnings = vol.space_warnings();
+    if let Some(mark) = vol.receive_pending() {
+        warnings.push(format!(
+            "a receive is under way ({}): the tree is incomplete until it is finished (receive the same stream \
+             again) or abandoned (`dualfs receive --abort`)",
+            dualfs_engine::volume::describe_mark(&mark)
+        ));
+    }
+    map.insert("warnings".into(), json!(warnings));
     map.insert("fuse_requests".into(), requests.json());
     Value::Object(map)
 }

@@ -1,6 +1,8 @@
 //! `dualfs receive MOUNTPOINT`: the serving process applies a send stream
 //! to the mounted volume. The client spools the stream to a file and sets
-//! the control attribute `dualfs.receive` to its path; the receive runs in
+//! the control attribute `dualfs.receive` to its path (or to `abort`, for
+//! `dualfs receive --abort`: the receive under way is abandoned and the
+//! tree goes back to the last complete one); the receive runs in
 //! a thread of its own (reading the state: `getxattr dualfs.receive`), so
 //! that no request is held while it runs, and so that its last step, making
 //! the kernel forget the names and inodes the stream changed, happens
@@ -14,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
-use dualfs_engine::volume::ReceiveReport;
+use dualfs_engine::volume::{AbortReport, ReceiveReport, Touched};
 use serde_json::{Value, json};
 
 use crate::Errno;
@@ -22,6 +24,9 @@ use crate::answers::{NotifierSlot, Notify};
 
 /// Set to a stream's path to receive it; read for the state of the latest receive.
 pub const RECEIVE: &str = "dualfs.receive";
+/// The value of [`RECEIVE`] that abandons the receive under way (a path
+/// the client sends is absolute).
+pub const ABORT: &[u8] = b"abort";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -39,6 +44,20 @@ pub fn report_json(r: &Result<ReceiveReport, String>) -> Value {
             "gone": r.counts.gone,
             "data_bytes": r.counts.data_bytes,
             "records": r.counts.records,
+        }),
+        Err(e) => json!({ "state": "failed", "error": e }),
+    }
+}
+
+/// What `dualfs receive --abort` prints: the state of an abort, as JSON.
+#[must_use]
+pub fn abort_json(r: &Result<AbortReport, String>) -> Value {
+    match r {
+        Ok(r) => json!({
+            "state": "done",
+            "aborted": r.stream,
+            "base": r.base,
+            "inodes": r.inodes,
         }),
         Err(e) => json!({ "state": "failed", "error": e }),
     }
@@ -65,15 +84,30 @@ impl Receiver {
         if let Some(h) = worker.take() {
             let _ = h.join();
         }
+        let (vol, notifier, state) = (vol.clone(), notifier.clone(), self.state.clone());
+        if value == ABORT {
+            *lock(&self.state) = json!({ "state": "running" });
+            *worker = Some(std::thread::spawn(move || {
+                let mut touched = Touched::default();
+                let out = vol.receive_abort(&mut touched);
+                forget_cached(notifier.get().map(|n| &**n), &touched);
+                let out = out.map_err(|e| {
+                    log::warn!("receive --abort: {e}");
+                    e.to_string()
+                });
+                *lock(&state) = abort_json(&out);
+            }));
+            return Ok(());
+        }
         let path = std::path::PathBuf::from(OsStr::from_bytes(value));
         let file = std::fs::File::open(&path).map_err(|e| Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)))?;
         *lock(&self.state) = json!({ "state": "running" });
-        let (vol, notifier, state) = (vol.clone(), notifier.clone(), self.state.clone());
         *worker = Some(std::thread::spawn(move || {
-            let out = vol.receive(&mut BufReader::with_capacity(1 << 20, file));
-            if let Ok(r) = &out {
-                forget_cached(notifier.get().map(|n| &**n), r);
-            }
+            let mut touched = Touched::default();
+            let out = vol.receive_with(&mut BufReader::with_capacity(1 << 20, file), &mut touched);
+            // A receive refused midway went back to the tree before it:
+            // what it changed, and changed back, is forgotten either way.
+            forget_cached(notifier.get().map(|n| &**n), &touched);
             let out = out.map_err(|e| {
                 log::warn!("receive of {}: {e}", path.display());
                 e.to_string()
@@ -101,7 +135,10 @@ impl Receiver {
 
 /// Makes the kernel forget what it caches of what the receive changed:
 /// names it may hold (present or absent), attributes and pages.
-fn forget_cached(notifier: Option<&dyn Notify>, r: &ReceiveReport) {
+fn forget_cached(notifier: Option<&dyn Notify>, r: &Touched) {
+    if r.inodes.is_empty() && r.names.is_empty() {
+        return;
+    }
     log::debug!("receive: forgetting {} names and {} inodes", r.names.len(), r.inodes.len());
     let Some(n) = notifier else {
         log::warn!("receive: no notifier");

@@ -17,6 +17,7 @@ pub mod oracle;
 pub mod record;
 pub mod rng;
 pub mod stream_fuzz;
+pub mod stream_structure;
 pub mod tree;
 pub mod workload;
 pub mod workloads;

@@ -1,7 +1,9 @@
 //! The fuzzer's corpus and every finding it made, replayed in the ordinary
 //! suite: each file of `fuzz/corpus/<target>/` and `fuzz/findings/<target>/`
-//! goes through its target (`dualfs_sim::fuzz`) and must come back without
-//! a panic. (The fuzzing itself is `scripts/fuzz`, afl++, behind
+//! goes through its target (`dualfs_sim::fuzz`, `stream_fuzz`,
+//! `stream_structure`) and must come back without a panic (for
+//! `stream_structure`, a panic is also its oracle failing: a stream
+//! received inconsistent, or refused with the mirror changed). (The fuzzing itself is `scripts/fuzz`, afl++, behind
 //! `make fuzz`; docs/TESTING.md.)
 
 use std::path::PathBuf;
@@ -41,4 +43,9 @@ fn every_image_corpus_file_and_finding_is_checked_repaired_and_mounted_without_a
 #[test]
 fn every_stream_corpus_file_and_finding_is_received_or_refused_without_a_panic() {
     replay("stream", dualfs_sim::stream_fuzz::stream_target);
+}
+
+#[test]
+fn every_structure_corpus_file_and_finding_is_received_consistent_or_refused_whole() {
+    replay("stream_structure", dualfs_sim::stream_structure::structure_target);
 }

@@ -7,6 +7,7 @@
 //! engine's caches: every inode block, every node, every directory, extent
 //! map and xattr set, and the result is compared with the IFile.
 
+mod marks;
 mod space;
 pub mod tree;
 mod walk;
@@ -138,6 +139,13 @@ pub struct CheckStats {
 pub struct CheckReport {
     /// Every broken invariant.
     pub problems: Vec<Problem>,
+    /// A receive under way on the live tree, in words (its mark on the
+    /// root); its tree is incomplete until it ends.
+    pub receiving: Option<String>,
+    /// While a receive is under way: the namespace disagreements it
+    /// explains (entries naming inodes it has not made yet, link counts and
+    /// `..` it sets at its end), which are no problems until it ends.
+    pub explained: Vec<Problem>,
     /// Counts.
     pub stats: CheckStats,
     /// What mounting would do: checkpoint, roll-forward.
@@ -192,10 +200,14 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
     }));
     let mut stats = CheckStats::default();
     let loaded = walk::load(&log, &mut problems);
-    walk::check_namespace(&log, &loaded, &mut problems, &mut stats);
+    let receiving = marks::root_xattr(&loaded, crate::format::stream::RECEIVING_XATTR);
+    let mut explained = Vec::new();
+    let explains = receiving.as_ref().map(|_| &mut explained);
+    walk::check_namespace(&log, &loaded, &mut problems, explains, &mut stats);
     space::check_space(&log, &loaded, &mut problems, &mut stats);
     check_snapshots(&log, &loaded, &mut problems);
-    Ok(CheckReport { problems, stats, open })
+    let receiving = receiving.map(|m| crate::format::stream::describe_mark(&m));
+    Ok(CheckReport { problems, receiving, explained, stats, open })
 }
 
 /// I12: every snapshot's image loads and passes the checks the live
@@ -222,7 +234,7 @@ fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
         let mut found = Vec::new();
         let mut stats = CheckStats::default();
         let image_loaded = walk::load(&image, &mut found);
-        walk::check_namespace(&image, &image_loaded, &mut found, &mut stats);
+        walk::check_namespace(&image, &image_loaded, &mut found, None, &mut stats);
         space::check_space(&image, &image_loaded, &mut found, &mut stats);
         for p in found {
             problems.push(Problem {

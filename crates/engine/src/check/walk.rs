@@ -168,6 +168,10 @@ struct Walk<'a> {
     log: &'a Log,
     loaded: &'a Loaded,
     problems: &'a mut Vec<Problem>,
+    /// While a receive is under way: where the namespace disagreements it
+    /// explains go (entries naming inodes it has not made yet, link counts
+    /// and `..` it sets at its end), instead of `problems`.
+    explained: Option<&'a mut Vec<Problem>>,
     /// Which inode references each node.
     node_owner: HashMap<NodeId, InodeNo>,
     /// Every mapped data extent with its file.
@@ -175,6 +179,15 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
+    /// A disagreement between entries and inodes, which a receive under
+    /// way explains.
+    fn namespace(&mut self, p: Problem) {
+        match self.explained.as_mut() {
+            Some(e) => e.push(p),
+            None => self.problems.push(p),
+        }
+    }
+
     fn claim(&mut self, id: NodeId, ino: InodeNo) {
         if let Some(prev) = self.node_owner.insert(id, ino) {
             self.problems.push(problem(
@@ -388,8 +401,14 @@ impl Walk<'_> {
 
 /// Reachability, directory entries, link counts, per-inode structure, node
 /// ownership.
-pub(super) fn check_namespace(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>, stats: &mut CheckStats) {
-    let mut w = Walk { log, loaded, problems, node_owner: HashMap::new(), extents: Vec::new() };
+pub(super) fn check_namespace(
+    log: &Log,
+    loaded: &Loaded,
+    problems: &mut Vec<Problem>,
+    explained: Option<&mut Vec<Problem>>,
+    stats: &mut CheckStats,
+) {
+    let mut w = Walk { log, loaded, problems, explained, node_owner: HashMap::new(), extents: Vec::new() };
     let Some(names) = reachability(&mut w, stats) else { return };
     let mut inos: Vec<&InodeNo> = loaded.inodes.keys().collect();
     inos.sort_unstable();
@@ -469,7 +488,7 @@ fn reachability(w: &mut Walk<'_>, stats: &mut CheckStats) -> Option<Names> {
             if kind == Some(FileKind::Directory) {
                 *names.subdirs.entry(dir).or_default() += 1;
                 if !names.reached.insert(ino) {
-                    w.problems.push(problem(
+                    w.namespace(problem(
                         Invariant::I8,
                         "directory",
                         Some(ino),
@@ -479,7 +498,7 @@ fn reachability(w: &mut Walk<'_>, stats: &mut CheckStats) -> Option<Names> {
                     continue;
                 }
                 if target.parent != dir {
-                    w.problems.push(problem(
+                    w.namespace(problem(
                         Invariant::I8,
                         "directory",
                         Some(ino),
@@ -562,7 +581,7 @@ fn directory_entries<'a>(
             w.problems.push(problem(Invariant::I8, "directory", Some(dir), None, format!("{shown:?} appears twice")));
         }
         let Some(target) = w.loaded.inodes.get(&ino) else {
-            w.problems.push(problem(
+            w.namespace(problem(
                 Invariant::I8,
                 "directory",
                 Some(dir),
@@ -573,7 +592,7 @@ fn directory_entries<'a>(
         };
         let kind = FileKind::from_mode(target.mode);
         if kind.map(FileKind::dirent_type) != Some(t) {
-            w.problems.push(problem(
+            w.namespace(problem(
                 Invariant::I8,
                 "directory",
                 Some(dir),
@@ -595,12 +614,13 @@ fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, 
     if !reached && !pending_free {
         // An inode without links that is not on the orphan list would
         // never be freed (I4); one with links that nothing names is lost (I8).
-        let (invariant, message) = if rec.nlink == 0 {
-            (Invariant::I4, "has no links, is not reachable and is not on the orphan list".to_string())
+        if rec.nlink == 0 {
+            let message = "has no links, is not reachable and is not on the orphan list";
+            w.problems.push(problem(Invariant::I4, "inode", Some(ino), None, message));
         } else {
-            (Invariant::I8, format!("in use (nlink {}) but not reachable from the root", rec.nlink))
-        };
-        w.problems.push(problem(invariant, "inode", Some(ino), None, message));
+            let message = format!("in use (nlink {}) but not reachable from the root", rec.nlink);
+            w.namespace(problem(Invariant::I8, "inode", Some(ino), None, message));
+        }
     }
     if pending_free && reached {
         w.problems.push(problem(
@@ -614,7 +634,7 @@ fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, 
     if FileKind::from_mode(rec.mode) == Some(FileKind::Directory) {
         let want = if reached { 2 + names.subdirs.get(&ino).copied().unwrap_or(0) } else { 0 };
         if rec.nlink != want {
-            w.problems.push(problem(
+            w.namespace(problem(
                 Invariant::I8,
                 "inode",
                 Some(ino),
@@ -625,7 +645,7 @@ fn link_count(w: &mut Walk<'_>, names: &Names, ino: InodeNo, rec: &InodeRecord, 
     } else {
         let want = names.links.get(&ino).copied().unwrap_or(0);
         if rec.nlink != want {
-            w.problems.push(problem(
+            w.namespace(problem(
                 Invariant::I8,
                 "inode",
                 Some(ino),

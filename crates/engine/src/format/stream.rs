@@ -476,6 +476,43 @@ pub fn decode(head: &[u8; FRAME_HEAD_LEN], rest: &[u8]) -> DecodeResult<Record> 
     Ok(rec)
 }
 
+/// Root attribute naming the source snapshot a received tree is a copy of
+/// (FORMAT.md 6.3).
+pub const RECEIVED_XATTR: &[u8] = b"trusted.dualfs.received";
+/// Root attribute naming the stream a receive is applying, until it ends:
+/// a receive under way.
+pub const RECEIVING_XATTR: &[u8] = b"trusted.dualfs.receiving";
+
+/// A receive-under-way mark, read: the snapshot id its stream started
+/// from, None for a full stream (from an empty volume).
+///
+/// # Errors
+/// Not a mark dualfs writes.
+pub fn mark_base(text: &[u8]) -> DecodeResult<Option<u64>> {
+    let t = std::str::from_utf8(text).unwrap_or("");
+    match t.split(' ').collect::<Vec<_>>().as_slice() {
+        [_, _, _, "full"] => Ok(None),
+        [_, _, _, "from", id, _] => match id.parse::<u64>() {
+            Ok(id) => Ok(Some(id)),
+            Err(_) => bad!("the receive mark {t:?} names no snapshot id"),
+        },
+        _ => bad!("the receive mark {t:?} is not one dualfs writes"),
+    }
+}
+
+/// A receive-under-way mark in words.
+#[must_use]
+pub fn describe_mark(text: &[u8]) -> String {
+    let t = String::from_utf8_lossy(text);
+    match t.split(' ').collect::<Vec<_>>().as_slice() {
+        [src, id, _, "full"] => format!("a full stream of snapshot id {id} of volume {src}"),
+        [src, id, _, "from", base, _] => {
+            format!("a stream of snapshot id {id} of volume {src}, from its snapshot id {base}")
+        }
+        _ => format!("{t:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use crate::check::{CheckReport, check};
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
+use crate::format::stream::{RECEIVING_XATTR, describe_mark};
 use crate::format::superblock::{Role, Superblock};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
@@ -100,6 +101,9 @@ pub struct Prepared {
     pub source: String,
     /// fsck of the volume as repaired (None when there was nothing to do).
     pub after: Option<CheckReport>,
+    /// A receive under way, in words: its tree is left as it is (the
+    /// namespace is not repaired) until it is finished or abandoned.
+    pub receiving: Option<String>,
     /// Blocks the repair writes (meta-data, data), counting rewrites.
     pub blocks_written: (u64, u64),
     journal: Arc<Journal>,
@@ -211,11 +215,19 @@ pub fn prepare_with_clock(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>
     };
 
     let before = repairs.len();
-    let mut plan = plan(&log, &mut repairs);
+    let (mut plan, receiving) = plan(&log, &mut repairs);
     let derived = derived_repairs(&log, &mut plan);
     repairs.splice(before..before, derived);
     if repairs.is_empty() {
-        return Ok(Prepared { repairs, source, after: None, blocks_written: (0, 0), journal, staged: (sm, sd) });
+        return Ok(Prepared {
+            repairs,
+            source,
+            after: None,
+            receiving,
+            blocks_written: (0, 0),
+            journal,
+            staged: (sm, sd),
+        });
     }
     if sb_note.is_some() || data_copy.is_some() {
         let raw = sb.encode();
@@ -228,7 +240,7 @@ pub fn prepare_with_clock(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>
     apply::apply(log, report, sm.clone(), sd.clone(), plan, clock)?;
     let after = check(sm.clone(), sd.clone())?;
     let blocks_written = journal.blocks_written();
-    Ok(Prepared { repairs, source, after: Some(after), blocks_written, journal, staged: (sm, sd) })
+    Ok(Prepared { repairs, source, after: Some(after), receiving, blocks_written, journal, staged: (sm, sd) })
 }
 
 /// The superblock to repair with: the pair as a mount reads it, or, when
@@ -321,8 +333,12 @@ fn rebuilt_report(checkpoint: u64, why: String) -> OpenReport {
 }
 
 /// Reads everything, then plans: per inode, then the namespace, then
-/// which file keeps each data block.
-fn plan(log: &Log, repairs: &mut Vec<Repair>) -> apply::Plan {
+/// which file keeps each data block. A receive under way (the root's mark,
+/// returned in words) keeps its namespace as it is: the entries naming
+/// inodes it has not made yet and the link counts it sets at its end are
+/// what finishing or abandoning it settles, not damage to repair
+/// (lost+found would take files the receive is about to name).
+fn plan(log: &Log, repairs: &mut Vec<Repair>) -> (apply::Plan, Option<String>) {
     let loaded = salvage::load(log, repairs);
     let mut lost: Vec<InodeNo> = loaded.lost.clone();
     let mut items = BTreeMap::new();
@@ -339,7 +355,12 @@ fn plan(log: &Log, repairs: &mut Vec<Repair>) -> apply::Plan {
     }
     lost.retain(|i| !items.contains_key(i));
     let orphans: HashSet<InodeNo> = log.ifile().orphans().into_iter().collect();
-    let ns = namespace::plan(&mut items, &orphans, repairs);
+    let receiving = items
+        .get(&InodeNo::ROOT)
+        .and_then(|r| r.xattrs.iter().find(|(n, _)| n == RECEIVING_XATTR))
+        .map(|(_, v)| describe_mark(v));
+    let ns =
+        if receiving.is_some() { namespace::NsPlan::default() } else { namespace::plan(&mut items, &orphans, repairs) };
     namespace::resolve_claims(&mut items, repairs);
     if ns.new_root && !lost.contains(&InodeNo::ROOT) && log.ifile().inode(InodeNo::ROOT).is_some_and(|e| e.in_use()) {
         // A root that is no directory is cleared before the new one is made.
@@ -347,7 +368,7 @@ fn plan(log: &Log, repairs: &mut Vec<Repair>) -> apply::Plan {
     }
     lost.sort_unstable();
     lost.dedup();
-    apply::Plan { items, ns, lost }
+    (apply::Plan { items, ns, lost }, receiving)
 }
 
 /// What the IFile derives and says otherwise: segment usage, the bitmap,

@@ -42,7 +42,7 @@ pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
-pub use receive::{RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport};
+pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
 pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
 pub use send::{SendReport, send};
 pub use shrink::MoveReport;

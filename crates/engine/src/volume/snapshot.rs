@@ -44,10 +44,11 @@ impl Volume {
     /// snapshot, after it a whole one. Returns its id.
     ///
     /// # Errors
-    /// A bad or taken name, too many snapshots, a read-only volume, or a
-    /// device fails.
+    /// A bad or taken name, too many snapshots, a read-only volume, a
+    /// receive under way (its tree is incomplete), or a device fails.
     pub fn snapshot_create(&self, name: &str) -> Result<u64> {
         self.check_writable()?;
+        self.refuse_while_receiving(&format!("snapshot {name} is not made"))?;
         if let Some(why) = lock(&self.fs).log.snapshot_refusal(name) {
             return Err(Error::SnapshotRefused(why));
         }
@@ -81,9 +82,18 @@ impl Volume {
     /// segments and data blocks only it kept become free.
     ///
     /// # Errors
-    /// No such snapshot, a read-only volume, or a device fails.
+    /// No such snapshot, the base of a receive under way, a read-only
+    /// volume, or a device fails.
     pub fn snapshot_delete(&self, name: &str) -> Result<()> {
         self.check_writable()?;
+        if let Some(id) = self.receive_base()
+            && self.snapshot_list().iter().any(|s| s.id == id && s.name == name)
+        {
+            return Err(Error::SnapshotRefused(format!(
+                "{name} is the base of the receive under way on this volume, the tree it goes back to: finish \
+                 the receive (receive the same stream again) or abandon it (`dualfs receive --abort`) first"
+            )));
+        }
         let mut c = lock(&self.commit);
         lock(&self.fs).log.stage_snapshot_delete(name)?;
         self.commit_locked(&mut c, WriteBack::All)?;

@@ -51,13 +51,14 @@ impl Volume {
     /// in the other tree.
     ///
     /// # Errors
-    /// No such tree, a read-only snapshot, a volume in use or read-only, or
-    /// a device fails.
+    /// No such tree, a read-only snapshot, a volume in use or read-only, a
+    /// receive under way on the live tree, or a device fails.
     pub fn switch_tree(&self, name: &str) -> Result<()> {
         if self.live_tree() == name {
             return Ok(());
         }
         self.check_writable()?;
+        self.refuse_while_receiving(&format!("{name} is not made the live tree"))?;
         {
             let fs = lock(&self.fs);
             match fs.log.snapshots().iter().find(|s| s.name == name) {

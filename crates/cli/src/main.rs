@@ -27,6 +27,7 @@ mod helper;
 mod holder;
 mod inspect;
 mod inspect_text;
+mod join;
 mod metadump;
 mod migrate;
 mod mkfs;

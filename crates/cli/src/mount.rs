@@ -85,6 +85,10 @@ pub fn run(args: &MountArgs) -> Result<()> {
             args.options.insert(0, stored);
         }
     }
+    // Mounted already: the serving process adds this mount point.
+    if crate::join::try_join(&args.meta, &args.data, &args.mountpoint, &args.options)? {
+        return Ok(());
+    }
     if args.foreground { serve(&args) } else { daemonize(&args) }
 }
 
@@ -352,7 +356,21 @@ fn serve(args: &MountArgs) -> Result<()> {
         }
     };
     let _ = notifier.set(Box::new(session.notifier()));
-    watch_signals(signals, session.unmounter(), mountpoint.clone());
+    // A second mount of the volume joins this process (join.rs); not a
+    // snapshot's, which reads beside the live volume's.
+    let joins = match &cfg.snapshot {
+        None => Some(crate::join::Joins::start(vol.clone(), &cfg, &meta, &data, &mountpoint, &fsname)),
+        Some(_) => None,
+    };
+    let session_unmount = session.unmounter();
+    let unmount: Box<dyn Fn(bool) -> std::io::Result<()> + Send> = match &joins {
+        Some(j) => {
+            let j = j.clone();
+            Box::new(move |lazy| j.unmount_all(lazy, &session_unmount))
+        }
+        None => Box::new(session_unmount),
+    };
+    watch_signals(signals, unmount, mountpoint.clone());
     if let Some(w) = crate::bdi::dirty_window(&mountpoint, cfg.dirty_window, cfg.stream_window) {
         let _ = window.set(w);
     }
@@ -388,7 +406,10 @@ fn serve(args: &MountArgs) -> Result<()> {
         args.mountpoint.display()
     );
     let served = session.run();
-    log::info!("unmounted {}", args.mountpoint.display());
+    if let Some(j) = &joins {
+        j.close();
+    }
+    log::info!("unmounted: no mount of the volume is left (first mounted on {})", args.mountpoint.display());
     // Tells a mount of the same volume that finds it locked that it is
     // closing, and worth waiting for (see holder.rs).
     if let Err(e) = nix::sys::prctl::set_name(crate::holder::CLOSING_NAME) {

@@ -26,6 +26,9 @@ pub struct MountEntry {
     pub fstype: String,
     /// The source, e.g. `/v/meta.img#/v/data.img`.
     pub source: String,
+    /// The device number of the file system, `MAJOR:MINOR`: the same for
+    /// every mount of one FUSE connection (a second mount of a volume).
+    pub dev: String,
 }
 
 /// Undoes the octal escapes (`\040` for a space) of /proc mount tables.
@@ -50,6 +53,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
+            let dev = left.split(' ').nth(2)?.to_string();
             let mountpoint = left.split(' ').nth(4)?;
             let mut r = right.split(' ');
             let fstype = r.next()?;
@@ -58,6 +62,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
                 mountpoint: PathBuf::from(unescape(mountpoint)),
                 fstype: unescape(fstype),
                 source: unescape(source),
+                dev,
             })
         })
         .collect()
@@ -152,6 +157,17 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     let mnt = std::fs::canonicalize(&mnt).unwrap_or(mnt);
     let entry = find(&mnt)?;
     unmount(&mnt, args.lazy)?;
+    // A volume mounted twice (join.rs) closes with its last mount.
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let others: Vec<String> = parse_mountinfo(&text)
+        .into_iter()
+        .filter(|e| e.fstype == entry.fstype && e.dev == entry.dev)
+        .map(|e| e.mountpoint.display().to_string())
+        .collect();
+    if !others.is_empty() {
+        say!("unmounted {}; the volume stays mounted on {}", mnt.display(), others.join(", "));
+        return Ok(());
+    }
     // A snapshot mount (source `META#DATA@NAME`) holds no lock to wait
     // for: the live volume's mount may hold it meanwhile, and a read-only
     // snapshot has nothing to write when it closes.
@@ -190,6 +206,7 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].mountpoint, PathBuf::from("/mnt/my disk"));
         assert_eq!(v[0].fstype, "fuse.dualfs");
+        assert_eq!(v[0].dev, "98:0");
         assert_eq!(meta_of_source(&v[0].source), Some(PathBuf::from("/v/meta.img")));
         assert_eq!(v[1].source, "/dev/sda1");
     }

@@ -198,3 +198,51 @@ fn a_signal_to_the_serving_process_unmounts_every_mount_of_the_volume() {
     assert_eq!(sh(&format!("cat {}/k", v.m())), "kept\n");
     v.umount();
 }
+
+#[test]
+fn mount_8_mounting_a_mounted_volume_again_gives_the_same_file_system() {
+    let Some(v) = TestVolume::create("64M") else {
+        return;
+    };
+    // As mount(8) runs the installed helper: SOURCE MOUNTPOINT -o OPTIONS -t TYPE.
+    let helper = v.dir.path().join("mount.fuse.dualfs");
+    std::os::unix::fs::symlink(common::DUALFS, &helper).unwrap();
+    let source = format!("{}#{}", v.meta.display(), v.data.display());
+    let (a, b) = (dir(&v, "a"), dir(&v, "b"));
+    let opts = format!("rw,{}", extra_mount_options());
+    for m in [&a, &b] {
+        let out = std::process::Command::new(&helper)
+            .args([source.as_str(), m.to_str().unwrap(), "-o", &opts, "-t", "fuse.dualfs"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {}", m.display(), stderr(&out));
+        assert!(stdout(&out).is_empty() && stderr(&out).is_empty(), "{out:?}");
+    }
+    assert_eq!(dev(&a), dev(&b));
+    // A mount by root through the helper honours devices and set-id bits;
+    // a `dualfs mount` beside it keeps FUSE's nodev,nosuid on its own mount.
+    let c = dir(&v, "c");
+    let out = dualfs(&[
+        "mount",
+        "-o",
+        &extra_mount_options(),
+        v.meta.to_str().unwrap(),
+        v.data.to_str().unwrap(),
+        c.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let flags = |m: &Path| {
+        info.lines().find(|l| l.split(' ').nth(4) == m.to_str()).unwrap().split(' ').nth(5).unwrap().to_string()
+    };
+    assert!(!flags(&b).contains("nosuid") && flags(&c).contains("nosuid,nodev"), "{} / {}", flags(&b), flags(&c));
+    let (a_, b_, c_) = (a.display().to_string(), b.display().to_string(), c.display().to_string());
+    sh(&format!("tar -C /usr/share -cf - doc/coreutils 2>/dev/null | tar -C {a_} -xf - && touch {a_}/stamp"));
+    assert_eq!(sh(&format!("cd {a_} && tar -cf - . | md5sum")), sh(&format!("cd {c_} && tar -cf - . | md5sum")));
+    // umount(8) of two of them leaves the third, and the last closes the volume.
+    sh(&format!("umount {a_} && umount {c_}"));
+    assert!(is_mounted(&b) && Path::new(&format!("{b_}/stamp")).exists());
+    sh(&format!("umount {b_}"));
+    assert!(common::wait_unlocked(&v.meta, std::time::Duration::from_secs(30)), "the volume never closed");
+    v.fsck();
+}

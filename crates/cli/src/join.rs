@@ -199,6 +199,8 @@ struct Served {
     vol: Option<Arc<Volume>>,
     meta: Option<Storage>,
     data: Option<Storage>,
+    /// The devices' paths as the serving process opened them.
+    paths: (PathBuf, PathBuf),
     fsname: String,
     /// The device number of the mount's root: what a path must show to be
     /// one of this process's mounts.
@@ -207,9 +209,20 @@ struct Served {
     mounts: Vec<PathBuf>,
 }
 
+/// A snapshot served beside the volume: its own FUSE connection.
+struct SnapshotMount {
+    at: PathBuf,
+    /// Its root's device number, to tell it from what may be mounted
+    /// there once it has gone.
+    dev: u64,
+    unmount: Box<dyn Fn(bool) -> std::io::Result<()> + Send>,
+    thread: std::thread::JoinHandle<()>,
+}
+
 /// The serving side: the listener, and the mounts it has added.
 pub struct Joins {
     served: Mutex<Served>,
+    snapshots: Mutex<Vec<SnapshotMount>>,
 }
 
 fn lock(m: &Mutex<Served>) -> MutexGuard<'_, Served> {
@@ -229,8 +242,7 @@ impl Joins {
     pub fn start(
         vol: Arc<Volume>,
         cfg: &MountConfig,
-        meta: &Path,
-        data: &Path,
+        (meta, data): (&Path, &Path),
         first: &Path,
         fsname: &str,
     ) -> Arc<Joins> {
@@ -241,10 +253,12 @@ impl Joins {
                 vol: Some(vol),
                 meta: storage(meta),
                 data: storage(data),
+                paths: (meta.to_path_buf(), data.to_path_buf()),
                 fsname: fsname.to_string(),
                 dev,
                 mounts: vec![first.to_path_buf()],
             }),
+            snapshots: Mutex::new(Vec::new()),
         });
         let listener =
             SocketAddr::from_abstract_name(socket_name(std::process::id())).and_then(|a| UnixListener::bind_addr(&a));
@@ -287,6 +301,16 @@ impl Joins {
         };
         let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
         let mut result = Ok(());
+        for snap in self.snapshots.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            if ours(&snap.at, snap.dev)
+                && let Err(e) = (snap.unmount)(lazy)
+            {
+                log::debug!("cannot unmount {}: {e}", snap.at.display());
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
         for (i, p) in mounts.iter().enumerate().rev() {
             if !ours(p, dev) {
                 continue;
@@ -333,6 +357,18 @@ impl Joins {
         let Some(vol) = s.vol.clone() else { return Ok(None) };
         if peer.uid() != 0 {
             bail!("only root mounts a mounted volume a second time (the second mount is a bind of the first)");
+        }
+        if let Some(name) = &asked.snapshot {
+            if storage(&meta) != s.meta || storage(&data) != s.data {
+                bail!(
+                    "{} and {} are not the devices of the volume this process serves",
+                    meta.display(),
+                    data.display()
+                );
+            }
+            let (m, d) = s.paths.clone();
+            drop(s);
+            return self.serve_snapshot(name, &asked, (&m, &d), &target).map(Some);
         }
         if !nix::unistd::geteuid().is_root() {
             bail!(
@@ -392,6 +428,71 @@ impl Joins {
     }
 }
 
+impl Joins {
+    /// Serves snapshot `name` on `target` in this process, as one more FUSE
+    /// connection with the options `asked` (its own, as the process of its
+    /// own it would otherwise have; `log=` is this process's). The snapshot
+    /// reads the devices without their lock, as such a process would.
+    fn serve_snapshot(
+        &self,
+        name: &str,
+        asked: &MountConfig,
+        (meta, data): (&Path, &Path),
+        target: &Path,
+    ) -> Result<PathBuf> {
+        if asked.trace.is_some() {
+            bail!("trace= traces a process's devices: a snapshot served beside the volume takes none");
+        }
+        let (m, d) = crate::devices::open_pair(meta, data, crate::devices::Access::Shared)?;
+        let vol = Volume::open_snapshot(m, d, name, crate::mount::engine_options(asked))
+            .map_err(|e| anyhow!("cannot mount snapshot {name}: {e}"))?;
+        let vol = Arc::new(vol);
+        let fsname = asked.fsname.clone().unwrap_or_else(|| format!("{}#{}@{name}", meta.display(), data.display()));
+        let fs = dualfs_fuse::DualFs::new(vol.clone(), crate::mount::adapter_options(asked, false));
+        let notifier = fs.notifier_slot();
+        let options = crate::transport::options(&fsname, asked);
+        let session = crate::transport::Mounted::start(fs, target, &options, asked)?;
+        let _ = notifier.set(Box::new(session.notifier()));
+        if asked.read_ahead > 0 {
+            crate::bdi::read_ahead(target, asked.read_ahead);
+        }
+        let dev = std::fs::metadata(target).map(|m| m.dev()).unwrap_or(0);
+        let unmount = Box::new(session.unmounter());
+        let (at, snap) = (target.to_path_buf(), name.to_string());
+        let thread = std::thread::Builder::new()
+            .name("dualfs-snapshot".into())
+            .spawn(move || {
+                if let Err(e) = session.run() {
+                    log::error!("serving snapshot {snap} on {}: {e:#}", at.display());
+                }
+                // Read-only: nothing to write; the devices are let go.
+                drop(vol);
+                log::info!("unmounted snapshot {snap} from {}", at.display());
+            })
+            .context("cannot start the thread serving the snapshot")?;
+        log::info!("serving snapshot {name} on {} beside the volume", target.display());
+        let mut snaps = self.snapshots.lock().unwrap_or_else(PoisonError::into_inner);
+        snaps.push(SnapshotMount { at: target.to_path_buf(), dev, unmount, thread });
+        Ok(target.to_path_buf())
+    }
+
+    /// Waits until every snapshot served beside the volume is unmounted.
+    pub fn wait_snapshots(&self) {
+        let snaps = std::mem::take(&mut *self.snapshots.lock().unwrap_or_else(PoisonError::into_inner));
+        if !snaps.is_empty() {
+            log::info!(
+                "{} still mounted: serving until unmounted",
+                crate::words::count(snaps.len() as u64, "snapshot")
+            );
+        }
+        for s in snaps {
+            if s.thread.join().is_err() {
+                log::error!("the thread serving the snapshot on {} panicked", s.at.display());
+            }
+        }
+    }
+}
+
 /// Joins the process serving the volume on `meta` and `data`, if one does:
 /// true once the volume is also mounted on `mountpoint`; false when no
 /// process serves it (or the one that did is closing), so that the caller
@@ -400,12 +501,7 @@ impl Joins {
 /// # Errors
 /// The serving process refuses (the message says why), or does not answer.
 pub fn try_join(meta: &Path, data: &Path, mountpoint: &Path, options: &[String]) -> Result<bool> {
-    let cfg = crate::options::parse(options)?;
-    // A snapshot mount reads the devices beside the live volume's mount in
-    // a process of its own.
-    if cfg.snapshot.is_some() {
-        return Ok(false);
-    }
+    crate::options::parse(options)?;
     let Some(h) = holder(meta) else { return Ok(false) };
     if h.name.as_bytes() == crate::holder::CLOSING_NAME.to_bytes() {
         return Ok(false);
@@ -435,7 +531,12 @@ pub fn try_join(meta: &Path, data: &Path, mountpoint: &Path, options: &[String])
         return Ok(false);
     }
     if let Some(e) = reply["error"].as_str() {
-        bail!("cannot mount {} a second time on {}: {e}", meta.display(), mountpoint.display());
+        bail!(
+            "cannot mount {} on {} (the volume is served by pid {}): {e}",
+            meta.display(),
+            mountpoint.display(),
+            h.pid
+        );
     }
     log::debug!("joined pid {}: a bind of {}", h.pid, reply["source"].as_str().unwrap_or("?"));
     Ok(true)

@@ -246,7 +246,20 @@ fn clock_of(clock: &Arc<KernelClock>) -> dualfs_engine::volume::Clock {
     Arc::new(move || clock.now())
 }
 
-fn engine_options(cfg: &MountConfig) -> MountOptions {
+/// What the adapter is told by the options.
+pub(crate) fn adapter_options(cfg: &MountConfig, devices_writable: bool) -> AdapterOptions {
+    let defaults = AdapterOptions::default();
+    AdapterOptions {
+        writeback_cache: cfg.writeback,
+        owner_uid: nix::unistd::geteuid().as_raw(),
+        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
+        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
+        devices_writable,
+        ..defaults
+    }
+}
+
+pub(crate) fn engine_options(cfg: &MountConfig) -> MountOptions {
     let mut o = MountOptions {
         read_only: cfg.read_only,
         atime: cfg.atime,
@@ -334,16 +347,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         Some(name) => format!("{}#{}@{name}", meta.display(), data.display()),
         None => format!("{}#{}", meta.display(), data.display()),
     });
-    let defaults = AdapterOptions::default();
-    let adapter = AdapterOptions {
-        writeback_cache: cfg.writeback,
-        owner_uid: nix::unistd::geteuid().as_raw(),
-        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
-        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
-        devices_writable,
-        ..defaults
-    };
-    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(crate::migrate::opener());
+    let fs = DualFs::new(vol.clone(), adapter_options(&cfg, devices_writable))
+        .with_clock(clock)
+        .with_device_opener(crate::migrate::opener());
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let mountpoint = absolute(&args.mountpoint)?;
@@ -359,7 +365,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     // A second mount of the volume joins this process (join.rs); not a
     // snapshot's, which reads beside the live volume's.
     let joins = match &cfg.snapshot {
-        None => Some(crate::join::Joins::start(vol.clone(), &cfg, &meta, &data, &mountpoint, &fsname)),
+        None => Some(crate::join::Joins::start(vol.clone(), &cfg, (&meta, &data), &mountpoint, &fsname)),
         Some(_) => None,
     };
     let session_unmount = session.unmounter();
@@ -420,5 +426,10 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::error!("the thread loading the inode map panicked");
     }
     close(vol)?;
+    // Snapshots this process serves beside the volume stay mounted until
+    // unmounted; the devices' lock is let go meanwhile (they read without it).
+    if let Some(j) = &joins {
+        j.wait_snapshots();
+    }
     served
 }

@@ -187,10 +187,20 @@ fn a_signal_to_the_serving_process_unmounts_every_mount_of_the_volume() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
     sh(&format!("echo kept > {}/k", c.display()));
+    // A snapshot served beside them goes too.
+    let snap = dir(&v, "snap");
+    assert!(dualfs(&["snapshot", "create", v.m(), "s"]).status.success());
+    let out = mount_again(&v, &snap, "snapshot=s");
+    assert!(out.status.success(), "{}", stderr(&out));
     let pid = pid_serving(&v);
     sh(&format!("kill -TERM {pid}"));
     assert!(common::wait_unlocked(&v.meta, std::time::Duration::from_secs(30)), "the volume never closed");
-    for m in [&v.mnt, &b, &c] {
+    let start = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(start.elapsed().as_secs() < 30, "the serving process did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for m in [&v.mnt, &b, &c, &snap] {
         assert!(!is_mounted(m), "{} still mounted", m.display());
     }
     v.fsck();
@@ -245,4 +255,69 @@ fn mount_8_mounting_a_mounted_volume_again_gives_the_same_file_system() {
     sh(&format!("umount {b_}"));
     assert!(common::wait_unlocked(&v.meta, std::time::Duration::from_secs(30)), "the volume never closed");
     v.fsck();
+}
+
+/// How many FUSE connections process `pid` serves (its /dev/fuse files).
+fn connections(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref().ok().and_then(|e| std::fs::read_link(e.path()).ok()).is_some_and(|l| l == Path::new("/dev/fuse"))
+        })
+        .count()
+}
+
+#[test]
+fn a_snapshot_mounted_beside_the_volume_is_served_by_the_volume_s_process() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    v.mount();
+    let m = v.m().to_string();
+    sh(&format!(
+        "echo before > {m}/f && dd if=/dev/urandom of={m}/big bs=64k count=16 status=none && md5sum < {m}/big > {}/big.sum",
+        v.dir.path().display()
+    ));
+    let out = dualfs(&["snapshot", "create", &m, "one"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    sh(&format!("echo after > {m}/f && dd if=/dev/zero of={m}/big bs=64k count=1 conv=notrunc status=none"));
+    let pid = pid_serving(&v);
+    let before = connections(pid);
+    let snap = dir(&v, "one");
+    let out = dualfs(&[
+        "mount",
+        "-o",
+        &format!("snapshot=one,{}", extra_mount_options()),
+        v.meta.to_str().unwrap(),
+        v.data.to_str().unwrap(),
+        snap.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = snap.display().to_string();
+    assert_eq!(connections(pid), before + 1, "the snapshot is not served by the volume's process");
+    assert!(v.log().contains(&format!("serving snapshot one on {s}")), "{}", v.log());
+    assert_ne!(dev(&snap), dev(&v.mnt), "another tree, another file system");
+    assert_eq!(sh(&format!("cat {s}/f")), "before\n");
+    assert_eq!(sh(&format!("md5sum < {s}/big")), std::fs::read_to_string(v.dir.path().join("big.sum")).unwrap());
+    assert!(stderr(&sh_output(&format!("touch {s}/x"))).contains("Read-only file system"));
+    let out = dualfs(&["snapshot", "delete", &m, "one"]);
+    assert!(!out.status.success() && stderr(&out).contains(&s), "{}", stderr(&out));
+
+    // The volume closes with its last mount and lets go of its devices; the
+    // snapshot stays served until it is unmounted, and then the process ends.
+    let out = dualfs(&["umount", &m]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sh(&format!("cat {s}/f")), "before\n");
+    v.fsck();
+    let out = dualfs(&["umount", &s]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let start = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(start.elapsed().as_secs() < 30, "the serving process did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(v.log().contains("unmounted snapshot one"), "{}", v.log());
+    v.mount();
+    assert_eq!(sh(&format!("cat {m}/f")), "after\n");
+    v.umount();
 }

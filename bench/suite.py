@@ -16,17 +16,23 @@ configuration is traced identically; the per-phase slices of the traces
 are replayed through the disk models (`dualfs trace replay`). DualFS runs
 additionally record their own semantic trace (`-o trace=`).
 
-Results go to a JSON file (every run, raw); bench/report.py turns them into
-docs/BENCHMARKS.md and the plots.
+Every phase's record is appended to the results store, bench/results.jsonl
+(bench/store.py: one record per configuration, phase and repeat, with the
+commit, the machine and its load); bench/report.py turns the store into
+docs/BENCHMARKS.md and its plots.
 """
 
 import argparse
+import datetime
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
 # Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict),
@@ -36,10 +42,11 @@ CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "
 # would: io_uring if the machine's enable_uring allows it, /dev/fuse otherwise.
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
+TREE_DUALFS = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs"))
 DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse")
 # "floor": a FUSE server that does no work (`no-work-server --transport dev --default-permissions`, built
 # beside the DualFS binary: a tree of names and sizes in memory, no data), mounted with the permission
-# checks DualFS asks for. What any FUSE file system pays on this machine for the same requests (issue 10).
+# checks DualFS asks for. What any FUSE file system pays on this machine for the same requests.
 
 
 def log(msg):
@@ -308,7 +315,7 @@ def seq_fsync(seq_mib, rand_ios, sync_ios):
 
 def seq_read(mib):
     """A file written and synced in one mount, read in the next with a cold
-    cache (issue 10: cold sequential read)."""
+    cache."""
     fio = f"fio --output-format=json --directory=$MNT --ioengine=psync --name=seqr --bs=1M --size={mib}M"
     return [("seq-read-cold", f"{fio} --rw=read > $OUT/fio-seqr.json", f"{fio} --rw=write --end_fsync=1 > /dev/null")]
 
@@ -323,7 +330,7 @@ def seq_ls(files):
 
 
 def seq_durability(args):
-    """Issue 11's measurements: an fsync beside other dirty data, fio random
+    """Durability: an fsync beside other dirty data, fio random
     writes with an fsync (or fdatasync) each, 1 and 4 jobs, and SQLite
     inserts of one transaction each, alone and beside a 1 GiB copy."""
     probe = f"python3 {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'durability.py')}"
@@ -383,7 +390,7 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
             sh(env + cmd, timeout=args.phase_timeout)
             t1 = time.monotonic()
             # The FUSE requests the phase sent, per opcode with their serving
-            # time (issue 10); read before the unmount, and not timed.
+            # time; read before the unmount, and not timed.
             fuse = vol.fuse_requests()
             t1b = time.monotonic()
             vol.umount()
@@ -396,11 +403,13 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
             rec["extra"] = extra_output(phase, outdir)
             if fuse:
                 rec["fuse_requests"] = fuse_diff(fuse0, fuse)
-            results.append(rec)
             log(f"  {phase}: {rec['wall_s']:.2f} s (+umount {rec['wall_umount_s'] - rec['wall_s']:.2f} s), "
                 + ", ".join(f"{r} {d['write_req']} wr/{d['write_sectors'] / 2048:.1f} MiB"
                             for r, d in rec["devices"].items()))
-            save(args, results)
+            if rec["traced"]:
+                results.append(rec)  # stored once its traces are replayed (slice_traces)
+            else:
+                args.run.append(stored(args, rec))
     finally:
         if sh(f"mountpoint -q {vol.mnt}", check=False) == 0:
             try:
@@ -466,25 +475,17 @@ def extra_output(phase, outdir):
     return {}
 
 
-def save(args, results):
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"machine": machine(), "command": " ".join(sys.argv), "args": vars(args), "runs": results}, f, indent=1)
-    os.replace(tmp, args.out)
-
-
-def machine():
-    def read(p):
-        try:
-            with open(p) as f:
-                return f.read()
-        except OSError:
-            return ""
-    cpu = [line.split(":", 1)[1].strip() for line in read("/proc/cpuinfo").splitlines() if line.startswith("model name")]
-    mem = [line for line in read("/proc/meminfo").splitlines() if line.startswith("MemTotal")]
-    return {"kernel": os.uname().release, "cpus": len(cpu), "cpu": cpu[0] if cpu else "?",
-            "mem": mem[0].split(":", 1)[1].strip() if mem else "?",
-            "loadavg_start": read("/proc/loadavg").strip()}
+def stored(args, rec):
+    """A phase's measurement as a record of the store."""
+    identity = ("config", "phase", "sequence", "rep", "traced")
+    out = args.run.record(rec["config"], rec["phase"], {k: v for k, v in rec.items() if k not in identity},
+                          sequence=rec["sequence"], rep=rec["rep"], traced=rec["traced"])
+    out["time"] = datetime.datetime.fromtimestamp(rec["window_ns"][0] / 1e9, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    build = args.dualfs_base if rec["config"].startswith("dualfs-base") else args.dualfs
+    if rec["config"].startswith("dualfs") and build != TREE_DUALFS:
+        out["build"] = build
+    return out
 
 
 def slice_traces(args, results):
@@ -523,17 +524,18 @@ def slice_traces(args, results):
             rec["semantic_replay"] = {"total_s": j["total_s"], "classes": j["classes"]}
         if not args.keep_traces:
             os.unlink(part)
-    save(args, results)
+    args.run.append([stored(args, rec) for rec in results])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dualfs", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "dualfs"))
+    ap.add_argument("--dualfs", default=TREE_DUALFS)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--dualfs-base", help="another DualFS binary, run as configuration dualfs-base (A/B in one run)")
     ap.add_argument("--sequences", default="micro,write-del,postmark,fsync,bonnie,read,ls,durability")
     ap.add_argument("--work", default="/var/tmp/dualfs-bench")
-    ap.add_argument("--out", default="bench/results.json")
+    ap.add_argument("--store", help="the results store to append to (default: bench/results.jsonl; "
+                    "with --smoke, results.jsonl in --work)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--meta-mib", type=int, default=408)
@@ -584,6 +586,10 @@ def main():
     if args.phases:
         keep = set(args.phases.split(","))
         seqs = {name: [p for p in phases if p[0] in keep] for name, phases in seqs.items()}
+    if args.store is None:
+        args.store = os.path.join(args.work, "results.jsonl") if args.smoke else store.STORE
+    args.run = store.Run("suite", args.store)
+    log(f"run {args.run.id}, appending to {args.store}")
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):
         traced = args.trace and rep == args.repeats
@@ -593,8 +599,7 @@ def main():
                 run_sequence(vol, name, seqs[name], args, rep, results, name if traced else None)
     if args.trace:
         slice_traces(args, results)
-    save(args, results)
-    log(f"results in {args.out}")
+    log(f"run {args.run.id} is in {args.store}")
 
 
 def prepare_source(args):

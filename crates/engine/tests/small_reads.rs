@@ -1,6 +1,6 @@
 //! Small reads of a data device opened with `O_DIRECT` go through a second,
 //! buffered descriptor, so that the device's read-ahead brings in the
-//! files that follow (DESIGN.md, "Small cold reads"). The writes stay
+//! files that follow (DESIGN.md, "Data space"). The writes stay
 //! direct; these tests check that a read after a write never sees what the
 //! read-ahead cached before it, on the device and through a volume, and
 //! that the small reads do use the page cache while the large ones do not.

@@ -224,7 +224,7 @@ impl Handler for DualFs {
                 let size = size as usize;
                 // Entries the kernel holds go without attributes (node id
                 // 0): a warm `ls -l` then keeps the kernel's cached ACLs
-                // (BENCHMARKS.md, "warm ls -l").
+                // (DESIGN.md, "FUSE adapter").
                 let r = self.readdirplus(node, offset, true, &mut |l, e| {
                     let mut entry = entry_out(e);
                     // The dirent's inode number is the attributes' one.

@@ -44,7 +44,7 @@ fn is_aligned(buf: &[u8]) -> bool {
 
 impl FileDevice {
     /// Reads of at most this many bytes go through the page cache when the
-    /// device is otherwise direct (DESIGN.md, "Small cold reads"): a cold small
+    /// device is otherwise direct (DESIGN.md, "Data space"): a cold small
     /// file is one 4 KiB request, and without the device's read-ahead each of
     /// tar's files cost a request of its own; untar lays them out one after
     /// another, so the read-ahead's 128 KiB brings the next ones in. Larger

@@ -366,8 +366,9 @@ impl Joins {
                     data.display()
                 );
             }
+            // Served with the lock held: the volume's close waits for it,
+            // so that the process waits for the snapshot before it exits.
             let (m, d) = s.paths.clone();
-            drop(s);
             return self.serve_snapshot(name, &asked, (&m, &d), &target).map(Some);
         }
         if !nix::unistd::geteuid().is_root() {

@@ -321,3 +321,31 @@ fn a_snapshot_mounted_beside_the_volume_is_served_by_the_volume_s_process() {
     assert_eq!(sh(&format!("cat {m}/f")), "after\n");
     v.umount();
 }
+
+#[test]
+fn only_root_mounts_a_mounted_volume_a_second_time() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    if !sh_output("command -v setpriv").status.success() {
+        common::skip("setpriv (util-linux) is missing (scripts/install-deps)");
+        return;
+    }
+    v.mount();
+    let b = dir(&v, "second");
+    sh(&format!("chmod 777 {}", b.display()));
+    // Another user asks the root process serving the volume for a bind on
+    // a directory of theirs: a mount of theirs root would make.
+    let opts = format!("log={},{}", v.dir.path().join("dualfs.log").display(), extra_mount_options());
+    let out = sh_output(&format!(
+        "setpriv --reuid 1000 --regid 1000 --clear-groups {} mount -o {opts} {} {} {}",
+        common::DUALFS,
+        v.meta.display(),
+        v.data.display(),
+        b.display()
+    ));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("only root mounts a mounted volume a second time"), "{}", stderr(&out));
+    assert!(!is_mounted(&b));
+    v.umount();
+}

@@ -15,6 +15,9 @@ run); --run restricts the choice to the named runs. The traced run (disk
 models, block classes) is chosen the same way among traced records. The
 other tools' tables take their newest run. Medians over the repeats.
 
+The runs on emulated disks (tools `disks`, `disk-calibration`) are drawn by
+bench/disks.py where findings.md says {{disks}}.
+
 A figure in bench/findings.md is `{{KEY CONFIG PHASE}}` (the median of
 KEY, as in the tables) or `{{KEY CONFIG/BASE PHASE}}` (CONFIG's value
 divided by BASE's of the same run), with an optional number of decimals,
@@ -36,6 +39,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import store  # noqa: E402
+import disks  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = ["dualfs", "floor", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "xfs", "btrfs", "fuse2fs",
@@ -688,7 +692,7 @@ FIGURE = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 def fill(text, su, warn):
     """The findings' {{KEY CONFIG[/BASE] PHASE [DIGITS]}} figures."""
     def one(m):
-        if m.group(1) in ("runs", "tables"):
+        if m.group(1) in ("runs", "tables", "disks"):
             return m.group(0)
         words = m.group(1).split()
         run = words.pop()[1:] if words[-1].startswith("@") else None
@@ -819,7 +823,8 @@ def main():
     warn = []
     findings = fill(template, su, warn)
     generated = tables(su, lab, records, a.docs, a.no_plots)
-    page = findings.replace("{{tables}}", generated).replace("{{runs}}", runs_table(records, lab, su))
+    on_disks = disks.section(records, None if a.no_plots else os.path.join(a.docs, "bench-disks.png"), lab)
+    page = findings.replace("{{tables}}", generated).replace("{{disks}}", on_disks).replace("{{runs}}", runs_table(records, lab, su))
     for w in warn:
         print(f"bench/report.py: no figure in the store for {w}", file=sys.stderr)
     path = os.path.join(a.docs, "BENCHMARKS.md")

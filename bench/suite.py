@@ -33,12 +33,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import store  # noqa: E402
+import disks as emulated  # noqa: E402
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
 # Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict),
 # "dualfs-uring" (DualFS over io_uring: transport=uring, enable_uring set for the mount),
 # "dualfs-base-uring" (the --dualfs-base build so, for an A/B over io_uring) and
-# "dualfs-devfuse" (DualFS over /dev/fuse: transport=devfuse). "dualfs" mounts as a user
+# "dualfs-devfuse" (DualFS over /dev/fuse: transport=devfuse), "xfs-rt" (XFS with its data on a
+# realtime device: the main device, meta-data and log, is the meta-data device; every file
+# inherits the realtime flag). "dualfs" mounts as a user
 # would: io_uring if the machine's enable_uring allows it, /dev/fuse otherwise.
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
@@ -54,9 +57,18 @@ def log(msg):
 
 
 def sh(cmd, check=True, capture=False, timeout=3600):
-    r = subprocess.run(["bash", "-c", cmd], check=False, timeout=timeout,
-                       stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+    # In a session of its own: a command that runs past its timeout is
+    # stopped with everything it started (PostMark under bash), so that the
+    # file system can be unmounted.
+    p = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        p.communicate()
+        raise
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
     if check and r.returncode != 0:
         raise RuntimeError(f"command failed ({r.returncode}): {cmd}\n{r.stderr.decode(errors='replace')}")
     return r.stdout.decode(errors="replace") if capture else r.returncode
@@ -82,10 +94,13 @@ class Volume:
     """One configuration's devices (loop devices over image files, optionally
     through trace servers) and how to make, mount and unmount it."""
 
-    def __init__(self, cfg, args, workdir):
+    def __init__(self, cfg, args, workdir, disk=None):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in DUALFS_CONFIGS + ("ext4-extjournal", "xfs-extlog")
+        self.two = cfg in DUALFS_CONFIGS + ("ext4-extjournal", "xfs-extlog", "xfs-rt")
+        # On emulated disks (--disks): the layout's name and its servers.
+        self.disk = disk
+        self.disks = None
         # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
         # comparison in one run; dualfs-strict: DualFS with -o order=strict.
         self.dualfs = args.dualfs_base if cfg in ("dualfs-base", "dualfs-base-uring") else args.dualfs
@@ -100,6 +115,13 @@ class Volume:
         os.makedirs(self.dir, exist_ok=True)
         os.makedirs(self.mnt, exist_ok=True)
         total, meta = self.args.size_mib, self.args.meta_mib
+        if self.disk:
+            # Served without a model for mkfs; emulate() turns the models on.
+            self.disks = emulated.Disks(self.disk, self.args.dualfs, self.dir, self.two, total, meta,
+                                        write_cache=not self.args.no_write_cache)
+            self.trace_tag = trace_tag
+            self.loops = self.disks.create()
+            return
         sizes = {"data": total - meta, "meta": meta} if self.two else {"data": total}
         for role, mib in sizes.items():
             img = os.path.join(self.dir, f"{role}.img")
@@ -124,7 +146,23 @@ class Volume:
                 self.trace_files[role] = out
             self.loops[role] = sh(f"losetup --direct-io=on -f --show {backing}", capture=True).strip()
 
+    def emulate(self):
+        """On emulated disks: the file system, made, moves onto them."""
+        if not self.disks:
+            return
+        prefix = None
+        if self.trace_tag is not None:
+            prefix = os.path.join(self.args.trace_dir, f"{self.cfg}-{self.disk}-{self.trace_tag}")
+        self.loops = self.disks.emulate(prefix)
+
+    def emulation_stats(self):
+        return self.disks.stats() if self.disks and self.disks.servers else None
+
     def detach(self):
+        if self.disks:
+            self.disks.detach()
+            self.loops = {}
+            return
         for dev in self.loops.values():
             sh(f"losetup -d {dev}", check=False)
         self.loops = {}
@@ -143,18 +181,27 @@ class Volume:
         if c in DUALFS_CONFIGS:
             sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
-            sh(f"mkfs.ext2 -q -F {d}")
+            sh(f"mkfs.ext2 -q -F {self.ext4_opts()} {d}")
         elif c in ("ext4", "fuse2fs"):
-            sh(f"mkfs.ext4 -q -F {d}")
+            sh(f"mkfs.ext4 -q -F {self.ext4_opts()} {d}")
         elif c == "ext4-extjournal":
             sh(f"mkfs.ext4 -q -F -O journal_dev -b 4096 {m}")
-            sh(f"mkfs.ext4 -q -F -b 4096 -J device={m} {d}")
+            sh(f"mkfs.ext4 -q -F -b 4096 {self.ext4_opts()} -J device={m} {d}")
+        elif c == "xfs-rt":
+            # Reflink is not available with a realtime device in this mkfs.
+            sh(f"mkfs.xfs -q -f -m reflink=0 -d rtinherit=1 -r rtdev={d} {m}")
         elif c == "xfs-extlog":
             sh(f"mkfs.xfs -q -f -l logdev={m},size={self.args.meta_mib - 8}m {d}")
         elif c == "xfs":
             sh(f"mkfs.xfs -q -f {d}")
         elif c == "btrfs":
             sh(f"mkfs.btrfs -q -f {d}")
+
+    def ext4_opts(self):
+        """On emulated disks the inode tables are zeroed by mkfs (before the
+        model is on), not by ext4's lazy init in the background of the
+        measured phases."""
+        return "-E lazy_itable_init=0,lazy_journal_init=0" if self.disk else ""
 
     def mount(self):
         d, m = self.loops["data"], self.loops.get("meta")
@@ -193,6 +240,8 @@ class Volume:
             self.serve(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt])
         elif c == "xfs-extlog":
             sh(f"mount -o noatime,logdev={m} {d} {self.mnt}")
+        elif c == "xfs-rt":
+            sh(f"mount -o noatime,rtdev={d} {m} {self.mnt}")
         else:
             sh(f"mount -o noatime {d} {self.mnt}")
 
@@ -282,6 +331,26 @@ def seq_micro(src, tar, procs_list):
     return phases
 
 
+def seq_disks(tar, web_reads):
+    """The paper's workloads on emulated disks, each on a cold cache: untar,
+    find (read-meta), grep (read-data-meta), tar, a copy inside the volume
+    (`cp -a`, copying: XFS and btrfs would otherwise clone), SpecWeb-like
+    reads (files drawn by a seeded Zipf law, as a web server's), and `rm -rf`
+    of both trees after a remount."""
+    m = "$MNT"
+    web = (f"python3 {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'disks.py')} web "
+           f"--root {m}/linux --reads {web_reads}")
+    return [
+        ("untar", f"tar xf {tar} -C {m}", None),
+        ("find", f"find {m}/linux -size +2k > /dev/null", None),
+        ("grep", f"grep -r {GREP_PATTERN} {m}/linux > /dev/null || true", None),
+        ("tar", f"tar cf - -C {m} linux | cat > /dev/null", None),
+        ("cp-a", f"cp -a --reflink=never {m}/linux {m}/copy", None),
+        ("web", web, None),
+        ("rm", f"rm -rf {m}/linux {m}/copy", None),
+    ]
+
+
 def seq_write_del(src, rounds):
     """Paper §4.4: copy the tree, delete 7/8 of its regular files; repeat."""
     cmds = []
@@ -362,10 +431,11 @@ def seq_bonnie(n):
 
 def run_sequence(vol, name, phases, args, rep, results, trace_tag):
     """One fresh file system, then each phase with a cold cache."""
-    log(f"{vol.cfg} rep {rep}: {name}")
+    log(f"{vol.cfg} rep {rep}: {name}" + (f" on {vol.disk}" if vol.disk else ""))
     vol.attach(trace_tag)
     try:
         vol.mkfs()
+        vol.emulate()
         outdir = os.path.join(args.work, "out")
         os.makedirs(outdir, exist_ok=True)
         devs = " ".join(f"{role}={dev}" for role, dev in vol.loops.items())
@@ -384,10 +454,23 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
                 # Untimed, in the same mount: the phase measures a warm cache.
                 sh(env + warm[0])
             fuse0 = vol.fuse_requests() or {}
+            e0 = vol.emulation_stats()
+            load0 = os.getloadavg()[0]
             c0 = vol.counters()
             ns0 = time.time_ns()
             t0 = time.monotonic()
-            sh(env + cmd, timeout=args.phase_timeout)
+            try:
+                sh(env + cmd, timeout=args.phase_timeout)
+            except subprocess.TimeoutExpired:
+                # Recorded as what it is; the sequence ends here.
+                log(f"  {phase}: stopped after {args.phase_timeout} s")
+                vol.umount()
+                args.run.append(stored(args, {"config": vol.cfg, "phase": phase, "sequence": name, "rep": rep,
+                                              "traced": trace_tag is not None, "timed_out": True,
+                                              "wall_s": float(args.phase_timeout),
+                                              "wall_umount_s": float(args.phase_timeout),
+                                              "window_ns": [ns0, time.time_ns()], "disk": vol.disk}))
+                break
             t1 = time.monotonic()
             # The FUSE requests the phase sent, per opcode with their serving
             # time; read before the unmount, and not timed.
@@ -401,6 +484,12 @@ def run_sequence(vol, name, phases, args, rep, results, trace_tag):
                    "wall_s": t1 - t0, "wall_umount_s": t2 - t0 - (t1b - t1), "window_ns": [ns0, ns1],
                    "devices": {role: diff(c0[role], c1[role]) for role in c0}}
             rec["extra"] = extra_output(phase, outdir)
+            if e0 is not None:
+                # What each emulated disk did until after the unmount, and
+                # what serving it cost.
+                rec["disk"] = vol.disk
+                rec["emulation"] = emulated.stats_diff(e0, vol.emulation_stats())
+                rec["loadavg"] = [load0, os.getloadavg()[0]]
             if fuse:
                 rec["fuse_requests"] = fuse_diff(fuse0, fuse)
             log(f"  {phase}: {rec['wall_s']:.2f} s (+umount {rec['wall_umount_s'] - rec['wall_s']:.2f} s), "
@@ -553,6 +642,10 @@ def main():
     ap.add_argument("--src", help="the source tree (default: Linux 6.1 from linux-source-6.1, prepared)")
     ap.add_argument("--phase-timeout", type=int, default=3600)
     ap.add_argument("--smoke", action="store_true", help="tiny inputs, dualfs and ext4 only: checks the harness")
+    ap.add_argument("--disks", help="run on emulated disks (bench/disks.py LAYOUTS: hdd5400, hdd5400-2d, hdd7200, "
+                                    "hdd7200-2d, tiered), comma-separated; each configuration runs on each")
+    ap.add_argument("--no-write-cache", action="store_true", help="emulated disks without a write cache")
+    ap.add_argument("--web-reads", type=int, default=2000, help="files read by the SpecWeb-like phase")
     args = ap.parse_args()
     args.dualfs = os.path.abspath(args.dualfs)
     if args.dualfs_base:
@@ -563,6 +656,9 @@ def main():
         args.configs, args.repeats, args.size_mib, args.meta_mib = "dualfs,ext4", 1, 256, 32
         args.sequences, args.procs, args.write_del_rounds = "micro,write-del,read,ls", "1", 1
         args.read_mib, args.ls_files = 16, 500
+    if "xfs-rt" in args.configs.split(",") and not kernel_has("CONFIG_XFS_RT=y"):
+        log("xfs-rt left out: this kernel is built without XFS's realtime device (CONFIG_XFS_RT)")
+        args.configs = ",".join(c for c in args.configs.split(",") if c != "xfs-rt")
     os.makedirs(args.work, exist_ok=True)
     args.trace_dir = os.path.join(args.work, "traces")
     os.makedirs(args.trace_dir, exist_ok=True)
@@ -582,24 +678,47 @@ def main():
         "read": seq_read(args.read_mib),
         "ls": seq_ls(args.ls_files),
         "durability": seq_durability(args),
+        "disks": seq_disks(tar, args.web_reads),
     }
     if args.phases:
         keep = set(args.phases.split(","))
         seqs = {name: [p for p in phases if p[0] in keep] for name, phases in seqs.items()}
     if args.store is None:
         args.store = os.path.join(args.work, "results.jsonl") if args.smoke else store.STORE
-    args.run = store.Run("suite", args.store)
+    # Runs on emulated disks are a tool of their own: their phases take
+    # seconds of modelled disk, not comparable with the loop devices' runs.
+    args.run = store.Run("disks" if args.disks else "suite", args.store)
     log(f"run {args.run.id}, appending to {args.store}")
     results = []
     for rep in range(args.repeats + (1 if args.trace else 0)):
         traced = args.trace and rep == args.repeats
-        for cfg in args.configs.split(","):
-            for name in args.sequences.split(","):
-                vol = Volume(cfg, args, os.path.join(args.work, cfg))
-                run_sequence(vol, name, seqs[name], args, rep, results, name if traced else None)
+        for disk in (args.disks.split(",") if args.disks else [None]):
+            for cfg in args.configs.split(","):
+                if disk and not disk_fits(cfg, disk):
+                    continue
+                for name in args.sequences.split(","):
+                    vol = Volume(cfg, args, os.path.join(args.work, cfg), disk)
+                    run_sequence(vol, name, seqs[name], args, rep, results, name if traced else None)
     if args.trace:
         slice_traces(args, results)
     log(f"run {args.run.id} is in {args.store}")
+
+
+def kernel_has(option):
+    """Whether the running kernel's build configuration has `option`
+    (unknown: assumed so)."""
+    path = f"/boot/config-{os.uname().release}"
+    if not os.path.exists(path):
+        return True
+    with open(path) as f:
+        return any(line.strip() == option for line in f)
+
+
+def disk_fits(cfg, disk):
+    """On two disks or the tiered layout only the two-device configurations
+    run: a one-device file system there is the one-disk run again."""
+    two = cfg in DUALFS_CONFIGS or cfg in ("ext4-extjournal", "xfs-extlog", "xfs-rt")
+    return two or emulated.LAYOUTS[disk]["meta"] == emulated.LAYOUTS[disk]["data"]
 
 
 def prepare_source(args):

@@ -145,6 +145,7 @@ fn volume_settings(c: &MountConfig) -> Vec<(&'static str, String)> {
         ("log", c.log.as_ref().map_or_else(|| "no log=".into(), |p| format!("log={}", p.display()))),
         ("threads", format!("threads={}", c.threads)),
         ("writeback", if c.writeback { "writeback".into() } else { "nowriteback".into() }),
+        ("security_xattr", if c.security_xattr { "security_xattr".into() } else { "nosecurity_xattr".into() }),
         (
             "atime",
             match c.atime {

@@ -251,6 +251,7 @@ pub(crate) fn adapter_options(cfg: &MountConfig, devices_writable: bool) -> Adap
     let defaults = AdapterOptions::default();
     AdapterOptions {
         writeback_cache: cfg.writeback,
+        security_xattrs: cfg.security_xattr,
         owner_uid: nix::unistd::geteuid().as_raw(),
         attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
         entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),

@@ -76,6 +76,12 @@ pub struct AdapterOptions {
     /// Whether the devices were opened for writing, so that a volume
     /// mounted read-only may be remounted read-write.
     pub devices_writable: bool,
+    /// Serve the `security.*` extended attributes (`nosecurity_xattr`
+    /// turns them off: each is EOPNOTSUPP and listings leave them out,
+    /// what stays on the volume is kept). Off, `ls -l` stops asking for
+    /// `security.selinux` after the first file (coreutils remembers a
+    /// device without support); see DESIGN.md, "Requests the kernel sends".
+    pub security_xattrs: bool,
 }
 
 /// Default lifetime of attributes and entries: an hour. Each request the
@@ -93,6 +99,7 @@ impl Default for AdapterOptions {
             writeback_cache: true,
             owner_uid: 0,
             devices_writable: true,
+            security_xattrs: true,
         }
     }
 }

@@ -74,7 +74,7 @@ fn loop_devices() -> Vec<(PathBuf, PathBuf)> {
 }
 
 /// The file behind the loop device with device number `rdev`, if it is one.
-fn backing_file(rdev: u64) -> Option<PathBuf> {
+pub(crate) fn backing_file(rdev: u64) -> Option<PathBuf> {
     let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
     let link = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
     let name = link.file_name()?.to_str()?.to_string();

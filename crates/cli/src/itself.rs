@@ -241,7 +241,7 @@ impl Itself {
     /// A DualFS mount whose source names these devices.
     fn find_mount(&self) -> Option<PathBuf> {
         let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        crate::umount::parse_mountinfo(&text).into_iter().rev().find_map(|e| {
+        crate::mountinfo::parse_mountinfo(&text).into_iter().rev().find_map(|e| {
             let (m, d) = e.source.split_once('#')?;
             let d = d.split('@').next()?;
             let ids: Vec<Identity> =

@@ -31,6 +31,7 @@ mod inspect_text;
 mod itself;
 #[cfg(test)]
 mod manual;
+mod join;
 mod metadump;
 mod migrate;
 mod mkfs;

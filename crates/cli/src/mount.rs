@@ -74,6 +74,10 @@ pub fn run(args: &MountArgs) -> Result<()> {
             args.options.insert(0, stored);
         }
     }
+    // Mounted already: the serving process adds this mount point.
+    if crate::join::try_join(&args.meta, &args.data, &args.mountpoint, &args.options)? {
+        return Ok(());
+    }
     if args.foreground { serve(&args) } else { daemonize(&args) }
 }
 
@@ -253,7 +257,21 @@ fn clock_of(clock: &Arc<KernelClock>) -> dualfs_engine::volume::Clock {
     Arc::new(move || clock.now())
 }
 
-fn engine_options(cfg: &MountConfig) -> MountOptions {
+/// What the adapter is told by the options.
+pub(crate) fn adapter_options(cfg: &MountConfig, devices_writable: bool) -> AdapterOptions {
+    let defaults = AdapterOptions::default();
+    AdapterOptions {
+        writeback_cache: cfg.writeback,
+        security_xattrs: cfg.security_xattr,
+        owner_uid: nix::unistd::geteuid().as_raw(),
+        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
+        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
+        devices_writable,
+        ..defaults
+    }
+}
+
+pub(crate) fn engine_options(cfg: &MountConfig) -> MountOptions {
     let mut o = MountOptions {
         read_only: cfg.read_only,
         atime: cfg.atime,
@@ -375,19 +393,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         Some(name) => format!("{}#{}@{name}", meta.display(), data.display()),
         None => format!("{}#{}", meta.display(), data.display()),
     });
-    let defaults = AdapterOptions::default();
-    let adapter = AdapterOptions {
-        writeback_cache: cfg.writeback,
-        security_xattrs: cfg.security_xattr,
-        owner_uid: nix::unistd::geteuid().as_raw(),
-        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
-        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
-        devices_writable,
-        ..defaults
-    };
     let mountpoint = std::fs::canonicalize(&args.mountpoint).or_else(|_| absolute(&args.mountpoint))?;
     let opener = crate::migrate::opener(mountpoint.clone());
-    let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(opener);
+    let fs = DualFs::new(vol.clone(), adapter_options(&cfg, devices_writable)).with_clock(clock).with_device_opener(opener);
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let options = crate::transport::options(&fsname, &cfg);
@@ -399,7 +407,21 @@ fn serve(args: &MountArgs) -> Result<()> {
         }
     };
     let _ = notifier.set(Box::new(session.notifier()));
-    watch_signals(signals, session.unmounter(), mountpoint.clone());
+    // A second mount of the volume joins this process (join.rs); not a
+    // snapshot's, which reads beside the live volume's.
+    let joins = match &cfg.snapshot {
+        None => Some(crate::join::Joins::start(vol.clone(), &cfg, (&meta, &data), &mountpoint, &fsname)),
+        Some(_) => None,
+    };
+    let session_unmount = session.unmounter();
+    let unmount: Box<dyn Fn(bool) -> std::io::Result<()> + Send> = match &joins {
+        Some(j) => {
+            let j = j.clone();
+            Box::new(move |lazy| j.unmount_all(lazy, &session_unmount))
+        }
+        None => Box::new(session_unmount),
+    };
+    watch_signals(signals, unmount, mountpoint.clone());
     if let Some(w) = crate::bdi::dirty_window(&mountpoint, cfg.dirty_window, cfg.stream_window) {
         let _ = window.set(w);
     }
@@ -443,7 +465,10 @@ fn serve(args: &MountArgs) -> Result<()> {
         args.mountpoint.display()
     );
     let served = session.run();
-    log::info!("unmounted {}", args.mountpoint.display());
+    if let Some(j) = &joins {
+        j.close();
+    }
+    log::info!("unmounted: no mount of the volume is left (first mounted on {})", args.mountpoint.display());
     // Tells a mount of the same volume that finds it locked that it is
     // closing, and worth waiting for (see holder.rs).
     if let Err(e) = nix::sys::prctl::set_name(crate::holder::CLOSING_NAME) {
@@ -454,5 +479,10 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::error!("the thread loading the inode map panicked");
     }
     close(vol)?;
+    // Snapshots this process serves beside the volume stay mounted until
+    // unmounted; the devices' lock is let go meanwhile (they read without it).
+    if let Some(j) = &joins {
+        j.wait_snapshots();
+    }
     served
 }

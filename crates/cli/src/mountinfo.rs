@@ -14,6 +14,9 @@ pub struct MountEntry {
     pub fstype: String,
     /// The source, e.g. `/v/meta.img#/v/data.img`.
     pub source: String,
+    /// The device number of the file system, `MAJOR:MINOR`: the same for
+    /// every mount of one FUSE connection (a second mount of a volume).
+    pub dev: String,
 }
 
 /// Undoes the octal escapes (`\040` for a space) of /proc mount tables.
@@ -38,6 +41,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
+            let dev = left.split(' ').nth(2)?.to_string();
             let mountpoint = left.split(' ').nth(4)?;
             let mut r = right.split(' ');
             let fstype = r.next()?;
@@ -46,6 +50,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
                 mountpoint: PathBuf::from(unescape(mountpoint)),
                 fstype: unescape(fstype),
                 source: unescape(source),
+                dev,
             })
         })
         .collect()

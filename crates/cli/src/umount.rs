@@ -79,6 +79,17 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     let mnt = std::fs::canonicalize(&mnt).unwrap_or(mnt);
     let entry = find(&mnt)?;
     unmount(&mnt, args.lazy)?;
+    // A volume mounted twice (join.rs) closes with its last mount.
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let others: Vec<String> = parse_mountinfo(&text)
+        .into_iter()
+        .filter(|e| e.fstype == entry.fstype && e.dev == entry.dev)
+        .map(|e| e.mountpoint.display().to_string())
+        .collect();
+    if !others.is_empty() {
+        say!("unmounted {}; the volume stays mounted on {}", mnt.display(), others.join(", "));
+        return Ok(());
+    }
     // A snapshot mount (source `META#DATA@NAME`) holds no lock to wait
     // for: the live volume's mount may hold it meanwhile, and a read-only
     // snapshot has nothing to write when it closes.

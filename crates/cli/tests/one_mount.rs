@@ -1,4 +1,4 @@
-//! One mount per volume whatever path reaches it (the image files, loop
+//! One serving process per volume whatever path reaches it (the image files, loop
 //! devices over them, another name of the same device), and mkfs never
 //! writing to storage in use, `--force` or not. Needs root, FUSE and loop
 //! devices; skipped otherwise.
@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TestVolume, dualfs, is_mounted, sh, sh_output};
+use common::{TestVolume, dualfs, sh, sh_output};
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -39,7 +39,7 @@ impl Drop for Loop {
 }
 
 #[test]
-fn a_volume_mounted_through_its_files_is_refused_through_loop_devices_and_back() {
+fn a_volume_mounted_through_its_files_is_the_same_file_system_through_loop_devices_and_back() {
     let Some(mut v) = TestVolume::create("64M") else {
         return;
     };
@@ -49,30 +49,40 @@ fn a_volume_mounted_through_its_files_is_refused_through_loop_devices_and_back()
     let second = v.dir.path().join("second");
     std::fs::create_dir(&second).unwrap();
     let second = second.to_str().unwrap().to_string();
+    let dev = |p: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().dev()
+    };
 
-    // Mounted through the files: the loop devices over them are refused.
+    // Mounted through the files: a mount through the loop devices over
+    // them is a second mount of the same volume, which joins the first
+    // (second_mount.rs): one file system, never a second writer.
     v.mount();
-    let out = dualfs(&["mount", lm.s(), ld.s(), &second]);
-    assert!(!out.status.success(), "a second mount through loop devices was accepted");
-    assert!(stderr(&out).contains("in use") || stderr(&out).contains("already mounted"), "{}", stderr(&out));
-    assert!(!is_mounted(Path::new(&second)));
+    let opts = format!("log={},{}", v.dir.path().join("dualfs.log").display(), common::extra_mount_options());
+    let out = dualfs(&["mount", "-o", &opts, lm.s(), ld.s(), &second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(dev(&second), dev(v.m()), "a second file system over the same volume");
+    sh(&format!("umount {second}"));
     // So is another name of the same loop device.
     let alias = v.dir.path().join("alias");
     std::os::unix::fs::symlink(&lm.0, &alias).unwrap();
-    let out = dualfs(&["mount", alias.to_str().unwrap(), ld.s(), &second]);
-    assert!(!out.status.success());
+    let out = dualfs(&["mount", "-o", &opts, alias.to_str().unwrap(), ld.s(), &second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(dev(&second), dev(v.m()));
+    sh(&format!("umount {second}"));
     v.umount();
 
-    // Mounted through the loop devices: the files are refused, and so is
-    // mkfs on either name, --force or not.
+    // Mounted through the loop devices: the files are the same file
+    // system, and mkfs on either name is refused, --force or not.
     let out = dualfs(&["mount", lm.s(), ld.s(), &second]);
     assert!(out.status.success(), "{}", stderr(&out));
     let third = v.dir.path().join("third");
     std::fs::create_dir(&third).unwrap();
     let (meta, data) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());
     let out = dualfs(&["mount", &meta, &data, third.to_str().unwrap()]);
-    assert!(!out.status.success(), "a second mount through the image files was accepted");
-    assert!(!is_mounted(&third));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(dev(third.to_str().unwrap()), dev(&second));
+    sh(&format!("umount {}", third.display()));
     for target in [(&meta, &data), (&lm.s().to_string(), &ld.s().to_string())] {
         let out = dualfs(&["mkfs", "--force", target.0, target.1]);
         assert!(!out.status.success(), "mkfs --force wrote to a mounted volume ({target:?})");

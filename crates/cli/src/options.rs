@@ -326,8 +326,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 bail!(
                     "cache={v}: this machine has {} of memory for this process (its cgroup's limit, if lower): give \
                      at most half of it, {}",
-                    crate::mkfs::human_bytes(memory),
-                    crate::mkfs::human_bytes(memory / 2)
+                    crate::words::human_bytes(memory),
+                    crate::words::human_bytes(memory / 2)
                 );
             }
             c.cache = Some(size);

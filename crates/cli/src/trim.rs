@@ -9,8 +9,8 @@ use dualfs_engine::volume::{MountOptions, TrimRange, TrimReport};
 use dualfs_engine::{Error, Volume};
 
 use crate::devices::{Access, open_pair};
-use crate::helper::split_source;
-use crate::mkfs::human_bytes;
+use crate::devices::split_source;
+use crate::words::human_bytes;
 
 pub const TRIM_HELP: &str = "\
 Tells both devices which blocks hold nothing: free data blocks and log

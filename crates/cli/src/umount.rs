@@ -16,7 +16,7 @@ use nix::errno::Errno;
 use nix::mount::MntFlags;
 
 use crate::args::UmountArgs;
-use crate::mountinfo::{data_of_source, find, meta_of_source};
+use crate::mountinfo::{data_of_source, find, meta_of_source, parse_mountinfo};
 
 fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
     let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };

@@ -12,6 +12,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -26,6 +27,19 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(60);
 
 /// Pause between two tries of the lock.
 const RETRY: Duration = Duration::from_millis(50);
+/// How long a wait for a closing mount goes unsaid on a terminal: a mount
+/// right after an unmount usually waits some milliseconds, which nobody
+/// need be told; a second is long enough to wonder.
+pub const SAY_AFTER: Duration = Duration::from_secs(1);
+
+/// Lines for the log said before it was open (a background mount opens its
+/// devices while its standard error is still the caller's terminal).
+static PENDING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The lines kept for the log until it was open, emptied.
+pub fn take_pending() -> Vec<String> {
+    std::mem::take(&mut *PENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
 
 /// The process holding a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,18 +88,23 @@ pub fn holder_of(path: &Path) -> Option<Holder> {
 pub struct Wait {
     path: PathBuf,
     start: Instant,
+    /// Said on the terminal (after [`SAY_AFTER`]).
     said: bool,
+    /// Written to the log, or kept for it.
+    logged: bool,
 }
 
 impl Wait {
     /// A wait for `path`, started now.
     #[must_use]
     pub fn new(path: &Path) -> Wait {
-        Wait { path: path.to_path_buf(), start: Instant::now(), said: false }
+        Wait { path: path.to_path_buf(), start: Instant::now(), said: false, logged: false }
     }
 
     /// After a failed try of the lock: pauses and returns Ok when the holder
-    /// is a mount that is closing (saying so once), or the reason to give up.
+    /// is a mount that is closing, or the reason to give up. The wait goes
+    /// to the log at once (kept until it is open, [`take_pending`]), and to
+    /// a terminal only once it has lasted [`SAY_AFTER`].
     ///
     /// # Errors
     /// The holder is not closing, or is still closing after [`CLOSE_WAIT`].
@@ -101,12 +120,24 @@ impl Wait {
                         h.pid
                     );
                 }
-                if !self.said {
-                    eprintln!(
-                        "dualfs: {shown} ({role}) is being closed by the process that served its last mount (pid {}); waiting for it",
-                        h.pid
-                    );
-                    self.said = true;
+                let line = format!(
+                    "{shown} ({role}) is being closed by the process that served its last mount (pid {}); waiting for it",
+                    h.pid
+                );
+                if crate::logs_to_file() {
+                    if !self.logged {
+                        log::info!("{line}");
+                        self.logged = true;
+                    }
+                } else {
+                    if !self.logged {
+                        PENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(line.clone());
+                        self.logged = true;
+                    }
+                    if !self.said && self.start.elapsed() >= SAY_AFTER {
+                        eprintln!("dualfs: {line}");
+                        self.said = true;
+                    }
                 }
             }
             Some(h) => bail!(

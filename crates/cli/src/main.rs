@@ -70,9 +70,18 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// one plain line like any other of the command's.
 static LOG_TIMESTAMPS: AtomicBool = AtomicBool::new(false);
 
-/// From now on, log lines are for a log file (see [`LOG_TIMESTAMPS`]).
+/// From now on, log lines are for a log file (see [`LOG_TIMESTAMPS`]);
+/// what was kept for the log before it was open goes there first.
 pub fn log_to_file() {
     LOG_TIMESTAMPS.store(true, Ordering::Relaxed);
+    for line in holder::take_pending() {
+        log::info!("{line}");
+    }
+}
+
+/// Whether standard error is a log file by now.
+pub fn logs_to_file() -> bool {
+    LOG_TIMESTAMPS.load(Ordering::Relaxed)
 }
 
 /// Logs go to standard error (a background mount redirects it to its log

@@ -344,6 +344,8 @@ fn serve(args: &MountArgs) -> Result<()> {
         attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
         entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
         devices_writable,
+        // An LSEEK that waits for write-back holds a thread of its queue.
+        lseek_flushes: cfg.threads.min(usize::from(dualfs_wire::QUEUE_THREADS)).saturating_sub(1),
         ..defaults
     };
     let fs = DualFs::new(vol.clone(), adapter).with_clock(clock).with_device_opener(crate::migrate::opener());

@@ -281,3 +281,56 @@ fn the_mount_sets_the_kernels_read_ahead() {
     assert_eq!(read_ahead_kb(&v), 128);
     v.umount();
 }
+
+/// A process named as a closing mount (`dualfs-closing`) holding the
+/// meta-data device's lock for `secs`, as the process that served the last
+/// mount does while it writes its final checkpoint; returns once it holds it.
+fn closing_holder(v: &TestVolume, secs: f64) -> std::process::Child {
+    let script = format!(
+        "import ctypes, fcntl, sys, time\n\
+         ctypes.CDLL(None).prctl(15, b'dualfs-closing', 0, 0, 0)\n\
+         f = open('{}', 'rb+')\n\
+         fcntl.flock(f, fcntl.LOCK_EX)\n\
+         print('held', flush=True)\n\
+         time.sleep({secs})\n",
+        v.meta.display()
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+    child
+}
+
+#[test]
+fn a_short_wait_for_a_closing_mount_is_logged_and_not_said() {
+    let Some(v) = TestVolume::create("128M") else {
+        return;
+    };
+    let log = v.dir.path().join("dualfs.log");
+    let mount = |v: &TestVolume| {
+        let opts = format!("log={}", log.display());
+        dualfs(&["mount", "-o", &opts, v.meta.to_str().unwrap(), v.data.to_str().unwrap(), v.m()])
+    };
+    let mut holder = closing_holder(&v, 0.3);
+    let out = mount(&v);
+    holder.wait().unwrap();
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "a wait under a second is not said");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("is being closed by the process that served its last mount"), "the log: {said}");
+    assert!(dualfs(&["umount", v.m()]).status.success());
+
+    let mut holder = closing_holder(&v, 1.5);
+    let out = mount(&v);
+    holder.wait().unwrap();
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert!(stderr(&out).contains("waiting for it"), "a wait past a second is said: {}", stderr(&out));
+    assert!(dualfs(&["umount", v.m()]).status.success());
+    v.fsck();
+}

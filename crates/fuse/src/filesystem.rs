@@ -141,6 +141,7 @@ impl Filesystem for DualFs {
             atime: atime.map(convert::time_set),
             mtime: mtime.map(convert::time_set),
             ctime: ctime.map(convert::request_time),
+            ..SetAttrIn::default()
         };
         self.reply_attr(DualFs::setattr(self, caller(req), node.0, &set), reply);
     }

@@ -37,6 +37,7 @@ pub mod requests;
 mod space;
 pub mod window;
 mod wire;
+mod writers;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
@@ -76,6 +77,11 @@ pub struct AdapterOptions {
     /// Whether the devices were opened for writing, so that a volume
     /// mounted read-only may be remounted read-write.
     pub devices_writable: bool,
+    /// Most LSEEKs that may wait at once for the kernel to write back a
+    /// file's dirty pages: each holds a serving thread, and the writes it
+    /// waits for need another, so fewer than the threads that serve one
+    /// queue (0: never wait, let the kernel answer instead).
+    pub lseek_flushes: usize,
 }
 
 /// Default lifetime of attributes and entries: an hour. Each request the
@@ -93,6 +99,7 @@ impl Default for AdapterOptions {
             writeback_cache: true,
             owner_uid: 0,
             devices_writable: true,
+            lseek_flushes: 1,
         }
     }
 }
@@ -124,6 +131,8 @@ pub struct DualFs {
     window: Arc<OnceLock<window::DirtyWindow>>,
     /// The volume's clock, told the change times the kernel stamps.
     clock: Option<Arc<clock::KernelClock>>,
+    /// Which files the kernel holds open for writing.
+    writers: writers::Writers,
 }
 
 impl DualFs {
@@ -142,6 +151,7 @@ impl DualFs {
             notifier: Arc::default(),
             window: Arc::default(),
             clock: None,
+            writers: writers::Writers::default(),
         }
     }
 

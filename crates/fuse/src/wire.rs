@@ -92,6 +92,7 @@ fn setattr_in(s: &SetattrIn) -> SetAttrIn {
         atime: time_set(v, fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atime_nsec),
         mtime: time_set(v, fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtime_nsec),
         ctime: (v & fattr::CTIME != 0).then_some(Timestamp { sec: s.ctime, nsec: s.ctime_nsec }),
+        kill_suidgid: Some(v & fattr::KILL_SUIDGID != 0),
     }
 }
 
@@ -188,7 +189,13 @@ impl Handler for DualFs {
             Request::Link { oldnodeid, newname } => {
                 answer(self.link(oldnodeid, node, newname), out, |e, out| out.entry_out(&entry_out(&e)))
             }
-            Request::Open { flags, .. } => opened(self.open(node, flags as i32), out),
+            Request::Open { flags, .. } => {
+                let r = self.open(node, flags as i32);
+                if r.is_ok() {
+                    self.writers.opened(node, flags);
+                }
+                opened(r, out)
+            }
             Request::Read { offset, size, .. } => {
                 // An answer too large for the payload is marked on `out`.
                 let read = self.read(node, offset, size, |d| {
@@ -203,7 +210,8 @@ impl Handler for DualFs {
                 out.statfs_out(&kstatfs(&self.statfs()));
                 Outcome::Reply
             }
-            Request::Release { .. } => {
+            Request::Release { flags, .. } => {
+                self.writers.released(node, flags);
                 self.release(node);
                 Outcome::Reply
             }
@@ -240,8 +248,9 @@ impl Handler for DualFs {
             }
             Request::Fsyncdir { .. } => empty(self.fsyncdir(node)),
             Request::Access { .. } => empty(self.access(node)),
-            Request::Create { mode, umask, name, .. } => {
+            Request::Create { flags, mode, umask, name, .. } => {
                 answer(self.create(who, node, name, mode, umask), out, |(e, o), out| {
+                    self.writers.opened(e.ino(), flags);
                     out.create_out(&entry_out(&e), o.fh, o.flags);
                 })
             }

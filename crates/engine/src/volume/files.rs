@@ -2,7 +2,7 @@
 //! write, preallocation and holes, and the durability calls.
 
 use super::atime::Touch;
-use super::{FallocateMode, Stamp, Volume, lock};
+use super::{Changer, FallocateMode, Stamp, Volume, lock};
 use crate::device::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
@@ -166,18 +166,18 @@ impl Volume {
 
     /// Drops what a write must drop before it writes (Linux's
     /// `file_remove_privs`): file capabilities always, and the set-id bits
-    /// when `set_id` (the writer lacks CAP_FSETID). Costs no commit when
+    /// [`Changer::after_write`] says `changer` drops. Costs no commit when
     /// there is nothing to drop, the common case. Returns whether anything
     /// was dropped (a caller that caches attributes must forget them).
     ///
     /// # Errors
     /// `NotFound`; I/O errors.
-    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<bool> {
-        if !self.read_op(|fs| super::ops::has_privileges(fs, ino, set_id))? {
+    pub fn drop_privileges(&self, ino: InodeNo, changer: &Changer) -> Result<bool> {
+        if !self.read_op(|fs| super::ops::has_privileges(fs, ino, changer))? {
             return Ok(false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
-            let dropped = super::ops::drop_privileges(fs, ino, set_id)?;
+            let dropped = super::ops::drop_privileges(fs, ino, changer)?;
             if dropped {
                 fs.inode_mut(ino)?.ctime = now;
             }

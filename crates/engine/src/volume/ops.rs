@@ -5,7 +5,7 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
+use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::Body;
 use crate::format::name::NAME_MAX;
@@ -21,31 +21,28 @@ pub const LINK_MAX: u32 = 65000;
 /// Longest symlink target (PATH_MAX minus the NUL).
 pub const SYMLINK_MAX: usize = 4095;
 
-const S_ISUID: u32 = 0o4000;
 const S_ISGID: u32 = 0o2000;
-const S_IXGRP: u32 = 0o0010;
 
 /// The extended attribute that grants file capabilities on exec.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
-/// Drops what an unprivileged write, truncation or chown must drop from a
-/// non-directory (Linux's `file_remove_privs`): the set-user-id bit, the
-/// set-group-id bit when it means set-gid (group-executable) rather than
-/// mandatory locking, and file capabilities; only the capabilities when
-/// `set_id` is false (a privileged writer keeps the bits, not the
-/// capabilities). Returns whether anything changed.
-pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
+/// Drops what a write, truncation or fallocate must drop from a regular
+/// file (Linux's `file_remove_privs`): file capabilities always, and the
+/// set-id bits [`Changer::after_write`] says go. Returns whether anything
+/// changed.
+pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, changer: &Changer) -> Result<bool> {
+    let rec = fs.inode(ino)?;
+    let mode = (rec.mode & !0o7777) | changer.after_write(rec.mode & 0o7777, rec.gid);
+    drop_mode_and_capabilities(fs, ino, mode)
+}
+
+/// Sets `mode` when it differs and removes file capabilities; whether
+/// anything changed.
+fn drop_mode_and_capabilities(fs: &mut Fs, ino: InodeNo, mode: u32) -> Result<bool> {
     let mut changed = false;
-    if set_id {
-        let rec = fs.inode(ino)?;
-        let mut mode = rec.mode & !S_ISUID;
-        if mode & S_IXGRP != 0 {
-            mode &= !S_ISGID;
-        }
-        if mode != rec.mode {
-            fs.inode_mut(ino)?.mode = mode;
-            changed = true;
-        }
+    if mode != fs.inode(ino)?.mode {
+        fs.inode_mut(ino)?.mode = mode;
+        changed = true;
     }
     match fs.xattr_remove(ino, SECURITY_CAPABILITY) {
         Ok(()) => changed = true,
@@ -56,9 +53,9 @@ pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result
 }
 
 /// Whether [`drop_privileges`] would change anything, without changing it.
-pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
-    let mode = fs.inode(ino)?.mode;
-    if set_id && (mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP) {
+pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, changer: &Changer) -> Result<bool> {
+    let rec = fs.inode(ino)?;
+    if changer.after_write(rec.mode & 0o7777, rec.gid) != rec.mode & 0o7777 {
         return Ok(true);
     }
     fs.xattr_has(ino, SECURITY_CAPABILITY)
@@ -155,6 +152,7 @@ impl Volume {
                 changed = true;
             }
             let new_mode = rec.mode;
+            let old_gid = rec.gid;
             let chown = set.uid.is_some() || set.gid.is_some();
             if chown {
                 rec.uid = set.uid.unwrap_or(rec.uid);
@@ -183,11 +181,16 @@ impl Volume {
             drop(rec);
             // chown(2) of a non-directory, even to the same owner, drops its
             // privileges (Linux's ATTR_KILL_SUID/SGID/PRIV); a truncation
-            // drops its capabilities, and its set-id bits when unprivileged.
+            // drops its capabilities, and its set-id bits as a write does.
             // An explicit mode wins (the kernel computed it).
             if (chown || set.size.is_some()) && !matches!(kind, FileKind::Directory | FileKind::Symlink) {
-                let set_id = set.mode.is_none() && (chown || set.kill_privileges);
-                drop_privileges(fs, ino, set_id)?;
+                let perm = new_mode & 0o7777;
+                let perm = match set.mode {
+                    Some(_) => perm,
+                    None if chown => set.changer.after_chown(perm, old_gid),
+                    None => set.changer.after_write(perm, old_gid),
+                };
+                drop_mode_and_capabilities(fs, ino, (new_mode & !0o7777) | perm)?;
             }
             if set.mode.is_some() && kind != FileKind::Symlink {
                 // chmod rewrites the access ACL's owner, mask and other entries.

@@ -1,0 +1,91 @@
+//! Calls programs make of a kernel file system, through a real mount, each
+//! answered as ext4 answers it: SEEK_DATA and SEEK_HOLE while data is still
+//! in the kernel's page cache.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use common::{TestVolume, sh};
+
+/// SEEK_DATA / SEEK_HOLE on files whose data the kernel still holds (the
+/// writeback cache): each answer must agree with what read(2) returns,
+/// before any fsync. Holes, preallocated (unwritten) ranges, inline files
+/// and files closed with their tail still in the volume's memory.
+#[test]
+fn seek_data_and_hole_see_what_the_kernel_still_holds() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    // Our own transport (the fuser shim does not count open handles).
+    v.mount_with("uring");
+    let script = r#"
+import os, sys
+D, H = os.SEEK_DATA, os.SEEK_HOLE
+def seek(fd, at, how):
+    try:
+        return os.lseek(fd, at, how)
+    except OSError as e:
+        return 'ENXIO' if e.errno == 6 else 'errno %d' % e.errno
+out = []
+def say(name, got, want):
+    out.append('%s: %s%s' % (name, got, '' if got == want else ' (want %s)' % (want,)))
+
+# One byte at 4096 of a new file, nothing handed to the volume yet.
+fd = os.open('one', os.O_CREAT | os.O_RDWR, 0o644)
+os.pwrite(fd, b'x', 4096)
+say('data from 0', seek(fd, 0, D), 4096)
+say('hole from 0', seek(fd, 0, H), 0)
+say('hole from 4096', seek(fd, 4096, H), 4097)
+say('data past the end', seek(fd, 4097, D), 'ENXIO')
+os.close(fd)
+
+# Data, a hole, and dirty data far out; a reader's descriptor asks.
+fd = os.open('holes', os.O_CREAT | os.O_RDWR, 0o644)
+os.pwrite(fd, b'a' * 4096, 0)
+os.fsync(fd)
+os.pwrite(fd, b'b' * 4096, 1 << 20)
+r = os.open('holes', os.O_RDONLY)
+say('hole after the first block', seek(r, 0, H), 4096)
+say('data after the hole', seek(r, 4096, D), 1 << 20)
+say('end', seek(r, 1 << 20, H), (1 << 20) + 4096)
+os.close(r)
+os.close(fd)
+
+# A preallocated range (unwritten: a hole to SEEK_DATA) with dirty data
+# written into its middle.
+fd = os.open('prealloc', os.O_CREAT | os.O_RDWR, 0o644)
+os.posix_fallocate(fd, 0, 256 << 10)
+os.pwrite(fd, b'c' * 4096, 128 << 10)
+say('data in the preallocated range', seek(fd, 0, D), 128 << 10)
+say('hole after it', seek(fd, 128 << 10, H), (128 << 10) + 4096)
+os.close(fd)
+
+# An inline file: all data.
+fd = os.open('small', os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b'hello')
+say('inline data', seek(fd, 0, D), 0)
+say('inline hole', seek(fd, 0, H), 5)
+os.close(fd)
+
+# Closed: the kernel wrote its pages back at close, the volume keeps the
+# tail in memory; asked through a read-only descriptor.
+fd = os.open('closed', os.O_CREAT | os.O_WRONLY, 0o644)
+os.pwrite(fd, b'd' * 100, 8192)
+os.close(fd)
+r = os.open('closed', os.O_RDONLY)
+say('closed: data', seek(r, 0, D), 8192)
+say('closed: hole', seek(r, 8192, H), 8292)
+os.close(r)
+print('\n'.join(out))
+"#;
+    let out = sh(&format!("cd {} && python3 -c '{}'", v.m(), script.replace('\'', "'\\''")));
+    assert!(!out.contains("(want"), "answers that disagree with read(2):\n{out}");
+    // And cp finds the holes: the copy of a sparse file is sparse.
+    sh(&format!(
+        "cd {m} && truncate -s 64M sparse && echo x >> sparse && cp --sparse=auto sparse copy && cmp sparse copy \
+         && [ $(stat -c %b copy) -lt 64 ]",
+        m = v.m()
+    ));
+    v.umount();
+}

@@ -22,6 +22,28 @@ pub const MAX_BLOB_NODES: usize = 32;
 /// corruption, refused by the decoder, not a file reads never finish.
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 
+/// Inode flag: writes are durable when they return (`chattr +S`).
+pub const FLAG_SYNC: u32 = 0x8;
+/// Inode flag: nothing changes the inode or its data, nor its names
+/// (`chattr +i`).
+pub const FLAG_IMMUTABLE: u32 = 0x10;
+/// Inode flag: data only appended, never rewritten, truncated nor its
+/// name removed (`chattr +a`).
+pub const FLAG_APPEND: u32 = 0x20;
+/// Inode flag: dump(8) skips the file (`chattr +d`).
+pub const FLAG_NODUMP: u32 = 0x40;
+/// Inode flag: reads never update the access time (`chattr +A`).
+pub const FLAG_NOATIME: u32 = 0x80;
+/// Inode flag: a directory's changes are durable when they return
+/// (`chattr +D`).
+pub const FLAG_DIRSYNC: u32 = 0x1_0000;
+/// Inode flag: a directory's new entries take its project id (`chattr +P`).
+pub const FLAG_PROJINHERIT: u32 = 0x2000_0000;
+/// Every inode flag a record may carry (format 1.6, `INCOMPAT_INODE_FLAGS`):
+/// the values of Linux's `FS_*_FL`, as FS_IOC_GETFLAGS shows them.
+pub const KNOWN_FLAGS: u32 =
+    FLAG_SYNC | FLAG_IMMUTABLE | FLAG_APPEND | FLAG_NODUMP | FLAG_NOATIME | FLAG_DIRSYNC | FLAG_PROJINHERIT;
+
 /// Extent flag: allocated but never written (reads as zeros).
 pub const EXTENT_UNWRITTEN: u8 = 1;
 
@@ -147,7 +169,7 @@ pub struct InodeRecord {
     pub gid: u32,
     /// Hard links (directories: 2 + subdirectories).
     pub nlink: u32,
-    /// Reserved inode flags (0).
+    /// Inode flags ([`KNOWN_FLAGS`]; 0 before format 1.6).
     pub flags: u32,
     /// Size in bytes.
     pub size: u64,
@@ -171,6 +193,8 @@ pub struct InodeRecord {
     pub body: Body,
     /// The extended attributes.
     pub xattrs: Xattrs,
+    /// Project id (FS_IOC_FSSETXATTR; 0 before format 1.6).
+    pub project: u32,
 }
 
 const BODY_EMPTY: u8 = 0;
@@ -246,7 +270,8 @@ impl InodeRecord {
             .u8(body_kind)
             .u8(xattr_kind)
             .u16(self.body_len() as u16)
-            .u16(self.xattr_len() as u16);
+            .u16(self.xattr_len() as u16)
+            .u32(self.project);
         w.zeros(FIXED_LEN - (w.len() - start));
         match &self.body {
             Body::Empty => {}
@@ -342,6 +367,7 @@ fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeR
     let xattr_kind = r.u8()?;
     let body_len = usize::from(r.u16()?);
     let xattr_len = usize::from(r.u16()?);
+    let project = r.u32()?;
     match salvage.as_deref_mut() {
         None => r.reserved(FIXED_LEN - r.position())?,
         Some(notes) => {
@@ -356,12 +382,12 @@ fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeR
     if crate::types::FileKind::from_mode(mode).is_none() {
         bad!("inode {ino} has an unknown file type in mode {mode:#o}");
     }
-    if flags != 0 {
+    if flags & !KNOWN_FLAGS != 0 {
         match salvage.as_deref_mut() {
             None => bad!("inode {ino} has unknown flags {flags:#x}"),
             Some(notes) => {
-                notes.push(format!("unknown flags {flags:#x}"));
-                flags = 0;
+                notes.push(format!("unknown flags {:#x}", flags & !KNOWN_FLAGS));
+                flags &= KNOWN_FLAGS;
             }
         }
     }
@@ -389,6 +415,7 @@ fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeR
         parent,
         body,
         xattrs,
+        project,
     })
 }
 

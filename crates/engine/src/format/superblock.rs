@@ -14,8 +14,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
-/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`].
-pub const FORMAT_MINOR: u16 = 5;
+/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.6
+/// added [`INCOMPAT_INODE_FLAGS`].
+pub const FORMAT_MINOR: u16 = 6;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -66,6 +67,14 @@ pub const INCOMPAT_CLONES: u64 = 1 << 6;
 /// refuse the run length as a reserved field set, hence incompat. mkfs
 /// sets it. Since 1.5.
 pub const INCOMPAT_INDEX_RUNS: u64 = 1 << 7;
+/// `incompat`: inode records may carry inode flags (immutable, append-only, sync,
+/// dirsync, noatime, nodump, project inheritance) and a project id: an
+/// older reader would refuse the records as corrupt, or ignore what
+/// immutable and append-only forbid. mkfs sets it; an older volume gets it
+/// before its first inode is given a flag or a project id (format 1.6).
+pub const INCOMPAT_INODE_FLAGS: u64 = 1 << 8;
+/// Format minor version that introduced [`INCOMPAT_INODE_FLAGS`].
+pub const FORMAT_MINOR_INODE_FLAGS: u16 = 6;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -77,7 +86,8 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_SNAPSHOTS
     | INCOMPAT_RESIZED
     | INCOMPAT_CLONES
-    | INCOMPAT_INDEX_RUNS;
+    | INCOMPAT_INDEX_RUNS
+    | INCOMPAT_INODE_FLAGS;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.

@@ -8,6 +8,7 @@
 //! for, nor a commit or a checkpoint of its own on a full meta-data device:
 //! on a read-only or failed volume, or without room, it stays as it is.
 
+use crate::format::inode::{FLAG_IMMUTABLE, FLAG_NOATIME};
 use super::{AtimeMode, Volume, lock};
 use crate::format::inode::InodeRecord;
 use crate::meta_log::segments::OpKind;
@@ -21,6 +22,10 @@ const RELATIME_MAX_AGE_SECS: i64 = 24 * 60 * 60;
 /// (the rule of Linux's `atime_needs_update` and `relatime_need_update`).
 #[must_use]
 pub fn atime_due(rec: &InodeRecord, now: Timestamp, mode: AtimeMode) -> bool {
+    // An immutable inode does not change; a noatime one keeps its time.
+    if rec.flags & (FLAG_NOATIME | FLAG_IMMUTABLE) != 0 {
+        return false;
+    }
     let due = match mode {
         AtimeMode::NoAtime => false,
         AtimeMode::StrictAtime => true,

@@ -5,7 +5,7 @@ use super::atime::Touch;
 use super::{Changer, FallocateMode, Stamp, Volume, lock};
 use crate::device::AlignedBuf;
 use crate::error::{Error, Result};
-use crate::format::inode::Body;
+use crate::format::inode::{Body, FLAG_APPEND};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
 use crate::namespace::spare::Prefilled;
@@ -126,6 +126,7 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
+        self.may_write(ino, offset, data)?;
         // The blocks written whole are copied before the lock, so that a
         // stream's 1 MiB copies do not hold up every other request.
         let mut pre = Prefilled::fill(&self.spare, offset, data);
@@ -162,6 +163,23 @@ impl Volume {
             self.kick_relief();
         }
         Ok(data.len())
+    }
+
+    /// EPERM for a write an immutable file refuses, or an append-only one:
+    /// the bytes it would write below the end must be the ones there (the
+    /// kernel writes back a whole page, so an append rewrites the start of
+    /// the last page with the same bytes).
+    fn may_write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<()> {
+        let rec = lock(&self.fs).inode(ino)?.clone();
+        super::flags::immutable(rec.flags)?;
+        if rec.flags & FLAG_APPEND == 0 || offset >= rec.size || data.is_empty() {
+            return Ok(());
+        }
+        let below = usize::try_from(rec.size - offset).unwrap_or(usize::MAX).min(data.len());
+        if self.read(ino, offset, below)? != data[..below] {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
     }
 
     /// Drops what a write must drop before it writes (Linux's
@@ -206,6 +224,15 @@ impl Volume {
             FileKind::Regular => {}
             FileKind::Directory => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("fallocate needs a regular file")),
+        }
+        {
+            // Immutable: nothing; append-only: no existing byte changes
+            // (ext4 refuses punching; zeroing rewrites bytes too).
+            let rec = lock(&self.fs).inode(ino)?.clone();
+            super::flags::immutable(rec.flags)?;
+            if (mode.punch_hole || mode.zero_range) && offset < rec.size {
+                super::flags::fixed(rec.flags)?;
+            }
         }
         {
             let mut fs = lock(&self.fs);

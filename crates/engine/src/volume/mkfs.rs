@@ -142,6 +142,7 @@ impl Volume {
                     | crate::format::superblock::INCOMPAT_SNAPSHOTS
                     | crate::format::superblock::INCOMPAT_CLONES
                     | crate::format::superblock::INCOMPAT_INDEX_RUNS
+                    | crate::format::superblock::INCOMPAT_INODE_FLAGS
             } else {
                 0
             },

@@ -15,6 +15,7 @@ mod clean;
 mod clock;
 mod commit;
 mod files;
+mod flags;
 mod fsync;
 mod load;
 mod migrate;

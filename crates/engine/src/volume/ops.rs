@@ -5,9 +5,9 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
+use super::{Attr, Changer, Creds, Listing, flags, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
-use crate::format::inode::Body;
+use crate::format::inode::{Body, FLAG_PROJINHERIT};
 use crate::format::name::NAME_MAX;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
@@ -127,6 +127,16 @@ impl Volume {
     /// `FileTooBig`, `IsDir` for a directory's size, `NotFound`.
     pub fn setattr(&self, ino: InodeNo, set: &SetAttr) -> Result<Attr> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
+        {
+            // An immutable inode changes in nothing; an append-only one
+            // keeps its mode, owner and size (the kernel's own write-back
+            // of the times of its appends comes as a setattr too).
+            let rec = lock(&self.fs).inode(ino)?.clone();
+            flags::immutable(rec.flags)?;
+            if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.size.is_some() {
+                flags::fixed(rec.flags)?;
+            }
+        }
         if let Some(size) = set.size {
             if size > MAX_FILE_SIZE {
                 return Err(Error::FileTooBig);
@@ -260,6 +270,8 @@ impl Volume {
             if p.nlink == 0 {
                 return Err(Error::NotFound);
             }
+            flags::immutable(p.flags)?;
+            let (parent_flags, parent_project) = (p.flags, p.project);
             if kind == FileKind::Directory && p.nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
             }
@@ -277,6 +289,13 @@ impl Volume {
             let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
             let perm = inherited.perm;
             let ino = fs.new_inode(parent, NewInode { kind, perm, uid: creds.uid, gid, rdev }, now)?;
+            if parent_flags != 0 {
+                let mut rec = fs.inode_mut(ino)?;
+                rec.flags = flags::inherited(parent_flags, kind);
+                if parent_flags & FLAG_PROJINHERIT != 0 {
+                    rec.project = parent_project;
+                }
+            }
             fs.acl_store_inherited(ino, &inherited)?;
             fill.take().ok_or(Error::Invalid("operation retried after a partial change"))?(fs, ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
@@ -395,6 +414,8 @@ impl Volume {
             if fs.inode(parent)?.nlink == 0 {
                 return Err(Error::NotFound);
             }
+            flags::fixed(fs.inode(ino)?.flags)?;
+            flags::may_add_name(fs, parent)?;
             let nlink = fs.inode(ino)?.nlink;
             if nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
@@ -434,6 +455,7 @@ impl Volume {
             if e.kind == FileKind::Directory {
                 return Err(Error::IsDir);
             }
+            flags::may_remove_name(fs, parent, e.ino)?;
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
             Volume::unlink_inode(fs, e.ino, now)?;
@@ -479,6 +501,7 @@ impl Volume {
             if !fs.dir_is_empty(e.ino)? {
                 return Err(Error::NotEmpty);
             }
+            flags::may_remove_name(fs, parent, e.ino)?;
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
             fs.inode_mut(parent)?.nlink -= 1;
@@ -534,6 +557,15 @@ impl Volume {
             }
             if flags.noreplace && dst.is_some() {
                 return Err(Error::Exists);
+            }
+            // Immutable and append-only names stay where they are.
+            self::flags::may_remove_name(fs, parent, src.ino)?;
+            self::flags::may_add_name(fs, new_parent)?;
+            if let Some(d) = &dst {
+                self::flags::may_remove_name(fs, new_parent, d.ino)?;
+                if flags.exchange {
+                    self::flags::may_add_name(fs, parent)?;
+                }
             }
             if let Some(d) = &dst
                 && d.ino == src.ino

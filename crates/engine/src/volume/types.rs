@@ -38,6 +38,10 @@ pub struct Attr {
     pub crtime: Timestamp,
     /// Preferred I/O size.
     pub blksize: u32,
+    /// Inode flags (`chattr`; `format::inode::FLAG_*`).
+    pub flags: u32,
+    /// Project id.
+    pub project: u32,
 }
 
 impl Attr {
@@ -71,6 +75,8 @@ impl Attr {
             ctime: r.ctime,
             crtime: r.crtime,
             blksize: BLOCK_BYTES as u32,
+            flags: r.flags,
+            project: r.project,
         }
     }
 }

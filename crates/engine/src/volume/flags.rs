@@ -1,0 +1,97 @@
+//! Inode flags (`chattr`, `lsattr`; FS_IOC_GETFLAGS / SETFLAGS and
+//! FS_IOC_FSGETXATTR / FSSETXATTR through the adapter) and the rules of the
+//! two that forbid changes, for every caller, root included: an immutable
+//! inode changes in nothing, and nothing is named into or out of an
+//! immutable directory; an append-only file only grows at its end and
+//! keeps its names, an append-only directory only gains names. The kernel
+//! checks who may change the flags (CAP_LINUX_IMMUTABLE for these two,
+//! the owner for the rest); the volume checks what they forbid, as ext4's
+//! `IS_IMMUTABLE`/`IS_APPEND` tests do, because a FUSE kernel inode never
+//! carries `S_IMMUTABLE` or `S_APPEND` (docs/DESIGN.md, "Inode flags").
+
+use super::{Attr, Volume};
+use crate::error::{Error, Result};
+use crate::format::inode::{FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_PROJINHERIT, KNOWN_FLAGS};
+use crate::format::superblock::{FORMAT_MINOR_INODE_FLAGS, INCOMPAT_INODE_FLAGS};
+use crate::meta_log::segments::OpKind;
+use crate::namespace::Fs;
+use crate::types::{FileKind, InodeNo};
+
+/// Flags only a directory keeps; elsewhere they are dropped, as ext4 does.
+const DIRECTORY_ONLY: u32 = FLAG_DIRSYNC | FLAG_PROJINHERIT;
+
+/// Flags a new inode takes from its directory (ext4's inherited flags that
+/// DualFS keeps), for its kind.
+#[must_use]
+pub(super) fn inherited(parent: u32, kind: FileKind) -> u32 {
+    let flags = parent & !(FLAG_IMMUTABLE | FLAG_APPEND);
+    match kind {
+        FileKind::Directory => flags,
+        FileKind::Regular => flags & !DIRECTORY_ONLY,
+        _ => flags & (crate::format::inode::FLAG_NODUMP | crate::format::inode::FLAG_NOATIME),
+    }
+}
+
+/// EPERM when `flags` say immutable or append-only: neither changes its
+/// attributes, its extended attributes, its size downwards, nor loses or
+/// gains a name.
+pub(super) fn fixed(flags: u32) -> Result<()> {
+    if flags & (FLAG_IMMUTABLE | FLAG_APPEND) != 0 {
+        return Err(Error::NotPermitted);
+    }
+    Ok(())
+}
+
+/// EPERM when `flags` say immutable.
+pub(super) fn immutable(flags: u32) -> Result<()> {
+    if flags & FLAG_IMMUTABLE != 0 {
+        return Err(Error::NotPermitted);
+    }
+    Ok(())
+}
+
+/// EPERM when a name may not be added to directory `dir` (immutable).
+pub(super) fn may_add_name(fs: &mut Fs, dir: InodeNo) -> Result<()> {
+    immutable(fs.inode(dir)?.flags)
+}
+
+/// EPERM when the name in `dir` of `ino` may not be removed: either is
+/// immutable or append-only.
+pub(super) fn may_remove_name(fs: &mut Fs, dir: InodeNo, ino: InodeNo) -> Result<()> {
+    fixed(fs.inode(dir)?.flags)?;
+    fixed(fs.inode(ino)?.flags)
+}
+
+impl Volume {
+    /// Sets the inode flags of `ino` to `flags` and, when given, its
+    /// project id. Flags DualFS does not keep are refused; directory-only
+    /// ones are dropped from other kinds. The first flag or project id of
+    /// a volume made before format 1.6 marks it ([`INCOMPAT_INODE_FLAGS`]).
+    ///
+    /// # Errors
+    /// `NotSupported` for an unknown flag or a symlink or device; `NotFound`.
+    pub fn set_flags(&self, ino: InodeNo, flags: u32, project: Option<u32>) -> Result<Attr> {
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(Error::NotSupported);
+        }
+        if flags != 0 || project.is_some_and(|p| p != 0) {
+            self.mark_features(INCOMPAT_INODE_FLAGS, FORMAT_MINOR_INODE_FLAGS)?;
+        }
+        self.mutate(OpKind::Grow, |fs, now| {
+            let kind = Volume::kind_of(fs, ino)?;
+            let flags = match kind {
+                FileKind::Directory => flags,
+                FileKind::Regular => flags & !DIRECTORY_ONLY,
+                _ => return Err(Error::NotSupported),
+            };
+            let mut rec = fs.inode_mut(ino)?;
+            rec.flags = flags;
+            if let Some(p) = project {
+                rec.project = p;
+            }
+            rec.ctime = now;
+            drop(rec);
+            Volume::attr(fs, ino)
+        })
+    }
+}

@@ -89,3 +89,62 @@ print('\n'.join(out))
     ));
     v.umount();
 }
+
+/// chattr and lsattr: immutable and append-only hold for root, whom the
+/// kernel lets past every permission check; the other flags and the
+/// project id are kept.
+#[test]
+fn chattr_immutable_and_append_only_hold_for_root() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    if !common::sh_output("command -v chattr && command -v lsattr").status.success() {
+        println!("SKIPPED: chattr/lsattr (e2fsprogs) are missing");
+        return;
+    }
+    v.mount_with("uring");
+    let m = v.m().to_string();
+    sh(&format!("cd {m} && echo hello > f && mkdir d && touch d/in && chattr +i f d && lsattr -d f d"));
+    let flags = sh(&format!("cd {m} && lsattr -d f d | cut -d' ' -f1"));
+    for l in flags.lines() {
+        assert!(l.contains('i'), "lsattr shows the flag: {flags}");
+    }
+    for refused in [
+        "rm f",
+        "mv f g",
+        "echo x > f",
+        "echo x >> f",
+        "truncate -s 0 f",
+        "chmod 600 f",
+        "chown 1 f",
+        "touch f",
+        "ln f g",
+        "setfattr -n user.a -v 1 f",
+        "fallocate -l 8192 f",
+        "touch d/new",
+        "rm d/in",
+        "mv d/in in",
+    ] {
+        let o = common::sh_output(&format!("cd {m} && {refused}"));
+        assert!(!o.status.success(), "{refused} succeeded on an immutable inode");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("not permitted"), "{refused}: {err}");
+    }
+    assert_eq!(sh(&format!("cat {m}/f")), "hello\n");
+    sh(&format!("cd {m} && chattr -i f d && echo log > l && chattr +a l && echo more >> l"));
+    for refused in ["echo x > l", "truncate -s 0 l", "rm l", "mv l k", "chmod 600 l"] {
+        let o = common::sh_output(&format!("cd {m} && {refused}"));
+        assert!(!o.status.success(), "{refused} succeeded on an append-only file");
+    }
+    assert_eq!(sh(&format!("cat {m}/l")), "log\nmore\n");
+    // The others are kept, and so is a project id.
+    sh(&format!("cd {m} && chattr -a l && chattr +dA l && chattr -p 42 l && chattr +P d"));
+    let l = sh(&format!("cd {m} && lsattr -p l")).trim_start().to_string();
+    assert!(l.starts_with("42 ") && l.contains('d') && l.contains('A'), "lsattr -p: {l}");
+    v.umount();
+    v.mount_with("uring");
+    let l = sh(&format!("cd {m} && lsattr -p l && lsattr -d d")).trim_start().to_string();
+    assert!(l.starts_with("42 ") && l.contains('A') && l.contains('P'), "after a remount: {l}");
+    sh(&format!("cd {m} && rm d/in && rm l f"));
+    v.umount();
+}

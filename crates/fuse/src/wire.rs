@@ -259,7 +259,9 @@ impl Handler for DualFs {
                 self.shutdown();
                 Outcome::Reply
             }
-            Request::Ioctl { .. } => answer(self.ioctl(), out, |d, out| out.ioctl_out(0, &d)),
+            Request::Ioctl { cmd, data, out_size, .. } => {
+                answer(self.fileattr_ioctl(node, cmd, data, out_size), out, |d, out| out.ioctl_out(0, &d))
+            }
             Request::Fallocate { offset, length, mode, .. } => {
                 empty(self.fallocate(who, node, offset, length, mode as i32))
             }

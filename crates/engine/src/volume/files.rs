@@ -5,7 +5,7 @@ use super::atime::Touch;
 use super::{Changer, FallocateMode, Stamp, Volume, lock};
 use crate::device::AlignedBuf;
 use crate::error::{Error, Result};
-use crate::format::inode::{Body, FLAG_APPEND};
+use crate::format::inode::{Body, FLAG_APPEND, FLAG_SYNC};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::file::{MAX_FILE_SIZE, ReadPiece, Whence};
 use crate::namespace::spare::Prefilled;
@@ -126,7 +126,7 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
-        self.may_write(ino, offset, data)?;
+        let sync = self.may_write(ino, offset, data)?;
         // The blocks written whole are copied before the lock, so that a
         // stream's 1 MiB copies do not hold up every other request.
         let mut pre = Prefilled::fill(&self.spare, offset, data);
@@ -162,6 +162,9 @@ impl Volume {
         } else if over {
             self.kick_relief();
         }
+        if sync {
+            self.fdatasync(ino)?;
+        }
         Ok(data.len())
     }
 
@@ -169,17 +172,24 @@ impl Volume {
     /// the bytes it would write below the end must be the ones there (the
     /// kernel writes back a whole page, so an append rewrites the start of
     /// the last page with the same bytes).
-    fn may_write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<()> {
-        let rec = lock(&self.fs).inode(ino)?.clone();
-        super::flags::immutable(rec.flags)?;
-        if rec.flags & FLAG_APPEND == 0 || offset >= rec.size || data.is_empty() {
-            return Ok(());
+    /// Returns whether the file is sync (`chattr +S`): the write is made
+    /// durable before it returns.
+    fn may_write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<bool> {
+        let (flags, size) = {
+            let mut fs = lock(&self.fs);
+            let rec = fs.inode(ino)?;
+            (rec.flags, rec.size)
+        };
+        super::flags::immutable(flags)?;
+        let sync = flags & FLAG_SYNC != 0;
+        if flags & FLAG_APPEND == 0 || offset >= size || data.is_empty() {
+            return Ok(sync);
         }
-        let below = usize::try_from(rec.size - offset).unwrap_or(usize::MAX).min(data.len());
+        let below = usize::try_from(size - offset).unwrap_or(usize::MAX).min(data.len());
         if self.read(ino, offset, below)? != data[..below] {
             return Err(Error::NotPermitted);
         }
-        Ok(())
+        Ok(sync)
     }
 
     /// Drops what a write must drop before it writes (Linux's

@@ -49,6 +49,10 @@ pub use shrink::MoveReport;
 pub use snapshot::SnapshotView;
 pub use space::{DATA_LOW_PERCENT, META_LOW_PERCENT, no_space_advice};
 pub use types::*;
+/// The inode flags of `Attr::flags` and `Volume::set_flags`.
+pub use crate::format::inode::{
+    FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_NOATIME, FLAG_NODUMP, FLAG_PROJINHERIT, FLAG_SYNC, KNOWN_FLAGS,
+};
 
 // What callers of the volume name in its API but is defined below it: the
 // FUSE adapter and the tools import these from here, never from the layers

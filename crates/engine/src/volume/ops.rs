@@ -7,7 +7,7 @@
 
 use super::{Attr, Changer, Creds, Listing, flags, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
 use crate::error::{Error, Result};
-use crate::format::inode::{Body, FLAG_PROJINHERIT};
+use crate::format::inode::{Body, FLAG_DIRSYNC, FLAG_PROJINHERIT, FLAG_SYNC};
 use crate::format::name::NAME_MAX;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
@@ -306,6 +306,7 @@ impl Volume {
             Volume::attr(fs, ino)
         })?;
         self.remember(attr.ino, 1);
+        self.dirsync(&[parent])?;
         Ok(attr)
     }
 
@@ -436,6 +437,7 @@ impl Volume {
             Volume::attr(fs, ino)
         })?;
         self.remember(attr.ino, 1);
+        self.dirsync(&[parent])?;
         Ok(attr)
     }
 
@@ -461,7 +463,8 @@ impl Volume {
             Volume::unlink_inode(fs, e.ino, now)?;
             Ok(e.ino)
         })?;
-        self.drop_link(ino)
+        self.drop_link(ino)?;
+        self.dirsync(&[parent])
     }
 
     /// One link of `ino` is gone: count it, and put an inode left with no
@@ -512,7 +515,8 @@ impl Volume {
             fs.set_orphan(e.ino, true)?;
             Ok(e.ino)
         })?;
-        self.drop_link(ino)
+        self.drop_link(ino)?;
+        self.dirsync(&[parent])
     }
 
     /// Renames `name` in `parent` to `new_name` in `new_parent`.
@@ -635,10 +639,23 @@ impl Volume {
             }
             Ok(None)
         })?;
-        match replaced {
-            Some(ino) => self.drop_link(ino),
-            None => Ok(()),
+        if let Some(ino) = replaced {
+            self.drop_link(ino)?;
         }
+        self.dirsync(&[parent, new_parent])
+    }
+
+    /// Makes a change of the directories `dirs` durable before it returns
+    /// when one of them is dirsync or sync (`chattr +D`, `+S`): a commit.
+    fn dirsync(&self, dirs: &[InodeNo]) -> Result<()> {
+        let synced = self.read_op(|fs| {
+            let mut any = false;
+            for d in dirs {
+                any |= fs.inode(*d)?.flags & (FLAG_DIRSYNC | FLAG_SYNC) != 0;
+            }
+            Ok(any)
+        })?;
+        if synced { self.fsync(dirs[0]) } else { Ok(()) }
     }
 
     /// A directory moved from `from` to `to`: its `..` and both link counts follow.

@@ -2,13 +2,14 @@
 //! FALLOCATE, LSEEK, COPY_FILE_RANGE, IOCTL.
 
 use dualfs_engine::Error;
+use dualfs_engine::volume::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_SYNC};
 use dualfs_engine::device::{AlignedBuf, FileDevice};
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Stamp;
 
 use super::report;
 use crate::DualFs;
-use crate::answers::{Caller, Errno, FOPEN_KEEP_CACHE, FUSE_WRITE_CACHE, FUSE_WRITE_KILL_SUIDGID, Opened};
+use crate::answers::{Caller, Errno, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_WRITE_CACHE, FUSE_WRITE_KILL_SUIDGID, Opened};
 use crate::convert;
 use crate::requests::Op;
 
@@ -40,6 +41,14 @@ impl DualFs {
         let writes = acc != libc::O_RDONLY;
         let direct = if writes { self.write_open_flags() } else { 0 };
         match self.vol.getattr(ino(node)) {
+            // Immutable: no opening for writing; append-only: only with
+            // O_APPEND (ext4's `may_open`, which a FUSE inode's missing
+            // S_IMMUTABLE and S_APPEND keep the kernel from doing).
+            Ok(a) if writes && a.flags & FLAG_IMMUTABLE != 0 => Err(Errno::EPERM),
+            Ok(a) if writes && a.flags & FLAG_APPEND != 0 && flags & libc::O_APPEND == 0 => Err(Errno::EPERM),
+            // A sync file's writes come to the volume, which makes each
+            // durable before it answers: the kernel's cache would hold them.
+            Ok(a) if writes && a.flags & FLAG_SYNC != 0 => Ok(Opened { fh: 0, flags: direct | FOPEN_DIRECT_IO }),
             Ok(_) if direct != 0 => Ok(Opened { fh: 0, flags: direct }),
             Ok(_) if reads && self.vol.access_due(ino(node)) => Ok(Opened { fh: 0, flags: 0 }),
             Ok(_) => Ok(Opened { fh: 0, flags: FOPEN_KEEP_CACHE }),
@@ -229,7 +238,7 @@ impl DualFs {
 
     /// Has the kernel write back the dirty pages of `node` from `offset`
     /// on, if it may hold any (see [`DualFs::lseek`]).
-    fn write_back_kernel_pages(&self, node: u64, offset: i64) -> Result<(), Errno> {
+    pub(super) fn write_back_kernel_pages(&self, node: u64, offset: i64) -> Result<(), Errno> {
         if !self.writeback() || !self.writers.any(node) {
             return Ok(());
         }

@@ -148,3 +148,26 @@ fn chattr_immutable_and_append_only_hold_for_root() {
     sh(&format!("cd {m} && rm d/in && rm l f"));
     v.umount();
 }
+
+/// Birth time through statx (`stat -c %W`): set at creation, kept when
+/// the file changes, and across a remount.
+#[test]
+fn statx_answers_the_birth_time() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    v.mount_with("uring");
+    let m = v.m().to_string();
+    let before = sh("date +%s").trim().parse::<i64>().unwrap();
+    sh(&format!("cd {m} && echo a > f && mkdir d"));
+    let born = |p: &str| sh(&format!("stat -c %W {m}/{p}")).trim().parse::<i64>().unwrap();
+    let f = born("f");
+    assert!(f >= before && f <= before + 60, "birth {f}, made at {before}");
+    assert!(born("d") >= before);
+    sh(&format!("cd {m} && touch -d 2001-01-01 f && echo b >> f"));
+    assert_eq!(born("f"), f, "a change keeps the birth time");
+    v.umount();
+    v.mount_with("uring");
+    assert_eq!(born("f"), f, "after a remount");
+    v.umount();
+}

@@ -170,6 +170,14 @@ impl Handler for DualFs {
             Request::Setattr(s) => answer(self.setattr(who, node, &setattr_in(&s)), out, |a, out| {
                 out.attr_out(&wire_attr(&a), self.attr_ttl());
             }),
+            // STATX is asked for birth time (STATX_BTIME); the volume has
+            // recorded it at every creation since format 1.0, and says it
+            // is unknown only for a zero time (no inode made by DualFS
+            // has one).
+            Request::Statx { .. } => answer(self.getattr(node), out, |a, out| {
+                let btime = (a.crtime != Timestamp::default()).then_some((a.crtime.sec, a.crtime.nsec));
+                out.statx_out(&wire_attr(&a), btime, self.attr_ttl());
+            }),
             Request::Readlink => answer(self.readlink(node), out, |t, out| {
                 out.push(&t);
             }),

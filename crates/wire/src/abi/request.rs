@@ -265,6 +265,14 @@ pub enum Request<'a> {
         flags: u64,
     },
     Syncfs,
+    /// `struct fuse_statx_in`: the `statx(2)` flags and mask asked for
+    /// (sent for STATX_BTIME, Linux 6.6+).
+    Statx {
+        getattr_flags: u32,
+        fh: u64,
+        sx_flags: u32,
+        sx_mask: u32,
+    },
     /// An opcode not decoded here (answer ENOSYS and the kernel mostly
     /// stops sending it).
     Unknown {
@@ -510,6 +518,12 @@ impl<'a> Request<'a> {
                 let (fh, offset, length, mode) = (r.u64()?, r.u64()?, r.u64()?, r.u32()?);
                 r.skip(4)?;
                 Self::Fallocate { fh, offset, length, mode }
+            }
+            opcode::STATX => {
+                let getattr_flags = r.u32()?;
+                r.skip(4)?;
+                let (fh, sx_flags, sx_mask) = (r.u64()?, r.u32()?, r.u32()?);
+                Self::Statx { getattr_flags, fh, sx_flags, sx_mask }
             }
             opcode::LSEEK => {
                 let (fh, offset, whence) = (r.u64()?, r.u64()?, r.u32()?);

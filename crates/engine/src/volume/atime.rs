@@ -8,9 +8,9 @@
 //! for, nor a commit or a checkpoint of its own on a full meta-data device:
 //! on a read-only or failed volume, or without room, it stays as it is.
 
-use crate::format::inode::{FLAG_IMMUTABLE, FLAG_NOATIME};
 use super::{AtimeMode, Volume, lock};
 use crate::format::inode::InodeRecord;
+use crate::format::inode::{FLAG_IMMUTABLE, FLAG_NOATIME};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::Fs;
 use crate::types::{InodeNo, Timestamp};

@@ -37,6 +37,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 use std::time::Duration;
 
+/// The inode flags of `Attr::flags` and `Volume::set_flags`.
+pub use crate::format::inode::{
+    FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_NOATIME, FLAG_NODUMP, FLAG_PROJINHERIT, FLAG_SYNC, KNOWN_FLAGS,
+};
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
@@ -49,10 +53,6 @@ pub use shrink::MoveReport;
 pub use snapshot::SnapshotView;
 pub use space::{DATA_LOW_PERCENT, META_LOW_PERCENT, no_space_advice};
 pub use types::*;
-/// The inode flags of `Attr::flags` and `Volume::set_flags`.
-pub use crate::format::inode::{
-    FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_NOATIME, FLAG_NODUMP, FLAG_PROJINHERIT, FLAG_SYNC, KNOWN_FLAGS,
-};
 
 // What callers of the volume name in its API but is defined below it: the
 // FUSE adapter and the tools import these from here, never from the layers

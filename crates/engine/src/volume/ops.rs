@@ -5,7 +5,7 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Changer, Creds, Listing, flags, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
+use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, flags, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::{Body, FLAG_DIRSYNC, FLAG_PROJINHERIT, FLAG_SYNC};
 use crate::format::name::NAME_MAX;

@@ -5,10 +5,10 @@
 //! directories alike, after checking who may change what (the owner;
 //! CAP_LINUX_IMMUTABLE for immutable and append-only).
 
+use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::{
     FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_NOATIME, FLAG_NODUMP, FLAG_PROJINHERIT, FLAG_SYNC,
 };
-use dualfs_engine::types::InodeNo;
 
 use super::report;
 use crate::DualFs;

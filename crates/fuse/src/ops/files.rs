@@ -2,14 +2,16 @@
 //! FALLOCATE, LSEEK, COPY_FILE_RANGE, IOCTL.
 
 use dualfs_engine::Error;
-use dualfs_engine::volume::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_SYNC};
 use dualfs_engine::device::{AlignedBuf, FileDevice};
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Stamp;
+use dualfs_engine::volume::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_SYNC};
 
 use super::report;
 use crate::DualFs;
-use crate::answers::{Caller, Errno, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_WRITE_CACHE, FUSE_WRITE_KILL_SUIDGID, Opened};
+use crate::answers::{
+    Caller, Errno, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_WRITE_CACHE, FUSE_WRITE_KILL_SUIDGID, Opened,
+};
 use crate::convert;
 use crate::requests::Op;
 

@@ -140,7 +140,9 @@ impl<'a> ReplyBuf<'a> {
         self.u64(attr.blocks);
         self.u64(0); // attributes_mask
         let (bsec, bnsec) = btime.unwrap_or((0, 0));
-        for (sec, nsec) in [(attr.atime, attr.atime_nsec), (bsec, bnsec), (attr.ctime, attr.ctime_nsec), (attr.mtime, attr.mtime_nsec)] {
+        for (sec, nsec) in
+            [(attr.atime, attr.atime_nsec), (bsec, bnsec), (attr.ctime, attr.ctime_nsec), (attr.mtime, attr.mtime_nsec)]
+        {
             self.u64(sec as u64);
             self.u32(nsec);
             self.u32(0);

@@ -572,6 +572,7 @@ pub(crate) mod tests {
                 Extent { logical: 5, physical: DataBlock(200), len: 1, unwritten: true },
             ]),
             xattrs: Xattrs::Inline(vec![(b"user.a".to_vec(), b"1".to_vec()), (b"user.b".to_vec(), vec![])]),
+            project: 0,
         }
     }
 
@@ -632,6 +633,16 @@ pub(crate) mod tests {
         assert_eq!(notes.len(), 2, "{notes:?}");
         let (same, none) = InodeRecord::decode_salvaging(&enc(&sample(4))).unwrap();
         assert_eq!((same, none.len()), (sample(4), 0));
+    }
+
+    #[test]
+    fn known_flags_and_a_project_round_trip_and_unknown_flags_are_refused() {
+        let rec = InodeRecord { flags: KNOWN_FLAGS, project: 0xdead_beef, ..sample(3) };
+        assert_eq!(InodeRecord::decode(&enc(&rec)).unwrap(), rec);
+        let odd = InodeRecord { flags: FLAG_IMMUTABLE | 0x4000_0000, ..sample(3) };
+        assert!(InodeRecord::decode(&enc(&odd)).unwrap_err().0.contains("unknown flags"));
+        let (got, notes) = InodeRecord::decode_salvaging(&enc(&odd)).unwrap();
+        assert_eq!((got.flags, notes.len()), (FLAG_IMMUTABLE, 1), "the unknown bit dropped, the rest kept");
     }
 
     #[test]

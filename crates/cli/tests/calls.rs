@@ -171,3 +171,68 @@ fn statx_answers_the_birth_time() {
     assert_eq!(born("f"), f, "after a remount");
     v.umount();
 }
+
+/// O_TMPFILE: an unnamed file a link can name later, freed at close
+/// otherwise, and by recovery after the server is killed.
+#[test]
+fn tmpfiles_are_named_by_linkat_or_freed_even_across_a_crash() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    v.mount_with("uring");
+    let m = v.m().to_string();
+    let before = v.usage();
+    let script = r#"
+import os, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open('.', os.O_TMPFILE | os.O_RDWR, 0o600)
+os.write(fd, b'kept' * 1024)
+assert os.listdir('.') == [], os.listdir('.')
+# linkat(fd, "", AT_FDCWD, "named", AT_EMPTY_PATH)
+assert libc.linkat(fd, b'', -100, b'named', 0x1000) == 0, ctypes.get_errno()
+os.close(fd)
+fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o600)
+os.write(fd, os.urandom(8 << 20))
+os.fsync(fd)
+os.close(fd)
+print(sorted(os.listdir('.')))
+"#;
+    let out = sh(&format!("cd {m} && python3 -c '{}'", script.replace('\'', "'\\''")));
+    assert_eq!(out.trim(), "['named']");
+    assert_eq!(sh(&format!("head -c 8 {m}/named")), "keptkept");
+    sh(&format!("rm {m}/named && sync"));
+    // The dropped file's blocks are back (the kernel forgets it at close).
+    let start = std::time::Instant::now();
+    while v.usage().0 > before.0 + 8 && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(v.usage().0 <= before.0 + 8, "blocks of a closed tmpfile: {:?} against {before:?}", v.usage());
+    v.umount();
+
+    // Held open when the server is killed: recovery frees it.
+    let mut child = v.spawn_mount(&["-o", "uring"]);
+    let mut holder = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys, time\n\
+             fd = os.open(sys.argv[1], os.O_TMPFILE | os.O_WRONLY, 0o600)\n\
+             os.write(fd, os.urandom(16 << 20)); os.fsync(fd)\n\
+             print('held', flush=True); time.sleep(60)\n",
+            &m,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    sh(&format!("umount -l {m}"));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    v.fsck();
+    v.mount_with("uring");
+    assert!(v.usage().0 <= before.0 + 8, "after recovery: {:?} against {before:?}", v.usage());
+    v.umount();
+}

@@ -87,11 +87,14 @@ pub enum Fault {
     /// write changed some of them since (a crash then shows the old bytes
     /// beside later operations).
     OutgrownInlineStale,
+    /// O_TMPFILE: make the unnamed file without putting it on the orphan
+    /// list (a crash then leaves an inode in use that nothing names).
+    TmpfileNotOrphan,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 26] = [
+    pub const ALL: [Fault; 27] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -118,6 +121,7 @@ impl Fault {
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
+        Fault::TmpfileNotOrphan,
     ];
 
     #[cfg(feature = "fault-injection")]

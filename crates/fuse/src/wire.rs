@@ -262,6 +262,12 @@ impl Handler for DualFs {
                     out.create_out(&entry_out(&e), o.fh, o.flags);
                 })
             }
+            Request::Tmpfile { flags, mode, umask, .. } => {
+                answer(self.tmpfile(who, node, mode, umask), out, |(e, o), out| {
+                    self.writers.opened(e.ino(), flags);
+                    out.create_out(&entry_out(&e), o.fh, o.flags);
+                })
+            }
             Request::Interrupt { .. } => Outcome::NoReply,
             Request::Destroy => {
                 self.shutdown();

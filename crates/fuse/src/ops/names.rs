@@ -402,4 +402,23 @@ impl DualFs {
             Err(e) => Err(report("create", &e)),
         }
     }
+
+    /// TMPFILE: an unnamed regular file in `parent`, an orphan until a
+    /// LINK names it (`linkat` with AT_EMPTY_PATH, or of /proc/self/fd),
+    /// freed when the kernel forgets it otherwise, and by recovery after a
+    /// crash. Answered as CREATE: the entry has no link.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn tmpfile(&self, caller: Caller, parent: u64, mode: u32, umask: u32) -> Result<(Entry, Opened), Errno> {
+        let _t = self.requests.time(Op::Create);
+        match self.vol.tmpfile(ino(parent), mode & 0o7777, creds(caller, umask)) {
+            Ok(a) => {
+                let entry =
+                    Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
+                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+            }
+            Err(e) => Err(report("tmpfile", &e)),
+        }
+    }
 }

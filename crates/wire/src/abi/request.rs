@@ -229,6 +229,14 @@ pub enum Request<'a> {
         open_flags: u32,
         name: &'a [u8],
     },
+    /// O_TMPFILE (Linux 6.1): an unnamed regular file in the header's
+    /// directory, opened; answered as CREATE.
+    Tmpfile {
+        flags: u32,
+        mode: u32,
+        umask: u32,
+        open_flags: u32,
+    },
     /// The kernel gave up waiting for request `unique`; no reply.
     Interrupt {
         unique: u64,
@@ -317,7 +325,7 @@ pub fn op_header_len(opcode: u32, neg: &Negotiated) -> usize {
         opcode::GETXATTR | opcode::LISTXATTR | opcode::ACCESS => 8,
         opcode::SETXATTR if neg.flags & init_flags::SETXATTR_EXT != 0 => 16,
         opcode::SETXATTR => 8,
-        opcode::GETATTR | opcode::CREATE | opcode::MKNOD | opcode::FSYNC | opcode::FSYNCDIR => 16,
+        opcode::GETATTR | opcode::CREATE | opcode::TMPFILE | opcode::MKNOD | opcode::FSYNC | opcode::FSYNCDIR => 16,
         opcode::RENAME2 => 16,
         opcode::RELEASE | opcode::RELEASEDIR | opcode::FLUSH | opcode::LSEEK | opcode::STATX => 24,
         opcode::IOCTL | opcode::FALLOCATE => 32,
@@ -505,6 +513,13 @@ impl<'a> Request<'a> {
             opcode::CREATE => {
                 let (flags, mode, umask, open_flags) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
                 Self::Create { flags, mode, umask, open_flags, name: name(rest)?.0 }
+            }
+            // The kernel names the unnamed file "/" (`vfs_tmpfile`'s
+            // dentry): a name no entry can have, read and left aside.
+            opcode::TMPFILE => {
+                let (flags, mode, umask, open_flags) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+                cstr(rest)?;
+                Self::Tmpfile { flags, mode, umask, open_flags }
             }
             opcode::INTERRUPT => Self::Interrupt { unique: r.u64()? },
             opcode::DESTROY => Self::Destroy,

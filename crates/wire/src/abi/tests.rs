@@ -172,6 +172,12 @@ fn cases() -> Vec<(u32, Vec<u8>, Request<'static>, Negotiated)> {
             Request::Create { flags: 0o100_101, mode: 0o644, umask: 0o022, open_flags: 0, name: b"file" },
             n,
         ),
+        (
+            opcode::TMPFILE,
+            with(words(&[U32(0o20_200_002), U32(0o600), U32(0o022), U32(0)]), b"/\0"),
+            Request::Tmpfile { flags: 0o20_200_002, mode: 0o600, umask: 0o022, open_flags: 0 },
+            n,
+        ),
         (opcode::INTERRUPT, words(&[U64(99)]), Request::Interrupt { unique: 99 }, n),
         (opcode::DESTROY, vec![], Request::Destroy, n),
         (
@@ -255,7 +261,7 @@ fn every_opcode_decodes_its_fields_on_both_layouts() {
 
 #[test]
 fn unknown_opcodes_decode_as_unknown() {
-    for op in [opcode::GETLK, opcode::BMAP, opcode::POLL, opcode::STATX - 1, 1000] {
+    for op in [opcode::GETLK, opcode::BMAP, opcode::POLL, opcode::SETUPMAPPING, 1000] {
         let m = message(op, &[0; 8]);
         assert_eq!(Request::decode_message(&m, &neg()).unwrap().1, Request::Unknown { opcode: op });
     }

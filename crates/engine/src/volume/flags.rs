@@ -74,7 +74,10 @@ impl Volume {
         if flags & !KNOWN_FLAGS != 0 {
             return Err(Error::NotSupported);
         }
+        self.check_writable()?;
         if flags != 0 || project.is_some_and(|p| p != 0) {
+            // As a snapshot's: no commit writes the superblocks meanwhile.
+            let _commit = super::lock(&self.commit);
             self.mark_features(INCOMPAT_INODE_FLAGS, FORMAT_MINOR_INODE_FLAGS)?;
         }
         self.mutate(OpKind::Grow, |fs, now| {

@@ -318,49 +318,6 @@ impl Volume {
         self.make(parent, name, FileKind::Regular, perm, 0, creds, |_, _| Ok(()))
     }
 
-    /// Creates an unnamed regular file in directory `parent` (O_TMPFILE):
-    /// no link, an orphan from birth in the same step (I4), so that it is
-    /// freed when its last reference goes and by recovery after a crash;
-    /// [`Volume::link`] names it and takes it off the orphan list. The
-    /// directory is not changed. The new inode is remembered once.
-    ///
-    /// # Errors
-    /// `NotDir`, `NotFound` for a removed directory, `NotPermitted` for an
-    /// immutable one, no space.
-    pub fn tmpfile(&self, parent: InodeNo, perm: u32, creds: Creds) -> Result<Attr> {
-        self.prefetch(|fs| fs.inode(parent).map(|_| ()));
-        let attr = self.mutate(OpKind::Grow, |fs, now| {
-            if Volume::kind_of(fs, parent)? != FileKind::Directory {
-                return Err(Error::NotDir);
-            }
-            let p = fs.inode(parent)?;
-            if p.nlink == 0 {
-                return Err(Error::NotFound);
-            }
-            flags::immutable(p.flags)?;
-            let (parent_flags, parent_project) = (p.flags, p.project);
-            let gid = if p.mode & S_ISGID != 0 { p.gid } else { creds.gid };
-            let kind = FileKind::Regular;
-            let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
-            let ino =
-                fs.new_inode(parent, NewInode { kind, perm: inherited.perm, uid: creds.uid, gid, rdev: 0 }, now)?;
-            let mut rec = fs.inode_mut(ino)?;
-            rec.nlink = 0;
-            rec.flags = flags::inherited(parent_flags, kind);
-            if parent_flags & FLAG_PROJINHERIT != 0 {
-                rec.project = parent_project;
-            }
-            drop(rec);
-            if !crate::faults::active(crate::faults::Fault::TmpfileNotOrphan) {
-                fs.set_orphan(ino, true)?;
-            }
-            fs.acl_store_inherited(ino, &inherited)?;
-            Volume::attr(fs, ino)
-        })?;
-        self.remember(attr.ino, 1);
-        Ok(attr)
-    }
-
     /// Creates a directory. The new inode is remembered once.
     ///
     /// # Errors

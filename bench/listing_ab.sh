@@ -5,7 +5,7 @@
 # alternated within each round. Prints: build round phase seconds load
 # requests | per-opcode count and served µs (`dualfs stats`).
 # Env: ROUNDS (3), PHASES (comma list, default all), KEEP=1 reuses the
-# volume, URING=1 mounts with -o uring (enable_uring set under the
+# volume, URING=1 mounts with -o transport=uring (enable_uring set under the
 # mount tests' flock for the moment of the mount), W (work dir), TAR.
 A=${A:?the "base" dualfs binary}; N=${N:?the "new" dualfs binary}; ROUNDS=${ROUNDS:-3}
 TAR=${TAR:-/var/tmp/dualfs-bench/src/linux.tar}
@@ -22,7 +22,7 @@ for i in range(5000): open('$W/mnt/m5/file-number-%05d.c'%i,'w').close()"
 $A umount $W/mnt >/dev/null
 fi
 ph() { local v=$1 name=$2; shift 2; local B=$A; [ $v = new ] && B=$N
- if [ -n "${URING:-}" ]; then ( flock 9; p=/sys/module/fuse/parameters/enable_uring; o=$(cat $p); echo Y > $p; $B mount -o noatime,uring,log=$W/uring.log $M $D $W/mnt; echo $o > $p ) 9>/run/lock/dualfs-enable-uring.lock; sleep 0.2
+ if [ -n "${URING:-}" ]; then ( flock 9; p=/sys/module/fuse/parameters/enable_uring; o=$(cat $p); echo Y > $p; $B mount -o noatime,transport=uring,log=$W/uring.log $M $D $W/mnt; echo $o > $p ) 9>/run/lock/dualfs-enable-uring.lock; sleep 0.2
  else $B mount -o noatime $M $D $W/mnt; fi; sync; echo 3 > /proc/sys/vm/drop_caches
  s0=$(date +%s.%N); (cd $W/mnt && "$@") > /dev/null 2>&1; s1=$(date +%s.%N)
  if [ -n "${WARM:-}" ]; then s0=$(date +%s.%N); (cd $W/mnt && "$@") > /dev/null 2>&1; s1=$(date +%s.%N); fi

@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""Mount time against the data device's size (issue 13), beside ext4.
+"""Mount time against the data device's size (issue 13), beside ext4 and XFS.
 
-For each size, on sparse image files in --dir: mkfs (timed), a clean mount
-(timed from `dualfs mount` until it returns, the volume served), unmount;
-then a mount after a crash: mount, create files of 1 KiB (inline, so that
-only the log grows) until about --log-mib of log is written since the last
-checkpoint, commit them by fsyncing the directory, kill -9 the serving
-process, and time the next mount (roll-forward included). The page cache
-is dropped before every timed mount (cold). ext4 gets the same size on a
-loop device: mkfs.ext4, mount, and `e2fsck -f -n`.
+For each size, on sparse image files in --dir: mkfs (timed, and the bytes
+it left in the meta-data image), a clean mount (timed from `dualfs mount`
+until it returns, the volume served; the serving process's VmRSS then),
+unmount; then a mount after a crash: mount, create files of 1 KiB (inline,
+so that only the log grows) until about --log-mib of log is written since
+the last checkpoint, commit them by fsyncing the directory, kill -9 the
+serving process, and time the next mount (roll-forward included). Before
+every timed mount the pages of the images (or of the loop device) are
+evicted from the page cache (cold), the images' own and nobody else's.
+ext4 and XFS get the same size on a loop device: mkfs, mount, and
+`e2fsck -f -n` for ext4.
 
 Past 16 TiB - 4 KiB an ext4 file cannot hold the image: give --dir on XFS
 (a loop-mounted sparse XFS image will do) for the 16T row.
 
 The meta-data image has a fixed size (--meta, 4 GiB by default) whatever
 the data device's size, so that the sweep measures what the data device's
-size costs. Results (JSON) go to stdout; run as root.
+size costs; `--meta 10%` makes it a tenth of the data device instead.
+`--dualfs NAME=PATH` (repeatable) times several builds, and `--rounds N`
+repeats the whole sweep, every build and file system once per size in
+each round (A/B interleaved). Results (JSON) go to stdout; run as root.
 """
 
 import argparse
@@ -26,6 +32,7 @@ import subprocess
 import sys
 import time
 
+FSCK = True
 DUALFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs")
 
 
@@ -36,10 +43,25 @@ def sh(cmd, check=True):
     return r.stdout.decode(errors="replace")
 
 
-def drop_caches():
+def evict(*paths):
+    """Drops the page cache of these files or block devices only."""
     os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+    for p in paths:
+        if p.startswith("/dev/"):
+            sh(f"blockdev --flushbufs {p}", check=False)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return None
 
 
 def timed(cmd):
@@ -53,21 +75,34 @@ def server_pid(mnt):
     return int(out[0]) if out else None
 
 
-def dualfs_row(d, size, meta_size, log_mib):
+def bytes_of(size):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    return int(float(size[:-1]) * units[size[-1]]) if size[-1] in units else int(size)
+
+
+def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None):
+    binary = binary or DUALFS
     meta, data, mnt = f"{d}/m.img", f"{d}/d.img", f"{d}/mnt"
     for p in (meta, data):
         if os.path.exists(p):
             os.remove(p)
     os.makedirs(mnt, exist_ok=True)
+    if meta_size.endswith("%"):
+        meta_size = str(bytes_of(size) * int(meta_size[:-1]) // 100)
     sh(f"truncate -s {meta_size} {meta} && truncate -s {size} {data}")
-    row = {"fs": "dualfs", "size": size}
-    row["mkfs_s"] = timed(f"{DUALFS} mkfs {meta} {data} >/dev/null")
+    row = {"fs": name, "size": size, "meta_size": meta_size}
+    row["mkfs_s"] = timed(f"{binary} mkfs {meta} {data} >/dev/null")
     row["meta_image_bytes_used"] = os.stat(meta).st_blocks * 512
-    drop_caches()
-    row["mount_clean_s"] = timed(f"{DUALFS} mount {meta} {data} {mnt}")
-    sh(f"{DUALFS} umount {mnt}")
+    evict(meta, data)
+    row["mount_clean_s"] = timed(f"{binary} mount {meta} {data} {mnt}")
+    pid = server_pid(mnt)
+    row["rss_after_mount_kib"] = rss_kib(pid) if pid else None
+    sh(f"{binary} umount {mnt}")
+    # A warm mount: the images' pages as the cold one left them.
+    row["mount_warm_s"] = timed(f"{binary} mount {meta} {data} {mnt}")
+    sh(f"{binary} umount {mnt}")
     # Crash with about log_mib MiB of log after the checkpoint.
-    sh(f"{DUALFS} mount {meta} {data} {mnt}")
+    sh(f"{binary} mount {meta} {data} {mnt}")
     pid = server_pid(mnt)
     n = int(log_mib * 1024 * 1024 / 1300)
     os.makedirs(f"{mnt}/c", exist_ok=True)
@@ -85,35 +120,40 @@ def dualfs_row(d, size, meta_size, log_mib):
         if not os.path.exists(f"/proc/{pid}"):
             break
         time.sleep(0.1)
-    drop_caches()
+    evict(meta, data)
     row["crash_files"] = n
-    row["mount_after_crash_s"] = timed(f"{DUALFS} mount {meta} {data} {mnt}")
-    sh(f"{DUALFS} umount {mnt}")
-    drop_caches()
-    t = time.monotonic()
-    r = subprocess.run([DUALFS, "fsck", meta, data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    row["fsck_s"] = time.monotonic() - t
-    row["fsck_exit"] = r.returncode
+    row["mount_after_crash_s"] = timed(f"{binary} mount {meta} {data} {mnt}")
+    sh(f"{binary} umount {mnt}")
+    if FSCK:
+        evict(meta, data)
+        t = time.monotonic()
+        r = subprocess.run([binary, "fsck", meta, data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        row["fsck_s"] = time.monotonic() - t
+        row["fsck_exit"] = r.returncode
     os.remove(meta)
     os.remove(data)
     return row
 
 
-def ext4_row(d, size):
+def ext4_row(d, size, fs="ext4"):
     img, mnt = f"{d}/e.img", f"{d}/emnt"
     if os.path.exists(img):
         os.remove(img)
     os.makedirs(mnt, exist_ok=True)
     sh(f"truncate -s {size} {img}")
-    row = {"fs": "ext4", "size": size}
-    row["mkfs_s"] = timed(f"mkfs.ext4 -q -F {img}")
+    row = {"fs": fs, "size": size}
+    row["mkfs_s"] = timed(f"mkfs.ext4 -q -F {img}" if fs == "ext4" else f"mkfs.xfs -q -f {img}")
+    row["image_bytes_used"] = os.stat(img).st_blocks * 512
     loop = sh(f"losetup -f --show {img}").strip()
     try:
-        drop_caches()
+        evict(loop, img)
         row["mount_clean_s"] = timed(f"mount {loop} {mnt}")
         sh(f"umount {mnt}")
-        drop_caches()
-        row["e2fsck_f_s"] = timed(f"e2fsck -f -n {loop} >/dev/null")
+        row["mount_warm_s"] = timed(f"mount {loop} {mnt}")
+        sh(f"umount {mnt}")
+        if fs == "ext4":
+            evict(loop, img)
+            row["e2fsck_f_s"] = timed(f"e2fsck -f -n {loop} >/dev/null")
     finally:
         sh(f"umount {mnt}", check=False)
         sh(f"losetup -d {loop}")
@@ -128,16 +168,27 @@ def main():
     ap.add_argument("--meta", default="4G")
     ap.add_argument("--log-mib", type=float, default=2.0)
     ap.add_argument("--no-ext4", action="store_true")
+    ap.add_argument("--xfs", action="store_true", help="an XFS row beside ext4's")
+    ap.add_argument("--dualfs", action="append", default=[], help="NAME=PATH of a build to time (repeatable)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--no-fsck", action="store_true")
     a = ap.parse_args()
+    global FSCK
+    FSCK = not a.no_fsck
     os.makedirs(a.dir, exist_ok=True)
+    builds = [b.split("=", 1) for b in a.dualfs] or [["dualfs", DUALFS]]
     rows = []
-    for s in a.sizes.split(","):
-        rows.append(dualfs_row(a.dir, s, a.meta, a.log_mib))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        if not a.no_ext4:
-            rows.append(ext4_row(a.dir, s))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"uptime": sh("uptime").strip(), "rows": rows}, indent=1))
+    uptimes = [sh("uptime").strip()]
+    for r in range(a.rounds):
+        for s in a.sizes.split(","):
+            for name, binary in builds:
+                rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary)})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            for fs in (["ext4"] if not a.no_ext4 else []) + (["xfs"] if a.xfs else []):
+                rows.append({"round": r, **ext4_row(a.dir, s, fs)})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        uptimes.append(sh("uptime").strip())
+    print(json.dumps({"uptime": uptimes, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

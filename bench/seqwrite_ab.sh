@@ -1,6 +1,6 @@
 #!/bin/bash
 # A/B of the suite's seq-write-fsync phase (fio psync, bs=1M, 1 GiB,
-# end_fsync=1) against ext4 and a server that does no work (uring-proto) on the suite's loop devices (3688 MiB data + 408 MiB meta, direct I/O),
+# end_fsync=1) against ext4 and a server that does no work (no-work-server) on the suite's loop devices (3688 MiB data + 408 MiB meta, direct I/O),
 # configurations interleaved, cold caches, fresh file system each run.
 # CFGS: ext4 | dualfs[:OPTS] | base[:OPTS] (main's binary) | uring[:OPTS] | proto (no-work server, /dev/fuse)
 #       | proto-uring; proto:BYTES sets its kernel window.  OPTS use '+' for ','.  REPS=N; FRESH=1 makes
@@ -32,10 +32,10 @@ for rep in $(seq ${REPS:-3}); do
    uring) $B/dualfs mkfs -f $M $D >/dev/null 2>&1
      ( flock 9; old=$(cat $P); echo Y > $P; $B/dualfs mount -o noatime,uring,log=$W/uring.log$opts $M $D $W/mnt; echo $old > $P ) 9>/run/lock/dualfs-enable-uring.lock ;;
    proto|proto-uring) tr=dev; [ $name = proto-uring ] && tr=uring
-     ( flock 9; old=$(cat $P); [ $tr = uring ] && echo Y > $P; $B/uring-proto $W/mnt --transport $tr > $W/proto.out & for i in $(seq 100); do mountpoint -q $W/mnt && break; sleep 0.05; done; echo $old > $P ) 9>/run/lock/dualfs-enable-uring.lock
+     ( flock 9; old=$(cat $P); [ $tr = uring ] && echo Y > $P; $B/no-work-server $W/mnt --transport $tr > $W/proto.out & for i in $(seq 100); do mountpoint -q $W/mnt && break; sleep 0.05; done; echo $old > $P ) 9>/run/lock/dualfs-enable-uring.lock
      [ -n "$opts" ] && setwin ${opts#,} ;;
   esac
-  case $name in ext4) ;; proto*) spid=$(pgrep -n uring-proto) ;; *) spid=$(pgrep -n -f "dualfs (mount|serve)") ;; esac
+  case $name in ext4) ;; proto*) spid=$(pgrep -n no-work-server) ;; *) spid=$(pgrep -n -f "dualfs (mount|serve)") ;; esac
   sync; echo 3 > /proc/sys/vm/drop_caches
   cpu() { [ -n "$spid" ] && awk '{print $14+$15}' /proc/$spid/stat 2>/dev/null || echo 0; }
   c0=$(cpu); read b0 t0 < <(busy); s0=$(date +%s.%N)

@@ -18,7 +18,7 @@ case $name in
  dualfs) $B/dualfs mkfs -f $M $D >/dev/null 2>&1 || exit 1
    opts=""; [ -n "$arg" ] && opts=",$(echo $arg | tr + ,)"
    $B/dualfs mount -o noatime$opts $M $D $W/mnt || exit 1 ;;
- proto) $B/uring-proto $W/mnt --transport dev > /dev/null &
+ proto) $B/no-work-server $W/mnt --transport dev > /dev/null &
    for i in $(seq 100); do mountpoint -q $W/mnt && break; sleep 0.05; done
    if [ -n "$arg" ]; then dev=$(awk -v m=$W/mnt '$5==m {print $3}' /proc/self/mountinfo | tail -1); echo $arg > /sys/class/bdi/$dev/max_bytes; fi ;;
  *) echo "CFG: dualfs[:OPTS] or proto[:BYTES]"; exit 2 ;;

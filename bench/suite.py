@@ -29,13 +29,15 @@ import sys
 import time
 
 CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "fuse2fs"]
-# Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict) and
-# "dualfs-uring" (DualFS mounted -o uring: our own transports, io_uring where enable_uring is Y),
-# "dualfs-base-uring" (the --dualfs-base build mounted -o uring, for an A/B over io_uring).
+# Also known: "xfs" (one device), "dualfs-strict" (DualFS mounted -o order=strict),
+# "dualfs-uring" (DualFS over io_uring: transport=uring, enable_uring set for the mount),
+# "dualfs-base-uring" (the --dualfs-base build so, for an A/B over io_uring) and
+# "dualfs-devfuse" (DualFS over /dev/fuse: transport=devfuse). "dualfs" mounts as a user
+# would: io_uring if the machine's enable_uring allows it, /dev/fuse otherwise.
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
-DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring")
-# "floor": a FUSE server that does no work (`uring-proto --transport dev --default-permissions`, built
+DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse")
+# "floor": a FUSE server that does no work (`no-work-server --transport dev --default-permissions`, built
 # beside the DualFS binary: a tree of names and sizes in memory, no data), mounted with the permission
 # checks DualFS asks for. What any FUSE file system pays on this machine for the same requests (issue 10).
 
@@ -76,8 +78,7 @@ class Volume:
     def __init__(self, cfg, args, workdir):
         self.cfg, self.args, self.dir = cfg, args, workdir
         self.mnt = os.path.join(workdir, "mnt")
-        self.two = cfg in ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "ext4-extjournal",
-                               "xfs-extlog")
+        self.two = cfg in DUALFS_CONFIGS + ("ext4-extjournal", "xfs-extlog")
         # dualfs-base: another build of DualFS (--dualfs-base), for an A/B
         # comparison in one run; dualfs-strict: DualFS with -o order=strict.
         self.dualfs = args.dualfs_base if cfg in ("dualfs-base", "dualfs-base-uring") else args.dualfs
@@ -155,29 +156,31 @@ class Volume:
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
             if c == "dualfs-strict":
                 opts += ",order=strict"
-            if c in ("dualfs-uring", "dualfs-base-uring"):
-                opts += ",uring"
+            transport = {"dualfs-uring": "uring", "dualfs-base-uring": "uring", "dualfs-devfuse": "devfuse"}.get(c)
+            if transport:
+                opts += f",transport={transport}"
+            mount = f"{self.dualfs} mount -o {opts},log={self.dir}/dualfs.log {m} {d} {self.mnt}"
+            if transport == "uring":
                 # io_uring needs the fuse module's enable_uring (the whole
                 # machine's) at the mount: set under the lock the mount
                 # tests share, and put back.
                 lock = "/run/lock/dualfs-enable-uring.lock"
                 param = "/sys/module/fuse/parameters/enable_uring"
-                sh(f"( flock 9; old=$(cat {param}); echo Y > {param}; "
-                   f"{self.dualfs} mount -o {opts},log={self.dir}/uring.log {m} {d} {self.mnt}; rc=$?; "
+                sh(f"( flock 9; old=$(cat {param}); echo Y > {param}; {mount}; rc=$?; "
                    f"echo $old > {param}; exit $rc ) 9>{lock}")
-                # The background process logs its transport just after it is ready.
-                time.sleep(0.2)
-                said = sh(f"grep 'serving over' {self.dir}/uring.log | tail -1", check=False, capture=True)
-                log(f"dualfs-uring: {said.strip()}")
-                return
-            sh(f"{self.dualfs} mount -o {opts} {m} {d} {self.mnt}")
+            else:
+                sh(mount)
+            # The background process logs its transport just after it is ready.
+            time.sleep(0.2)
+            said = sh(f"grep 'serving over' {self.dir}/dualfs.log | tail -1", check=False, capture=True)
+            log(f"{c}: {said.strip()}")
         elif c == "floor":
             # One server for the whole sequence: its tree is the state the
             # next phase finds (caches are dropped between phases as for
             # the others; the server keeps nothing else).
             if self.fuse_proc is not None and self.fuse_proc.poll() is None:
                 return
-            proto = os.path.join(os.path.dirname(self.args.dualfs), "uring-proto")
+            proto = os.path.join(os.path.dirname(self.args.dualfs), "no-work-server")
             self.serve([proto, self.mnt, "--transport", "dev", "--default-permissions"])
         elif c == "fuse2fs":
             self.serve(["fuse2fs", "-f", "-o", "noatime,allow_other", d, self.mnt])
@@ -214,7 +217,14 @@ class Volume:
         if self.cfg == "floor" and not last:
             return
         if self.cfg in DUALFS_CONFIGS:
-            sh(f"{self.dualfs} umount {self.mnt}")
+            # A process of the machine's passing through the mount (a scan
+            # of every mount point) makes it busy for a moment: try again.
+            for _ in range(20):
+                if sh(f"{self.dualfs} umount {self.mnt}", check=False) == 0:
+                    break
+                time.sleep(0.5)
+            else:
+                sh(f"{self.dualfs} umount {self.mnt}")
         else:
             sh(f"umount {self.mnt}")
             if self.fuse_proc is not None:

@@ -2,14 +2,15 @@
 """What FUSE over io_uring saves on a round trip here (issue 10, "cheaper
 round trips"; docs/DESIGN.md, "FUSE over io_uring").
 
-Four file systems in one run, each measured with `rt-client` (crates/wire):
+Four file systems in one run, each measured with `rt-client` (crates/bench):
 
-  proto-uring  the prototype server (crates/wire) over io_uring: one queue
+  proto-uring  the no-work server (crates/bench) over io_uring: one queue
                per CPU, the queue's thread pinned to its CPU
   proto-dev    the same server and handler over /dev/fuse read/write
-  dualfs-uring `dualfs mount -o uring` (the adapter over crates/wire's
+  dualfs-uring `dualfs mount -o transport=uring` (the adapter over the
                io_uring queues) on the suite's loop devices
-  dualfs       `dualfs mount` (fuser) on the suite's loop devices
+  dualfs       `dualfs mount` on the suite's loop devices (io_uring if the
+               machine's enable_uring allows it, /dev/fuse otherwise)
   ext4         kernel ext4 on a loop device
 
 Two loops: `getattr` (statx with AT_STATX_FORCE_SYNC: one GETATTR round trip
@@ -300,7 +301,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     rel = os.path.join(here, "..", "target", "release")
     ap.add_argument("--dualfs", default=os.path.join(rel, "dualfs"))
-    ap.add_argument("--proto", default=os.path.join(rel, "uring-proto"))
+    ap.add_argument("--proto", default=os.path.join(rel, "no-work-server"))
     ap.add_argument("--client", default=os.path.join(rel, "rt-client"))
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--getattr-n", type=int, default=20_000)

@@ -195,12 +195,14 @@ Options (-o, comma-separated, may be repeated):
                    share), write the volume as rebuilt from its log (what
                    `dualfs fsck -y` does) and mount it; without it such a
                    volume mounts only with ro, showing the rebuilt state
-  threads=N        requests served in parallel (default 4)
-  uring            serve requests over per-CPU io_uring queues (Linux 6.14+,
-                   with the fuse module's enable_uring set: echo Y >
-                   /sys/module/fuse/parameters/enable_uring), else over
-                   /dev/fuse read by threads=N threads; the log says which
-                   and why. Without it, requests are served as before (fuser)
+  threads=N        threads reading /dev/fuse (default 4)
+  transport=uring|devfuse
+                   what carries the requests. By default per-CPU io_uring
+                   queues where the kernel allows them (Linux 6.14+ with the
+                   fuse module's enable_uring set: echo Y >
+                   /sys/module/fuse/parameters/enable_uring), else /dev/fuse
+                   read by threads=N threads; the log says which and why.
+                   uring: io_uring or no mount; devfuse: never io_uring
   readahead=SIZE   the kernel's read-ahead for the mount (default 2M; 0: the
                    kernel's default, 128K): each READ is a round trip, and
                    the data device is read without a page cache of its own
@@ -236,12 +238,15 @@ Options (-o, comma-separated, may be repeated):
                    are not counted (FUSE gives the volume no way to see them)
   remount          change a mounted volume in place: ro commits, checkpoints
                    and refuses changes; rw takes them again (mount -o remount,ro)
-  auto_unmount, dev, nodev, suid, nosuid, exec, noexec, sync, dirsync and
-  max_read=BYTES are passed on; fstab's defaults, noauto, nofail, _netdev,
+  auto_unmount (with allow_other or allow_root), dev, nodev, suid, nosuid,
+  exec, noexec, sync, dirsync and max_read=BYTES are passed on; fstab's defaults, noauto, nofail, _netdev,
   user and x-* are accepted and ignored. Any other option is refused.
   Through mount(8) (mount -t fuse.dualfs, fstab), a mount by root honours
   devices and set-id bits unless nodev or nosuid say otherwise, as for any
   kernel file system; `dualfs mount` keeps FUSE's nodev,nosuid by default.
+  Root mounts with mount(2); any other user, and auto_unmount, through
+  fusermount3 (which allows a user allow_other only with user_allow_other
+  in /etc/fuse.conf, and never dev or suid).
 
 META and DATA may be UUID=… or LABEL=… (see dualfs probe). Options stored
 with `dualfs tune -o` come first; those given here override them.

@@ -34,7 +34,8 @@ fn offline(meta: &Path, data: &Path, order: &CleanOrder) -> Result<Value> {
         .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
     let before = vol.stats();
     let req = order.request();
-    let bar = segment_bar("cleaning", vol.cleanable_segments(&req));
+    let cleanable = vol.cleanable_segments(&req).map_err(|e| anyhow!("cannot read the segment usage table: {e}"))?;
+    let bar = segment_bar("cleaning", cleanable);
     let report = vol
         .clean_in_passes(req, &mut |done, total| {
             bar.set_length(total as u64);

@@ -67,8 +67,14 @@ fn open_one(path: &Path, role: DeviceRole, access: Access) -> Result<Arc<dyn Blo
             FileDevice::open(path, read_only, exclusive)
         };
         match opened {
-            Ok(d) if exclusive => return crate::claim::claim(path, Arc::new(d)),
-            Ok(d) => return Ok(Arc::new(d)),
+            Ok(d) if exclusive => {
+                waiting.done();
+                return crate::claim::claim(path, Arc::new(d));
+            }
+            Ok(d) => {
+                waiting.done();
+                return Ok(Arc::new(d));
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiting.turn(&role.to_string())?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 bail!("{} ({role}): no such file or device", path.display())

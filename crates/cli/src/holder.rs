@@ -7,8 +7,14 @@
 //! device locked asks who holds it (/proc/locks names the process): a
 //! serving process that has seen its mount go renames itself
 //! [`CLOSING_NAME`] (see `mount.rs`), and is waited for, up to
-//! [`CLOSE_WAIT`], with a message; anything else (a mount still mounted,
-//! an fsck, a clean) is named in a refusal at once.
+//! [`CLOSE_WAIT`]; anything else (a mount still mounted, an fsck, a clean)
+//! is named in a refusal, at once when the device is mounted, else after
+//! [`RENAME_GRACE`]: a serving process sees its unmount a moment after
+//! umount(8) has returned, and only then takes its closing name. The wait is said on standard error only
+//! once it has lasted [`SAY_AFTER`]: a mount right after an unmount
+//! usually waits milliseconds, and a kernel file system's mount prints
+//! nothing (scripts compare its output). Every wait is kept for the
+//! mount's log ([`take_waits`]).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -27,18 +33,59 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(60);
 
 /// Pause between two tries of the lock.
 const RETRY: Duration = Duration::from_millis(50);
-/// How long a wait for a closing mount goes unsaid on a terminal: a mount
-/// right after an unmount usually waits some milliseconds, which nobody
-/// need be told; a second is long enough to wonder.
+
+/// A wait for a closing mount is said on standard error once it lasts
+/// this long: long enough for a person to wonder.
 pub const SAY_AFTER: Duration = Duration::from_secs(1);
 
-/// Lines for the log said before it was open (a background mount opens its
-/// devices while its standard error is still the caller's terminal).
-static PENDING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// How long a holder that serves no mount of the device may take to
+/// take its closing name before it is refused as a user of the volume.
+const RENAME_GRACE: Duration = Duration::from_secs(1);
 
-/// The lines kept for the log until it was open, emptied.
-pub fn take_pending() -> Vec<String> {
-    std::mem::take(&mut *PENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+/// Whether a FUSE mount's source names `path`: a DualFS mount's source is
+/// `META#DATA` unless `fsname=` said otherwise.
+fn mounted_from(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    text.lines().any(|line| {
+        // ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE SOURCE SUPER
+        let Some((_, tail)) = line.split_once(" - ") else { return false };
+        let mut fields = tail.split(' ');
+        let (Some(fstype), Some(source)) = (fields.next(), fields.next()) else { return false };
+        fstype.starts_with("fuse") && unescape(source).split('#').any(|p| Path::new(p) == path)
+    })
+}
+
+/// The kernel writes space, tab, newline, backslash and `#` in
+/// mountinfo as three octal digits after a backslash.
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The waits of this process that ended with the lock, as log lines.
+static WAITS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The waits for closing mounts so far (taken): a background mount logs
+/// them once its standard error is its log.
+pub fn take_waits() -> Vec<String> {
+    WAITS.lock().map(|mut w| std::mem::take(&mut *w)).unwrap_or_default()
 }
 
 /// The process holding a lock.
@@ -88,23 +135,33 @@ pub fn holder_of(path: &Path) -> Option<Holder> {
 pub struct Wait {
     path: PathBuf,
     start: Instant,
-    /// Said on the terminal (after [`SAY_AFTER`]).
     said: bool,
-    /// Written to the log, or kept for it.
-    logged: bool,
+    /// The closing process waited for, and the device's role.
+    closing: Option<(u32, String)>,
 }
 
 impl Wait {
     /// A wait for `path`, started now.
     #[must_use]
     pub fn new(path: &Path) -> Wait {
-        Wait { path: path.to_path_buf(), start: Instant::now(), said: false, logged: false }
+        Wait { path: path.to_path_buf(), start: Instant::now(), said: false, closing: None }
+    }
+
+    /// The lock is ours: a wait for a closing mount is kept for the log.
+    pub fn done(self) {
+        let Some((pid, role)) = self.closing else { return };
+        let line = format!(
+            "waited {} ms for {} ({role}) to be closed by the process that served its last mount (pid {pid})",
+            self.start.elapsed().as_millis(),
+            self.path.display()
+        );
+        if let Ok(mut w) = WAITS.lock() {
+            w.push(line);
+        }
     }
 
     /// After a failed try of the lock: pauses and returns Ok when the holder
-    /// is a mount that is closing, or the reason to give up. The wait goes
-    /// to the log at once (kept until it is open, [`take_pending`]), and to
-    /// a terminal only once it has lasted [`SAY_AFTER`].
+    /// is a mount that is closing (saying so once), or the reason to give up.
     ///
     /// # Errors
     /// The holder is not closing, or is still closing after [`CLOSE_WAIT`].
@@ -120,25 +177,21 @@ impl Wait {
                         h.pid
                     );
                 }
-                let line = format!(
-                    "{shown} ({role}) is being closed by the process that served its last mount (pid {}); waiting for it",
-                    h.pid
-                );
-                if crate::logs_to_file() {
-                    if !self.logged {
-                        log::info!("{line}");
-                        self.logged = true;
-                    }
-                } else {
-                    if !self.logged {
-                        PENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(line.clone());
-                        self.logged = true;
-                    }
-                    if !self.said && self.start.elapsed() >= SAY_AFTER {
-                        eprintln!("dualfs: {line}");
-                        self.said = true;
-                    }
+                self.closing = Some((h.pid, role.to_string()));
+                if !self.said && self.start.elapsed() >= SAY_AFTER {
+                    eprintln!(
+                        "dualfs: {shown} ({role}) is being closed by the process that served its last mount (pid {}); waiting for it",
+                        h.pid
+                    );
+                    self.said = true;
                 }
+            }
+            // A serving process whose mount has just gone takes a moment
+            // to see it and take its closing name: umount(8) returns as
+            // soon as the kernel lets go. A holder that serves no mount of
+            // this device is given that moment.
+            Some(h) if self.start.elapsed() < RENAME_GRACE && !mounted_from(&self.path) => {
+                self.closing = Some((h.pid, role.to_string()));
             }
             Some(h) => bail!(
                 "the volume is already mounted or in use: {shown} ({role}) is locked by {} (pid {})",
@@ -169,5 +222,12 @@ mod tests {
         assert_eq!(lock_pid(text, 0x103, 0x0a, 5_349_581), Some(20630));
         assert_eq!(lock_pid(text, 0xfe, 0, 5), None, "POSIX locks are not ours");
         assert_eq!(lock_pid(text, 0xfe, 0, 1), None);
+    }
+
+    #[test]
+    fn mountinfo_sources_are_unescaped() {
+        assert_eq!(unescape("/a/m.img\\043/a/d\\040x.img"), "/a/m.img#/a/d x.img");
+        assert_eq!(unescape("plain\\9"), "plain\\9");
+        assert_eq!(unescape("end\\04"), "end\\04");
     }
 }

@@ -135,8 +135,10 @@ fn summary_json(sb: &Superblock, vol: &Volume) -> Value {
     })
 }
 
-fn segments_json(vol: &Volume, all: bool) -> Value {
+fn segments_json(vol: &Volume, all: bool) -> Result<Value> {
     vol.with_fs(|fs| {
+        // A mount leaves the table on disk: every entry is read for this.
+        fs.log.load_segment_usage().context("cannot read the segment usage table")?;
         let count = fs.log.superblock().segment_count;
         let seg_bytes = u64::from(fs.log.superblock().segment_blocks) * BLOCK_BYTES;
         let mut list = Vec::new();
@@ -153,12 +155,12 @@ fn segments_json(vol: &Volume, all: bool) -> Value {
                     "free": is_free,
                     "live_bytes": u.live_bytes,
                     "utilisation": u64::from(u.live_bytes) as f64 / seg_bytes as f64,
-                    "flags": u.flags,
+                    "ifile_blocks": u.ifile_blocks,
                     "last_seq": u.last_seq.0,
                 }));
             }
         }
-        json!({
+        Ok(json!({
             "segments": count,
             "free": free,
             "reserve": fs.log.reserve_segments(),
@@ -166,7 +168,7 @@ fn segments_json(vol: &Volume, all: bool) -> Value {
             "segment_bytes": seg_bytes,
             "histogram": histogram_json(&fs.log),
             "list": list,
-        })
+        }))
     })
 }
 
@@ -193,8 +195,9 @@ fn histogram_json(log: &Log) -> Value {
     )
 }
 
-fn groups_json(vol: &Volume) -> Value {
+fn groups_json(vol: &Volume) -> Result<Value> {
     vol.with_fs(|fs| {
+        fs.log.space_mut().load_all().context("cannot read the data-group descriptor table")?;
         let total = fs.log.space().total_blocks();
         let per = u64::from(fs.log.space().group_blocks());
         let list: Vec<Value> = fs
@@ -213,7 +216,7 @@ fn groups_json(vol: &Volume) -> Value {
                 })
             })
             .collect();
-        json!({ "group_blocks": per, "groups": list })
+        Ok(json!({ "group_blocks": per, "groups": list }))
     })
 }
 
@@ -322,8 +325,8 @@ fn volume_view(what: &Inspect, sb: &Superblock, vol: &Volume, meta: &dyn BlockDe
         Inspect::Summary => summary_json(sb, vol),
         Inspect::Superblock => superblock_json(sb),
         Inspect::Log => log_json(vol),
-        Inspect::Segments { all } => segments_json(vol, *all),
-        Inspect::Groups => groups_json(vol),
+        Inspect::Segments { all } => segments_json(vol, *all)?,
+        Inspect::Groups => groups_json(vol)?,
         Inspect::Inode { inode } => inode_json(vol, resolve(vol, inode)?)?,
         Inspect::Dir { dir } => dir_json(vol, resolve(vol, dir)?)?,
         Inspect::Extents { file } => crate::extent_map::extents_json(vol, resolve(vol, file)?)?,

@@ -31,7 +31,6 @@ mod metadump;
 mod migrate;
 mod mkfs;
 mod mount;
-mod mount_wire;
 mod obfuscate;
 mod options;
 mod probe;
@@ -43,6 +42,7 @@ mod snapshot;
 mod stats;
 mod sync;
 mod trace;
+mod transport;
 mod tune;
 mod umount;
 mod words;
@@ -70,18 +70,9 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// one plain line like any other of the command's.
 static LOG_TIMESTAMPS: AtomicBool = AtomicBool::new(false);
 
-/// From now on, log lines are for a log file (see [`LOG_TIMESTAMPS`]);
-/// what was kept for the log before it was open goes there first.
+/// From now on, log lines are for a log file (see [`LOG_TIMESTAMPS`]).
 pub fn log_to_file() {
     LOG_TIMESTAMPS.store(true, Ordering::Relaxed);
-    for line in holder::take_pending() {
-        log::info!("{line}");
-    }
-}
-
-/// Whether standard error is a log file by now.
-pub fn logs_to_file() -> bool {
-    LOG_TIMESTAMPS.load(Ordering::Relaxed)
 }
 
 /// Logs go to standard error (a background mount redirects it to its log
@@ -89,8 +80,7 @@ pub fn logs_to_file() -> bool {
 /// DualFS and warnings from everything else.
 fn init_logging() {
     env_logger::Builder::from_env(
-        env_logger::Env::default()
-            .default_filter_or("warn,fuser::session=error,dualfs=info,dualfs_fuse=info,dualfs_engine=info"),
+        env_logger::Env::default().default_filter_or("warn,dualfs=info,dualfs_fuse=info,dualfs_engine=info"),
     )
     .format(|buf, record| {
         if LOG_TIMESTAMPS.load(Ordering::Relaxed) {

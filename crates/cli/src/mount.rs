@@ -21,7 +21,6 @@ use dualfs_engine::repair::rescue;
 use dualfs_engine::volume::MountOptions;
 use dualfs_fuse::clock::KernelClock;
 use dualfs_fuse::{AdapterOptions, DualFs};
-use fuser::{MountOption, Session};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
@@ -142,19 +141,19 @@ fn block_signals() -> Result<SigSet> {
 
 /// Unmounts on the first signal; the session then ends and `serve` closes
 /// the volume. A busy mount is detached, and closes when its files do.
-fn watch_signals(set: SigSet, mut unmount: impl FnMut() -> std::io::Result<()> + Send + 'static, mountpoint: PathBuf) {
+fn watch_signals(set: SigSet, unmount: impl Fn(bool) -> std::io::Result<()> + Send + 'static, mountpoint: PathBuf) {
     let spawned = thread::Builder::new().name("dualfs-signals".into()).spawn(move || {
         loop {
             let Ok(sig) = set.wait() else { return };
             log::info!("{sig}: unmounting {}", mountpoint.display());
-            match unmount() {
+            match unmount(false) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     log::warn!(
                         "{} is busy; detaching it: the volume closes when the last open file does",
                         mountpoint.display()
                     );
-                    if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                    if let Err(e) = unmount(true) {
                         log::error!("cannot detach {}: {e}", mountpoint.display());
                     }
                 }
@@ -324,8 +323,6 @@ fn serve(args: &MountArgs) -> Result<()> {
         );
     }
     let vol = Arc::new(vol);
-    let mut config = fuser::Config::default();
-    config.mount_options = DualFs::required_mount_options();
     if vol.live_tree() != dualfs_engine::format::snapshot::DEFAULT_TREE {
         log::info!("the live tree is {}", vol.live_tree());
     }
@@ -333,10 +330,6 @@ fn serve(args: &MountArgs) -> Result<()> {
         Some(name) => format!("{}#{}@{name}", meta.display(), data.display()),
         None => format!("{}#{}", meta.display(), data.display()),
     });
-    config.mount_options.push(MountOption::FSName(fsname));
-    config.mount_options.extend(cfg.fuse.iter().cloned());
-    config.acl = cfg.acl;
-    config.n_threads = Some(cfg.threads);
     let defaults = AdapterOptions::default();
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
@@ -352,32 +345,16 @@ fn serve(args: &MountArgs) -> Result<()> {
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let mountpoint = absolute(&args.mountpoint)?;
-    let session = if cfg.uring {
-        let options = crate::mount_wire::options(&config.mount_options, cfg.acl);
-        match crate::mount_wire::WireMount::start(fs, &args.mountpoint, &options, &cfg) {
-            Ok(m) => {
-                let _ = notifier.set(Box::new(m.notifier()));
-                watch_signals(signals, m.unmounter(), mountpoint.clone());
-                Served::Wire(m)
-            }
-            Err(e) => {
-                close(vol)?;
-                return Err(e);
-            }
+    let options = crate::transport::options(&fsname, &cfg);
+    let session = match crate::transport::Mounted::start(fs, &args.mountpoint, &options, &cfg) {
+        Ok(m) => m,
+        Err(e) => {
+            close(vol)?;
+            return Err(e);
         }
-    } else {
-        let mut session = match Session::new(fs, &args.mountpoint, &config) {
-            Ok(s) => s,
-            Err(e) => {
-                close(vol)?;
-                bail!("cannot mount on {}: {e}", args.mountpoint.display());
-            }
-        };
-        let _ = notifier.set(Box::new(session.notifier()));
-        let mut unmounter = session.unmount_callable();
-        watch_signals(signals, move || unmounter.unmount(), mountpoint.clone());
-        Served::Fuser(Box::new(session))
     };
+    let _ = notifier.set(Box::new(session.notifier()));
+    watch_signals(signals, session.unmounter(), mountpoint.clone());
     if let Some(w) = crate::bdi::dirty_window(&mountpoint, cfg.dirty_window, cfg.stream_window) {
         let _ = window.set(w);
     }
@@ -401,20 +378,18 @@ fn serve(args: &MountArgs) -> Result<()> {
     if args.daemon_child {
         detach(&cfg)?;
     }
-    log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
-    if let Served::Wire(m) = &session {
-        log::info!("{}", m.transport());
+    for wait in crate::holder::take_waits() {
+        log::info!("{wait}");
     }
+    log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
+    log::info!("{}", session.transport());
     log::warn!(
         "sync(1) does not make data durable on a FUSE file system: data is committed every {} s; run `dualfs \
          sync {}` (or fsync) to make it durable now",
         vol.options().commit_interval.as_secs(),
         args.mountpoint.display()
     );
-    let served = match session {
-        Served::Fuser(s) => s.run().context("the FUSE session ended with an error"),
-        Served::Wire(m) => m.run(),
-    };
+    let served = session.run();
     log::info!("unmounted {}", args.mountpoint.display());
     // Tells a mount of the same volume that finds it locked that it is
     // closing, and worth waiting for (see holder.rs).
@@ -427,10 +402,4 @@ fn serve(args: &MountArgs) -> Result<()> {
     }
     close(vol)?;
     served
-}
-
-/// The session that serves the mount: fuser's, or ours (`-o uring`).
-enum Served {
-    Fuser(Box<Session<DualFs>>),
-    Wire(crate::mount_wire::WireMount),
 }

@@ -5,11 +5,75 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use dualfs_engine::volume::{AtimeMode, Order};
-use fuser::{MountOption, SessionACL};
 
 /// Requests served at once by default: enough that a commit writing a
 /// partial segment on one thread leaves others to answer reads.
 const DEFAULT_THREADS: usize = 4;
+
+/// A flag or option for the kernel's mount, as mount(8) names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountOption {
+    RO,
+    RW,
+    Dev,
+    NoDev,
+    Suid,
+    NoSuid,
+    Exec,
+    NoExec,
+    Sync,
+    Async,
+    DirSync,
+    NoAtime,
+    AutoUnmount,
+    /// Passed on as written (`max_read=N`).
+    Custom(String),
+}
+
+impl MountOption {
+    /// The option as mount(8) and fusermount3 spell it.
+    #[must_use]
+    pub fn text(&self) -> &str {
+        match self {
+            MountOption::RO => "ro",
+            MountOption::RW => "rw",
+            MountOption::Dev => "dev",
+            MountOption::NoDev => "nodev",
+            MountOption::Suid => "suid",
+            MountOption::NoSuid => "nosuid",
+            MountOption::Exec => "exec",
+            MountOption::NoExec => "noexec",
+            MountOption::Sync => "sync",
+            MountOption::Async => "async",
+            MountOption::DirSync => "dirsync",
+            MountOption::NoAtime => "noatime",
+            MountOption::AutoUnmount => "auto_unmount",
+            MountOption::Custom(c) => c,
+        }
+    }
+}
+
+/// Who may use the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The user who mounted it (the kernel's rule without allow_other).
+    Owner,
+    /// Everyone (`allow_other`).
+    All,
+    /// The owner and root (`allow_root`).
+    RootAndOwner,
+}
+
+/// What carries the FUSE requests (`transport=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring where the kernel allows it, /dev/fuse otherwise.
+    Auto,
+    /// io_uring, or no mount.
+    Uring,
+    /// /dev/fuse, even where io_uring is allowed.
+    DevFuse,
+}
 
 /// Everything `-o` decides.
 #[derive(Debug, Clone)]
@@ -25,12 +89,13 @@ pub struct MountConfig {
     /// What a crash may show (`order=`).
     pub order: Order,
     /// Who may use the mount.
-    pub acl: SessionACL,
-    /// Options for fuser and the kernel.
+    pub acl: Access,
+    /// Options for the kernel's mount.
     pub fuse: Vec<MountOption>,
     /// Log file of a background mount.
     pub log: Option<PathBuf>,
-    /// fuser threads.
+    /// Threads reading /dev/fuse (`threads=`); beside io_uring's queues
+    /// they carry what the kernel never puts on a ring (FORGET, INTERRUPT).
     pub threads: usize,
     /// Shown as the source in /proc/mounts, if the user chose one.
     pub fsname: Option<String>,
@@ -69,10 +134,9 @@ pub struct MountConfig {
     /// `clone=NAME`: make that tree the live one (keeping the tree that
     /// was live) and mount it.
     pub clone: Option<String>,
-    /// `uring`: serve over our own transports (dualfs-wire), io_uring
-    /// queues where the kernel allows them, else /dev/fuse; without it,
-    /// fuser serves.
-    pub uring: bool,
+    /// `transport=`: io_uring where the kernel allows it (the default), or
+    /// one of the two insisted on.
+    pub transport: Transport,
 }
 
 impl Default for MountConfig {
@@ -83,7 +147,7 @@ impl Default for MountConfig {
             data_expire: None,
             cache: None,
             order: Order::Default,
-            acl: SessionACL::Owner,
+            acl: Access::Owner,
             fuse: Vec::new(),
             log: None,
             threads: DEFAULT_THREADS,
@@ -101,7 +165,7 @@ impl Default for MountConfig {
             remount: false,
             snapshot: None,
             clone: None,
-            uring: false,
+            transport: Transport::Auto,
         }
     }
 }
@@ -303,20 +367,30 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             c.atime = mode;
             // The kernel never updates a FUSE file's atime itself; noatime
             // is passed on only so that /proc/mounts says so.
-            c.fuse.retain(|o| !matches!(o, MountOption::NoAtime | MountOption::Atime));
+            c.fuse.retain(|o| *o != MountOption::NoAtime);
             if mode == AtimeMode::NoAtime {
                 c.fuse.push(MountOption::NoAtime);
             }
+        } else if let Some(v) = opt.strip_prefix("transport=") {
+            c.transport = match v {
+                "auto" => Transport::Auto,
+                "uring" => Transport::Uring,
+                "devfuse" => Transport::DevFuse,
+                _ => bail!("transport={v}: give auto, uring or devfuse"),
+            };
         } else if opt == "uring" || opt == "nouring" {
-            c.uring = opt == "uring";
+            bail!(
+                "{opt}: io_uring is used by itself where the kernel allows it; transport=uring insists on it, \
+                 transport=devfuse refuses it"
+            );
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
         } else if opt == "ro" {
             c.read_only = true;
             c.fuse.push(MountOption::RO);
         } else if opt == "allow_other" || opt == "allow_root" {
-            let acl = if opt == "allow_other" { SessionACL::All } else { SessionACL::RootAndOwner };
-            if c.acl != SessionACL::Owner && c.acl != acl {
+            let acl = if opt == "allow_other" { Access::All } else { Access::RootAndOwner };
+            if c.acl != Access::Owner && c.acl != acl {
                 bail!("the mount options allow_other and allow_root contradict each other: give one of them");
             }
             c.acl = acl;
@@ -334,7 +408,7 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             if v.parse::<u32>().map_or(true, |n| n == 0) {
                 bail!("max_read={v}: give a number of bytes");
             }
-            c.fuse.push(MountOption::CUSTOM(opt.to_string()));
+            c.fuse.push(MountOption::Custom(opt.to_string()));
         } else {
             bail!("unknown mount option {opt:?} (dualfs mount --help lists the options)");
         }
@@ -402,7 +476,7 @@ mod tests {
         assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);
-        assert_eq!(c.acl, SessionACL::All);
+        assert_eq!(c.acl, Access::All);
         assert_eq!(c.commit, Some(Duration::from_secs(30)));
         assert_eq!(c.threads, 2);
         assert_eq!(c.log, Some(PathBuf::from("/tmp/x.log")));
@@ -411,7 +485,7 @@ mod tests {
     #[test]
     fn fstab_noise_is_dropped_and_fuse_options_pass_through() {
         let c = p("defaults,noauto,_netdev,x-systemd.automount,dev,suid,max_read=65536");
-        assert_eq!(c.fuse, vec![MountOption::Dev, MountOption::Suid, MountOption::CUSTOM("max_read=65536".into())]);
+        assert_eq!(c.fuse, vec![MountOption::Dev, MountOption::Suid, MountOption::Custom("max_read=65536".into())]);
     }
 
     #[test]
@@ -461,10 +535,20 @@ mod tests {
         let e = parse(&["nosuchoption".into()]).unwrap_err().to_string();
         assert!(e.contains("unknown mount option \"nosuchoption\""), "{e}");
         assert!(parse(&["max_read=abc".into()]).is_err());
-        assert_eq!(p("max_read=65536").fuse, vec![MountOption::CUSTOM("max_read=65536".into())]);
+        assert_eq!(p("max_read=65536").fuse, vec![MountOption::Custom("max_read=65536".into())]);
         assert!(parse(&["allow_other,allow_root".into()]).is_err());
         // What /proc/mounts shows of a FUSE mount, repeated by mount(8) on a remount.
         assert!(p("user_id=0,group_id=0,rootmode=40000").fuse.is_empty());
+    }
+
+    #[test]
+    fn the_transport_is_chosen_by_itself_unless_one_is_insisted_on() {
+        assert_eq!(p("").transport, Transport::Auto);
+        assert_eq!(p("transport=uring").transport, Transport::Uring);
+        assert_eq!(p("transport=devfuse,transport=auto").transport, Transport::Auto);
+        assert!(parse(&["transport=fuser".into()]).is_err());
+        let e = parse(&["uring".into()]).unwrap_err().to_string();
+        assert!(e.contains("transport=uring"), "{e}");
     }
 
     #[test]

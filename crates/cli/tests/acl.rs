@@ -202,7 +202,7 @@ fn acls_behave_as_on_the_host_file_system() {
     std::fs::create_dir(&host).unwrap();
     let host = host.to_str().unwrap().to_string();
     if !sh_output(&format!("touch {host}/probe && setfacl -m u:1000:r {host}/probe")).status.success() {
-        println!("SKIPPED: the host file system under {host} has no POSIX ACLs");
+        common::skip(&format!("the host file system under {host} has no POSIX ACLs"));
         return;
     }
     sh(&format!("rm {host}/probe && chmod 755 {host}"));

@@ -190,7 +190,7 @@ impl Loops {
         for f in files {
             let out = sh_output(&format!("losetup -f --show {}", f.display()));
             if !out.status.success() {
-                println!("SKIPPED: no loop device ({})", stderr(&out).trim());
+                common::skip(&format!("no loop device ({})", stderr(&out).trim()));
                 return None;
             }
             l.0.push(String::from_utf8_lossy(&out.stdout).trim().to_string());

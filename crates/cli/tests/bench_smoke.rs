@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -16,7 +18,7 @@ fn bench_dir() -> PathBuf {
 /// Whether the harness can run here; says why not when it cannot.
 fn can_run() -> bool {
     if !nix::unistd::geteuid().is_root() {
-        println!("SKIPPED: the benchmark harness needs root (loop devices, mount)");
+        common::skip("the benchmark harness needs root (loop devices, mount)");
         return false;
     }
     for (what, cmd) in [
@@ -27,7 +29,7 @@ fn can_run() -> bool {
     ] {
         let ok = Command::new("sh").args(["-c", cmd]).output().is_ok_and(|o| o.status.success());
         if !ok {
-            println!("SKIPPED: {what} is not available");
+            common::skip(&format!("{what} is not available"));
             return false;
         }
     }

@@ -18,7 +18,7 @@ fn seek_data_and_hole_see_what_the_kernel_still_holds() {
         return;
     };
     // Our own transport (the fuser shim does not count open handles).
-    v.mount_with("uring");
+    v.mount();
     let script = r#"
 import os, sys
 D, H = os.SEEK_DATA, os.SEEK_HOLE
@@ -102,7 +102,7 @@ fn chattr_immutable_and_append_only_hold_for_root() {
         println!("SKIPPED: chattr/lsattr (e2fsprogs) are missing");
         return;
     }
-    v.mount_with("uring");
+    v.mount();
     let m = v.m().to_string();
     sh(&format!("cd {m} && echo hello > f && mkdir d && touch d/in && chattr +i f d && lsattr -d f d"));
     let flags = sh(&format!("cd {m} && lsattr -d f d | cut -d' ' -f1"));
@@ -142,7 +142,7 @@ fn chattr_immutable_and_append_only_hold_for_root() {
     let l = sh(&format!("cd {m} && lsattr -p l")).trim_start().to_string();
     assert!(l.starts_with("42 ") && l.contains('d') && l.contains('A'), "lsattr -p: {l}");
     v.umount();
-    v.mount_with("uring");
+    v.mount();
     let l = sh(&format!("cd {m} && lsattr -p l && lsattr -d d")).trim_start().to_string();
     assert!(l.starts_with("42 ") && l.contains('A') && l.contains('P'), "after a remount: {l}");
     sh(&format!("cd {m} && rm d/in && rm l f"));
@@ -156,7 +156,7 @@ fn statx_answers_the_birth_time() {
     let Some(mut v) = TestVolume::create("128M") else {
         return;
     };
-    v.mount_with("uring");
+    v.mount();
     let m = v.m().to_string();
     let before = sh("date +%s").trim().parse::<i64>().unwrap();
     sh(&format!("cd {m} && echo a > f && mkdir d"));
@@ -167,7 +167,7 @@ fn statx_answers_the_birth_time() {
     sh(&format!("cd {m} && touch -d 2001-01-01 f && echo b >> f"));
     assert_eq!(born("f"), f, "a change keeps the birth time");
     v.umount();
-    v.mount_with("uring");
+    v.mount();
     assert_eq!(born("f"), f, "after a remount");
     v.umount();
 }
@@ -179,7 +179,7 @@ fn tmpfiles_are_named_by_linkat_or_freed_even_across_a_crash() {
     let Some(mut v) = TestVolume::create("128M") else {
         return;
     };
-    v.mount_with("uring");
+    v.mount();
     let m = v.m().to_string();
     let before = v.usage();
     let script = r#"
@@ -210,7 +210,7 @@ print(sorted(os.listdir('.')))
     v.umount();
 
     // Held open when the server is killed: recovery frees it.
-    let mut child = v.spawn_mount(&["-o", "uring"]);
+    let mut child = v.spawn_mount(&[]);
     let mut holder = std::process::Command::new("python3")
         .args([
             "-c",
@@ -232,7 +232,7 @@ print(sorted(os.listdir('.')))
     holder.kill().unwrap();
     holder.wait().unwrap();
     v.fsck();
-    v.mount_with("uring");
+    v.mount();
     assert!(v.usage().0 <= before.0 + 8, "after recovery: {:?} against {before:?}", v.usage());
     v.umount();
 }

@@ -248,7 +248,8 @@ fn probe_says_what_blkid_would_and_tune_changes_identity_on_both_devices() {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let sb: serde_json::Value =
         serde_json::from_slice(&dualfs(&["inspect", "--json", m, d, "superblock"]).stdout).unwrap();
-    assert_eq!(sb["format"], "1.6");
+    use dualfs_engine::format::superblock::{FORMAT_MAJOR, FORMAT_MINOR};
+    assert_eq!(sb["format"], format!("{FORMAT_MAJOR}.{FORMAT_MINOR}"));
     let out = dualfs(&["tune", "-o", "^commit", m, d]);
     assert!(stdout(&out).contains("\"noatime\" (was \"noatime,commit=30\")"), "{}", stdout(&out));
     let out = dualfs(&["tune", "-o", "nosuchoption", m, d]);

@@ -79,7 +79,7 @@ fn run_sqlite_writers(v: &TestVolume) -> (String, &'static str) {
 fn have_sqlite() -> bool {
     let found = !sh("command -v sqlite3 || true").trim().is_empty();
     if !found {
-        println!("SKIPPED: sqlite3 is not installed");
+        common::skip("sqlite3 is not installed (scripts/install-deps)");
     }
     found
 }

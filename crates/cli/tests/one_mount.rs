@@ -106,3 +106,63 @@ fn mkfs_force_never_overwrites_a_mounted_file_system() {
     assert_eq!(sh(&format!("cat {}/f", mnt.display())).trim(), "precious");
     sh(&format!("umount {}", mnt.display()));
 }
+
+/// Holds `file`'s lock for `secs` as a serving process does: flock(1)
+/// under `name`, the process name of a mount (`dualfs`) or of a mount
+/// that has seen its unmount (`dualfs-closing`).
+fn holder(dir: &Path, name: &str, file: &Path, secs: f64) -> std::process::Child {
+    let fake = dir.join(name);
+    if !fake.exists() {
+        std::fs::copy(sh("command -v flock").trim(), &fake).unwrap();
+    }
+    let child =
+        std::process::Command::new(&fake).arg("-x").arg(file).args(["sleep", &secs.to_string()]).spawn().unwrap();
+    let f = std::fs::File::open(file).unwrap();
+    let start = std::time::Instant::now();
+    while f.try_lock_shared().is_ok() {
+        f.unlock().unwrap();
+        assert!(start.elapsed().as_secs() < 10, "flock never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child
+}
+
+#[test]
+fn a_mount_waiting_briefly_for_a_closing_one_prints_nothing_and_logs_the_wait() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    // A short wait, as after an unmount: nothing on the terminal (a kernel
+    // file system's mount prints nothing), the wait in the log.
+    let mut held = holder(v.dir.path(), "dualfs-closing", &v.meta, 0.3);
+    let out = v.mount_output("");
+    held.wait().unwrap();
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "a short wait was said on stderr");
+    assert!(v.log().contains("to be closed by the process that served its last mount"), "{}", v.log());
+    v.umount();
+
+    // A wait a person would wonder about is said.
+    let mut held = holder(v.dir.path(), "dualfs-closing", &v.meta, 2.5);
+    let out = v.mount_output("");
+    held.wait().unwrap();
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert!(stderr(&out).contains("waiting for it"), "{}", stderr(&out));
+    v.umount();
+}
+
+#[test]
+fn a_mount_right_after_an_unmount_waits_for_the_server_to_see_it() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    // umount(8) returns before the serving process has seen its mount go
+    // and taken its closing name: it still holds the lock as `dualfs`,
+    // serving no mount. The next mount waits for it, silently.
+    let mut held = holder(v.dir.path(), "dualfs", &v.meta, 0.3);
+    let out = v.mount_output("");
+    held.wait().unwrap();
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    v.umount();
+}

@@ -20,7 +20,7 @@ fn fallocate_and_direct_writes_by_others_drop_set_id_bits_and_capabilities() {
         return;
     };
     if !common::sh_output("command -v setcap && command -v setpriv").status.success() {
-        println!("SKIPPED: setcap (libcap2-bin) or setpriv (util-linux) is missing");
+        common::skip("setcap (libcap2-bin) or setpriv (util-linux) is missing (scripts/install-deps)");
         return;
     }
     v.mount_with("allow_other");

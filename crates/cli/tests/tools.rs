@@ -311,7 +311,7 @@ fn a_cold_walk_that_stats_a_directory_of_a_thousand_names_looks_none_of_them_up(
         return;
     };
     if !kernel_sizes_listings_from_the_buffer() {
-        println!("SKIPPED: this kernel sends listings one page at a time, whatever the directory asks for");
+        common::skip("this kernel sends listings one page at a time, whatever the directory asks for (Linux 6.16+)");
         return;
     }
     v.mount();

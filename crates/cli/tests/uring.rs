@@ -1,13 +1,13 @@
-//! `dualfs mount -o uring`: the adapter served by our own transports. With
-//! the fuse module's `enable_uring` set, over per-CPU io_uring queues,
-//! real tools (tar, cp -a, ls -l, fsync, rm -rf) get what they put, and
-//! the volume keeps it across a remount by the default transport; with it
-//! off, the mount still works, over /dev/fuse, and the log says why.
+//! The transport a mount chooses by itself: with the fuse module's
+//! `enable_uring` set, per-CPU io_uring queues, over which real tools
+//! (tar, cp -a, ls -l, fsync, rm -rf) get what they put, and the volume
+//! keeps it across a remount over /dev/fuse; with it off, /dev/fuse, and
+//! the log says why; `transport=uring` then refuses to mount.
 //!
 //! `enable_uring` is the whole machine's: it is set only for the moment of
-//! the mount (the kernel decides at INIT) and put back as it was, even
-//! when the test fails. The whole mount suite runs over io_uring with
-//! `make test-uring`.
+//! the mount (the kernel decides at INIT and at each queue's
+//! registration) and put back as it was, even when the test fails. `make
+//! test` runs the mount suites over io_uring too (docs/TESTING.md).
 
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -17,13 +17,13 @@ use std::path::Path;
 
 use common::{TestVolume, UringParameter, sh};
 
-/// Mounts `v` with `-o uring` while `enable_uring` is `value`; the
-/// parameter is put back once the mount is up.
-fn mount_uring(v: &mut TestVolume, value: &str) -> bool {
+/// Mounts `v` with no transport named while `enable_uring` is `value`;
+/// the parameter is put back once the mount is up.
+fn mount_by_itself(v: &mut TestVolume, value: &str) -> bool {
     let Some(param) = UringParameter::set(value) else {
         return false;
     };
-    v.mount_as_given("uring");
+    v.mount_as_given("");
     drop(param);
     true
 }
@@ -75,17 +75,10 @@ fn tools_over_io_uring_get_what_they_put_and_it_survives_a_remount() {
     let Some(mut v) = TestVolume::create("512M") else {
         return;
     };
-    if !mount_uring(&mut v, "Y") {
+    if !mount_by_itself(&mut v, "Y") {
         return;
     }
-    // Another process may set the parameter between ours and the mount
-    // (the lock is a convention); then this run cannot test io_uring.
     let said = v.transport();
-    if said.contains("enable_uring is off") {
-        println!("SKIPPED: enable_uring was turned off by someone else during the mount: {said}");
-        v.umount();
-        return;
-    }
     assert!(said.contains("serving over io_uring"), "io_uring was allowed, but: {said}");
     let src = v.dir.path().join("outside");
     make_tree(&src);
@@ -115,8 +108,9 @@ head -c 1000000 /dev/urandom > synced && sync synced
     }
     sh(&format!("rm -rf '{m}/y' && test ! -e '{m}/y' && test -z \"$(ls -A '{m}/x/c/empty' 2>/dev/null)\""));
     v.umount();
-    // Served by fuser this time: the volume kept what io_uring brought.
-    v.mount();
+    // Over /dev/fuse this time: the volume kept what io_uring brought.
+    v.mount_as_given("transport=devfuse");
+    v.expect_transport("serving over /dev/fuse: not asked for");
     assert_same(&listing(&format!("{m}/x")), &want, "after a remount");
     assert_eq!(sh(&format!("md5sum < '{m}/synced'")), synced);
     assert!(!Path::new(&format!("{m}/y")).exists(), "rm -rf over io_uring held");
@@ -128,15 +122,10 @@ fn with_enable_uring_off_the_mount_serves_over_dev_fuse_and_says_why() {
     let Some(mut v) = TestVolume::create("256M") else {
         return;
     };
-    if !mount_uring(&mut v, "N") {
+    if !mount_by_itself(&mut v, "N") {
         return;
     }
     let said = v.transport();
-    if said.contains("serving over io_uring") {
-        println!("SKIPPED: enable_uring was turned on by someone else during the mount: {said}");
-        v.umount();
-        return;
-    }
     assert!(said.contains("serving over /dev/fuse: the fuse module's enable_uring is off"), "{said}");
     let m = v.m().to_string();
     sh(&format!(
@@ -148,5 +137,26 @@ test "$(cat d/g)" = hello && test "$(readlink d/l)" = f
     v.umount();
     v.mount();
     assert_eq!(sh(&format!("cat '{m}/d/g'")), "hello\n");
+    v.umount();
+}
+
+#[test]
+fn transport_uring_refuses_to_mount_without_io_uring_and_says_why() {
+    let Some(v) = TestVolume::create("128M") else {
+        return;
+    };
+    let Some(param) = UringParameter::set("N") else {
+        return;
+    };
+    let out =
+        common::dualfs(&["mount", "-o", "transport=uring", v.meta.to_str().unwrap(), v.data.to_str().unwrap(), v.m()]);
+    drop(param);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted without io_uring");
+    assert!(said.contains("transport=uring") && said.contains("enable_uring is off"), "{said}");
+    assert!(!common::is_mounted(&v.mnt), "the refused mount is gone");
+    // Nothing was left half-open: the volume mounts again at once.
+    let mut v = v;
+    v.mount();
     v.umount();
 }

@@ -90,11 +90,15 @@ pub enum Fault {
     /// O_TMPFILE: make the unnamed file without putting it on the orphan
     /// list (a crash then leaves an inode in use that nothing names).
     TmpfileNotOrphan,
+    /// Sparse IFile: leave the IFile blocks of the checkpoint followed out
+    /// of the segment usage entries a checkpoint writes (they are its own
+    /// no longer, and counted nowhere), so that their segments look free.
+    UncountedCheckpointBlocks,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 27] = [
+    pub const ALL: [Fault; 28] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -122,6 +126,7 @@ impl Fault {
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
         Fault::TmpfileNotOrphan,
+        Fault::UncountedCheckpointBlocks,
     ];
 
     #[cfg(feature = "fault-injection")]

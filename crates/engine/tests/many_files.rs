@@ -1,6 +1,7 @@
 //! Ten million files (issue 13), through the engine on sparse image files.
-//! Not part of the default run: `DUALFS_SCALE_FILES=10000000 cargo test
-//! --release -p dualfs-engine --test many_files -- --nocapture` (images go
+//! Not part of the default run (ignored): `DUALFS_SCALE_FILES=10000000 cargo
+//! test --release -p dualfs-engine --test many_files -- --ignored
+//! --nocapture` (images go
 //! to `DUALFS_SCALE_DIR`, /var/tmp by default, and are removed after unless
 //! `DUALFS_SCALE_KEEP` is set).
 //!
@@ -72,12 +73,15 @@ fn walk(v: &Volume, dir: InodeNo, seen: &mut u64) -> Vec<InodeNo> {
     }
 }
 
+// A scale run of an hour, not part of `make test`: reported as ignored
+// there, never as passed.
 #[test]
+#[ignore = "a scale run of an hour: see the file's opening comment"]
 fn ten_million_files() {
-    let Some(total) = std::env::var("DUALFS_SCALE_FILES").ok().and_then(|v| v.parse::<u64>().ok()) else {
-        eprintln!("skipped: set DUALFS_SCALE_FILES (10000000 for issue 13's run)");
-        return;
-    };
+    let total = std::env::var("DUALFS_SCALE_FILES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("DUALFS_SCALE_FILES: how many files (10000000 for the scale run)");
     let big = std::env::var("DUALFS_SCALE_BIG").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(total / 10);
     let base = std::path::PathBuf::from(std::env::var("DUALFS_SCALE_DIR").unwrap_or_else(|_| "/var/tmp".into()));
     let dir = tempfile::Builder::new().prefix("dualfs-many").tempdir_in(&base).unwrap();

@@ -1,10 +1,10 @@
 //! What the adapter answers, in no transport's types: the requests' work
 //! is done by methods of [`crate::DualFs`] (crate `ops`) that take plain
 //! node ids, names, credentials and the kernel's flag words, and return
-//! these. A transport (fuser's session, or `dualfs-wire`'s /dev/fuse and
-//! io_uring queues) decodes a request, calls the method and encodes the
+//! these. The transport (`dualfs-wire`'s /dev/fuse and io_uring queues,
+//! through `wire.rs`) decodes a request, calls the method and encodes the
 //! answer; flag words keep the values of the kernel's uapi header
-//! (<linux/fuse.h>), which both sides of every transport share.
+//! (<linux/fuse.h>).
 
 use std::io;
 use std::sync::{Arc, OnceLock};

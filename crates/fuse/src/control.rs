@@ -409,7 +409,8 @@ impl Control {
                 id: s.id + 1,
                 running: true,
                 order: order.to_string(),
-                total: vol.cleanable_segments(&req),
+                // (A usage table that cannot be read fails the run itself.)
+                total: vol.cleanable_segments(&req).unwrap_or(0),
                 ..Status::default()
             };
         }

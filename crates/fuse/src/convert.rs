@@ -1,14 +1,10 @@
-//! Translations between the kernel's vocabulary (fuser types, flag words)
-//! and the engine's. Pure functions: no I/O, no state. The flag words are
-//! the kernel's own (uapi) and serve every transport; the fuser types only
-//! the fuser shim.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! Translations between the kernel's vocabulary (its flag words, uapi
+//! <linux/fuse.h> and <fcntl.h>) and the engine's. Pure functions: no
+//! I/O, no state.
 
 use dualfs_engine::Error;
-use dualfs_engine::types::{FileKind, Timestamp};
-use dualfs_engine::volume::{Attr, FallocateMode, RenameFlags, SetMode, TimeSet, Whence};
-use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use dualfs_engine::types::FileKind;
+use dualfs_engine::volume::{Attr, FallocateMode, RenameFlags, SetMode, Whence};
 
 use crate::answers::Errno;
 
@@ -16,66 +12,6 @@ use crate::answers::Errno;
 #[must_use]
 pub fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-/// A time fuser decoded from a kernel request (setattr).
-///
-/// fuser 0.18 turns the kernel's `(sec, nsec)` into `EPOCH - (-sec + nsec)`
-/// when `sec` is negative, where `EPOCH - (-sec) + nsec` is meant: a time
-/// before 1970 with a fraction of a second would be stored almost two
-/// seconds off. The duration before the epoch it builds is exactly
-/// `(-sec, nsec)`, so the kernel's numbers are read back from it. Times
-/// from 1970 on are decoded correctly and taken as they are.
-pub fn request_time(t: SystemTime) -> Timestamp {
-    match UNIX_EPOCH.duration_since(t) {
-        Ok(before) if !before.is_zero() => {
-            Timestamp { sec: -i64::try_from(before.as_secs()).unwrap_or(i64::MAX), nsec: before.subsec_nanos() }
-        }
-        _ => Timestamp::from(t),
-    }
-}
-
-/// A `setattr` time: "now" is resolved by the engine's clock.
-pub fn time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(s) => TimeSet::At(request_time(s)),
-    }
-}
-
-/// The kernel's name for a kind of file.
-pub fn file_type(k: FileKind) -> FileType {
-    match k {
-        FileKind::Regular => FileType::RegularFile,
-        FileKind::Directory => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-/// The attributes of a negative entry: node id 0 tells the kernel that the
-/// name does not exist, and that it may remember so for the entry's TTL.
-pub fn absent() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
 }
 
 /// What one READDIRPLUS entry takes, for a name of up to 40 bytes: the
@@ -115,29 +51,6 @@ pub fn blksize(a: &Attr) -> u32 {
         return a.blksize;
     }
     u32::try_from(need.next_power_of_two()).map_or(a.blksize, |b| b.max(a.blksize))
-}
-
-/// Engine attributes as `stat` fields for the kernel.
-pub fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino.0),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime.to_system_time(),
-        mtime: a.mtime.to_system_time(),
-        ctime: a.ctime.to_system_time(),
-        crtime: a.crtime.to_system_time(),
-        kind: file_type(a.kind),
-        perm: (a.perm & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        // The kernel's attribute carries the 32-bit encoded device number;
-        // mknod handed the engine that same encoding.
-        rdev: a.rdev as u32,
-        blksize: blksize(a),
-        flags: 0,
-    }
 }
 
 /// `renameat2` flags; anything but NOREPLACE and EXCHANGE (WHITEOUT, or a
@@ -218,20 +131,9 @@ pub fn xattr_names(names: &[Vec<u8>]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use dualfs_engine::types::Timestamp;
 
     use super::*;
-
-    #[test]
-    fn request_times_before_1970_are_read_as_the_kernel_sent_them() {
-        // The kernel's (-2, 800_000_000) is 1.2 s before the epoch; fuser
-        // hands over EPOCH - 2.8 s.
-        let from_fuser = UNIX_EPOCH - Duration::new(2, 800_000_000);
-        assert_eq!(request_time(from_fuser), Timestamp { sec: -2, nsec: 800_000_000 });
-        let later = UNIX_EPOCH + Duration::new(5, 7);
-        assert_eq!(request_time(later), Timestamp { sec: 5, nsec: 7 });
-        assert_eq!(request_time(UNIX_EPOCH), Timestamp { sec: 0, nsec: 0 });
-    }
 
     #[test]
     fn rename_whiteout_is_refused() {

@@ -6,8 +6,9 @@
 //! the lifetime of an inode is the engine's reference count, which mirrors
 //! the kernel's lookup count (every reply that makes the kernel take a
 //! lookup reference is matched by one `remember`, every FORGET by `forget`).
-//! Nothing here takes a lock: requests run on several fuser threads at once
-//! and the engine decides what may go on while a partial segment is written.
+//! Nothing here takes a lock: requests run on several threads at once (the
+//! transport's, see [`dualfs_wire`]) and the engine decides what may go on
+//! while a partial segment is written.
 //!
 //! What the kernel does for us, by choice:
 //! - permission checks (`default_permissions`), including clearing set-id
@@ -29,7 +30,6 @@ mod caller;
 pub mod clock;
 pub mod control;
 mod convert;
-mod filesystem;
 pub mod migrate;
 mod ops;
 pub mod receive;
@@ -104,9 +104,9 @@ impl Default for AdapterOptions {
     }
 }
 
-/// A mounted DualFS volume: the requests' work as transport-neutral
-/// methods (crate `ops`), served by fuser (it is a `fuser::Filesystem`) or
-/// by any transport that calls the methods.
+/// A mounted DualFS volume: the requests' work as methods (crate `ops`) in
+/// no transport's types, and the `dualfs_wire::Handler` that decodes each
+/// request, calls them and encodes the answer (`wire.rs`).
 #[derive(Debug)]
 pub struct DualFs {
     vol: Arc<Volume>,
@@ -189,12 +189,7 @@ impl DualFs {
     /// The mount options the adapter relies on: the kernel must check
     /// permissions, and the type should read `fuse.dualfs`.
     #[must_use]
-    pub fn required_mount_options() -> Vec<fuser::MountOption> {
-        vec![
-            fuser::MountOption::DefaultPermissions,
-            // Passed to the kernel (a custom option) rather than to
-            // fusermount, so that /proc/mounts says fuse.dualfs.
-            fuser::MountOption::CUSTOM("subtype=dualfs".into()),
-        ]
+    pub fn required_mount_options() -> &'static [&'static str] {
+        &["default_permissions", "subtype=dualfs"]
     }
 }

@@ -1,14 +1,13 @@
 //! DualFS served by our own transports (crate `dualfs-wire`: /dev/fuse
 //! read by threads, or per-CPU io_uring queues): a dispatch from each
-//! decoded request to the transport-neutral method of [`DualFs`] that does
-//! its work (crate `ops`), and the answer encoded into the reply buffer.
+//! decoded request to the method of [`DualFs`] that does its work (crate
+//! `ops`), and the answer encoded into the reply buffer.
 //!
-//! It answers as the fuser shim does, request for request: same INIT
-//! flags, same TTLs, same errnos. Where the protocol tells more than fuser
-//! passed on (SETATTR's FATTR_KILL_SUIDGID, SETXATTR's ACL_KILL_SGID with
-//! FUSE_SETXATTR_EXT, READDIRPLUS entries without attributes), the
-//! adapter still decides as under fuser, so that both transports pass one
-//! test suite; those are later changes, each measured.
+//! Where the protocol tells more than the adapter reads yet (SETATTR's
+//! FATTR_KILL_SUIDGID, SETXATTR's ACL_KILL_SGID with FUSE_SETXATTR_EXT),
+//! the adapter decides from what it knows (see `ops`); each is a change of
+//! its own, measured. READDIRPLUS sends entries the kernel holds without
+//! attributes (node id 0).
 
 use std::io;
 
@@ -127,15 +126,15 @@ fn opened(r: Result<Opened, Errno>, out: &mut ReplyBuf<'_>) -> Outcome {
     answer(r, out, |o, out| out.open_out(o.fh, o.flags))
 }
 
-/// The flags fuser asks for besides the adapter's (its `INIT_FLAGS`):
+/// The flags asked for besides the adapter's own (`DualFs::negotiate`):
 /// asynchronous reads and large writes, and MAX_PAGES where offered.
-const FUSER_BASE: u64 = init_flags::ASYNC_READ | init_flags::BIG_WRITES | init_flags::MAX_PAGES;
+const BASE_FLAGS: u64 = init_flags::ASYNC_READ | init_flags::BIG_WRITES | init_flags::MAX_PAGES;
 
 impl Handler for DualFs {
     fn init(&self, offer: &InitIn) -> InitOut {
-        let flags = self.negotiate(offer.flags) | (FUSER_BASE & offer.flags);
+        let flags = self.negotiate(offer.flags) | (BASE_FLAGS & offer.flags);
         let max_write = self.max_write();
-        // As fuser: pages enough for the larger of a write and a readahead.
+        // Pages enough for the larger of a write and a readahead.
         let pages = (max_write.max(offer.max_readahead).max(1) - 1) / 4096 + 1;
         InitOut {
             flags,
@@ -240,8 +239,8 @@ impl Handler for DualFs {
             Request::Readdirplus { offset, size, .. } => {
                 let size = size as usize;
                 // Entries the kernel holds go without attributes (node id
-                // 0), which fuser cannot send: a warm `ls -l` then keeps
-                // the kernel's cached ACLs (BENCHMARKS.md, "warm ls -l").
+                // 0): a warm `ls -l` then keeps the kernel's cached ACLs
+                // (BENCHMARKS.md, "warm ls -l").
                 let r = self.readdirplus(node, offset, true, &mut |l, e| {
                     let mut entry = entry_out(e);
                     // The dirent's inode number is the attributes' one.
@@ -288,9 +287,9 @@ impl Handler for DualFs {
                     out.write_out(n)
                 })
             }
-            // INIT is the transport's; fuser answers SYNCFS and the
-            // opcodes not decoded (locks, BMAP, POLL, TMPFILE...) with
-            // ENOSYS too.
+            // INIT is the transport's; SYNCFS and the opcodes not decoded
+            // (locks, BMAP, POLL, TMPFILE...) are ENOSYS, which the kernel
+            // takes as "not supported" and stops sending.
             Request::Init(_) | Request::Syncfs | Request::Unknown { .. } => Outcome::Error(libc::ENOSYS),
         }
     }
@@ -344,7 +343,7 @@ mod tests {
     }
 
     #[test]
-    fn init_asks_for_fusers_flags_and_the_adapters_of_those_offered() {
+    fn init_asks_for_the_base_flags_and_the_adapters_of_those_offered() {
         let fs = adapter();
         let offer = InitIn {
             major: 7,
@@ -465,7 +464,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_fuser_leaves_unanswered_are_enosys_and_flush_is_too() {
+    fn requests_not_served_are_enosys_and_flush_is_too() {
         let fs = adapter();
         let mut buf = vec![0u8; 64];
         let mut out = ReplyBuf::new(&mut buf);

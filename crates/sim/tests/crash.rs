@@ -330,3 +330,35 @@ fn crashes_with_the_inode_map_left_on_disk() {
     let stats = ex.explore(&workloads::many_inodes()).unwrap_or_else(|f| panic!("{f}"));
     assert!(stats.states_checked > 40 && stats.rolled_forward > 10, "too few states: {stats:?}");
 }
+
+/// A sparse IFile over a data device of 64 groups and a log of 300
+/// segments (two blocks of segment usage): the group table and the bitmap
+/// are read a group at a time by roll-forward and the allocator, their
+/// blocks never written stay so, and every recovery walks the
+/// checkpoint's own partial segments for their IFile blocks. Replay with
+/// `DUALFS_CRASH_REPLAY=seed:workload:state DUALFS_CRASH_MANY_GROUPS=1`.
+#[test]
+fn crashes_on_a_sparse_ifile_of_many_groups() {
+    let replaying = env("DUALFS_CRASH_REPLAY");
+    if replaying.is_some() && env("DUALFS_CRASH_MANY_GROUPS").is_none() {
+        return;
+    }
+    let config = Config { data_blocks: 64 * 1024, group_blocks: 1024, meta_blocks: 301 * 128, ..Config::default() };
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    if let Some(spec) = replaying {
+        let (name, state) = spec.split_once(':').and_then(|(_, r)| r.rsplit_once(':')).expect("seed:workload:state");
+        let w = if name == "pattern/every-structure" {
+            workloads::every_structure(name, 24, 6)
+        } else {
+            workloads::by_name(name).expect("a workload")
+        };
+        println!("{}", ex.replay(&w, state.parse().ok()).map_or_else(|f| f.to_string(), |s| format!("passes {s:?}")));
+        return;
+    }
+    let mut checked = 0;
+    for w in [workloads::every_structure("pattern/every-structure", 24, 6), workloads::log_wrap(160, true)] {
+        let stats = ex.explore(&w).unwrap_or_else(|f| panic!("{f}"));
+        checked += stats.states_checked;
+    }
+    assert!(checked > 40, "too few states: {checked}");
+}

@@ -48,6 +48,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         let c = config_for(fault);
         return workloads::resizes(c.meta_blocks, c.data_blocks, c.spare_meta_blocks, c.spare_data_blocks);
     }
+    if fault == Fault::UncountedCheckpointBlocks {
+        // Only a log that wraps onto segments holding IFile blocks shows it.
+        list.push(workloads::log_wrap(1400, false));
+    }
     if fault == Fault::SegmentReuse {
         // Only a log that wraps around onto its own roll-forward range shows it.
         list.push(workloads::log_wrap(1400, false));

@@ -50,6 +50,7 @@ pub(crate) fn dispatch<H: Handler>(
 ) -> Option<i32> {
     stats.count(h.opcode);
     let outcome = match req {
+        Ok(_) if !session.admits(h) => Outcome::Error(libc::EACCES),
         // A garbled request still gets its EIO: the kernel waits for it.
         Err(_) => Outcome::Error(libc::EIO),
         Ok(Request::Init(_)) => Outcome::Error(libc::EPROTO),

@@ -1,30 +1,28 @@
 //! The FUSE wire protocol and its two transports, which DualFS's adapter
-//! serves over (docs/DESIGN.md, "FUSE over io_uring"); it began as the
-//! prototype that measured io_uring, and its in-memory tree still serves
-//! the transport tests and the round-trip benchmark.
+//! serves over (docs/DESIGN.md, "FUSE over io_uring"): per-CPU io_uring
+//! queues where the kernel allows them, /dev/fuse otherwise.
 //!
 //! Layers, top down: [`Server`] mounts and starts the serving threads;
-//! [`Handler`] is what they call (DualFS's adapter, or [`tree::Fs`]);
-//! [`devfuse`] serves read/write on /dev/fuse and [`ring`] the per-CPU
-//! io_uring queues; [`Session`] mounts and negotiates INIT; [`Notifier`]
+//! [`Handler`] is what they call (DualFS's adapter; the benchmarks'
+//! no-work server); [`devfuse`] serves read/write on /dev/fuse and
+//! [`ring`] the per-CPU io_uring queues; [`Session`] mounts and negotiates INIT; [`Notifier`]
 //! writes notifications; [`abi`] decodes requests and encodes replies.
 //! The engine never sees any of it.
 
 pub mod abi;
 pub mod devfuse;
+mod fusermount;
 pub mod handler;
 pub mod notify;
 pub mod ring;
 pub mod server;
 pub mod session;
-pub mod tree;
 
 pub use abi::ReplyBuf;
 pub use handler::{Handler, Outcome};
 pub use notify::Notifier;
 pub use server::{Report, Server, Stats, Transport, Transports};
 pub use session::{Error, MountArgs, Session, uring_enabled};
-pub use tree::Fs;
 
 /// Threads (each with one ring entry) per io_uring queue by default: eight
 /// let seven requests of one CPU wait on the device while the eighth is

@@ -1,6 +1,8 @@
 //! A mounted connection: mount(2) with a /dev/fuse descriptor and the
-//! options the CLI passes, the INIT negotiation, and unmount. The serving
-//! loops ([`crate::devfuse`], [`crate::ring`]) run on top of it.
+//! options the CLI passes (as root), or the same through fusermount3 (as
+//! any other user, or for `auto_unmount`), the INIT negotiation, and
+//! unmount. The serving loops ([`crate::devfuse`], [`crate::ring`]) run on
+//! top of it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -12,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nix::mount::{MntFlags, MsFlags};
 
 use crate::abi::{self, InitOut, Negotiated, ReplyBuf, Request, init_flags};
+use crate::fusermount;
 use crate::handler::Handler;
 
 /// Errors of the session and the transports.
@@ -25,6 +28,8 @@ pub enum Error {
     Mount(PathBuf, nix::Error),
     #[error("cannot unmount {0}: {1}")]
     Unmount(PathBuf, nix::Error),
+    #[error("fusermount3: {0}")]
+    Fusermount(String),
     #[error("FUSE INIT failed: {0}")]
     Init(String),
     #[error("I/O on /dev/fuse: {0}")]
@@ -50,24 +55,33 @@ pub struct MountArgs {
     /// max_read=, and anything not known here), without fd=, rootmode=,
     /// user_id= and group_id=, which the mount adds.
     pub data: Vec<String>,
+    /// `auto_unmount`: fusermount3 unmounts when the server ends, however
+    /// it ends.
+    pub auto_unmount: bool,
+    /// `allow_root`: the kernel lets every user in (allow_other) and the
+    /// server answers only the mount's owner and root.
+    pub allow_root: bool,
 }
 
 impl MountArgs {
-    /// Sorts `options` (each one option, as fuser's `MountOption` names
-    /// them: `ro`, `nodev`, `fsname=X`, `subtype=X`, `allow_other`, ...)
-    /// into flags, source, type and the fuse module's options. As libfuse,
-    /// a mount is `nosuid,nodev` unless `suid` or `dev` is given.
+    /// Sorts `options` (each a comma-separated list of options as
+    /// mount(8) names them: `ro`, `nodev`, `fsname=X`, `subtype=X`,
+    /// `allow_other`, ...) into flags, source, type and the fuse module's
+    /// options. As libfuse, a mount is `nosuid,nodev` unless `suid` or
+    /// `dev` is given.
     ///
     /// # Errors
     ///
-    /// [`Error::Option`] for an option this mount cannot honour
-    /// (`auto_unmount` and `allow_root` need fusermount3).
+    /// [`Error::Option`] for an option the mount sets itself (`fd=`...),
+    /// or `allow_root` beside `allow_other`.
     pub fn parse<S: AsRef<str>>(options: &[S]) -> Result<Self, Error> {
         let mut a = Self {
             source: "fuse".into(),
             fstype: "fuse".into(),
             flags: MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
             data: Vec::new(),
+            auto_unmount: false,
+            allow_root: false,
         };
         let atime = MsFlags::MS_NOATIME | MsFlags::MS_RELATIME | MsFlags::MS_STRICTATIME;
         for opt in options.iter().flat_map(|o| o.as_ref().split(',')) {
@@ -93,8 +107,13 @@ impl MountArgs {
                 "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME),
                 "lazytime" => (MsFlags::MS_LAZYTIME, MsFlags::empty()),
                 "nolazytime" => (MsFlags::empty(), MsFlags::MS_LAZYTIME),
-                "auto_unmount" | "allow_root" => {
-                    return Err(Error::Option(opt.into(), "needs fusermount3, which this mount does not use"));
+                "auto_unmount" => {
+                    a.auto_unmount = true;
+                    continue;
+                }
+                "allow_root" => {
+                    a.allow_root = true;
+                    continue;
                 }
                 _ => {
                     if let Some(v) = opt.strip_prefix("fsname=") {
@@ -113,7 +132,51 @@ impl MountArgs {
             };
             a.flags = (a.flags - clear) | set;
         }
+        let allow_other = a.data.iter().any(|d| d == "allow_other");
+        if a.allow_root {
+            if allow_other {
+                return Err(Error::Option("allow_root".into(), "contradicts allow_other"));
+            }
+            a.data.push("allow_other".into());
+        }
+        // fusermount3 looks at the mount as root before it unmounts it,
+        // and the kernel turns root away from a mount only its owner may use.
+        if a.auto_unmount && !allow_other && !a.allow_root {
+            return Err(Error::Option("auto_unmount".into(), "needs allow_other or allow_root"));
+        }
         Ok(a)
+    }
+
+    /// The options as fusermount3 takes them: the flags by name, the
+    /// source and subtype, the fuse module's options and `auto_unmount`.
+    /// Only set flags are named (a user asking for `suid` or `dev` hears
+    /// fusermount3 refuse them); `allow_root` is already `allow_other`.
+    #[must_use]
+    pub fn helper_options(&self) -> String {
+        let named = [
+            (MsFlags::MS_RDONLY, "ro"),
+            (MsFlags::MS_NOEXEC, "noexec"),
+            (MsFlags::MS_SYNCHRONOUS, "sync"),
+            (MsFlags::MS_DIRSYNC, "dirsync"),
+            (MsFlags::MS_NOATIME, "noatime"),
+            (MsFlags::MS_RELATIME, "relatime"),
+            (MsFlags::MS_STRICTATIME, "strictatime"),
+            (MsFlags::MS_NODIRATIME, "nodiratime"),
+            (MsFlags::MS_LAZYTIME, "lazytime"),
+        ];
+        let mut v: Vec<String> =
+            named.iter().filter(|(f, _)| self.flags.contains(*f)).map(|(_, n)| (*n).into()).collect();
+        v.push(if self.flags.contains(MsFlags::MS_NOSUID) { "nosuid" } else { "suid" }.into());
+        v.push(if self.flags.contains(MsFlags::MS_NODEV) { "nodev" } else { "dev" }.into());
+        v.push(format!("fsname={}", self.source));
+        if let Some(sub) = self.fstype.strip_prefix("fuse.") {
+            v.push(format!("subtype={sub}"));
+        }
+        v.extend(self.data.iter().cloned());
+        if self.auto_unmount {
+            v.push("auto_unmount".into());
+        }
+        v.join(",")
     }
 }
 
@@ -128,12 +191,20 @@ pub struct Session {
     pub init_out: InitOut,
     /// Whether INIT negotiated FUSE over io_uring.
     pub uring: bool,
+    /// Under `allow_root`, the one user besides root whose requests are
+    /// served (the mount's owner); the kernel lets everyone in.
+    pub(crate) only: Option<u32>,
+    /// fusermount3 waiting to unmount when this process ends
+    /// (`auto_unmount`).
+    _watcher: Option<fusermount::Watcher>,
     destroyed: AtomicBool,
 }
 
 impl Session {
-    /// Opens /dev/fuse and mounts it on `mountpoint` with `options` (see
-    /// [`MountArgs::parse`]; needs root). Nothing is served until
+    /// Mounts /dev/fuse on `mountpoint` with `options` (see
+    /// [`MountArgs::parse`]): with mount(2) as root, through fusermount3
+    /// as any other user, for `auto_unmount`, or where mount(2) is refused
+    /// (root of a user namespace). Nothing is served until
     /// [`Session::init`].
     ///
     /// # Errors
@@ -142,29 +213,26 @@ impl Session {
     /// the mount fails.
     pub fn mount<S: AsRef<str>>(mountpoint: &Path, options: &[S]) -> Result<Self, Error> {
         let args = MountArgs::parse(options)?;
-        let dev = OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(Error::Open)?;
-        let mut data = vec![
-            format!("fd={}", dev.as_raw_fd()),
-            "rootmode=40000".into(),
-            format!("user_id={}", nix::unistd::geteuid()),
-            format!("group_id={}", nix::unistd::getegid()),
-        ];
-        data.extend(args.data.iter().cloned());
-        let data = data.join(",");
-        nix::mount::mount(
-            Some(args.source.as_str()),
-            mountpoint,
-            Some(args.fstype.as_str()),
-            args.flags,
-            Some(data.as_str()),
-        )
-        .map_err(|e| Error::Mount(mountpoint.to_path_buf(), e))?;
+        let direct = if nix::unistd::geteuid().is_root() && !args.auto_unmount {
+            match mount_directly(mountpoint, &args) {
+                Err(Error::Mount(_, nix::errno::Errno::EPERM)) => None,
+                other => Some(other?),
+            }
+        } else {
+            None
+        };
+        let (dev, watcher) = match direct {
+            Some(dev) => (dev, None),
+            None => fusermount::mount(mountpoint, &args.helper_options(), args.auto_unmount)?,
+        };
         Ok(Self {
             dev: Arc::new(dev),
             mountpoint: mountpoint.to_path_buf(),
             negotiated: Negotiated::default(),
             init_out: InitOut::default(),
             uring: false,
+            only: args.allow_root.then(|| nix::unistd::getuid().as_raw()),
+            _watcher: watcher,
             destroyed: AtomicBool::new(false),
         })
     }
@@ -240,14 +308,44 @@ impl Session {
 
     /// Unmounts; lazily (`MNT_DETACH`) so that a process still inside the
     /// mount does not keep the server alive, or not, which fails with EBUSY
-    /// while the mount is in use. The serving loops then see the end.
+    /// while the mount is in use. The serving loops then see the end. A
+    /// user other than root unmounts through fusermount3.
     ///
     /// # Errors
     ///
     /// [`Error::Unmount`] (EINVAL: not mounted any more).
     pub fn unmount(&self, lazy: bool) -> Result<(), Error> {
         let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
-        nix::mount::umount2(&self.mountpoint, flags).map_err(|e| Error::Unmount(self.mountpoint.clone(), e))
+        match nix::mount::umount2(&self.mountpoint, flags) {
+            Ok(()) => Ok(()),
+            Err(nix::errno::Errno::EPERM) => fusermount::unmount(&self.mountpoint, lazy),
+            Err(e) => Err(Error::Unmount(self.mountpoint.clone(), e)),
+        }
+    }
+
+    /// Whether a request is served: under `allow_root`, only the owner's
+    /// and root's, and those the kernel sends on no one's behalf (write-back,
+    /// read-ahead, release, forget), whose uid is whoever's.
+    pub(crate) fn admits(&self, h: &abi::InHeader) -> bool {
+        use abi::opcode::*;
+        let Some(owner) = self.only else { return true };
+        h.uid == owner
+            || h.uid == 0
+            || matches!(
+                h.opcode,
+                INIT | DESTROY
+                    | READ
+                    | WRITE
+                    | READDIR
+                    | READDIRPLUS
+                    | FORGET
+                    | BATCH_FORGET
+                    | FSYNC
+                    | FSYNCDIR
+                    | RELEASE
+                    | RELEASEDIR
+                    | INTERRUPT
+            )
     }
 
     /// Calls the handler's `destroy` unless it was called already.
@@ -256,6 +354,28 @@ impl Session {
             handler.destroy();
         }
     }
+}
+
+/// mount(2) of a fresh /dev/fuse descriptor (root).
+fn mount_directly(mountpoint: &Path, args: &MountArgs) -> Result<File, Error> {
+    let dev = OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(Error::Open)?;
+    let mut data = vec![
+        format!("fd={}", dev.as_raw_fd()),
+        "rootmode=40000".into(),
+        format!("user_id={}", nix::unistd::geteuid()),
+        format!("group_id={}", nix::unistd::getegid()),
+    ];
+    data.extend(args.data.iter().cloned());
+    let data = data.join(",");
+    nix::mount::mount(
+        Some(args.source.as_str()),
+        mountpoint,
+        Some(args.fstype.as_str()),
+        args.flags,
+        Some(data.as_str()),
+    )
+    .map_err(|e| Error::Mount(mountpoint.to_path_buf(), e))?;
+    Ok(dev)
 }
 
 #[cfg(test)]
@@ -298,9 +418,29 @@ mod tests {
     }
 
     #[test]
-    fn options_the_mount_cannot_honour_or_sets_itself_are_refused() {
-        for bad in ["auto_unmount", "allow_root", "fd=3", "rootmode=40000", "user_id=0", "group_id=0"] {
+    fn options_the_mount_sets_itself_are_refused() {
+        for bad in ["fd=3", "rootmode=40000", "user_id=0", "group_id=0", "allow_root,allow_other", "auto_unmount"] {
             assert!(matches!(MountArgs::parse(&[bad]), Err(Error::Option(..))), "{bad}");
         }
+    }
+
+    #[test]
+    fn allow_root_lets_the_kernel_admit_everyone_and_auto_unmount_is_the_helpers() {
+        let a = MountArgs::parse(&["allow_root,auto_unmount"]).unwrap();
+        assert!(a.allow_root && a.auto_unmount);
+        assert_eq!(a.data, ["allow_other"]);
+    }
+
+    #[test]
+    fn fusermount3_gets_the_flags_by_name_and_the_rest_as_given() {
+        let a =
+            MountArgs::parse(&["fsname=/a#/b,subtype=dualfs,ro,noatime,default_permissions,allow_root,auto_unmount"])
+                .unwrap();
+        assert_eq!(
+            a.helper_options(),
+            "ro,noatime,nosuid,nodev,fsname=/a#/b,subtype=dualfs,default_permissions,allow_other,auto_unmount"
+        );
+        let a = MountArgs::parse(&["dev,suid"]).unwrap();
+        assert_eq!(a.helper_options(), "suid,dev,fsname=fuse");
     }
 }

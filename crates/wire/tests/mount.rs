@@ -1,7 +1,7 @@
-//! Mounts the prototype and exercises both transports through the kernel:
-//! /dev/fuse always, io_uring when the fuse module allows it (the test sets
-//! `enable_uring` and restores it). Needs root and /dev/fuse; says so and
-//! skips otherwise.
+//! Mounts the no-work tree and exercises both transports through the
+//! kernel: /dev/fuse, and io_uring (the test sets `enable_uring` and puts
+//! it back). Needs root, /dev/fuse and a kernel with FUSE over io_uring
+//! (see `common::skip`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,11 +13,11 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use dualfs_wire::abi::opcode;
-use dualfs_wire::{Fs, Handler, Server, Transport, Transports};
+use dualfs_wire::{Handler, Server, Transport, Transports};
 
 mod common;
 
-use common::{PARAM, UringParam, can_mount, count};
+use common::{TestFs, can_mount, count, uring_param};
 
 /// What a user does on the mount, checked against what the tree must show.
 fn exercise(mnt: &Path) {
@@ -92,7 +92,7 @@ fn exercise(mnt: &Path) {
 }
 
 fn run(want_uring: bool) -> Transport {
-    run_with(want_uring, Arc::new(Fs::new()), Fs::destroyed)
+    run_with(want_uring, Arc::new(TestFs::new()), TestFs::destroyed)
 }
 
 fn run_with<H: Handler>(want_uring: bool, fs: Arc<H>, destroyed: impl Fn(&H) -> u32) -> Transport {
@@ -141,16 +141,9 @@ fn io_uring_transport_serves_the_tree_when_the_module_allows_it() {
     if !can_mount() {
         return;
     }
-    let Some(_param) = UringParam::set(true) else {
-        eprintln!("skipped: io_uring path not tested: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
-        return;
-    };
+    let Some(_param) = uring_param(true) else { return };
     match run(true) {
         Transport::Uring { queues } => assert!(queues >= 1),
-        // Another process may have put the parameter back meanwhile.
-        Transport::DevFuse { why } if !dualfs_wire::uring_enabled() => {
-            eprintln!("skipped: io_uring path not tested: enable_uring was turned off during the test ({why})");
-        }
         Transport::DevFuse { why } => panic!("enable_uring is on but the mount fell back to /dev/fuse: {why}"),
     }
 }
@@ -160,10 +153,7 @@ fn asking_for_io_uring_with_the_module_parameter_off_falls_back_to_dev_fuse() {
     if !can_mount() {
         return;
     }
-    let Some(_param) = UringParam::set(false) else {
-        eprintln!("skipped: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
-        return;
-    };
+    let Some(_param) = uring_param(false) else { return };
     match run(true) {
         Transport::DevFuse { why } => assert!(why.contains("enable_uring"), "{why}"),
         Transport::Uring { .. } => panic!("io_uring with enable_uring off"),
@@ -174,12 +164,11 @@ fn asking_for_io_uring_with_the_module_parameter_off_falls_back_to_dev_fuse() {
 /// io_uring: the same queue) that must be answered meanwhile.
 fn blocked_fsync_stalls_nothing(want_uring: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(Fs::new());
+    let fs = Arc::new(TestFs::new());
     let transports = Transports { uring: want_uring, dev_threads: 2, ..Transports::default() };
     let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::clone(&fs), transports).unwrap();
-    if want_uring && !matches!(server.transport, Transport::Uring { .. }) {
-        eprintln!("skipped: the mount fell back to /dev/fuse: {:?}", server.transport);
-        return;
+    if want_uring {
+        assert!(matches!(server.transport, Transport::Uring { .. }), "fell back: {:?}", server.transport);
     }
     let file = dir.path().join("f");
     fs::write(&file, b"data").unwrap();
@@ -217,10 +206,7 @@ fn a_blocked_request_does_not_stall_its_io_uring_queue() {
     if !can_mount() {
         return;
     }
-    let Some(_param) = UringParam::set(true) else {
-        eprintln!("skipped: cannot set {PARAM} (kernel without CONFIG_FUSE_IO_URING?)");
-        return;
-    };
+    let Some(_param) = uring_param(true) else { return };
     blocked_fsync_stalls_nothing(true);
 }
 

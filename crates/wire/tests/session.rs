@@ -1,6 +1,6 @@
 //! The session through the kernel: mount options as /proc/mounts shows
 //! them, and notifications that make the kernel ask again. Needs root and
-//! /dev/fuse; says so and skips otherwise.
+//! /dev/fuse (see `common::skip`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,9 +10,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
-use common::{UringParam, can_mount, count};
+use common::{TestFs, can_mount, count, uring_param};
 use dualfs_wire::abi::{ROOT_ID, opcode};
-use dualfs_wire::{Fs, Server, Transport, Transports};
+use dualfs_wire::{Server, Transport, Transports};
 
 /// The /proc/mounts line of `mnt`.
 fn mounts_line(mnt: &std::path::Path) -> Option<String> {
@@ -30,7 +30,7 @@ fn mount_options_are_what_proc_mounts_shows() {
         ["fsname=wire-opts", "subtype=wireopts", "ro", "noexec", "noatime", "allow_other", "default_permissions"];
     let mut o: Vec<String> = options.iter().map(|s| (*s).to_string()).collect();
     o.push("max_read=65536".into());
-    let server = Server::start(dir.path(), &o, Arc::new(Fs::new()), Transports::default()).unwrap();
+    let server = Server::start(dir.path(), &o, Arc::new(TestFs::new()), Transports::default()).unwrap();
     let line = mounts_line(dir.path()).unwrap();
     let fields: Vec<&str> = line.split(' ').collect();
     assert_eq!((fields[0], fields[2]), ("wire-opts", "fuse.wireopts"), "{line}");
@@ -52,7 +52,7 @@ fn an_unmount_by_someone_else_ends_the_server() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(Fs::new());
+    let fs = Arc::new(TestFs::new());
     let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::clone(&fs), Transports::default()).unwrap();
     fs::create_dir(dir.path().join("d")).unwrap();
     // Not lazy: nothing is open inside.
@@ -67,10 +67,9 @@ fn an_unmount_by_someone_else_ends_the_server() {
 fn notifications_reach_the_kernel(want_uring: bool) {
     let dir = tempfile::tempdir().unwrap();
     let transports = Transports { uring: want_uring, ..Transports::default() };
-    let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::new(Fs::new()), transports).unwrap();
-    if want_uring && !matches!(server.transport, Transport::Uring { .. }) {
-        eprintln!("skipped: the mount fell back to /dev/fuse: {:?}", server.transport);
-        return;
+    let server = Server::start(dir.path(), &["subtype=wire-test"], Arc::new(TestFs::new()), transports).unwrap();
+    if want_uring {
+        assert!(matches!(server.transport, Transport::Uring { .. }), "fell back: {:?}", server.transport);
     }
     let n = server.notifier();
     let p = dir.path().join("a");
@@ -113,9 +112,6 @@ fn notifications_reach_the_kernel_beside_io_uring() {
     if !can_mount() {
         return;
     }
-    let Some(_param) = UringParam::set(true) else {
-        eprintln!("skipped: cannot set {} (kernel without CONFIG_FUSE_IO_URING?)", common::PARAM);
-        return;
-    };
+    let Some(_param) = uring_param(true) else { return };
     notifications_reach_the_kernel(true);
 }

@@ -9,22 +9,20 @@
 //! same format as a DualFS mount's own trace. The file system under test
 //! runs on the loop device unchanged.
 
-use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dualfs_engine::device::tracing::{BlockClass, TraceDevice, TraceOp, TraceRecord, TraceSink};
 use dualfs_engine::types::BLOCK_BYTES;
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
-    MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
-    Request, Session, WriteFlags,
+use dualfs_wire::abi::{
+    self, Attr, EntryOut, InHeader, InitIn, InitOut, Kstatfs, ReplyBuf, Request, fopen, init_flags,
 };
+use dualfs_wire::{Handler, Outcome, Server, Transports};
 
 pub const HELP: &str = "\
 Serves until unmounted (fusermount3 -u MNT). Typical use, for ext4 with its
@@ -56,10 +54,14 @@ pub struct ServeArgs {
     pub device: String,
 }
 
-const ROOT: INodeNo = INodeNo(1);
-const IMAGE: INodeNo = INodeNo(2);
-const NAME: &str = "image";
+const ROOT: u64 = abi::ROOT_ID;
+const IMAGE: u64 = 2;
+const NAME: &[u8] = b"image";
 const TTL: Duration = Duration::from_secs(3600);
+const DT_DIR: u32 = 4;
+const DT_REG: u32 = 8;
+/// Large requests pass whole, as they would to a disk.
+const MAX_WRITE: u32 = 1 << 20;
 
 #[derive(Debug)]
 struct ImageFs {
@@ -68,29 +70,29 @@ struct ImageFs {
     device: TraceDevice,
     class: BlockClass,
     sink: Arc<TraceSink>,
-    created: SystemTime,
+    /// Seconds since the epoch: every time of both nodes.
+    created: i64,
 }
 
 impl ImageFs {
-    fn attr(&self, ino: INodeNo) -> FileAttr {
+    fn attr(&self, ino: u64) -> Attr {
         let dir = ino == ROOT;
-        FileAttr {
+        Attr {
             ino,
             size: if dir { 0 } else { self.size },
             blocks: if dir { 0 } else { self.size.div_ceil(512) },
             atime: self.created,
             mtime: self.created,
             ctime: self.created,
-            crtime: self.created,
-            kind: if dir { FileType::Directory } else { FileType::RegularFile },
-            perm: if dir { 0o755 } else { 0o600 },
+            mode: if dir { libc::S_IFDIR | 0o755 } else { libc::S_IFREG | 0o600 },
             nlink: if dir { 2 } else { 1 },
-            uid: 0,
-            gid: 0,
-            rdev: 0,
             blksize: 4096,
-            flags: 0,
+            ..Attr::default()
         }
+    }
+
+    fn entry(&self, ino: u64) -> EntryOut {
+        EntryOut { nodeid: ino, generation: 0, entry_valid: TTL, attr_valid: TTL, attr: self.attr(ino) }
     }
 
     /// Records a request of `len` bytes at byte `offset`, as the 4 KiB
@@ -117,121 +119,99 @@ impl ImageFs {
     }
 }
 
-fn errno(e: &std::io::Error) -> Errno {
-    e.raw_os_error().map_or(Errno::EIO, Errno::from_i32)
+fn errno(e: &std::io::Error) -> Outcome {
+    Outcome::Error(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-impl Filesystem for ImageFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Large requests pass whole, as they would to a disk.
-        if let Err(max) = config.set_max_write(1 << 20) {
-            let _ = config.set_max_write(max);
-        }
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent == ROOT && name == NAME {
-            reply.entry(&TTL, &self.attr(IMAGE), Generation(0));
-        } else {
-            reply.error(Errno::ENOENT);
+impl Handler for ImageFs {
+    fn init(&self, _offer: &InitIn) -> InitOut {
+        InitOut {
+            flags: init_flags::ASYNC_READ | init_flags::BIG_WRITES,
+            max_write: MAX_WRITE,
+            max_pages: u16::try_from(MAX_WRITE / 4096).unwrap_or(1),
+            ..InitOut::default()
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if ino == ROOT || ino == IMAGE {
-            reply.attr(&TTL, &self.attr(ino));
-        } else {
-            reply.error(Errno::ENOENT);
-        }
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino == IMAGE {
+    fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome {
+        match req {
+            Request::Lookup { name } if h.nodeid == ROOT && name == NAME => {
+                out.entry_out(&self.entry(IMAGE));
+                Outcome::Reply
+            }
+            Request::Lookup { .. } => Outcome::Error(libc::ENOENT),
+            Request::Getattr { .. } if h.nodeid == ROOT || h.nodeid == IMAGE => {
+                out.attr_out(&self.attr(h.nodeid), TTL);
+                Outcome::Reply
+            }
+            Request::Getattr { .. } => Outcome::Error(libc::ENOENT),
             // No page cache: every request of the loop device reaches us.
-            reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
-        } else {
-            reply.error(Errno::EISDIR);
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let start = Instant::now();
-        let len = u64::from(size).min(self.size.saturating_sub(offset));
-        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
-        match self.file.read_exact_at(&mut buf, offset) {
-            Ok(()) => {
-                self.record(start, TraceOp::Read, offset, len);
-                reply.data(&buf);
+            Request::Open { .. } if h.nodeid == IMAGE => {
+                out.open_out(0, fopen::DIRECT_IO);
+                Outcome::Reply
             }
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let start = Instant::now();
-        if offset.saturating_add(data.len() as u64) > self.size {
-            reply.error(Errno::ENOSPC);
-            return;
-        }
-        match self.file.write_all_at(data, offset) {
-            Ok(()) => {
-                self.record(start, TraceOp::Write, offset, data.len() as u64);
-                reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            Request::Open { .. } => Outcome::Error(libc::EISDIR),
+            Request::Opendir { .. } => {
+                out.open_out(0, 0);
+                Outcome::Reply
             }
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
-    }
-
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let start = Instant::now();
-        match self.file.sync_data() {
-            Ok(()) => {
-                self.record(start, TraceOp::Flush, 0, 0);
-                reply.ok();
+            Request::Read { offset, size, .. } => {
+                let start = Instant::now();
+                let len = u64::from(size).min(self.size.saturating_sub(offset));
+                let spare = out.spare();
+                let n = usize::try_from(len).unwrap_or(usize::MAX).min(spare.len());
+                match self.file.read_exact_at(&mut spare[..n], offset) {
+                    Ok(()) => {
+                        out.advance(n);
+                        self.record(start, TraceOp::Read, offset, n as u64);
+                        Outcome::Reply
+                    }
+                    Err(e) => errno(&e),
+                }
             }
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        if ino != ROOT {
-            reply.error(Errno::ENOTDIR);
-            return;
-        }
-        let entries =
-            [(ROOT, FileType::Directory, "."), (ROOT, FileType::Directory, ".."), (IMAGE, FileType::RegularFile, NAME)];
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
-            if reply.add(*ino, i as u64 + 1, *kind, name) {
-                break;
+            Request::Write { offset, data, .. } => {
+                let start = Instant::now();
+                if offset.saturating_add(data.len() as u64) > self.size {
+                    return Outcome::Error(libc::ENOSPC);
+                }
+                match self.file.write_all_at(data, offset) {
+                    Ok(()) => {
+                        self.record(start, TraceOp::Write, offset, data.len() as u64);
+                        out.write_out(u32::try_from(data.len()).unwrap_or(u32::MAX));
+                        Outcome::Reply
+                    }
+                    Err(e) => errno(&e),
+                }
             }
+            Request::Fsync { .. } => {
+                let start = Instant::now();
+                match self.file.sync_data() {
+                    Ok(()) => {
+                        self.record(start, TraceOp::Flush, 0, 0);
+                        Outcome::Reply
+                    }
+                    Err(e) => errno(&e),
+                }
+            }
+            Request::Flush { .. } | Request::Release { .. } | Request::Releasedir { .. } => Outcome::Reply,
+            Request::Readdir { offset, size, .. } if h.nodeid == ROOT => {
+                let entries = [(ROOT, DT_DIR, b".".as_slice()), (ROOT, DT_DIR, b".."), (IMAGE, DT_REG, NAME)];
+                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+                for (i, (ino, kind, name)) in (1u64..).zip(entries).skip(skip) {
+                    if !out.push_dirent(size as usize, ino, i, kind, name) {
+                        break;
+                    }
+                }
+                Outcome::Reply
+            }
+            Request::Readdir { .. } => Outcome::Error(libc::ENOTDIR),
+            Request::Statfs => {
+                out.statfs_out(&Kstatfs { bsize: 512, namelen: 255, frsize: 512, ..Kstatfs::default() });
+                Outcome::Reply
+            }
+            Request::Forget { .. } | Request::BatchForget { .. } | Request::Interrupt { .. } => Outcome::NoReply,
+            _ => Outcome::Error(libc::ENOSYS),
         }
-        reply.ok();
     }
 }
 
@@ -253,15 +233,15 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let class = if device == TraceDevice::Meta { BlockClass::Journal } else { BlockClass::Fs };
     let sink = TraceSink::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     sink.comment(&format!("device {} blocks={} name={}", device.letter(), size / BLOCK_BYTES, args.image.display()));
-    let fs = ImageFs { file, size, device, class, sink: sink.clone(), created: SystemTime::now() };
-    let mut config = fuser::Config::default();
-    config.mount_options =
-        vec![MountOption::FSName("dualfs-trace".into()), MountOption::RW, MountOption::DefaultPermissions];
-    config.acl = fuser::SessionACL::All;
-    config.n_threads = Some(2);
-    let session = Session::new(fs, &args.mountpoint, &config)
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let created = i64::try_from(created).unwrap_or(i64::MAX);
+    let fs = ImageFs { file, size, device, class, sink: sink.clone(), created };
+    let options = ["fsname=dualfs-trace", "rw", "default_permissions", "allow_other"];
+    // /dev/fuse read by two threads, what the traces so far were taken with.
+    let transports = Transports { uring: false, dev_threads: 2, ..Transports::default() };
+    let server = Server::start(&args.mountpoint, &options, Arc::new(fs), transports)
         .with_context(|| format!("cannot mount on {}", args.mountpoint.display()))?;
-    let served = session.run();
+    let served = server.wait();
     sink.flush().with_context(|| format!("cannot write {}", args.out.display()))?;
-    served.context("the FUSE session ended with an error")
+    served.map(|_| ()).context("the FUSE session ended with an error")
 }

@@ -15,24 +15,53 @@ pub const DUALFS: &str = env!("CARGO_BIN_EXE_dualfs");
 /// Seconds any one shell command may take before the test fails.
 const COMMAND_LIMIT_SECS: u32 = 300;
 
-/// Whether mount tests can run here; says why not when they cannot.
+/// Says why a test cannot run here and fails it, unless the developer
+/// allowed that with `DUALFS_ALLOW_SKIP=1` (CI never does): a machine that
+/// cannot run the mount tests must not report them passed.
+pub fn skip(why: &str) {
+    if std::env::var_os("DUALFS_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    panic!("cannot run here: {why} (DUALFS_ALLOW_SKIP=1 lets tests that cannot run pass)");
+}
+
+/// Whether mount tests can run here; if not, [`skip`] says why.
 pub fn can_mount() -> bool {
     if !nix::unistd::geteuid().is_root() {
-        println!("SKIPPED: mount tests need root");
+        skip("mount tests need root");
         return false;
     }
     if !Path::new("/dev/fuse").exists() {
-        println!("SKIPPED: /dev/fuse is missing");
+        skip("/dev/fuse is missing (modprobe fuse)");
         return false;
     }
     true
 }
 
-/// Mount options every test mount adds, from `DUALFS_TEST_MOUNT_OPTS`:
-/// `make test-uring` runs the mount suites with `uring` there, so that they
-/// go through our own transports instead of fuser.
+/// The transport every test mount is served over, from
+/// `DUALFS_TEST_TRANSPORT`: `devfuse` (the default) or `uring` (`make
+/// test` runs the mount suites once over each; see docs/TESTING.md).
+pub fn test_transport() -> &'static str {
+    match std::env::var("DUALFS_TEST_TRANSPORT").as_deref() {
+        Ok("uring") => "uring",
+        Ok("devfuse") | Err(_) => "devfuse",
+        Ok(other) => panic!("DUALFS_TEST_TRANSPORT={other}: give devfuse or uring"),
+    }
+}
+
+/// The mount option every test mount adds: the transport insisted on, so
+/// that a mount not served over it fails instead of passing over another.
 pub fn extra_mount_options() -> String {
-    std::env::var("DUALFS_TEST_MOUNT_OPTS").unwrap_or_default()
+    format!("transport={}", test_transport())
+}
+
+/// For a mount over io_uring, `enable_uring` set while it comes up (the
+/// kernel reads it at INIT and at each queue's registration); None for
+/// /dev/fuse, or (having said why) where the kernel has no FUSE over
+/// io_uring.
+fn uring_for_the_mount() -> Option<UringParameter> {
+    if test_transport() == "uring" { UringParameter::set("Y") } else { None }
 }
 
 /// The fuse module's parameter that lets a server use io_uring.
@@ -50,17 +79,17 @@ pub struct UringParameter {
 }
 
 impl UringParameter {
-    /// Sets the parameter to `value` (Y or N); None, saying why, where the
-    /// kernel has no such parameter or it cannot be written.
+    /// Sets the parameter to `value` (Y or N); None, after [`skip`] said
+    /// why, where the kernel has no such parameter or it cannot be written.
     pub fn set(value: &str) -> Option<UringParameter> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(URING_LOCK).ok()?;
-        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(URING_LOCK).expect("lock file");
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).expect("flock");
         let Ok(before) = std::fs::read_to_string(URING_PARAMETER) else {
-            println!("SKIPPED: {URING_PARAMETER} is missing (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)");
+            skip(&format!("{URING_PARAMETER} is missing (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)"));
             return None;
         };
         if let Err(e) = std::fs::write(URING_PARAMETER, value) {
-            println!("SKIPPED: cannot write {URING_PARAMETER}: {e}");
+            skip(&format!("cannot write {URING_PARAMETER}: {e}"));
             return None;
         }
         Some(UringParameter { before: before.trim().to_string(), _lock: lock })
@@ -155,31 +184,33 @@ impl TestVolume {
         self.mnt.to_str().expect("utf-8 path")
     }
 
-    /// Mounts in the background with `options` (may be empty), and those
-    /// of [`extra_mount_options`].
+    /// Mounts in the background with `options` (may be empty) over the
+    /// test transport ([`extra_mount_options`]), and checks that the log
+    /// names it.
     pub fn mount_with(&mut self, options: &str) {
-        // Under `make test-uring` every mount must be served over io_uring:
-        // the kernel reads enable_uring at the mount and at each queue's
-        // registration, both before the mount command returns.
-        if std::env::var_os("DUALFS_TEST_REQUIRE_URING").is_some() {
-            let param = UringParameter::set("Y");
-            self.mount_as_given(options);
-            drop(param);
-            self.expect_transport("serving over io_uring");
-        } else {
-            self.mount_as_given(options);
-        }
+        // Both are read before the mount command returns.
+        let param = uring_for_the_mount();
+        self.mount_as_given(&format!("{},{options}", extra_mount_options()));
+        drop(param);
+        let want = if test_transport() == "uring" { "serving over io_uring" } else { "serving over /dev/fuse" };
+        self.expect_transport(want);
     }
 
-    /// As [`TestVolume::mount_with`], whatever enable_uring is.
+    /// Mounts in the background with exactly `options` (and `log=`),
+    /// whatever enable_uring is.
     pub fn mount_as_given(&mut self, options: &str) {
+        let out = self.mount_output(options);
+        assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Runs `dualfs mount` as [`TestVolume::mount_as_given`] does and
+    /// returns what it printed, mounted or not.
+    pub fn mount_output(&mut self, options: &str) -> Output {
         let log = self.dir.path().join("dualfs.log");
         self.log_from = std::fs::read(&log).map_or(0, |t| t.len());
         let mut opts = format!("log={}", log.display());
-        for o in [options.to_string(), extra_mount_options()] {
-            if !o.is_empty() {
-                opts = format!("{opts},{o}");
-            }
+        if !options.is_empty() {
+            opts = format!("{opts},{options}");
         }
         let out = dualfs(&[
             "mount",
@@ -189,13 +220,13 @@ impl TestVolume {
             self.data.to_str().expect("utf-8"),
             self.m(),
         ]);
-        assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
-        self.mounted = true;
+        self.mounted = out.status.success();
+        out
     }
 
     /// Waits for the log of the latest [`TestVolume::mount_with`] to name
     /// its transport (the background process logs it just after it says
-    /// it is ready) and checks it; fuser's mounts name none.
+    /// it is ready) and checks it.
     pub fn expect_transport(&self, want: &str) {
         let line = self.transport();
         assert!(line.contains(want), "expected {want:?}, the mount says: {line}");
@@ -216,25 +247,32 @@ impl TestVolume {
         }
     }
 
-    /// Starts `dualfs mount --foreground` with `options` (output discarded)
-    /// and waits until the volume is mounted; the caller owns the process.
+    /// Starts `dualfs mount --foreground` with `options` over the test
+    /// transport (its log in `foreground.log` of the test's folder) and
+    /// waits until it serves; the caller owns the process.
     pub fn spawn_mount(&self, options: &[&str]) -> std::process::Child {
-        let extra = extra_mount_options();
-        let extra: &[&str] = if extra.is_empty() { &[] } else { &["-o", &extra] };
+        let log = self.dir.path().join("foreground.log");
+        let param = uring_for_the_mount();
         let child = Command::new(DUALFS)
             .args(["mount", "--foreground"])
             .args(options)
-            .args(extra)
+            .args(["-o", &extra_mount_options()])
             .args([&self.meta, &self.data, &self.mnt])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(File::create(&log).expect("foreground.log"))
             .spawn()
             .unwrap();
         let start = Instant::now();
-        while !is_mounted(&self.mnt) {
-            assert!(start.elapsed() < Duration::from_secs(20), "never mounted");
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("serving over") {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "never served:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
+        drop(param);
+        assert!(is_mounted(&self.mnt));
         child
     }
 

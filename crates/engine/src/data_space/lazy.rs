@@ -1,6 +1,6 @@
-//! Loading the data bitmap lazily, a group at a time (a mount reads only
-//! where each bitmap block lives; DESIGN.md, "Mount time independent of
-//! the data device's size").
+//! Loading the group table and the data bitmap lazily, a group at a time
+//! (a mount reads neither; DESIGN.md, "A mount reads no data bitmap" and
+//! "Size-independent mkfs and mount").
 
 use std::sync::Arc;
 
@@ -10,60 +10,92 @@ use crate::table::TableSource;
 use crate::types::{DataBlock, GroupNo};
 
 impl DataSpace {
-    /// Whether the whole bitmap is in memory.
+    /// Whether the whole bitmap is at hand.
     #[must_use]
     pub fn fully_loaded(&self) -> bool {
-        self.ready.is_empty()
+        self.source.is_none()
     }
 
     /// Leaves the bitmap on disk, to be read a group at a time when the
-    /// allocator first needs it (mount): the group descriptors' free counts
-    /// stand for it meanwhile, and their sum is what the checkpoint says is
-    /// free. Each group's count is checked against its bitmap when the
-    /// bitmap is read ([`DataSpace::load_group`]).
+    /// allocator first needs it (mount), and the free count is what the
+    /// checkpoint recorded. A table not sparse has its group table in
+    /// memory: the groups' free counts, which stand for the bitmap
+    /// meanwhile, must each fit their group and add up to `free_blocks`.
+    /// A sparse one leaves its group table on disk too: a group's count is
+    /// checked against its bitmap when read ([`DataSpace::load_group`]),
+    /// and fsck checks their sum.
     ///
     /// # Errors
     /// A group claims more free blocks than it has, or the counts do not add
     /// up to `free_blocks` (what the checkpoint recorded).
     pub fn load_lazily(&mut self, source: Arc<dyn TableSource>, free_blocks: u64) -> Result<()> {
-        let mut free = 0u64;
-        for g in 0..self.groups.len() {
-            let (start, end) = self.group_range(GroupNo(g as u32));
-            let n = u64::from(self.groups.get(g).free_blocks);
-            if n > end - start {
+        if !self.groups.is_sparse() {
+            let mut free = 0u64;
+            for g in 0..self.groups.len() {
+                let (start, end) = self.group_range(GroupNo(g as u32));
+                let n = u64::from(self.groups.get(g).free_blocks);
+                if n > end - start {
+                    return Err(Error::corrupt_meta(
+                        "data-group descriptor table",
+                        0,
+                        format!("group {g} says {n} free blocks, it has {}", end - start),
+                    ));
+                }
+                free += n;
+            }
+            if free != free_blocks {
                 return Err(Error::corrupt_meta(
-                    "data-group descriptor table",
+                    "checkpoint",
                     0,
-                    format!("group {g} says {n} free blocks, it has {}", end - start),
+                    format!("the data groups say {free} free blocks, the checkpoint recorded {free_blocks}"),
                 ));
             }
-            free += n;
         }
-        if free != free_blocks {
+        if free_blocks > self.total {
             return Err(Error::corrupt_meta(
                 "checkpoint",
                 0,
-                format!("the data groups say {free} free blocks, the checkpoint recorded {free_blocks}"),
+                format!("{free_blocks} free data blocks on a device of {}", self.total),
             ));
         }
         self.bitmap.set_all_unloaded();
-        self.ready = vec![false; self.groups.len()];
+        self.ready = Vec::new();
+        self.unready = self.groups.len() as u64;
         self.source = Some(source);
-        self.free = free;
+        self.free = free_blocks;
         Ok(())
     }
 
-    /// Reads the bitmap blocks of group `g` if they are not in memory yet,
-    /// and checks the group's free count against them.
+    fn is_ready(&self, g: GroupNo) -> bool {
+        self.source.is_none() || self.ready.get(g.0 as usize / 64).is_some_and(|w| w >> (g.0 % 64) & 1 != 0)
+    }
+
+    /// Reads group `g`'s descriptor if it is not at hand.
     ///
     /// # Errors
-    /// A block cannot be read or does not decode, or the count disagrees
-    /// with the bitmap (damage: the checkpoint wrote both at once).
-    pub fn load_group(&mut self, g: GroupNo) -> Result<()> {
-        if self.ready.get(g.0 as usize).is_none_or(|r| *r) {
+    /// Its block cannot be read or does not decode.
+    pub(super) fn load_desc(&mut self, g: GroupNo) -> Result<()> {
+        let b = (g.0 as usize / self.groups.per_block()) as u32;
+        if self.groups.is_loaded(b) {
             return Ok(());
         }
         let Some(source) = self.source.clone() else { return Ok(()) };
+        self.groups.load_block(b, source.as_ref())
+    }
+
+    /// Reads the descriptor and the bitmap blocks of group `g` if they are
+    /// not at hand yet, and checks the group's free count against them.
+    ///
+    /// # Errors
+    /// A block cannot be read or does not decode, or the count disagrees
+    /// with the bitmap (damage: the checkpoint wrote both at once), or
+    /// claims more than the group has.
+    pub fn load_group(&mut self, g: GroupNo) -> Result<()> {
+        if self.is_ready(g) || g.0 as usize >= self.groups.len() {
+            return Ok(());
+        }
+        let Some(source) = self.source.clone() else { return Ok(()) };
+        self.load_desc(g)?;
         let (start, end) = self.group_range(g);
         let per = (self.bitmap.per_block() * 64) as u64;
         for b in start / per..=(end - 1) / per {
@@ -72,14 +104,20 @@ impl DataSpace {
         let n = self.count_free(start, end);
         let said = u64::from(self.groups.get(g.0 as usize).free_blocks);
         if n != said {
+            let at = self.bitmap.address((start / per) as u32).0;
             return Err(Error::corrupt_meta(
                 "data-group descriptor table",
-                self.bitmap.address((start / per) as u32).0,
+                at,
                 format!("group {} says {said} free blocks, its bitmap {n}", g.0),
             ));
         }
-        self.ready[g.0 as usize] = true;
-        if self.ready.iter().all(|r| *r) {
+        let w = g.0 as usize / 64;
+        if self.ready.len() <= w {
+            self.ready.resize(w + 1, 0);
+        }
+        self.ready[w] |= 1 << (g.0 % 64);
+        self.unready -= 1;
+        if self.unready == 0 {
             self.ready = Vec::new();
             self.source = None;
         }
@@ -91,7 +129,7 @@ impl DataSpace {
     /// # Errors
     /// As [`DataSpace::load_group`].
     pub fn load_range(&mut self, start: DataBlock, len: u32) -> Result<()> {
-        if self.ready.is_empty() || self.total == 0 {
+        if self.source.is_none() || self.total == 0 {
             return Ok(());
         }
         let first = self.group_of(DataBlock(start.0.min(self.total - 1))).0;
@@ -102,8 +140,8 @@ impl DataSpace {
         Ok(())
     }
 
-    /// Loads the whole bitmap (fsck, repair, and a cleaner or checkpoint
-    /// that must write a block of it).
+    /// Loads the whole group table and bitmap (fsck, repair, a resize,
+    /// snapshots).
     ///
     /// # Errors
     /// As [`DataSpace::load_group`].
@@ -125,5 +163,24 @@ impl DataSpace {
             return Ok(());
         }
         self.load_range(DataBlock(start), per.min(self.total - start) as u32)
+    }
+
+    /// Loads group-table block `b` (the cleaner moving it).
+    ///
+    /// # Errors
+    /// As [`DataSpace::load_group`].
+    pub fn load_group_block(&mut self, b: u32) -> Result<()> {
+        let first = b as usize * self.groups.per_block();
+        if first < self.groups.len() {
+            self.load_desc(GroupNo(first as u32))?;
+        }
+        Ok(())
+    }
+
+    /// Index chunks of the group table and bitmap whose index block the
+    /// mount left on disk (none once everything was read).
+    #[must_use]
+    pub fn chunks_on_disk(&self) -> usize {
+        self.groups.chunks_on_disk().len() + self.bitmap.chunks_on_disk().len()
     }
 }

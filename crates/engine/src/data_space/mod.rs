@@ -12,8 +12,9 @@ mod shrink;
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
 use crate::format::ifile::{GroupDesc, TableId};
-use crate::table::{Table, TableAccess, TableSource};
+use crate::table::{Fresh, Table, TableAccess, TableSource};
 use crate::types::{DataBlock, GroupNo, Seq};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The tag of a free whose commit group is not sealed yet.
@@ -37,7 +38,8 @@ pub struct DataSpace {
     /// The pending ranges by start (end), to refuse a second free of one.
     pending_ranges: std::collections::BTreeMap<u64, u64>,
     pending_blocks: u64,
-    cursor: Vec<u64>,
+    /// Where the last allocation in a group ended, per group allocated in.
+    cursor: BTreeMap<u32, u64>,
     /// Blocks some snapshot holds: the OR of every snapshot's bitmap, one
     /// bit per block as in `bitmap`; empty when the volume has none. Never
     /// handed out, whatever the live bitmap says (DESIGN.md, snapshots).
@@ -49,53 +51,60 @@ pub struct DataSpace {
     /// write-back moves what is written there ([`DataSpace::is_held`]).
     /// `u64::MAX` when no shrink is.
     limit: u64,
-    /// Where bitmap blocks not in memory yet are read from (a mount loads
-    /// the bitmap lazily, a group at a time); `None` when all of it is.
+    /// Where group descriptor and bitmap blocks not at hand are read from
+    /// (a mount loads them lazily, a group at a time); `None` when all of
+    /// them are.
     source: Option<Arc<dyn TableSource>>,
-    /// Per group: whether its bitmap blocks are in memory and its free count
-    /// was checked against them. Empty when every group is.
-    ready: Vec<bool>,
+    /// Groups whose bitmap blocks are at hand and whose free count was
+    /// checked against them, one bit each, while the bitmap is loaded
+    /// lazily (`source`); grown as groups are read.
+    ready: Vec<u64>,
+    /// Groups not ready yet, while loading lazily.
+    unready: u64,
 }
 
 impl DataSpace {
     /// A fresh data device of `total` blocks in groups of `group_blocks`;
-    /// block 0 (the superblock copy) is in use.
+    /// block 0 (the superblock copy) is in use. `sparse`: blocks never
+    /// written need not be (`SPARSE_IFILE`): a fresh volume's bitmap and
+    /// group table then cost neither memory nor writes but where they
+    /// differ from fresh (block 0).
     #[must_use]
-    pub fn new(total: u64, group_blocks: u32) -> DataSpace {
+    pub fn new(total: u64, group_blocks: u32, sparse: bool) -> DataSpace {
         let groups = total.div_ceil(u64::from(group_blocks)) as usize;
         let mut s = DataSpace {
             total,
             group_blocks,
-            groups: Table::new(TableId::GroupDesc, groups),
-            bitmap: Table::new(TableId::Bitmap, total.div_ceil(64) as usize),
-            free: 0,
+            groups: Table::new(TableId::GroupDesc, groups, Fresh::Groups { total, group_blocks }, sparse),
+            bitmap: Table::new(TableId::Bitmap, total.div_ceil(64) as usize, Fresh::Bitmap { total }, sparse),
+            free: total,
             reserved: 0,
             pending: Vec::new(),
             pending_ranges: std::collections::BTreeMap::new(),
             pending_blocks: 0,
-            cursor: vec![0; groups],
+            cursor: BTreeMap::new(),
             held: Vec::new(),
             held_only: 0,
             limit: u64::MAX,
             source: None,
             ready: Vec::new(),
+            unready: 0,
         };
-        // Bits past the end of the device are permanently "in use".
-        let tail = total % 64;
-        if tail != 0 {
-            let last = s.bitmap.len() - 1;
-            s.bitmap.set(last, !0u64 << tail);
-        }
-        // Everything but those bits is free: counted without reading the
-        // bitmap, whose untouched pages then cost no memory (mount builds
-        // one of these before loading the checkpoint over it).
-        for g in 0..groups {
-            let (start, end) = s.group_range(GroupNo(g as u32));
-            s.groups.update(g, |d| d.free_blocks = (end - start) as u32);
-        }
-        s.free = total;
+        // Fresh entries are free blocks (bits past the device's end in use)
+        // and wholly free groups: only block 0 differs.
         s.set_bits(0, 1, true);
         s.free -= 1;
+        s
+    }
+
+    /// An empty space of `total` blocks for a checkpoint to be loaded into.
+    #[must_use]
+    pub fn for_load(total: u64, group_blocks: u32, sparse: bool) -> DataSpace {
+        let mut s = DataSpace::new(total, group_blocks, sparse);
+        let groups = total.div_ceil(u64::from(group_blocks)) as usize;
+        s.groups = Table::for_load(TableId::GroupDesc, groups, Fresh::Groups { total, group_blocks }, sparse);
+        s.bitmap = Table::for_load(TableId::Bitmap, total.div_ceil(64) as usize, Fresh::Bitmap { total }, sparse);
+        s.free = 0;
         s
     }
 
@@ -117,6 +126,8 @@ impl DataSpace {
             self.bitmap.update(last, |w| *w &= !(!0u64 << tail));
         }
         self.total = new_total;
+        self.bitmap.set_fresh(Fresh::Bitmap { total: new_total });
+        self.groups.set_fresh(Fresh::Groups { total: new_total, group_blocks: self.group_blocks });
         self.bitmap.grow(new_total.div_ceil(64) as usize);
         let tail = new_total % 64;
         if tail != 0 {
@@ -129,10 +140,6 @@ impl DataSpace {
         }
         let groups = new_total.div_ceil(u64::from(self.group_blocks)) as usize;
         self.groups.grow(groups);
-        self.cursor.resize(groups, 0);
-        if !self.ready.is_empty() {
-            self.ready.resize(groups, true);
-        }
         // The old last group may have grown too: recounting rewrites it.
         self.recount();
         Ok(())
@@ -359,27 +366,45 @@ impl DataSpace {
     }
 
     /// The group with the most free blocks (ties: fewest directories, then
-    /// lowest number); it is bound to a new directory.
-    pub fn bind_directory(&mut self) -> GroupNo {
+    /// lowest number); it is bound to a new directory. A whole group with
+    /// no directory cannot be beaten: the search stops at the first, so
+    /// that on a volume mostly empty it reads one block of the group table.
+    ///
+    /// # Errors
+    /// A block of the group table cannot be read.
+    pub fn bind_directory(&mut self) -> Result<GroupNo> {
         // A shrink under way binds nothing past its end.
         let usable = self.groups.len().min(self.limit.div_ceil(u64::from(self.group_blocks)) as usize);
-        let g = (0..usable)
-            .max_by_key(|&g| {
-                let d = self.groups.get(g);
-                (d.free_blocks, std::cmp::Reverse(d.directories), std::cmp::Reverse(g))
-            })
-            .unwrap_or(0);
+        let mut best: Option<(u32, std::cmp::Reverse<u32>, usize)> = None;
+        for g in 0..usable {
+            self.load_desc(GroupNo(g as u32))?;
+            let d = self.groups.get(g);
+            let key = (d.free_blocks, std::cmp::Reverse(d.directories), g);
+            if best.is_none_or(|b| (key.0, key.1) > (b.0, b.1)) {
+                best = Some(key);
+            }
+            if d.free_blocks == self.group_blocks && d.directories == 0 {
+                break;
+            }
+        }
+        let g = best.map_or(0, |b| b.2);
+        self.load_desc(GroupNo(g as u32))?;
         self.groups.update(g, |d| d.directories = d.directories.saturating_add(1));
-        GroupNo(g as u32)
+        Ok(GroupNo(g as u32))
     }
 
     /// A directory bound to `g` went away. (The count only steers
     /// placement, and change records do not carry it: after a crash it
     /// may be off, so it stops at zero rather than assert.)
-    pub fn unbind_directory(&mut self, g: GroupNo) {
+    ///
+    /// # Errors
+    /// The group table's block cannot be read.
+    pub fn unbind_directory(&mut self, g: GroupNo) -> Result<()> {
         if (g.0 as usize) < self.groups.len() {
+            self.load_desc(g)?;
             self.groups.update(g.0 as usize, |d| d.directories = d.directories.saturating_sub(1));
         }
+        Ok(())
     }
 
     fn bit(&self, b: u64) -> bool {
@@ -596,8 +621,8 @@ impl DataSpace {
         self.free -= len;
         assert!(self.reserved >= len, "allocating {len} blocks on a reservation of {}", self.reserved);
         self.reserved -= len;
-        let g = self.group_of(DataBlock(start)).0 as usize;
-        self.cursor[g] = start + len;
+        let g = self.group_of(DataBlock(start)).0;
+        self.cursor.insert(g, start + len);
         Ok(Some((DataBlock(start), len as u32)))
     }
 
@@ -606,7 +631,7 @@ impl DataSpace {
     #[must_use]
     pub fn group_goal(&self, g: GroupNo) -> DataBlock {
         let (start, end) = self.group_range(g);
-        let c = self.cursor.get(g.0 as usize).copied().unwrap_or(0);
+        let c = self.cursor.get(&g.0).copied().unwrap_or(0);
         DataBlock(if (start..end).contains(&c) { c } else { start })
     }
 
@@ -615,6 +640,7 @@ impl DataSpace {
         let mut b = from;
         while b < to {
             let g = self.group_of(DataBlock(b));
+            self.load_desc(g)?;
             if self.groups.get(g.0 as usize).free_blocks == 0 {
                 b = self.group_range(g).1;
                 continue;
@@ -643,7 +669,7 @@ mod tests {
 
     #[test]
     fn fresh_space_has_block_zero_in_use() {
-        let s = DataSpace::new(1000, 256);
+        let s = DataSpace::new(1000, 256, false);
         assert_eq!(s.free_blocks(), 999);
         assert_eq!(s.groups.len(), 4);
         assert_eq!(s.groups.get(3).free_blocks, 1000 - 768);
@@ -651,7 +677,7 @@ mod tests {
 
     #[test]
     fn sequential_allocations_are_contiguous() {
-        let mut s = DataSpace::new(10_000, 1024);
+        let mut s = DataSpace::new(10_000, 1024, false);
         s.reserve(30).unwrap();
         let (a, la) = s.allocate(DataBlock(1), 10).unwrap().unwrap();
         let (b, _) = s.allocate(DataBlock(a.0 + u64::from(la)), 20).unwrap().unwrap();
@@ -662,7 +688,7 @@ mod tests {
 
     #[test]
     fn frees_wait_for_durability() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.reserve(99).unwrap();
         let (a, n) = s.allocate(DataBlock(0), 99).unwrap().unwrap();
         assert_eq!((a, n), (DataBlock(1), 99));
@@ -683,14 +709,14 @@ mod tests {
     #[test]
     #[should_panic(expected = "marked free")]
     fn freeing_blocks_not_in_use_is_a_bug_asserted() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.free_deferred(DataBlock(10), 2).unwrap();
     }
 
     #[test]
     #[should_panic(expected = "freed twice")]
     fn freeing_blocks_twice_before_the_first_free_is_durable_is_a_bug_asserted() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.reserve(4).unwrap();
         let (a, n) = s.allocate(DataBlock(1), 4).unwrap().unwrap();
         s.free_deferred(a, n).unwrap();
@@ -701,7 +727,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "unreserving")]
     fn returning_more_than_was_reserved_is_a_bug_asserted() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.reserve(2).unwrap();
         s.unreserve(3);
     }
@@ -709,13 +735,13 @@ mod tests {
     #[test]
     #[should_panic(expected = "beyond the device")]
     fn a_range_beyond_the_device_is_never_clamped() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.mark_used(DataBlock(98), 4).unwrap();
     }
 
     #[test]
     fn reservations_are_bounded_by_free_space() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.reserve(99).unwrap();
         assert!(matches!(s.reserve(1), Err(Error::NoSpace(DeviceRole::Data))));
         s.unreserve(9);
@@ -724,19 +750,19 @@ mod tests {
 
     #[test]
     fn directories_go_to_the_emptiest_group() {
-        let mut s = DataSpace::new(4096, 1024);
+        let mut s = DataSpace::new(4096, 1024, false);
         s.reserve(500).unwrap();
         s.allocate(DataBlock(0), 500).unwrap().unwrap();
-        let g = s.bind_directory();
+        let g = s.bind_directory().unwrap();
         assert_eq!(g, GroupNo(1));
-        assert_eq!(s.bind_directory(), GroupNo(2));
-        assert_eq!(s.bind_directory(), GroupNo(3));
-        assert_eq!(s.bind_directory(), GroupNo(1));
+        assert_eq!(s.bind_directory().unwrap(), GroupNo(2));
+        assert_eq!(s.bind_directory().unwrap(), GroupNo(3));
+        assert_eq!(s.bind_directory().unwrap(), GroupNo(1));
     }
 
     #[test]
     fn growing_adds_free_blocks_and_groups_and_keeps_the_tail_in_use() {
-        let mut s = DataSpace::new(100, 64);
+        let mut s = DataSpace::new(100, 64, false);
         s.reserve(s.available()).unwrap();
         while s.allocate(DataBlock(0), 1000).unwrap().is_some() {}
         s.grow(300).unwrap();
@@ -757,7 +783,7 @@ mod tests {
 
     #[test]
     fn bits_beyond_the_device_are_never_handed_out() {
-        let mut s = DataSpace::new(70, 64);
+        let mut s = DataSpace::new(70, 64, false);
         s.reserve(69).unwrap();
         let mut got = 0;
         while let Some((b, n)) = s.allocate(DataBlock(0), 100).unwrap() {

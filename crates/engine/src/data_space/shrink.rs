@@ -4,6 +4,7 @@
 
 use super::DataSpace;
 use crate::error::Result;
+use crate::table::Fresh;
 use crate::types::{DataBlock, GroupNo};
 
 impl DataSpace {
@@ -108,6 +109,8 @@ impl DataSpace {
             "a pending free past the new end {n} of the data space"
         );
         let words = n.div_ceil(64) as usize;
+        self.bitmap.set_fresh(Fresh::Bitmap { total: n });
+        self.groups.set_fresh(Fresh::Groups { total: n, group_blocks: self.group_blocks });
         self.bitmap.truncate(words);
         // Bits past the end of the device are permanently "in use".
         let tail = n % 64;
@@ -117,7 +120,7 @@ impl DataSpace {
         self.held.truncate(if self.held.is_empty() { 0 } else { words });
         let groups = n.div_ceil(u64::from(self.group_blocks)) as usize;
         self.groups.truncate(groups);
-        self.cursor.truncate(groups);
+        self.cursor.retain(|&g, _| (g as usize) < groups);
         self.total = n;
         self.limit = u64::MAX;
         self.recount();
@@ -200,7 +203,7 @@ mod tests {
 
     #[test]
     fn nothing_past_the_limit_is_handed_out_and_a_cut_keeps_the_rest() {
-        let mut s = DataSpace::new(1000, 256);
+        let mut s = DataSpace::new(1000, 256, false);
         s.reserve(100).unwrap();
         let (a, n) = s.allocate(DataBlock(700), 100).unwrap().unwrap();
         assert_eq!((a, n), (DataBlock(700), 100));
@@ -233,7 +236,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "still in use")]
     fn cutting_blocks_still_in_use_is_a_bug_asserted() {
-        let mut s = DataSpace::new(1000, 256);
+        let mut s = DataSpace::new(1000, 256, false);
         s.reserve(10).unwrap();
         s.allocate(DataBlock(900), 10).unwrap().unwrap();
         s.shrink(600, false).unwrap();

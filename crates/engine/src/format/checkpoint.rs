@@ -18,6 +18,14 @@ const INDEX_ENTRY_LEN: usize = 16;
 /// names one IFile index block; with it, a run of them at consecutive
 /// addresses (1.5).
 pub const MAX_INDEX_BLOCKS: usize = (BLOCK_SIZE - FIXED_LEN) / INDEX_ENTRY_LEN;
+/// Bytes at the end of the slot a checkpoint of a sparse IFile keeps for
+/// its [`SparseTail`] (1.7).
+const TAIL_LEN: usize = 32;
+/// Most index entries a checkpoint of a sparse IFile holds, its tail after
+/// them.
+pub const MAX_INDEX_BLOCKS_SPARSE: usize = (BLOCK_SIZE - FIXED_LEN - TAIL_LEN) / INDEX_ENTRY_LEN;
+/// The tail's `flags`: it is there.
+const TAIL_PRESENT: u32 = 1;
 /// Most IFile index blocks the entries of one record may name once their
 /// runs are expanded: far more than any geometry needs (a bitmap of
 /// 2^20 index blocks maps about 60 PiB), and a bound on what a corrupt
@@ -52,6 +60,23 @@ pub struct LogPosition {
     pub prev_crc: u32,
 }
 
+/// What a checkpoint of a sparse IFile (`SPARSE_IFILE`, 1.7) says besides
+/// the index, so that a mount reads no table that grows with the devices:
+/// where its own partial segments start (the IFile blocks there are in no
+/// segment usage entry yet), and two sums of the segment usage table as
+/// written.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct SparseTail {
+    /// Segment of the checkpoint's first partial segment.
+    pub ifile_segment: SegmentNo,
+    /// Its block offset in that segment.
+    pub ifile_offset: u32,
+    /// Segments in use whose entry holds no live byte and no IFile block.
+    pub vacant_segments: u32,
+    /// Live bytes of every segment, 4096 for each IFile block counted.
+    pub live_bytes: u64,
+}
+
 /// A decoded checkpoint.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Checkpoint {
@@ -74,6 +99,8 @@ pub struct Checkpoint {
     /// The segment count and data blocks in use (volumes with
     /// `INCOMPAT_RESIZED`); `None`: the superblock's.
     pub geometry: Option<Geometry>,
+    /// Its tail (volumes with `SPARSE_IFILE`).
+    pub sparse: Option<SparseTail>,
 }
 
 impl Checkpoint {
@@ -86,7 +113,8 @@ impl Checkpoint {
     #[must_use]
     pub fn encode(&self, runs: bool) -> Vec<u8> {
         let entries = index_entries(&self.index, runs);
-        assert!(entries.len() <= MAX_INDEX_BLOCKS);
+        let max = if self.sparse.is_some() { MAX_INDEX_BLOCKS_SPARSE } else { MAX_INDEX_BLOCKS };
+        assert!(entries.len() <= max);
         let mut w = Writer::with_capacity(BLOCK_SIZE);
         w.u32(CHECKPOINT_MAGIC)
             .u32(0)
@@ -100,6 +128,15 @@ impl Checkpoint {
         debug_assert_eq!(w.len(), FIXED_LEN);
         for e in &entries {
             e.encode(&mut w);
+        }
+        if let Some(t) = &self.sparse {
+            w.zeros(BLOCK_SIZE - TAIL_LEN - w.len());
+            w.u32(t.ifile_segment.0)
+                .u32(t.ifile_offset)
+                .u32(t.vacant_segments)
+                .u32(TAIL_PRESENT)
+                .u64(t.live_bytes)
+                .zeros(8);
         }
         super::record::seal(w.into_inner())
     }
@@ -125,8 +162,45 @@ impl Checkpoint {
             (s, d) => bad!("geometry of {s} segments and {d} data blocks is out of range"),
         };
         let index = decode_index(&mut r, n)?;
-        r.reserved(r.remaining().min(BLOCK_SIZE - r.position()))?;
-        Ok(Checkpoint { number, time, log, inode_count, node_count, free_data_blocks, index, snapshot_list, geometry })
+        let sparse = if n <= MAX_INDEX_BLOCKS_SPARSE { decode_tail(block)? } else { None };
+        let end = if sparse.is_some() { BLOCK_SIZE - TAIL_LEN } else { BLOCK_SIZE };
+        r.reserved(r.remaining().min(end - r.position()))?;
+        Ok(Checkpoint {
+            number,
+            time,
+            log,
+            inode_count,
+            node_count,
+            free_data_blocks,
+            index,
+            snapshot_list,
+            geometry,
+            sparse,
+        })
+    }
+}
+
+/// The tail of a checkpoint slot, if its `flags` say it is there (3.2).
+fn decode_tail(block: &[u8]) -> DecodeResult<Option<SparseTail>> {
+    let Some(tail) = block.get(BLOCK_SIZE - TAIL_LEN..BLOCK_SIZE) else { bad!("a checkpoint slot is one block") };
+    let mut r = Reader::new(tail);
+    let (segment, offset, vacant, flags) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+    let live_bytes = r.u64()?;
+    match flags {
+        0 => {
+            // No tail: the bytes are reserved (checked with the rest).
+            Ok(None)
+        }
+        TAIL_PRESENT => {
+            r.reserved(8)?;
+            Ok(Some(SparseTail {
+                ifile_segment: SegmentNo(segment),
+                ifile_offset: offset,
+                vacant_segments: vacant,
+                live_bytes,
+            }))
+        }
+        f => bad!("checkpoint tail flags {f:#x} are unknown"),
     }
 }
 
@@ -177,6 +251,7 @@ impl Checkpoint {
             index: Vec::new(),
             snapshot_list: None,
             geometry: None,
+            sparse: None,
         })
     }
 }
@@ -313,7 +388,26 @@ mod tests {
             ],
             snapshot_list: Some(MetaBlock(555)),
             geometry: None,
+            sparse: None,
         }
+    }
+
+    #[test]
+    fn a_sparse_tail_round_trips_and_leaves_room_for_fewer_entries() {
+        let tail = SparseTail {
+            ifile_segment: SegmentNo(9),
+            ifile_offset: 200,
+            vacant_segments: 1_500_000,
+            live_bytes: 1 << 40,
+        };
+        let c = Checkpoint { sparse: Some(tail), ..sample() };
+        assert_eq!(Checkpoint::decode(&c.encode(true)).unwrap(), c);
+        // A slot without a tail decodes as one, its tail bytes reserved.
+        assert_eq!(Checkpoint::decode(&sample().encode(true)).unwrap().sparse, None);
+        let mut block = c.encode(true);
+        block[BLOCK_SIZE - TAIL_LEN + 12] = 3;
+        assert!(Checkpoint::decode(&super::super::record::seal(block[..].to_vec())).is_err(), "unknown tail flags");
+        assert_eq!(MAX_INDEX_BLOCKS_SPARSE, 247);
     }
 
     #[test]

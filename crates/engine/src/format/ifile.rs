@@ -86,8 +86,10 @@ impl TableId {
 pub struct SegUsage {
     /// Bytes of live inodes and blocks in the segment.
     pub live_bytes: u32,
-    /// Flags; none are defined yet (written as 0).
-    pub flags: u32,
+    /// IFile table and index blocks of the checkpoint holding this entry
+    /// that lie in the segment, but for those its own partial segments
+    /// wrote (`SPARSE_IFILE`; without it written as 0 and not read).
+    pub ifile_blocks: u32,
     /// Sequence of the last partial segment written into it.
     pub last_seq: Seq,
 }
@@ -95,14 +97,14 @@ pub struct SegUsage {
 impl SegUsage {
     /// Appends the 16-byte encoding.
     pub fn encode(&self, w: &mut Writer) {
-        w.u32(self.live_bytes).u32(self.flags).u64(self.last_seq.0);
+        w.u32(self.live_bytes).u32(self.ifile_blocks).u64(self.last_seq.0);
     }
     /// Reads one entry.
     ///
     /// # Errors
     /// Out of bytes.
     pub fn decode(r: &mut Reader<'_>) -> DecodeResult<SegUsage> {
-        Ok(SegUsage { live_bytes: r.u32()?, flags: r.u32()?, last_seq: Seq(r.u64()?) })
+        Ok(SegUsage { live_bytes: r.u32()?, ifile_blocks: r.u32()?, last_seq: Seq(r.u64()?) })
     }
 }
 
@@ -234,7 +236,7 @@ mod tests {
     #[test]
     fn entries_round_trip() {
         let mut w = Writer::new();
-        let s = SegUsage { live_bytes: 5, flags: 0, last_seq: Seq(9) };
+        let s = SegUsage { live_bytes: 5, ifile_blocks: 0, last_seq: Seq(9) };
         let i = ImapEntry { address: MetaBlock(7), generation: 3, flags: IMAP_USED | IMAP_ORPHAN, record_len: 200 };
         let g = GroupDesc { free_blocks: 11, directories: 2 };
         s.encode(&mut w);

@@ -247,6 +247,7 @@ mod tests {
                 index: vec![IndexRef { table: TableId::InodeMap, first: 0, address: MetaBlock(300) }],
                 snapshot_list: None,
                 geometry: None,
+                sparse: None,
             },
             writable: false,
         }

@@ -15,8 +15,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
 /// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.6
-/// added [`INCOMPAT_INODE_FLAGS`].
-pub const FORMAT_MINOR: u16 = 6;
+/// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]. A
+/// volume is written with the highest minor any of its features needs.
+pub const FORMAT_MINOR: u16 = 7;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -75,6 +76,17 @@ pub const INCOMPAT_INDEX_RUNS: u64 = 1 << 7;
 pub const INCOMPAT_INODE_FLAGS: u64 = 1 << 8;
 /// Format minor version that introduced [`INCOMPAT_INODE_FLAGS`].
 pub const FORMAT_MINOR_INODE_FLAGS: u16 = 6;
+/// `incompat`: the IFile is sparse. A table block an index block lists at
+/// address 0, and every block of a chunk the checkpoint names no index
+/// block for, was never written and holds its table's fresh entries (a
+/// free segment, a wholly free group, free bits); segment usage entries
+/// count the IFile blocks in their segment; a checkpoint ends with where
+/// its own partial segments start, the segments holding nothing and the
+/// live bytes in all. So mkfs writes what a fresh volume needs and a mount
+/// reads what it uses, whatever the size. A reader unaware of it would
+/// refuse the missing blocks, or take a segment holding the IFile for
+/// free, hence incompat. mkfs sets it. Since 1.7.
+pub const INCOMPAT_SPARSE_IFILE: u64 = 1 << 9;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -87,7 +99,8 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_RESIZED
     | INCOMPAT_CLONES
     | INCOMPAT_INDEX_RUNS
-    | INCOMPAT_INODE_FLAGS;
+    | INCOMPAT_INODE_FLAGS
+    | INCOMPAT_SPARSE_IFILE;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -196,6 +209,12 @@ impl Superblock {
     #[must_use]
     pub fn index_runs(&self) -> bool {
         self.incompat & INCOMPAT_INDEX_RUNS != 0
+    }
+
+    /// Whether the IFile is sparse ([`INCOMPAT_SPARSE_IFILE`]).
+    #[must_use]
+    pub fn sparse_ifile(&self) -> bool {
+        self.incompat & INCOMPAT_SPARSE_IFILE != 0
     }
 
     /// Whether every checkpoint carries its own geometry ([`INCOMPAT_RESIZED`]).

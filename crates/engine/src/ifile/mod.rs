@@ -8,12 +8,13 @@
 //! placements of the blocks and inodes the partial segment carries. So every
 //! commit exercises the recovery path.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::format::ifile::{IMAP_ORPHAN, IMAP_USED, ImapEntry, SegUsage, TableId};
-use crate::table::{Table, TableAccess};
+use crate::table::{Fresh, Table, TableAccess};
 
 mod counted;
+mod usage;
 use crate::types::{BLOCK_BYTES, InodeNo, MetaBlock, NodeId, SegmentNo, Seq};
 
 /// Where segments sit on the meta-data device.
@@ -86,17 +87,47 @@ pub struct IFile {
     /// the hand ([`IFile::evict_inode_blocks`]).
     referenced: Vec<bool>,
     hand: usize,
+    /// Changes to usage entries whose block is not at hand (`usage`).
+    seg_pending: BTreeMap<u32, usage::SegDelta>,
+    /// Segments in use whose entry holds no live byte and no IFile block.
+    vacant: u64,
+    /// Live bytes of all segments, 4096 for each IFile block counted.
+    live_total: u64,
+    /// The live bytes were checked against the whole maps when loaded (a
+    /// complete load, or a fresh volume): a sum gone below zero is a bug.
+    live_checked: bool,
+    /// Segments written into since the durable checkpoint's log position.
+    written_since: BTreeMap<u32, Seq>,
 }
 
 impl IFile {
-    /// An empty IFile for a fresh volume: inode 0 and node 0 are reserved.
+    /// An IFile for a checkpoint to be loaded into: its tables sized, their
+    /// blocks named by nothing yet.
     #[must_use]
-    pub fn new(geometry: SegmentGeometry) -> IFile {
+    pub fn for_load(geometry: SegmentGeometry, sparse: bool, inodes: usize, nodes: usize) -> IFile {
+        let mut f = IFile::new(geometry, sparse);
+        f.segments = Table::for_load(TableId::SegmentUsage, geometry.count as usize, Fresh::Default, sparse);
+        f.inodes = Table::for_load(TableId::InodeMap, inodes, Fresh::Default, sparse);
+        f.nodes = Table::for_load(TableId::NodeMap, nodes, Fresh::Default, sparse);
+        f.live_checked = false;
+        f
+    }
+
+    /// Whether the live bytes were checked against the maps when loaded.
+    #[must_use]
+    pub fn live_checked(&self) -> bool {
+        self.live_checked
+    }
+
+    /// An empty IFile for a fresh volume: inode 0 and node 0 are reserved.
+    /// `sparse`: blocks never written need not be (`SPARSE_IFILE`).
+    #[must_use]
+    pub fn new(geometry: SegmentGeometry, sparse: bool) -> IFile {
         let mut f = IFile {
             geometry,
-            segments: Table::new(TableId::SegmentUsage, geometry.count as usize),
-            inodes: Table::new(TableId::InodeMap, 1),
-            nodes: Table::new(TableId::NodeMap, 1),
+            segments: Table::new(TableId::SegmentUsage, geometry.count as usize, Fresh::Default, sparse),
+            inodes: Table::new(TableId::InodeMap, 1, Fresh::Default, sparse),
+            nodes: Table::new(TableId::NodeMap, 1, Fresh::Default, sparse),
             free_in_block: Vec::new(),
             free_blocks: BTreeSet::new(),
             freed_inodes: BTreeSet::new(),
@@ -109,6 +140,11 @@ impl IFile {
             live_counted: None,
             referenced: Vec::new(),
             hand: 0,
+            seg_pending: BTreeMap::new(),
+            vacant: u64::from(geometry.count),
+            live_total: 0,
+            live_checked: true,
+            written_since: BTreeMap::new(),
         };
         // Number 0 never names anything; keep it out of the free lists forever.
         f.inodes.set(0, ImapEntry { flags: IMAP_USED, ..ImapEntry::default() });
@@ -144,6 +180,7 @@ impl IFile {
     pub fn grow_segments(&mut self, count: u32) {
         assert!(count >= self.geometry.count, "growing {} segments to {count}", self.geometry.count);
         self.segments.grow(count as usize);
+        self.vacant += u64::from(count - self.geometry.count);
         self.geometry.count = count;
         if let Some(live) = &mut self.live_counted {
             live.resize(count as usize, 0);
@@ -155,9 +192,11 @@ impl IFile {
     pub fn shrink_segments(&mut self, count: u32) {
         assert!(count <= self.geometry.count, "shrinking {} segments to {count}", self.geometry.count);
         for s in count..self.geometry.count {
-            assert_eq!(self.segments.get(s as usize).live_bytes, 0, "segment {s} is cut off with live bytes");
+            let u = self.segment(SegmentNo(s));
+            assert!(u.live_bytes == 0 && u.ifile_blocks == 0, "segment {s} is cut off holding something");
         }
         self.segments.truncate(count as usize);
+        self.vacant -= u64::from(self.geometry.count - count);
         self.geometry.count = count;
         if let Some(live) = &mut self.live_counted {
             live.truncate(count as usize);
@@ -380,18 +419,7 @@ impl IFile {
         self.nodes.set(id.0 as usize, at.0);
     }
 
-    // ---- segment usage ----
-
-    /// The usage entry of `seg`.
-    #[must_use]
-    pub fn segment(&self, seg: SegmentNo) -> SegUsage {
-        self.segments.get(seg.0 as usize)
-    }
-
-    /// Records that partial segment `seq` was written into `seg`.
-    pub fn note_write(&mut self, seg: SegmentNo, seq: Seq) {
-        self.segments.update(seg.0 as usize, |u| u.last_seq = u.last_seq.max(seq));
-    }
+    // ---- segment usage (see `usage`) ----
 
     /// What the maps say each segment holds live (FORMAT.md 4.5): 4096
     /// bytes per node, the record length per inode in use.
@@ -427,33 +455,29 @@ impl IFile {
     fn set_live_bytes(&mut self, live: Vec<u64>) -> Vec<(SegmentNo, u32, u64)> {
         let mut wrong = Vec::new();
         for (s, want) in live.into_iter().enumerate() {
-            let have = self.segments.get(s).live_bytes;
+            let have = self.segment(SegmentNo(s as u32)).live_bytes;
             if u64::from(have) != want {
                 wrong.push((SegmentNo(s as u32), have, want));
                 let v = u32::try_from(want).unwrap_or(u32::MAX);
-                self.segments.update(s, |u| u.live_bytes = v);
+                self.change_segment_live(SegmentNo(s as u32), v);
             }
         }
+        self.live_checked = true;
         wrong
     }
 
     // Live bytes are checked against the maps when a checkpoint is loaded
-    // (and recounted if they disagree), and every change after that adds
-    // and takes what the maps say: the engine keeps them, so a wrong sum is
-    // a bug, not damage. (A segment holds at most 65,536 blocks of 4 KiB:
-    // the sum cannot overflow, inode lists being checked to fit their block.)
+    // whole (and recounted if they disagree), and every change after that
+    // adds and takes what the maps say: the engine keeps them, so a wrong
+    // sum is then a bug, not damage. (A segment holds at most 65,536
+    // blocks of 4 KiB: the sum cannot overflow, inode lists being checked
+    // to fit their block.)
     fn add_live(&mut self, at: MetaBlock, bytes: u32) {
-        if let Some(seg) = self.geometry.segment_of(at)
-            && let Some(live) = &mut self.live_counted
-        {
-            live[seg.0 as usize] += u64::from(bytes);
-        }
         if let Some(seg) = self.geometry.segment_of(at) {
-            self.segments.update(seg.0 as usize, |u| {
-                u.live_bytes = u.live_bytes.checked_add(bytes).unwrap_or_else(|| {
-                    panic!("segment {}: {} live bytes and {bytes} more overflow", seg.0, u.live_bytes)
-                });
-            });
+            if let Some(live) = &mut self.live_counted {
+                live[seg.0 as usize] += u64::from(bytes);
+            }
+            self.usage_add(seg, bytes);
         }
     }
 
@@ -461,24 +485,11 @@ impl IFile {
         if at.0 == 0 {
             return;
         }
-        if !self.inodes_complete() {
-            // The table's sums are not checked against the maps until the
-            // last block is read (then recounted): a wrong one must not
-            // stop the volume meanwhile.
-            if let Some(seg) = self.geometry.segment_of(at) {
-                self.segments.update(seg.0 as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
-                if let Some(live) = &mut self.live_counted {
-                    live[seg.0 as usize] = live[seg.0 as usize].saturating_sub(u64::from(bytes));
-                }
-            }
-            return;
-        }
         if let Some(seg) = self.geometry.segment_of(at) {
-            self.segments.update(seg.0 as usize, |u| {
-                u.live_bytes = u.live_bytes.checked_sub(bytes).unwrap_or_else(|| {
-                    panic!("segment {}: {bytes} live bytes leave, {} were there", seg.0, u.live_bytes)
-                });
-            });
+            if let Some(live) = &mut self.live_counted {
+                live[seg.0 as usize] = live[seg.0 as usize].saturating_sub(u64::from(bytes));
+            }
+            self.usage_sub(seg, bytes);
         }
     }
 }
@@ -488,7 +499,7 @@ mod tests {
     use super::*;
 
     fn ifile() -> IFile {
-        let mut f = IFile::new(SegmentGeometry { first_block: 256, blocks: 256, count: 8 });
+        let mut f = IFile::new(SegmentGeometry { first_block: 256, blocks: 256, count: 8 }, false);
         f.rebuild_free_lists();
         f
     }
@@ -568,6 +579,9 @@ mod tests {
         f.free_inode(InodeNo(7), 1);
         f.release_freed_inodes();
         let payloads = vec![f.inodes.encode_block(0), f.inodes.encode_block(1)];
+        for b in 0..3 {
+            f.inodes.set_address(b, MetaBlock(600 + u64::from(b)));
+        }
         f.leave_inodes_on_disk_but(2);
         (f, per, payloads)
     }

@@ -15,13 +15,17 @@ use super::seal::{Body, SealedGroup};
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
-use crate::format::block::{self, BlockKind};
-use crate::format::checkpoint::{Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLOCKS, index_entries};
+use crate::format::block::BlockKind;
+use crate::format::checkpoint::{
+    Checkpoint, IndexRef, LogPosition, MAX_INDEX_BLOCKS, MAX_INDEX_BLOCKS_SPARSE, SparseTail, index_entries,
+};
 use crate::format::descriptor::{PsKind, Summary};
 use crate::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
 use crate::format::superblock::CHECKPOINT_SLOTS;
-use crate::table::{TableAccess, TableSource};
+use crate::table::TableAccess;
 use crate::types::{InodeNo, MetaBlock, SegmentNo, Timestamp};
+
+pub(crate) use super::ifile_load::{open_table_block, read_scattered};
 
 /// The newest checkpoint known durable, and what it keeps alive.
 #[derive(Debug, Clone, Default)]
@@ -30,7 +34,9 @@ pub struct DurableCheckpoint {
     pub number: u64,
     /// Where its roll-forward starts.
     pub log: LogPosition,
-    /// Segments holding its IFile and index blocks, with how many.
+    /// Its IFile table and index blocks that no segment usage entry
+    /// counts, by segment: on a sparse IFile those its own partial segments
+    /// wrote (the entries it wrote count the others); otherwise all of them.
     pub pins: HashMap<SegmentNo, u32>,
     /// Its index blocks by (table, chunk).
     pub index: BTreeMap<(TableId, u32), MetaBlock>,
@@ -57,6 +63,13 @@ pub struct SealedCheckpoint {
     index: BTreeMap<(TableId, u32), MetaBlock>,
     /// The volume has `INDEX_RUNS`: the record's entries may be runs.
     runs: bool,
+    /// What it adds to the IFile blocks the segment usage entries count
+    /// (sparse): the durable checkpoint's own blocks, less those it
+    /// replaces. Its usage blocks were written so; memory follows once it
+    /// is durable.
+    adjust: BTreeMap<u32, i64>,
+    /// Its own IFile blocks, by segment.
+    own: HashMap<SegmentNo, u32>,
 }
 
 impl SealedCheckpoint {
@@ -96,37 +109,50 @@ pub(crate) fn tables(log: &mut Log) -> Vec<&mut dyn TableAccess> {
 }
 
 impl Log {
-    /// Builds a checkpoint of the current IFile. The caller has committed
-    /// every dirty object first, so the IFile matches the log up to the head.
-    ///
-    /// # Errors
-    /// The IFile outgrew what a checkpoint can index, or no segment is left.
-    pub fn seal_checkpoint(&mut self, now: Timestamp) -> Result<SealedCheckpoint> {
-        debug_assert!(!self.has_dirty(), "checkpoint with dirty meta-data");
-        // Which table blocks changed, and which index chunks must follow them.
-        let mut dirty: Vec<(TableId, u32, Vec<u8>)> = Vec::new();
+    /// The durable checkpoint's IFile blocks in `s` that its segment usage
+    /// entry does not count.
+    #[must_use]
+    pub fn checkpoint_pins(&self, s: SegmentNo) -> u32 {
+        self.ckpt.pins.get(&s).copied().unwrap_or(0)
+    }
+
+    /// Which table blocks and index chunks a checkpoint writes now, and the
+    /// chunks its index names: every block changed, the chunks listing
+    /// them, chunks no index block lists yet (not sparse), and every chunk
+    /// again when the index's runs must be joined.
+    #[allow(clippy::type_complexity)]
+    fn checkpoint_plan(
+        &mut self,
+    ) -> Result<(Vec<(TableId, u32)>, BTreeSet<(TableId, u32)>, BTreeSet<(TableId, u32)>, bool)> {
+        let sparse = self.sb.sparse_ifile();
+        let mut dirty: Vec<(TableId, u32)> = Vec::new();
         let mut chunks: BTreeSet<(TableId, u32)> = BTreeSet::new();
-        let mut wanted_chunks: BTreeSet<(TableId, u32)> = BTreeSet::new();
+        let mut wanted: BTreeSet<(TableId, u32)> = BTreeSet::new();
         for t in tables(self) {
             let id = t.table_id();
             for b in t.dirty() {
-                dirty.push((id, b, t.encode(b)));
+                dirty.push((id, b));
                 chunks.insert((id, b / INDEX_PER_BLOCK as u32));
             }
-            for c in 0..t.blocks().div_ceil(INDEX_PER_BLOCK) {
-                wanted_chunks.insert((id, c as u32));
+            for c in 0..t.chunks() as u32 {
+                // A sparse table's chunk with no block ever written needs
+                // no index block.
+                if !sparse || t.index_at(c).is_some() {
+                    wanted.insert((id, c));
+                }
             }
         }
-        if self.index_entries_bound(wanted_chunks.len()) > MAX_INDEX_BLOCKS {
+        wanted.extend(chunks.iter().copied());
+        let max = if sparse { MAX_INDEX_BLOCKS_SPARSE } else { MAX_INDEX_BLOCKS };
+        if self.index_entries_bound(wanted.len()) > max {
             return Err(Error::NoSpace(DeviceRole::Meta));
         }
-        for c in &wanted_chunks {
+        for c in &wanted {
             if !self.ckpt.index.contains_key(c) {
                 chunks.insert(*c);
             }
         }
-        let runs = self.sb.index_runs();
-        if runs {
+        if self.sb.index_runs() {
             // Index blocks rewritten one here, one there split the runs of
             // those kept; before the entries could pass what a snapshot
             // record holds, every index block is written again, in runs.
@@ -134,17 +160,131 @@ impl Log {
                 .ckpt
                 .index
                 .iter()
-                .filter(|(k, _)| wanted_chunks.contains(k) && !chunks.contains(k))
+                .filter(|(k, _)| wanted.contains(k) && !chunks.contains(k))
                 .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
                 .collect();
             if index_entries(&kept, true).len() + chunks.len() > self.index_entry_limit {
-                chunks.clone_from(&wanted_chunks);
-                self.stats.index_rewrites += 1;
+                chunks.clone_from(&wanted);
+                return Ok((dirty, chunks, wanted, true));
             }
         }
+        Ok((dirty, chunks, wanted, false))
+    }
 
-        let dirty_keys: Vec<(TableId, u32)> = dirty.iter().map(|(t, b, _)| (*t, *b)).collect();
-        let index_now: Vec<(TableId, u32)> = chunks.iter().copied().collect();
+    /// The IFile blocks a checkpoint writing `dirty` and `chunks`, its
+    /// index naming `wanted`, takes from the segments holding their durable
+    /// copies, by segment: those it rewrites, and those no longer part of
+    /// the IFile (a shrink cut them off).
+    fn replaced_blocks(
+        &mut self,
+        dirty: &[(TableId, u32)],
+        chunks: &BTreeSet<(TableId, u32)>,
+        wanted: &BTreeSet<(TableId, u32)>,
+    ) -> BTreeMap<u32, i64> {
+        let geometry = self.ifile.geometry();
+        let mut out: BTreeMap<u32, i64> = BTreeMap::new();
+        let cut: Vec<MetaBlock> = tables(self).into_iter().flat_map(|t| t.cut_off()).collect();
+        let addresses = dirty
+            .iter()
+            .map(|&(t, b)| self.table(t).block_address(b))
+            .chain(chunks.iter().filter_map(|k| self.ckpt.index.get(k).copied()))
+            .chain(self.ckpt.index.iter().filter(|(k, _)| !wanted.contains(k)).map(|(_, a)| *a))
+            .chain(cut);
+        for a in addresses {
+            if let Some(s) = geometry.segment_of(a) {
+                *out.entry(s.0).or_default() -= 1;
+            }
+        }
+        out
+    }
+
+    /// One table, by id.
+    fn table(&self, t: TableId) -> &dyn TableAccess {
+        match t {
+            TableId::SegmentUsage => &self.ifile.segments,
+            TableId::InodeMap => &self.ifile.inodes,
+            TableId::NodeMap => &self.ifile.nodes,
+            TableId::GroupDesc => &self.space.groups,
+            TableId::Bitmap => &self.space.bitmap,
+        }
+    }
+
+    /// Builds a checkpoint of the current IFile. The caller has committed
+    /// every dirty object first, so the IFile matches the log up to the head.
+    ///
+    /// # Errors
+    /// The IFile outgrew what a checkpoint can index, no segment is left,
+    /// or a block of the IFile it must rewrite cannot be read.
+    pub fn seal_checkpoint(&mut self, now: Timestamp) -> Result<SealedCheckpoint> {
+        debug_assert!(!self.has_dirty(), "checkpoint with dirty meta-data");
+        let sparse = self.sb.sparse_ifile();
+        let source = self.table_source();
+        let before = self.ckpt.log.seq;
+        // Changes waiting for usage blocks on disk: those blocks are written now.
+        for b in self.ifile.usage_blocks_waiting() {
+            self.ifile.load_usage_block(b, &source, before)?;
+        }
+        // On a sparse IFile the usage entries this checkpoint writes count
+        // the IFile blocks of the one it follows (now counted, not its own)
+        // less those it replaces: the usage blocks holding those entries
+        // are written too, which replaces more. Until nothing more changes.
+        let mut adjust: BTreeMap<u32, i64> = BTreeMap::new();
+        let (dirty_keys, index_now, wanted_chunks, rewrote) = loop {
+            let (dirty, chunks, wanted, rewrote) = self.checkpoint_plan()?;
+            // An index block lists every block of its chunk: a chunk never
+            // read (rewritten to join the runs) is read first.
+            for &(t, c) in &chunks {
+                for tab in tables(self) {
+                    if tab.table_id() == t {
+                        tab.read_chunk(c, &source)?;
+                    }
+                }
+            }
+            if !sparse {
+                break (dirty, chunks, wanted, rewrote);
+            }
+            let mut want = self.replaced_blocks(&dirty, &chunks, &wanted);
+            // The broken rule counts the blocks of the checkpoint followed
+            // nowhere: they are its own no longer, nor in any entry.
+            if !faults::active(Fault::UncountedCheckpointBlocks) {
+                for (s, n) in &self.ckpt.pins {
+                    *want.entry(s.0).or_default() += i64::from(*n);
+                }
+            }
+            want.retain(|_, n| *n != 0);
+            let mut more = false;
+            for &s in want.keys() {
+                let b = self.ifile.usage_block_of(SegmentNo(s));
+                self.ifile.load_usage_block(b, &source, before)?;
+                if !self.ifile.segments.is_block_dirty(b) {
+                    self.ifile.segments.mark_dirty(b);
+                    more = true;
+                }
+            }
+            adjust = want;
+            if !more {
+                break (dirty, chunks, wanted, rewrote);
+            }
+        };
+        let replaced = self.replaced_blocks(&dirty_keys, &index_now, &wanted_chunks);
+        if rewrote {
+            self.stats.index_rewrites += 1;
+        }
+        // The usage blocks' entries as written; the sums they make.
+        let (mut vacant, mut live) = (self.ifile.vacant_segments() as i64, self.ifile.live_total() as i64);
+        let mut dirty: Vec<(TableId, u32, Vec<u8>)> = Vec::with_capacity(dirty_keys.len());
+        for &(t, b) in &dirty_keys {
+            let payload = if sparse && t == TableId::SegmentUsage {
+                let (payload, dv, dl) = self.ifile.usage_block_adjusted(b, &adjust);
+                vacant += dv;
+                live += dl;
+                payload
+            } else {
+                self.table(t).encode(b)
+            };
+            dirty.push((t, b, payload));
+        }
+
         let mut bodies: Vec<Body> = dirty
             .into_iter()
             .map(|(t, b, payload)| Body {
@@ -154,7 +294,8 @@ impl Log {
                 inodes: None,
             })
             .collect();
-        for (t, c) in &index_now {
+        let index_list: Vec<(TableId, u32)> = index_now.iter().copied().collect();
+        for (t, c) in &index_list {
             bodies.push(Body {
                 summary: Summary {
                     kind: BlockKind::IFileIndex,
@@ -166,6 +307,7 @@ impl Log {
                 inodes: None,
             });
         }
+        let ifile_bodies = bodies.len();
         // A change of the snapshot list rides on this checkpoint: its
         // blocks come last, after the IFile blocks and index blocks.
         let first_snapshot_body = bodies.len();
@@ -180,8 +322,9 @@ impl Log {
         }
         let mut part = None;
         let mut new_index: Vec<((TableId, u32), MetaBlock)> = Vec::new();
+        let mut own: HashMap<SegmentNo, u32> = HashMap::new();
         if !bodies.is_empty() {
-            let (sealed, staged) = self.encode_group(
+            let (sealed, (staged, written)) = self.encode_group(
                 PsKind::Checkpoint,
                 bodies,
                 Vec::new(),
@@ -197,25 +340,23 @@ impl Log {
                         }
                     }
                     let mut staged = Vec::new();
-                    for (k, (t, c)) in index_now.iter().enumerate() {
+                    for (k, (t, c)) in index_list.iter().enumerate() {
                         let i = dirty_keys.len() + k;
-                        let listed = tables(log)
-                            .into_iter()
-                            .find(|tab| tab.table_id() == *t)
-                            .map(|tab| {
-                                let start = (*c as usize) * INDEX_PER_BLOCK;
-                                let end = (start + INDEX_PER_BLOCK).min(tab.blocks());
-                                (start..end).map(|b| tab.block_address(b as u32)).collect::<Vec<_>>()
-                            })
-                            .unwrap_or_default();
+                        let listed = log.table(*t).chunk_list(*c);
                         bodies[i].payload =
                             IndexBlock { table: *t, first: c * INDEX_PER_BLOCK as u32, addresses: listed }.encode();
                         staged.push(((*t, *c), addresses[i]));
                     }
                     log.fill_snapshot_bodies(&addresses[first_snapshot_body..], &mut bodies[first_snapshot_body..]);
-                    staged
+                    (staged, addresses[..ifile_bodies].to_vec())
                 },
             )?;
+            let geometry = self.ifile.geometry();
+            for a in written {
+                if let Some(s) = geometry.segment_of(a) {
+                    *own.entry(s).or_default() += 1;
+                }
+            }
             new_index = staged;
             part = Some(sealed);
         }
@@ -225,6 +366,21 @@ impl Log {
         let mut index = self.ckpt.index.clone();
         index.retain(|k, _| wanted_chunks.contains(k));
         index.extend(new_index);
+        let tail = sparse.then(|| {
+            // Where its first partial segment starts: the head, if nothing
+            // was written (no IFile block of its own then).
+            let start = part.as_ref().and_then(SealedGroup::start);
+            let geometry = self.ifile.geometry();
+            let (segment, offset) = start
+                .and_then(|a| geometry.segment_of(a).map(|s| (s, (a.0 - geometry.start(s).0) as u32)))
+                .unwrap_or((self.head.segment, self.head.offset));
+            SparseTail {
+                ifile_segment: segment,
+                ifile_offset: offset,
+                vacant_segments: u32::try_from(vacant.max(0)).unwrap_or(u32::MAX),
+                live_bytes: live.max(0) as u64,
+            }
+        });
         let record = Checkpoint {
             number: self.ckpt.number + 1,
             time: now,
@@ -238,17 +394,38 @@ impl Log {
                 .map(|((t, c), a)| IndexRef { table: *t, first: c * INDEX_PER_BLOCK as u32, address: *a })
                 .collect(),
             snapshot_list: self.list_for_checkpoint(),
+            sparse: tail,
         };
         let slot = if faults::active(Fault::CheckpointInPlace) {
             CHECKPOINT_SLOTS[0]
         } else {
             CHECKPOINT_SLOTS[(record.number % 2) as usize]
         };
+        let runs = self.sb.index_runs();
         debug_assert!(index_entries(&record.index, runs).len() <= MAX_INDEX_BLOCKS, "index bound broken");
         // The blocks just placed are clean but not on disk until the
         // checkpoint is written: none may be given back before.
         self.checkpoint_unwritten = true;
-        Ok(SealedCheckpoint { part, slot, record, index, runs })
+        let own = if sparse {
+            own
+        } else {
+            // Every IFile block is a pin: the old ones less those replaced,
+            // and the new.
+            let mut all = self.ckpt.pins.clone();
+            for (s, n) in replaced {
+                let e = all.entry(SegmentNo(s)).or_default();
+                *e = u32::try_from(i64::from(*e) + n).unwrap_or(0);
+            }
+            for (s, n) in own {
+                *all.entry(s).or_default() += n;
+            }
+            all.retain(|_, n| *n > 0);
+            all
+        };
+        if !sparse {
+            adjust.clear();
+        }
+        Ok(SealedCheckpoint { part, slot, record, index, runs, adjust, own })
     }
 
     /// Records that a checkpoint is durable: the previous one's IFile blocks
@@ -266,8 +443,22 @@ impl Log {
         self.vouched = self.durable;
         self.ckpt.number = c.record.number;
         self.ckpt.log = c.record.log;
+        for ((t, chunk), at) in &c.index {
+            if self.ckpt.index.get(&(*t, *chunk)) != Some(at) {
+                for tab in tables(self) {
+                    if tab.table_id() == *t {
+                        tab.set_index_at(*chunk, *at);
+                    }
+                }
+            }
+        }
         self.ckpt.index = c.index.clone();
-        self.ckpt.pins = self.ifile_pins();
+        for t in tables(self) {
+            t.clear_cut();
+        }
+        self.ifile.apply_written_adjustment(&c.adjust);
+        self.ckpt.pins = c.own.clone();
+        self.ifile.checkpoint_moved(c.record.log.seq);
         self.blocks_since_checkpoint = 0;
         self.stats.checkpoints += 1;
         self.space.release(self.durable);
@@ -278,13 +469,14 @@ impl Log {
         self.free_segments_cached = self.free_segments();
     }
 
-    /// Segments holding the current IFile's table and index blocks.
-    fn ifile_pins(&mut self) -> HashMap<SegmentNo, u32> {
+    /// Segments holding the current IFile's table and index blocks, from
+    /// every address (all of the index read).
+    pub(crate) fn ifile_pins(&mut self) -> HashMap<SegmentNo, u32> {
         let geometry = self.ifile.geometry();
         let mut pins: HashMap<SegmentNo, u32> = HashMap::new();
         let mut addrs: Vec<MetaBlock> = Vec::new();
         for t in tables(self) {
-            addrs.extend((0..t.blocks() as u32).map(|b| t.block_address(b)));
+            addrs.extend((0..t.chunks() as u32).flat_map(|c| t.chunk_list(c)).filter(|a| a.0 != 0));
         }
         addrs.extend(self.ckpt.index.values().copied());
         // Blocks written together lie together: count runs in one segment
@@ -307,272 +499,6 @@ impl Log {
         }
         pins
     }
-
-    /// Loads the IFile a checkpoint points at (mount). With `lazy`, the data
-    /// bitmap stays on disk, read a group at a time when the allocator
-    /// first needs it (its blocks' addresses are all checked here, its
-    /// contents when read), and so does an inode map of at least that many
-    /// blocks ([`super::lazy_imap`]); otherwise every block is read and
-    /// checked.
-    ///
-    /// # Errors
-    /// An index or table block is missing, unreadable or corrupt.
-    pub(crate) fn load_checkpoint(&mut self, c: &Checkpoint, lazy_from: Option<usize>) -> Result<()> {
-        self.load_checkpoint_with(c, lazy_from.is_some(), lazy_from)
-    }
-
-    /// As [`Log::load_checkpoint`], the bitmap left on disk if `lazy`, the
-    /// inode map if it has `lazy_from` blocks or more (a snapshot's
-    /// image wants its bitmap whole and its map on disk).
-    ///
-    /// # Errors
-    /// As [`Log::load_checkpoint`].
-    pub(crate) fn load_checkpoint_with(&mut self, c: &Checkpoint, lazy: bool, lazy_from: Option<usize>) -> Result<()> {
-        let geometry = self.ifile.geometry();
-        let source = IFileBlocks { meta: self.meta.clone(), volume_id: self.volume_id };
-        // Index blocks first: they say how large each table is, which bounds
-        // the counts in the checkpoint before anything is allocated for them.
-        for r in &c.index {
-            if geometry.segment_of(r.address).is_none() {
-                return Err(Error::corrupt_meta(
-                    "checkpoint",
-                    r.address.0,
-                    "an IFile index block lies outside the log",
-                ));
-            }
-        }
-        let raws = read_scattered(self.meta.as_ref(), c.index.iter().map(|r| r.address))?;
-        let mut listed: BTreeMap<TableId, usize> = BTreeMap::new();
-        let mut index_blocks = Vec::with_capacity(c.index.len());
-        for (r, raw) in c.index.iter().zip(raws) {
-            let (h, payload) = block::open_block_of_kind(&raw, r.address, self.volume_id, BlockKind::IFileIndex)
-                .map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
-            let ib =
-                IndexBlock::decode(payload).map_err(|e| Error::corrupt_meta("IFile index block", r.address.0, e.0))?;
-            if ib.table != r.table || ib.first != r.first || h.name != r.table.block_name(r.first) {
-                return Err(Error::corrupt_meta(
-                    "IFile index block",
-                    r.address.0,
-                    "does not list the blocks the checkpoint names",
-                ));
-            }
-            *listed.entry(r.table).or_default() += ib.addresses.len();
-            index_blocks.push((*r, ib));
-        }
-        for (table, count) in [(TableId::InodeMap, c.inode_count), (TableId::NodeMap, c.node_count)] {
-            let blocks = listed.get(&table).copied().unwrap_or(0);
-            if count == 0 || count.div_ceil(table.per_block() as u64) != blocks as u64 {
-                return Err(Error::corrupt_meta(
-                    "checkpoint",
-                    0,
-                    format!("{} of {count} entries does not match its {blocks} listed blocks", table.name()),
-                ));
-            }
-        }
-        if c.inode_count > self.max_inode_number() + 1 || c.node_count > self.max_node_id() + 1 {
-            return Err(Error::corrupt_meta(
-                "checkpoint",
-                0,
-                format!("{} inodes and {} nodes: more than the log can hold", c.inode_count, c.node_count),
-            ));
-        }
-        // A large inode map stays on disk but for its last block, where it
-        // grows (see `lazy_imap`): its blocks are not even allocated.
-        let imap_blocks = c.inode_count.div_ceil(TableId::InodeMap.per_block() as u64) as u32;
-        let lazy_imap = lazy_from.is_some_and(|min| imap_blocks as usize >= min.max(2));
-        if lazy_imap {
-            self.ifile.inodes.grow_on_disk(c.inode_count as usize);
-        } else {
-            self.ifile.inodes.grow(c.inode_count as usize);
-        }
-        self.ifile.nodes.grow(c.node_count as usize);
-        let mut loaded: BTreeMap<TableId, Vec<bool>> =
-            tables(self).into_iter().map(|t| (t.table_id(), vec![false; t.blocks()])).collect();
-        let mut index = BTreeMap::new();
-        // Every listed block is checked to be one of its table's; those to
-        // read now are then read in runs of neighbouring addresses.
-        let mut to_read: Vec<(TableId, u32, MetaBlock, MetaBlock)> = Vec::new();
-        for (r, ib) in index_blocks {
-            index.insert((r.table, r.first / INDEX_PER_BLOCK as u32), r.address);
-            for (i, at) in ib.addresses.iter().enumerate() {
-                let b = ib.first + i as u32;
-                if geometry.segment_of(*at).is_none() {
-                    return Err(Error::corrupt_meta(
-                        "IFile index block",
-                        r.address.0,
-                        format!("table block {b} at {at:?} lies outside the log"),
-                    ));
-                }
-                let table = tables(self).into_iter().find(|t| t.table_id() == r.table);
-                let Some(table) = table else { continue };
-                if b as usize >= table.blocks() {
-                    return Err(Error::corrupt_meta(
-                        "IFile index block",
-                        r.address.0,
-                        format!("names block {b} beyond the {}", r.table.name()),
-                    ));
-                }
-                table.place(b, *at);
-                if let Some(l) = loaded.get_mut(&r.table) {
-                    l[b as usize] = true;
-                }
-                let on_disk = match r.table {
-                    TableId::Bitmap => lazy,
-                    TableId::InodeMap => lazy_imap && b + 1 < imap_blocks,
-                    _ => false,
-                };
-                if !on_disk {
-                    to_read.push((r.table, b, *at, r.address));
-                }
-            }
-        }
-        let raws = read_scattered(self.meta.as_ref(), to_read.iter().map(|x| x.2))?;
-        for ((t, b, at, _), raw) in to_read.into_iter().zip(raws) {
-            let payload = open_table_block(&raw, t, b, at, self.volume_id)?;
-            let table = tables(self).into_iter().find(|tab| tab.table_id() == t);
-            if let Some(table) = table {
-                table.decode(b, payload).map_err(|e| Error::corrupt_meta(t.name(), at.0, e.0))?;
-            }
-        }
-        for t in tables(self) {
-            let listed = loaded.get(&t.table_id()).map_or(&[][..], Vec::as_slice);
-            for b in 0..t.blocks() as u32 {
-                if !listed.get(b as usize).copied().unwrap_or(false) {
-                    return Err(Error::corrupt_meta(
-                        "checkpoint",
-                        0,
-                        format!("block {b} of the {} is missing from the checkpoint", t.table_id().name()),
-                    ));
-                }
-            }
-            t.loaded();
-        }
-        self.ckpt = DurableCheckpoint { number: c.number, log: c.log, pins: HashMap::new(), index };
-        self.ckpt.pins = self.ifile_pins();
-        self.head = c.log;
-        // The checkpoint decoder refuses a log position of sequence 0.
-        self.durable = crate::types::Seq(c.log.seq.0 - 1);
-        self.vouched = self.durable;
-        if lazy_imap {
-            self.ifile.leave_inodes_on_disk_but(imap_blocks - 1);
-        } else {
-            self.ifile.rebuild_free_lists();
-        }
-        // What the segment usage derives from the maps is checked here, so
-        // that every change after adds and takes amounts that add up (a
-        // wrong sum is then a bug, and asserted); a wrong one is recounted
-        // and said. A segment written after the checkpoint's log position
-        // cannot be in its table.
-        for s in 0..self.sb.segment_count as usize {
-            let u = self.ifile.segments.get(s);
-            if u.last_seq >= c.log.seq {
-                return Err(Error::corrupt_meta(
-                    "segment usage table",
-                    0,
-                    format!(
-                        "segment {s} was last written at sequence {}, not before the checkpoint's {}",
-                        u.last_seq.0, c.log.seq.0
-                    ),
-                ));
-            }
-        }
-        // (With the inode map on disk, when its last block comes in.)
-        let recounted = if lazy_imap { Vec::new() } else { self.ifile.recount_live_bytes() };
-        for (seg, had, want) in recounted {
-            if want > u64::from(u32::MAX) {
-                return Err(Error::corrupt_meta(
-                    "inode map",
-                    0,
-                    format!("segment {} would hold {want} live bytes", seg.0),
-                ));
-            }
-            self.recounted.push(format!(
-                "segment {} says {had} live bytes, its live inodes and nodes hold {want} (recounted)",
-                seg.0
-            ));
-        }
-        if lazy {
-            self.space.load_lazily(Arc::new(source), c.free_data_blocks)?;
-        } else {
-            // A lazy mount refuses a group whose count is wrong when it
-            // reads its bitmap: say it here, so that fsck names it too.
-            for (g, said, n) in self.space.recount() {
-                self.recounted.push(format!("data group {} says {said} free blocks, its bitmap {n} (recounted)", g.0));
-            }
-            if self.space.free_blocks() != c.free_data_blocks {
-                return Err(Error::corrupt_meta(
-                    "checkpoint",
-                    0,
-                    format!(
-                        "the data bitmap has {} free blocks, the checkpoint recorded {}",
-                        self.space.free_blocks(),
-                        c.free_data_blocks
-                    ),
-                ));
-            }
-        }
-        if let Some(list) = c.snapshot_list {
-            self.load_snapshots(list, lazy_from)?;
-        }
-        self.last_record = Some(c.clone());
-        self.recount_free_segments();
-        Ok(())
-    }
-}
-
-/// Reads the IFile's table blocks for a data space loaded lazily.
-#[derive(Debug)]
-struct IFileBlocks {
-    meta: Arc<dyn BlockDevice>,
-    volume_id: u64,
-}
-
-impl TableSource for IFileBlocks {
-    fn read_block(&self, table: TableId, b: u32, at: MetaBlock) -> Result<Vec<u8>> {
-        let raw = device::read(self.meta.as_ref(), DeviceRole::Meta, at.0, 1)?;
-        open_table_block(&raw, table, b, at, self.volume_id).map(<[u8]>::to_vec)
-    }
-}
-
-/// The payload of table block `b` of `table`, read at `at`: checksum,
-/// kind and name checked.
-pub(super) fn open_table_block(raw: &[u8], table: TableId, b: u32, at: MetaBlock, volume_id: u64) -> Result<&[u8]> {
-    let (h, payload) = block::open_block_of_kind(raw, at, volume_id, BlockKind::IFileTable)
-        .map_err(|e| Error::corrupt_meta(table.name(), at.0, e.0))?;
-    if h.name != table.block_name(b) {
-        return Err(Error::corrupt_meta(table.name(), at.0, format!("holds another block than block {b}")));
-    }
-    Ok(payload)
-}
-
-/// Reads single blocks at `addresses`, in runs of neighbouring addresses
-/// (a checkpoint writes its IFile blocks together): one request per run
-/// instead of one per block. Returns them in the order asked.
-pub(super) fn read_scattered(
-    meta: &dyn BlockDevice,
-    addresses: impl Iterator<Item = MetaBlock>,
-) -> Result<Vec<Vec<u8>>> {
-    const RUN_MAX: u64 = 256;
-    let addrs: Vec<MetaBlock> = addresses.collect();
-    let mut order: Vec<usize> = (0..addrs.len()).collect();
-    order.sort_by_key(|&i| addrs[i].0);
-    let mut out: Vec<Vec<u8>> = vec![Vec::new(); addrs.len()];
-    let mut i = 0;
-    while i < order.len() {
-        let first = addrs[order[i]].0;
-        let mut j = i + 1;
-        while j < order.len() && addrs[order[j]].0 <= addrs[order[j - 1]].0 + 1 && addrs[order[j]].0 - first < RUN_MAX {
-            j += 1;
-        }
-        let count = (addrs[order[j - 1]].0 - first + 1) as usize;
-        let raw = device::read(meta, DeviceRole::Meta, first, count)?;
-        for &k in &order[i..j] {
-            let off = (addrs[k].0 - first) as usize * crate::types::BLOCK_SIZE;
-            out[k] = raw[off..off + crate::types::BLOCK_SIZE].to_vec();
-        }
-        i = j;
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -101,9 +101,19 @@ impl Log {
     /// Bytes the cleaner would have to move out of `s`: live inodes and
     /// nodes, and the durable checkpoint's IFile blocks.
     #[must_use]
+    ///
+    /// # Panics
+    /// Its usage entry is not at hand ([`Log::load_segment_usage`]).
     pub fn segment_live_bytes(&self, s: SegmentNo) -> u64 {
-        u64::from(self.ifile.segment(s).live_bytes)
-            + u64::from(self.ckpt.pins.get(&s).copied().unwrap_or(0)) * BLOCK_BYTES
+        let u = self.ifile.segment(s);
+        u64::from(u.live_bytes) + u64::from(u.ifile_blocks + self.ckpt.pins.get(&s).copied().unwrap_or(0)) * BLOCK_BYTES
+    }
+
+    /// Bytes live in the whole log, as [`Log::segment_live_bytes`] counts
+    /// them, without reading the usage table.
+    #[must_use]
+    pub fn meta_live_bytes(&self) -> u64 {
+        self.ifile.live_total() + self.ckpt.pins.values().map(|&n| u64::from(n)).sum::<u64>() * BLOCK_BYTES
     }
 
     /// Utilisation of `s`, 0 to 1.
@@ -113,12 +123,15 @@ impl Log {
     }
 
     /// Segments worth cleaning, best first: not free, not the log's head or
-    /// next segment, and less than `max_utilization` full.
+    /// next segment, and less than `max_utilization` full. Only segments
+    /// whose usage entry is at hand are considered
+    /// ([`Log::load_segment_usage`] first).
     #[must_use]
     pub fn pick_victims(&self, policy: Policy, count: usize, max_utilization: f64) -> Vec<SegmentNo> {
         let now = self.head.seq.0;
         let mut scored: Vec<(f64, SegmentNo)> = (0..self.sb.segment_count)
             .map(SegmentNo)
+            .filter(|&s| self.ifile.segment_known(s).is_some())
             .filter(|&s| s != self.head.segment && s != self.head.next_segment && !self.segment_is_free(s))
             // What a snapshot keeps stays where its image names it.
             .filter(|s| !self.snaps.pins.contains_key(s))
@@ -178,7 +191,7 @@ impl Log {
                         let b = sum.name as u32;
                         if let Some(t) = table {
                             let current = if sum.kind == BlockKind::IFileTable {
-                                self.table_block_address(t, b)
+                                self.table_block_address(t, b)?
                             } else {
                                 self.ckpt.index.get(&(t, b / INDEX_PER_BLOCK as u32)).copied()
                             };
@@ -219,14 +232,20 @@ impl Log {
         freed
     }
 
-    fn table_block_address(&self, t: TableId, b: u32) -> Option<MetaBlock> {
-        match t {
-            TableId::SegmentUsage => self.ifile.segments.addresses().get(b as usize).copied(),
-            TableId::InodeMap => self.ifile.inodes.addresses().get(b as usize).copied(),
-            TableId::NodeMap => self.ifile.nodes.addresses().get(b as usize).copied(),
-            TableId::GroupDesc => self.space.groups.addresses().get(b as usize).copied(),
-            TableId::Bitmap => self.space.bitmap.addresses().get(b as usize).copied(),
+    /// Where block `b` of table `t` durably lives (its chunk's index block
+    /// read first), if the table has it.
+    fn table_block_address(&mut self, t: TableId, b: u32) -> Result<Option<MetaBlock>> {
+        let source = self.table_source();
+        for tab in tables(self) {
+            if tab.table_id() == t {
+                if b as usize >= tab.blocks() {
+                    return Ok(None);
+                }
+                tab.read_chunk(b / INDEX_PER_BLOCK as u32, &source)?;
+                return Ok(Some(tab.block_address(b)));
+            }
         }
+        Ok(None)
     }
 
     /// Marks live objects dirty so that the next commit group (and, for
@@ -254,13 +273,21 @@ impl Log {
             self.stats.cleaner.inodes_moved += 1;
         }
         for &(t, b) in ifile {
-            // A bitmap block is written from memory: read it first.
-            if t == TableId::Bitmap {
-                self.space.load_bitmap_block(b)?;
-            }
-            if t == TableId::InodeMap {
-                let first = u64::from(b) * self.ifile.inodes.per_block() as u64;
-                self.ensure_inode_block(InodeNo(first))?;
+            // A table block is written from memory: read it first.
+            match t {
+                TableId::Bitmap => self.space.load_bitmap_block(b)?,
+                TableId::GroupDesc => self.space.load_group_block(b)?,
+                TableId::InodeMap => {
+                    let first = u64::from(b) * self.ifile.inodes.per_block() as u64;
+                    self.ensure_inode_block(InodeNo(first))?;
+                }
+                TableId::SegmentUsage => {
+                    let first = b as usize * self.ifile.segments.per_block();
+                    if first < self.ifile.segments.len() {
+                        self.ensure_usage(SegmentNo(first as u32))?;
+                    }
+                }
+                TableId::NodeMap => {}
             }
             for tab in tables(self) {
                 if tab.table_id() == t {

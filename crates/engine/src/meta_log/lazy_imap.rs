@@ -128,7 +128,7 @@ impl Log {
         };
         for b in 0..inodes.block_count() as u32 {
             if inodes.is_loaded(b) {
-                add(inodes.block_entries(b));
+                add(&inodes.block_entries(b));
             }
         }
         for run in self.ifile.unloaded_inode_blocks().chunks(RUN_BLOCKS) {

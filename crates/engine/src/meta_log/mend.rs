@@ -4,6 +4,7 @@
 //! a log of its own that no roll-forward from the old checkpoint reaches.
 
 use super::Log;
+use crate::error::Result;
 use crate::format::descriptor::Change;
 use crate::format::ifile::{IMAP_USED, ImapEntry};
 use crate::format::inode::InodeRecord;
@@ -59,18 +60,18 @@ impl Log {
     /// one it is in nor its reserved next one, so that what is written from
     /// now on is no continuation of the durable checkpoint's log: a crash
     /// before the next checkpoint leaves the volume as it was.
-    pub fn detach_head(&mut self) {
+    ///
+    /// # Errors
+    /// A usage block cannot be read.
+    pub fn detach_head(&mut self) -> Result<()> {
         let (cur, next) = (self.head.segment, self.head.next_segment);
-        let n = self.sb.segment_count;
-        let free = |log: &Log, from: u32, skip: &[SegmentNo]| {
-            (1..=n).map(|i| SegmentNo((from + i) % n)).find(|s| !skip.contains(s) && log.segment_is_free(*s))
-        };
-        if let Some(seg) = free(self, cur.0, &[cur, next]) {
+        if let Some(seg) = self.pick_free_segment_after(cur, &[cur, next])? {
             self.head.segment = seg;
             self.head.offset = 0;
-            self.head.next_segment = free(self, seg.0, &[cur, next, seg]).unwrap_or(seg);
+            self.head.next_segment = self.pick_free_segment_after(seg, &[cur, next, seg])?.unwrap_or(seg);
             self.detached = true;
             self.recount_free_segments();
         }
+        Ok(())
     }
 }

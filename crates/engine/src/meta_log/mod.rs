@@ -15,6 +15,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod fsync;
+pub mod ifile_load;
 pub mod lazy_imap;
 pub mod mend;
 pub mod mount;
@@ -234,7 +235,7 @@ impl Log {
     /// objects, read-ahead blocks, inode-map and node-map entries, data
     /// bitmap blocks read.
     #[must_use]
-    pub fn memory_counts(&self) -> [(&'static str, u64); 11] {
+    pub fn memory_counts(&self) -> [(&'static str, u64); 14] {
         let (inodes, objects) = self.cache.counts();
         [
             ("cache_inodes", inodes as u64),
@@ -250,8 +251,26 @@ impl Log {
             // Kept until the next checkpoint writes them.
             ("inode_map_blocks_dirty", self.ifile.inodes.dirty_count() as u64),
             ("node_map_entries", self.ifile.nodes.len() as u64),
-            ("bitmap_blocks_loaded", (self.space.bitmap.block_count() - self.space.bitmap.unloaded_blocks()) as u64),
+            ("bitmap_blocks_loaded", self.space.bitmap.loaded_blocks() as u64),
+            ("usage_blocks_loaded", self.ifile.segments.loaded_blocks() as u64),
+            ("group_blocks_loaded", self.space.groups.loaded_blocks() as u64),
+            // Index chunks whose addresses are in memory, and the slots
+            // for them (what grows with the devices' size, as used).
+            ("ifile_chunks_loaded", self.ifile_chunks().0 as u64),
         ]
+    }
+
+    /// IFile index chunks in memory, and chunk slots, over every table.
+    #[must_use]
+    pub fn ifile_chunks(&self) -> (usize, usize) {
+        let t = [
+            self.ifile.segments.chunks_in_memory(),
+            self.ifile.inodes.chunks_in_memory(),
+            self.ifile.nodes.chunks_in_memory(),
+            self.space.groups.chunks_in_memory(),
+            self.space.bitmap.chunks_in_memory(),
+        ];
+        t.iter().fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
     }
 
     /// Misses that read a window ahead, and blocks served from one.

@@ -114,9 +114,9 @@ impl Log {
     pub fn fresh(sb: Superblock, meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Log {
         let geometry =
             SegmentGeometry { first_block: sb.first_segment_block, blocks: sb.segment_blocks, count: sb.segment_count };
-        let mut ifile = IFile::new(geometry);
+        let mut ifile = IFile::new(geometry, sb.sparse_ifile());
         ifile.rebuild_free_lists();
-        let space = DataSpace::new(sb.data_blocks, sb.group_blocks);
+        let space = DataSpace::new(sb.data_blocks, sb.group_blocks, sb.sparse_ifile());
         let count = sb.segment_count;
         let head =
             LogPosition { seq: Seq(1), segment: SegmentNo(0), offset: 0, next_segment: SegmentNo(1), prev_crc: 0 };

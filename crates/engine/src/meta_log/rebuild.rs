@@ -191,10 +191,10 @@ impl Log {
         log.ckpt.number = number;
         log.ckpt.log = head;
         log.head = head;
-        let first = log.pick_free_segment().unwrap_or(SegmentNo(0));
+        let first = log.pick_free_segment()?.unwrap_or(SegmentNo(0));
         log.head.segment = first;
         log.head.next_segment = first;
-        if let Some(next) = log.pick_free_segment() {
+        if let Some(next) = log.pick_free_segment()? {
             log.head.next_segment = next;
         }
         log.durable = Seq(head.seq.0 - 1);

@@ -409,14 +409,14 @@ impl Log {
         if !touched.is_empty() {
             // Never append behind a crash: whatever the torn tail left stays
             // untouched; the log resumes in a segment nothing was read from.
-            let resume = self.pick_free_segment().filter(|s| !touched.contains(s));
+            let resume = self.pick_free_segment()?.filter(|s| !touched.contains(s));
             if let Some(seg) =
                 resume.or((!touched.contains(&applied_pos.next_segment)).then_some(applied_pos.next_segment))
             {
                 self.head.segment = seg;
                 self.head.offset = 0;
                 self.head.next_segment = seg;
-                if let Some(next) = self.pick_free_segment() {
+                if let Some(next) = self.pick_free_segment()? {
                     self.head.next_segment = next;
                 }
             }

@@ -102,6 +102,7 @@ impl Log {
             .filter(|&s| {
                 let u = self.ifile.segment(s);
                 u.live_bytes > 0
+                    || u.ifile_blocks > 0
                     || u.last_seq >= self.ckpt.log.seq
                     || s == self.head.segment
                     || s == self.head.next_segment
@@ -113,17 +114,21 @@ impl Log {
     /// Moves the head to free segments below the limit if it or its
     /// reserved next segment lies past it (before a checkpoint, which then
     /// starts its chain there; FORMAT.md 4.4).
-    pub fn leave_limited_segments(&mut self) {
+    ///
+    /// # Errors
+    /// A usage block cannot be read.
+    pub fn leave_limited_segments(&mut self) -> Result<()> {
         if self.head.segment.0 >= self.segment_limit || self.head.next_segment.0 >= self.segment_limit {
-            self.detach_head();
+            self.detach_head()?;
         }
+        Ok(())
     }
 
     /// Live bytes the log holds (inodes, nodes, the durable checkpoint's
     /// IFile blocks).
     #[must_use]
     pub fn live_log_bytes(&self) -> u64 {
-        (0..self.sb.segment_count).map(|s| self.segment_live_bytes(SegmentNo(s))).sum()
+        self.meta_live_bytes()
     }
 
     /// Whether the log can shrink to `n` segments: at least the minimum,
@@ -182,7 +187,7 @@ impl Log {
         let g = Geometry { segment_count: n, data_blocks: self.sb.data_blocks };
         if let Some(sb) = self.sb.with_geometry(g) {
             for s in n..self.sb.segment_count {
-                self.ifile.segments.update(s as usize, |u| u.live_bytes = 0);
+                self.ifile.forget_segment(SegmentNo(s));
             }
             self.cut_segments(n, sb);
         }

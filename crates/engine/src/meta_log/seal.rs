@@ -50,6 +50,12 @@ impl SealedGroup {
         SealedGroup { seq, meta, data: coalesce(data) }
     }
 
+    /// Where its first partial segment starts, if it writes any.
+    #[must_use]
+    pub fn start(&self) -> Option<MetaBlock> {
+        self.meta.first().map(|(at, _)| *at)
+    }
+
     /// Blocks it puts on the meta-data device.
     #[must_use]
     pub fn meta_blocks(&self) -> usize {
@@ -270,10 +276,7 @@ impl Log {
         let next = self.head.next_segment;
         // The segment after it is chosen before the head moves, so that a
         // full device leaves the head where it was.
-        let after = (1..=self.sb.segment_count)
-            .map(|i| SegmentNo((next.0 + i) % self.sb.segment_count))
-            .find(|&s| s != next && self.segment_is_free(s))
-            .ok_or(Error::NoSpace(DeviceRole::Meta))?;
+        let after = self.pick_free_segment_after(next, &[next])?.ok_or(Error::NoSpace(DeviceRole::Meta))?;
         self.head.segment = next;
         self.head.offset = 0;
         self.head.next_segment = after;

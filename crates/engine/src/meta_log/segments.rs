@@ -28,17 +28,19 @@ pub enum OpKind {
 }
 
 impl Log {
-    /// Whether segment `s` may be written into now.
+    /// Whether segment `s` may be written into now (false while its usage
+    /// entry is not at hand: [`Log::pick_free_segment`] reads it).
     #[must_use]
     pub fn segment_is_free(&self, s: SegmentNo) -> bool {
         if s.0 >= self.usable_segments || s.0 >= self.segment_limit {
             return false;
         }
-        let u = self.ifile.segment(s);
+        let Some(u) = self.ifile.segment_known(s) else { return false };
         if faults::active(Fault::SegmentReuse) {
             return u.live_bytes == 0 && s != self.head.segment && s != self.head.next_segment;
         }
         u.live_bytes == 0
+            && u.ifile_blocks == 0
             && u.last_seq < self.ckpt.log.seq
             && s != self.head.segment
             && s != self.head.next_segment
@@ -46,17 +48,59 @@ impl Log {
             && !self.snaps.pins.contains_key(&s)
     }
 
-    /// Number of segments that may be written into.
+    /// Number of segments that may be written into: those holding nothing
+    /// (counted as their entries change), less the few of them kept for
+    /// another reason (the durable checkpoint's own blocks, snapshots,
+    /// a write since the checkpoint, the head, past a resize's end). A
+    /// segment whose entry is not at hand counts as kept: the count errs
+    /// low, never high.
     #[must_use]
     pub fn free_segments(&self) -> u32 {
-        (0..self.sb.segment_count).filter(|&s| self.segment_is_free(SegmentNo(s))).count() as u32
+        let count = self.sb.segment_count;
+        if faults::active(Fault::SegmentReuse) {
+            // The broken rule's segments, counted as it picks them.
+            return (0..count).filter(|&s| self.segment_is_free(SegmentNo(s))).count() as u32;
+        }
+        let end = self.usable_segments.min(self.segment_limit).min(count);
+        let taken = |s: u32| self.ifile.is_vacant(SegmentNo(s)).unwrap_or(true);
+        let mut kept: i64 = (end..count).filter(|&s| taken(s)).count() as i64;
+        let mut others: Vec<u32> = self.ckpt.pins.keys().map(|s| s.0).collect();
+        others.extend(self.snaps.pins.keys().map(|s| s.0));
+        others.extend(self.ifile.written_since_checkpoint().keys().copied());
+        others.extend([self.head.segment.0, self.head.next_segment.0]);
+        others.retain(|&s| s < end);
+        others.sort_unstable();
+        others.dedup();
+        kept += others.into_iter().filter(|&s| taken(s)).count() as i64;
+        (self.ifile.vacant_segments() as i64 - kept).clamp(0, i64::from(u32::MAX)) as u32
+    }
+
+    /// The first free segment after the log's head, in log order, but
+    /// those in `skip`, reading usage entries as it goes.
+    ///
+    /// # Errors
+    /// A usage block cannot be read.
+    pub fn pick_free_segment_after(&mut self, from: SegmentNo, skip: &[SegmentNo]) -> Result<Option<SegmentNo>> {
+        let n = self.sb.segment_count;
+        for i in 1..=n {
+            let s = SegmentNo((from.0 + i) % n);
+            if skip.contains(&s) {
+                continue;
+            }
+            self.ensure_usage(s)?;
+            if self.segment_is_free(s) {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
     }
 
     /// The first free segment after the log's current one, in log order.
-    #[must_use]
-    pub fn pick_free_segment(&self) -> Option<SegmentNo> {
-        let n = self.sb.segment_count;
-        (1..=n).map(|i| SegmentNo((self.head.segment.0 + i) % n)).find(|&s| self.segment_is_free(s))
+    ///
+    /// # Errors
+    /// A usage block cannot be read.
+    pub fn pick_free_segment(&mut self) -> Result<Option<SegmentNo>> {
+        self.pick_free_segment_after(self.head.segment, &[])
     }
 
     /// Segments a checkpoint of the whole IFile needs.

@@ -125,20 +125,20 @@ impl Log {
                 blocks += 1;
             }
         };
-        for a in self.ifile.segments.addresses() {
-            add(*a);
+        for (_, a) in self.ifile.segments.written_addresses() {
+            add(a);
         }
-        for a in self.ifile.inodes.addresses() {
-            add(*a);
+        for (_, a) in self.ifile.inodes.written_addresses() {
+            add(a);
         }
-        for a in self.ifile.nodes.addresses() {
-            add(*a);
+        for (_, a) in self.ifile.nodes.written_addresses() {
+            add(a);
         }
-        for a in self.space.groups.addresses() {
-            add(*a);
+        for (_, a) in self.space.groups.written_addresses() {
+            add(a);
         }
-        for a in self.space.bitmap.addresses() {
-            add(*a);
+        for (_, a) in self.space.bitmap.written_addresses() {
+            add(a);
         }
         for a in self.ckpt.index.values() {
             add(*a);
@@ -173,7 +173,7 @@ impl Log {
         // image never allocates, so the snapshots its checkpoint listed
         // (older ones) are not loaded with it: each would load its own.
         let c = Checkpoint { snapshot_list: None, ..c.clone() };
-        image.load_checkpoint_with(&c, false, imap_lazy_from)?;
+        image.load_checkpoint_with(&c, false, imap_lazy_from, false)?;
         Ok(image)
     }
 
@@ -288,8 +288,10 @@ impl Log {
             ..Default::default()
         };
         if !self.snaps.all.is_empty() {
-            // The held set is counted against the live bitmap, word by word.
+            // The held set is counted against the live bitmap, word by word;
+            // the segments snapshots keep are counted out of the free ones.
             self.space.load_all()?;
+            self.load_segment_usage()?;
         }
         self.repin_snapshots();
         Ok(())
@@ -359,13 +361,16 @@ impl Log {
         if let Some(why) = self.snapshot_refusal(name) {
             return Err(Error::SnapshotRefused(why));
         }
-        let Some(c) = self.last_record.clone() else {
+        // (A snapshot record keeps no tail: its image is read whole.)
+        let Some(c) = self.last_record.clone().map(|c| Checkpoint { sparse: None, ..c }) else {
             return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
         };
         // The snapshot keeps a copy of the live bitmap, all of it, and
         // counts the inode blocks the whole inode map reaches (read, not
-        // kept: `inode_blocks_reached`).
+        // kept: `inode_blocks_reached`) and every IFile block.
         self.space.load_all()?;
+        self.load_ifile_index()?;
+        self.load_segment_usage()?;
         let entries = index_entries(&c.index, self.sb.index_runs()).len();
         if entries > snapshot::MAX_SNAPSHOT_INDEX {
             return Err(Error::SnapshotRefused(format!(

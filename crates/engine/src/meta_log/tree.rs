@@ -7,6 +7,7 @@
 use super::Log;
 use super::snapshot::{Pending, SnapshotInfo};
 use crate::error::{Error, Result};
+use crate::format::checkpoint::Checkpoint;
 use crate::format::snapshot::{self, DEFAULT_TREE};
 use crate::types::{MetaBlock, Timestamp};
 
@@ -92,7 +93,8 @@ impl Log {
         if self.has_dirty() || self.snaps.pending.is_some() {
             return Err(Error::SnapshotRefused("the volume has changes not checkpointed".into()));
         }
-        let Some(c) = self.last_record.clone() else {
+        // (A snapshot record keeps no tail: its image is read whole.)
+        let Some(c) = self.last_record.clone().map(|c| Checkpoint { sparse: None, ..c }) else {
             return Err(Error::SnapshotRefused("no checkpoint was written to keep".into()));
         };
         // The outgoing tree's inode map is not read whole: what it reaches
@@ -103,6 +105,8 @@ impl Log {
         // blocks that differ (DESIGN.md, "The inode map is held within a
         // budget").
         self.space.load_all()?;
+        self.load_ifile_index()?;
+        self.load_segment_usage()?;
         let image = self.open_image(&target.checkpoint)?;
         // What the outgoing tree reaches is counted before its maps go.
         let id = self.snaps.next_id.max(1);

@@ -63,7 +63,7 @@ impl Fs {
         // Before anything changes: the number's map block may need a read.
         self.log.ready_free_inode()?;
         let (group, dir_parent) = if new.kind == FileKind::Directory {
-            (self.log.space_mut().bind_directory(), parent)
+            (self.log.space_mut().bind_directory()?, parent)
         } else {
             let group = self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0));
             (self.log.space().usable_group(group), InodeNo(0))
@@ -114,7 +114,7 @@ impl Fs {
         }
         self.xattr_destroy(ino)?;
         if kind == Some(FileKind::Directory) {
-            self.log.space_mut().unbind_directory(group);
+            self.log.space_mut().unbind_directory(group)?;
         }
         self.log.destroy_inode(ino)?;
         Ok(true)

@@ -54,8 +54,8 @@ impl Fs {
             };
             if group.0 > last_group {
                 let moved = if FileKind::from_mode(mode) == Some(FileKind::Directory) {
-                    self.log.space_mut().unbind_directory(group);
-                    self.log.space_mut().bind_directory()
+                    self.log.space_mut().unbind_directory(group)?;
+                    self.log.space_mut().bind_directory()?
                 } else {
                     self.log.space().usable_group(group)
                 };

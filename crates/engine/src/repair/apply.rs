@@ -55,7 +55,7 @@ pub(super) fn apply(
     // What the IFile derives from the maps and the files, set right first:
     // every later step keeps it right by construction.
     log.recount_live_bytes();
-    log.detach_head();
+    log.detach_head()?;
     let kept: HashSet<NodeId> = plan.items.values().flat_map(Item::kept_nodes).collect();
     for id in 1..log.ifile().nodes.len() as u64 {
         if log.ifile().node_address(NodeId(id)).0 != 0 && !kept.contains(&NodeId(id)) {
@@ -91,7 +91,7 @@ pub(super) fn apply(
     if plan.ns.new_root {
         let rec = plan.items.get(&InodeNo::ROOT).map(|i| i.rec.clone()).unwrap_or_default();
         vol.repair_step(|fs, now| {
-            let group = fs.log.space_mut().bind_directory();
+            let group = fs.log.space_mut().bind_directory()?;
             let rec = InodeRecord { atime: now, mtime: now, ctime: now, crtime: now, group, ..rec.clone() };
             fs.log.create_inode_at(InodeNo::ROOT, rec);
             Ok(())

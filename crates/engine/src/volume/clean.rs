@@ -97,7 +97,9 @@ impl Volume {
         // and lands together, away from it.
         self.commit_periodic()?;
         let (victims, free_before, written_before, stats_before) = {
-            let fs = lock(&self.fs);
+            let mut fs = lock(&self.fs);
+            // Victims are chosen among every segment.
+            fs.log.load_segment_usage()?;
             let victims = if let Some(v) = chosen {
                 v
             } else if req.free_now {
@@ -157,9 +159,13 @@ impl Volume {
 
     /// Segments `req` would clean now: those below its utilisation, at most
     /// `req.max_segments`.
-    #[must_use]
-    pub fn cleanable_segments(&self, req: &CleanRequest) -> usize {
-        lock(&self.fs).log.pick_victims(req.policy, req.max_segments, req.max_utilization).len()
+    ///
+    /// # Errors
+    /// The segment usage table cannot be read.
+    pub fn cleanable_segments(&self, req: &CleanRequest) -> Result<usize> {
+        let mut fs = lock(&self.fs);
+        fs.log.load_segment_usage()?;
+        Ok(fs.log.pick_victims(req.policy, req.max_segments, req.max_utilization).len())
     }
 
     /// Cleans what [`Volume::cleanable_segments`] counts at the start, in
@@ -176,7 +182,7 @@ impl Volume {
         req: CleanRequest,
         progress: &mut dyn FnMut(usize, usize) -> bool,
     ) -> Result<CleanReport> {
-        let total = self.cleanable_segments(&req);
+        let total = self.cleanable_segments(&req)?;
         let mut report = CleanReport::default();
         let mut done = 0usize;
         let mut go_on = true;
@@ -257,10 +263,13 @@ impl Volume {
     }
 
     /// Utilisation of every segment (0 to 1), for a histogram.
-    #[must_use]
-    pub fn segment_utilization(&self) -> Vec<f64> {
-        let fs = lock(&self.fs);
-        (0..fs.log.superblock().segment_count).map(|s| fs.log.utilization(crate::types::SegmentNo(s))).collect()
+    ///
+    /// # Errors
+    /// The segment usage table cannot be read.
+    pub fn segment_utilization(&self) -> Result<Vec<f64>> {
+        let mut fs = lock(&self.fs);
+        fs.log.load_segment_usage()?;
+        Ok((0..fs.log.superblock().segment_count).map(|s| fs.log.utilization(crate::types::SegmentNo(s))).collect())
     }
 
     /// Free segments below which the tick cleans: the option, or enough to
@@ -279,9 +288,12 @@ impl Volume {
     /// than half the log is free, so that a burst of work later finds room.
     pub(crate) fn clean_when_idle(&self) -> Result<Option<CleanReport>> {
         let worth = {
-            let fs = lock(&self.fs);
-            fs.log.free_segments() < fs.log.superblock().segment_count / 2
-                && !fs.log.pick_victims(Policy::CostBenefit, 1, 0.5).is_empty()
+            let mut fs = lock(&self.fs);
+            // (The usage table is read only once less than half is free.)
+            fs.log.free_segments() < fs.log.superblock().segment_count / 2 && {
+                fs.log.load_segment_usage()?;
+                !fs.log.pick_victims(Policy::CostBenefit, 1, 0.5).is_empty()
+            }
         };
         if !worth {
             return Ok(None);

@@ -500,8 +500,7 @@ impl Volume {
             }
             // A shrink of the log under way: the checkpoint starts the log
             // again below the new end.
-            fs.log.leave_limited_segments();
-            match fs.log.seal_checkpoint(self.now()) {
+            match fs.log.leave_limited_segments().and_then(|()| fs.log.seal_checkpoint(self.now())) {
                 Ok(s) => s,
                 Err(e) => {
                     self.fail(&e);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{MkfsOptions, Volume};
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
-use crate::format::checkpoint::{MAX_INDEX_BLOCKS, index_blocks_for, index_entries_bound};
+use crate::format::checkpoint::{MAX_INDEX_BLOCKS, MAX_INDEX_BLOCKS_SPARSE, index_blocks_for, index_entries_bound};
 use crate::format::superblock::{
     CHECKPOINT_SLOTS, FORMAT_MAJOR, FORMAT_MINOR, MAX_INLINE_DATA, Role, SUPER_MAGIC, Superblock,
 };
@@ -143,6 +143,7 @@ impl Volume {
                     | crate::format::superblock::INCOMPAT_CLONES
                     | crate::format::superblock::INCOMPAT_INDEX_RUNS
                     | crate::format::superblock::INCOMPAT_INODE_FLAGS
+                    | crate::format::superblock::INCOMPAT_SPARSE_IFILE
             } else {
                 0
             },
@@ -164,7 +165,8 @@ impl Volume {
             block_id: 0,
         };
         let index_blocks = index_blocks_for(u64::from(segment_count), u64::from(sb.group_count), data_blocks, 1, 1);
-        if index_entries_bound(index_blocks, sb.segment_blocks, sb.index_runs()) > MAX_INDEX_BLOCKS {
+        let max = if sb.sparse_ifile() { MAX_INDEX_BLOCKS_SPARSE } else { MAX_INDEX_BLOCKS };
+        if index_entries_bound(index_blocks, sb.segment_blocks, sb.index_runs()) > max {
             return Err(Error::WrongVolume(format!(
                 "the data device is too large: its IFile needs {index_blocks} index blocks, more than one checkpoint \
                  can name with segments of {} KiB",

@@ -421,7 +421,7 @@ impl Apply<'_> {
         }
         let group = self.group;
         self.vol.with_step(|fs| {
-            let group = if kind == FileKind::Directory { fs.log.space_mut().bind_directory() } else { group };
+            let group = if kind == FileKind::Directory { fs.log.space_mut().bind_directory()? } else { group };
             let rec = InodeRecord {
                 ino: a.ino,
                 generation: a.generation,

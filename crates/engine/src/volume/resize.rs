@@ -101,6 +101,8 @@ impl Volume {
         };
         let before = sb.geometry();
         let target = target_geometry(&sb, req, self.meta.as_ref(), self.data.as_ref())?;
+        // What a resize checks and moves is decided segment by segment.
+        lock(&self.fs).log.load_segment_usage()?;
         let shrink = target.segment_count < before.segment_count;
         if shrink {
             lock(&self.fs).log.check_shrink(target.segment_count)?;

@@ -4,7 +4,7 @@
 
 use super::{Volume, lock};
 use crate::error::DeviceRole;
-use crate::types::{BLOCK_BYTES, SegmentNo};
+use crate::types::BLOCK_BYTES;
 
 /// The data device is running low below this share of free blocks (%).
 pub const DATA_LOW_PERCENT: u64 = 5;
@@ -50,7 +50,7 @@ impl Volume {
         let sb = log.superblock();
         let seg_bytes = u64::from(sb.segment_blocks) * BLOCK_BYTES;
         let room = u64::from(sb.segment_count.saturating_sub(log.reserve_segments())) * seg_bytes;
-        let live: u64 = (0..sb.segment_count).map(|s| log.segment_live_bytes(SegmentNo(s))).sum();
+        let live = log.meta_live_bytes();
         if live * 100 >= room * META_LOW_PERCENT || log.free_segments() <= log.reserve_segments() {
             out.push(format!(
                 "the meta-data device is running low: live meta-data fills {} MiB of the log's {} MiB \

@@ -277,7 +277,7 @@ impl DualFs {
     /// the kernel lists the name and leaves what it caches of the inode
     /// alone, its ACLs among them, which fresh attributes would drop (so a
     /// warm `ls -l` would ask for them all again). No reference is taken
-    /// for it. A transport that cannot send node id 0 (fuser) passes false.
+    /// for it. Without `known_bare` every entry carries its attributes.
     ///
     /// # Errors
     /// The engine's.

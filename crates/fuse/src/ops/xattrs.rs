@@ -108,7 +108,7 @@ impl DualFs {
     /// Setting an access ACL drops the set-group-id bit unless the caller
     /// is in the file's group or privileged (as `posix_acl_update_mode`).
     /// The kernel tells a FUSE server that only through FUSE_SETXATTR_EXT,
-    /// which fuser does not decode, so the adapter works it out itself.
+    /// which the adapter does not negotiate, so it works it out itself.
     fn set_acl(&self, who: Caller, node: InodeNo, kind: AclKind, value: Option<&[u8]>) -> Result<(), Error> {
         if !self.acl.load(Ordering::Relaxed) {
             return Err(Error::NotSupported);

@@ -1,7 +1,10 @@
-//! `uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N]
-//! [--default-permissions]`: mounts
-//! the prototype (root only), prints one JSON line saying which transport
-//! it got, serves until the mount is unmounted, then prints the requests it
+//! `no-work-server MOUNTPOINT [--transport uring|dev] [--threads N]
+//! [--queue-threads N] [--default-permissions]`: a FUSE server that does no
+//! work (an in-memory tree of names and sizes, no data; see `tree`), the
+//! floor under any FUSE file system's times on this machine (bench/suite.py's
+//! `floor` configuration, bench/uring_rt.py). Mounts it (root only) over
+//! DualFS's own transports (crate `dualfs-wire`), prints one JSON line
+//! saying which transport it got, serves until the mount is unmounted, then prints the requests it
 //! served by opcode, by the CPU that served them and on the ring as a
 //! second JSON line. `--queue-threads` sets the threads per io_uring queue
 //! (each with one entry; default 8). `--default-permissions` has the kernel
@@ -14,11 +17,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use dualfs_wire::{Fs, Handler, Report, Server, Transport, Transports};
+use dualfs_wire::{Handler, Report, Server, Transport, Transports};
+
+mod tree;
+
+use tree::Fs;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: uring-proto MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N] [--default-permissions]"
+        "usage: no-work-server MOUNTPOINT [--transport uring|dev] [--threads N] [--queue-threads N] [--default-permissions]"
     );
     ExitCode::from(2)
 }
@@ -52,7 +59,7 @@ fn main() -> ExitCode {
     // With the ring: one reader for FORGET and INTERRUPT.
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = threads.unwrap_or(if uring { 1 } else { cpus });
-    let mut options = vec!["fsname=uring-proto", "subtype=uring-proto", "allow_other"];
+    let mut options = vec!["fsname=no-work", "subtype=no-work", "allow_other"];
     if perms {
         options.push("default_permissions");
     }
@@ -72,7 +79,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("uring-proto: {e}");
+            eprintln!("no-work-server: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,15 +1,15 @@
-//! The prototype's file system: a tiny in-memory tree of directories and
-//! empty files, and the one request handler both transports call. It stands
-//! in for DualFS's adapter so that a round trip measures the transport, not
-//! the engine.
+//! The no-work server's file system: an in-memory tree of directories,
+//! symbolic links and files that keep a size but no data, answering the
+//! requests DualFS's adapter answers. It stands in for the adapter so that
+//! a round trip measures FUSE and the transport, not the engine. The
+//! transport's own kernel tests (crates/wire/tests) serve it too.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::abi::{self, Attr, EntryOut, InHeader, InitIn, InitOut, Kstatfs, ReplyBuf, Request, init_flags};
-use crate::handler::{Handler, Outcome};
+use dualfs_wire::abi::{self, Attr, EntryOut, InHeader, InitIn, InitOut, Kstatfs, ReplyBuf, Request, init_flags};
+use dualfs_wire::{Handler, Outcome};
 
 /// How long the kernel may keep entries and attributes (DualFS's adapter
 /// keeps them an hour too), so the request mix matches the real mount's.
@@ -80,20 +80,10 @@ struct Tree {
     next_ino: u64,
 }
 
-/// FSYNCs held back by a test: `held` while the test wants them to wait,
-/// `waiting` how many are waiting now.
-#[derive(Debug, Default)]
-struct Gate {
-    state: Mutex<(bool, u32)>,
-    cv: Condvar,
-}
-
 /// The in-memory file system.
 #[derive(Debug)]
 pub struct Fs {
     tree: Mutex<Tree>,
-    fsync_gate: Gate,
-    destroyed: AtomicU32,
 }
 
 fn now_s() -> i64 {
@@ -128,60 +118,7 @@ impl Fs {
             lookups: 1,
         };
         let nodes = HashMap::from([(abi::ROOT_ID, root)]);
-        Self {
-            tree: Mutex::new(Tree { nodes, next_ino: 2 }),
-            fsync_gate: Gate::default(),
-            destroyed: AtomicU32::new(0),
-        }
-    }
-
-    /// How many times the transport said the session ended (once, or a
-    /// bug).
-    pub fn destroyed(&self) -> u32 {
-        self.destroyed.load(Ordering::Acquire)
-    }
-
-    /// From now on FSYNC waits in the handler until [`Fs::release_fsyncs`]:
-    /// a request that blocks, for the test that it stalls no other.
-    pub fn hold_fsyncs(&self) {
-        if let Ok(mut g) = self.fsync_gate.state.lock() {
-            g.0 = true;
-        }
-    }
-
-    /// Lets the waiting FSYNCs (and later ones) go.
-    pub fn release_fsyncs(&self) {
-        if let Ok(mut g) = self.fsync_gate.state.lock() {
-            g.0 = false;
-        }
-        self.fsync_gate.cv.notify_all();
-    }
-
-    /// Waits until `n` FSYNCs are held in the handler.
-    pub fn wait_for_held_fsyncs(&self, n: u32) {
-        let Ok(mut g) = self.fsync_gate.state.lock() else { return };
-        while g.1 < n {
-            g = match self.fsync_gate.cv.wait(g) {
-                Ok(g) => g,
-                Err(_) => return,
-            };
-        }
-    }
-
-    fn fsync_gate(&self) {
-        let Ok(mut g) = self.fsync_gate.state.lock() else { return };
-        if !g.0 {
-            return;
-        }
-        g.1 += 1;
-        self.fsync_gate.cv.notify_all();
-        while g.0 {
-            g = match self.fsync_gate.cv.wait(g) {
-                Ok(g) => g,
-                Err(_) => return,
-            };
-        }
-        g.1 -= 1;
+        Self { tree: Mutex::new(Tree { nodes, next_ino: 2 }) }
     }
 }
 
@@ -202,14 +139,9 @@ impl Handler for Fs {
         }
     }
 
-    fn destroy(&self) {
-        self.destroyed.fetch_add(1, Ordering::AcqRel);
-    }
-
     fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome {
+        // Nothing to make durable.
         if matches!(req, Request::Fsync { .. } | Request::Fsyncdir { .. }) {
-            // Outside the tree's lock: a held FSYNC stalls nothing else.
-            self.fsync_gate();
             return Outcome::Reply;
         }
         let Ok(mut t) = self.tree.lock() else { return Outcome::Error(libc::EIO) };

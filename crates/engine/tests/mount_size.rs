@@ -1,0 +1,132 @@
+//! A mount costs the same whatever the size of the volume: a volume of
+//! 15 TiB of data (a meta-data device of 1.5 TiB, a tenth of it) is
+//! mounted reading the same blocks, and holding the same IFile structures,
+//! as one of 1 GiB with the same files, after a clean close and after a
+//! crash with log to roll forward. mkfs writes the same blocks for both.
+//! (Counts, not times: what a mount reads or builds in proportion to the
+//! devices' size shows as a difference, whatever the machine's load.)
+#![allow(clippy::unwrap_used)]
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dualfs_engine::Volume;
+use dualfs_engine::device::{BlockDevice, MemoryDevice};
+use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
+use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
+
+/// Counts the blocks read and written through it.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<MemoryDevice>,
+    read: AtomicU64,
+    written: AtomicU64,
+}
+
+impl Counted {
+    fn new(inner: Arc<MemoryDevice>) -> Arc<Counted> {
+        Arc::new(Counted { inner, read: AtomicU64::new(0), written: AtomicU64::new(0) })
+    }
+}
+
+impl BlockDevice for Counted {
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read.fetch_add((buf.len() / BLOCK_SIZE) as u64, Ordering::Relaxed);
+        self.inner.read_blocks(first, buf)
+    }
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        self.written.fetch_add((buf.len() / BLOCK_SIZE) as u64, Ordering::Relaxed);
+        self.inner.write_blocks(first, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// What one mount cost.
+#[derive(Debug, PartialEq, Eq)]
+struct Cost {
+    mkfs_blocks_written: u64,
+    meta_blocks_read: u64,
+    data_blocks_read: u64,
+    /// IFile blocks and index chunks in memory once mounted.
+    held: Vec<(&'static str, u64)>,
+}
+
+/// Makes a volume of `data_blocks` (meta-data device a tenth of it), puts
+/// the same files on it, and mounts it once more: after a clean close, or
+/// after a crash with a commit in the log since the last checkpoint.
+fn mount_cost(data_blocks: u64, crash: bool) -> Cost {
+    let (meta, data) = (Arc::new(MemoryDevice::new(data_blocks / 10)), Arc::new(MemoryDevice::new(data_blocks)));
+    let (m, d) = (Counted::new(meta.clone()), Counted::new(data.clone()));
+    Volume::format(m.clone(), d.clone(), &MkfsOptions { identity_seed: Some(7), ..MkfsOptions::default() }).unwrap();
+    let mkfs_blocks_written = m.written.load(Ordering::Relaxed) + d.written.load(Ordering::Relaxed);
+    let v = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap();
+    for i in 0..4 {
+        let dir = v.mkdir(InodeNo::ROOT, format!("d{i}").as_bytes(), 0o755, Creds::ROOT).unwrap().ino;
+        for j in 0..50 {
+            let f = v.create(dir, format!("f{j}").as_bytes(), 0o644, Creds::ROOT).unwrap().ino;
+            v.write(f, 0, &vec![j as u8; 10_000]).unwrap();
+        }
+    }
+    v.close().unwrap();
+    let (meta, data) = if crash {
+        let v = Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap();
+        let dir = v.mkdir(InodeNo::ROOT, b"late", 0o755, Creds::ROOT).unwrap().ino;
+        for j in 0..20 {
+            let f = v.create(dir, format!("f{j}").as_bytes(), 0o644, Creds::ROOT).unwrap().ino;
+            v.write(f, 0, &vec![j as u8; 5000]).unwrap();
+        }
+        v.unlink(v.lookup(InodeNo::ROOT, b"d1").unwrap().ino, b"f3").unwrap();
+        v.commit().unwrap();
+        // The power goes: what the devices hold now, no close.
+        let copies = (Arc::new(meta.snapshot()), Arc::new(data.snapshot()));
+        drop(v);
+        copies
+    } else {
+        (meta, data)
+    };
+    let (m, d) = (Counted::new(meta), Counted::new(data));
+    let v = Volume::open(m.clone(), d.clone(), MountOptions::default()).unwrap();
+    assert_eq!(v.open_report().recovery.partial_segments > 0, crash, "{:?}", v.open_report().recovery);
+    let stats = v.stats();
+    let stat = |name: &str| stats.iter().find(|(k, _)| *k == name).map(|(_, n)| *n).unwrap();
+    let held = ["bitmap_blocks_loaded", "usage_blocks_loaded", "group_blocks_loaded", "ifile_chunks_loaded"]
+        .into_iter()
+        .map(|k| (k, stat(k)))
+        .collect();
+    let cost = Cost {
+        mkfs_blocks_written,
+        meta_blocks_read: m.read.load(Ordering::Relaxed),
+        data_blocks_read: d.read.load(Ordering::Relaxed),
+        held,
+    };
+    // The volume is whole: every file reads back.
+    let f = v.lookup(v.lookup(InodeNo::ROOT, b"d2").unwrap().ino, b"f7").unwrap().ino;
+    assert_eq!(v.read(f, 0, 10_000).unwrap(), vec![7u8; 10_000]);
+    drop(v);
+    cost
+}
+
+const GIB_BLOCKS: u64 = 1 << 18;
+const TIB15_BLOCKS: u64 = 15 << 28;
+
+#[test]
+fn a_clean_mount_of_15_tib_reads_and_holds_what_one_of_1_gib_does() {
+    let small = mount_cost(GIB_BLOCKS, false);
+    let large = mount_cost(TIB15_BLOCKS, false);
+    println!("1 GiB: {small:?}\n15 TiB: {large:?}");
+    assert_eq!(large, small, "what a mount reads or holds grows with the volume");
+}
+
+#[test]
+fn a_mount_after_a_crash_of_15_tib_reads_and_holds_what_one_of_1_gib_does() {
+    let small = mount_cost(GIB_BLOCKS, true);
+    let large = mount_cost(TIB15_BLOCKS, true);
+    println!("1 GiB: {small:?}\n15 TiB: {large:?}");
+    assert_eq!(large, small, "what a mount after a crash reads or holds grows with the volume");
+}

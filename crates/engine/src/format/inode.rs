@@ -44,6 +44,41 @@ pub const FLAG_PROJINHERIT: u32 = 0x2000_0000;
 pub const KNOWN_FLAGS: u32 =
     FLAG_SYNC | FLAG_IMMUTABLE | FLAG_APPEND | FLAG_NODUMP | FLAG_NOATIME | FLAG_DIRSYNC | FLAG_PROJINHERIT;
 
+/// Each flag with the letter `chattr` sets it by, in `lsattr`'s order.
+pub const FLAG_LETTERS: [(u32, char); 7] = [
+    (FLAG_SYNC, 'S'),
+    (FLAG_IMMUTABLE, 'i'),
+    (FLAG_APPEND, 'a'),
+    (FLAG_NODUMP, 'd'),
+    (FLAG_NOATIME, 'A'),
+    (FLAG_DIRSYNC, 'D'),
+    (FLAG_PROJINHERIT, 'P'),
+];
+
+/// `flags` as `chattr` letters ("iA"); unknown bits as hexadecimal after
+/// them ("i+0x40000000"), empty for none.
+#[must_use]
+pub fn flag_letters(flags: u32) -> String {
+    let mut s: String = FLAG_LETTERS.iter().filter(|(f, _)| flags & f != 0).map(|(_, c)| *c).collect();
+    if flags & !KNOWN_FLAGS != 0 {
+        s.push_str(&format!("+{:#x}", flags & !KNOWN_FLAGS));
+    }
+    s
+}
+
+/// The flags an inode of `kind` may carry, as ext4 masks them
+/// (`ext4_mask_flags`): a directory all, a regular file all but dirsync
+/// and project inheritance, any other kind nodump and noatime only.
+#[must_use]
+pub fn flags_for(kind: crate::types::FileKind) -> u32 {
+    use crate::types::FileKind;
+    match kind {
+        FileKind::Directory => KNOWN_FLAGS,
+        FileKind::Regular => KNOWN_FLAGS & !(FLAG_DIRSYNC | FLAG_PROJINHERIT),
+        _ => FLAG_NODUMP | FLAG_NOATIME,
+    }
+}
+
 /// Extent flag: allocated but never written (reads as zeros).
 pub const EXTENT_UNWRITTEN: u8 = 1;
 
@@ -633,6 +668,13 @@ pub(crate) mod tests {
         assert_eq!(notes.len(), 2, "{notes:?}");
         let (same, none) = InodeRecord::decode_salvaging(&enc(&sample(4))).unwrap();
         assert_eq!((same, none.len()), (sample(4), 0));
+    }
+
+    #[test]
+    fn flags_read_as_chattr_letters() {
+        assert_eq!(flag_letters(0), "");
+        assert_eq!(flag_letters(KNOWN_FLAGS), "SiadADP");
+        assert_eq!(flag_letters(FLAG_NOATIME | FLAG_IMMUTABLE | 0x4000_0000), "iA+0x40000000");
     }
 
     #[test]

@@ -11,25 +11,17 @@
 
 use super::{Attr, Volume};
 use crate::error::{Error, Result};
-use crate::format::inode::{FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_PROJINHERIT, KNOWN_FLAGS};
+use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, KNOWN_FLAGS, flags_for};
 use crate::format::superblock::{FORMAT_MINOR_INODE_FLAGS, INCOMPAT_INODE_FLAGS};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::Fs;
 use crate::types::{FileKind, InodeNo};
 
-/// Flags only a directory keeps; elsewhere they are dropped, as ext4 does.
-const DIRECTORY_ONLY: u32 = FLAG_DIRSYNC | FLAG_PROJINHERIT;
-
 /// Flags a new inode takes from its directory (ext4's inherited flags that
 /// DualFS keeps), for its kind.
 #[must_use]
 pub(super) fn inherited(parent: u32, kind: FileKind) -> u32 {
-    let flags = parent & !(FLAG_IMMUTABLE | FLAG_APPEND);
-    match kind {
-        FileKind::Directory => flags,
-        FileKind::Regular => flags & !DIRECTORY_ONLY,
-        _ => flags & (crate::format::inode::FLAG_NODUMP | crate::format::inode::FLAG_NOATIME),
-    }
+    parent & !(FLAG_IMMUTABLE | FLAG_APPEND) & flags_for(kind)
 }
 
 /// EPERM when `flags` say immutable or append-only: neither changes its
@@ -76,17 +68,14 @@ impl Volume {
         }
         self.check_writable()?;
         if flags != 0 || project.is_some_and(|p| p != 0) {
-            // As a snapshot's: no commit writes the superblocks meanwhile.
-            let _commit = super::lock(&self.commit);
-            self.mark_features(INCOMPAT_INODE_FLAGS, FORMAT_MINOR_INODE_FLAGS)?;
+            self.mark_inode_flags()?;
         }
         self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
-            let flags = match kind {
-                FileKind::Directory => flags,
-                FileKind::Regular => flags & !DIRECTORY_ONLY,
-                _ => return Err(Error::NotSupported),
-            };
+            if !matches!(kind, FileKind::Directory | FileKind::Regular) {
+                return Err(Error::NotSupported);
+            }
+            let flags = flags & flags_for(kind);
             let mut rec = fs.inode_mut(ino)?;
             rec.flags = flags;
             if let Some(p) = project {
@@ -96,5 +85,17 @@ impl Volume {
             drop(rec);
             Volume::attr(fs, ino)
         })
+    }
+
+    /// Marks the volume as keeping inode flags and project ids
+    /// ([`INCOMPAT_INODE_FLAGS`], format 1.6), before the first is written:
+    /// an older reader then refuses it instead of misreading the records.
+    ///
+    /// # Errors
+    /// A superblock write fails.
+    pub(super) fn mark_inode_flags(&self) -> Result<()> {
+        // As a snapshot's: no commit writes the superblocks meanwhile.
+        let _commit = super::lock(&self.commit);
+        self.mark_features(INCOMPAT_INODE_FLAGS, FORMAT_MINOR_INODE_FLAGS)
     }
 }

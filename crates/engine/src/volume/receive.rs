@@ -75,6 +75,8 @@ fn pending(h: &StreamHeader) -> Vec<u8> {
 struct StreamReader<'a> {
     input: &'a mut dyn Read,
     counts: StreamCounts,
+    /// The stream's version, from its prelude.
+    version: u32,
 }
 
 impl StreamReader<'_> {
@@ -90,7 +92,8 @@ impl StreamReader<'_> {
     fn prelude(&mut self) -> Result<()> {
         let mut p = [0u8; PRELUDE_LEN];
         self.read_exact(&mut p, "its prelude")?;
-        stream::check_prelude(&p).map_err(|e| Error::Stream(e.0))
+        self.version = stream::check_prelude(&p).map_err(|e| Error::Stream(e.0))?;
+        Ok(())
     }
 
     fn next(&mut self) -> Result<Record> {
@@ -99,7 +102,7 @@ impl StreamReader<'_> {
         let len = stream::frame_len(&head).map_err(|e| self.bad(e.0))?;
         let mut rest = vec![0u8; len + FRAME_CRC_LEN];
         self.read_exact(&mut rest, "a record")?;
-        let rec = stream::decode(&head, &rest).map_err(|e| self.bad(e.0))?;
+        let rec = stream::decode(self.version, &head, &rest).map_err(|e| self.bad(e.0))?;
         if !matches!(rec, Record::End(_)) {
             self.counts.records += 1;
             match &rec {
@@ -154,7 +157,7 @@ impl Volume {
     /// cut stream (what came before stays, marked as pending), a device fails.
     pub fn receive(&self, input: &mut dyn Read) -> Result<ReceiveReport> {
         self.check_writable()?;
-        let mut reader = StreamReader { input, counts: StreamCounts::default() };
+        let mut reader = StreamReader { input, counts: StreamCounts::default(), version: stream::VERSION };
         reader.prelude()?;
         let Record::Header(header) = reader.next()? else {
             return Err(Error::Stream("the first record is not the header".into()));
@@ -199,6 +202,7 @@ impl Volume {
             group: GroupNo(0),
             inodes: Vec::new(),
             names: Vec::new(),
+            flags_marked: false,
         };
         let counts = loop {
             match reader.next()? {
@@ -336,6 +340,8 @@ struct Apply<'a> {
     /// Inodes and names changed ([`ReceiveReport`]).
     inodes: Vec<InodeNo>,
     names: Vec<(InodeNo, Vec<u8>)>,
+    /// The volume is marked as keeping inode flags (format 1.6).
+    flags_marked: bool,
 }
 
 impl Apply<'_> {
@@ -394,7 +400,17 @@ impl Apply<'_> {
             FileKind::from_mode(mode) == Some(kind) && (generation == a.generation || a.ino == InodeNo::ROOT)
         };
         match existing {
-            Some(e) if same(e) => {}
+            Some(e) if same(e) => {
+                // Its flags are set again when the section closes: until
+                // then an immutable or append-only file takes the changes
+                // the stream brings.
+                self.vol.with_step(|fs| {
+                    if fs.inode(a.ino)?.flags != 0 {
+                        fs.inode_mut(a.ino)?.flags = 0;
+                    }
+                    Ok(())
+                })?;
+            }
             Some(_) if a.ino == InodeNo::ROOT => {
                 return Err(Error::Stream("the root is not a directory".into()));
             }
@@ -520,6 +536,10 @@ impl Apply<'_> {
     /// since what came before stamped times and counted links its own way.
     fn finish(&mut self) -> Result<()> {
         let Some(a) = self.section.take() else { return Ok(()) };
+        if (a.flags != 0 || a.project != 0) && !self.flags_marked {
+            self.vol.mark_inode_flags()?;
+            self.flags_marked = true;
+        }
         let regular = a.kind() == Some(FileKind::Regular);
         self.vol.with_step(|fs| {
             fs.release_replacement(a.ino)?;
@@ -535,6 +555,7 @@ impl Apply<'_> {
             r.gid = a.gid;
             r.nlink = a.nlink;
             r.flags = a.flags;
+            r.project = a.project;
             r.rdev = a.rdev;
             r.parent = a.parent;
             r.atime = a.atime;

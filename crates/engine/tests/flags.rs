@@ -113,3 +113,64 @@ fn flags_and_projects_survive_a_remount_and_mark_an_older_volume() {
     assert_eq!((a.flags, a.project), (FLAG_NOATIME, 7));
     assert!(matches!(v.set_flags(f, 0x4000_0000, None), Err(Error::NotSupported)));
 }
+
+fn fsck(m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>) -> Vec<String> {
+    let r = dualfs_engine::check::check(m.clone(), d.clone()).unwrap();
+    r.problems.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn fsck_names_flags_on_a_volume_not_marked_for_them() {
+    let (m, d) = devices();
+    let v = volume_on(&m, &d, false);
+    let f = v.create(InodeNo::ROOT, b"f", 0o644, Creds::ROOT).unwrap().ino;
+    let g = v.create(InodeNo::ROOT, b"g", 0o644, Creds::ROOT).unwrap().ino;
+    // Written past `set_flags`, which would mark the volume first.
+    v.with_fs(|fs| fs.inode_mut(f).unwrap().flags = FLAG_IMMUTABLE);
+    v.with_fs(|fs| fs.inode_mut(g).unwrap().project = 9);
+    v.commit().unwrap();
+    v.close().unwrap();
+    let found = fsck(&m, &d);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    for (ino, what) in [(f, "flags 0x10 and project 0"), (g, "flags 0x0 and project 9")] {
+        let p = format!("[I8] inode of inode {ino}: has inode {what} on a volume not marked INODE_FLAGS");
+        assert!(found.iter().any(|m| m.starts_with(&p)), "{p}: {found:#?}");
+    }
+    // The same change through the volume marks it first: fsck is clean.
+    let v = Volume::open(m.clone(), d.clone(), MountOptions::default()).unwrap();
+    v.set_flags(f, FLAG_IMMUTABLE, Some(0)).unwrap();
+    v.close().unwrap();
+    assert_eq!(fsck(&m, &d), Vec::<String>::new());
+}
+
+#[test]
+fn fsck_names_flags_a_kind_does_not_keep_and_unknown_flags() {
+    let (m, d) = devices();
+    let v = volume_on(&m, &d, true);
+    let f = v.create(InodeNo::ROOT, b"f", 0o644, Creds::ROOT).unwrap().ino;
+    let l = v.symlink(InodeNo::ROOT, b"l", b"f", Creds::ROOT).unwrap().ino;
+    v.with_fs(|fs| fs.inode_mut(f).unwrap().flags = FLAG_DIRSYNC);
+    v.with_fs(|fs| fs.inode_mut(l).unwrap().flags = FLAG_IMMUTABLE | FLAG_NOATIME);
+    v.commit().unwrap();
+    v.close().unwrap();
+    let found = fsck(&m, &d);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found.iter().any(|p| p.starts_with(&format!(
+        "[I8] inode of inode {f}: a regular file with inode flags 0x10000 that its kind does not keep"
+    ))));
+    assert!(found.iter().any(|p| p.starts_with(&format!(
+        "[I8] inode of inode {l}: a symbolic link with inode flags 0x10 that its kind does not keep"
+    ))));
+
+    // A flag no version defines: the record does not decode, and fsck
+    // names its inode block and the inode.
+    let v = Volume::open(m.clone(), d.clone(), MountOptions::default()).unwrap();
+    v.with_fs(|fs| fs.inode_mut(f).unwrap().flags = 0x4000_0000);
+    v.commit().unwrap();
+    drop(v);
+    let found = fsck(&m, &d);
+    assert!(
+        found.iter().any(|p| p.starts_with("[I5] inode block") && p.contains(&format!("inode {f} has unknown flags"))),
+        "{found:#?}"
+    );
+}

@@ -7,6 +7,7 @@
 //! engine's caches: every inode block, every node, every directory, extent
 //! map and xattr set, and the result is compared with the IFile.
 
+mod flags;
 mod space;
 pub mod tree;
 mod walk;
@@ -193,6 +194,7 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
     let mut stats = CheckStats::default();
     let loaded = walk::load(&log, &mut problems);
     walk::check_namespace(&log, &loaded, &mut problems, &mut stats);
+    flags::check_flags(log.superblock().incompat, &loaded, &mut problems);
     space::check_space(&log, &loaded, &mut problems, &mut stats);
     check_snapshots(&log, &loaded, &mut problems);
     Ok(CheckReport { problems, stats, open })

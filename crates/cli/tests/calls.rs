@@ -1,12 +1,14 @@
 //! Calls programs make of a kernel file system, through a real mount, each
 //! answered as ext4 answers it: SEEK_DATA and SEEK_HOLE while data is still
-//! in the kernel's page cache.
+//! in the kernel's page cache, chattr and lsattr, birth time through statx,
+//! O_TMPFILE; and the inode flags, projects and birth times kept by the
+//! tools that take files off the volume.
 
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 mod common;
 
-use common::{TestVolume, sh};
+use common::{TestVolume, dualfs, sh};
 
 /// SEEK_DATA / SEEK_HOLE on files whose data the kernel still holds (the
 /// writeback cache): each answer must agree with what read(2) returns,
@@ -17,7 +19,6 @@ fn seek_data_and_hole_see_what_the_kernel_still_holds() {
     let Some(mut v) = TestVolume::create("128M") else {
         return;
     };
-    // Our own transport (the fuser shim does not count open handles).
     v.mount();
     let script = r#"
 import os, sys
@@ -99,8 +100,7 @@ fn chattr_immutable_and_append_only_hold_for_root() {
         return;
     };
     if !common::sh_output("command -v chattr && command -v lsattr").status.success() {
-        println!("SKIPPED: chattr/lsattr (e2fsprogs) are missing");
-        return;
+        return common::skip("chattr/lsattr (e2fsprogs) are missing");
     }
     v.mount();
     let m = v.m().to_string();
@@ -235,4 +235,95 @@ print(sorted(os.listdir('.')))
     v.mount();
     assert!(v.usage().0 <= before.0 + 8, "after recovery: {:?} against {before:?}", v.usage());
     v.umount();
+}
+
+/// Inode flags, project ids and birth times leave the volume with it:
+/// send and receive keep them, `dualfs get` sets them on its copy and
+/// says what it could not, `dualfs inspect` shows them, and a metadump's
+/// restored volume (names replaced or not) has them.
+#[test]
+fn flags_projects_and_birth_times_travel_with_send_receive_get_and_metadump() {
+    let Some(mut src) = TestVolume::create("128M") else { return };
+    let Some(mut dst) = TestVolume::create("128M") else { return };
+    if !common::sh_output("command -v chattr && command -v lsattr").status.success() {
+        return common::skip("chattr/lsattr (e2fsprogs) are missing");
+    }
+    src.mount();
+    let s = src.m().to_string();
+    // d: +P +d, project 7 (passed on); d/f: +i +A, project 42; g: +a;
+    // d/l: a symlink, nodump from d.
+    sh(&format!(
+        "cd {s} && mkdir d && echo a > d/f && echo b > g && chattr +P +d -p 7 d && ln -s f d/l && \
+         chattr -p 42 d/f && chattr +iA d/f && chattr +a g"
+    ));
+    let attrs =
+        |root: &str| sh(&format!("cd {root} && lsattr -d -p d d/f g | sed 's/  */ /g' && stat -c '%n %W' d d/f g d/l"));
+    let want = attrs(&s);
+    let line = |name: &str| want.lines().map(str::trim_start).find(|l| l.ends_with(&format!(" {name}"))).unwrap_or("");
+    let (f, g) = (line("d/f"), line("g"));
+    assert!(f.starts_with("42 ") && f.contains('i') && f.contains('A'), "{want}");
+    assert!(g.starts_with("0 ") && g.contains('a'), "{want}");
+    src.umount();
+    let (sm, sd) = (src.meta.display().to_string(), src.data.display().to_string());
+
+    // inspect, and a metadump's restored volume, by path and by number
+    // (before a snapshot: an obfuscated dump drops the snapshot list).
+    let inspect = |m: &str, d: &str, what: &str| {
+        let out = dualfs(&["inspect", "--json", m, d, "inode", what]);
+        ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let f = inspect(&sm, &sd, "/d/f");
+    assert_eq!((f["flags"].as_str(), f["project"].as_u64()), (Some("iA"), Some(42)), "{f}");
+    assert_eq!(inspect(&sm, &sd, "/d/l")["flags"], "d");
+    let text = String::from_utf8_lossy(&dualfs(&["inspect", &sm, &sd, "inode", "/g"]).stdout).into_owned();
+    assert!(text.contains("flags: a\n") && text.contains("project: 0\n"), "{text}");
+    let ino = f["ino"].as_u64().unwrap().to_string();
+    let dir = src.dir.path().display().to_string();
+    for (tag, extra) in [("kept", Some("--no-obfuscate")), ("obfuscated", None)] {
+        let dump = format!("{dir}/{tag}.dump");
+        let mut args = vec!["metadump"];
+        args.extend(extra);
+        args.extend([sm.as_str(), sd.as_str(), dump.as_str()]);
+        ok(&dualfs(&args));
+        let (rm, rd) = (format!("{dir}/{tag}-meta.img"), format!("{dir}/{tag}-data.img"));
+        ok(&dualfs(&["metarestore", &dump, &rm, &rd]));
+        let r = inspect(&rm, &rd, &ino);
+        assert_eq!((r["flags"].as_str(), r["project"].as_u64()), (Some("iA"), Some(42)), "{tag}: {r}");
+        assert_eq!(r["crtime"], f["crtime"], "{tag}: birth time");
+    }
+
+    src.mount();
+    ok(&dualfs(&["snapshot", "create", &s, "one"]));
+    let (dm, dd) = (dst.meta.display().to_string(), dst.data.display().to_string());
+    let bin = env!("CARGO_BIN_EXE_dualfs");
+    sh(&format!("{bin} send one {s} | {bin} receive {dm} {dd}"));
+    src.umount();
+
+    dst.mount();
+    let d = dst.m().to_string();
+    assert_eq!(attrs(&d), want, "after send and receive");
+    // Into a mounted DualFS: every flag and project can be set there.
+    let out = dualfs(&["get", &sm, &sd, "/d", &format!("{d}/copy")]);
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("inode flags or projects set on 2 copies"), "{said}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/d/l: inode flags d not set: chattr cannot reach a symbolic link"), "{err}");
+    let copy = sh(&format!("cd {d}/copy && lsattr -d -p . f | sed 's/  */ /g'"));
+    let orig = sh(&format!("cd {d}/d && lsattr -d -p . f | sed 's/  */ /g'"));
+    assert_eq!(copy, orig, "the copy's flags and projects");
+    let refused = common::sh_output(&format!("rm -f {d}/copy/f"));
+    assert!(!refused.status.success(), "the copy is immutable");
+    dst.umount();
+}
+
+fn ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -69,13 +69,15 @@ uninstall:
 
 # The benchmark suite against ext2, ext4, ext4 with an external journal, XFS
 # with an external log, btrfs and fuse2fs, on loop devices (root; about an
-# hour), then docs/BENCHMARKS.md and its plots. BENCH_ARGS adds options of
+# hour), then docs/BENCHMARKS.md and its plots. Every measurement is appended
+# to the results store, bench/results.jsonl. BENCH_ARGS adds options of
 # bench/suite.py (e.g. --configs dualfs,ext4 --repeats 1).
 BENCH_ARGS ?=
 bench: bench-deps build
 	$(CARGO) build --release -p dualfs-bench
-	target/release/engine-bench --json > bench/engine.json
-	python3 bench/suite.py --trace --out bench/results.json $(BENCH_ARGS)
+	target/release/engine-bench --json | python3 bench/store.py add-json engine-bench \
+		--config-key backend --phase engine-bench --command "engine-bench --json"
+	python3 bench/suite.py --trace $(BENCH_ARGS)
 	$(MAKE) bench-report
 
 # xfstests through the installed helpers (root; hours for the generic
@@ -92,22 +94,23 @@ xfstests: install
 fuzz:
 	scripts/fuzz
 
-# Issue 10's figures, easy to run again on a quiet machine: DualFS against
+# The request path, easy to run again on a quiet machine: DualFS against
 # ext4 and the floor (a FUSE server that does no work) in one run (medians
-# of 3, no traced run) with the targets table (bench/targets.py), then
-# system calls through the mount next to ext4 and fuse2fs (bench/micro.py,
-# FUSE requests counted per operation). BENCH_ARGS goes to the suite (e.g.
-# --sequences micro,postmark --repeats 1).
+# of 3, no traced run), then system calls through the mount next to ext4
+# and fuse2fs (bench/micro.py, FUSE requests counted per operation), both
+# into the results store, then docs/BENCHMARKS.md. BENCH_ARGS goes to the
+# suite (e.g. --sequences micro,postmark --repeats 1).
 bench-requests: bench-deps build
 	$(CARGO) build --release -p dualfs-bench
 	$(CARGO) build --release -p dualfs-bench --bin no-work-server
-	python3 bench/suite.py --configs dualfs,ext4,floor --repeats 3 --out bench/results-issue10.json $(BENCH_ARGS)
-	python3 bench/targets.py bench/results-issue10.json
-	python3 bench/micro.py --out bench/micro.json
+	python3 bench/suite.py --configs dualfs,ext4,floor --repeats 3 --fsync 1024,4096,2000 $(BENCH_ARGS)
+	python3 bench/micro.py
+	$(MAKE) bench-report
 
-# Tables and plots from the stored results (bench/results.json, bench/engine.json).
+# docs/BENCHMARKS.md and its plots from the results store (bench/results.jsonl)
+# and the findings written by hand (bench/findings.md).
 bench-report:
-	/usr/bin/python3 bench/report.py bench/results.json --engine bench/engine.json --docs docs
+	/usr/bin/python3 bench/report.py --store bench/results.jsonl --docs docs
 
 # What the suite runs besides DualFS: the peers' tools, the workloads' tools,
 # the Linux source tree and matplotlib for the plots.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Writable clones (issue 12): what making a clone and mounting it cost, on a
+# Writable clones: what making a clone and mounting it cost, on a
 # volume holding the Linux tree, on a 1 GiB and a 64 GiB data device (sparse
 # image files behind loop devices with direct I/O). Per run:
 #  - clone: the whole `dualfs clone MOUNTPOINT s c` command;
@@ -20,14 +20,18 @@ mkdir -p $W/mnt
 cleanup() { fusermount3 -u $W/mnt 2>/dev/null || true; umount $W/mnt 2>/dev/null || true
   for l in ${LOOPS:-}; do losetup -d $l 2>/dev/null || true; done; rm -f $W/*.img $W/files $W/some; }
 trap cleanup EXIT
+# The result rows also go to the results store (bench/store.py) at the end.
+ROWS=$W/rows.txt; : > $ROWS; CMD="$0 $*"
+say() { echo "$*" | tee -a $ROWS; }
+store() { python3 "$(dirname "$0")/store.py" add clone-time --phase clone --command "$CMD" $ROWS; }
 loop() { losetup --direct-io=on -f --show "$1"; }
 now() { date +%s.%N; }
 ms() { python3 -c "import sys; print(f'{(float(sys.argv[2]) - float(sys.argv[1])) * 1000:.1f}')" "$1" "$2"; }
 # KiB written to loop device $1 so far.
 kib() { awk '{print $7 / 2}' /sys/block/$(basename "$1")/stat; }
 
-echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "fs data_GiB run clone_ms mount_ms switch_ms switch_meta_KiB back_ms"
+say "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "fs data_GiB run clone_ms mount_ms switch_ms switch_meta_KiB back_ms"
 for gib in 1 64; do
   meta=$(( gib * 1024 / 10 )); [ $meta -gt 4096 ] && meta=4096
   truncate -s ${meta}M $W/m.img; truncate -s ${gib}G $W/d.img
@@ -51,7 +55,7 @@ for gib in 1 64; do
     for i in $(seq 1 50); do head -c 8000 /dev/urandom > $W/mnt/new-$i; done
     $DUALFS umount $W/mnt >/dev/null
     t0=$(now); $DUALFS mount -o clone=main $M $D $W/mnt; t1=$(now)
-    echo "dualfs $gib $r $clone $mount $switch $sw_kib $(ms $t0 $t1)"
+    say "dualfs $gib $r $clone $mount $switch $sw_kib $(ms $t0 $t1)"
   done
   $DUALFS umount $W/mnt >/dev/null; losetup -d $M $D; LOOPS=""; rm -f $W/*.img
 
@@ -71,7 +75,8 @@ for gib in 1 64; do
     k0=$(kib $D); t0=$(now); mount -o subvol=c$r $D $W/mnt; t1=$(now); k1=$(kib $D)
     switch=$(ms $t0 $t1); sw_kib=$(python3 -c "print(round($k1 - $k0))")
     umount $W/mnt
-    echo "btrfs $gib $r $clone $mount $switch $sw_kib -"
+    say "btrfs $gib $r $clone $mount $switch $sw_kib -"
   done
   losetup -d $D; LOOPS=""; rm -f $W/*.img
 done
+store

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ten million files through the mount (issue 13), the FUSE side of
+"""Ten million files through the mount, the FUSE side of
 `tests/many_files.rs`: sparse images in --dir, `dualfs mount`, then
 --files files of 0 bytes in directories of 100 (in top directories of
 10,000) made by --procs processes
@@ -8,7 +8,8 @@ process's VmRSS and `dualfs stats`' cache. Then `find` over all of them
 (time, peak RSS), a clean unmount and --mount-runs timed mounts (cold
 cache: the program's pages dropped too, and again with only the volume's
 dropped), and as many mounts after a kill -9 with fsync'd files in the
-log. JSON on stdout; root.
+log. JSON on stdout, and one record in the results store (bench/results.jsonl,
+tool `fuse-scale`, phase `files-N`); root.
 
 The runs take the machine for a long time: behind DUALFS_SCALE_FUSE=1, so
 that nothing runs it by accident (never in CI).
@@ -21,6 +22,9 @@ import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 
 DUALFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs")
 
@@ -113,6 +117,7 @@ def main():
     ap.add_argument("--opts", default="", help="mount options, e.g. cache=64M (passed as -o)")
     ap.add_argument("--dualfs", default=DUALFS, help="the dualfs binary (another build, to compare)")
     ap.add_argument("--mount-runs", type=int, default=3, help="timed mounts of each kind")
+    ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     a = ap.parse_args()
     if os.environ.get("DUALFS_SCALE_FUSE") != "1":
         sys.exit("fuse_scale.py takes the machine for a long time: set DUALFS_SCALE_FUSE=1 to run it")
@@ -184,6 +189,9 @@ def main():
            "mounts_clean_s": mounts, "mounts_after_crash_s": crash_mounts, "mount_clean_s": clean_mount,
            "mount_after_crash_s": crash_mount, "crash_files_back": back}
     print(json.dumps(out, indent=1))
+    run = store.Run("fuse-scale", a.store, build=None if a.dualfs == DUALFS else a.dualfs)
+    run.append(run.record("dualfs" + (f" -o {a.opts}" if a.opts else ""), f"files-{a.files}",
+                          {k: v for k, v in out.items() if k != "uptime"}))
     if not a.keep:
         for p in (meta, data):
             os.remove(p)

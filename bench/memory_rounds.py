@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The serving process's memory over rounds of create-and-delete (issue 13).
+"""The serving process's memory over rounds of create-and-delete.
 
 Mounts a fresh volume (sparse images in --dir), then --rounds times creates
 --files files of --size bytes (in directories of 1,000) and deletes them
 all, reading the server's VmRSS and VmHWM from /proc after each phase.
-Extra mount options go in -o. Prints JSON lines; run as root.
+Extra mount options go in -o. Prints JSON lines, and appends them to the
+results store (bench/results.jsonl, tool `memory-rounds`); run as root.
 """
 
 import argparse
@@ -14,6 +15,9 @@ import shutil
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 
 DUALFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs")
 
@@ -49,7 +53,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("-o", dest="options", default="")
     ap.add_argument("--hold", type=float, default=0, help="seconds to stay mounted at the end (to look at /proc)")
+    ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     a = ap.parse_args()
+    run = store.Run("memory-rounds", a.store)
+    config = "dualfs" + (f" -o {a.options}" if a.options else "")
+
+    def say(row):
+        print(json.dumps(row), flush=True)
+        run.append(run.record(config, row["phase"], {k: v for k, v in row.items() if k not in ("phase", "round")},
+                              rep=row.get("round")))
     os.makedirs(a.dir, exist_ok=True)
     meta, data, mnt = f"{a.dir}/m.img", f"{a.dir}/d.img", f"{a.dir}/mnt"
     os.makedirs(mnt, exist_ok=True)
@@ -59,7 +71,7 @@ def main():
     pid = int(subprocess.run(["pgrep", "-f", f"dualfs mount .* {mnt}$"], capture_output=True, text=True).stdout.split()[0])
     blob = b"y" * a.size
     try:
-        print(json.dumps({"phase": "mounted", **status(pid)}), flush=True)
+        say({"phase": "mounted", **status(pid)})
         for r in range(a.rounds):
             t = time.monotonic()
             for i in range(a.files):
@@ -69,13 +81,12 @@ def main():
                 with open(f"{d}/f{i}", "wb") as f:
                     f.write(blob)
             created = time.monotonic() - t
-            print(json.dumps({"round": r, "phase": "created", "s": round(created, 2), **status(pid), **counts(mnt)}),
-                  flush=True)
+            say({"round": r, "phase": "created", "s": round(created, 2), **status(pid), **counts(mnt)})
             for i in range(0, a.files, 1000):
                 shutil.rmtree(f"{mnt}/d{i // 1000}")
             os.sync()
             time.sleep(6)
-            print(json.dumps({"round": r, "phase": "deleted", **status(pid), **counts(mnt)}), flush=True)
+            say({"round": r, "phase": "deleted", **status(pid), **counts(mnt)})
         time.sleep(a.hold)
     finally:
         subprocess.run([DUALFS, "umount", mnt], check=False, stdout=subprocess.DEVNULL)

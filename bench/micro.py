@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""System calls through the mount, next to ext4 and fuse2fs (issue 10).
+"""System calls through the mount, next to ext4 and fuse2fs.
 
 Each configuration gets the suite's loop devices (bench/suite.py's Volume),
 then `mount-bench` runs one phase at a time: create+close of 10,000 files,
@@ -16,8 +16,8 @@ For DualFS the serving time per opcode comes from `dualfs stats --json`.
 
     bench/micro.py [--configs ext4,dualfs,fuse2fs] [--n 10000] [--repeats 3]
 
-Results: bench/micro.json (every run) and a Markdown table on stdout
-(medians of the repeats).
+Every measurement is appended to the results store (bench/results.jsonl,
+tool `micro`); a Markdown table goes to stdout (medians of the repeats).
 """
 
 import argparse
@@ -30,6 +30,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 import suite  # noqa: E402
 
 # (phase, mount-bench phase, before it: "cold" (remount, caches dropped),
@@ -104,6 +105,8 @@ def run_config(cfg, args, rep):
             rec = {"config": cfg, "rep": rep, "phase": name, "ops": r["ops"], "seconds": r["seconds"],
                    "us_per_op": r["us_per_op"], "requests": counts, "served": served}
             rows.append(rec)
+            args.run.append(args.run.record(cfg, name, {k: v for k, v in rec.items() if k not in ("config", "phase", "rep")},
+                                            rep=rep))
             reqs = sum(counts.values())
             suite.log(f"{cfg} {name}: {r['us_per_op']:.2f} µs/op, {reqs / max(r['ops'], 1):.2f} requests/op {counts}")
         vol.umount()
@@ -150,7 +153,7 @@ def main():
     ap.add_argument("--roundtrips", type=int, default=20_000, help="GETATTR round trips and appends")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", default="/var/tmp/dualfs-micro")
-    ap.add_argument("--out", default=os.path.join(here, "micro.json"))
+    ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--meta-mib", type=int, default=408)
     args = ap.parse_args()
@@ -161,15 +164,14 @@ def main():
         sys.exit("the benchmark needs root (loop devices, mount, perf)")
     os.makedirs(args.work, exist_ok=True)
     configs = args.configs.split(",")
+    tree = os.path.abspath(os.path.join(here, "..", "target", "release", "dualfs"))
+    args.run = store.Run("micro", args.store, build=None if args.dualfs == tree else args.dualfs)
     results = []
     load = open("/proc/loadavg").read().strip()
     for rep in range(args.repeats):
         for cfg in configs:
             results.extend(run_config(cfg, args, rep))
-    with open(args.out, "w") as f:
-        json.dump({"machine": suite.machine(), "loadavg_start": load, "loadavg_end": open("/proc/loadavg").read().strip(),
-                   "command": " ".join(sys.argv), "runs": results}, f, indent=1)
-    print(f"load average at start {load}, at end {open('/proc/loadavg').read().strip()}; medians of {args.repeats}\n")
+    print(f"run {args.run.id} is in {args.store}; load average at start {load}, at end {open('/proc/loadavg').read().strip()}; medians of {args.repeats}\n")
     print(table(results, configs))
 
 

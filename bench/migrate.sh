@@ -1,5 +1,5 @@
 #!/bin/bash
-# Migrate benchmark (issue 13): move the meta-data device, or the data
+# Migrate benchmark: move the meta-data device, or the data
 # device, of a DualFS volume holding the Linux tree to another device while
 # mounted, idle or while a second `tar -x` of the tree runs into it; the
 # same with `btrfs replace start -B` (one device, moved whole) for
@@ -16,6 +16,10 @@ W=/var/tmp/migrate-bench
 mkdir -p $W/mnt
 . "$(dirname "$0")/loops.sh"
 trap cleanup EXIT
+# The result rows also go to the results store (bench/store.py) at the end.
+ROWS=$W/rows.txt; : > $ROWS; CMD="$0 $*"
+say() { echo "$*" | tee -a $ROWS; }
+store() { python3 "$(dirname "$0")/store.py" add migrate --command "$CMD" $ROWS; }
 
 # run FS WHAT LOAD: prints seconds, MiB written to the new device, copied
 # and mirrored MiB (DualFS), and the tar's seconds.
@@ -56,9 +60,9 @@ print('copied=%.1f mirrored=%.1f engine_s=%.3f' % (r['copied_blocks'] / 256, r['
   fi
   wait $tarpid || true
   local t1=$(now)
-  printf "%s %s %s secs=%.3f new_MiB=%.1f %s tar_s=%.2f\n" $fs $what $load \
+  say "$(printf "%s %s-%s secs=%.3f new_MiB=%.1f %s tar_s=%.2f\n" $fs $what $load \
     $(echo "$r1 - $r0" | bc) $(echo "($w1 - $w0) * 512 / 1048576" | bc -l) "$extra" \
-    $(echo "$t1 - $t0" | bc)
+    $(echo "$t1 - $t0" | bc))"
   if [ $fs = dualfs ]; then
     $DUALFS umount $W/mnt >/dev/null
     case $what in
@@ -74,6 +78,7 @@ print('copied=%.1f mirrored=%.1f engine_s=%.3f' % (r['copied_blocks'] / 256, r['
 # BASELINE=1: the tar alone, no migration, for its time.
 if [ -n "${BASELINE:-}" ]; then
   for r in $(seq 1 $RUNS); do run dualfs none tar; run btrfs none tar; done
+  store
   exit 0
 fi
 for r in $(seq 1 $RUNS); do
@@ -83,3 +88,4 @@ for r in $(seq 1 $RUNS); do
     run btrfs data $load
   done
 done
+store

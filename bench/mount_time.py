@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mount time against the data device's size (issue 13), beside ext4 and XFS.
+"""Mount time against the data device's size, beside ext4 and XFS.
 
 For each size, on sparse image files in --dir: mkfs (timed, and the bytes
 it left in the meta-data image), a clean mount (timed from `dualfs mount`
@@ -21,7 +21,10 @@ the data device's size, so that the sweep measures what the data device's
 size costs; `--meta 10%` makes it a tenth of the data device instead.
 `--dualfs NAME=PATH` (repeatable) times several builds, and `--rounds N`
 repeats the whole sweep, every build and file system once per size in
-each round (A/B interleaved). Results (JSON) go to stdout; run as root.
+each round (A/B interleaved). Each row is appended to the results store
+(bench/results.jsonl, tool `mount-time`, the file system or build as the
+configuration, the size as the phase, the round as the repeat) and printed
+as JSON; run as root.
 """
 
 import argparse
@@ -31,6 +34,9 @@ import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import store  # noqa: E402
 
 FSCK = True
 DUALFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs")
@@ -172,7 +178,16 @@ def main():
     ap.add_argument("--dualfs", action="append", default=[], help="NAME=PATH of a build to time (repeatable)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-fsck", action="store_true")
+    ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     a = ap.parse_args()
+    run = store.Run("mount-time", a.store)
+
+    def stored(row):
+        """A row into the store, and on stderr as it comes."""
+        values = {k: v for k, v in row.items() if k not in ("fs", "size", "round")}
+        run.append(run.record(row.get("fs", "dualfs"), row.get("size"), values, rep=row.get("round")))
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
     global FSCK
     FSCK = not a.no_fsck
     os.makedirs(a.dir, exist_ok=True)
@@ -183,10 +198,10 @@ def main():
         for s in a.sizes.split(","):
             for name, binary in builds:
                 rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary)})
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                stored(rows[-1])
             for fs in (["ext4"] if not a.no_ext4 else []) + (["xfs"] if a.xfs else []):
                 rows.append({"round": r, **ext4_row(a.dir, s, fs)})
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                stored(rows[-1])
         uptimes.append(sh("uptime").strip())
     print(json.dumps({"uptime": uptimes, "rows": rows}, indent=1))
 

@@ -3,11 +3,10 @@
 dwarf -p PID`) into where a FUSE request's time goes:
 
 - kernel round trip: the system calls that carry requests and replies
-  (/dev/fuse reads and writes under fuser or `-o uring`'s /dev/fuse
-  thread; io_uring_enter on the `-o uring` queues), with the wake-ups and
-  context switches they cause;
-- decode/reply: the transport's own code (fuser's, or crates/wire's:
-  parsing a request, building a reply);
+  (/dev/fuse reads and writes; io_uring_enter on the io_uring queues),
+  with the wake-ups and context switches they cause;
+- decode/reply: the transport's own code (crates/wire's: parsing a
+  request, building a reply);
 - adapter: crates/fuse (DualFS's request handlers, outside the engine);
 - stats: the per-request counting and timing (`dualfs stats`) itself;
 - allocation: the allocator (malloc, free, jemalloc), under any of the
@@ -46,12 +45,14 @@ OP_RE = re.compile(r"<impl dualfs_fuse::DualFs>::(\w+)")
 
 def category(frames):
     """frames: leaf first, as (symbol, dso)."""
-    # A system call made by fuser's channel (reading a request, writing a
+    # A system call made by the transport (reading a request, writing a
     # reply): the kernel's side of the round trip, whatever it runs.
-    for sym, dso in frames:
-        if "fuser::channel::Channel::receive" in sym or "ioslice_concat" in sym or "submit_and_wait" in sym \
-                or "io_uring::submit::Submitter::enter" in sym:
-            if frames and ("kernel" in frames[0][1] or "libc" in frames[0][1] or "vdso" in frames[0][1]):
+    # The first frame of ours above the kernel, libc and std is the caller.
+    if frames and any(k in frames[0][1] for k in ("kernel", "libc", "vdso")):
+        for sym, dso in frames:
+            if any(k in dso for k in ("kernel", "libc", "vdso")) or sym.lstrip("<&").startswith(("std::", "core::")):
+                continue
+            if "dualfs_wire::devfuse" in sym or "submit_and_wait" in sym or "io_uring::submit::Submitter::enter" in sym:
                 return "kernel round trip"
             break
     for sym, dso in frames:
@@ -82,8 +83,7 @@ def category(frames):
             return "engine"
         if sym.startswith("dualfs_fuse::") or "<dualfs_fuse::" in sym:
             return "adapter"
-        if sym.startswith("fuser::") or "<fuser::" in sym or sym.startswith("dualfs_wire::") \
-                or "<dualfs_wire::" in sym:
+        if sym.startswith("dualfs_wire::") or "<dualfs_wire::" in sym:
             return "decode/reply"
     return "other"
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Resize benchmark (issue 13, Measure): grow a volume holding the Linux tree
+# Resize benchmark: grow a volume holding the Linux tree
 # while a tar of the tree is extracted into it, DualFS (dualfs resize, online,
 # both devices) against ext4 (resize2fs, online grow) and XFS (xfs_growfs);
 # then DualFS's log shrink (ext4 and XFS cannot shrink online). ext4 grows
@@ -18,6 +18,10 @@ W=/tmp/rszbench/work
 mkdir -p $W/mnt
 . "$(dirname "$0")/loops.sh"
 trap cleanup EXIT
+# The result rows also go to the results store (bench/store.py) at the end.
+ROWS=$W/rows.txt; : > $ROWS; CMD="$0 $*"
+say() { echo "$*" | tee -a $ROWS; }
+store() { python3 "$(dirname "$0")/store.py" add resize --command "$CMD" $ROWS; }
 
 # One run: make FS, extract the tree once, start a second extract into
 # another directory, grow (or shrink) after 1 s, wait; print the resize's
@@ -79,8 +83,8 @@ print('%.1f files=%d scan_ms=%d' % (r['data_blocks_moved'] / 256, r['data_files_
   if [ $fs = dualfs ]; then $DUALFS umount $W/mnt >/dev/null; $DUALFS fsck $M $D >/dev/null; else umount $W/mnt; fi
   for l in $LOOPS; do losetup -d $l; done; LOOPS=""
   rm -f $W/*.img
-  printf '%s %s%s resize_s=%.3f resize_MiB_written=%.2f tar_s=%.2f size_after_MiB=%s %s\n' $fs $how \
-    "${3:+-$3}" $(echo "$r1 - $r0" | bc) $(echo "($w1 - $w0) / 2048" | bc -l) $(echo "$t1 - $t0" | bc) $size "$MOVED"
+  say "$(printf '%s %s%s resize_s=%.3f resize_MiB_written=%.2f tar_s=%.2f size_after_MiB=%s %s\n' $fs $how \
+    "${3:+-$3}" $(echo "$r1 - $r0" | bc) $(echo "($w1 - $w0) / 2048" | bc -l) $(echo "$t1 - $t0" | bc) $size "$MOVED")"
 }
 
 echo "# $(date -u) $(uptime)"
@@ -90,6 +94,7 @@ if [ "${3:-}" = data ]; then
   done
   for fs in dualfs ext4; do run $fs shrinkdata idle; done
   echo "# $(uptime)"
+  store
   exit 0
 fi
 for i in $(seq 1 $RUNS); do
@@ -99,3 +104,4 @@ done
 for fs in dualfs ext4 xfs; do run $fs grow idle; done
 run dualfs shrink idle
 echo "# $(uptime)"
+store

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Incremental send (issue 12, Measure): the Linux tree on a volume, a
+# Incremental send: the Linux tree on a volume, a
 # snapshot, 1% of its regular files changed (every 100th in sorted order
 # gets 100 bytes appended), a second snapshot; then the send of what
 # changed, timed with cold caches (page cache dropped before it), and its
@@ -23,6 +23,10 @@ cleanup() {
   rm -f $W/*.img $W/*.stream
 }
 trap cleanup EXIT
+# The result rows also go to the results store (bench/store.py) at the end.
+ROWS=$W/rows.txt; : > $ROWS; CMD="$0 $*"
+say() { echo "$*" | tee -a $ROWS; }
+store() { python3 "$(dirname "$0")/store.py" add send-time --command "$CMD" $ROWS; }
 loop() { losetup --direct-io=on -f --show "$1"; }
 now() { date +%s.%N; }
 secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$2"; }
@@ -31,8 +35,8 @@ cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 change() { (cd "$1" && find . -type f | sort | awk 'NR % 100 == 0' | while read -r f; do
   head -c 100 /dev/zero | tr '\0' "$2" >> "$f"; done); }
 
-echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg) files: $(tar -tf "$TREE" | grep -vc '/$')"
-echo "fs run what seconds stream_bytes"
+say "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg) files: $(tar -tf "$TREE" | grep -vc '/$')"
+say "fs run what seconds stream_bytes"
 
 # DualFS: 4 GiB of data, 1 GiB of meta-data; the mirror the same.
 truncate -s 1G $W/m.img $W/mm.img; truncate -s 4G $W/d.img $W/md.img
@@ -45,20 +49,20 @@ $DUALFS mount $MM $MD $W/mirror
 tar -xf "$TREE" -C $W/mnt && $DUALFS sync $W/mnt >/dev/null
 $DUALFS snapshot create $W/mnt s0 >/dev/null
 cold; t0=$(now); $DUALFS send s0 $W/mnt 2>/dev/null > $W/full.stream; t1=$(now)
-echo "dualfs 0 full-send $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
+say "dualfs 0 full-send $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
 t0=$(now); $DUALFS receive --file $W/full.stream $W/mirror >/dev/null; t1=$(now)
-echo "dualfs 0 full-receive $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
+say "dualfs 0 full-receive $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
 rm -f $W/full.stream
 for r in $(seq 1 "$RUNS"); do
   change $W/mnt "$(printf "\\x$(printf %x $((96 + r)))")"
   $DUALFS sync $W/mnt >/dev/null
   $DUALFS snapshot create $W/mnt s$r >/dev/null
   cold; t0=$(now); $DUALFS send --from s$((r - 1)) s$r $W/mnt 2>$W/send.err > $W/inc.stream; t1=$(now)
-  echo "dualfs $r incremental-send $(secs $t0 $t1) $(stat -c %s $W/inc.stream)  # $(cat $W/send.err)"
+  say "dualfs $r incremental-send $(secs $t0 $t1) $(stat -c %s $W/inc.stream)  # $(cat $W/send.err)"
   t0=$(now); $DUALFS receive --file $W/inc.stream $W/mirror >/dev/null; t1=$(now)
-  echo "dualfs $r incremental-receive $(secs $t0 $t1) $(stat -c %s $W/inc.stream)"
+  say "dualfs $r incremental-receive $(secs $t0 $t1) $(stat -c %s $W/inc.stream)"
 done
-diff -r $W/mnt $W/mirror >/dev/null && echo "# dualfs mirror equals the source"
+diff -r $W/mnt $W/mirror >/dev/null && say "# dualfs mirror equals the source"
 $DUALFS umount $W/mirror >/dev/null; $DUALFS umount $W/mnt >/dev/null
 losetup -d $M $D $MM $MD; LOOPS=""; rm -f $W/*.img $W/*.stream
 
@@ -71,18 +75,19 @@ btrfs -q subvolume create $W/mnt/sub
 tar -xf "$TREE" -C $W/mnt/sub && sync
 btrfs -q subvolume snapshot -r $W/mnt/sub $W/mnt/s0
 cold; t0=$(now); btrfs -q send $W/mnt/s0 > $W/full.stream; t1=$(now)
-echo "btrfs 0 full-send $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
+say "btrfs 0 full-send $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
 t0=$(now); btrfs -q receive $W/mirror < $W/full.stream; t1=$(now)
-echo "btrfs 0 full-receive $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
+say "btrfs 0 full-receive $(secs $t0 $t1) $(stat -c %s $W/full.stream)"
 rm -f $W/full.stream
 for r in $(seq 1 "$RUNS"); do
   change $W/mnt/sub "$(printf "\\x$(printf %x $((96 + r)))")"
   sync -f $W/mnt/sub
   btrfs -q subvolume snapshot -r $W/mnt/sub $W/mnt/s$r
   cold; t0=$(now); btrfs -q send -p $W/mnt/s$((r - 1)) $W/mnt/s$r > $W/inc.stream; t1=$(now)
-  echo "btrfs $r incremental-send $(secs $t0 $t1) $(stat -c %s $W/inc.stream)"
+  say "btrfs $r incremental-send $(secs $t0 $t1) $(stat -c %s $W/inc.stream)"
   t0=$(now); btrfs -q receive $W/mirror < $W/inc.stream; t1=$(now)
-  echo "btrfs $r incremental-receive $(secs $t0 $t1) $(stat -c %s $W/inc.stream)"
+  say "btrfs $r incremental-receive $(secs $t0 $t1) $(stat -c %s $W/inc.stream)"
 done
 umount $W/mirror; umount $W/mnt
 losetup -d $B $BM; LOOPS=""
+store

@@ -1,6 +1,6 @@
 #!/bin/bash
-# 4 KiB random overwrites of a 1 GiB file, with and without a snapshot
-# (issue 12, Measure): IOPS, and the data device's write requests and bytes
+# 4 KiB random overwrites of a 1 GiB file, with and without a snapshot:
+# IOPS, and the data device's write requests and bytes
 # per run (loop device counters), on a volume of sparse images behind loop
 # devices with direct I/O. The same 32,768 offsets every run (randrepeat),
 # then fsync. Runs: no snapshot (twice), right after a snapshot (every block
@@ -15,6 +15,10 @@ mkdir -p $W/mnt
 cleanup() { fusermount3 -u $W/mnt 2>/dev/null || true
   for l in ${LOOPS:-}; do losetup -d $l 2>/dev/null || true; done; rm -f $W/*.img; }
 trap cleanup EXIT
+# The result rows also go to the results store (bench/store.py) at the end.
+ROWS=$W/rows.txt; : > $ROWS; CMD="$0 $*"
+say() { echo "$*" | tee -a $ROWS; }
+store() { python3 "$(dirname "$0")/store.py" add snapshot-overwrite --command "$CMD" $ROWS; }
 truncate -s 400M $W/m.img; truncate -s 4G $W/d.img
 M=$(losetup --direct-io=on -f --show $W/m.img); D=$(losetup --direct-io=on -f --show $W/d.img); LOOPS="$M $D"
 for _ in $(seq 1 30); do $DUALFS mkfs $M $D >/dev/null 2>&1 && break; sleep 0.5; done
@@ -31,10 +35,11 @@ run() {
     "import json,sys; print(round(json.load(sys.stdin)['jobs'][0]['write']['iops']))")
   $DUALFS sync $W/mnt >/dev/null
   read -r w1 k1 < <(counters)
-  echo "$1 $iops $((w1 - w0)) $(python3 -c "print(round(($k1 - $k0) / 1024))")"
+  say "$1 $iops $((w1 - w0)) $(python3 -c "print(round(($k1 - $k0) / 1024))")"
 }
-echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "run iops data_write_requests data_MiB_written (32,768 overwrites = 128 MiB)"
+say "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# 32,768 overwrites = 128 MiB"
+say "run iops data_write_requests data_MiB_written"
 run no-snapshot
 run no-snapshot-again
 before=$(used)
@@ -47,3 +52,4 @@ after=$(used)
 run after-delete
 echo "df used before the snapshot $before, after deleting it $after"
 $DUALFS umount $W/mnt >/dev/null
+store

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Snapshot creation time (issue 12, Measure): a volume holding the Linux
+# Snapshot creation time: a volume holding the Linux
 # tree, on a 1 GiB and a 64 GiB data device (sparse image files behind loop
 # devices with direct I/O); before each snapshot a few files are written so
 # that there is something to commit. Two figures per snapshot:
@@ -20,14 +20,18 @@ mkdir -p $W/mnt
 cleanup() { fusermount3 -u $W/mnt 2>/dev/null || true; umount $W/mnt 2>/dev/null || true
   for l in ${LOOPS:-}; do losetup -d $l 2>/dev/null || true; done; rm -f $W/*.img; }
 trap cleanup EXIT
+# The result rows also go to the results store (bench/store.py) at the end.
+ROWS=$W/rows.txt; : > $ROWS; CMD="$0 $*"
+say() { echo "$*" | tee -a $ROWS; }
+store() { python3 "$(dirname "$0")/store.py" add snapshot-time --phase snapshot-create --command "$CMD" $ROWS; }
 loop() { losetup --direct-io=on -f --show "$1"; }
 ms() { python3 -c "import sys; print(f'{(float(sys.argv[2]) - float(sys.argv[1])) * 1000:.1f}')" "$1" "$2"; }
 # The seconds strace -T reports for the last call named $1 in file $2, in ms.
 call_ms() { grep " $1(" "$2" | tail -1 | sed 's/.*<\([0-9.]*\)>$/\1/' | python3 -c "print(f'{float(input()) * 1000:.1f}')"; }
 dirty() { for i in $(seq 1 20); do head -c 3000 /dev/urandom > "$1/new-$2-$i"; done; }
 
-echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "fs data_GiB run create_ms command_ms"
+say "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "fs data_GiB run create_ms command_ms"
 for gib in 1 64; do
   # DualFS: a meta-data device of a tenth of the data device, at most 4 GiB.
   meta=$(( gib * 1024 / 10 )); [ $meta -gt 4096 ] && meta=4096
@@ -41,7 +45,7 @@ for gib in 1 64; do
     t0=$(date +%s.%N)
     strace -f -T -e trace=setxattr -o $W/trace $DUALFS snapshot create $W/mnt s$r >/dev/null
     t1=$(date +%s.%N)
-    echo "dualfs $gib $r $(call_ms setxattr $W/trace) $(ms $t0 $t1)"
+    say "dualfs $gib $r $(call_ms setxattr $W/trace) $(ms $t0 $t1)"
   done
   $DUALFS umount $W/mnt; losetup -d $M $D; LOOPS=""; rm -f $W/*.img
 
@@ -55,7 +59,8 @@ for gib in 1 64; do
     t0=$(date +%s.%N)
     strace -f -T -e trace=ioctl -o $W/trace btrfs -q subvolume snapshot -r $W/mnt/sub $W/mnt/s$r
     t1=$(date +%s.%N)
-    echo "btrfs $gib $r $(call_ms ioctl $W/trace) $(ms $t0 $t1)"
+    say "btrfs $gib $r $(call_ms ioctl $W/trace) $(ms $t0 $t1)"
   done
   umount $W/mnt; losetup -d $D; LOOPS=""; rm -f $W/*.img
 done
+store

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What FUSE over io_uring saves on a round trip here (issue 10, "cheaper
-round trips"; docs/DESIGN.md, "FUSE over io_uring").
+"""What FUSE over io_uring saves on a round trip here (docs/DESIGN.md, the
+FUSE adapter).
 
 Four file systems in one run, each measured with `rt-client` (crates/bench):
 
@@ -24,7 +24,7 @@ kernel's fuse:fuse_request_send tracepoint (bench/micro.py's way).
 enable_uring is set to Y for proto-uring and put back as it was at the end.
 
     bench/uring_rt.py [--repeats 3] [--getattr-n 20000] [--create-n 5000]
-    bench/uring_rt.py --report bench/uring_rt.json ...   # tables of stored runs, pooled
+    bench/uring_rt.py --report RUN ...   # tables of runs in the store, pooled
 
 Each repeat also makes --spread-runs short getattr runs (unpinned, 5,000
 calls) per file system, for the tail the scheduler's placement makes, and
@@ -33,8 +33,8 @@ then extracts the suite's untar (Linux 6.1's fs include kernel mm block,
 For the prototype, a getattr loop pinned to each CPU in turn on a fresh
 mount shows which CPU served the requests (the server counts them).
 
-Results: bench/uring_rt.json (every run) and Markdown tables on stdout
-(medians of the repeats).
+Every row is appended to the results store (bench/results.jsonl, tool
+`uring-rt`); Markdown tables go to stdout (medians of the repeats).
 """
 
 import argparse
@@ -49,6 +49,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import micro  # noqa: E402
+import store  # noqa: E402
 import suite  # noqa: E402
 
 PARAM = "/sys/module/fuse/parameters/enable_uring"
@@ -162,6 +163,27 @@ def requests_per_call(args, phase, mnt):
     # The client's warm-up calls and probe file are counted too.
     calls = n + 200
     return sum(counts.values()) / calls, counts
+
+
+# Rows that name no phase, by the key that tells them apart.
+IMPLIED = (("spread_us", "getattr-spread"), ("untar_s", "untar"), ("served_on_cpu", "placement"))
+
+
+def record(run, r):
+    """A row as a record of the store."""
+    phase = r.get("phase") or next(p for k, p in IMPLIED if k in r)
+    return run.record(r["config"], phase, {k: v for k, v in r.items() if k not in ("config", "phase", "rep", "layout")},
+                      rep=r.get("rep"), layout=r.get("layout"))
+
+
+def row(rec):
+    """A record of the store as the row it was; phases the rows leave implied are left out again."""
+    r = dict(rec["values"], config=rec["config"], rep=rec.get("rep"))
+    if rec["phase"] not in [p for _, p in IMPLIED]:
+        r["phase"] = rec["phase"]
+    if "layout" in rec:
+        r["layout"] = rec["layout"]
+    return r
 
 
 def run_config(cfg, args, rep):
@@ -309,15 +331,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--spread-runs", type=int, default=10, help="short getattr runs per repeat")
     ap.add_argument("--spread-n", type=int, default=5_000)
-    ap.add_argument("--report", nargs="*", help="print the tables of these result files (all runs pooled), run nothing")
+    ap.add_argument("--report", nargs="*", help="print the tables of these runs of the store (pooled), run nothing")
     ap.add_argument("--work", default="/var/tmp/dualfs-uring-rt")
-    ap.add_argument("--out", default=os.path.join(here, "uring_rt.json"))
+    ap.add_argument("--store", default=store.STORE, help="the results store")
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--meta-mib", type=int, default=408)
     args = ap.parse_args()
     if args.report is not None:
-        runs = [r for f in args.report for r in json.load(open(f))["runs"]]
-        print(tables(runs))
+        print(tables([row(r) for r in store.load(args.store) if r["tool"] == "uring-rt" and r["run"] in args.report]))
         return
     for k in ("dualfs", "proto", "client"):
         setattr(args, k, os.path.abspath(getattr(args, k)))
@@ -348,9 +369,9 @@ def main():
         with open(PARAM, "w") as f:
             f.write(old)
     end = open("/proc/loadavg").read().strip()
-    with open(args.out, "w") as f:
-        json.dump({"machine": suite.machine(), "uname": os.uname().release, "loadavg_start": load,
-                   "loadavg_end": end, "command": " ".join(sys.argv), "runs": results}, f, indent=1)
+    run = store.Run("uring-rt", args.store)
+    run.append([record(run, r) for r in results])
+    print(f"run {run.id} is in {args.store}")
     print(f"{time.strftime('%Y-%m-%d %H:%M')} load average at start {load}, at end {end}; medians of {args.repeats}")
     print(tables(results))
 

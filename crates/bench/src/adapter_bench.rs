@@ -5,7 +5,7 @@
 //! devices, one thread. Prints the median and mean nanoseconds per request
 //! by opcode over all rounds: what a profile of a mount spreads over kernel
 //! round trips, preemption and lock waits, measured alone
-//! (docs/BENCHMARKS.md, issue 10). The median is the figure to compare
+//! (docs/BENCHMARKS.md). The median is the figure to compare
 //! on a busy machine: a request preempted by another tenant is an outlier
 //! there, where it moves a mean.
 
@@ -97,7 +97,7 @@ fn round(files: u64, per_dir: u64) -> Result<Times> {
         let dir = *dirs.last().ok_or_else(|| anyhow!("no directory"))?;
         let name = format!("file-{i}.c");
         let name = name.as_bytes();
-        // untar, per file (docs/DESIGN.md, "FUSE over io_uring").
+        // untar, per file (docs/DESIGN.md, "FUSE adapter").
         let (r, neg) = b.call("LOOKUP", dir, Request::Lookup { name });
         expect("lookup", r, Outcome::Reply)?;
         if neg != 0 {

@@ -1,7 +1,7 @@
-//! `engine-bench`: the engine alone, without FUSE or the kernel (issue 2's
-//! figures): creates/s, lookups/s, 4 KiB random writes/s, sequential
-//! write and read MB/s, and meta-data bytes written per created file, on
-//! the in-memory and file backends.
+//! `engine-bench`: the engine alone, without FUSE or the kernel: creates/s,
+//! lookups/s, 4 KiB random writes/s, sequential write and read MB/s, and
+//! meta-data bytes written per created file, on the in-memory and file
+//! backends.
 //!
 //! Each figure includes the commit that makes the work durable (a `sync`),
 //! so that a design that defers everything to unmount does not look fast.

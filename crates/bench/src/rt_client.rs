@@ -1,5 +1,5 @@
 //! `rt-client PHASE DIR [--n N] [--threads T] [--cpu none|K|spread]`: the
-//! round-trip loops of docs/BENCHMARKS.md ("FUSE over io_uring"), run by T
+//! round-trip loops of bench/uring_rt.py (docs/BENCHMARKS.md), run by T
 //! threads at once, each optionally pinned (all to CPU K, or thread i to CPU
 //! i). Phases: `getattr` (statx with AT_STATX_FORCE_SYNC: one GETATTR round
 //! trip each on FUSE), `create` (create a new file, close it, unlink it;

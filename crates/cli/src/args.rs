@@ -191,10 +191,12 @@ Options (-o, comma-separated, may be repeated):
   recover=older    mount writable although damage took commits that had been
                    made durable (fsck says which), accepting the older state;
                    without it such a volume mounts only with ro
-  recover=rebuild  when no checkpoint loads (damage to the IFile blocks both
-                   share), write the volume as rebuilt from its log (what
-                   `dualfs fsck -y` does) and mount it; without it such a
-                   volume mounts only with ro, showing the rebuilt state
+  recover=rebuild  check the whole volume first, as fsck does, and when
+                   the IFile is damaged (no checkpoint loads, or a table
+                   block a mount does not read) write it as rebuilt from
+                   its log (what `dualfs fsck -y` does) and mount it;
+                   without it a volume no checkpoint of which loads mounts
+                   only with ro, showing the rebuilt state
   threads=N        threads reading /dev/fuse (default 4)
   transport=uring|devfuse
                    what carries the requests. By default per-CPU io_uring
@@ -229,6 +231,11 @@ Options (-o, comma-separated, may be repeated):
   nowriteback      send every write to the volume at once instead of caching
                    it in the kernel (slower; modification times then come
                    from the volume's clock alone)
+  nosecurity_xattr the security.* extended attributes are not served (each is
+                   EOPNOTSUPP, listings leave them out, what is stored is kept),
+                   as ext4's nouser_xattr does for user.*: no file capabilities
+                   or SELinux labels, and ls -l stops asking for a label per
+                   file (one request per entry less)
   relatime, noatime, strictatime
                    when reads update access times (default relatime; give one).
                    A read the kernel answers from its page cache never reaches

@@ -11,9 +11,10 @@
 //! ~250 ms at 200 MB/s, for each fsync). A window of two requests keeps the
 //! copy's throughput and moves its back-pressure into the kernel's dirty
 //! throttling, which slows the copy instead of everyone. Measured
-//! (docs/DESIGN.md, "An fsync beside a copy"): SQLite beside a 1 GiB copy
-//! 3–4 tx/s with 46 MiB, 61 with 2 MiB; the copy alone 151–213 MB/s with
-//! 2 MiB against 163–183 with 46 MiB; 1 MiB halves the copy's speed.
+//! (docs/DESIGN.md, "The kernel's window follows what waits"): SQLite
+//! beside a 1 GiB copy 3–4 tx/s with 46 MiB, 61 with 2 MiB; the copy alone
+//! 151–213 MB/s with 2 MiB against 163–183 with 46 MiB; 1 MiB halves the
+//! copy's speed.
 
 use std::path::Path;
 
@@ -25,10 +26,10 @@ pub const DEFAULT_DIRTY_WINDOW: u64 = 2 << 20;
 /// Thirty-two: the window otherwise. A 1 GiB `dd conv=fsync` alone took
 /// 2.3–2.5 s with eight against 5.2–6.0 s with two requests (DESIGN.md,
 /// "The kernel's window follows what waits"), and the suite's 1 GiB fio
-/// write + fsync went from 561–749 MiB/s with eight to 848–1,137 with 32
-/// whenever the CPUs had room (DESIGN.md, "A stream's window and its copy
-/// out of the lock"): with eight, the writer sleeps in the kernel's dirty
-/// throttling while the volume, its window drained, waits for it.
+/// write + fsync ran at 848–1,137 MiB/s with 32 against 561–749 with eight
+/// whenever the CPUs had room: with eight, the writer sleeps in the
+/// kernel's dirty throttling while the volume, its window drained, waits
+/// for it.
 pub const DEFAULT_STREAM_WINDOW: u64 = 32 << 20;
 
 /// The dirty window of the FUSE mount at `mountpoint` (absolute): `shared`

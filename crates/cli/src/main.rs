@@ -61,7 +61,7 @@ use crate::helper::Personality;
 
 /// An allocator that gives freed memory back: with glibc's, a mount that
 /// created and deleted 50,000 small files kept 250-440 MB it no longer used
-/// (DESIGN.md, memory).
+/// (DESIGN.md, "Tried and not kept").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

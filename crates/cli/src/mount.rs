@@ -333,6 +333,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     let defaults = AdapterOptions::default();
     let adapter = AdapterOptions {
         writeback_cache: cfg.writeback,
+        security_xattrs: cfg.security_xattr,
         owner_uid: nix::unistd::geteuid().as_raw(),
         attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
         entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),

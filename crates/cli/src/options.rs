@@ -101,6 +101,9 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// The kernel's writeback cache.
     pub writeback: bool,
+    /// Serve the `security.*` extended attributes (`nosecurity_xattr`
+    /// turns them off).
+    pub security_xattr: bool,
     /// When reads update access times (the engine does it; the kernel
     /// never does for FUSE).
     pub atime: AtimeMode,
@@ -113,8 +116,9 @@ pub struct MountConfig {
     /// `recover=older`: accept losing commits a damaged log can no longer
     /// give back, and mount writable from the state before the damage.
     pub accept_loss: bool,
-    /// `recover=rebuild`: when no checkpoint loads, write the volume as
-    /// rebuilt from its log (what `fsck -y` does) and mount that.
+    /// `recover=rebuild`: check the whole volume first and, when its IFile
+    /// is damaged, write it as rebuilt from its log (what `fsck -y` does)
+    /// and mount that.
     pub rebuild: bool,
     /// `dirty_window=`: the most dirty data the kernel may hold for this
     /// mount before passing it to the volume (0: the kernel's own limit).
@@ -153,6 +157,7 @@ impl Default for MountConfig {
             threads: DEFAULT_THREADS,
             fsname: None,
             writeback: true,
+            security_xattr: true,
             atime: AtimeMode::Relatime,
             trace: None,
             attr_timeout: None,
@@ -385,6 +390,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             );
         } else if opt == "nowriteback" || opt == "writeback" {
             c.writeback = opt == "writeback";
+        } else if opt == "nosecurity_xattr" || opt == "security_xattr" {
+            c.security_xattr = opt == "security_xattr";
         } else if opt == "ro" {
             c.read_only = true;
             c.fuse.push(MountOption::RO);
@@ -440,6 +447,7 @@ fn group(opt: &str) -> &str {
         "exec" | "noexec" => "exec",
         "sync" | "async" => "sync",
         "writeback" | "nowriteback" => "writeback",
+        "security_xattr" | "nosecurity_xattr" => "security_xattr",
         "allow_other" | "allow_root" => "allow",
         _ => opt.split_once('=').map_or(opt, |(k, _)| k),
     }
@@ -473,6 +481,9 @@ mod tests {
     fn dualfs_options_are_understood() {
         let c = p("ro,allow_other,commit=30,threads=2,log=/tmp/x.log,nowriteback,trace=/tmp/t");
         assert!(!c.writeback);
+        assert!(c.security_xattr, "served unless turned off");
+        assert!(!p("nosecurity_xattr").security_xattr);
+        assert!(p("nosecurity_xattr,security_xattr").security_xattr, "the last one given");
         assert_eq!(c.trace, Some(PathBuf::from("/tmp/t")));
         assert!(c.read_only);
         assert_eq!(c.fuse, vec![MountOption::RO]);

@@ -54,7 +54,7 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
         return;
     }
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let results = work.path().join("results.json");
+    let store = work.path().join("results.jsonl");
     run(Command::new("timeout").args(["600", "python3"]).arg(bench_dir().join("suite.py")).args([
         "--smoke",
         "--trace",
@@ -62,11 +62,23 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
         DUALFS,
         "--work",
         work.path().to_str().unwrap(),
-        "--out",
-        results.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
     ]));
-    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
-    let runs = j["runs"].as_array().unwrap();
+    // The store: one JSON record a line, the measured values under "values".
+    let records: Vec<serde_json::Value> =
+        std::fs::read_to_string(&store).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let runs: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            let mut flat = r["values"].clone();
+            for key in ["config", "phase", "traced", "commit", "machine"] {
+                flat[key] = r[key].clone();
+            }
+            flat
+        })
+        .collect();
+    assert!(runs.iter().all(|r| r["machine"]["kernel"].is_string()), "every record names its machine");
     for config in ["dualfs", "ext4"] {
         for phase in ["untar", "find", "grep", "tar", "write-meta", "write-data-meta", "rm", "write-del-1"] {
             let r: Vec<_> = runs.iter().filter(|r| r["config"] == config && r["phase"] == phase).collect();
@@ -86,7 +98,8 @@ fn harness_measures_traces_and_reports_dualfs_and_ext4_on_a_tiny_tree() {
     let docs = work.path().join("docs");
     run(Command::new("python3")
         .arg(bench_dir().join("report.py"))
-        .arg(&results)
+        .arg("--store")
+        .arg(&store)
         .arg("--docs")
         .arg(&docs)
         .arg("--no-plots"));

@@ -1,7 +1,8 @@
 //! Privileges and time through the mount, against what ext4 does: a
 //! fallocate or an O_DIRECT write by another user drops set-id bits and
 //! file capabilities (as buffered writes and truncation do), and times the
-//! kernel stamps and times the volume stamps never run backwards.
+//! kernel stamps and times the volume stamps never run backwards. Under
+//! `nosecurity_xattr` capabilities cannot be set and set-id bits still drop.
 
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -76,6 +77,55 @@ echo $bad"#,
     v.umount();
 }
 
+/// How many `security.selinux` lookups `ls -l` of `dir` makes (strace).
+fn label_lookups(dir: &str) -> usize {
+    let out = sh(&format!("strace -f -e trace=lgetxattr,getxattr ls -l {dir} 2>&1 >/dev/null"));
+    out.lines().filter(|l| l.contains("\"security.selinux\"")).count()
+}
+
+#[test]
+fn nosecurity_xattr_turns_off_capabilities_and_labels_but_not_set_id_bits_acls_or_user_xattrs() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    let tools =
+        "command -v setcap && command -v setpriv && command -v strace && command -v setfacl && command -v setfattr";
+    if !common::sh_output(tools).status.success() {
+        common::skip("setcap, setpriv, strace, setfacl or setfattr is missing (scripts/install-deps)");
+        return;
+    }
+    v.mount_with("allow_other");
+    let m = v.m().to_string();
+    sh(&format!(
+        "cd {m} && chmod 777 . && mkdir many && touch many/f1 many/f2 many/f3 many/f4 && echo x > kept && setcap cap_net_raw+ep kept"
+    ));
+    let served = label_lookups(&format!("{m}/many"));
+    assert!(served >= 4, "served: ls asks for each file's label ({served})");
+    v.umount();
+
+    v.mount_with("allow_other,nosecurity_xattr");
+    assert_eq!(label_lookups(&format!("{m}/many")), 1, "not served: ls asks once, then knows");
+    let refused = common::sh_output(&format!("cd {m} && echo y > f && setcap cap_net_raw+ep f"));
+    assert!(!refused.status.success(), "a capability cannot be set");
+    let said = sh(&format!("getfattr -n security.selinux {m}/f 2>&1 || true"));
+    assert!(said.contains("Operation not supported"), "{said}");
+    assert_eq!(privileges(&m, "kept"), "644", "a stored capability is not seen");
+    // The kernel drops set-id bits on a write by another user as before.
+    sh(&format!("cd {m} && chmod 6777 f && setpriv --reuid 1000 --regid 1000 --clear-groups sh -c 'echo z >> f'"));
+    assert_eq!(privileges(&m, "f"), "777", "set-id bits dropped by another user's write");
+    // ACLs and the user namespace stay served.
+    sh(&format!("cd {m} && setfacl -m u:1000:r f && setfattr -n user.note -v hi f"));
+    assert!(sh(&format!("getfacl -cn {m}/f")).contains("user:1000:r--"));
+    assert_eq!(sh(&format!("getfattr --only-values -n user.note {m}/f")), "hi");
+    let listed = sh(&format!("getfattr -d -m - {m}/kept"));
+    assert!(!listed.contains("security."), "{listed}");
+    v.umount();
+
+    v.mount_with("allow_other");
+    assert_eq!(privileges(&m, "kept"), "644 cap_net_raw=ep", "kept on the volume");
+    v.umount();
+}
+
 /// Linux 6.2's rule for set-group-id without group execute
 /// (`setattr_should_drop_sgid`): every change of the data by a caller
 /// outside the file's group and without CAP_FSETID drops it, where the old
@@ -86,7 +136,7 @@ fn set_group_id_without_group_execute_goes_for_outsiders_and_stays_for_members()
         return;
     };
     if !common::sh_output("command -v setpriv").status.success() {
-        println!("SKIPPED: setpriv (util-linux) is missing");
+        common::skip("setpriv (util-linux) is missing");
         return;
     }
     v.mount_with("allow_other");

@@ -1,4 +1,4 @@
-//! The inode map held within a budget (issue 13: memory bounded by the
+//! The inode map held within a budget (memory bounded by the
 //! cache limit, not the number of files): with a budget of a few blocks,
 //! a mount counts the whole map in the background and gives its blocks
 //! back, a walk over every file reads them again as it goes, changes

@@ -412,7 +412,7 @@ fn gated_volume(limit: usize) -> (Arc<MemoryDevice>, Arc<Gate>, MountOptions, Ar
     (meta, gate, mount, v)
 }
 
-/// Issue 11: a writer that passes the dirty-data limit commits in steps,
+/// A writer that passes the dirty-data limit commits in steps,
 /// the commit lock let go between them, so that an fsync of another file
 /// waits for the step under way, not for the whole dirty set. The gate
 /// holds the writer's first step in its data flush; the fsync of `b`

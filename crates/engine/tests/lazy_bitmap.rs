@@ -1,4 +1,4 @@
-//! Mount time independent of the data device's size (issue 13): a mount
+//! Mount time independent of the data device's size: a mount
 //! reads no data bitmap block; the allocator reads a group's when it first
 //! needs it, roll-forward those of the groups its records touch; fsck still
 //! reads all of it. A group whose free count disagrees with its bitmap is

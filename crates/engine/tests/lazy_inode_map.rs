@@ -1,5 +1,5 @@
 //! A mount leaves a large inode map on disk and reads it while it serves
-//! (issue 13: mount time independent of the number of files). Operations
+//! (mount time independent of the number of files). Operations
 //! before the map is whole read the blocks they need, statfs waits for the
 //! whole count, roll-forward reads the blocks it replays into, and the
 //! orphans a crash left are finished once the map is in. Every volume is

@@ -1,4 +1,4 @@
-//! Ten million files (issue 13), through the engine on sparse image files.
+//! Ten million files through the engine on sparse image files.
 //! Not part of the default run (ignored): `DUALFS_SCALE_FILES=10000000 cargo
 //! test --release -p dualfs-engine --test many_files -- --ignored
 //! --nocapture` (images go

@@ -1,4 +1,4 @@
-//! Migrating the meta-data or the data device to another (issue 13): the
+//! Migrating the meta-data or the data device to another: the
 //! volume stays in use while the copy runs, files written and fsync'd
 //! between its steps and from another thread; afterwards the live volume
 //! and the new pair, opened again, read the same bytes, fsck finds

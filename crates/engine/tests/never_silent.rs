@@ -160,7 +160,7 @@ fn a_damaged_body_block_before_acknowledged_commits_is_a_reported_loss() {
 
 #[test]
 fn damaged_ifile_blocks_of_the_newest_checkpoint_cost_nothing_and_are_reported() {
-    // The case: 100 files, unmount, mount, an fsync'd 256 KiB
+    // The case that showed it: 100 files, unmount, mount, an fsync'd 256 KiB
     // file, a crash; then one IFile block of the newest checkpoint zeroed.
     let rig = Rig::new();
     let vol = rig.open(options()).unwrap();

@@ -1,5 +1,5 @@
 //! Whole pages a write fills before taking the volume lock (DESIGN.md, "A
-//! stream's copy out of the lock"): a buffer handed to a page belongs to
+//! stream is written from its pages"): a buffer handed to a page belongs to
 //! that page alone, and a page whose buffer a commit's write-back run
 //! holds gets the new buffer in its place, so that the run writes what it
 //! was sealed with and the page keeps the new bytes.

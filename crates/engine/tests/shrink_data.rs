@@ -1,4 +1,4 @@
-//! Shrinking the data device (issue 13): the data mover moves every block
+//! Shrinking the data device: the data mover moves every block
 //! past the new end below it, files written, fsync'd, preallocated, open
 //! and dirty alike; the volume then names the smaller size, reads the same
 //! bytes, and checks clean after a remount. A shrink whose data would not

@@ -1,6 +1,6 @@
 //! Small reads of a data device opened with `O_DIRECT` go through a second,
 //! buffered descriptor, so that the device's read-ahead brings in the
-//! files that follow (DESIGN.md, "Small cold reads"). The writes stay
+//! files that follow (DESIGN.md, "Data space"). The writes stay
 //! direct; these tests check that a read after a write never sees what the
 //! read-ahead cached before it, on the device and through a volume, and
 //! that the small reads do use the page cache while the large ones do not.
@@ -48,9 +48,10 @@ fn cached_bytes(path: &Path) -> u64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-/// A small read leaves its neighbours in the page cache (the read-ahead
-/// the buffered descriptor is for); a large one and the writes leave
-/// nothing there.
+/// A small read that continues the one before leaves the window after it
+/// in the page cache (the read-ahead the buffered descriptor is for), one
+/// alone only its own blocks, whatever the device's read-ahead; a large
+/// read and the writes leave nothing there.
 #[test]
 fn small_reads_are_cached_and_large_ones_are_not() {
     let tmp = scratch();
@@ -69,8 +70,14 @@ fn small_reads_are_cached_and_large_ones_are_not() {
     let mut one = vec![0u8; BLOCK_SIZE];
     dev.read_blocks(0, &mut one).unwrap();
     assert_eq!(tag_of(&one), 0);
-    let cached = cached_bytes(&path);
-    assert!(cached > BLOCK_SIZE as u64, "a 4 KiB read brought in only {cached} bytes: no read-ahead");
+    assert_eq!(cached_bytes(&path), BLOCK_SIZE as u64, "a read alone is exactly its blocks");
+    dev.read_blocks(1, &mut one).unwrap();
+    assert_eq!(tag_of(&one), 1);
+    let window = 2 * BLOCK_SIZE as u64 + FileDevice::READ_AHEAD;
+    assert_eq!(cached_bytes(&path), window, "a read that continues a run brings in the window after it");
+    dev.read_blocks(900, &mut one).unwrap();
+    assert_eq!(tag_of(&one), 900);
+    assert_eq!(cached_bytes(&path), window + BLOCK_SIZE as u64, "a read elsewhere: exactly its blocks again");
 }
 
 /// Blocks the read-ahead cached, then overwritten directly, read back as

@@ -82,6 +82,12 @@ pub struct AdapterOptions {
     /// waits for need another, so fewer than the threads that serve one
     /// queue (0: never wait, let the kernel answer instead).
     pub lseek_flushes: usize,
+    /// Serve the `security.*` extended attributes (`nosecurity_xattr`
+    /// turns them off: each is EOPNOTSUPP and listings leave them out,
+    /// what stays on the volume is kept). Off, `ls -l` stops asking for
+    /// `security.selinux` after the first file (coreutils remembers a
+    /// device without support); see DESIGN.md, "Requests the kernel sends".
+    pub security_xattrs: bool,
 }
 
 /// Default lifetime of attributes and entries: an hour. Each request the
@@ -100,6 +106,7 @@ impl Default for AdapterOptions {
             owner_uid: 0,
             devices_writable: true,
             lseek_flushes: 1,
+            security_xattrs: true,
         }
     }
 }

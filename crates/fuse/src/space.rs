@@ -30,7 +30,7 @@ impl DualFs {
             return 0;
         }
         // Not statfs: this runs at every open for writing, and statfs also
-        // counts the meta-data space (DESIGN.md, requests as cheap).
+        // counts the meta-data space (DESIGN.md, "FUSE adapter").
         let (total, free) = self.vol.data_space();
         if free < window_bytes(total) { FOPEN_DIRECT_IO } else { 0 }
     }

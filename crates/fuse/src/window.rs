@@ -5,10 +5,11 @@
 //! background WRITE requests, one FIFO per connection, throttling writers
 //! once the mount's dirty window (`/sys/class/bdi/MAJ:MIN/max_bytes`) is
 //! full. A small window keeps an fsync's pages from waiting behind a copy's
-//! (a database beside a copy: DESIGN.md, "An fsync beside a copy"), but
-//! throttles a stream alone to half its speed. So the window is the large
-//! one until an fsync of one file arrives while another file streams, and
-//! the small one from then until no such fsync came for a while.
+//! (a database beside a copy: DESIGN.md, "The kernel's window follows what
+//! waits"), but throttles a stream alone to half its speed. So the window
+//! is the large one until an fsync of one file arrives while another file
+//! streams, and the small one from then until no such fsync came for a
+//! while.
 
 use std::fmt;
 use std::sync::Mutex;

@@ -240,7 +240,7 @@ impl Handler for DualFs {
                 let size = size as usize;
                 // Entries the kernel holds go without attributes (node id
                 // 0): a warm `ls -l` then keeps the kernel's cached ACLs
-                // (BENCHMARKS.md, "warm ls -l").
+                // (DESIGN.md, "FUSE adapter").
                 let r = self.readdirplus(node, offset, true, &mut |l, e| {
                     let mut entry = entry_out(e);
                     // The dirent's inode number is the attributes' one.
@@ -322,12 +322,16 @@ mod tests {
     use crate::AdapterOptions;
 
     fn adapter() -> DualFs {
+        adapter_with(AdapterOptions::default())
+    }
+
+    fn adapter_with(options: AdapterOptions) -> DualFs {
         let meta: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(8192));
         let data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(16384));
         let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, ..MkfsOptions::default() };
         Volume::format(meta.clone(), data.clone(), &opts).unwrap();
         let vol = Volume::open(meta, data, MountOptions::default()).unwrap();
-        DualFs::new(Arc::new(vol), AdapterOptions::default())
+        DualFs::new(Arc::new(vol), options)
     }
 
     fn header(nodeid: u64) -> InHeader {
@@ -477,5 +481,51 @@ mod tests {
         assert_eq!(fs.handle(&header(1), Request::Forget { nlookup: 0 }, &mut out), Outcome::NoReply);
         let size_only = Request::Getxattr { name: b"user.none", size: 0 };
         assert_eq!(fs.handle(&header(1), size_only, &mut out), Outcome::Error(libc::ENODATA));
+    }
+
+    /// GETXATTR's errno for `name` on the root, or its size.
+    fn getxattr_size(fs: &DualFs, name: &[u8]) -> Result<u32, i32> {
+        let mut buf = vec![0u8; 256];
+        let mut out = ReplyBuf::new(&mut buf);
+        match fs.handle(&header(1), Request::Getxattr { name, size: 0 }, &mut out) {
+            Outcome::Reply => Ok(u32_at(out.as_slice(), 0)),
+            Outcome::Error(e) => Err(e),
+            Outcome::NoReply => Err(0),
+        }
+    }
+
+    fn listed(fs: &DualFs) -> Vec<u8> {
+        let mut buf = vec![0u8; 4096];
+        let mut out = ReplyBuf::new(&mut buf);
+        assert_eq!(fs.handle(&header(1), Request::Listxattr { size: 4096 }, &mut out), Outcome::Reply);
+        out.as_slice().to_vec()
+    }
+
+    #[test]
+    fn nosecurity_xattr_refuses_the_security_namespace_and_keeps_what_is_stored() {
+        let on = adapter();
+        let mut buf = vec![0u8; 64];
+        for name in [&b"security.test"[..], b"user.test"] {
+            let mut out = ReplyBuf::new(&mut buf);
+            let set = Request::Setxattr { name, value: b"v1", flags: 0, setxattr_flags: 0 };
+            assert_eq!(on.handle(&header(1), set, &mut out), Outcome::Reply);
+        }
+        assert_eq!(getxattr_size(&on, b"security.selinux"), Err(libc::ENODATA), "served: absent");
+        assert_eq!(getxattr_size(&on, b"security.test"), Ok(2));
+        assert_eq!(listed(&on), b"security.test\0user.test\0");
+
+        // The same volume with the namespace turned off.
+        let off = DualFs::new(on.vol.clone(), AdapterOptions { security_xattrs: false, ..AdapterOptions::default() });
+        for name in [&b"security.selinux"[..], b"security.test", b"security.capability"] {
+            assert_eq!(getxattr_size(&off, name), Err(libc::EOPNOTSUPP), "{}", String::from_utf8_lossy(name));
+        }
+        let mut out = ReplyBuf::new(&mut buf);
+        let set = Request::Setxattr { name: b"security.other", value: b"v", flags: 0, setxattr_flags: 0 };
+        assert_eq!(off.handle(&header(1), set, &mut out), Outcome::Error(libc::EOPNOTSUPP));
+        let remove = Request::Removexattr { name: b"security.test" };
+        assert_eq!(off.handle(&header(1), remove, &mut out), Outcome::Error(libc::EOPNOTSUPP));
+        assert_eq!(listed(&off), b"user.test\0", "listed without the security namespace");
+        assert_eq!(getxattr_size(&off, b"user.test"), Ok(2), "other namespaces served");
+        assert_eq!(getxattr_size(&on, b"security.test"), Ok(2), "still stored");
     }
 }

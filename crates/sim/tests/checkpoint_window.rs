@@ -1,5 +1,5 @@
 //! Readers while a checkpoint is written, with the inode map held within a
-//! budget (issue 13). A checkpoint is sealed under the volume lock, which
+//! budget. A checkpoint is sealed under the volume lock, which
 //! places every changed inode-map block at a new address and so makes it
 //! clean, then written with the lock released: readers run meanwhile, and
 //! each ends with a trim that gives clean blocks back. A block given back

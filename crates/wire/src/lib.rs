@@ -1,5 +1,5 @@
 //! The FUSE wire protocol and its two transports, which DualFS's adapter
-//! serves over (docs/DESIGN.md, "FUSE over io_uring"): per-CPU io_uring
+//! serves over (docs/DESIGN.md, "FUSE adapter"): per-CPU io_uring
 //! queues where the kernel allows them, /dev/fuse otherwise.
 //!
 //! Layers, top down: [`Server`] mounts and starts the serving threads;

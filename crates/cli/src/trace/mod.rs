@@ -8,6 +8,7 @@
 //! device, that records every read, write and flush the loop device sends.
 //! Both produce the same text format (see `dualfs_engine::device::tracing`).
 
+pub mod disk;
 mod replay;
 mod serve;
 mod summary;
@@ -45,17 +46,52 @@ pub enum TraceCommand {
         json: bool,
     },
     /// Total I/O time of a trace replayed through a disk model.
-    #[command(after_help = replay::HELP)]
+    #[command(after_help = format!("{}\n\n{}", disk::HELP, replay::HELP))]
     Replay {
         /// Trace files, merged by time.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// The disk model.
-        #[arg(long, value_enum, default_value_t = replay::Model::Hdd5400)]
-        model: replay::Model,
+        #[arg(long, value_enum, default_value_t = disk::Model::Hdd5400)]
+        model: disk::Model,
         /// Where the meta-data (journal, log) device and the data device sit.
         #[arg(long, value_enum, default_value_t = Layout::OneDisk)]
         layout: Layout,
+        /// Disks without a write cache: writes wait for the platter.
+        #[arg(long)]
+        no_write_cache: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The model's own figures for a fio-like run: IOPS, MB/s and mean
+    /// latency of `--ios` requests kept `--qd` at a time.
+    #[command(after_help = disk::HELP)]
+    Predict {
+        /// The disk model.
+        #[arg(long, value_enum, default_value_t = disk::Model::Hdd5400)]
+        model: disk::Model,
+        /// fio's --rw.
+        #[arg(long, value_enum)]
+        rw: disk::predict::Pattern,
+        /// Request size, bytes (K, M suffixes).
+        #[arg(long, value_parser = crate::args::parse_size, default_value = "4K")]
+        bs: u64,
+        /// Requests outstanding.
+        #[arg(long, default_value_t = 1)]
+        qd: usize,
+        /// The range the requests fall in, from the start of the disk.
+        #[arg(long, value_parser = crate::args::parse_size, default_value = "4G")]
+        size: u64,
+        /// The disk's size (what a seek's distance is a share of).
+        #[arg(long, value_parser = crate::args::parse_size, default_value = "4G")]
+        span: u64,
+        /// Requests in all.
+        #[arg(long, default_value_t = 4000)]
+        ios: u64,
+        /// A disk without a write cache.
+        #[arg(long)]
+        no_write_cache: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -163,12 +199,30 @@ pub fn run(args: &TraceArgs) -> Result<()> {
             }
             Ok(())
         }
-        TraceCommand::Replay { files, model, layout, json } => {
-            let r = replay::replay(&load(files)?, *model, *layout);
+        TraceCommand::Replay { files, model, layout, no_write_cache, json } => {
+            let r = replay::replay(&load(files)?, *model, *layout, !*no_write_cache);
             if *json {
                 println!("{}", serde_json::to_string_pretty(&replay::to_json(&r))?);
             } else {
                 print!("{}", replay::to_text(&r));
+            }
+            Ok(())
+        }
+        TraceCommand::Predict { model, rw, bs, qd, size, span, ios, no_write_cache, json } => {
+            let p = disk::predict::closed_loop(*model, *span, !*no_write_cache, *rw, *bs, *size, *qd, *ios);
+            if *json {
+                let v = serde_json::json!({
+                    "model": model.name(), "iops": p.iops, "mb_s": p.mb_s, "mean_latency_ms": p.mean_latency_ms,
+                });
+                println!("{v}");
+            } else {
+                println!(
+                    "{}: {:.0} IOPS, {:.2} MB/s, {:.3} ms mean latency",
+                    model.name(),
+                    p.iops,
+                    p.mb_s,
+                    p.mean_latency_ms
+                );
             }
             Ok(())
         }

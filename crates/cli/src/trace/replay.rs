@@ -3,161 +3,30 @@
 //! The DualFS paper's metric is the total time the disks spend serving the
 //! file system's requests. These machines have no spinning disk (a seek
 //! costs nothing on a loop device over a virtual disk), so the trace is
-//! replayed, request by request in the order it was issued, through a
-//! model of one: seek (a square-root curve from track-to-track to full
-//! stroke, as Ruemmler and Wilkes fit real disks), rotational latency
-//! (half a revolution on average, none when a request continues where the
-//! head is), transfer at the media rate, a per-command overhead, and the
-//! drive's read-ahead segment (the paper credits the 512 KiB read-ahead of
-//! its IDE disks for DualFS's fast meta-data reads). Writes go straight to
-//! the platter (write cache off, as a journaling file system's ordering
-//! assumes), so a flush costs nothing on a disk. The SSD model charges a
-//! fixed latency per request, a transfer rate, and a cost per flush.
-//! Requests do not overlap: total I/O time is the sum of service times.
+//! replayed, request by request in the order it was issued, through the
+//! disk models of [`super::disk`]: each request is issued when the one
+//! before it has completed plus the pause the traced workload left between
+//! them (during which the drive reads ahead or writes back its cache), and
+//! its I/O time is from issue to completion. Requests do not overlap:
+//! total I/O time is the sum of those times, plus whatever the write cache
+//! still holds at the end, written as by a final flush.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use clap::ValueEnum;
 use dualfs_engine::device::tracing::{BlockClass, TraceDevice, TraceOp};
 use dualfs_engine::types::BLOCK_BYTES;
 use serde_json::{Value, json};
 
+use super::disk::{self, Drive, Model, Ms, Op, Request};
 use super::{Layout, Trace};
 
 pub const HELP: &str = "\
-Models:
-  hdd5400  the DualFS paper's disk (Seagate ST-34310A, 5,400 rpm IDE):
-           seek 1.5-21 ms, 9.3 ms average; 10 MB/s; 512 KiB read-ahead
-  hdd7200  a current 7,200 rpm SATA disk: seek 0.8-16 ms, 8.5 ms average;
-           160 MB/s; 2 MiB read-ahead
-  ssd      a SATA SSD: 80 us per read, 30 us per write, 500 MB/s, 0.5 ms per flush
-
 Layouts: one-disk puts the meta-data (or journal) device on the outer
 tracks and the data device after it, on one disk whose size is their sum;
 two-disks gives each device a disk of its own, as large as the larger
-device. Write caches are off: a flush costs nothing on a disk.";
-
-/// The disk models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Model {
-    /// The paper's 5,400 rpm IDE disk.
-    Hdd5400,
-    /// A current 7,200 rpm SATA disk.
-    Hdd7200,
-    /// A SATA SSD.
-    Ssd,
-}
-
-impl Model {
-    /// The name on the command line.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Model::Hdd5400 => "hdd5400",
-            Model::Hdd7200 => "hdd7200",
-            Model::Ssd => "ssd",
-        }
-    }
-}
-
-/// A spinning disk's parameters.
-#[derive(Clone, Copy, Debug)]
-struct Hdd {
-    track_to_track_ms: f64,
-    full_stroke_ms: f64,
-    rpm: f64,
-    media_mb_s: f64,
-    bus_mb_s: f64,
-    overhead_ms: f64,
-    read_ahead_bytes: u64,
-}
-
-const HDD5400: Hdd = Hdd {
-    track_to_track_ms: 1.5,
-    full_stroke_ms: 21.0,
-    rpm: 5400.0,
-    media_mb_s: 10.0,
-    bus_mb_s: 33.0,
-    overhead_ms: 0.3,
-    read_ahead_bytes: 512 << 10,
-};
-
-const HDD7200: Hdd = Hdd {
-    track_to_track_ms: 0.8,
-    full_stroke_ms: 16.0,
-    rpm: 7200.0,
-    media_mb_s: 160.0,
-    bus_mb_s: 600.0,
-    overhead_ms: 0.1,
-    read_ahead_bytes: 2 << 20,
-};
-
-/// A solid-state disk's parameters.
-#[derive(Clone, Copy, Debug)]
-struct Ssd {
-    read_ms: f64,
-    write_ms: f64,
-    mb_s: f64,
-    flush_ms: f64,
-}
-
-const SSD: Ssd = Ssd { read_ms: 0.08, write_ms: 0.03, mb_s: 500.0, flush_ms: 0.5 };
-
-/// One disk's state during a replay, in disk blocks.
-#[derive(Debug)]
-struct Disk {
-    span: u64,
-    head: Option<u64>,
-    read_ahead: (u64, u64),
-}
-
-impl Disk {
-    fn new(span: u64) -> Disk {
-        Disk { span: span.max(1), head: None, read_ahead: (0, 0) }
-    }
-
-    fn hdd(&mut self, p: &Hdd, op: TraceOp, first: u64, count: u64) -> f64 {
-        let bytes = count as f64 * BLOCK_BYTES as f64;
-        let end = first.saturating_add(count);
-        match op {
-            TraceOp::Flush => 0.0,
-            TraceOp::Read if first >= self.read_ahead.0 && end <= self.read_ahead.1 => {
-                p.overhead_ms + bytes / (p.bus_mb_s * 1e3)
-            }
-            _ => {
-                let position = match self.head {
-                    Some(h) if h == first => 0.0,
-                    Some(h) => {
-                        let distance = h.abs_diff(first) as f64 / self.span as f64;
-                        p.track_to_track_ms
-                            + (p.full_stroke_ms - p.track_to_track_ms) * distance.min(1.0).sqrt()
-                            + 0.5 * 60_000.0 / p.rpm
-                    }
-                    None => 0.5 * 60_000.0 / p.rpm,
-                };
-                self.head = Some(end);
-                self.read_ahead = if op == TraceOp::Read {
-                    (first, end.saturating_add(p.read_ahead_bytes / BLOCK_BYTES))
-                } else if first < self.read_ahead.1 && end > self.read_ahead.0 {
-                    (0, 0)
-                } else {
-                    self.read_ahead
-                };
-                p.overhead_ms + position + bytes / (p.media_mb_s * 1e3)
-            }
-        }
-    }
-}
-
-fn ssd(p: &Ssd, op: TraceOp, count: u64) -> f64 {
-    let transfer = count as f64 * BLOCK_BYTES as f64 / (p.mb_s * 1e3);
-    match op {
-        TraceOp::Read => p.read_ms + transfer,
-        TraceOp::Write => p.write_ms + transfer,
-        TraceOp::Flush => p.flush_ms,
-    }
-}
+device. Write caches are on unless --no-write-cache (then a write waits
+for the platter and a flush costs one command).";
 
 /// Time spent per device and operation.
 #[derive(Debug, Default)]
@@ -187,9 +56,40 @@ impl Replay {
     }
 }
 
+/// One disk of a replay and where its head is.
+#[derive(Debug)]
+struct Disk {
+    drive: Drive,
+    /// When the head's current request ends, while it works.
+    head_end: Option<Ms>,
+}
+
+impl Disk {
+    /// Lets the head work on what it has (write-back, for one) until `t`.
+    fn advance(&mut self, t: Ms) {
+        loop {
+            let end = match self.head_end.or_else(|| self.drive.start_next()) {
+                Some(end) => end,
+                None => return,
+            };
+            if end > t {
+                self.head_end = Some(end);
+                return;
+            }
+            self.head_end = None;
+            self.drive.finish();
+        }
+    }
+
+    /// Issues `req` at `now` and waits for it: its completion time.
+    fn run(&mut self, now: Ms, req: Request) -> Ms {
+        disk::predict::drain(&mut self.drive, now, &mut self.head_end, req)
+    }
+}
+
 /// Replays a trace through a model.
 #[must_use]
-pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
+pub fn replay(t: &Trace, model: Model, layout: Layout, write_cache: bool) -> Replay {
     let meta = t.devices.get(&TraceDevice::Meta).copied().unwrap_or(0);
     let data = t.devices.get(&TraceDevice::Data).copied().unwrap_or(0);
     // One disk: meta-data on the outer tracks, data after it. Two disks:
@@ -199,7 +99,13 @@ pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
         Layout::TwoDisks => (0, vec![meta.max(data); 2]),
     };
     let disk_of = |d: TraceDevice| usize::from(layout == Layout::TwoDisks && d == TraceDevice::Data);
-    let mut disks: Vec<Disk> = spans.into_iter().map(Disk::new).collect();
+    let mut disks: Vec<Disk> = spans
+        .into_iter()
+        .map(|blocks| Disk {
+            drive: Drive::new(model, blocks.saturating_mul(BLOCK_BYTES), write_cache),
+            head_end: None,
+        })
+        .collect();
     let mut out = Replay {
         model: model.name(),
         layout: match layout {
@@ -209,20 +115,42 @@ pub fn replay(t: &Trace, model: Model, layout: Layout) -> Replay {
         per: BTreeMap::new(),
         per_class: BTreeMap::new(),
     };
+    let mut now: Ms = 0.0;
+    let mut last_end_ns: Option<u64> = None;
     for r in &t.records {
+        if let Some(end) = last_end_ns {
+            now += r.start_ns.saturating_sub(end) as f64 / 1e6;
+        }
+        last_end_ns = Some(r.start_ns.saturating_add(r.duration_ns));
         let first = r.first.saturating_add(if r.device == TraceDevice::Data { data_offset } else { 0 });
-        let disk = &mut disks[disk_of(r.device)];
-        let ms = match model {
-            Model::Hdd5400 => disk.hdd(&HDD5400, r.op, first, r.count),
-            Model::Hdd7200 => disk.hdd(&HDD7200, r.op, first, r.count),
-            Model::Ssd => ssd(&SSD, r.op, r.count),
+        let op = match r.op {
+            TraceOp::Read => Op::Read,
+            TraceOp::Write => Op::Write,
+            TraceOp::Flush => Op::Flush,
         };
+        let req = Request { op, offset: first.saturating_mul(BLOCK_BYTES), len: r.count.saturating_mul(BLOCK_BYTES) };
+        let disk = &mut disks[disk_of(r.device)];
+        disk.advance(now);
+        let done = disk.run(now, req);
+        let ms = (done - now).max(0.0);
+        now = now.max(done);
         let e = out.per.entry((r.device, r.op)).or_insert((0.0, 0));
         e.0 += ms;
         e.1 += 1;
         let blocks: u64 = r.classes.iter().map(|(_, n)| u64::from(*n)).sum();
         for (class, n) in &r.classes {
             *out.per_class.entry(*class).or_default() += ms * f64::from(*n) / blocks.max(1) as f64;
+        }
+    }
+    // What the write caches still hold is written as by a final flush.
+    for (i, disk) in disks.iter_mut().enumerate() {
+        if disk.head_end.is_none() && disk.drive.idle() {
+            continue;
+        }
+        let done = disk.run(now, Request { op: Op::Flush, offset: 0, len: 0 });
+        let device = if layout == Layout::TwoDisks && i == 0 { TraceDevice::Meta } else { TraceDevice::Data };
+        if done > now {
+            out.per.entry((device, TraceOp::Flush)).or_insert((0.0, 0)).0 += done - now;
         }
     }
     out
@@ -281,7 +209,9 @@ mod tests {
     use super::*;
     use dualfs_engine::device::tracing::{BlockClass, TraceRecord};
 
-    fn trace(reqs: &[(TraceDevice, TraceOp, u64, u64)]) -> Trace {
+    /// A trace of requests `(device, op, first block, blocks)`, issued
+    /// `gap_ms` apart.
+    fn trace_gap(reqs: &[(TraceDevice, TraceOp, u64, u64)], gap_ms: u64) -> Trace {
         let mut devices = BTreeMap::new();
         devices.insert(TraceDevice::Meta, 100_000);
         devices.insert(TraceDevice::Data, 900_000);
@@ -289,7 +219,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &(device, op, first, count))| TraceRecord {
-                start_ns: i as u64,
+                start_ns: i as u64 * (gap_ms * 1_000_000 + 1),
                 duration_ns: 1,
                 device,
                 op,
@@ -301,6 +231,10 @@ mod tests {
         Trace { devices, records }
     }
 
+    fn trace(reqs: &[(TraceDevice, TraceOp, u64, u64)]) -> Trace {
+        trace_gap(reqs, 0)
+    }
+
     #[test]
     fn one_large_request_costs_less_than_the_same_bytes_scattered() {
         let d = TraceDevice::Data;
@@ -308,30 +242,47 @@ mod tests {
         let scattered: Vec<_> = (0..256).map(|i| (d, TraceOp::Write, i * 3001, 1)).collect();
         let scattered = trace(&scattered);
         for m in [Model::Hdd5400, Model::Hdd7200, Model::Ssd] {
-            let a = replay(&big, m, Layout::OneDisk).total_s();
-            let b = replay(&scattered, m, Layout::OneDisk).total_s();
-            assert!(a < b, "{m:?}: {a} vs {b}");
+            for cache in [true, false] {
+                let a = replay(&big, m, Layout::OneDisk, cache).total_s();
+                let b = replay(&scattered, m, Layout::OneDisk, cache).total_s();
+                assert!(a < b, "{m:?} cache {cache}: {a} vs {b}");
+            }
         }
     }
 
     #[test]
-    fn sequential_requests_pay_no_seek_and_reads_hit_the_read_ahead() {
+    fn a_read_after_a_pause_comes_from_the_read_ahead() {
         let d = TraceDevice::Data;
-        let seq = trace(&[(d, TraceOp::Write, 10, 1), (d, TraceOp::Write, 11, 1), (d, TraceOp::Write, 12, 1)]);
-        let r = replay(&seq, Model::Hdd5400, Layout::OneDisk);
-        // One rotational wait for the first, then transfer and overhead only.
-        let expected = 3.0 * 0.3 + 0.5 * 60_000.0 / 5400.0 + 3.0 * 4096.0 / 10_000.0;
-        assert!((r.total_s() * 1e3 - expected).abs() < 1e-6, "{}", r.total_s());
-        let reads = trace(&[(d, TraceOp::Read, 1000, 1), (d, TraceOp::Read, 1050, 1)]);
-        let r = replay(&reads, Model::Hdd5400, Layout::OneDisk);
-        assert!(r.total_s() < 0.010, "second read should come from the read-ahead: {}", r.total_s());
+        let reads = [(d, TraceOp::Read, 1000, 1), (d, TraceOp::Read, 1050, 1)];
+        // 100 ms after the first read the 512 KiB segment is full: the
+        // second costs a command and the bus, not a seek.
+        let r = replay(&trace_gap(&reads, 100), Model::Hdd5400, Layout::OneDisk, true);
+        let first = r.total_s() * 1e3 - (0.3 + 4096.0 / 33_000.0);
+        let second = r.total_s() * 1e3 - first;
+        assert!((second - (0.3 + 4096.0 / 33_000.0)).abs() < 1e-6, "second read {second} ms");
+        // Back to back the head has read nothing ahead yet: it reads on.
+        let r = replay(&trace(&reads), Model::Hdd5400, Layout::OneDisk, true);
+        assert!(r.total_s() * 1e3 > first + 0.3, "{}", r.total_s());
+    }
+
+    #[test]
+    fn cached_writes_are_paid_for_at_the_end() {
+        let d = TraceDevice::Data;
+        let writes: Vec<_> = (0..50).map(|i| (d, TraceOp::Write, i * 5000, 1)).collect();
+        let r = replay(&trace(&writes), Model::Hdd5400, Layout::OneDisk, true);
+        let (write_ms, n) = r.per[&(d, TraceOp::Write)];
+        assert_eq!(n, 50);
+        assert!(write_ms / 50.0 < 0.5, "cached writes cost a command and the bus: {write_ms}");
+        let (flush_ms, flushes) = r.per[&(d, TraceOp::Flush)];
+        assert_eq!(flushes, 0, "the final write-back is not a request of the trace");
+        assert!(flush_ms > 50.0 * 1.5, "each write-back seeks: {flush_ms} ms");
     }
 
     #[test]
     fn time_is_shared_among_classes_by_blocks() {
         let mut t = trace(&[(TraceDevice::Meta, TraceOp::Write, 100, 4)]);
         t.records[0].classes = vec![(BlockClass::Descriptor, 1), (BlockClass::Dir, 3)];
-        let r = replay(&t, Model::Hdd5400, Layout::OneDisk);
+        let r = replay(&t, Model::Hdd5400, Layout::OneDisk, false);
         let total: f64 = r.per_class.values().sum();
         assert!((total / 1e3 - r.total_s()).abs() < 1e-9);
         assert!((r.per_class[&BlockClass::Dir] - 3.0 * r.per_class[&BlockClass::Descriptor]).abs() < 1e-9);
@@ -343,9 +294,9 @@ mod tests {
         let reqs: Vec<_> =
             (0..100).flat_map(|i| [(m, TraceOp::Write, 10 + i, 1), (d, TraceOp::Write, 800_000 + i * 8, 1)]).collect();
         let t = trace(&reqs);
-        let one = replay(&t, Model::Hdd5400, Layout::OneDisk).total_s();
-        let two = replay(&t, Model::Hdd5400, Layout::TwoDisks).total_s();
+        let one = replay(&t, Model::Hdd5400, Layout::OneDisk, false).total_s();
+        let two = replay(&t, Model::Hdd5400, Layout::TwoDisks, false).total_s();
         assert!(two < one / 2.0, "{two} vs {one}");
-        assert!(to_text(&replay(&t, Model::Ssd, Layout::TwoDisks)).contains("total I/O time"));
+        assert!(to_text(&replay(&t, Model::Ssd, Layout::TwoDisks, true)).contains("total I/O time"));
     }
 }

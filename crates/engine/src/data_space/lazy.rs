@@ -1,6 +1,5 @@
 //! Loading the group table and the data bitmap lazily, a group at a time
-//! (a mount reads neither; DESIGN.md, "A mount reads no data bitmap" and
-//! "Size-independent mkfs and mount").
+//! (a mount reads neither; DESIGN.md, "IFile").
 
 use std::sync::Arc;
 

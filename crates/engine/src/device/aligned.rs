@@ -5,7 +5,7 @@
 //! random cache line, to spread them over the caches), so a `Vec<u8>` of a
 //! write-back run or a READ sent nearly every `O_DIRECT` request through an
 //! aligned bounce buffer: a fresh allocation, its pages faulted in and
-//! cleared, and a copy (DESIGN.md, "The read path"). Here the bytes start
+//! cleared, and a copy (DESIGN.md, "Data space"). Here the bytes start
 //! at the first page boundary inside the allocation instead. A serving
 //! thread also keeps its read buffer from one READ to the next, so that a
 //! read faults no fresh pages in either.
@@ -14,8 +14,8 @@
 //! one ([`AlignedBuf::huge_pages`]): a block device takes a request of at
 //! most so many pieces of memory (a loop device 128), and 4 KiB pages
 //! scattered in memory cut a 1 MiB `O_DIRECT` read into two requests of
-//! 512 KiB, where contiguous memory makes it one (DESIGN.md, "A READ in
-//! one device request").
+//! 512 KiB, where contiguous memory makes it one (DESIGN.md, "Data
+//! space").
 
 use memmap2::{Advice, MmapMut};
 

@@ -3,7 +3,7 @@
 //! A write-back run used to be a fresh buffer the queued pages were copied
 //! into, under the volume lock: a copy of every byte a stream writes, and
 //! the run's memory faulted in and cleared each time (DESIGN.md, "A stream
-//! written from its pages"). Now a page's buffer is page-aligned and
+//! is written from its pages"). Now a page's buffer is page-aligned and
 //! shared: a run holds the buffers themselves, and the data device writes
 //! them with one vectored request. A write to a page whose buffer a run
 //! still holds copies it first (`Arc::make_mut`), so the run writes the

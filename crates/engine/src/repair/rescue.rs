@@ -43,6 +43,18 @@ pub fn open_with_clock(
     options: MountOptions,
     clock: Clock,
 ) -> Result<Volume> {
+    if options.rebuild && !options.read_only {
+        // A mount reads only the maps (the IFile is sparse), so a damaged
+        // block of a table it does not read would pass unseen and stay
+        // damaged. Asked to rebuild, look at the whole volume first, as
+        // fsck does, and rebuild whatever that finds.
+        let prepared = prepare_with_clock(meta.clone(), data.clone(), clock.clone())?;
+        if prepared.is_empty() {
+            return Volume::open_with_clock(meta, data, options, clock);
+        }
+        let why = prepared.repairs.first().map(|r| r.problem.clone()).unwrap_or_default();
+        return rebuild(meta, data, options, clock, prepared, &why);
+    }
     let failed = match Volume::open_with_clock(meta.clone(), data.clone(), options, clock.clone()) {
         Err(e @ Error::Corrupt { .. }) => e,
         other => return other,
@@ -59,7 +71,7 @@ pub fn open_with_clock(
             return Err(failed);
         }
     };
-    let what = summary(&failed, &prepared);
+    let what = summary(&failed.to_string(), &prepared);
     if options.read_only {
         let (sm, sd) = prepared.staged();
         let mut vol = Volume::open_with_clock(sm, sd, options, clock)?;
@@ -75,6 +87,24 @@ pub fn open_with_clock(
              or `dualfs fsck -y`"
         )));
     }
+    rebuild(meta, data, options, clock, prepared, &failed.to_string())
+}
+
+/// Writes what repair prepared and opens the volume it leaves
+/// (`recover=rebuild`); the volume keeps a note of the damage.
+fn rebuild(
+    meta: Arc<dyn BlockDevice>,
+    data: Arc<dyn BlockDevice>,
+    options: MountOptions,
+    clock: Clock,
+    prepared: Prepared,
+    why: &str,
+) -> Result<Volume> {
+    if !prepared.after.as_ref().is_some_and(crate::check::CheckReport::is_clean) {
+        log::error!("repair could not make the volume consistent: `dualfs fsck` says what is left");
+        return Err(Error::Damaged(format!("{why}; repair cannot make the volume consistent")));
+    }
+    let what = summary(why, &prepared);
     for r in &prepared.repairs {
         log::warn!("recover=rebuild: {r}");
     }
@@ -85,7 +115,7 @@ pub fn open_with_clock(
 }
 
 /// One sentence on why the volume was rebuilt and what the rebuild does.
-fn summary(failed: &Error, p: &Prepared) -> String {
+fn summary(failed: &str, p: &Prepared) -> String {
     let loses = p.repairs.iter().filter(|r| r.severity == super::Severity::Loses).count();
     format!(
         "the volume cannot be opened as it is ({failed}); {}: {} repair{}, {loses} of them giving up something \

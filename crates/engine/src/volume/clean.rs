@@ -250,9 +250,9 @@ impl Volume {
             ("fsync_grouped", self.fsyncs_count.grouped.load(Ordering::Relaxed)),
             ("fsync_partial_segments_written", s.fsync_partial_segments),
         ];
-        // Which commits sent data to the disk (issue 10: PostMark's writes).
+        // Which commits sent data to the disk (a workload's writes, by cause).
         v.extend(self.data_writes.named());
-        // What the serving process holds, as counts (issue 13's profile).
+        // What the serving process holds, as counts (its memory, explained).
         v.extend(log.memory_counts());
         let (pages, spare) = fs.pages.held_pages();
         v.push(("pages_held", pages as u64));

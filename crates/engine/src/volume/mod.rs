@@ -568,7 +568,14 @@ impl Volume {
     fn fail(&self, e: &Error) {
         let mut f = lock(&self.failed);
         if f.is_none() {
-            log::error!("DualFS volume turned read-only: {e}");
+            // Damage found after mount (a table block is read when first
+            // needed): say what repairs it, as a refused mount would.
+            let hint = if matches!(e, Error::Corrupt { .. } | Error::Damaged(_)) {
+                "; unmount, then `dualfs fsck` says what is lost and `-o recover=rebuild` or `fsck -y` repairs it"
+            } else {
+                ""
+            };
+            log::error!("DualFS volume turned read-only: {e}{hint}");
             *f = Some(e.to_string());
         }
     }

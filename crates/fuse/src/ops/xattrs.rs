@@ -32,7 +32,17 @@ fn xattr_answer(data: Vec<u8>, size: u32) -> Result<Xattr, Errno> {
     }
 }
 
+/// The namespace `nosecurity_xattr` turns off.
+const SECURITY_PREFIX: &[u8] = b"security.";
+
 impl DualFs {
+    /// EOPNOTSUPP for a `security.*` name when the mount serves none
+    /// (`nosecurity_xattr`), as a file system without that namespace
+    /// answers; the kernel then takes the file to have no capability.
+    fn refused_namespace(&self, name: &[u8]) -> Result<(), Errno> {
+        if !self.options.security_xattrs && name.starts_with(SECURITY_PREFIX) { Err(Errno::EOPNOTSUPP) } else { Ok(()) }
+    }
+
     /// SETXATTR with the `setxattr(2)` flags.
     ///
     /// # Errors
@@ -42,6 +52,7 @@ impl DualFs {
         if Self::is_control(node, name) {
             return self.control_set(caller, name, Some(value));
         }
+        self.refused_namespace(name)?;
         if let Some(kind) = AclKind::of_xattr(name) {
             let r = self.set_acl(caller, ino(node), kind, Some(value));
             if r.is_ok() {
@@ -64,6 +75,7 @@ impl DualFs {
         if Self::is_control(node, name) {
             return xattr_answer(self.control_get(caller, name)?, size);
         }
+        self.refused_namespace(name)?;
         match self.vol.getxattr(ino(node), name) {
             Ok(v) => xattr_answer(v, size),
             Err(e) => Err(report("getxattr", &e)),
@@ -77,7 +89,12 @@ impl DualFs {
     pub fn listxattr(&self, node: u64, size: u32) -> Result<Xattr, Errno> {
         let _t = self.requests.time(crate::requests::Op::Listxattr);
         match self.vol.listxattr(ino(node)) {
-            Ok(names) => xattr_answer(convert::xattr_names(&names), size),
+            Ok(mut names) => {
+                if !self.options.security_xattrs {
+                    names.retain(|n| !n.starts_with(SECURITY_PREFIX));
+                }
+                xattr_answer(convert::xattr_names(&names), size)
+            }
             Err(e) => Err(report("listxattr", &e)),
         }
     }
@@ -91,6 +108,7 @@ impl DualFs {
         if Self::is_control(node, name) {
             return self.control_set(caller, name, None);
         }
+        self.refused_namespace(name)?;
         if let Some(kind) = AclKind::of_xattr(name) {
             let r = self.set_acl(caller, ino(node), kind, None);
             if r.is_ok() {

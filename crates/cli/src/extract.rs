@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
+use dualfs_engine::format::inode::flag_letters;
 use dualfs_engine::types::{BLOCK_BYTES, FileKind, InodeNo, Timestamp};
 use dualfs_engine::volume::{Attr, MountOptions};
 
@@ -164,6 +165,12 @@ struct Copier<'a> {
     reached: HashSet<InodeNo>,
     root: bool,
     verbose: bool,
+    /// Copies to give inode flags or a project once everything is copied
+    /// (an immutable file takes no link, an immutable directory no entry):
+    /// the path in the volume, the copy, the flags and the project.
+    flagged: Vec<(String, PathBuf, u32, u32)>,
+    /// Inode flags and projects the copies could not take, in words.
+    not_kept: Vec<String>,
 }
 
 fn system_time(t: Timestamp) -> nix::sys::time::TimeSpec {
@@ -225,6 +232,31 @@ impl Copier<'_> {
         ) {
             self.problem(path, format!("times not set: {e}"));
         }
+        if a.flags != 0 || a.project != 0 {
+            if matches!(a.kind, FileKind::Regular | FileKind::Directory) {
+                self.flagged.push((path.to_string(), dest.to_path_buf(), a.flags, a.project));
+            } else {
+                // FS_IOC_SETFLAGS needs an open file: a symlink or a device
+                // cannot be opened for it without being followed or used.
+                self.not_kept.push(format!(
+                    "{path}: inode flags {} not set: chattr cannot reach a symbolic link or special file",
+                    flag_letters(a.flags)
+                ));
+            }
+        }
+    }
+
+    /// Gives the copies their inode flags and projects, deepest first (a
+    /// directory's entries before it), as `chattr` would.
+    fn apply_flags(&mut self) -> u64 {
+        let mut kept = 0;
+        for (path, dest, flags, project) in std::mem::take(&mut self.flagged) {
+            match crate::iflags::apply(&dest, flags, project) {
+                Ok(()) => kept += 1,
+                Err(e) => self.not_kept.push(format!("{path}: {e}")),
+            }
+        }
+        kept
     }
 
     fn copy(&mut self, ino: InodeNo, path: &str, dest: &Path, depth: usize) {
@@ -389,6 +421,8 @@ pub fn get(args: &GetArgs) -> Result<()> {
         reached: HashSet::new(),
         root: nix::unistd::geteuid().is_root(),
         verbose: args.verbose,
+        flagged: Vec::new(),
+        not_kept: Vec::new(),
     };
     c.copy(ino, &args.path, &dest, 0);
     if ino == InodeNo::ROOT && !c.tally.problems.is_empty() {
@@ -398,6 +432,7 @@ pub fn get(args: &GetArgs) -> Result<()> {
         }
         c.salvage_unreached(&dest);
     }
+    let flagged = c.apply_flags();
     let t = &c.tally;
     say!(
         "copied {}, {}, {} and {} ({}) to {}",
@@ -408,6 +443,18 @@ pub fn get(args: &GetArgs) -> Result<()> {
         crate::words::human_bytes(t.bytes),
         dest.display()
     );
+    if flagged > 0 {
+        say!("inode flags or projects set on {}", count(flagged, "copy"));
+    }
+    for n in &c.not_kept {
+        eprintln!("dualfs: {n}");
+    }
+    if !c.not_kept.is_empty() {
+        eprintln!(
+            "dualfs: {} kept without their inode flags or project (the copy is otherwise whole)",
+            count(c.not_kept.len() as u64, "file")
+        );
+    }
     if t.problems.is_empty() {
         return Ok(());
     }

@@ -233,6 +233,7 @@ fn inode_json(vol: &Volume, ino: InodeNo) -> Result<Value> {
         "mode": format!("{:04o}", a.perm), "nlink": a.nlink, "uid": a.uid, "gid": a.gid,
         "rdev": a.rdev, "size": a.size, "blocks_512": a.blocks,
         "atime": date(a.atime), "mtime": date(a.mtime), "ctime": date(a.ctime), "crtime": date(a.crtime),
+        "flags": dualfs_engine::format::inode::flag_letters(a.flags), "project": a.project,
         "xattrs": xattrs,
     });
     if a.kind == FileKind::Regular {

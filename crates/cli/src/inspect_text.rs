@@ -158,6 +158,9 @@ fn inode(v: &Value) -> String {
     let mut o = String::new();
     let mut fields = v.clone();
     let xattrs = fields.as_object_mut().and_then(|m| m.remove("xattrs"));
+    if fields["flags"] == "" {
+        fields["flags"] = Value::from("none");
+    }
     render_fields(&mut o, &fields, 0);
     match xattrs.as_ref().and_then(Value::as_object) {
         Some(x) if !x.is_empty() => {

@@ -26,6 +26,7 @@ mod find;
 mod fsck;
 mod helper;
 mod holder;
+mod iflags;
 mod inspect;
 mod inspect_text;
 mod itself;

@@ -267,6 +267,8 @@ pub(crate) fn adapter_options(cfg: &MountConfig, devices_writable: bool) -> Adap
         attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
         entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
         devices_writable,
+        // An LSEEK that waits for write-back holds a thread of its queue.
+        lseek_flushes: cfg.threads.min(usize::from(dualfs_wire::QUEUE_THREADS)).saturating_sub(1),
         ..defaults
     }
 }

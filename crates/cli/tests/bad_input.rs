@@ -204,11 +204,12 @@ fn a_stream_cut_short_is_refused_and_leaves_the_last_complete_tree_fsck_calls_cl
 /// The records of a stream.
 fn records_of(s: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
+    let version = stream::check_prelude(s[..PRELUDE_LEN].try_into().unwrap()).unwrap();
     let mut at = PRELUDE_LEN;
     while at + FRAME_HEAD_LEN <= s.len() {
         let head: [u8; FRAME_HEAD_LEN] = s[at..at + FRAME_HEAD_LEN].try_into().unwrap();
         let end = at + FRAME_HEAD_LEN + stream::frame_len(&head).unwrap() + FRAME_CRC_LEN;
-        out.push(stream::decode(&head, &s[at + FRAME_HEAD_LEN..end]).unwrap());
+        out.push(stream::decode(version, &head, &s[at + FRAME_HEAD_LEN..end]).unwrap());
         at = end;
     }
     out

@@ -125,3 +125,53 @@ fn nosecurity_xattr_turns_off_capabilities_and_labels_but_not_set_id_bits_acls_o
     assert_eq!(privileges(&m, "kept"), "644 cap_net_raw=ep", "kept on the volume");
     v.umount();
 }
+
+/// Linux 6.2's rule for set-group-id without group execute
+/// (`setattr_should_drop_sgid`): every change of the data by a caller
+/// outside the file's group and without CAP_FSETID drops it, where the old
+/// rule read the bit as mandatory locking and kept it; a member keeps it.
+#[test]
+fn set_group_id_without_group_execute_goes_for_outsiders_and_stays_for_members() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    if !common::sh_output("command -v setpriv").status.success() {
+        common::skip("setpriv (util-linux) is missing");
+        return;
+    }
+    v.mount_with("allow_other");
+    let m = v.m().to_string();
+    sh(&format!("chmod 777 {m}"));
+    let outsider = "setpriv --reuid 1000 --regid 1000 --clear-groups";
+    let member = "setpriv --reuid 1000 --regid 1000 --groups 2000";
+    for (i, op) in [
+        "fallocate -p -o 0 -l 4096",
+        "fallocate -z -o 0 -l 4096",
+        "fallocate -l 65536",
+        "truncate -s 100",
+        "dd if=/dev/zero bs=4096 count=1 conv=notrunc status=none of=",
+        "dd if=/dev/zero bs=4096 count=1 oflag=direct conv=notrunc status=none of=",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let cmd = |f: &str| if op.ends_with('=') { format!("{op}{f}") } else { format!("{op} {f}") };
+        for (start, want) in [("2666", "666"), ("6766", "766")] {
+            let f = format!("o{i}_{start}");
+            sh(&format!("cd {m} && head -c 8192 /dev/urandom > {f} && chmod {start} {f}"));
+            sh(&format!("cd {m} && {outsider} sh -c '{}'", cmd(&f)));
+            assert_eq!(privileges(&m, &f), want, "{op} on {start} by a user outside the group");
+        }
+        let f = format!("m{i}");
+        sh(&format!("cd {m} && head -c 8192 /dev/urandom > {f} && chgrp 2000 {f} && chmod 6766 {f}"));
+        sh(&format!("cd {m} && {member} sh -c '{}'", cmd(&f)));
+        assert_eq!(privileges(&m, &f), "2766", "{op} by a member of the group: only set-user-id goes");
+    }
+    // chown drops set-group-id without group execute only for an outsider
+    // without CAP_FSETID; root keeps it.
+    sh(&format!("cd {m} && touch c && chmod 2666 c && chown 1000 c"));
+    assert_eq!(privileges(&m, "c"), "2666", "root's chown");
+    sh(&format!("cd {m} && touch d && chown 1000:0 d && chmod 2666 d && {outsider} chgrp 1000 d"));
+    assert_eq!(privileges(&m, "d"), "666", "the owner's chgrp out of a group it is not in");
+    v.umount();
+}

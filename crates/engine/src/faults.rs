@@ -87,6 +87,9 @@ pub enum Fault {
     /// write changed some of them since (a crash then shows the old bytes
     /// beside later operations).
     OutgrownInlineStale,
+    /// O_TMPFILE: make the unnamed file without putting it on the orphan
+    /// list (a crash then leaves an inode in use that nothing names).
+    TmpfileNotOrphan,
     /// Sparse IFile: leave the IFile blocks of the checkpoint followed out
     /// of the segment usage entries a checkpoint writes (they are its own
     /// no longer, and counted nowhere), so that their segments look free.
@@ -121,7 +124,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 34] = [
+    pub const ALL: [Fault; 35] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -148,6 +151,7 @@ impl Fault {
         Fault::EvictBeforeCheckpointWritten,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
+        Fault::TmpfileNotOrphan,
         Fault::UncountedCheckpointBlocks,
         Fault::CollapseSizeLater,
         Fault::DiscardBeforeDurable,

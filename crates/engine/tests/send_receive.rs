@@ -14,6 +14,9 @@ use std::time::Duration;
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::error::Error;
+use dualfs_engine::format::inode::{
+    FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_NOATIME, FLAG_NODUMP, FLAG_PROJINHERIT,
+};
 use dualfs_engine::types::{FileKind, InodeNo};
 use dualfs_engine::volume::{
     AtimeMode, Creds, FallocateMode, MkfsOptions, MountOptions, RECEIVED_XATTR, RECEIVING_XATTR, RenameFlags,
@@ -74,6 +77,8 @@ struct Seen {
     size: u64,
     rdev: u64,
     times: [(i64, u32); 4],
+    flags: u32,
+    project: u32,
     content: Vec<u8>,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
@@ -127,6 +132,8 @@ fn walk(vol: &Volume) -> BTreeMap<String, Seen> {
             size: a.size,
             rdev: a.rdev,
             times: [t(a.atime), t(a.mtime), t(a.ctime), t(a.crtime)],
+            flags: a.flags,
+            project: a.project,
             content,
             xattrs,
         };
@@ -192,6 +199,9 @@ fn populate(vol: &Volume) {
         ..SetAttr::default()
     };
     vol.setattr(sparse, &set).unwrap();
+    // Inode flags and projects travel with the attributes.
+    vol.set_flags(big, FLAG_NODUMP, Some(3)).unwrap();
+    vol.set_flags(sub, FLAG_PROJINHERIT | FLAG_DIRSYNC, Some(5)).unwrap();
 }
 
 /// Renames, deletes, overwrites, truncations, new directories.
@@ -215,6 +225,10 @@ fn change_one(vol: &Volume) {
     vol.rename(sub, b"entry-002-with-a-long-name", sub, b"entry-003-with-a-long-name", RenameFlags::default()).unwrap();
     vol.unlink(r, b"hard").unwrap();
     vol.setattr(d, &SetAttr { mode: Some(0o711), ..SetAttr::default() }).unwrap();
+    // Immutable on the receiver too: the next stream's change of it must
+    // still apply there.
+    vol.set_flags(sparse, FLAG_IMMUTABLE, None).unwrap();
+    vol.set_flags(d, FLAG_APPEND, None).unwrap();
 }
 
 /// Whole trees go, freed numbers come back as other files, holes, an
@@ -247,7 +261,13 @@ fn change_three(vol: &Volume) {
     let moved = lookup(vol, "moved");
     vol.write(moved, 0, b"changed").unwrap();
     vol.setxattr(InodeNo::ROOT, b"user.on-root", b"changed root attr", SetMode::Any).unwrap();
-    vol.rename(InodeNo::ROOT, b"new", lookup(vol, "dir"), b"new-inside", RenameFlags::default()).unwrap();
+    let d = lookup(vol, "dir");
+    vol.set_flags(d, 0, None).unwrap();
+    vol.rename(InodeNo::ROOT, b"new", d, b"new-inside", RenameFlags::default()).unwrap();
+    let sparse = lookup(vol, "dir/sub/sparse");
+    vol.set_flags(sparse, 0, None).unwrap();
+    vol.write(sparse, 100, b"changed while it was immutable on the receiver").unwrap();
+    vol.set_flags(sparse, FLAG_IMMUTABLE | FLAG_NOATIME, Some(8)).unwrap();
 }
 
 fn receive(target: &Volume, stream: &[u8]) -> Result<dualfs_engine::volume::ReceiveReport, Error> {
@@ -525,5 +545,31 @@ fn send_costs_what_changed_not_the_volume() {
     assert_eq!(report.counts.inodes, 1, "{report:?}");
     assert!(report.inodes_compared <= 4, "{report:?}");
     assert!(report.map_blocks_compared <= 2, "{report:?}");
+    vol.close().unwrap();
+}
+
+#[test]
+fn flags_received_by_an_older_volume_mark_it_first() {
+    let src = Disk::new();
+    let (meta, data) = (Arc::new(MemoryDevice::new(8192)), Arc::new(MemoryDevice::new(32768)));
+    let opts = MkfsOptions { segment_blocks: 128, group_blocks: 8192, fsync_log: false, ..MkfsOptions::default() };
+    Volume::format(meta.clone(), data.clone(), &opts).unwrap();
+    let dst = Disk { meta, data };
+    let incompat = |d: &Disk| {
+        let block = dualfs_engine::device::read(d.meta.as_ref(), dualfs_engine::DeviceRole::Meta, 0, 1).unwrap();
+        dualfs_engine::format::superblock::Superblock::decode(&block).unwrap().incompat
+    };
+    let flags_bit = dualfs_engine::format::superblock::INCOMPAT_INODE_FLAGS;
+    assert_eq!(incompat(&dst) & flags_bit, 0);
+    let vol = src.open();
+    populate(&vol);
+    vol.snapshot_create("a").unwrap();
+    let target = dst.open();
+    receive(&target, &src.send(None, "a").0).unwrap();
+    assert_ne!(incompat(&dst) & flags_bit, 0, "marked before the first flag was written");
+    assert_same(&src.snapshot("a"), &target);
+    target.close().unwrap();
+    let found = dualfs_engine::check::check(dst.meta.clone(), dst.data.clone()).unwrap();
+    assert!(found.problems.is_empty(), "{:#?}", found.problems);
     vol.close().unwrap();
 }

@@ -3,6 +3,27 @@
 
 use std::fs;
 
+use dualfs_engine::volume::Changer;
+
+use crate::answers::Caller;
+
+/// Who makes a change that may drop set-id bits, for the engine's rule
+/// ([`Changer`]): `privileged` when the kernel left CAP_FSETID to us and
+/// the caller is root (its fs uid stands for the capability), or when the
+/// kernel has already decided nothing is to drop. Unprivileged callers'
+/// groups come from /proc only when `file_mode` has a set-group-id bit to
+/// decide about.
+pub fn changer(caller: Caller, privileged: bool, file_mode: u32) -> Changer {
+    if privileged {
+        return Changer::Privileged;
+    }
+    let mut groups = vec![caller.gid];
+    if file_mode & 0o2000 != 0 {
+        groups.extend(supplementary_groups(caller.pid));
+    }
+    Changer::Unprivileged { groups }
+}
+
 /// Whether the caller may keep a file's set-group-id bit: it is root (the
 /// kernel's `capable(CAP_FSETID)`, approximated by the fs uid), its fs gid
 /// is the file's group, or the file's group is one of its supplementary
@@ -38,5 +59,18 @@ mod tests {
         assert!(in_group_or_root(0, 1, pid, 99_999));
         assert!(in_group_or_root(5, 7, pid, 7));
         assert!(!in_group_or_root(5, 7, u32::MAX, 8), "no such process: not in the group");
+    }
+
+    #[test]
+    fn an_unprivileged_changer_is_in_its_groups_and_no_other() {
+        let pid = std::process::id();
+        let who = Caller { uid: 1000, gid: 77, pid };
+        assert_eq!(changer(who, true, 0o6755), Changer::Privileged);
+        let c = changer(who, false, 0o2666);
+        assert!(c.keeps_sgid_of(77));
+        for g in supplementary_groups(pid) {
+            assert!(c.keeps_sgid_of(g));
+        }
+        assert!(!changer(Caller { pid: u32::MAX, ..who }, false, 0o2666).keeps_sgid_of(78));
     }
 }

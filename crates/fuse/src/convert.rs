@@ -208,6 +208,8 @@ mod tests {
             ctime: Timestamp::default(),
             crtime: Timestamp::default(),
             blksize: 4096,
+            flags: 0,
+            project: 0,
         }
     }
 

@@ -37,6 +37,7 @@ pub mod requests;
 mod space;
 pub mod window;
 mod wire;
+mod writers;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
@@ -76,6 +77,11 @@ pub struct AdapterOptions {
     /// Whether the devices were opened for writing, so that a volume
     /// mounted read-only may be remounted read-write.
     pub devices_writable: bool,
+    /// Most LSEEKs that may wait at once for the kernel to write back a
+    /// file's dirty pages: each holds a serving thread, and the writes it
+    /// waits for need another, so fewer than the threads that serve one
+    /// queue (0: never wait, let the kernel answer instead).
+    pub lseek_flushes: usize,
     /// Serve the `security.*` extended attributes (`nosecurity_xattr`
     /// turns them off: each is EOPNOTSUPP and listings leave them out,
     /// what stays on the volume is kept). Off, `ls -l` stops asking for
@@ -99,6 +105,7 @@ impl Default for AdapterOptions {
             writeback_cache: true,
             owner_uid: 0,
             devices_writable: true,
+            lseek_flushes: 1,
             security_xattrs: true,
         }
     }
@@ -131,6 +138,8 @@ pub struct DualFs {
     window: Arc<OnceLock<window::DirtyWindow>>,
     /// The volume's clock, told the change times the kernel stamps.
     clock: Option<Arc<clock::KernelClock>>,
+    /// Which files the kernel holds open for writing.
+    writers: writers::Writers,
 }
 
 impl DualFs {
@@ -149,6 +158,7 @@ impl DualFs {
             notifier: Arc::default(),
             window: Arc::default(),
             clock: None,
+            writers: writers::Writers::default(),
         }
     }
 

@@ -143,6 +143,16 @@ impl Model {
         self.add(dir, name, Kind::File(Vec::new()), perm)
     }
 
+    /// Creates an unnamed regular file (O_TMPFILE): no entry, no link;
+    /// it lives while held and a [`Model::link`] can name it.
+    pub fn create_unnamed(&mut self, perm: u32) -> Id {
+        let id = self.next;
+        self.next += 1;
+        let node = Node { kind: Kind::File(Vec::new()), perm, nlink: 0, xattrs: BTreeMap::new(), parent: 0 };
+        self.nodes.insert(id, node);
+        id
+    }
+
     /// Creates a directory.
     ///
     /// # Errors

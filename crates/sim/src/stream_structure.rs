@@ -31,13 +31,15 @@ use crate::workload::fixed_clock;
 #[must_use]
 pub fn records_of(s: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
+    let prelude: &[u8; PRELUDE_LEN] = s[..PRELUDE_LEN].try_into().expect("a real stream's prelude");
+    let version = stream::check_prelude(prelude).expect("a real stream's prelude");
     let mut at = PRELUDE_LEN;
     while at + FRAME_HEAD_LEN <= s.len() {
         let mut head = [0u8; FRAME_HEAD_LEN];
         head.copy_from_slice(&s[at..at + FRAME_HEAD_LEN]);
         let len = stream::frame_len(&head).expect("a real stream's frame");
         let end = at + FRAME_HEAD_LEN + len + FRAME_CRC_LEN;
-        out.push(stream::decode(&head, &s[at + FRAME_HEAD_LEN..end]).expect("a real stream's record"));
+        out.push(stream::decode(version, &head, &s[at + FRAME_HEAD_LEN..end]).expect("a real stream's record"));
         at = end;
     }
     out

@@ -153,6 +153,20 @@ pub enum Step {
         /// How many bytes.
         len: u32,
     },
+    /// `open(dir, O_TMPFILE)`: an unnamed file, kept open as handle `h`.
+    Tmpfile {
+        /// The directory it is made in.
+        dir: String,
+        /// Handle number.
+        h: u8,
+    },
+    /// `linkat(h, "", AT_EMPTY_PATH)`: a name for handle `h`'s file.
+    LinkOpen {
+        /// Handle.
+        h: u8,
+        /// New name.
+        to: String,
+    },
     /// `fsync` through handle `h`.
     FsyncOpen(u8),
     /// `close` of handle `h`.
@@ -478,7 +492,7 @@ impl<'a> Runner<'a> {
             Step::FsyncOpen(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
             Step::Write { path, .. } | Step::SetXattr { path, .. } | Step::Unlink(path) => vec![at(path)],
             Step::Rename { from, to } | Step::Link { from, to } => vec![at(from), at(to)],
-            Step::Close(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
+            Step::Close(h) | Step::LinkOpen { h, .. } => vec![self.handles.get(h).map(|(id, _)| *id)],
             _ => Vec::new(),
         };
         Some(ids.into_iter().flatten().collect())
@@ -729,6 +743,30 @@ impl<'a> Runner<'a> {
                 vol.open_file(ino).map_err(|e| format!("open: {e}"))?;
                 self.handles.insert(*h, (id, ino));
                 return Ok(Promise::None);
+            }
+            Step::Tmpfile { dir, h } => {
+                let Some((_, _, Some(d))) = self.model_path(dir) else { return Ok(Promise::None) };
+                if self.is_file(d) || self.handles.contains_key(h) {
+                    return Ok(Promise::None);
+                }
+                let di = self.engine_path(dir)?;
+                let a = vol.tmpfile(di, 0o644, Creds::ROOT).map_err(|e| format!("tmpfile: {e}"))?;
+                // Held as an open file is (its lookup reference stays).
+                vol.open_file(a.ino).map_err(|e| format!("open: {e}"))?;
+                vol.forget(a.ino, 1).map_err(|e| e.to_string())?;
+                let id = self.model.create_unnamed(0o644);
+                self.handles.insert(*h, (id, a.ino));
+                return Ok(Promise::None);
+            }
+            Step::LinkOpen { h, to } => {
+                let Some(&(id, ino)) = self.handles.get(h) else { return Ok(Promise::None) };
+                let Some((td, tname, _)) = self.model_path(to) else { return Ok(Promise::None) };
+                let ti = self.parent_ino(to)?;
+                let got = vol.link(ino, ti, &tname);
+                if let Ok(a) = &got {
+                    vol.forget(a.ino, 1).map_err(|e| e.to_string())?;
+                }
+                (errno(got), self.model.link(id, td, &tname))
             }
             Step::Close(h) => {
                 let Some((id, ino)) = self.handles.remove(h) else { return Ok(Promise::None) };

@@ -269,6 +269,24 @@ pub fn patterns() -> Vec<Workload> {
         steps.push(Step::Fsync(s("A/other")));
         out.push(pattern(if close { "unlink-open-close" } else { "unlink-open" }, steps));
     }
+    // O_TMPFILE: an unnamed file, an orphan from birth, written, made
+    // durable by a commit, then dropped at close or given a name.
+    for linked in [false, true] {
+        let mut steps = vec![
+            Step::Tmpfile { dir: s("A"), h: 0 },
+            Step::WriteOpen { h: 0, offset: 0, len: 20000 },
+            Step::FsyncOpen(0),
+            Step::Create(s("A/other")),
+            write("A/other", 0, 8192),
+            Step::Fsync(s("A/other")),
+        ];
+        if linked {
+            steps.push(Step::LinkOpen { h: 0, to: s("B/named") });
+            steps.push(Step::FsyncOpen(0));
+        }
+        steps.extend([Step::Close(0), Step::Tick]);
+        out.push(pattern(if linked { "tmpfile-linked" } else { "tmpfile-dropped" }, steps));
+    }
     // A deep tree, a file at its bottom, then its top moved.
     let mut steps = Vec::new();
     let mut path = s("A");

@@ -8,6 +8,7 @@
 //! map and xattr set, and the result is compared with the IFile.
 
 mod marks;
+mod flags;
 mod space;
 pub mod tree;
 mod walk;
@@ -204,6 +205,7 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
     let mut explained = Vec::new();
     let explains = receiving.as_ref().map(|_| &mut explained);
     walk::check_namespace(&log, &loaded, &mut problems, explains, &mut stats);
+    flags::check_flags(log.superblock().incompat, &loaded, &mut problems);
     space::check_space(&log, &loaded, &mut problems, &mut stats);
     check_snapshots(&log, &loaded, &mut problems);
     let receiving = receiving.map(|m| crate::format::stream::describe_mark(&m));

@@ -22,6 +22,63 @@ pub const MAX_BLOB_NODES: usize = 32;
 /// corruption, refused by the decoder, not a file reads never finish.
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 
+/// Inode flag: writes are durable when they return (`chattr +S`).
+pub const FLAG_SYNC: u32 = 0x8;
+/// Inode flag: nothing changes the inode or its data, nor its names
+/// (`chattr +i`).
+pub const FLAG_IMMUTABLE: u32 = 0x10;
+/// Inode flag: data only appended, never rewritten, truncated nor its
+/// name removed (`chattr +a`).
+pub const FLAG_APPEND: u32 = 0x20;
+/// Inode flag: dump(8) skips the file (`chattr +d`).
+pub const FLAG_NODUMP: u32 = 0x40;
+/// Inode flag: reads never update the access time (`chattr +A`).
+pub const FLAG_NOATIME: u32 = 0x80;
+/// Inode flag: a directory's changes are durable when they return
+/// (`chattr +D`).
+pub const FLAG_DIRSYNC: u32 = 0x1_0000;
+/// Inode flag: a directory's new entries take its project id (`chattr +P`).
+pub const FLAG_PROJINHERIT: u32 = 0x2000_0000;
+/// Every inode flag a record may carry (format 1.6, `INCOMPAT_INODE_FLAGS`):
+/// the values of Linux's `FS_*_FL`, as FS_IOC_GETFLAGS shows them.
+pub const KNOWN_FLAGS: u32 =
+    FLAG_SYNC | FLAG_IMMUTABLE | FLAG_APPEND | FLAG_NODUMP | FLAG_NOATIME | FLAG_DIRSYNC | FLAG_PROJINHERIT;
+
+/// Each flag with the letter `chattr` sets it by, in `lsattr`'s order.
+pub const FLAG_LETTERS: [(u32, char); 7] = [
+    (FLAG_SYNC, 'S'),
+    (FLAG_IMMUTABLE, 'i'),
+    (FLAG_APPEND, 'a'),
+    (FLAG_NODUMP, 'd'),
+    (FLAG_NOATIME, 'A'),
+    (FLAG_DIRSYNC, 'D'),
+    (FLAG_PROJINHERIT, 'P'),
+];
+
+/// `flags` as `chattr` letters ("iA"); unknown bits as hexadecimal after
+/// them ("i+0x40000000"), empty for none.
+#[must_use]
+pub fn flag_letters(flags: u32) -> String {
+    let mut s: String = FLAG_LETTERS.iter().filter(|(f, _)| flags & f != 0).map(|(_, c)| *c).collect();
+    if flags & !KNOWN_FLAGS != 0 {
+        s.push_str(&format!("+{:#x}", flags & !KNOWN_FLAGS));
+    }
+    s
+}
+
+/// The flags an inode of `kind` may carry, as ext4 masks them
+/// (`ext4_mask_flags`): a directory all, a regular file all but dirsync
+/// and project inheritance, any other kind nodump and noatime only.
+#[must_use]
+pub fn flags_for(kind: crate::types::FileKind) -> u32 {
+    use crate::types::FileKind;
+    match kind {
+        FileKind::Directory => KNOWN_FLAGS,
+        FileKind::Regular => KNOWN_FLAGS & !(FLAG_DIRSYNC | FLAG_PROJINHERIT),
+        _ => FLAG_NODUMP | FLAG_NOATIME,
+    }
+}
+
 /// Extent flag: allocated but never written (reads as zeros).
 pub const EXTENT_UNWRITTEN: u8 = 1;
 
@@ -147,7 +204,7 @@ pub struct InodeRecord {
     pub gid: u32,
     /// Hard links (directories: 2 + subdirectories).
     pub nlink: u32,
-    /// Reserved inode flags (0).
+    /// Inode flags ([`KNOWN_FLAGS`]; 0 before format 1.6).
     pub flags: u32,
     /// Size in bytes.
     pub size: u64,
@@ -171,6 +228,8 @@ pub struct InodeRecord {
     pub body: Body,
     /// The extended attributes.
     pub xattrs: Xattrs,
+    /// Project id (FS_IOC_FSSETXATTR; 0 before format 1.6).
+    pub project: u32,
 }
 
 const BODY_EMPTY: u8 = 0;
@@ -246,7 +305,8 @@ impl InodeRecord {
             .u8(body_kind)
             .u8(xattr_kind)
             .u16(self.body_len() as u16)
-            .u16(self.xattr_len() as u16);
+            .u16(self.xattr_len() as u16)
+            .u32(self.project);
         w.zeros(FIXED_LEN - (w.len() - start));
         match &self.body {
             Body::Empty => {}
@@ -342,6 +402,7 @@ fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeR
     let xattr_kind = r.u8()?;
     let body_len = usize::from(r.u16()?);
     let xattr_len = usize::from(r.u16()?);
+    let project = r.u32()?;
     match salvage.as_deref_mut() {
         None => r.reserved(FIXED_LEN - r.position())?,
         Some(notes) => {
@@ -356,12 +417,12 @@ fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeR
     if crate::types::FileKind::from_mode(mode).is_none() {
         bad!("inode {ino} has an unknown file type in mode {mode:#o}");
     }
-    if flags != 0 {
+    if flags & !KNOWN_FLAGS != 0 {
         match salvage.as_deref_mut() {
             None => bad!("inode {ino} has unknown flags {flags:#x}"),
             Some(notes) => {
-                notes.push(format!("unknown flags {flags:#x}"));
-                flags = 0;
+                notes.push(format!("unknown flags {:#x}", flags & !KNOWN_FLAGS));
+                flags &= KNOWN_FLAGS;
             }
         }
     }
@@ -389,6 +450,7 @@ fn decode_record(bytes: &[u8], mut salvage: Option<&mut Vec<String>>) -> DecodeR
         parent,
         body,
         xattrs,
+        project,
     })
 }
 
@@ -545,6 +607,7 @@ pub(crate) mod tests {
                 Extent { logical: 5, physical: DataBlock(200), len: 1, unwritten: true },
             ]),
             xattrs: Xattrs::Inline(vec![(b"user.a".to_vec(), b"1".to_vec()), (b"user.b".to_vec(), vec![])]),
+            project: 0,
         }
     }
 
@@ -605,6 +668,23 @@ pub(crate) mod tests {
         assert_eq!(notes.len(), 2, "{notes:?}");
         let (same, none) = InodeRecord::decode_salvaging(&enc(&sample(4))).unwrap();
         assert_eq!((same, none.len()), (sample(4), 0));
+    }
+
+    #[test]
+    fn flags_read_as_chattr_letters() {
+        assert_eq!(flag_letters(0), "");
+        assert_eq!(flag_letters(KNOWN_FLAGS), "SiadADP");
+        assert_eq!(flag_letters(FLAG_NOATIME | FLAG_IMMUTABLE | 0x4000_0000), "iA+0x40000000");
+    }
+
+    #[test]
+    fn known_flags_and_a_project_round_trip_and_unknown_flags_are_refused() {
+        let rec = InodeRecord { flags: KNOWN_FLAGS, project: 0xdead_beef, ..sample(3) };
+        assert_eq!(InodeRecord::decode(&enc(&rec)).unwrap(), rec);
+        let odd = InodeRecord { flags: FLAG_IMMUTABLE | 0x4000_0000, ..sample(3) };
+        assert!(InodeRecord::decode(&enc(&odd)).unwrap_err().0.contains("unknown flags"));
+        let (got, notes) = InodeRecord::decode_salvaging(&enc(&odd)).unwrap();
+        assert_eq!((got.flags, notes.len()), (FLAG_IMMUTABLE, 1), "the unknown bit dropped, the rest kept");
     }
 
     #[test]

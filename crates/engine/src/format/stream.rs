@@ -15,8 +15,14 @@ use crate::types::{FileKind, InodeNo, Timestamp};
 
 /// The first eight bytes of every stream.
 pub const MAGIC: [u8; 8] = *b"DUALSEND";
-/// The stream format version this code writes and reads.
-pub const VERSION: u32 = 1;
+/// The stream format version this code writes. Version 2 added the
+/// inode record's project id; a version 1 stream is read too (its inodes
+/// have project 0). A reader of version 1 alone refuses a version 2
+/// stream: it would put inode flags into records that its own volume
+/// refuses.
+pub const VERSION: u32 = 2;
+/// The oldest stream version this code reads.
+pub const OLDEST_VERSION: u32 = 1;
 /// Bytes of the prelude: magic, version, reserved.
 pub const PRELUDE_LEN: usize = 16;
 /// Bytes of a frame's head: kind, three reserved bytes, payload length.
@@ -103,6 +109,8 @@ pub struct InodeAttrs {
     pub ctime: Timestamp,
     /// Creation.
     pub crtime: Timestamp,
+    /// Project id (stream version 2; 0 in version 1).
+    pub project: u32,
 }
 
 impl InodeAttrs {
@@ -199,22 +207,22 @@ pub fn prelude() -> [u8; PRELUDE_LEN] {
     p
 }
 
-/// Checks a stream's prelude.
+/// Checks a stream's prelude; returns its version, which [`decode`] needs.
 ///
 /// # Errors
 /// Not a DualFS send stream, or a version this code does not read.
-pub fn check_prelude(p: &[u8; PRELUDE_LEN]) -> DecodeResult<()> {
+pub fn check_prelude(p: &[u8; PRELUDE_LEN]) -> DecodeResult<u32> {
     if p[..8] != MAGIC {
         bad!("not a DualFS send stream (bad magic)");
     }
     let version = u32::from_le_bytes([p[8], p[9], p[10], p[11]]);
-    if version != VERSION {
-        bad!("send stream version {version}, this dualfs reads version {VERSION} only");
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
+        bad!("send stream version {version}, this dualfs reads versions {OLDEST_VERSION} to {VERSION}");
     }
     if p[12..].iter().any(|&b| b != 0) {
         bad!("reserved bytes of the stream prelude are not zero");
     }
-    Ok(())
+    Ok(version)
 }
 
 fn put_name(w: &mut Writer, name: &[u8]) {
@@ -248,9 +256,10 @@ fn put_attrs(w: &mut Writer, a: &InodeAttrs) {
     w.u64(a.ino.0).u32(a.generation).u32(a.mode).u32(a.uid).u32(a.gid).u32(a.nlink).u32(a.flags);
     w.u64(a.size).u64(a.rdev).u64(a.parent.0);
     w.timestamp(a.atime).timestamp(a.mtime).timestamp(a.ctime).timestamp(a.crtime);
+    w.u32(a.project);
 }
 
-fn get_attrs(r: &mut Reader<'_>) -> DecodeResult<InodeAttrs> {
+fn get_attrs(r: &mut Reader<'_>, version: u32) -> DecodeResult<InodeAttrs> {
     let ino = InodeNo(r.u64()?);
     if ino.0 == 0 {
         bad!("inode record for inode 0");
@@ -270,9 +279,16 @@ fn get_attrs(r: &mut Reader<'_>) -> DecodeResult<InodeAttrs> {
         mtime: r.timestamp()?,
         ctime: r.timestamp()?,
         crtime: r.timestamp()?,
+        project: if version >= 2 { r.u32()? } else { 0 },
     };
-    if a.kind().is_none() {
+    if a.flags & !crate::format::inode::KNOWN_FLAGS != 0 {
+        bad!("inode {ino} has unknown flags {:#x}", a.flags & !crate::format::inode::KNOWN_FLAGS);
+    }
+    let Some(kind) = a.kind() else {
         bad!("inode {ino} has mode {:#o} of no known type", a.mode);
+    };
+    if a.flags & !crate::format::inode::flags_for(kind) != 0 {
+        bad!("inode {ino} of mode {:#o} has flags {:#x} its kind does not keep", a.mode, a.flags);
     }
     if a.size > crate::format::inode::MAX_FILE_SIZE {
         bad!("inode {ino} has size {} beyond the largest file", a.size);
@@ -380,12 +396,12 @@ pub fn frame_len(head: &[u8; FRAME_HEAD_LEN]) -> DecodeResult<usize> {
     bounded(u64::from(len), "record payload byte", MAX_PAYLOAD)
 }
 
-/// Decodes one frame: `head` as [`frame_len`] accepted it, then `rest`,
-/// the payload and its checksum.
+/// Decodes one frame of a stream of `version` ([`check_prelude`]): `head`
+/// as [`frame_len`] accepted it, then `rest`, the payload and its checksum.
 ///
 /// # Errors
 /// A checksum mismatch, or a payload that is not a valid record.
-pub fn decode(head: &[u8; FRAME_HEAD_LEN], rest: &[u8]) -> DecodeResult<Record> {
+pub fn decode(version: u32, head: &[u8; FRAME_HEAD_LEN], rest: &[u8]) -> DecodeResult<Record> {
     let len = frame_len(head)?;
     if rest.len() != len + FRAME_CRC_LEN {
         bad!("record of {} bytes, its head says {}", rest.len(), len + FRAME_CRC_LEN);
@@ -410,7 +426,7 @@ pub fn decode(head: &[u8; FRAME_HEAD_LEN], rest: &[u8]) -> DecodeResult<Record> 
             let target = get_identity(&mut r)?;
             Record::Header(StreamHeader { source, base, target })
         }
-        kind::INODE => Record::Inode(get_attrs(&mut r)?),
+        kind::INODE => Record::Inode(get_attrs(&mut r, version)?),
         kind::GONE => {
             let ino = InodeNo(r.u64()?);
             if ino.0 <= InodeNo::ROOT.0 {
@@ -533,6 +549,8 @@ mod tests {
                 mode: libc::S_IFREG | 0o644,
                 nlink: 2,
                 size: 5000,
+                flags: crate::format::inode::FLAG_IMMUTABLE,
+                project: 42,
                 ..InodeAttrs::default()
             }),
             Record::Gone(InodeNo(9)),
@@ -560,7 +578,7 @@ mod tests {
             let frame = encode(&rec);
             let (head, rest) = split(&frame);
             assert_eq!(frame_len(&head).unwrap() + FRAME_CRC_LEN, rest.len());
-            assert_eq!(decode(&head, rest).unwrap(), rec);
+            assert_eq!(decode(VERSION, &head, rest).unwrap(), rec);
         }
     }
 
@@ -572,7 +590,7 @@ mod tests {
                 let mut bad = frame.clone();
                 bad[i] ^= 0x10;
                 let (head, rest) = split(&bad);
-                let refused = frame_len(&head).is_err() || decode(&head, rest).is_err();
+                let refused = frame_len(&head).is_err() || decode(VERSION, &head, rest).is_err();
                 assert!(refused, "{rec:?} with byte {i} flipped was accepted");
             }
         }
@@ -584,17 +602,37 @@ mod tests {
             let frame = encode(&rec);
             let (head, rest) = split(&frame);
             for cut in 0..rest.len() {
-                assert!(decode(&head, &rest[..cut]).is_err());
+                assert!(decode(VERSION, &head, &rest[..cut]).is_err());
             }
         }
     }
 
     #[test]
+    fn a_version_1_inode_record_reads_with_project_0_and_unknown_flags_are_refused() {
+        let a = InodeAttrs { ino: InodeNo(5), mode: libc::S_IFDIR | 0o755, ..InodeAttrs::default() };
+        let frame = encode(&Record::Inode(a.clone()));
+        // Version 1's record is version 2's without the trailing project.
+        let mut v1 = frame[..frame.len() - 8].to_vec();
+        v1[4..8].copy_from_slice(&104u32.to_le_bytes());
+        let crc = crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        let (head, rest) = split(&v1);
+        assert_eq!(decode(1, &head, rest).unwrap(), Record::Inode(a.clone()));
+        assert!(decode(2, &head, rest).is_err(), "a version 2 inode record carries its project");
+        let odd = InodeAttrs { flags: 0x4000_0000, ..a };
+        let frame = encode(&Record::Inode(odd));
+        let (head, rest) = split(&frame);
+        assert!(decode(VERSION, &head, rest).unwrap_err().0.contains("unknown flags"));
+    }
+
+    #[test]
     fn the_prelude_names_magic_and_version() {
-        assert!(check_prelude(&prelude()).is_ok());
+        assert_eq!(check_prelude(&prelude()).unwrap(), VERSION);
         let mut p = prelude();
-        p[8] = 2;
-        assert!(check_prelude(&p).unwrap_err().0.contains("version 2"));
+        p[8] = 1;
+        assert_eq!(check_prelude(&p).unwrap(), 1);
+        p[8] = 3;
+        assert!(check_prelude(&p).unwrap_err().0.contains("version 3"));
         let mut p = prelude();
         p[0] = b'X';
         assert!(check_prelude(&p).is_err());
@@ -612,7 +650,7 @@ mod tests {
             head[0] = bytes[0] % 14;
             head[4] = bytes[1] % 64;
             let rest: Vec<u8> = (0..usize::from(bytes[1] % 64) + 4).map(|i| bytes[i % 8]).collect();
-            let _ = decode(&head, &rest);
+            let _ = decode(VERSION, &head, &rest);
         }
     }
 }

@@ -14,8 +14,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version: additions that older readers may ignore. 1.1 added
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
-/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.7
-/// added [`INCOMPAT_SPARSE_IFILE`]; 1.8 added [`INCOMPAT_META_REDUNDANCY`].
+/// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.6
+/// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]; 1.8
+/// added [`INCOMPAT_META_REDUNDANCY`]. A volume is written with the highest
+/// minor any of its features needs.
 pub const FORMAT_MINOR: u16 = 8;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
@@ -67,6 +69,14 @@ pub const INCOMPAT_CLONES: u64 = 1 << 6;
 /// refuse the run length as a reserved field set, hence incompat. mkfs
 /// sets it. Since 1.5.
 pub const INCOMPAT_INDEX_RUNS: u64 = 1 << 7;
+/// `incompat`: inode records may carry inode flags (immutable, append-only, sync,
+/// dirsync, noatime, nodump, project inheritance) and a project id: an
+/// older reader would refuse the records as corrupt, or ignore what
+/// immutable and append-only forbid. mkfs sets it; an older volume gets it
+/// before its first inode is given a flag or a project id (format 1.6).
+pub const INCOMPAT_INODE_FLAGS: u64 = 1 << 8;
+/// Format minor version that introduced [`INCOMPAT_INODE_FLAGS`].
+pub const FORMAT_MINOR_INODE_FLAGS: u16 = 6;
 /// `incompat`: the IFile is sparse. A table block an index block lists at
 /// address 0, and every block of a chunk the checkpoint names no index
 /// block for, was never written and holds its table's fresh entries (a
@@ -98,6 +108,7 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_RESIZED
     | INCOMPAT_CLONES
     | INCOMPAT_INDEX_RUNS
+    | INCOMPAT_INODE_FLAGS
     | INCOMPAT_SPARSE_IFILE
     | INCOMPAT_META_REDUNDANCY;
 /// Bytes of the default mount options field.

@@ -94,6 +94,13 @@ impl Intents {
         }
     }
 
+    /// `ino`, which had no name (an unnamed O_TMPFILE file, an orphan on
+    /// disk), got one: replaying a record would leave it an orphan, so
+    /// only a commit says it.
+    pub fn named_orphan(&mut self, ino: InodeNo) {
+        self.tangled.insert(ino);
+    }
+
     /// The entry `name` of `dir`, naming `ino`, was removed or pointed elsewhere.
     pub fn unlinked(&mut self, dir: InodeNo, name: &[u8], ino: InodeNo) {
         self.removed.entry(dir).or_default().insert(name.into());

@@ -10,6 +10,7 @@
 
 use super::{AtimeMode, Volume, lock};
 use crate::format::inode::InodeRecord;
+use crate::format::inode::{FLAG_IMMUTABLE, FLAG_NOATIME};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::Fs;
 use crate::types::{InodeNo, Timestamp};
@@ -21,6 +22,10 @@ const RELATIME_MAX_AGE_SECS: i64 = 24 * 60 * 60;
 /// (the rule of Linux's `atime_needs_update` and `relatime_need_update`).
 #[must_use]
 pub fn atime_due(rec: &InodeRecord, now: Timestamp, mode: AtimeMode) -> bool {
+    // An immutable inode does not change; a noatime one keeps its time.
+    if rec.flags & (FLAG_NOATIME | FLAG_IMMUTABLE) != 0 {
+        return false;
+    }
     let due = match mode {
         AtimeMode::NoAtime => false,
         AtimeMode::StrictAtime => true,

@@ -44,6 +44,17 @@ impl Volume {
             return Err(Error::Invalid("collapse or insert range not aligned to the block size"));
         }
         {
+            // Immutable: nothing; append-only: no existing byte changes
+            // (ext4 refuses punching, collapsing and inserting; zeroing
+            // rewrites bytes too).
+            let rec = lock(&self.fs).inode(ino)?.clone();
+            super::flags::immutable(rec.flags)?;
+            let rewrites = mode.punch_hole || mode.zero_range || mode.collapse_range || mode.insert_range;
+            if rewrites && offset < rec.size {
+                super::flags::fixed(rec.flags)?;
+            }
+        }
+        {
             let mut fs = lock(&self.fs);
             fs.pages.expire(ino);
             // Allocation changes the mapping the held record would undo.

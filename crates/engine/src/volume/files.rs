@@ -2,10 +2,10 @@
 //! write, preallocation and holes, and the durability calls.
 
 use super::atime::Touch;
-use super::{Stamp, Volume, lock};
+use super::{Changer, Stamp, Volume, lock};
 use crate::device::AlignedBuf;
-use crate::error::Result;
-use crate::format::inode::Body;
+use crate::error::{Error, Result};
+use crate::format::inode::{Body, FLAG_APPEND, FLAG_SYNC};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::file::{ReadPiece, Whence};
 use crate::namespace::spare::Prefilled;
@@ -126,6 +126,7 @@ impl Volume {
     /// As [`Volume::write`].
     pub fn write_with(&self, ino: InodeNo, offset: u64, data: &[u8], stamp: Stamp) -> Result<usize> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
+        let sync = self.may_write(ino, offset, data)?;
         // The blocks written whole are copied before the lock, so that a
         // stream's 1 MiB copies do not hold up every other request.
         let mut pre = Prefilled::fill(&self.spare, offset, data);
@@ -161,23 +162,50 @@ impl Volume {
         } else if over {
             self.kick_relief();
         }
+        if sync {
+            self.fdatasync(ino)?;
+        }
         Ok(data.len())
+    }
+
+    /// EPERM for a write an immutable file refuses, or an append-only one:
+    /// the bytes it would write below the end must be the ones there (the
+    /// kernel writes back a whole page, so an append rewrites the start of
+    /// the last page with the same bytes).
+    /// Returns whether the file is sync (`chattr +S`): the write is made
+    /// durable before it returns.
+    fn may_write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<bool> {
+        let (flags, size) = {
+            let mut fs = lock(&self.fs);
+            let rec = fs.inode(ino)?;
+            (rec.flags, rec.size)
+        };
+        super::flags::immutable(flags)?;
+        let sync = flags & FLAG_SYNC != 0;
+        if flags & FLAG_APPEND == 0 || offset >= size || data.is_empty() {
+            return Ok(sync);
+        }
+        let below = usize::try_from(size - offset).unwrap_or(usize::MAX).min(data.len());
+        if self.read(ino, offset, below)? != data[..below] {
+            return Err(Error::NotPermitted);
+        }
+        Ok(sync)
     }
 
     /// Drops what a write must drop before it writes (Linux's
     /// `file_remove_privs`): file capabilities always, and the set-id bits
-    /// when `set_id` (the writer lacks CAP_FSETID). Costs no commit when
+    /// [`Changer::after_write`] says `changer` drops. Costs no commit when
     /// there is nothing to drop, the common case. Returns whether anything
     /// was dropped (a caller that caches attributes must forget them).
     ///
     /// # Errors
     /// `NotFound`; I/O errors.
-    pub fn drop_privileges(&self, ino: InodeNo, set_id: bool) -> Result<bool> {
-        if !self.read_op(|fs| super::ops::has_privileges(fs, ino, set_id))? {
+    pub fn drop_privileges(&self, ino: InodeNo, changer: &Changer) -> Result<bool> {
+        if !self.read_op(|fs| super::ops::has_privileges(fs, ino, changer))? {
             return Ok(false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
-            let dropped = super::ops::drop_privileges(fs, ino, set_id)?;
+            let dropped = super::ops::drop_privileges(fs, ino, changer)?;
             if dropped {
                 fs.inode_mut(ino)?.ctime = now;
             }

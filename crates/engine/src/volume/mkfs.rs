@@ -145,6 +145,7 @@ impl Volume {
                     | crate::format::superblock::INCOMPAT_SNAPSHOTS
                     | crate::format::superblock::INCOMPAT_CLONES
                     | crate::format::superblock::INCOMPAT_INDEX_RUNS
+                    | crate::format::superblock::INCOMPAT_INODE_FLAGS
                     | crate::format::superblock::INCOMPAT_SPARSE_IFILE
                     | crate::format::superblock::INCOMPAT_META_REDUNDANCY
             } else {

@@ -17,6 +17,7 @@ mod commit;
 mod fallocate;
 mod discard;
 mod files;
+mod flags;
 mod fsync;
 mod load;
 mod migrate;
@@ -39,6 +40,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 use std::time::Duration;
 
+/// The inode flags of `Attr::flags` and `Volume::set_flags`.
+pub use crate::format::inode::{
+    FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_NOATIME, FLAG_NODUMP, FLAG_PROJINHERIT, FLAG_SYNC, KNOWN_FLAGS,
+};
 pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};

@@ -5,9 +5,9 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, lock};
+use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, flags, lock};
 use crate::error::{Error, Result};
-use crate::format::inode::Body;
+use crate::format::inode::{Body, FLAG_DIRSYNC, FLAG_PROJINHERIT, FLAG_SYNC};
 use crate::format::name::NAME_MAX;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
@@ -21,31 +21,28 @@ pub const LINK_MAX: u32 = 65000;
 /// Longest symlink target (PATH_MAX minus the NUL).
 pub const SYMLINK_MAX: usize = 4095;
 
-const S_ISUID: u32 = 0o4000;
 const S_ISGID: u32 = 0o2000;
-const S_IXGRP: u32 = 0o0010;
 
 /// The extended attribute that grants file capabilities on exec.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
-/// Drops what an unprivileged write, truncation or chown must drop from a
-/// non-directory (Linux's `file_remove_privs`): the set-user-id bit, the
-/// set-group-id bit when it means set-gid (group-executable) rather than
-/// mandatory locking, and file capabilities; only the capabilities when
-/// `set_id` is false (a privileged writer keeps the bits, not the
-/// capabilities). Returns whether anything changed.
-pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
+/// Drops what a write, truncation or fallocate must drop from a regular
+/// file (Linux's `file_remove_privs`): file capabilities always, and the
+/// set-id bits [`Changer::after_write`] says go. Returns whether anything
+/// changed.
+pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, changer: &Changer) -> Result<bool> {
+    let rec = fs.inode(ino)?;
+    let mode = (rec.mode & !0o7777) | changer.after_write(rec.mode & 0o7777, rec.gid);
+    drop_mode_and_capabilities(fs, ino, mode)
+}
+
+/// Sets `mode` when it differs and removes file capabilities; whether
+/// anything changed.
+fn drop_mode_and_capabilities(fs: &mut Fs, ino: InodeNo, mode: u32) -> Result<bool> {
     let mut changed = false;
-    if set_id {
-        let rec = fs.inode(ino)?;
-        let mut mode = rec.mode & !S_ISUID;
-        if mode & S_IXGRP != 0 {
-            mode &= !S_ISGID;
-        }
-        if mode != rec.mode {
-            fs.inode_mut(ino)?.mode = mode;
-            changed = true;
-        }
+    if mode != fs.inode(ino)?.mode {
+        fs.inode_mut(ino)?.mode = mode;
+        changed = true;
     }
     match fs.xattr_remove(ino, SECURITY_CAPABILITY) {
         Ok(()) => changed = true,
@@ -56,9 +53,9 @@ pub(super) fn drop_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result
 }
 
 /// Whether [`drop_privileges`] would change anything, without changing it.
-pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, set_id: bool) -> Result<bool> {
-    let mode = fs.inode(ino)?.mode;
-    if set_id && (mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP) {
+pub(super) fn has_privileges(fs: &mut Fs, ino: InodeNo, changer: &Changer) -> Result<bool> {
+    let rec = fs.inode(ino)?;
+    if changer.after_write(rec.mode & 0o7777, rec.gid) != rec.mode & 0o7777 {
         return Ok(true);
     }
     fs.xattr_has(ino, SECURITY_CAPABILITY)
@@ -130,6 +127,16 @@ impl Volume {
     /// `FileTooBig`, `IsDir` for a directory's size, `NotFound`.
     pub fn setattr(&self, ino: InodeNo, set: &SetAttr) -> Result<Attr> {
         self.prefetch(|fs| fs.inode(ino).map(|_| ()));
+        {
+            // An immutable inode changes in nothing; an append-only one
+            // keeps its mode, owner and size (the kernel's own write-back
+            // of the times of its appends comes as a setattr too).
+            let rec = lock(&self.fs).inode(ino)?.clone();
+            flags::immutable(rec.flags)?;
+            if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.size.is_some() {
+                flags::fixed(rec.flags)?;
+            }
+        }
         if let Some(size) = set.size {
             if size > MAX_FILE_SIZE {
                 return Err(Error::FileTooBig);
@@ -155,6 +162,7 @@ impl Volume {
                 changed = true;
             }
             let new_mode = rec.mode;
+            let old_gid = rec.gid;
             let chown = set.uid.is_some() || set.gid.is_some();
             if chown {
                 rec.uid = set.uid.unwrap_or(rec.uid);
@@ -183,11 +191,16 @@ impl Volume {
             drop(rec);
             // chown(2) of a non-directory, even to the same owner, drops its
             // privileges (Linux's ATTR_KILL_SUID/SGID/PRIV); a truncation
-            // drops its capabilities, and its set-id bits when unprivileged.
+            // drops its capabilities, and its set-id bits as a write does.
             // An explicit mode wins (the kernel computed it).
             if (chown || set.size.is_some()) && !matches!(kind, FileKind::Directory | FileKind::Symlink) {
-                let set_id = set.mode.is_none() && (chown || set.kill_privileges);
-                drop_privileges(fs, ino, set_id)?;
+                let perm = new_mode & 0o7777;
+                let perm = match set.mode {
+                    Some(_) => perm,
+                    None if chown => set.changer.after_chown(perm, old_gid),
+                    None => set.changer.after_write(perm, old_gid),
+                };
+                drop_mode_and_capabilities(fs, ino, (new_mode & !0o7777) | perm)?;
             }
             if set.mode.is_some() && kind != FileKind::Symlink {
                 // chmod rewrites the access ACL's owner, mask and other entries.
@@ -257,6 +270,8 @@ impl Volume {
             if p.nlink == 0 {
                 return Err(Error::NotFound);
             }
+            flags::immutable(p.flags)?;
+            let (parent_flags, parent_project) = (p.flags, p.project);
             if kind == FileKind::Directory && p.nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
             }
@@ -274,6 +289,13 @@ impl Volume {
             let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
             let perm = inherited.perm;
             let ino = fs.new_inode(parent, NewInode { kind, perm, uid: creds.uid, gid, rdev }, now)?;
+            if parent_flags != 0 {
+                let mut rec = fs.inode_mut(ino)?;
+                rec.flags = flags::inherited(parent_flags, kind);
+                if parent_flags & FLAG_PROJINHERIT != 0 {
+                    rec.project = parent_project;
+                }
+            }
             fs.acl_store_inherited(ino, &inherited)?;
             fill.take().ok_or(Error::Invalid("operation retried after a partial change"))?(fs, ino)?;
             fs.dir_insert(parent, &name, ino, kind)?;
@@ -284,6 +306,7 @@ impl Volume {
             Volume::attr(fs, ino)
         })?;
         self.remember(attr.ino, 1);
+        self.dirsync(&[parent])?;
         Ok(attr)
     }
 
@@ -392,6 +415,8 @@ impl Volume {
             if fs.inode(parent)?.nlink == 0 {
                 return Err(Error::NotFound);
             }
+            flags::fixed(fs.inode(ino)?.flags)?;
+            flags::may_add_name(fs, parent)?;
             let nlink = fs.inode(ino)?.nlink;
             if nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
@@ -408,10 +433,12 @@ impl Volume {
             drop(rec);
             if nlink == 0 {
                 fs.set_orphan(ino, false)?;
+                fs.intents.named_orphan(ino);
             }
             Volume::attr(fs, ino)
         })?;
         self.remember(attr.ino, 1);
+        self.dirsync(&[parent])?;
         Ok(attr)
     }
 
@@ -431,12 +458,14 @@ impl Volume {
             if e.kind == FileKind::Directory {
                 return Err(Error::IsDir);
             }
+            flags::may_remove_name(fs, parent, e.ino)?;
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
             Volume::unlink_inode(fs, e.ino, now)?;
             Ok(e.ino)
         })?;
-        self.drop_link(ino)
+        self.drop_link(ino)?;
+        self.dirsync(&[parent])
     }
 
     /// One link of `ino` is gone: count it, and put an inode left with no
@@ -476,6 +505,7 @@ impl Volume {
             if !fs.dir_is_empty(e.ino)? {
                 return Err(Error::NotEmpty);
             }
+            flags::may_remove_name(fs, parent, e.ino)?;
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
             fs.inode_mut(parent)?.nlink -= 1;
@@ -486,7 +516,8 @@ impl Volume {
             fs.set_orphan(e.ino, true)?;
             Ok(e.ino)
         })?;
-        self.drop_link(ino)
+        self.drop_link(ino)?;
+        self.dirsync(&[parent])
     }
 
     /// Renames `name` in `parent` to `new_name` in `new_parent`.
@@ -531,6 +562,15 @@ impl Volume {
             }
             if flags.noreplace && dst.is_some() {
                 return Err(Error::Exists);
+            }
+            // Immutable and append-only names stay where they are.
+            self::flags::may_remove_name(fs, parent, src.ino)?;
+            self::flags::may_add_name(fs, new_parent)?;
+            if let Some(d) = &dst {
+                self::flags::may_remove_name(fs, new_parent, d.ino)?;
+                if flags.exchange {
+                    self::flags::may_add_name(fs, parent)?;
+                }
             }
             if let Some(d) = &dst
                 && d.ino == src.ino
@@ -600,10 +640,23 @@ impl Volume {
             }
             Ok(None)
         })?;
-        match replaced {
-            Some(ino) => self.drop_link(ino),
-            None => Ok(()),
+        if let Some(ino) = replaced {
+            self.drop_link(ino)?;
         }
+        self.dirsync(&[parent, new_parent])
+    }
+
+    /// Makes a change of the directories `dirs` durable before it returns
+    /// when one of them is dirsync or sync (`chattr +D`, `+S`): a commit.
+    fn dirsync(&self, dirs: &[InodeNo]) -> Result<()> {
+        let synced = self.read_op(|fs| {
+            let mut any = false;
+            for d in dirs {
+                any |= fs.inode(*d)?.flags & (FLAG_DIRSYNC | FLAG_SYNC) != 0;
+            }
+            Ok(any)
+        })?;
+        if synced { self.fsync(dirs[0]) } else { Ok(()) }
     }
 
     /// A directory moved from `from` to `to`: its `..` and both link counts follow.

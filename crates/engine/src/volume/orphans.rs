@@ -1,13 +1,62 @@
 //! References held on inodes from outside (kernel lookups, open files) and
-//! the orphan list: an inode that lost its last link lives until its last
-//! reference goes, and what a crash interrupted is finished after it.
+//! the orphan list: an inode that lost its last link, or an unnamed
+//! O_TMPFILE file, lives until its last reference goes, and what a crash
+//! interrupted is finished after it.
 
-use super::{Volume, lock};
-use crate::error::Result;
+use super::{Attr, Creds, Volume, flags, lock};
+use crate::error::{Error, Result};
+use crate::format::inode::FLAG_PROJINHERIT;
 use crate::meta_log::segments::OpKind;
-use crate::types::InodeNo;
+use crate::namespace::inode::NewInode;
+use crate::types::{FileKind, InodeNo};
+
+/// The set-group-id bit: a directory with it hands its group on.
+const S_ISGID: u32 = 0o2000;
 
 impl Volume {
+    /// Creates an unnamed regular file in directory `parent` (O_TMPFILE):
+    /// no link, an orphan from birth in the same step (I4), so that it is
+    /// freed when its last reference goes and by recovery after a crash;
+    /// [`Volume::link`] names it and takes it off the orphan list. The
+    /// directory is not changed. The new inode is remembered once.
+    ///
+    /// # Errors
+    /// `NotDir`, `NotFound` for a removed directory, `NotPermitted` for an
+    /// immutable one, no space.
+    pub fn tmpfile(&self, parent: InodeNo, perm: u32, creds: Creds) -> Result<Attr> {
+        self.prefetch(|fs| fs.inode(parent).map(|_| ()));
+        let attr = self.mutate(OpKind::Grow, |fs, now| {
+            if Volume::kind_of(fs, parent)? != FileKind::Directory {
+                return Err(Error::NotDir);
+            }
+            let p = fs.inode(parent)?;
+            if p.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            flags::immutable(p.flags)?;
+            let (parent_flags, parent_project) = (p.flags, p.project);
+            let gid = if p.mode & S_ISGID != 0 { p.gid } else { creds.gid };
+            let kind = FileKind::Regular;
+            let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
+            let ino =
+                fs.new_inode(parent, NewInode { kind, perm: inherited.perm, uid: creds.uid, gid, rdev: 0 }, now)?;
+            let mut rec = fs.inode_mut(ino)?;
+            rec.nlink = 0;
+            rec.flags = flags::inherited(parent_flags, kind);
+            if parent_flags & FLAG_PROJINHERIT != 0 {
+                rec.project = parent_project;
+            }
+            drop(rec);
+            if !crate::faults::active(crate::faults::Fault::TmpfileNotOrphan) {
+                fs.set_orphan(ino, true)?;
+            }
+            fs.acl_store_inherited(ino, &inherited)?;
+            Volume::attr(fs, ino)
+        })?;
+        self.remember(attr.ino, 1);
+        Ok(attr)
+    }
+
     /// Takes `n` references to `ino` (kernel lookups, open files).
     pub fn remember(&self, ino: InodeNo, n: u64) {
         lock(&self.fs).take_refs(ino, n);

@@ -263,6 +263,7 @@ pub(crate) fn attrs_of(r: &InodeRecord) -> InodeAttrs {
         mtime: r.mtime,
         ctime: r.ctime,
         crtime: r.crtime,
+        project: r.project,
     }
 }
 

@@ -38,6 +38,10 @@ pub struct Attr {
     pub crtime: Timestamp,
     /// Preferred I/O size.
     pub blksize: u32,
+    /// Inode flags (`chattr`; `format::inode::FLAG_*`).
+    pub flags: u32,
+    /// Project id.
+    pub project: u32,
 }
 
 impl Attr {
@@ -71,6 +75,8 @@ impl Attr {
             ctime: r.ctime,
             crtime: r.crtime,
             blksize: BLOCK_BYTES as u32,
+            flags: r.flags,
+            project: r.project,
         }
     }
 }
@@ -85,7 +91,7 @@ pub enum TimeSet {
 }
 
 /// Which attributes `setattr` changes; `None` leaves one alone.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct SetAttr {
     /// New permission bits (`0o7777`).
     pub mode: Option<u32>,
@@ -105,10 +111,66 @@ pub struct SetAttr {
     /// that owns the times (the kernel's writeback cache, which sends them
     /// when a size change should move them) passes [`Stamp::Keep`].
     pub size_stamp: Stamp,
-    /// Whether a new size also drops set-id bits and file capabilities, as
-    /// a truncation by a caller without CAP_FSETID does.
-    pub kill_privileges: bool,
+    /// Who truncates or changes the owner: what a new size or owner drops
+    /// of the set-id bits depends on it ([`Changer`]).
+    pub changer: Changer,
 }
+
+/// Who changes a file in a way that may drop its set-id bits (a write, a
+/// truncation, an fallocate, a chown), for Linux's rule
+/// (`setattr_should_drop_suidgid`, `setattr_should_drop_sgid`, 6.2 and
+/// later): set-user-id goes unless the changer has CAP_FSETID; set-group-id
+/// goes when the file is group-executable, or when the changer is neither
+/// in the file's group nor has CAP_FSETID. A chown drops set-user-id
+/// whoever makes it, and set-group-id by the same group rule.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub enum Changer {
+    /// Has CAP_FSETID.
+    #[default]
+    Privileged,
+    /// Lacks CAP_FSETID; its filesystem group id and supplementary groups.
+    Unprivileged {
+        /// Every group the changer is in.
+        groups: Vec<u32>,
+    },
+}
+
+impl Changer {
+    /// Whether the changer keeps the set-group-id bit of a file of group
+    /// `gid` that is not group-executable.
+    #[must_use]
+    pub fn keeps_sgid_of(&self, gid: u32) -> bool {
+        match self {
+            Changer::Privileged => true,
+            Changer::Unprivileged { groups } => groups.contains(&gid),
+        }
+    }
+
+    /// The mode a write, truncation or fallocate by this changer leaves of
+    /// a regular file's `mode` of group `gid`.
+    #[must_use]
+    pub fn after_write(&self, mode: u32, gid: u32) -> u32 {
+        match self {
+            Changer::Privileged => mode,
+            Changer::Unprivileged { .. } => self.after_chown(mode, gid),
+        }
+    }
+
+    /// The mode a chown by this changer leaves of a non-directory's `mode`
+    /// of (former) group `gid`.
+    #[must_use]
+    pub fn after_chown(&self, mode: u32, gid: u32) -> u32 {
+        let mut mode = mode & !S_ISUID;
+        if mode & S_ISGID != 0 && (mode & S_IXGRP != 0 || !self.keeps_sgid_of(gid)) {
+            mode &= !S_ISGID;
+        }
+        mode
+    }
+}
+
+const S_ISUID: u32 = 0o4000;
+const S_ISGID: u32 = 0o2000;
+const S_IXGRP: u32 = 0o0010;
 
 /// Who creates an inode: its owner, and the creating process's umask.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -61,6 +61,7 @@ impl Volume {
             return self.set_acl(ino, kind, Some(value), false);
         }
         self.mutate(OpKind::Grow, |fs, now| {
+            super::flags::fixed(fs.inode(ino)?.flags)?;
             // The record held for a replacement would undo this change.
             fs.release_replacement(ino)?;
             fs.xattr_set(ino, name, value, mode)?;
@@ -80,6 +81,7 @@ impl Volume {
             return self.set_acl(ino, kind, None, false);
         }
         self.mutate(OpKind::Shrink, |fs, now| {
+            super::flags::fixed(fs.inode(ino)?.flags)?;
             fs.release_replacement(ino)?;
             fs.xattr_remove(ino, name)?;
             fs.inode_mut(ino)?.ctime = now;
@@ -108,6 +110,7 @@ impl Volume {
             if file_kind == FileKind::Symlink {
                 return Err(Error::NotSupported);
             }
+            super::flags::fixed(fs.inode(ino)?.flags)?;
             fs.release_replacement(ino)?;
             let mut changed = false;
             let mut stored = acl.as_ref();

@@ -5,10 +5,13 @@ use dualfs_engine::Error;
 use dualfs_engine::device::{AlignedBuf, FileDevice};
 use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::Stamp;
+use dualfs_engine::volume::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_SYNC};
 
 use super::report;
 use crate::DualFs;
-use crate::answers::{Caller, Errno, FOPEN_KEEP_CACHE, FUSE_WRITE_CACHE, FUSE_WRITE_KILL_SUIDGID, Opened};
+use crate::answers::{
+    Caller, Errno, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_WRITE_CACHE, FUSE_WRITE_KILL_SUIDGID, Opened,
+};
 use crate::convert;
 use crate::requests::Op;
 
@@ -40,6 +43,14 @@ impl DualFs {
         let writes = acc != libc::O_RDONLY;
         let direct = if writes { self.write_open_flags() } else { 0 };
         match self.vol.getattr(ino(node)) {
+            // Immutable: no opening for writing; append-only: only with
+            // O_APPEND (ext4's `may_open`, which a FUSE inode's missing
+            // S_IMMUTABLE and S_APPEND keep the kernel from doing).
+            Ok(a) if writes && a.flags & FLAG_IMMUTABLE != 0 => Err(Errno::EPERM),
+            Ok(a) if writes && a.flags & FLAG_APPEND != 0 && flags & libc::O_APPEND == 0 => Err(Errno::EPERM),
+            // A sync file's writes come to the volume, which makes each
+            // durable before it answers: the kernel's cache would hold them.
+            Ok(a) if writes && a.flags & FLAG_SYNC != 0 => Ok(Opened { fh: 0, flags: direct | FOPEN_DIRECT_IO }),
             Ok(_) if direct != 0 => Ok(Opened { fh: 0, flags: direct }),
             Ok(_) if reads && self.vol.access_due(ino(node)) => Ok(Opened { fh: 0, flags: 0 }),
             Ok(_) => Ok(Opened { fh: 0, flags: FOPEN_KEEP_CACHE }),
@@ -88,13 +99,15 @@ impl DualFs {
         // already owns (it sends them with a setattr); a direct write does not.
         let cached = write_flags & FUSE_WRITE_CACHE != 0;
         let stamp = if cached { Stamp::Keep } else { Stamp::Now };
-        // The kernel flags the writes it knows to be unprivileged, but not
-        // an O_DIRECT write under the writeback cache: a write that comes
-        // straight from a caller other than root stands for one without
-        // CAP_FSETID, as for truncation. Page-cache write-back carries the
-        // flusher's credentials, so only the flag speaks for it.
-        let set_id = write_flags & FUSE_WRITE_KILL_SUIDGID != 0 || (!cached && caller.uid != 0);
-        match self.vol.drop_privileges(ino(node), set_id) {
+        // The kernel flags the writes of callers without CAP_FSETID, and
+        // sends a write from its cache only when it found nothing to drop
+        // (FUSE_HANDLE_KILLPRIV_V2). An O_DIRECT write under the writeback
+        // cache goes unflagged: one straight from a caller other than root
+        // stands for one without CAP_FSETID, as for truncation. Page-cache
+        // write-back carries the flusher's credentials, so only the flag
+        // speaks for it.
+        let unprivileged = write_flags & FUSE_WRITE_KILL_SUIDGID != 0 || (!cached && caller.uid != 0);
+        match self.drop_privileges(caller, node, !unprivileged) {
             Ok(dropped) => self.attributes_changed(node, dropped),
             Err(e) => return Err(report("write", &e)),
         }
@@ -145,16 +158,18 @@ impl DualFs {
         r.map_err(|e| report("fsync", &e))
     }
 
-    /// IOCTL `cmd` with the caller's bytes `data`: FITRIM.
+    /// IOCTL `cmd` on `node` with the caller's bytes `data`: FITRIM, and
+    /// the inode flags' (at most `out_size` bytes back).
     ///
     /// # Errors
     /// ENOTTY is what a file system says to an ioctl it does not know
-    /// (isatty's TCGETS on every open by Python, say); FITRIM's.
-    pub fn ioctl(&self, caller: Caller, cmd: u32, data: &[u8]) -> Result<Vec<u8>, Errno> {
+    /// (isatty's TCGETS on every open by Python, say); FITRIM's and the
+    /// flags'.
+    pub fn ioctl(&self, caller: Caller, node: u64, cmd: u32, data: &[u8], out_size: u32) -> Result<Vec<u8>, Errno> {
         let _t = self.requests.time(Op::Ioctl);
         match cmd {
             super::FITRIM => self.fitrim(caller, data),
-            _ => Err(Errno::ENOTTY),
+            _ => self.fileattr_ioctl(node, cmd, data, out_size),
         }
     }
 
@@ -168,25 +183,53 @@ impl DualFs {
         // As ext4's `file_modified`: every mode drops file capabilities, and
         // the set-id bits unless the caller may keep them (root stands for
         // CAP_FSETID; the kernel does not say).
-        let r = self.vol.drop_privileges(ino(node), caller.uid != 0).and_then(|dropped| {
+        let r = self.drop_privileges(caller, node, caller.uid == 0).and_then(|dropped| {
             self.attributes_changed(node, dropped);
             self.vol.fallocate(ino(node), offset, length, mode)
         });
         r.map_err(|e| report("fallocate", &e))
     }
 
-    /// LSEEK: the engine answers SEEK_DATA and SEEK_HOLE.
+    /// Drops what a change of the data by `caller` drops (the set-id bits
+    /// by the engine's rule, file capabilities always).
+    fn drop_privileges(&self, caller: Caller, node: u64, privileged: bool) -> Result<bool, Error> {
+        let mode = if privileged { 0 } else { self.vol.getattr(ino(node))?.perm };
+        self.vol.drop_privileges(ino(node), &crate::caller::changer(caller, privileged, mode))
+    }
+
+    /// LSEEK: the engine answers SEEK_DATA and SEEK_HOLE, once it holds
+    /// every byte the kernel holds of the file.
+    ///
+    /// Under the writeback cache the kernel may hold dirty pages of a file
+    /// open for writing, which read(2) returns and the volume has not seen
+    /// (a byte written at 4096 of an empty file: the volume says ENXIO).
+    /// The kernel sends LSEEK without writing them back first, so the
+    /// adapter has it do so: an inode invalidation from `offset` on makes
+    /// the kernel write back (launder) its dirty pages there before it
+    /// returns (`invalidate_inode_pages2_range`; the kernel holds the inode
+    /// lock for the LSEEK, which the write-back does not take). The clean
+    /// pages of that range are dropped with them, so a file nobody holds
+    /// open for writing, which has no dirty page, is answered at once.
+    ///
+    /// The write-back is served by the other threads; when as many LSEEKs
+    /// wait as may ([`crate::AdapterOptions::lseek_flushes`]), or there is
+    /// no way to notify the kernel, the answer is ENOSYS, after which the
+    /// kernel answers every LSEEK of the mount itself from its own size
+    /// (data up to the end, no holes): correct, but blind to holes.
     ///
     /// # Errors
-    /// EINVAL for a negative offset or an unknown whence, EOVERFLOW; the
-    /// engine's (ENXIO past the end).
+    /// EINVAL for a negative offset or an unknown whence, EOVERFLOW;
+    /// ENOSYS as above; the engine's (ENXIO past the end).
     pub fn lseek(&self, node: u64, offset: i64, whence: i32) -> Result<i64, Errno> {
         let _t = self.requests.time(Op::Lseek);
         let Ok(from) = u64::try_from(offset) else {
             return Err(Errno::EINVAL);
         };
         let r = match convert::whence(whence) {
-            Some(w) => self.vol.seek(ino(node), from, w),
+            Some(w) => {
+                self.write_back_kernel_pages(node, offset)?;
+                self.vol.seek(ino(node), from, w)
+            }
             // The kernel answers the other whence values itself; should one
             // come, SEEK_SET and SEEK_END have an answer without a position.
             None if whence == libc::SEEK_SET => Ok(from),
@@ -197,6 +240,32 @@ impl DualFs {
             Ok(Ok(pos)) => Ok(pos),
             Ok(Err(_)) => Err(Errno::EOVERFLOW),
             Err(e) => Err(report("lseek", &e)),
+        }
+    }
+
+    /// Has the kernel write back the dirty pages of `node` from `offset`
+    /// on, if it may hold any (see [`DualFs::lseek`]).
+    pub(super) fn write_back_kernel_pages(&self, node: u64, offset: i64) -> Result<(), Errno> {
+        if !self.writeback() || !self.writers.any(node) {
+            return Ok(());
+        }
+        let slot = self.writers.flush_slot(self.options.lseek_flushes);
+        let notifier = self.notifier.get();
+        let (Some(_slot), Some(n)) = (slot, notifier) else {
+            log::warn!(
+                "lseek of inode {node}: cannot have the kernel write back its pages now; \
+                 the kernel answers SEEK_DATA and SEEK_HOLE itself from now on (no holes)"
+            );
+            return Err(Errno::ENOSYS);
+        };
+        // ENOENT: the kernel no longer caches the inode, so holds no page.
+        match n.inval_inode(node, offset, 0) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => {
+                log::warn!("lseek of inode {node}: the kernel's write-back failed: {e}");
+                Err(Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)))
+            }
         }
     }
 

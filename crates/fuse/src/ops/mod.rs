@@ -7,9 +7,11 @@
 //! - `names.rs`: LOOKUP, FORGET, GETATTR, SETATTR, the directory changes,
 //!   READDIR(PLUS), STATFS;
 //! - `files.rs`: OPEN to COPY_FILE_RANGE, the requests on open files;
+//! - `fileattr.rs`: the inode flags' IOCTLs (chattr, lsattr);
 //! - `xattrs.rs`: the extended attributes, ACLs and the control interface;
 //! - `trim.rs`: FITRIM.
 
+mod fileattr;
 mod files;
 mod names;
 mod trim;
@@ -136,7 +138,7 @@ impl DualFs {
     /// volume changed them behind a request that does not say so (the
     /// set-id bits dropped by a write or fallocate), so that the next stat
     /// asks. Only the attributes: offset -1 leaves the page cache alone.
-    fn attributes_changed(&self, node: u64, changed: bool) {
+    pub(crate) fn attributes_changed(&self, node: u64, changed: bool) {
         if !changed {
             return;
         }

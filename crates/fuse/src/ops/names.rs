@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use dualfs_engine::Error;
 use dualfs_engine::types::{InodeNo, Timestamp};
-use dualfs_engine::volume::{Attr, Listing, SetAttr, Stamp, StatFs, TimeSet};
+use dualfs_engine::volume::{Attr, Changer, Listing, SetAttr, Stamp, StatFs, TimeSet};
 
 use super::{creds, report};
-use crate::DualFs;
 use crate::answers::{Caller, Entry, Errno, FOPEN_KEEP_CACHE, Opened};
 use crate::convert;
 use crate::requests::Op;
+use crate::{DualFs, caller};
 
 /// Entries listed per engine call in readdirplus: the attributes are read
 /// outside the directory walk, a batch at a time, so that a reply buffer
@@ -35,6 +35,11 @@ pub struct SetAttrIn {
     pub mtime: Option<TimeSet>,
     /// The change time the kernel stamped.
     pub ctime: Option<Timestamp>,
+    /// FATTR_KILL_SUIDGID (FUSE_HANDLE_KILLPRIV_V2): the kernel asks the
+    /// set-id bits dropped, on every chown of a non-directory and on a
+    /// truncation by a caller without CAP_FSETID; `None` where the
+    /// transport does not say.
+    pub kill_suidgid: Option<bool>,
 }
 
 fn ino(n: u64) -> InodeNo {
@@ -103,9 +108,9 @@ impl DualFs {
         self.vol.getattr(ino(node)).map_err(|e| report("getattr", &e))
     }
 
-    /// SETATTR. The kernel has done the permission checks and computed any
-    /// set-id bits to clear (it sends them as a mode): apply exactly what
-    /// it says.
+    /// SETATTR. The kernel has done the permission checks; a mode it sends
+    /// is applied as it is. The set-id bits a truncation or chown drops
+    /// are the engine's to decide ([`dualfs_engine::volume::Changer`]).
     ///
     /// # Errors
     /// The engine's.
@@ -126,12 +131,27 @@ impl DualFs {
             // sends them when a truncation should move them (not, for one,
             // when truncate(2) leaves the size as it was).
             size_stamp: if self.writeback() { Stamp::Keep } else { Stamp::Now },
-            // The kernel flags an unprivileged truncation with
-            // FATTR_KILL_SUIDGID, which the adapter does not read; root
-            // stands in for "has CAP_FSETID".
-            kill_privileges: caller.uid != 0,
+            changer: self.setattr_changer(caller, node, set),
         };
         self.vol.setattr(ino(node), &set).map_err(|e| report("setattr", &e))
+    }
+
+    /// Who a SETATTR's truncation or chown is by. A truncation flagged
+    /// FATTR_KILL_SUIDGID is by a caller without CAP_FSETID, one without
+    /// the flag by one the kernel found privileged; a chown is always
+    /// flagged, and root stands for CAP_FSETID (the kernel does not say).
+    fn setattr_changer(&self, caller: Caller, node: u64, set: &SetAttrIn) -> Changer {
+        if set.size.is_none() && set.uid.is_none() && set.gid.is_none() {
+            return Changer::Privileged;
+        }
+        let chown = set.uid.is_some() || set.gid.is_some();
+        let privileged = match set.kill_suidgid {
+            _ if chown => caller.uid == 0,
+            Some(kill) => !kill,
+            None => caller.uid == 0,
+        };
+        let mode = if privileged { 0 } else { self.vol.getattr(ino(node)).map_or(0o2000, |a| a.perm) };
+        caller::changer(caller, privileged, mode)
     }
 
     /// READLINK.
@@ -380,6 +400,25 @@ impl DualFs {
                 Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
             }
             Err(e) => Err(report("create", &e)),
+        }
+    }
+
+    /// TMPFILE: an unnamed regular file in `parent`, an orphan until a
+    /// LINK names it (`linkat` with AT_EMPTY_PATH, or of /proc/self/fd),
+    /// freed when the kernel forgets it otherwise, and by recovery after a
+    /// crash. Answered as CREATE: the entry has no link.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn tmpfile(&self, caller: Caller, parent: u64, mode: u32, umask: u32) -> Result<(Entry, Opened), Errno> {
+        let _t = self.requests.time(Op::Create);
+        match self.vol.tmpfile(ino(parent), mode & 0o7777, creds(caller, umask)) {
+            Ok(a) => {
+                let entry =
+                    Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
+                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+            }
+            Err(e) => Err(report("tmpfile", &e)),
         }
     }
 }

@@ -91,9 +91,13 @@ impl<'a> ReplyBuf<'a> {
         self.push(&v.to_ne_bytes());
     }
 
-    fn zeros(&mut self, n: usize) {
+    fn zeros(&mut self, mut n: usize) {
         const Z: [u8; 64] = [0; 64];
-        self.push(&Z[..n.min(64)]);
+        while n > 0 {
+            let k = n.min(64);
+            self.push(&Z[..k]);
+            n -= k;
+        }
     }
 
     /// `struct fuse_entry_out` (LOOKUP, MKDIR, MKNOD, SYMLINK, LINK).
@@ -111,6 +115,42 @@ impl<'a> ReplyBuf<'a> {
         let mut b = [0u8; ATTR_LEN];
         attr.encode(&mut b);
         self.push(&b);
+    }
+
+    /// `struct fuse_statx_out` (STATX): `attr` as GETATTR answers it, and
+    /// the birth time when known (STATX_BTIME in the mask then).
+    pub fn statx_out(&mut self, attr: &Attr, btime: Option<(i64, u32)>, valid: Duration) {
+        const BASIC_STATS: u32 = 0x7ff;
+        const BTIME: u32 = 0x800;
+        self.u64(valid.as_secs());
+        self.u32(valid.subsec_nanos());
+        self.u32(0); // flags
+        self.zeros(16); // spare
+        self.u32(if btime.is_some() { BASIC_STATS | BTIME } else { BASIC_STATS });
+        self.u32(attr.blksize);
+        self.u64(0); // attributes
+        self.u32(attr.nlink);
+        self.u32(attr.uid);
+        self.u32(attr.gid);
+        // The type and permission bits fit: the kernel's mode is 16 bits.
+        self.push(&((attr.mode & 0xffff) as u16).to_ne_bytes());
+        self.zeros(2);
+        self.u64(attr.ino);
+        self.u64(attr.size);
+        self.u64(attr.blocks);
+        self.u64(0); // attributes_mask
+        let (bsec, bnsec) = btime.unwrap_or((0, 0));
+        for (sec, nsec) in
+            [(attr.atime, attr.atime_nsec), (bsec, bnsec), (attr.ctime, attr.ctime_nsec), (attr.mtime, attr.mtime_nsec)]
+        {
+            self.u64(sec as u64);
+            self.u32(nsec);
+            self.u32(0);
+        }
+        // The new 32-bit encoding of a device number, split.
+        self.u32((attr.rdev & 0xfff00) >> 8);
+        self.u32((attr.rdev & 0xff) | ((attr.rdev >> 12) & 0xfff00));
+        self.zeros(8 + 14 * 8); // dev_major, dev_minor, spare
     }
 
     /// `struct fuse_open_out` (OPEN, OPENDIR); `open_flags` from [`super::fopen`].

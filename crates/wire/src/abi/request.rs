@@ -229,6 +229,14 @@ pub enum Request<'a> {
         open_flags: u32,
         name: &'a [u8],
     },
+    /// O_TMPFILE (Linux 6.1): an unnamed regular file in the header's
+    /// directory, opened; answered as CREATE.
+    Tmpfile {
+        flags: u32,
+        mode: u32,
+        umask: u32,
+        open_flags: u32,
+    },
     /// The kernel gave up waiting for request `unique`; no reply.
     Interrupt {
         unique: u64,
@@ -265,6 +273,14 @@ pub enum Request<'a> {
         flags: u64,
     },
     Syncfs,
+    /// `struct fuse_statx_in`: the `statx(2)` flags and mask asked for
+    /// (sent for STATX_BTIME, Linux 6.6+).
+    Statx {
+        getattr_flags: u32,
+        fh: u64,
+        sx_flags: u32,
+        sx_mask: u32,
+    },
     /// An opcode not decoded here (answer ENOSYS and the kernel mostly
     /// stops sending it).
     Unknown {
@@ -309,7 +325,7 @@ pub fn op_header_len(opcode: u32, neg: &Negotiated) -> usize {
         opcode::GETXATTR | opcode::LISTXATTR | opcode::ACCESS => 8,
         opcode::SETXATTR if neg.flags & init_flags::SETXATTR_EXT != 0 => 16,
         opcode::SETXATTR => 8,
-        opcode::GETATTR | opcode::CREATE | opcode::MKNOD | opcode::FSYNC | opcode::FSYNCDIR => 16,
+        opcode::GETATTR | opcode::CREATE | opcode::TMPFILE | opcode::MKNOD | opcode::FSYNC | opcode::FSYNCDIR => 16,
         opcode::RENAME2 => 16,
         opcode::RELEASE | opcode::RELEASEDIR | opcode::FLUSH | opcode::LSEEK | opcode::STATX => 24,
         opcode::IOCTL | opcode::FALLOCATE => 32,
@@ -498,6 +514,13 @@ impl<'a> Request<'a> {
                 let (flags, mode, umask, open_flags) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
                 Self::Create { flags, mode, umask, open_flags, name: name(rest)?.0 }
             }
+            // The kernel names the unnamed file "/" (`vfs_tmpfile`'s
+            // dentry): a name no entry can have, read and left aside.
+            opcode::TMPFILE => {
+                let (flags, mode, umask, open_flags) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+                cstr(rest)?;
+                Self::Tmpfile { flags, mode, umask, open_flags }
+            }
             opcode::INTERRUPT => Self::Interrupt { unique: r.u64()? },
             opcode::DESTROY => Self::Destroy,
             opcode::IOCTL => {
@@ -510,6 +533,12 @@ impl<'a> Request<'a> {
                 let (fh, offset, length, mode) = (r.u64()?, r.u64()?, r.u64()?, r.u32()?);
                 r.skip(4)?;
                 Self::Fallocate { fh, offset, length, mode }
+            }
+            opcode::STATX => {
+                let getattr_flags = r.u32()?;
+                r.skip(4)?;
+                let (fh, sx_flags, sx_mask) = (r.u64()?, r.u32()?, r.u32()?);
+                Self::Statx { getattr_flags, fh, sx_flags, sx_mask }
             }
             opcode::LSEEK => {
                 let (fh, offset, whence) = (r.u64()?, r.u64()?, r.u32()?);

@@ -172,6 +172,12 @@ fn cases() -> Vec<(u32, Vec<u8>, Request<'static>, Negotiated)> {
             Request::Create { flags: 0o100_101, mode: 0o644, umask: 0o022, open_flags: 0, name: b"file" },
             n,
         ),
+        (
+            opcode::TMPFILE,
+            with(words(&[U32(0o20_200_002), U32(0o600), U32(0o022), U32(0)]), b"/\0"),
+            Request::Tmpfile { flags: 0o20_200_002, mode: 0o600, umask: 0o022, open_flags: 0 },
+            n,
+        ),
         (opcode::INTERRUPT, words(&[U64(99)]), Request::Interrupt { unique: 99 }, n),
         (opcode::DESTROY, vec![], Request::Destroy, n),
         (
@@ -199,6 +205,12 @@ fn cases() -> Vec<(u32, Vec<u8>, Request<'static>, Negotiated)> {
             n,
         ),
         (opcode::SYNCFS, words(&[U64(0)]), Request::Syncfs, n),
+        (
+            opcode::STATX,
+            words(&[U32(1), U32(0), U64(5), U32(0x100), U32(0xfff)]),
+            Request::Statx { getattr_flags: 1, fh: 5, sx_flags: 0x100, sx_mask: 0xfff },
+            n,
+        ),
         (
             opcode::INIT,
             {
@@ -249,7 +261,7 @@ fn every_opcode_decodes_its_fields_on_both_layouts() {
 
 #[test]
 fn unknown_opcodes_decode_as_unknown() {
-    for op in [opcode::GETLK, opcode::BMAP, opcode::POLL, opcode::STATX - 1, 1000] {
+    for op in [opcode::GETLK, opcode::BMAP, opcode::POLL, opcode::SETUPMAPPING, 1000] {
         let m = message(op, &[0; 8]);
         assert_eq!(Request::decode_message(&m, &neg()).unwrap().1, Request::Unknown { opcode: op });
     }
@@ -468,4 +480,26 @@ fn notifications_are_whole_messages() {
     let m = notify_inval_inode(5, -1, 0);
     assert_eq!(m.len(), OUT_HEADER_LEN + 24);
     assert_eq!(u64_at(&m, 24), u64::MAX);
+}
+
+#[test]
+fn statx_out_is_the_kernels_struct_with_btime_where_known() {
+    let mut buf = vec![0u8; 512];
+    let attr = Attr { ino: 9, mode: 0o100_644, atime: 1, ctime: 3, mtime: 4, atime_nsec: 5, ..Attr::default() };
+    let mut out = ReplyBuf::new(&mut buf);
+    out.statx_out(&attr, Some((2, 7)), std::time::Duration::from_secs(1));
+    let b = out.as_slice();
+    assert_eq!(b.len(), 32 + 256, "fuse_statx_out");
+    let u32_at = |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap());
+    assert_eq!(u32_at(32), 0x7ff | 0x800, "basic stats and btime");
+    assert_eq!(u16::from_ne_bytes(b[60..62].try_into().unwrap()), 0o100_644);
+    assert_eq!(u64_at(64), 9, "ino");
+    assert_eq!((u64_at(96), u32_at(104)), (1, 5), "atime");
+    assert_eq!((u64_at(112), u32_at(120)), (2, 7), "btime");
+    assert_eq!(u64_at(128), 3, "ctime");
+    assert_eq!(u64_at(144), 4, "mtime");
+    let mut out = ReplyBuf::new(&mut buf);
+    out.statx_out(&attr, None, std::time::Duration::from_secs(1));
+    assert_eq!(u32::from_ne_bytes(out.as_slice()[32..36].try_into().unwrap()), 0x7ff, "no btime");
 }

@@ -43,6 +43,8 @@ pub(super) struct Apply<'a> {
     /// until then the root shows those of the last complete tree (an
     /// empty volume's, which a rollback cannot know, among them).
     root: Option<InodeAttrs>,
+    /// The volume is marked as keeping inode flags (format 1.6).
+    flags_marked: bool,
 }
 
 impl<'a> Apply<'a> {
@@ -58,6 +60,7 @@ impl<'a> Apply<'a> {
             touched,
             ledger: checked.then(Ledger::default),
             root: None,
+            flags_marked: false,
         }
     }
 
@@ -142,7 +145,17 @@ impl<'a> Apply<'a> {
             FileKind::from_mode(mode) == Some(kind) && (generation == a.generation || a.ino == InodeNo::ROOT)
         };
         match existing {
-            Some(e) if same(e) => {}
+            Some(e) if same(e) => {
+                // Its flags are set again when the section closes: until
+                // then an immutable or append-only file takes the changes
+                // the stream brings.
+                self.vol.with_step(|fs| {
+                    if fs.inode(a.ino)?.flags != 0 {
+                        fs.inode_mut(a.ino)?.flags = 0;
+                    }
+                    Ok(())
+                })?;
+            }
             Some(_) if a.ino == InodeNo::ROOT => {
                 return Err(Error::Stream("the root is not a directory".into()));
             }
@@ -323,6 +336,10 @@ impl<'a> Apply<'a> {
     /// since what came before stamped times and counted links its own way.
     pub(super) fn finish(&mut self) -> Result<()> {
         let Some(a) = self.section.take() else { return Ok(()) };
+        if (a.flags != 0 || a.project != 0) && !self.flags_marked {
+            self.vol.mark_inode_flags()?;
+            self.flags_marked = true;
+        }
         if a.ino == InodeNo::ROOT && self.ledger.is_some() {
             self.root = Some(a);
             return Ok(());
@@ -346,6 +363,7 @@ impl<'a> Apply<'a> {
             r.gid = a.gid;
             r.nlink = a.nlink;
             r.flags = a.flags;
+            r.project = a.project;
             r.rdev = a.rdev;
             r.parent = a.parent;
             r.atime = a.atime;

@@ -11,11 +11,13 @@ pub(super) struct StreamReader<'a> {
     input: &'a mut dyn Read,
     /// What was read so far, as the end record counts it.
     pub(super) counts: StreamCounts,
+    /// The stream's version, from its prelude.
+    version: u32,
 }
 
 impl<'a> StreamReader<'a> {
     pub(super) fn new(input: &'a mut dyn Read) -> Self {
-        StreamReader { input, counts: StreamCounts::default() }
+        StreamReader { input, counts: StreamCounts::default(), version: stream::VERSION }
     }
 
     fn read_exact(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
@@ -30,7 +32,8 @@ impl<'a> StreamReader<'a> {
     pub(super) fn prelude(&mut self) -> Result<()> {
         let mut p = [0u8; PRELUDE_LEN];
         self.read_exact(&mut p, "its prelude")?;
-        stream::check_prelude(&p).map_err(|e| Error::Stream(e.0))
+        self.version = stream::check_prelude(&p).map_err(|e| Error::Stream(e.0))?;
+        Ok(())
     }
 
     pub(super) fn next(&mut self) -> Result<Record> {
@@ -39,7 +42,7 @@ impl<'a> StreamReader<'a> {
         let len = stream::frame_len(&head).map_err(|e| self.bad(&e.0))?;
         let mut rest = vec![0u8; len + FRAME_CRC_LEN];
         self.read_exact(&mut rest, "a record")?;
-        let rec = stream::decode(&head, &rest).map_err(|e| self.bad(&e.0))?;
+        let rec = stream::decode(self.version, &head, &rest).map_err(|e| self.bad(&e.0))?;
         if !matches!(rec, Record::End(_)) {
             self.counts.records += 1;
             match &rec {

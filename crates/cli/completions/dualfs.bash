@@ -76,6 +76,9 @@ _dualfs() {
             dualfs,trace)
                 cmd="dualfs__subcmd__trace"
                 ;;
+            dualfs,trim)
+                cmd="dualfs__subcmd__trim"
+                ;;
             dualfs,tune)
                 cmd="dualfs__subcmd__tune"
                 ;;
@@ -142,6 +145,9 @@ _dualfs() {
             dualfs__subcmd__help,trace)
                 cmd="dualfs__subcmd__help__subcmd__trace"
                 ;;
+            dualfs__subcmd__help,trim)
+                cmd="dualfs__subcmd__help__subcmd__trim"
+                ;;
             dualfs__subcmd__help,tune)
                 cmd="dualfs__subcmd__help__subcmd__tune"
                 ;;
@@ -186,6 +192,9 @@ _dualfs() {
                 ;;
             dualfs__subcmd__help__subcmd__snapshot,show)
                 cmd="dualfs__subcmd__help__subcmd__snapshot__subcmd__show"
+                ;;
+            dualfs__subcmd__help__subcmd__trace,predict)
+                cmd="dualfs__subcmd__help__subcmd__trace__subcmd__predict"
                 ;;
             dualfs__subcmd__help__subcmd__trace,replay)
                 cmd="dualfs__subcmd__help__subcmd__trace__subcmd__replay"
@@ -289,6 +298,9 @@ _dualfs() {
             dualfs__subcmd__trace,help)
                 cmd="dualfs__subcmd__trace__subcmd__help"
                 ;;
+            dualfs__subcmd__trace,predict)
+                cmd="dualfs__subcmd__trace__subcmd__predict"
+                ;;
             dualfs__subcmd__trace,replay)
                 cmd="dualfs__subcmd__trace__subcmd__replay"
                 ;;
@@ -300,6 +312,9 @@ _dualfs() {
                 ;;
             dualfs__subcmd__trace__subcmd__help,help)
                 cmd="dualfs__subcmd__trace__subcmd__help__subcmd__help"
+                ;;
+            dualfs__subcmd__trace__subcmd__help,predict)
+                cmd="dualfs__subcmd__trace__subcmd__help__subcmd__predict"
                 ;;
             dualfs__subcmd__trace__subcmd__help,replay)
                 cmd="dualfs__subcmd__trace__subcmd__help__subcmd__replay"
@@ -317,7 +332,7 @@ _dualfs() {
 
     case "${cmd}" in
         dualfs)
-            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone trim sync resize migrate trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -417,7 +432,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help)
-            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone trim sync resize migrate trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -879,8 +894,22 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help__subcmd__trace)
-            opts="summary replay serve"
+            opts="summary replay predict serve"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__trace__subcmd__predict)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -923,6 +952,20 @@ _dualfs() {
         dualfs__subcmd__help__subcmd__trace__subcmd__summary)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__trim)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1307,7 +1350,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__mkfs)
-            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --help --version"
+            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1334,6 +1377,10 @@ _dualfs() {
                     return 0
                     ;;
                 --inline-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-mirror)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1377,7 +1424,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__receive)
-            opts="-f -h -V --file --json --help --version"
+            opts="-f -h -V --file --json --abort --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1629,7 +1676,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__trace)
-            opts="-h -V --help --version summary replay serve help"
+            opts="-h -V --help --version summary replay predict serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1643,7 +1690,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__trace__subcmd__help)
-            opts="summary replay serve help"
+            opts="summary replay predict serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1657,6 +1704,20 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__trace__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__trace__subcmd__help__subcmd__predict)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1712,8 +1773,50 @@ _dualfs() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dualfs__subcmd__trace__subcmd__predict)
+            opts="-h -V --model --rw --bs --qd --size --span --ios --no-write-cache --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --model)
+                    COMPREPLY=($(compgen -W "hdd5400 hdd7200 ssd" -- "${cur}"))
+                    return 0
+                    ;;
+                --rw)
+                    COMPREPLY=($(compgen -W "read write randread randwrite" -- "${cur}"))
+                    return 0
+                    ;;
+                --bs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --qd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --span)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ios)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dualfs__subcmd__trace__subcmd__replay)
-            opts="-h -V --model --layout --json --help --version"
+            opts="-h -V --model --layout --no-write-cache --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1735,7 +1838,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__trace__subcmd__serve)
-            opts="-h -V --out --device --help --version"
+            opts="-h -V --out --device --model --no-write-cache --parts --threads --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1747,6 +1850,18 @@ _dualfs() {
                     ;;
                 --device)
                     COMPREPLY=($(compgen -W "d m" -- "${cur}"))
+                    return 0
+                    ;;
+                --model)
+                    COMPREPLY=($(compgen -W "hdd5400 hdd7200 ssd" -- "${cur}"))
+                    return 0
+                    ;;
+                --parts)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1763,6 +1878,44 @@ _dualfs() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__trim)
+            opts="-o -l -m -h -V --offset --length --minimum --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --offset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --length)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --minimum)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -m)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -30,9 +30,9 @@ mod iflags;
 mod inspect;
 mod inspect_text;
 mod itself;
+mod join;
 #[cfg(test)]
 mod manual;
-mod join;
 mod metadump;
 mod migrate;
 mod mkfs;

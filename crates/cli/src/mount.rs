@@ -397,7 +397,8 @@ fn serve(args: &MountArgs) -> Result<()> {
     });
     let mountpoint = std::fs::canonicalize(&args.mountpoint).or_else(|_| absolute(&args.mountpoint))?;
     let opener = crate::migrate::opener(mountpoint.clone());
-    let fs = DualFs::new(vol.clone(), adapter_options(&cfg, devices_writable)).with_clock(clock).with_device_opener(opener);
+    let fs =
+        DualFs::new(vol.clone(), adapter_options(&cfg, devices_writable)).with_clock(clock).with_device_opener(opener);
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let options = crate::transport::options(&fsname, &cfg);

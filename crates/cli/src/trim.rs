@@ -8,8 +8,8 @@ use clap::Args;
 use dualfs_engine::volume::{MountOptions, TrimRange, TrimReport};
 use dualfs_engine::{Error, Volume};
 
-use crate::devices::{Access, open_pair};
 use crate::devices::split_source;
+use crate::devices::{Access, open_pair};
 use crate::words::human_bytes;
 
 pub const TRIM_HELP: &str = "\

@@ -21,8 +21,6 @@ use serde_json::{Value, json};
 use super::disk::{self, Drive, Model, Ms, Op, Request};
 use super::{Layout, Trace};
 
-
-
 /// Time spent per device and operation.
 #[derive(Debug, Default)]
 pub struct Replay {

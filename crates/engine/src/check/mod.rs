@@ -7,8 +7,8 @@
 //! engine's caches: every inode block, every node, every directory, extent
 //! map and xattr set, and the result is compared with the IFile.
 
-mod marks;
 mod flags;
+mod marks;
 mod space;
 pub mod tree;
 mod walk;

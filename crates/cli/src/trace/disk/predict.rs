@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 
-
 use super::{Drive, Model, Ms, Op, Request, Submitted, Ticket};
 
 pub use crate::args::Pattern;

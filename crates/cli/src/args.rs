@@ -60,8 +60,8 @@ pub enum Command {
     #[command(after_help = CLONE_HELP)]
     Clone(CloneArgs),
     /// Discard the free space of a volume, mounted or not (as fstrim).
-    #[command(after_help = crate::trim::TRIM_HELP)]
-    Trim(crate::trim::TrimArgs),
+    #[command(after_help = TRIM_HELP)]
+    Trim(TrimArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),

@@ -21,7 +21,13 @@ use anyhow::{Result, bail};
 
 /// Whether `path` is (or lies under) a FUSE mount whose serving process is gone.
 pub fn is_dead_mount(path: &Path) -> bool {
-    matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+    // statfs always reaches the server; a stat may be answered from the
+    // attributes the kernel still holds.
+    let dead = |e: std::io::Error| e.raw_os_error() == Some(libc::ENOTCONN);
+    match std::fs::metadata(path) {
+        Err(e) => dead(e),
+        Ok(_) => matches!(rustix::fs::statfs(path), Err(e) if e == rustix::io::Errno::NOTCONN),
+    }
 }
 
 /// Refuses a dead mount, naming it and saying what to do.

@@ -482,6 +482,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::error!("the thread loading the inode map panicked");
     }
     close(vol)?;
+    // The assembled meta-data device (and its mirror) hold the devices'
+    // lock too: let it go with the volume.
+    drop((assembled, copies));
     // Snapshots this process serves beside the volume stay mounted until
     // unmounted; the devices' lock is let go meanwhile (they read without it).
     if let Some(j) = &joins {

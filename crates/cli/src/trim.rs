@@ -1,48 +1,16 @@
 //! `dualfs trim`: discard the free space of a volume (what `fstrim`
 //! does), unmounted in this process or mounted through FITRIM.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
 use dualfs_engine::volume::{MountOptions, TrimRange, TrimReport};
 use dualfs_engine::{Error, Volume};
 
+use crate::args::TrimArgs;
 use crate::devices::split_source;
 use crate::devices::{Access, open_pair};
 use crate::words::human_bytes;
-
-pub const TRIM_HELP: &str = "\
-Tells both devices which blocks hold nothing: free data blocks and log
-segments that no checkpoint, snapshot or pending fsync record needs. An SSD
-may then erase them ahead of time; a sparse image file has holes punched
-and gives the space back to the file system holding it. The range (bytes,
-the data device first, then the meta-data device) is fstrim's.
-
-A mounted volume is trimmed through the mount (fstrim MOUNTPOINT does the
-same); an unmounted one in this process. To discard continuously instead,
-mount with -o discard.
-
-Example: dualfs trim /mnt
-         dualfs trim volume/meta.img volume/data.img";
-
-#[derive(Args, Debug)]
-pub struct TrimArgs {
-    /// The mount point of a mounted volume, or the meta-data device of an
-    /// unmounted one (or META#DATA).
-    pub target: PathBuf,
-    /// The data device of an unmounted volume.
-    pub data: Option<PathBuf>,
-    /// First byte of the range to trim.
-    #[arg(long, short = 'o', default_value = "0", value_parser = crate::args::parse_size)]
-    pub offset: u64,
-    /// Bytes from the offset (default: to the end).
-    #[arg(long, short = 'l', value_parser = crate::args::parse_size)]
-    pub length: Option<u64>,
-    /// Leave free runs shorter than this alone.
-    #[arg(long, short = 'm', default_value = "0", value_parser = crate::args::parse_size)]
-    pub minimum: u64,
-}
 
 fn range(args: &TrimArgs) -> TrimRange {
     TrimRange { start: args.offset, len: args.length.unwrap_or(u64::MAX), min_len: args.minimum }

@@ -43,12 +43,17 @@ fn a_damaged_log_is_reported_refused_and_recovered_on_request() {
     let _ = sh(&format!("umount -l {} 2>/dev/null || true", v.m()));
     assert!(common::wait_unlocked(&v.meta, std::time::Duration::from_secs(30)));
 
-    // Zero the descriptor of the third-from-last commit: two acknowledged
-    // ones follow it.
+    // Zero the descriptor of the third-from-last commit, and its twin
+    // where it has one (one damaged copy alone loses nothing): two
+    // acknowledged ones follow it.
     let descs = descriptors(&v.meta);
-    let (seq, block) = descs[descs.len() - 3];
+    let mut seqs: Vec<u64> = descs.iter().map(|&(s, _)| s).collect();
+    seqs.dedup();
+    let seq = seqs[seqs.len() - 3];
     let f = std::fs::OpenOptions::new().write(true).open(&v.meta).unwrap();
-    f.write_all_at(&[0u8; 4096], block * 4096).unwrap();
+    for &(_, block) in descs.iter().filter(|&&(s, _)| s == seq) {
+        f.write_all_at(&[0u8; 4096], block * 4096).unwrap();
+    }
     drop(f);
 
     let (meta, data) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());

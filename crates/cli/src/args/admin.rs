@@ -452,3 +452,36 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 40)]
     pub threads: usize,
 }
+
+pub const TRIM_HELP: &str = "\
+Tells both devices which blocks hold nothing: free data blocks and log
+segments that no checkpoint, snapshot or pending fsync record needs. An SSD
+may then erase them ahead of time; a sparse image file has holes punched
+and gives the space back to the file system holding it. The range (bytes,
+the data device first, then the meta-data device) is fstrim's.
+
+A mounted volume is trimmed through the mount (fstrim MOUNTPOINT does the
+same); an unmounted one in this process. To discard continuously instead,
+mount with -o discard.
+
+Example: dualfs trim /mnt
+         dualfs trim volume/meta.img volume/data.img";
+
+/// Arguments of `dualfs trim`.
+#[derive(Args, Debug)]
+pub struct TrimArgs {
+    /// The mount point of a mounted volume, or the meta-data device of an
+    /// unmounted one (or META#DATA).
+    pub target: PathBuf,
+    /// The data device of an unmounted volume.
+    pub data: Option<PathBuf>,
+    /// First byte of the range to trim.
+    #[arg(long, short = 'o', default_value = "0", value_parser = super::parse_size)]
+    pub offset: u64,
+    /// Bytes from the offset (default: to the end).
+    #[arg(long, short = 'l', value_parser = super::parse_size)]
+    pub length: Option<u64>,
+    /// Leave free runs shorter than this alone.
+    #[arg(long, short = 'm', default_value = "0", value_parser = super::parse_size)]
+    pub minimum: u64,
+}

@@ -81,9 +81,11 @@ pub(super) fn check_attrs(a: &InodeAttrs) -> Result<()> {
     let ino = a.ino;
     let bad = |why: String| Err(Error::Stream(format!("inode {ino}: {why}")));
     let Some(kind) = a.kind() else { return bad(format!("mode {:#o} is of no known type", a.mode)) };
-    if a.flags != 0 {
-        // The inode decoder refuses any flag this format does not define.
-        return bad(format!("flags {:#x}, which this format does not define", a.flags));
+    let kept = crate::format::inode::flags_for(kind);
+    if a.flags & !kept != 0 {
+        // The inode decoder refuses any flag this format does not define,
+        // and the volume keeps on each kind only what ext4 keeps.
+        return bad(format!("flags {:#x}, which a {kind:?} does not keep", a.flags & !kept));
     }
     if a.mode & !(libc::S_IFMT | 0o7777) != 0 {
         return bad(format!("mode {:#o} has bits beyond its type and permissions", a.mode));

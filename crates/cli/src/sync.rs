@@ -70,7 +70,7 @@ fn all_mounts() -> Result<Vec<PathBuf>> {
 
 /// A FUSE mount whose serving process has gone answers ENOTCONN.
 fn abandoned(root: &Path) -> bool {
-    matches!(std::fs::metadata(root), Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTCONN.raw_os_error()))
+    crate::itself::is_dead_mount(root)
 }
 
 /// Runs `dualfs sync`.

@@ -209,7 +209,7 @@ impl Itself {
     pub fn mounted(root: &Path) -> Itself {
         let dev = mount_dev(root).or_else(|| std::fs::metadata(root).ok().map(|m| m.dev()));
         let mut me = Itself { mount: dev.map(|d| (root.to_path_buf(), d)), devices: Vec::new() };
-        if let Some((m, d)) = crate::snapshot::devices_of(root) {
+        if let Some((m, d)) = crate::mountinfo::devices_of(root) {
             me.add_device(&m, "meta-data device");
             me.add_device(&d, "data device");
         }

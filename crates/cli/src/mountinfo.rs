@@ -68,6 +68,13 @@ pub fn data_of_source(source: &str) -> Option<PathBuf> {
     Some(PathBuf::from(data))
 }
 
+/// The devices of the volume mounted at `root`, from its source.
+pub fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
+    let e = find(root).ok()?;
+    let (m, d) = e.source.split_once('#')?;
+    Some((PathBuf::from(m), PathBuf::from(d)))
+}
+
 /// The DualFS mount at `mountpoint` (an absolute path).
 ///
 /// # Errors

@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use crate::args::{ReceiveArgs, SendArgs};
 use crate::devices::{Access, open_pair};
-use crate::snapshot::{Target, devices_of, target};
+use crate::mountinfo::devices_of;
+use crate::snapshot::{Target, target};
 use crate::words::human_bytes;
 
 /// Runs `dualfs send`.

@@ -84,7 +84,7 @@ fn change(t: &Target, name: &str, create: bool) -> Result<()> {
         bail!("{why}");
     }
     let devices = match t {
-        Target::Mounted(mnt) => devices_of(mnt.root()),
+        Target::Mounted(mnt) => crate::mountinfo::devices_of(mnt.root()),
         Target::Devices(m, d) => Some((m.clone(), d.clone())),
     };
     if !create
@@ -176,13 +176,6 @@ fn snapshot_mount(meta: &Path, data: &Path, name: &str) -> Option<PathBuf> {
         (e.fstype == "fuse.dualfs" && snap == name && same_file(Path::new(m), meta) && same_file(Path::new(d), data))
             .then_some(e.mountpoint)
     })
-}
-
-/// The devices of the volume mounted at `root`, from its source.
-pub(crate) fn devices_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
-    let e = crate::mountinfo::find(root).ok()?;
-    let (m, d) = e.source.split_once('#')?;
-    Some((PathBuf::from(m), PathBuf::from(d)))
 }
 
 fn created(s: &Value) -> String {

@@ -372,7 +372,8 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
         .and_then(|r| r.split(':').next())
         .and_then(|n| n.parse().ok())
         .expect("the log's end in the fsck report");
-    for (what, at, bytes) in [("zeroed", end - 8, vec![0u8; 4096]), ("flipped", end - 20, vec![0x5a])] {
+    // Zeroed: sixteen blocks, partial segments and the twins beside them.
+    for (what, at, bytes) in [("zeroed", end - 16, vec![0u8; 16 * 4096]), ("flipped", end - 20, vec![0x5a])] {
         let (meta, data) = (dir.join(format!("{what}-meta.img")), dir.join(format!("{what}-data.img")));
         std::fs::copy(&v.meta, &meta).unwrap();
         std::fs::copy(&v.data, &data).unwrap();

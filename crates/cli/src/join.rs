@@ -446,11 +446,11 @@ impl Joins {
             bail!("trace= traces a process's devices: a snapshot served beside the volume takes none");
         }
         let (m, d) = crate::devices::open_pair(meta, data, crate::devices::Access::Shared)?;
-        let vol = Volume::open_snapshot(m, d, name, crate::mount::engine_options(asked))
+        let vol = Volume::open_snapshot(m, d, name, crate::options::engine_options(asked))
             .map_err(|e| anyhow!("cannot mount snapshot {name}: {e}"))?;
         let vol = Arc::new(vol);
         let fsname = asked.fsname.clone().unwrap_or_else(|| format!("{}#{}@{name}", meta.display(), data.display()));
-        let fs = dualfs_fuse::DualFs::new(vol.clone(), crate::mount::adapter_options(asked, false));
+        let fs = dualfs_fuse::DualFs::new(vol.clone(), crate::options::adapter_options(asked, false));
         let notifier = fs.notifier_slot();
         let options = crate::transport::options(&fsname, asked);
         let session = crate::transport::Mounted::start(fs, target, &options, asked)?;

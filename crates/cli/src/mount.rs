@@ -18,9 +18,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
 use dualfs_engine::repair::rescue;
-use dualfs_engine::volume::MountOptions;
+use dualfs_fuse::DualFs;
 use dualfs_fuse::clock::KernelClock;
-use dualfs_fuse::{AdapterOptions, DualFs};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
@@ -256,55 +255,6 @@ fn clock_of(clock: &Arc<KernelClock>) -> dualfs_engine::volume::Clock {
     Arc::new(move || clock.now())
 }
 
-/// What the adapter is told by the options.
-pub(crate) fn adapter_options(cfg: &MountConfig, devices_writable: bool) -> AdapterOptions {
-    let defaults = AdapterOptions::default();
-    AdapterOptions {
-        writeback_cache: cfg.writeback,
-        security_xattrs: cfg.security_xattr,
-        owner_uid: nix::unistd::geteuid().as_raw(),
-        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
-        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
-        devices_writable,
-        // An LSEEK that waits for write-back holds a thread of its queue.
-        lseek_flushes: cfg.threads.min(usize::from(dualfs_wire::QUEUE_THREADS)).saturating_sub(1),
-        ..defaults
-    }
-}
-
-pub(crate) fn engine_options(cfg: &MountConfig) -> MountOptions {
-    let mut o = MountOptions {
-        read_only: cfg.read_only,
-        atime: cfg.atime,
-        order: cfg.order,
-        accept_loss: cfg.accept_loss,
-        rebuild: cfg.rebuild,
-        discard: cfg.discard,
-        ..MountOptions::default()
-    };
-    if let Some(c) = cfg.commit {
-        o.commit_interval = c;
-    }
-    if let Some(e) = cfg.data_expire {
-        o.data_expire = e;
-    }
-    if let Some(size) = cfg.cache {
-        // Half for decoded meta-data, half for dirty file data (the
-        // default, 512M, keeps the 256 MiB dirty limit of before).
-        let half = usize::try_from(size / 2).unwrap_or(usize::MAX);
-        o.cache_bytes = half;
-        o.dirty_data_limit = half;
-        o.cache_budget = usize::MAX;
-    }
-    // A quarter of the meta-data half bounds the inode map's blocks in
-    // memory (64 MiB, some four million inodes, at the default 512M), so
-    // that the process does not grow with the number of files.
-    let map = o.cache_bytes / 4;
-    o.inode_map_bytes = Some(map);
-    o.cache_bytes -= map;
-    o
-}
-
 /// Mounts and serves in this process until unmounted.
 fn serve(args: &MountArgs) -> Result<()> {
     let cfg = options::parse(&args.options)?;
@@ -345,15 +295,15 @@ fn serve(args: &MountArgs) -> Result<()> {
     let clock = Arc::new(KernelClock::default());
     if let Some(name) = &cfg.clone {
         // The tree becomes the live one before the mount opens it.
-        let vol = Volume::open_with_clock(m.clone(), d.clone(), engine_options(&cfg), clock_of(&clock))
+        let vol = Volume::open_with_clock(m.clone(), d.clone(), options::engine_options(&cfg), clock_of(&clock))
             .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
         vol.switch_tree(name).map_err(|e| anyhow!("cannot mount clone {name}: {e}"))?;
         vol.close().map_err(|e| anyhow!("cannot mount clone {name}: {e}"))?;
     }
     let vol = match &cfg.snapshot {
-        Some(name) => Volume::open_snapshot(m, d, name, engine_options(&cfg))
+        Some(name) => Volume::open_snapshot(m, d, name, options::engine_options(&cfg))
             .map_err(|e| anyhow!("cannot mount snapshot {name} of {} and {}: {e}", meta.display(), data.display()))?,
-        None => rescue::open_with_clock(m, d, engine_options(&cfg), clock_of(&clock))
+        None => rescue::open_with_clock(m, d, options::engine_options(&cfg), clock_of(&clock))
             .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?,
     };
     let rec = &vol.open_report().recovery;
@@ -383,8 +333,9 @@ fn serve(args: &MountArgs) -> Result<()> {
     });
     let mountpoint = std::fs::canonicalize(&args.mountpoint).or_else(|_| absolute(&args.mountpoint))?;
     let opener = crate::migrate::opener(mountpoint.clone());
-    let fs =
-        DualFs::new(vol.clone(), adapter_options(&cfg, devices_writable)).with_clock(clock).with_device_opener(opener);
+    let fs = DualFs::new(vol.clone(), options::adapter_options(&cfg, devices_writable))
+        .with_clock(clock)
+        .with_device_opener(opener);
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let options = crate::transport::options(&fsname, &cfg);

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use dualfs_engine::volume::{AtimeMode, Order};
+use dualfs_engine::volume::{AtimeMode, MountOptions, Order};
+use dualfs_fuse::AdapterOptions;
 
 /// Requests served at once by default: enough that a commit writing a
 /// partial segment on one thread leaves others to answer reads.
@@ -499,6 +500,55 @@ pub fn defaults_not_overridden(stored: &str, given: &[String]) -> String {
 /// them first, where a later `nodev` or `nosuid` overrides them; FUSE's own
 /// default, which `dualfs mount` keeps, is the opposite.
 pub const KERNEL_DEFAULTS: &str = "dev,suid";
+
+/// What the adapter is told by the options.
+pub fn adapter_options(cfg: &MountConfig, devices_writable: bool) -> AdapterOptions {
+    let defaults = AdapterOptions::default();
+    AdapterOptions {
+        writeback_cache: cfg.writeback,
+        security_xattrs: cfg.security_xattr,
+        owner_uid: nix::unistd::geteuid().as_raw(),
+        attr_ttl: cfg.attr_timeout.unwrap_or(defaults.attr_ttl),
+        entry_ttl: cfg.entry_timeout.unwrap_or(defaults.entry_ttl),
+        devices_writable,
+        // An LSEEK that waits for write-back holds a thread of its queue.
+        lseek_flushes: cfg.threads.min(usize::from(dualfs_wire::QUEUE_THREADS)).saturating_sub(1),
+        ..defaults
+    }
+}
+
+pub fn engine_options(cfg: &MountConfig) -> MountOptions {
+    let mut o = MountOptions {
+        read_only: cfg.read_only,
+        atime: cfg.atime,
+        order: cfg.order,
+        accept_loss: cfg.accept_loss,
+        rebuild: cfg.rebuild,
+        discard: cfg.discard,
+        ..MountOptions::default()
+    };
+    if let Some(c) = cfg.commit {
+        o.commit_interval = c;
+    }
+    if let Some(e) = cfg.data_expire {
+        o.data_expire = e;
+    }
+    if let Some(size) = cfg.cache {
+        // Half for decoded meta-data, half for dirty file data (the
+        // default, 512M, keeps the 256 MiB dirty limit of before).
+        let half = usize::try_from(size / 2).unwrap_or(usize::MAX);
+        o.cache_bytes = half;
+        o.dirty_data_limit = half;
+        o.cache_budget = usize::MAX;
+    }
+    // A quarter of the meta-data half bounds the inode map's blocks in
+    // memory (64 MiB, some four million inodes, at the default 512M), so
+    // that the process does not grow with the number of files.
+    let map = o.cache_bytes / 4;
+    o.inode_map_bytes = Some(map);
+    o.cache_bytes -= map;
+    o
+}
 
 #[cfg(test)]
 mod tests {

@@ -50,7 +50,9 @@ fn assert_bounded(v: &Volume, when: &str) {
     let dirty = stat(v, "inode_map_blocks_dirty");
     assert!(pinned <= 3, "{when}: the cache holds inodes of {pinned} blocks");
     assert!(
-        loaded <= KEEP.max(pinned + dirty + 1) + KEEP / 8,
+        // One more: the root's, which a snapshot reads to refuse one
+        // taken while a receive is under way.
+        loaded <= KEEP.max(pinned + dirty + 1) + KEEP / 8 + 1,
         "{when}: {loaded} inode-map blocks in memory, the budget is {KEEP}, {pinned} pinned, {dirty} dirty"
     );
 }

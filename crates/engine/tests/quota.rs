@@ -11,9 +11,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use dualfs_engine::Error;
 use dualfs_engine::Volume;
+use dualfs_engine::check::Invariant;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::format::inode::FLAG_PROJINHERIT;
+use dualfs_engine::format::quota::QUOTA_XATTR;
 use dualfs_engine::format::superblock::INCOMPAT_QUOTA;
+use dualfs_engine::namespace::xattr::SetMode;
 use dualfs_engine::types::{InodeNo, Timestamp};
 use dualfs_engine::volume::quota::{Kind, QuotaLimits, QuotaUsed};
 use dualfs_engine::volume::{Clock, Creds, FallocateMode, MkfsOptions, MountOptions, RenameFlags, SetAttr};
@@ -221,4 +224,25 @@ fn an_old_volume_is_marked_when_quotas_go_on() {
     v.close().unwrap();
     let r = dualfs_engine::check::check(rig.meta.clone(), rig.data.clone()).unwrap();
     assert!(r.is_clean(), "{:#?}", r.problems);
+}
+
+#[test]
+fn fsck_names_a_damaged_quota_record() {
+    let rig = Rig::new();
+    let v = rig.open();
+    v.enable_quotas().unwrap();
+    v.set_quota(Kind::User, 7, QuotaLimits { inode_hard: 1, ..Default::default() }).unwrap();
+    v.with_fs(|fs| {
+        let mut bytes = fs.xattr_get(InodeNo::ROOT, QUOTA_XATTR).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs.xattr_set(InodeNo::ROOT, QUOTA_XATTR, &bytes, SetMode::Any).unwrap();
+    });
+    v.commit().unwrap();
+    v.close().unwrap();
+    let r = dualfs_engine::check::check(rig.meta.clone(), rig.data.clone()).unwrap();
+    let found: Vec<_> = r.problems.iter().map(|p| (p.invariant, p.to_string())).collect();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].0, Some(Invariant::Q1), "{found:#?}");
+    assert!(found[0].1.contains("checksum"), "{found:#?}");
 }

@@ -78,6 +78,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }
+    if fault == Fault::QuotaChownKeepsUsage {
+        // Only a volume keeping quotas shows it.
+        return workloads::quotas();
+    }
     if fault == Fault::SwitchListLater {
         // Only a switch of the live tree shows it.
         list.extend(workloads::clones());
@@ -108,11 +112,6 @@ fn the_explorer_catches_every_broken_ordering_rule() {
         // Nor is a reader between a checkpoint's seal and its write (no
         // crash needed): tests/checkpoint_window.rs.
         if fault == Fault::EvictBeforeCheckpointWritten {
-            continue;
-        }
-        // Nor are quotas: tests/quota_crash.rs breaks this rule and
-        // catches it through invariant Q1.
-        if fault == Fault::QuotaChownKeepsUsage {
             continue;
         }
         // Nor is a migration (three devices): tests/migrate_crash.rs.

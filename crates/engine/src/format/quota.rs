@@ -12,7 +12,7 @@ pub const QUOTA_MAGIC: u32 = u32::from_le_bytes(*b"DFQT");
 /// Layout version of the record.
 pub const QUOTA_VERSION: u16 = 1;
 /// The attribute of the root directory that holds the record.
-pub const QUOTA_XATTR: &[u8] = b"dualfs.quota";
+pub const QUOTA_XATTR: &[u8] = b"system.dualfs.quota";
 const FIXED_LEN: usize = 64;
 const ENTRY_LEN: usize = 56;
 const CRC_AT: usize = 4;

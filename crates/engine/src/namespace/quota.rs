@@ -88,7 +88,7 @@ impl Fs {
     /// What `kind`/`id` uses, blocks reserved for dirty pages of its files
     /// included (they are allocated at write-back, and the write that made
     /// them is the one to refuse).
-    fn used_now(&mut self, kind: QuotaKind, id: u32) -> Used {
+    pub fn used_now(&mut self, kind: QuotaKind, id: u32) -> Used {
         let Some(usage) = self.log.quota_usage() else { return Used::default() };
         let mut used = usage.get(kind, id);
         let reserved: Vec<(InodeNo, u64)> = self.pages.reserved.iter().map(|(i, n)| (*i, *n)).collect();

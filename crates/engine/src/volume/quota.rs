@@ -135,6 +135,27 @@ impl Volume {
         Ok(QuotaReport { grace: table.grace, rows: rows.into_values().collect() })
     }
 
+    /// Whether file `ino` is charged to an id whose block limit (soft or
+    /// hard) is within `window` blocks of its usage: the adapter then
+    /// opens it for writing without the kernel's cache, so that write(2)
+    /// gets EDQUOT itself (DESIGN.md, "Quotas").
+    #[must_use]
+    pub fn quota_near_limit(&self, ino: crate::types::InodeNo, window: u64) -> bool {
+        let mut fs = lock(&self.fs);
+        let Some(table) = fs.quota_table() else { return false };
+        if table.entries.is_empty() {
+            return false;
+        }
+        let table = table.clone();
+        let Ok(rec) = fs.inode(ino) else { return false };
+        let ids = crate::namespace::quota::ids_of(rec.uid, rec.gid, rec.project);
+        ids.into_iter().filter(|&(_, id)| id != 0).any(|(kind, id)| {
+            let Some(e) = table.entries.get(&(kind, id)) else { return false };
+            let used = fs.used_now(kind, id).blocks.saturating_add(window);
+            [e.limits.block_soft, e.limits.block_hard].into_iter().any(|l| l != 0 && used > l)
+        })
+    }
+
     /// Invariant Q1: the usage kept equals the usage counted again from
     /// every inode in use. Returns one sentence per id that differs (empty:
     /// it holds). Reads the whole inode map: for tests and checks.

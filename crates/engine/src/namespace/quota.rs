@@ -120,8 +120,23 @@ impl Fs {
             return Ok(());
         }
         let grace = table.grace;
+        // Every block reserved for dirty pages, whoever's: a bound on what
+        // an id's dirty files hold, so that a write far from every limit
+        // costs no walk of the dirty files.
+        let bound = self.log.space().reserved();
         let mut changed = Vec::new();
         for ((kind, id), mut e) in limited {
+            let allocated = self.log.quota_usage().map(|u| u.get(kind, id)).unwrap_or_default();
+            let far = |used: u64, more: u64, soft: u64, hard: u64, end: u64| {
+                let after = used.saturating_add(more);
+                end == 0 && (soft == 0 || after <= soft) && (hard == 0 || after <= hard)
+            };
+            let l = e.limits;
+            if far(allocated.blocks.saturating_add(bound), add.blocks, l.block_soft, l.block_hard, e.block_grace_end)
+                && far(allocated.inodes, add.inodes, l.inode_soft, l.inode_hard, e.inode_grace_end)
+            {
+                continue;
+            }
             let used = self.used_now(kind, id);
             let (bg, ig) = grace[kind.code() as usize];
             let l = e.limits;

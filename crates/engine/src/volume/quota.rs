@@ -151,7 +151,10 @@ impl Volume {
         let ids = crate::namespace::quota::ids_of(rec.uid, rec.gid, rec.project);
         ids.into_iter().filter(|&(_, id)| id != 0).any(|(kind, id)| {
             let Some(e) = table.entries.get(&(kind, id)) else { return false };
-            let used = fs.used_now(kind, id).blocks.saturating_add(window);
+            // Allocated, and every reserved block as if it were this id's
+            // (a bound: an open must not walk the dirty files).
+            let allocated = fs.log.quota_usage().map_or(0, |u| u.get(kind, id).blocks);
+            let used = allocated.saturating_add(fs.log.space().reserved()).saturating_add(window);
             [e.limits.block_soft, e.limits.block_hard].into_iter().any(|l| l != 0 && used > l)
         })
     }

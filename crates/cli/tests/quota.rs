@@ -49,7 +49,7 @@ fn tools_hit_the_limits_and_the_report_shows_usage() {
     let (ok, out) = as_user(&m, "dd if=/dev/zero of=big bs=64k count=100 status=none");
     assert!(!ok && out.contains("Disk quota exceeded"), "dd: {out}");
     let size: u64 = sh(&format!("stat -c %s {m}/big")).trim().parse().unwrap();
-    assert!(size <= 4 << 20 && size >= 3 << 20, "dd stopped at {size} bytes");
+    assert!((3 << 20..=4 << 20).contains(&size), "dd stopped at {size} bytes");
     // cp of a file that does not fit, touch past the inode limit.
     sh(&format!("head -c 1048576 /dev/urandom > {m}/src && chmod 644 {m}/src"));
     let (ok, out) = as_user(&m, "cp src copy");

@@ -146,6 +146,14 @@ pub enum Error {
     /// fit this volume (the reason in words).
     #[error("cannot receive: {0}")]
     ReceiveRefused(String),
+    /// A user's, group's or project's quota would be passed (a hard
+    /// limit, or a soft one whose grace time ran out).
+    #[error("disk quota exceeded")]
+    QuotaExceeded,
+    /// A rename or link into a directory of another project under project
+    /// inheritance: the caller copies instead, as across file systems.
+    #[error("invalid cross-device link (another project)")]
+    CrossProject,
 }
 
 /// Shorthand used everywhere in the engine.
@@ -186,6 +194,8 @@ impl Error {
             Error::NoSnapshot(_) => libc::ENOENT,
             Error::Stream(_) => libc::EBADMSG,
             Error::ReceiveRefused(_) => libc::EINVAL,
+            Error::QuotaExceeded => libc::EDQUOT,
+            Error::CrossProject => libc::EXDEV,
         }
     }
 

@@ -101,6 +101,17 @@ pub enum Step {
         /// Value length.
         len: u16,
     },
+    /// `dualfs quota on`: the volume keeps quotas from now on (it syncs:
+    /// everything so far becomes durable).
+    QuotaOn,
+    /// `chown` of a file to `uid` (the model keeps no owners; the volume's
+    /// quota usage follows).
+    Chown {
+        /// File.
+        path: String,
+        /// New owner.
+        uid: u32,
+    },
     /// `fsync` of a file or directory. Of a directory: every step so far
     /// becomes durable (a commit). Of a file: that file as it is now, and
     /// the names that reach it if it is new (an fsync record; DESIGN.md,
@@ -422,6 +433,12 @@ impl<'a> Runner<'a> {
             _ => None,
         };
         let promise = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
+        if self.vol.quotas_on() {
+            let wrong = self.vol.verify_quota_usage().map_err(|e| format!("step {n}: {e}"))?;
+            if !wrong.is_empty() {
+                return Err(format!("step {n} ({step:?}): Q1 broken: {}", wrong.join("; ")));
+            }
+        }
         let len_now = |r: &Self, id: Id| match r.model.nodes.get(&id).map(|n| &n.kind) {
             Some(Kind::File(d)) => d.len(),
             _ => 0,
@@ -480,6 +497,7 @@ impl<'a> Runner<'a> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
             Step::Sync
+            | Step::QuotaOn
             | Step::RemountRo
             | Step::SnapshotCreate(_)
             | Step::SnapshotDelete(_)
@@ -718,6 +736,19 @@ impl<'a> Runner<'a> {
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:
                 // the durable marks around it make the oracle strict.
+                return Ok(Promise::None);
+            }
+            Step::QuotaOn => {
+                vol.enable_quotas().map_err(|e| format!("quota on: {e}"))?;
+                return Ok(Promise::All);
+            }
+            Step::Chown { path, uid } => {
+                if self.model_path(path).and_then(|(_, _, id)| id).is_none() {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                let set = dualfs_engine::volume::SetAttr { uid: Some(*uid), ..Default::default() };
+                vol.setattr(ino, &set).map_err(|e| format!("chown: {e}"))?;
                 return Ok(Promise::None);
             }
             Step::Trim => {

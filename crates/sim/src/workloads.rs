@@ -10,6 +10,8 @@ use crate::workload::{Step, Workload};
 pub use discard::discards;
 
 mod discard;
+mod quota;
+pub use quota::quotas;
 mod inline;
 mod ranges;
 mod resize;
@@ -783,6 +785,7 @@ pub fn all() -> Vec<Workload> {
     v.extend(snapshots());
     v.extend(clones());
     v.extend(ranges());
+    v.extend(quotas());
     v
 }
 

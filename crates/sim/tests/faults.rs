@@ -78,6 +78,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }
+    if fault == Fault::QuotaChownKeepsUsage {
+        // Only a volume keeping quotas shows it.
+        return workloads::quotas();
+    }
     if fault == Fault::SwitchListLater {
         // Only a switch of the live tree shows it.
         list.extend(workloads::clones());

@@ -25,6 +25,7 @@ mod migrate;
 mod mkfs;
 mod ops;
 mod orphans;
+pub mod quota;
 mod receive;
 mod resize;
 mod send;
@@ -276,6 +277,7 @@ impl Volume {
             let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
             vol.finish_recovery(moved, true)?;
         }
+        vol.start_quotas()?;
         Ok(vol)
     }
 
@@ -600,7 +602,9 @@ impl Volume {
                 } else {
                     Some(match fs.log.check_meta_space(kind) {
                         Ok(()) => {
-                            let r = f(&mut fs, self.now());
+                            let now = self.now();
+                            fs.quota_now = now;
+                            let r = f(&mut fs, now);
                             // Between operations: the inode map's blocks
                             // past its budget go (those it dirtied stay).
                             fs.log.trim_inode_map();

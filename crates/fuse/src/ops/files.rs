@@ -41,7 +41,7 @@ impl DualFs {
         let acc = flags & libc::O_ACCMODE;
         let reads = acc != libc::O_WRONLY;
         let writes = acc != libc::O_RDONLY;
-        let direct = if writes { self.write_open_flags() } else { 0 };
+        let direct = if writes { self.write_open_flags(ino(node)) } else { 0 };
         match self.vol.getattr(ino(node)) {
             // Immutable: no opening for writing; append-only: only with
             // O_APPEND (ext4's `may_open`, which a FUSE inode's missing

@@ -395,9 +395,10 @@ impl DualFs {
         let _t = self.requests.time(Op::Create);
         match self.vol.create(ino(parent), name, mode & 0o7777, creds(caller, umask)) {
             Ok(a) => {
+                let flags = FOPEN_KEEP_CACHE | self.write_open_flags(a.ino);
                 let entry =
                     Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
-                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+                Ok((entry, Opened { fh: 0, flags }))
             }
             Err(e) => Err(report("create", &e)),
         }
@@ -414,9 +415,10 @@ impl DualFs {
         let _t = self.requests.time(Op::Create);
         match self.vol.tmpfile(ino(parent), mode & 0o7777, creds(caller, umask)) {
             Ok(a) => {
+                let flags = FOPEN_KEEP_CACHE | self.write_open_flags(a.ino);
                 let entry =
                     Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
-                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+                Ok((entry, Opened { fh: 0, flags }))
             }
             Err(e) => Err(report("tmpfile", &e)),
         }

@@ -146,6 +146,10 @@ pub enum Error {
     /// fit this volume (the reason in words).
     #[error("cannot receive: {0}")]
     ReceiveRefused(String),
+    /// The volume was shut down (FS_IOC_SHUTDOWN): every call fails and
+    /// nothing more is written until it is closed; the next open recovers.
+    #[error("the volume was shut down; unmount it, and the next mount recovers it")]
+    ShutDown,
 }
 
 /// Shorthand used everywhere in the engine.
@@ -186,6 +190,7 @@ impl Error {
             Error::NoSnapshot(_) => libc::ENOENT,
             Error::Stream(_) => libc::EBADMSG,
             Error::ReceiveRefused(_) => libc::EINVAL,
+            Error::ShutDown => libc::EIO,
         }
     }
 

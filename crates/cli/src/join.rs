@@ -456,7 +456,10 @@ impl Joins {
         }
         let dev = s.dev;
         s.mounts.retain(|p| ours(p, dev));
-        let source = s.mounts.first().cloned().ok_or_else(|| anyhow!("the volume is no longer mounted"))?;
+        // The last mount is gone and the process has yet to see it: it is
+        // closing, and the caller waits for the close (a mount right after
+        // an unmount).
+        let Some(source) = s.mounts.first().cloned() else { return Ok(None) };
         nix::mount::mount(Some(&source), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
             .with_context(|| format!("cannot bind {} on {}", source.display(), target.display()))?;
         let remount = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags;

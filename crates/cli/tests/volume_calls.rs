@@ -247,3 +247,29 @@ fn a_remount_refuses_a_volume_option_it_cannot_change_naming_it() {
     std::fs::write(v.path("f"), b"x").unwrap();
     v.umount();
 }
+
+/// SEEK_DATA and SEEK_HOLE from before the start: ENXIO, as ext4 and XFS
+/// answer (no data or hole lies there), not EINVAL.
+#[test]
+fn seek_data_and_hole_from_a_negative_offset_answer_enxio() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    v.mount();
+    let out = py(
+        v.m(),
+        r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.lseek.restype = ctypes.c_long
+libc.lseek.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int]
+fd = os.open('f', os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b'x' * 8192)
+for how in (os.SEEK_DATA, os.SEEK_HOLE):
+    r = libc.lseek(fd, -1, how)
+    print(r, ctypes.get_errno() == 6)
+"#,
+    );
+    assert_eq!(out, "-1 True\n-1 True\n");
+    v.umount();
+}

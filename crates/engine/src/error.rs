@@ -154,6 +154,10 @@ pub enum Error {
     /// inheritance: the caller copies instead, as across file systems.
     #[error("invalid cross-device link (another project)")]
     CrossProject,
+    /// The volume was shut down (FS_IOC_SHUTDOWN): every call fails and
+    /// nothing more is written until it is closed; the next open recovers.
+    #[error("the volume was shut down; unmount it, and the next mount recovers it")]
+    ShutDown,
 }
 
 /// Shorthand used everywhere in the engine.
@@ -196,6 +200,7 @@ impl Error {
             Error::ReceiveRefused(_) => libc::EINVAL,
             Error::QuotaExceeded => libc::EDQUOT,
             Error::CrossProject => libc::EXDEV,
+            Error::ShutDown => libc::EIO,
         }
     }
 

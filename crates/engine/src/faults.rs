@@ -113,6 +113,9 @@ pub enum Fault {
     /// Quotas: an inode given to another owner, group or project stays
     /// charged to the one it left as well (its usage there never drops).
     QuotaChownKeepsUsage,
+    /// RENAME_WHITEOUT: make the whiteout in a commit group after the
+    /// rename's (a crash between shows the old name gone and no whiteout).
+    WhiteoutApart,
 }
 
 impl Fault {
@@ -151,6 +154,7 @@ impl Fault {
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
         Fault::QuotaChownKeepsUsage,
+        Fault::WhiteoutApart,
     ];
 
     #[cfg(feature = "fault-injection")]

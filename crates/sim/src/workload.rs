@@ -80,6 +80,14 @@ pub enum Step {
         /// New name.
         to: String,
     },
+    /// `renameat2` with `RENAME_WHITEOUT` (replacing): a whiteout stays
+    /// under the old name.
+    RenameWhiteout {
+        /// Old name.
+        from: String,
+        /// New name.
+        to: String,
+    },
     /// `link`.
     Link {
         /// Existing name.
@@ -509,7 +517,9 @@ impl<'a> Runner<'a> {
             },
             Step::FsyncOpen(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
             Step::Write { path, .. } | Step::SetXattr { path, .. } | Step::Unlink(path) => vec![at(path)],
-            Step::Rename { from, to } | Step::Link { from, to } => vec![at(from), at(to)],
+            Step::Rename { from, to } | Step::RenameWhiteout { from, to } | Step::Link { from, to } => {
+                vec![at(from), at(to)]
+            }
             Step::Close(h) | Step::LinkOpen { h, .. } => vec![self.handles.get(h).map(|(id, _)| *id)],
             _ => Vec::new(),
         };
@@ -635,6 +645,16 @@ impl<'a> Runner<'a> {
                 let held = self.held();
                 let got = vol.rename(fi, &fname, ti, &tname, dualfs_engine::volume::RenameFlags::default());
                 (errno(got), self.model.rename(fd, &fname, td, &tname, false, false, &held))
+            }
+            Step::RenameWhiteout { from, to } => {
+                let (Some((fd, fname, _)), Some((td, tname, _))) = (self.model_path(from), self.model_path(to)) else {
+                    return Ok(Promise::None);
+                };
+                let (fi, ti) = (self.parent_ino(from)?, self.parent_ino(to)?);
+                let held = self.held();
+                let flags = dualfs_engine::volume::RenameFlags { whiteout: Some((0, 0)), ..Default::default() };
+                let got = vol.rename(fi, &fname, ti, &tname, flags);
+                (errno(got), self.model.rename_whiteout(fd, &fname, td, &tname, &held))
             }
             Step::Link { from, to } => {
                 let (Some((_, _, Some(id))), Some((td, tname, _))) = (self.model_path(from), self.model_path(to))

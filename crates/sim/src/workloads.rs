@@ -16,8 +16,10 @@ mod inline;
 mod ranges;
 mod resize;
 mod streams;
+mod whiteout;
 pub use ranges::ranges;
 pub use resize::{resizes, shrink_data, shrink_meta};
+pub use whiteout::whiteouts;
 
 fn s(p: &str) -> String {
     p.to_string()
@@ -786,6 +788,7 @@ pub fn all() -> Vec<Workload> {
     v.extend(clones());
     v.extend(ranges());
     v.extend(quotas());
+    v.extend(whiteouts());
     v
 }
 

@@ -75,6 +75,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a collapse shows it.
         list.extend(workloads::ranges());
     }
+    if fault == Fault::WhiteoutApart {
+        // Only a rename with RENAME_WHITEOUT shows it.
+        list.extend(workloads::whiteouts());
+    }
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }

@@ -20,6 +20,7 @@ mod fallocate;
 mod files;
 mod flags;
 mod fsync;
+mod label;
 mod load;
 mod migrate;
 mod mkfs;
@@ -30,6 +31,7 @@ mod receive;
 mod resize;
 mod send;
 mod shrink;
+mod shutdown;
 mod snapshot;
 mod space;
 mod tree;
@@ -104,6 +106,10 @@ pub struct Volume {
     /// Writing nothing at all (commits, checkpoints, the close): set with
     /// `read_only`, except while a remount read-only writes what came before.
     no_writes: AtomicBool,
+    /// Shut down ([`Volume::shut_down`]): every call fails with
+    /// [`Error::ShutDown`] and nothing is written any more (`no_writes` is
+    /// set with it).
+    shut: AtomicBool,
     /// The open left the inode map on disk, so the orphans it would have
     /// finished wait for [`Volume::finish_loading`].
     orphans_pending: AtomicBool,
@@ -338,6 +344,7 @@ impl Volume {
             options,
             read_only: AtomicBool::new(options.read_only),
             no_writes: AtomicBool::new(options.read_only),
+            shut: AtomicBool::new(false),
             never_writable,
             clock: clock.clone(),
             failed: Mutex::new(None),
@@ -531,6 +538,7 @@ impl Volume {
     /// busy rewriting the same blocks) it reads under the lock.
     pub(crate) fn read_op<R>(&self, mut f: impl FnMut(&mut Fs) -> Result<R>) -> Result<R> {
         for attempt in 0.. {
+            self.check_up()?;
             let mut fs = lock(&self.fs);
             let defer = attempt < DEFERRED_READS_MAX;
             fs.log.set_defer_reads(defer);
@@ -560,6 +568,7 @@ impl Volume {
     }
 
     fn check_writable(&self) -> Result<()> {
+        self.check_up()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly("mounted read-only".into()));
         }

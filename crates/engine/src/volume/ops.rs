@@ -548,6 +548,11 @@ impl Volume {
         if flags.exchange && flags.noreplace {
             return Err(Error::Invalid("RENAME_EXCHANGE and RENAME_NOREPLACE together"));
         }
+        if flags.exchange && flags.whiteout.is_some() {
+            return Err(Error::Invalid("RENAME_EXCHANGE and RENAME_WHITEOUT together"));
+        }
+        // The broken rule: the whiteout in a commit group after the rename's.
+        let apart = flags.whiteout.is_some() && crate::faults::active(crate::faults::Fault::WhiteoutApart);
         let name = FileName::new(name)?;
         let new_name = FileName::new(new_name)?;
         self.prefetch(|fs| {
@@ -640,6 +645,11 @@ impl Volume {
                 }
             }
             fs.dir_remove(parent, src.position)?;
+            if let Some((uid, gid)) = flags.whiteout
+                && !apart
+            {
+                make_whiteout(fs, parent, &name, uid, gid, now)?;
+            }
             Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
             fs.inode_mut(src.ino)?.ctime = now;
             touch_dir(fs, parent, now)?;
@@ -661,6 +671,12 @@ impl Volume {
         })?;
         if let Some(ino) = replaced {
             self.drop_link(ino)?;
+        }
+        if let Some((uid, gid)) = flags.whiteout
+            && apart
+        {
+            self.commit()?;
+            self.mutate(OpKind::Grow, |fs, now| make_whiteout(fs, parent, &name, uid, gid, now))?;
         }
         self.dirsync(&[parent, new_parent])
     }
@@ -777,4 +793,13 @@ impl Volume {
             meta_free_segments: free_segments,
         }
     }
+}
+
+/// Puts a whiteout (a character device 0:0 of mode 0, as the kernel's
+/// `vfs_whiteout` makes) under `name` in `dir`, the name a rename just
+/// took away.
+fn make_whiteout(fs: &mut Fs, dir: InodeNo, name: &FileName, uid: u32, gid: u32, now: Timestamp) -> Result<()> {
+    let ino = fs.new_inode(dir, NewInode { kind: FileKind::CharDevice, perm: 0, uid, gid, rdev: 0 }, now)?;
+    fs.dir_insert(dir, name, ino, FileKind::CharDevice)?;
+    Ok(())
 }

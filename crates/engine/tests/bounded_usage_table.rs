@@ -2,9 +2,9 @@
 //! victims reads it whole, and without a bound every block read stays for
 //! as long as the volume is mounted (24 MiB at 15 TiB with a meta-data
 //! device a tenth of it). With a budget of one block, the blocks go again
-//! at the next operation, those changed since the last checkpoint stay,
-//! the log goes on reading entries as it picks segments, and the volume
-//! checks clean.
+//! at the background writer's next turn, those changed since the last
+//! checkpoint stay, the log goes on reading entries as it picks segments,
+//! a clean reads the table again, and the volume checks clean.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::types::InodeNo;
-use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
+use dualfs_engine::volume::{CleanRequest, Creds, MkfsOptions, MountOptions};
 
 /// Blocks of usage table kept.
 const KEEP: u64 = 1;
@@ -68,12 +68,13 @@ fn the_usage_table_read_whole_is_given_back_down_to_its_budget() {
     assert!(whole >= 3, "{whole} usage blocks in memory");
     v.close().unwrap();
 
-    // With one: the next operation gives them back.
+    // With one: the background writer's next turn gives them back.
     let v = Volume::open(meta.clone(), data.clone(), options(Some(KEEP as usize * 4096))).unwrap();
     v.segment_utilization().unwrap();
     assert_eq!(stat(&v, "usage_blocks_loaded"), whole, "the cleaner's choice reads the whole table");
     v.write(f, 0, b"and more").unwrap();
     v.commit().unwrap();
+    v.tick().unwrap();
     let loaded = stat(&v, "usage_blocks_loaded");
     assert!(loaded <= KEEP + 1, "{loaded} usage blocks in memory, the budget is {KEEP} (and the log's own)");
     // The log goes on: segments picked read their entries again, a
@@ -83,9 +84,14 @@ fn the_usage_table_read_whole_is_given_back_down_to_its_budget() {
         v.commit().unwrap();
     }
     v.checkpoint().unwrap();
-    v.segment_utilization().unwrap();
+    // A clean reads the whole table again and moves what it chose, its
+    // entries at hand throughout.
+    let report = v.clean(CleanRequest { max_segments: 8, ..CleanRequest::default() }, &mut |_, _| {}).unwrap();
+    assert!(report.cleaner.segments_read > 0, "{report:?}");
     v.write(f, 0, b"last").unwrap();
     v.commit().unwrap();
+    v.checkpoint().unwrap();
+    v.tick().unwrap();
     let loaded = stat(&v, "usage_blocks_loaded");
     assert!(loaded <= KEEP + 1, "{loaded} usage blocks in memory after the log moved on");
     v.close().unwrap();

@@ -138,6 +138,9 @@ pub struct Log {
     /// Inode-map blocks kept in memory at most (None: every block read
     /// stays): [`Log::trim_inode_map`] gives back clean ones past it.
     inode_map_keep: Option<usize>,
+    /// Segment-usage blocks kept in memory at most (None: every block read
+    /// stays): [`Log::trim_usage_table`] gives back clean ones past it.
+    usage_keep: Option<usize>,
     /// A checkpoint was sealed and is not written yet: the table blocks it
     /// placed have addresses but not yet their bytes there.
     checkpoint_unwritten: bool,
@@ -270,7 +273,7 @@ impl Log {
     /// (between operations only).
     pub fn trim_cache_if_over(&mut self) {
         self.cache.trim_if_over(self.durable);
-        self.trim_inode_map();
+        self.trim_tables();
     }
 
     /// What the log holds in memory, as counts: cached inodes, cached

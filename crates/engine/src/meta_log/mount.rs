@@ -147,6 +147,7 @@ impl Log {
             readahead: super::readahead::ReadAhead::default(),
             recounted: Vec::new(),
             inode_map_keep: None,
+            usage_keep: None,
             checkpoint_unwritten: false,
             pending_fsync: Vec::new(),
             snaps: super::snapshot::Snapshots::default(),

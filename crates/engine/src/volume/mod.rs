@@ -333,6 +333,7 @@ impl Volume {
         fs.log.set_cache_limits(config.cache_budget, config.cache_bytes);
         fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
+        fs.log.set_usage_budget(options.usage_table_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
@@ -616,7 +617,7 @@ impl Volume {
                             let r = f(&mut fs, now);
                             // Between operations: the inode map's blocks
                             // past its budget go (those it dirtied stay).
-                            fs.log.trim_inode_map();
+                            fs.log.trim_tables();
                             r
                         }
                         Err(e) => Err(e),

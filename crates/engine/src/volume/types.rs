@@ -352,6 +352,11 @@ pub struct MountOptions {
     /// tools that walk the whole map): every block read stays.
     /// `DUALFS_INODE_MAP_BYTES` sets a default, for tests.
     pub inode_map_bytes: Option<usize>,
+    /// Bytes of segment-usage blocks kept in memory (`-o cache=` gives a
+    /// thirty-second of its size): clean blocks past it are given back
+    /// between operations and read again when needed. None (the default,
+    /// for the tools): every block read stays.
+    pub usage_table_bytes: Option<usize>,
     /// Free segments below which the cleaner runs (None: derived from the
     /// device size).
     pub clean_threshold: Option<u32>,
@@ -387,6 +392,7 @@ impl Default for MountOptions {
             lazy_inode_map_min_blocks: crate::meta_log::lazy_imap::lazy_inode_map_min_blocks(),
             cache_bytes: 256 << 20,
             inode_map_bytes: crate::meta_log::lazy_imap::default_inode_map_bytes(),
+            usage_table_bytes: None,
             clean_threshold: None,
             atime: AtimeMode::Relatime,
             order: Order::Default,

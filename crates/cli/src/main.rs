@@ -44,6 +44,7 @@ mod probe;
 mod progress;
 mod remount;
 mod resize;
+mod scrub;
 mod send;
 mod snapshot;
 mod stats;
@@ -156,6 +157,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Metadump(a) => metadump::metadump(a),
         Command::Metarestore(a) => metadump::metarestore(a),
         Command::Trim(a) => trim::run(a),
+        Command::Scrub(a) => scrub::run(a),
     }
 }
 

@@ -208,10 +208,10 @@ pub fn scrub<H: ScrubHost>(
         report: ScrubReport { copies: 1, ..ScrubReport::default() },
     };
     run.report.meta_blocks += tail.0;
-    for (block, error) in tail.1 {
+    for (block, structure, error) in tail.1 {
         run.report.bad_meta.push(BadMeta {
             block,
-            structure: "log".into(),
+            structure: structure.into(),
             tree: "live".into(),
             error,
             inodes: Vec::new(),
@@ -498,7 +498,7 @@ pub fn scrub_unmounted(
         .chain(open.superblock_repair.iter())
         .map(|d| BadMeta {
             block: 0,
-            structure: "log".into(),
+            structure: "log (found at the open)".into(),
             tree: "live".into(),
             error: d.clone(),
             inodes: Vec::new(),

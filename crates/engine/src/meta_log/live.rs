@@ -88,6 +88,10 @@ pub enum Decoded {
     Object(NodeId, InodeNo, Object),
 }
 
+/// A block of the checkpoint slots or the log after the checkpoint that
+/// failed: its address, the structure, what is wrong.
+pub type TailDamage = (u64, &'static str, String);
+
 /// Checks blocks read back against what they must hold; needs nothing of
 /// the log but its identity, so it runs without the volume's lock.
 #[derive(Clone, Copy, Debug)]
@@ -282,11 +286,11 @@ impl Log {
     /// Reads the checkpoint slots and the log from the durable checkpoint
     /// to the newest durable partial segment, checking each partial
     /// segment as roll-forward does. Returns the blocks read and what
-    /// failed: `(block, what is wrong)`.
+    /// failed: `(block, structure, what is wrong)`.
     ///
     /// # Errors
     /// The device fails.
-    pub fn scrub_log_tail(&self) -> Result<(u64, Vec<(u64, String)>)> {
+    pub fn scrub_log_tail(&self) -> Result<(u64, Vec<TailDamage>)> {
         let mut bad = Vec::new();
         let mut read = 0u64;
         let mut newest_ok = false;
@@ -296,11 +300,19 @@ impl Log {
             match Checkpoint::decode(&raw) {
                 Ok(c) if c.number == self.ckpt.number => newest_ok = true,
                 Ok(_) => {}
-                Err(e) => bad.push((slot.0, format!("checkpoint slot: {e}"))),
+                // Never written: a young volume has used one slot only.
+                Err(_) if raw.iter().all(|&b| b == 0) => {}
+                Err(e) => {
+                    bad.push((slot.0, "checkpoint slot", format!("the older checkpoint, kept to fall back to: {e}")))
+                }
             }
         }
-        if !newest_ok && self.ckpt.number != 0 {
-            bad.push((CHECKPOINT_SLOTS[0].0, format!("no slot holds checkpoint {}, the one in use", self.ckpt.number)));
+        if !newest_ok {
+            bad.push((
+                CHECKPOINT_SLOTS[0].0,
+                "checkpoint slot",
+                format!("no slot holds checkpoint {}, the one in use", self.ckpt.number),
+            ));
         }
         let mut pos = self.ckpt.log;
         while pos.seq <= self.durable {
@@ -310,12 +322,16 @@ impl Log {
                     Ok(ps) => Some(ps),
                     Err(_) => match self.walk_over_checkpoint(pos)? {
                         Some((ps, why)) => {
-                            bad.push((ps.first_body.0, why));
+                            bad.push((ps.first_body.0, "checkpoint partial segment", why));
                             Some(ps)
                         }
                         None => {
                             let at = here.block().unwrap_or(0);
-                            bad.push((at, format!("partial segment {} after the checkpoint: {here}", pos.seq.0)));
+                            bad.push((
+                                at,
+                                "log after the checkpoint",
+                                format!("partial segment {}: {here}", pos.seq.0),
+                            ));
                             None
                         }
                     },

@@ -32,12 +32,16 @@ impl ScrubHost for Volume {
 
 impl Volume {
     /// Scrubs the volume while it stays in use (see
-    /// [`crate::check::scrub`]). `progress(done, total)` in bytes; false
+    /// [`crate::check::scrub`]), after a commit, so that it reads what was
+    /// written before it began. `progress(done, total)` in bytes; false
     /// stops it.
     ///
     /// # Errors
-    /// The maps cannot be read.
+    /// The commit fails, or the maps cannot be read.
     pub fn scrub(&self, opts: ScrubOptions, progress: &mut dyn FnMut(u64, u64) -> bool) -> Result<ScrubReport> {
+        if !self.is_read_only() {
+            self.commit()?;
+        }
         scrub::scrub(self, opts, progress)
     }
 }

@@ -420,38 +420,67 @@ fn read_data<H: ScrubHost>(
     }
     // Shared with a snapshot: read once, for the first tree that maps it.
     extents.sort_by_key(|e| (e.0, e.4));
+    // Pieces of at most a run each, disjoint, in block order.
+    let mut pieces: Vec<Piece> = Vec::new();
     let mut covered = 0u64;
-    let total: u64 = extents.iter().map(|e| e.1).sum();
-    run.total = run.done + total * BLOCK_BYTES;
-    let mut buf = vec![0u8; RUN_BLOCKS as usize * BLOCK_SIZE];
     for (first, len, ino, file_block, tree) in extents {
         let end = first.saturating_add(len).min(data.block_count());
         let mut at = first.max(covered);
         while at < end {
             let n = (end - at).min(RUN_BLOCKS);
-            let buf = &mut buf[..n as usize * BLOCK_SIZE];
-            if data.read_blocks(at, buf).is_err() {
-                for b in at..at + n {
+            pieces.push(Piece { at, n, ino, file_block: file_block + (at - first), tree });
+            at += n;
+        }
+        covered = covered.max(end);
+    }
+    let total: u64 = pieces.iter().map(|p| p.n).sum();
+    run.total = run.done + total * BLOCK_BYTES;
+    let mut buf = vec![0u8; RUN_BLOCKS as usize * BLOCK_SIZE];
+    let mut i = 0;
+    while i < pieces.len() {
+        // Neighbouring pieces (small files written together) in one request.
+        let first = pieces[i].at;
+        let mut j = i + 1;
+        while j < pieces.len()
+            && pieces[j].at == pieces[j - 1].at + pieces[j - 1].n
+            && pieces[j].at + pieces[j].n - first <= RUN_BLOCKS
+        {
+            j += 1;
+        }
+        let n = pieces[j - 1].at + pieces[j - 1].n - first;
+        let buf = &mut buf[..n as usize * BLOCK_SIZE];
+        if data.read_blocks(first, buf).is_err() {
+            for p in &pieces[i..j] {
+                for b in p.at..p.at + p.n {
                     if let Err(e) = data.read_blocks(b, &mut buf[..BLOCK_SIZE]) {
                         run.report.data_errors.push(DataError {
                             block: b,
-                            ino,
-                            file_block: file_block + (b - first),
-                            path: names[tree].get(&ino).cloned(),
-                            tree: trees[tree].name.clone(),
+                            ino: p.ino,
+                            file_block: p.file_block + (b - p.at),
+                            path: names[p.tree].get(&p.ino).cloned(),
+                            tree: trees[p.tree].name.clone(),
                             error: e.to_string(),
                         });
                     }
                 }
             }
-            run.report.data_blocks += n;
-            at += n;
-            if !run.read(n) {
-                return;
-            }
         }
-        covered = covered.max(end);
+        run.report.data_blocks += n;
+        if !run.read(n) {
+            return;
+        }
+        i = j;
     }
+}
+
+/// Data blocks of one file to read: `n` blocks from `at`, its block
+/// `file_block` first.
+struct Piece {
+    at: u64,
+    n: u64,
+    ino: InodeNo,
+    file_block: u64,
+    tree: usize,
 }
 
 /// An unmounted volume: the log opened as fsck opens it (roll-forward in

@@ -42,6 +42,7 @@ mod obfuscate;
 mod options;
 mod probe;
 mod progress;
+mod quota;
 mod remount;
 mod resize;
 mod scrub;
@@ -158,6 +159,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Metarestore(a) => metadump::metarestore(a),
         Command::Trim(a) => trim::run(a),
         Command::Scrub(a) => scrub::run(a),
+        Command::Quota(a) => quota::run(a),
     }
 }
 

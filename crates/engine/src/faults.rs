@@ -110,11 +110,17 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
+    /// Quotas: an inode given to another owner, group or project stays
+    /// charged to the one it left as well (its usage there never drops).
+    QuotaChownKeepsUsage,
+    /// RENAME_WHITEOUT: make the whiteout in a commit group after the
+    /// rename's (a crash between shows the old name gone and no whiteout).
+    WhiteoutApart,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 32] = [
+    pub const ALL: [Fault; 34] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -147,16 +153,18 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
+        Fault::QuotaChownKeepsUsage,
+        Fault::WhiteoutApart,
     ];
 
     #[cfg(feature = "fault-injection")]
-    fn bit(self) -> u32 {
+    fn bit(self) -> u64 {
         1 << (self as u32)
     }
 }
 
 #[cfg(feature = "fault-injection")]
-static ACTIVE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static ACTIVE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Breaks the rules in `faults` (and keeps every other) for the whole process.
 #[cfg(feature = "fault-injection")]

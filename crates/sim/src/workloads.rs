@@ -10,12 +10,16 @@ use crate::workload::{Step, Workload};
 pub use discard::discards;
 
 mod discard;
+mod quota;
+pub use quota::quotas;
 mod inline;
 mod ranges;
 mod resize;
 mod streams;
+mod whiteout;
 pub use ranges::ranges;
 pub use resize::{resizes, shrink_data, shrink_meta};
+pub use whiteout::whiteouts;
 
 fn s(p: &str) -> String {
     p.to_string()
@@ -783,6 +787,8 @@ pub fn all() -> Vec<Workload> {
     v.extend(snapshots());
     v.extend(clones());
     v.extend(ranges());
+    v.extend(quotas());
+    v.extend(whiteouts());
     v
 }
 

@@ -64,6 +64,9 @@ _dualfs() {
             dualfs,resize)
                 cmd="dualfs__subcmd__resize"
                 ;;
+            dualfs,scrub)
+                cmd="dualfs__subcmd__scrub"
+                ;;
             dualfs,send)
                 cmd="dualfs__subcmd__send"
                 ;;
@@ -135,6 +138,9 @@ _dualfs() {
                 ;;
             dualfs__subcmd__help,resize)
                 cmd="dualfs__subcmd__help__subcmd__resize"
+                ;;
+            dualfs__subcmd__help,scrub)
+                cmd="dualfs__subcmd__help__subcmd__scrub"
                 ;;
             dualfs__subcmd__help,send)
                 cmd="dualfs__subcmd__help__subcmd__send"
@@ -380,7 +386,7 @@ _dualfs() {
 
     case "${cmd}" in
         dualfs)
-            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -480,7 +486,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help)
-            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -886,6 +892,20 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help__subcmd__resize)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__scrub)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1749,6 +1769,24 @@ _dualfs() {
                     return 0
                     ;;
                 --data)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__scrub)
+            opts="-h -V --rate --meta-only --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --rate)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -61,6 +61,10 @@ pub enum Command {
     /// `dualfs mount -o clone=NAME`.
     #[command(after_help = CLONE_HELP)]
     Clone(CloneArgs),
+    /// Read and check every live block of a volume, mounted or not, and
+    /// report what is damaged and the files it costs.
+    #[command(after_help = SCRUB_HELP)]
+    Scrub(ScrubArgs),
     /// Discard the free space of a volume, mounted or not (as fstrim).
     #[command(after_help = TRIM_HELP)]
     Trim(TrimArgs),
@@ -364,6 +368,7 @@ impl Command {
             | Command::Sync(_)
             | Command::Quota(_)
             | Command::Trim(_)
+            | Command::Scrub(_)
             | Command::Resize(_)
             | Command::Migrate(_)
             | Command::Receive(_) => false,

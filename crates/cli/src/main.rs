@@ -45,6 +45,7 @@ mod progress;
 mod quota;
 mod remount;
 mod resize;
+mod scrub;
 mod send;
 mod snapshot;
 mod stats;
@@ -157,6 +158,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Metadump(a) => metadump::metadump(a),
         Command::Metarestore(a) => metadump::metarestore(a),
         Command::Trim(a) => trim::run(a),
+        Command::Scrub(a) => scrub::run(a),
         Command::Quota(a) => quota::run(a),
     }
 }

@@ -19,6 +19,9 @@
 //! | getxattr | `dualfs.migrate` | the progress or outcome of the latest migration, as JSON |
 //! | setxattr | `dualfs.receive` | receives the send stream in the file the value names, in the background (EBUSY while one runs; `crate::receive`) |
 //! | getxattr | `dualfs.receive` | the state of the latest receive, as JSON |
+//! | setxattr | `dualfs.scrub` | scrubs the volume in the background with the order in the value (`crate::scrub`; EBUSY while one runs) |
+//! | getxattr | `dualfs.scrub` | the progress, then the report, of the latest scrub, as JSON |
+//! | removexattr | `dualfs.scrub` | stops a running scrub |
 //! | setxattr | `dualfs.quota` | turns quotas on, sets limits or grace times ([`QuotaRequest`]); returns once durable |
 //! | getxattr | `dualfs.quota` | usage, limits and grace times of every id, as JSON ([`quota_json`]) |
 //!
@@ -673,6 +676,7 @@ mod requests {
                 b if b == control::QUOTA.as_bytes() => Ok(control::quota_json(&self.vol).to_string().into_bytes()),
                 b if b == crate::receive::RECEIVE.as_bytes() => Ok(self.receiver.status()),
                 b if b == crate::migrate::MIGRATE.as_bytes() => Ok(self.migrator.status()),
+                b if b == crate::scrub::SCRUB.as_bytes() => Ok(self.scrubber.status()),
                 b if b == control::TREE.as_bytes() => {
                     Ok(serde_json::json!(self.vol.live_tree()).to_string().into_bytes())
                 }
@@ -707,6 +711,11 @@ mod requests {
                 }
                 (b, None) if b == control::CLEAN.as_bytes() => {
                     self.control.stop_clean();
+                    Ok(())
+                }
+                (b, Some(v)) if b == crate::scrub::SCRUB.as_bytes() => self.scrubber.start(&self.vol, v),
+                (b, None) if b == crate::scrub::SCRUB.as_bytes() => {
+                    self.scrubber.stop();
                     Ok(())
                 }
                 (b, Some(v))

@@ -9,6 +9,7 @@
 
 mod flags;
 mod marks;
+pub mod scrub;
 mod space;
 pub mod tree;
 mod walk;

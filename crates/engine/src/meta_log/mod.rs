@@ -18,6 +18,7 @@ pub mod discard;
 pub mod fsync;
 pub mod ifile_load;
 pub mod lazy_imap;
+pub mod live;
 pub mod mend;
 pub mod mount;
 pub mod quota_usage;

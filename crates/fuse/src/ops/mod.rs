@@ -134,6 +134,7 @@ impl DualFs {
     pub fn shutdown(&self) {
         self.control.shutdown();
         self.receiver.shutdown();
+        self.scrubber.shutdown();
     }
 
     /// Makes the kernel forget the attributes it caches of `node` when the

@@ -110,11 +110,14 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
+    /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
+    /// return before it is durable, as a write to any other file does.
+    SyncFlagIgnored,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 32] = [
+    pub const ALL: [Fault; 33] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -147,16 +150,17 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
+        Fault::SyncFlagIgnored,
     ];
 
     #[cfg(feature = "fault-injection")]
-    fn bit(self) -> u32 {
-        1 << (self as u32)
+    fn bit(self) -> u64 {
+        1 << (self as u64)
     }
 }
 
 #[cfg(feature = "fault-injection")]
-static ACTIVE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static ACTIVE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Breaks the rules in `faults` (and keeps every other) for the whole process.
 #[cfg(feature = "fault-injection")]

@@ -10,11 +10,18 @@ use crate::workload::{Step, Workload};
 pub use discard::discards;
 
 mod discard;
+mod flags;
 mod inline;
 mod ranges;
 mod resize;
 mod streams;
 pub use ranges::ranges;
+
+/// The inode-flag patterns alone (they are among [`patterns`] too).
+#[must_use]
+pub fn inode_flags() -> Vec<Workload> {
+    flags::patterns()
+}
 pub use resize::{resizes, shrink_data, shrink_meta};
 
 fn s(p: &str) -> String {
@@ -136,6 +143,7 @@ pub fn patterns() -> Vec<Workload> {
     }
     out.push(pattern("appends", steps));
     out.extend(inline::patterns());
+    out.extend(flags::patterns());
     // Overwrites in place, each fsync'd, and without fsync.
     let steps = (0..8u64).flat_map(|i| [write("A/foo", (i * 1531) % 10000, 2048), Step::Fsync(s("A/foo"))]).collect();
     out.push(pattern("overwrites-fsync", steps));

@@ -78,6 +78,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }
+    if fault == Fault::SyncFlagIgnored {
+        // Only a write to a sync file shows it.
+        list.extend(workloads::inode_flags());
+    }
     if fault == Fault::SwitchListLater {
         // Only a switch of the live tree shows it.
         list.extend(workloads::clones());

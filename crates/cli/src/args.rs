@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand};
 
 mod admin;
 pub use admin::*;
+mod quota;
+pub use quota::*;
 
 /// DualFS: a Linux file system that keeps file data and meta-data on two
 /// devices. Data goes to the data device, in groups written in place;
@@ -62,6 +64,10 @@ pub enum Command {
     /// Discard the free space of a volume, mounted or not (as fstrim).
     #[command(after_help = TRIM_HELP)]
     Trim(TrimArgs),
+    /// User, group and project quotas: turn on, set, report (mounted or
+    /// not), as setquota and repquota do for a kernel file system.
+    #[command(after_help = quota::QUOTA_HELP)]
+    Quota(QuotaArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
@@ -356,6 +362,7 @@ impl Command {
             | Command::Get(_)
             | Command::Metarestore(_)
             | Command::Sync(_)
+            | Command::Quota(_)
             | Command::Trim(_)
             | Command::Resize(_)
             | Command::Migrate(_)
@@ -524,6 +531,10 @@ pub struct MkfsArgs {
     /// meta-data device (0 to 3072).
     #[arg(long, default_value_t = 1024)]
     pub inline_max: u32,
+    /// Keep user, group and project quotas (format 1.9; `dualfs quota`
+    /// sets the limits).
+    #[arg(long)]
+    pub quota: bool,
 }
 
 #[derive(Args, Debug, Clone)]

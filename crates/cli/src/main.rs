@@ -42,6 +42,7 @@ mod obfuscate;
 mod options;
 mod probe;
 mod progress;
+mod quota;
 mod remount;
 mod resize;
 mod send;
@@ -156,6 +157,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Metadump(a) => metadump::metadump(a),
         Command::Metarestore(a) => metadump::metarestore(a),
         Command::Trim(a) => trim::run(a),
+        Command::Quota(a) => quota::run(a),
     }
 }
 

@@ -22,6 +22,8 @@ pub enum Kind {
     Symlink(Vec<u8>),
     /// A named pipe.
     Fifo,
+    /// A whiteout `RENAME_WHITEOUT` left: a character device 0:0 of mode 0.
+    Whiteout,
 }
 
 /// A node.
@@ -410,6 +412,29 @@ impl Model {
                 self.node_mut(to).nlink -= 1;
             }
             self.unref(d, held);
+        }
+        Ok(())
+    }
+
+    /// A rename with `RENAME_WHITEOUT`: as [`Model::rename`], then a
+    /// whiteout under the old name (none when both names are one file,
+    /// which the kernel never passes on).
+    ///
+    /// # Errors
+    /// As [`Model::rename`].
+    pub fn rename_whiteout(
+        &mut self,
+        from: Id,
+        name: &[u8],
+        to: Id,
+        new_name: &[u8],
+        held: &dyn Fn(Id) -> bool,
+    ) -> Result<(), Errno> {
+        let src = self.entries(from).get(name).copied();
+        let same = src.is_some() && self.entries(to).get(new_name).copied() == src;
+        self.rename(from, name, to, new_name, false, false, held)?;
+        if !same {
+            self.add(from, name, Kind::Whiteout, 0)?;
         }
         Ok(())
     }

@@ -69,7 +69,7 @@ impl Tree {
                 }
                 Kind::File(d) => (EntryKind::File, d.clone()),
                 Kind::Symlink(t) => (EntryKind::Symlink, t.clone()),
-                Kind::Fifo => (EntryKind::Other, Vec::new()),
+                Kind::Fifo | Kind::Whiteout => (EntryKind::Other, Vec::new()),
             };
             entries.insert(
                 path,

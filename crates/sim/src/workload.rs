@@ -81,6 +81,14 @@ pub enum Step {
         /// New name.
         to: String,
     },
+    /// `renameat2` with `RENAME_WHITEOUT` (replacing): a whiteout stays
+    /// under the old name.
+    RenameWhiteout {
+        /// Old name.
+        from: String,
+        /// New name.
+        to: String,
+    },
     /// `link`.
     Link {
         /// Existing name.
@@ -101,6 +109,17 @@ pub enum Step {
         path: String,
         /// Value length.
         len: u16,
+    },
+    /// `dualfs quota on`: the volume keeps quotas from now on (it syncs:
+    /// everything so far becomes durable).
+    QuotaOn,
+    /// `chown` of a file to `uid` (the model keeps no owners; the volume's
+    /// quota usage follows).
+    Chown {
+        /// File.
+        path: String,
+        /// New owner.
+        uid: u32,
     },
     /// `fsync` of a file or directory. Of a directory: every step so far
     /// becomes durable (a commit). Of a file: that file as it is now, and
@@ -434,6 +453,12 @@ impl<'a> Runner<'a> {
             _ => None,
         };
         let promise = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
+        if self.vol.quotas_on() {
+            let wrong = self.vol.verify_quota_usage().map_err(|e| format!("step {n}: {e}"))?;
+            if !wrong.is_empty() {
+                return Err(format!("step {n} ({step:?}): Q1 broken: {}", wrong.join("; ")));
+            }
+        }
         let len_now = |r: &Self, id: Id| match r.model.nodes.get(&id).map(|n| &n.kind) {
             Some(Kind::File(d)) => d.len(),
             _ => 0,
@@ -492,6 +517,7 @@ impl<'a> Runner<'a> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
             Step::Sync
+            | Step::QuotaOn
             | Step::RemountRo
             | Step::SnapshotCreate(_)
             | Step::SnapshotDelete(_)
@@ -503,7 +529,9 @@ impl<'a> Runner<'a> {
             },
             Step::FsyncOpen(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
             Step::Write { path, .. } | Step::SetXattr { path, .. } | Step::Unlink(path) => vec![at(path)],
-            Step::Rename { from, to } | Step::Link { from, to } => vec![at(from), at(to)],
+            Step::Rename { from, to } | Step::RenameWhiteout { from, to } | Step::Link { from, to } => {
+                vec![at(from), at(to)]
+            }
             Step::Close(h) | Step::LinkOpen { h, .. } => vec![self.handles.get(h).map(|(id, _)| *id)],
             _ => Vec::new(),
         };
@@ -666,6 +694,16 @@ impl<'a> Runner<'a> {
                 let got = vol.rename(fi, &fname, ti, &tname, dualfs_engine::volume::RenameFlags::default());
                 (errno(got), self.model.rename(fd, &fname, td, &tname, false, false, &held))
             }
+            Step::RenameWhiteout { from, to } => {
+                let (Some((fd, fname, _)), Some((td, tname, _))) = (self.model_path(from), self.model_path(to)) else {
+                    return Ok(Promise::None);
+                };
+                let (fi, ti) = (self.parent_ino(from)?, self.parent_ino(to)?);
+                let held = self.held();
+                let flags = dualfs_engine::volume::RenameFlags { whiteout: Some((0, 0)), ..Default::default() };
+                let got = vol.rename(fi, &fname, ti, &tname, flags);
+                (errno(got), self.model.rename_whiteout(fd, &fname, td, &tname, &held))
+            }
             Step::Link { from, to } => {
                 let (Some((_, _, Some(id))), Some((td, tname, _))) = (self.model_path(from), self.model_path(to))
                 else {
@@ -780,6 +818,19 @@ impl<'a> Runner<'a> {
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:
                 // the durable marks around it make the oracle strict.
+                return Ok(Promise::None);
+            }
+            Step::QuotaOn => {
+                vol.enable_quotas().map_err(|e| format!("quota on: {e}"))?;
+                return Ok(Promise::All);
+            }
+            Step::Chown { path, uid } => {
+                if self.model_path(path).and_then(|(_, _, id)| id).is_none() {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                let set = dualfs_engine::volume::SetAttr { uid: Some(*uid), ..Default::default() };
+                vol.setattr(ino, &set).map_err(|e| format!("chown: {e}"))?;
                 return Ok(Promise::None);
             }
             Step::Trim => {

@@ -11,10 +11,13 @@ pub use discard::discards;
 
 mod discard;
 mod flags;
+mod quota;
+pub use quota::quotas;
 mod inline;
 mod ranges;
 mod resize;
 mod streams;
+mod whiteout;
 pub use ranges::ranges;
 
 /// The inode-flag patterns alone (they are among [`patterns`] too).
@@ -23,6 +26,7 @@ pub fn inode_flags() -> Vec<Workload> {
     flags::patterns()
 }
 pub use resize::{resizes, shrink_data, shrink_meta};
+pub use whiteout::whiteouts;
 
 fn s(p: &str) -> String {
     p.to_string()
@@ -791,6 +795,8 @@ pub fn all() -> Vec<Workload> {
     v.extend(snapshots());
     v.extend(clones());
     v.extend(ranges());
+    v.extend(quotas());
+    v.extend(whiteouts());
     v
 }
 

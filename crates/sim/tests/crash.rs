@@ -345,6 +345,19 @@ fn crashes_around_collapse_and_insert_show_them_whole() {
     }
 }
 
+/// The whiteout renames on their own (in the campaign above too): every
+/// crash state shows each rename with its whiteout, or neither.
+#[test]
+fn crashes_around_whiteout_renames_show_them_whole() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::whiteouts() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 20, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}
+
 /// A volume with more inodes than the threshold leaves its inode map on
 /// disk at every recovery: roll-forward reads the blocks it replays into,
 /// the oracle's reads read the rest on demand, and orphans wait on the

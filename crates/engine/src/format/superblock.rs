@@ -87,6 +87,14 @@ pub const FORMAT_MINOR_INODE_FLAGS: u16 = 6;
 /// refuse the missing blocks, or take a segment holding the IFile for
 /// free, hence incompat. mkfs sets it. Since 1.7.
 pub const INCOMPAT_SPARSE_IFILE: u64 = 1 << 9;
+/// `incompat`: user, group and project quotas are kept: the root
+/// directory holds the quota record (FORMAT.md 3.17) and the volume
+/// refuses what would pass a limit. An older reader would let every
+/// write through and leave the grace times stale, hence incompat. Set by
+/// `mkfs --quota` or `dualfs quota on`. Since 1.9.
+pub const INCOMPAT_QUOTA: u64 = 1 << 12;
+/// Format minor version that introduced [`INCOMPAT_QUOTA`].
+pub const FORMAT_MINOR_QUOTA: u16 = 9;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -100,7 +108,8 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_CLONES
     | INCOMPAT_INDEX_RUNS
     | INCOMPAT_INODE_FLAGS
-    | INCOMPAT_SPARSE_IFILE;
+    | INCOMPAT_SPARSE_IFILE
+    | INCOMPAT_QUOTA;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.

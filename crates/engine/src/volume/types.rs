@@ -197,6 +197,10 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Swap the two names.
     pub exchange: bool,
+    /// `RENAME_WHITEOUT`: leave a whiteout (a character device 0:0, mode
+    /// 0) owned by this uid and gid under the old name, in the rename's
+    /// commit group (overlayfs's upper layer asks for it).
+    pub whiteout: Option<(u32, u32)>,
 }
 
 /// `fallocate` modes: none of the range modes allocates the range (mode

@@ -61,7 +61,7 @@ fn inherited_flags(parent: u32, kind: &Kind) -> u32 {
         Kind::Dir(_) => FileKind::Directory,
         Kind::File(_) => FileKind::Regular,
         Kind::Symlink(_) => FileKind::Symlink,
-        Kind::Fifo => FileKind::Fifo,
+        Kind::Fifo | Kind::Whiteout => FileKind::Fifo,
     };
     parent & !(FLAG_IMMUTABLE | FLAG_APPEND) & flags_for(kind)
 }

@@ -110,6 +110,9 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
+    /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
+    /// return before it is durable, as a write to any other file does.
+    SyncFlagIgnored,
     /// Quotas: an inode given to another owner, group or project stays
     /// charged to the one it left as well (its usage there never drops).
     QuotaChownKeepsUsage,
@@ -120,7 +123,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 34] = [
+    pub const ALL: [Fault; 35] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -153,13 +156,14 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
+        Fault::SyncFlagIgnored,
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,
     ];
 
     #[cfg(feature = "fault-injection")]
     fn bit(self) -> u64 {
-        1 << (self as u32)
+        1 << (self as u64)
     }
 }
 

@@ -10,6 +10,7 @@ use crate::workload::{Step, Workload};
 pub use discard::discards;
 
 mod discard;
+mod flags;
 mod quota;
 pub use quota::quotas;
 mod inline;
@@ -18,6 +19,12 @@ mod resize;
 mod streams;
 mod whiteout;
 pub use ranges::ranges;
+
+/// The inode-flag patterns alone (they are among [`patterns`] too).
+#[must_use]
+pub fn inode_flags() -> Vec<Workload> {
+    flags::patterns()
+}
 pub use resize::{resizes, shrink_data, shrink_meta};
 pub use whiteout::whiteouts;
 
@@ -140,6 +147,7 @@ pub fn patterns() -> Vec<Workload> {
     }
     out.push(pattern("appends", steps));
     out.extend(inline::patterns());
+    out.extend(flags::patterns());
     // Overwrites in place, each fsync'd, and without fsync.
     let steps = (0..8u64).flat_map(|i| [write("A/foo", (i * 1531) % 10000, 2048), Step::Fsync(s("A/foo"))]).collect();
     out.push(pattern("overwrites-fsync", steps));

@@ -82,6 +82,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }
+    if fault == Fault::SyncFlagIgnored {
+        // Only a write to a sync file shows it.
+        list.extend(workloads::inode_flags());
+    }
     if fault == Fault::QuotaChownKeepsUsage {
         // Only a volume keeping quotas shows it.
         return workloads::quotas();

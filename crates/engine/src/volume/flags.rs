@@ -11,7 +11,7 @@
 
 use super::{Attr, Volume};
 use crate::error::{Error, Result};
-use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_PROJINHERIT, KNOWN_FLAGS, flags_for};
+use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_PROJINHERIT, FLAG_SYNC, KNOWN_FLAGS, flags_for};
 use crate::format::superblock::{FORMAT_MINOR_INODE_FLAGS, INCOMPAT_INODE_FLAGS};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::Fs;
@@ -83,7 +83,7 @@ impl Volume {
         if flags != 0 || project.is_some_and(|p| p != 0) {
             self.mark_inode_flags()?;
         }
-        self.mutate(OpKind::Grow, |fs, now| {
+        let attr = self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
             if !matches!(kind, FileKind::Directory | FileKind::Regular) {
                 return Err(Error::NotSupported);
@@ -101,7 +101,14 @@ impl Volume {
             rec.ctime = now;
             drop(rec);
             Volume::attr(fs, ino)
-        })
+        })?;
+        // A sync inode's changes are durable when they return, this one
+        // included (ext4 commits a flag change that leaves the inode
+        // sync): a later write's fdatasync then promises the flag too.
+        if attr.flags & FLAG_SYNC != 0 {
+            self.fsync(ino)?;
+        }
+        Ok(attr)
     }
 
     /// Marks the volume as keeping inode flags and project ids

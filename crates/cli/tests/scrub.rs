@@ -108,7 +108,7 @@ fn a_mounted_volume_is_scrubbed_by_its_serving_process_while_files_are_written()
             while !stop.load(Ordering::Relaxed) {
                 let p = root.join(format!("during-{n}"));
                 std::fs::write(&p, vec![n as u8; 20_000]).unwrap();
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     std::fs::remove_file(&p).unwrap();
                 }
                 n += 1;

@@ -189,11 +189,12 @@ Options (-o, comma-separated, may be repeated):
   cache=SIZE       memory the volume keeps (default 512M, at least 16M, at
                    most half of the machine's memory or its cgroup's): half
                    for file data not yet written (reaching it commits), half
-                   for meta-data: three eighths of SIZE for decoded inodes,
+                   for meta-data: a third of SIZE for decoded inodes,
                    directory and tree nodes (least recently used evicted
                    first), an eighth for inode-map blocks read (16 bytes an
                    inode; unchanged ones past it are dropped and read again
-                   when needed). Beside it the process holds the node map
+                   when needed), a fortieth for segment usage blocks the
+                   cleaner read (likewise). Beside it the process holds the node map
                    (8 bytes per directory or tree node), the free inode
                    numbers, and the data bitmap it has read (one bit per
                    block of each data group used)

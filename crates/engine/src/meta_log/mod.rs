@@ -236,40 +236,6 @@ impl Log {
         self.cache.set_limits(entries, bytes);
     }
 
-    /// Counts what every user, group and project uses from every inode in
-    /// use (orphans too: their blocks are still taken). The cache is
-    /// trimmed as the count goes, so a large volume is counted in bounded
-    /// memory.
-    ///
-    /// # Errors
-    /// An inode-map block or an inode cannot be read.
-    pub fn count_quota_usage(&mut self) -> Result<quota_usage::QuotaUsage> {
-        let mut usage = quota_usage::QuotaUsage::default();
-        let len = self.ifile.inodes.len() as u64;
-        for n in 1..len {
-            let ino = InodeNo(n);
-            if !self.map_entry(ino)?.is_some_and(|e| e.in_use()) {
-                continue;
-            }
-            usage.count(quota_usage::Charge::of(self.inode(ino)?), true);
-            if n % 4096 == 0 {
-                self.trim_cache_if_over();
-            }
-        }
-        Ok(usage)
-    }
-
-    /// Starts keeping usage from `usage`, or stops (None).
-    pub fn set_quota_usage(&mut self, usage: Option<quota_usage::QuotaUsage>) {
-        self.cache.set_quota_usage(usage);
-    }
-
-    /// The usage kept, when quotas are.
-    #[must_use]
-    pub fn quota_usage(&self) -> Option<&quota_usage::QuotaUsage> {
-        self.cache.quota_usage()
-    }
-
     /// Evicts from the meta-data cache if it is an eighth past its limits
     /// (between operations only).
     pub fn trim_cache_if_over(&mut self) {

@@ -6,8 +6,11 @@
 
 use rustc_hash::FxHashMap;
 
+use super::Log;
+use crate::error::Result;
 use crate::format::inode::InodeRecord;
 use crate::format::quota::QuotaKind;
+use crate::types::InodeNo;
 
 /// What one id uses.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -102,6 +105,42 @@ impl QuotaUsage {
     #[must_use]
     pub fn underflowed(&self) -> bool {
         self.underflow
+    }
+}
+
+impl Log {
+    /// Counts what every user, group and project uses from every inode in
+    /// use (orphans too: their blocks are still taken). The cache is
+    /// trimmed as the count goes, so a large volume is counted in bounded
+    /// memory.
+    ///
+    /// # Errors
+    /// An inode-map block or an inode cannot be read.
+    pub fn count_quota_usage(&mut self) -> Result<QuotaUsage> {
+        let mut usage = QuotaUsage::default();
+        let len = self.ifile.inodes.len() as u64;
+        for n in 1..len {
+            let ino = InodeNo(n);
+            if !self.map_entry(ino)?.is_some_and(|e| e.in_use()) {
+                continue;
+            }
+            usage.count(Charge::of(self.inode(ino)?), true);
+            if n % 4096 == 0 {
+                self.trim_cache_if_over();
+            }
+        }
+        Ok(usage)
+    }
+
+    /// Starts keeping usage from `usage`, or stops (None).
+    pub fn set_quota_usage(&mut self, usage: Option<QuotaUsage>) {
+        self.cache.set_quota_usage(usage);
+    }
+
+    /// The usage kept, when quotas are.
+    #[must_use]
+    pub fn quota_usage(&self) -> Option<&QuotaUsage> {
+        self.cache.quota_usage()
     }
 }
 

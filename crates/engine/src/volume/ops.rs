@@ -5,7 +5,7 @@
 //! a refused operation leaves no trace; then it changes the namespace inside
 //! one `mutate` step, which lands whole in one partial segment.
 
-use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, flags, lock};
+use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, TimeSet, Volume, flags, lock};
 use crate::error::{Error, Result};
 use crate::format::inode::InodeRecord;
 use crate::format::inode::{Body, FLAG_DIRSYNC, FLAG_PROJINHERIT, FLAG_SYNC};
@@ -16,7 +16,7 @@ use crate::namespace::file::MAX_FILE_SIZE;
 use crate::namespace::inode::NewInode;
 use crate::namespace::quota;
 use crate::namespace::{FileName, Fs};
-use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
+use crate::types::{FileKind, InodeNo, Timestamp};
 
 /// Most hard links an inode may have (as ext4).
 pub const LINK_MAX: u32 = 65000;
@@ -748,50 +748,6 @@ impl Volume {
                 more
             })
         })
-    }
-
-    /// The data device's size and its free space as [`Volume::statfs`]
-    /// counts them, in bytes, without the meta-data figures: what the
-    /// adapter's nearly-full check at every OPEN and CREATE needs. (statfs
-    /// counts the free meta-data segments one by one: 4% of the serving
-    /// CPU of PostMark when every open asked for it.)
-    #[must_use]
-    pub fn data_space(&self) -> (u64, u64) {
-        let fs = lock(&self.fs);
-        let space = fs.log.space();
-        (space.total_blocks() * crate::types::BLOCK_BYTES, space.free_for_statfs() * crate::types::BLOCK_BYTES)
-    }
-
-    /// Space and inode figures.
-    #[must_use]
-    pub fn statfs(&self) -> StatFs {
-        // The count of inodes in use needs the whole inode map.
-        if let Err(e) = self.finish_loading() {
-            log::error!("reading the inode map: {e}; the count of files in use is short");
-        }
-        let fs = lock(&self.fs);
-        let log = &fs.log;
-        let free_segments = u64::from(log.free_segments());
-        let total_data = log.space().total_blocks();
-        let free = log.space().free_for_statfs();
-        let used_inodes = log.ifile().used_inodes();
-        // The inode map grows on demand: what is left is as many inodes as
-        // the free meta-data space could hold.
-        let meta_free_bytes = free_segments.saturating_sub(u64::from(log.reserve_segments()))
-            * u64::from(log.superblock().segment_blocks)
-            * crate::types::BLOCK_BYTES;
-        let ffree = meta_free_bytes / 256;
-        StatFs {
-            bsize: BLOCK_SIZE as u32,
-            blocks: total_data,
-            bfree: free,
-            bavail: free,
-            files: used_inodes + ffree,
-            ffree,
-            namelen: NAME_MAX as u32,
-            meta_segments: u64::from(log.superblock().segment_count),
-            meta_free_segments: free_segments,
-        }
     }
 }
 

@@ -1,0 +1,100 @@
+//! Snapshots and clones made, deleted and switched while the live tree
+//! changes.
+
+use super::{s, write};
+use crate::workload::{Step, Workload};
+
+/// Snapshots made and deleted while the live volume changes: overwrites
+/// of blocks they hold (which must go to new blocks), appends, removals,
+/// fsyncs, ticks and a clean around them. Crash states cut inside a
+/// create or a delete must show the snapshot whole or not at all, and
+/// every snapshot there as it was made (the explorer's snapshot oracle).
+#[must_use]
+pub fn snapshots() -> Vec<Workload> {
+    let churn = |tag: u64| {
+        vec![
+            write("A/foo", (tag * 1531) % 8000, 4096),
+            write("A/foo", 12288 + tag * 3000, 3000),
+            Step::Create(format!("B/n{tag}")),
+            write(&format!("B/n{tag}"), 0, 9000),
+            Step::Fsync(format!("B/n{tag}")),
+            write("B/bar", 0, 700),
+        ]
+    };
+    let mut steps = vec![Step::SnapshotCreate(s("s1"))];
+    steps.extend(churn(1));
+    steps.push(Step::Tick);
+    steps.push(Step::SnapshotCreate(s("s2")));
+    steps.extend(churn(2));
+    steps.push(Step::Unlink(s("B/n1")));
+    steps.push(Step::Truncate { path: s("A/foo"), size: 5000 });
+    steps.push(Step::Fsync(s("B")));
+    steps.push(Step::SnapshotDelete(s("s1")));
+    steps.extend(churn(3));
+    steps.push(Step::Clean { segments: 3 });
+    steps.push(Step::SnapshotCreate(s("s3")));
+    steps.push(write("A/foo", 0, 6000));
+    steps.push(Step::SnapshotDelete(s("s2")));
+    steps.push(Step::Sync);
+    let mut out = vec![Workload { name: s("pattern/snapshots"), steps, scale: 6 }];
+    // The smallest case: a held block overwritten in place would show in
+    // the snapshot.
+    let steps = vec![
+        Step::SnapshotCreate(s("before")),
+        write("A/foo", 0, 8192),
+        Step::Fsync(s("A/foo")),
+        write("A/foo", 4096, 4096),
+        Step::Sync,
+    ];
+    out.push(Workload { name: s("pattern/snapshot-overwrite"), steps, scale: 4 });
+    out
+}
+
+/// Writable clones: made from snapshots (and from a snapshot of a clone),
+/// made the live tree and back while each tree changes, and deleted, the
+/// tree that was live among them. A crash cut inside a switch must show
+/// the old tree or the new one, under its own name, with the other kept
+/// whole; every kept tree is read back by making it live on a copy.
+#[must_use]
+pub fn clones() -> Vec<Workload> {
+    let steps = vec![
+        Step::SnapshotCreate(s("s")),
+        write("A/foo", 0, 5000),
+        Step::Create(s("B/main1")),
+        write("B/main1", 0, 6000),
+        Step::CloneCreate { source: s("s"), name: s("c") },
+        Step::SwitchTree(s("c")),
+        write("A/foo", 4096, 8192),
+        Step::Create(s("A/c1")),
+        write("A/c1", 0, 10000),
+        Step::Unlink(s("B/bar")),
+        Step::Sync,
+        Step::SnapshotCreate(s("c-snap")),
+        Step::CloneCreate { source: s("c-snap"), name: s("cc") },
+        write("A/c1", 0, 4096),
+        Step::SwitchTree(s("main")),
+        Step::Create(s("B/main2")),
+        write("B/main2", 0, 3000),
+        Step::SnapshotDelete(s("c")),
+        Step::SwitchTree(s("cc")),
+        write("A/foo", 0, 3000),
+        Step::Sync,
+        Step::SnapshotDelete(s("main")),
+        Step::Sync,
+    ];
+    let mut out = vec![Workload { name: s("clone/switches"), steps, scale: 8 }];
+    // The smallest case: blocks the clone shares with the tree that was
+    // live, overwritten in the clone, must go to new blocks.
+    let steps = vec![
+        Step::SnapshotCreate(s("s")),
+        Step::CloneCreate { source: s("s"), name: s("c") },
+        Step::SwitchTree(s("c")),
+        write("A/foo", 0, 8192),
+        Step::Sync,
+        Step::SwitchTree(s("main")),
+        write("A/foo", 4096, 4096),
+        Step::Sync,
+    ];
+    out.push(Workload { name: s("clone/overwrite"), steps, scale: 4 });
+    out
+}

@@ -125,8 +125,18 @@ fn holder(dir: &Path, name: &str, file: &Path, secs: f64) -> std::process::Child
     if !fake.exists() {
         std::fs::copy(sh("command -v flock").trim(), &fake).unwrap();
     }
-    let child =
-        std::process::Command::new(&fake).arg("-x").arg(file).args(["sleep", &secs.to_string()]).spawn().unwrap();
+    // Another test's fork may still hold the copy open for writing for a
+    // moment (it inherits the descriptor until its exec): ETXTBSY passes.
+    let spawn = || std::process::Command::new(&fake).arg("-x").arg(file).args(["sleep", &secs.to_string()]).spawn();
+    let start = std::time::Instant::now();
+    let child = loop {
+        match spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && start.elapsed().as_secs() < 10 => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => break r.unwrap(),
+        }
+    };
     let f = std::fs::File::open(file).unwrap();
     let start = std::time::Instant::now();
     while f.try_lock_shared().is_ok() {

@@ -186,9 +186,12 @@ impl<E: Entry> Table<E> {
                 // copy it replaces is this tree's (or none), which is what
                 // the checkpoint takes from its segment's count.
                 self.dirty.insert(b);
-                if !self.is_in_memory(b) {
-                    let _ = self.block_mut(b);
-                }
+            }
+            // In memory either way: a block never written here that takes
+            // the other tree's address (same entries, defaults) would
+            // otherwise read as on disk, and the table is whole.
+            if !self.is_in_memory(b) {
+                let _ = self.block_mut(b);
             }
             self.chunk_mut(c).addresses[k] = theirs;
         }

@@ -112,6 +112,31 @@ fn adopting_compares_a_block_not_in_memory_by_address() {
     assert_eq!(t.unloaded_blocks(), 0, "the adopted table is whole");
 }
 
+/// A tree whose last node-map block was never written adopts the
+/// outgoing tree's block of the same (default) entries by address: it must
+/// still be in memory, as every block of an adopted table is, or the map
+/// cannot grow there.
+#[test]
+fn an_adopted_block_never_written_stays_at_hand() {
+    let per = TableId::NodeMap.per_block();
+    // Outgoing: two blocks written, the second all defaults (nodes freed).
+    let mut t: Table<u64> = Table::new(TableId::NodeMap, 2 * per, Fresh::Default, true);
+    t.set(3, 9);
+    t.set(per, 0);
+    t.set_address(0, MetaBlock(100));
+    t.set_address(1, MetaBlock(101));
+    // Incoming: as long, its second block never written.
+    let mut other: Table<u64> = Table::new(TableId::NodeMap, per + 1, Fresh::Default, true);
+    other.set(3, 9);
+    other.set_address(0, MetaBlock(100));
+    other.grow(2 * per);
+    t.adopt(other);
+    assert_eq!(t.unloaded_blocks(), 0, "the adopted table is whole");
+    assert!(t.is_loaded(1));
+    t.grow(2 * per + 1);
+    assert_eq!(t.get(2 * per), 0);
+}
+
 #[test]
 fn a_block_decoded_detached_leaves_the_table_as_it_was() {
     let per = TableId::InodeMap.per_block();

@@ -135,6 +135,8 @@ pub fn holder_of(path: &Path) -> Option<Holder> {
 pub struct Wait {
     path: PathBuf,
     start: Instant,
+    /// When a holder was last seen in /proc/locks.
+    seen: Instant,
     said: bool,
     /// The closing process waited for, and the device's role.
     closing: Option<(u32, String)>,
@@ -144,7 +146,7 @@ impl Wait {
     /// A wait for `path`, started now.
     #[must_use]
     pub fn new(path: &Path) -> Wait {
-        Wait { path: path.to_path_buf(), start: Instant::now(), said: false, closing: None }
+        Wait { path: path.to_path_buf(), start: Instant::now(), seen: Instant::now(), said: false, closing: None }
     }
 
     /// The lock is ours: a wait for a closing mount is kept for the log.
@@ -167,6 +169,9 @@ impl Wait {
     /// The holder is not closing, or is still closing after [`CLOSE_WAIT`].
     pub fn turn(&mut self, role: &str) -> Result<()> {
         let holder = holder_of(&self.path);
+        if holder.is_some() {
+            self.seen = Instant::now();
+        }
         let shown = self.path.display();
         match holder {
             Some(h) if h.name.as_bytes() == CLOSING_NAME.to_bytes() => {
@@ -198,9 +203,10 @@ impl Wait {
                 if h.command.is_empty() { h.name } else { h.command },
                 h.pid
             ),
-            // Let go between the try and the look, or /proc says nothing:
-            // try again, but not for ever.
-            None if self.start.elapsed() < Duration::from_secs(1) => {}
+            // Let go between the try and the look (a closing holder may do
+            // so after any wait), or /proc says nothing: try again, but not
+            // for ever.
+            None if self.seen.elapsed() < Duration::from_secs(1) => {}
             None => bail!("the volume is already mounted or in use: {shown} ({role}) is locked by another process"),
         }
         std::thread::sleep(RETRY);

@@ -158,8 +158,19 @@ fn a_mount_waiting_briefly_for_a_closing_one_prints_nothing_and_logs_the_wait() 
     let out = v.mount_output("");
     held.wait().unwrap();
     assert!(out.status.success(), "mount failed: {}", stderr(&out));
-    assert_eq!(stderr(&out), "", "a short wait was said on stderr");
-    assert!(v.log().contains("to be closed by the process that served its last mount"), "{}", v.log());
+    let log = v.log();
+    let waited = log
+        .lines()
+        .find_map(|l| l.split("waited ").nth(1)?.split(" ms").next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the wait is not in the log: {log}"));
+    assert!(log.contains("to be closed by the process that served its last mount"), "{log}");
+    // Said on stderr only once it lasted a second (a loaded machine may
+    // stretch the holder's 0.3 s past it).
+    if waited < 1000 {
+        assert_eq!(stderr(&out), "", "a wait of {waited} ms was said on stderr");
+    } else {
+        eprintln!("the holder's 0.3 s took {waited} ms: the short case was not tried");
+    }
     v.umount();
 
     // A wait a person would wonder about is said.

@@ -216,6 +216,12 @@ Options (-o, comma-separated, may be repeated):
                    its log (what `dualfs fsck -y` does) and mount it;
                    without it a volume no checkpoint of which loads mounts
                    only with ro, showing the rebuilt state
+  norecovery       with ro only: open the volume at its last checkpoint
+                   without rolling the log forward (ext4's and XFS's
+                   option): what was committed or fsynced after the
+                   checkpoint is not shown, nothing is written, fstrim is
+                   refused, and a remount rw is refused; to look at a
+                   volume whose log is in doubt without reading it
   discard          discard freed data blocks and emptied log segments as
                    they become free (BLKDISCARD; holes punched in image
                    files), once no crash can need them; nodiscard (the

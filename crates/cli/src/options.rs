@@ -121,6 +121,9 @@ pub struct MountConfig {
     /// is damaged, write it as rebuilt from its log (what `fsck -y` does)
     /// and mount that.
     pub rebuild: bool,
+    /// `norecovery`: open at the last checkpoint without rolling the log
+    /// forward (read-only only, as ext4's and XFS's).
+    pub no_recovery: bool,
     /// `dirty_window=`: the most dirty data the kernel may hold for this
     /// mount before passing it to the volume (0: the kernel's own limit).
     pub dirty_window: u64,
@@ -168,6 +171,7 @@ impl Default for MountConfig {
             entry_timeout: None,
             accept_loss: false,
             rebuild: false,
+            no_recovery: false,
             dirty_window: crate::bdi::DEFAULT_DIRTY_WINDOW,
             stream_window: crate::bdi::DEFAULT_STREAM_WINDOW,
             read_ahead: crate::bdi::DEFAULT_READ_AHEAD,
@@ -360,6 +364,8 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                      (rebuild a volume no checkpoint of which loads from its log)"
                 ),
             }
+        } else if opt == "norecovery" {
+            c.no_recovery = true;
         } else if let Some(v) = opt.strip_prefix("snapshot=") {
             if let Some(why) = dualfs_engine::format::snapshot::bad_name(v) {
                 bail!("snapshot={v}: {why}");
@@ -459,6 +465,12 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
             bail!("clone={name}: making a clone the live tree writes the volume, so it is not mounted read-only");
         }
     }
+    if c.no_recovery && !c.read_only {
+        bail!(
+            "norecovery: a volume opened without its log rolled forward may only be read: give ro with it \
+             (a writable mount would make the commits after the checkpoint lost for good)"
+        );
+    }
     if c.read_only {
         c.fuse.retain(|o| *o != MountOption::RW);
     }
@@ -525,6 +537,7 @@ pub fn engine_options(cfg: &MountConfig) -> MountOptions {
         accept_loss: cfg.accept_loss,
         rebuild: cfg.rebuild,
         discard: cfg.discard,
+        no_recovery: cfg.no_recovery,
         ..MountOptions::default()
     };
     if let Some(c) = cfg.commit {
@@ -570,6 +583,15 @@ mod tests {
         assert!(p("discard").discard);
         assert!(!p("discard,nodiscard").discard);
         assert_eq!(defaults_not_overridden("discard,noatime", &["nodiscard".to_string()]), "noatime");
+    }
+
+    #[test]
+    fn norecovery_is_taken_with_ro_only() {
+        assert!(!p("ro").no_recovery);
+        let c = p("ro,norecovery");
+        assert!(c.no_recovery && engine_options(&c).no_recovery && engine_options(&c).read_only);
+        let e = parse(&["norecovery".to_string()]).unwrap_err().to_string();
+        assert!(e.contains("give ro with it"), "{e}");
     }
 
     #[test]

@@ -159,7 +159,10 @@ pub fn run(args: &MountArgs, _cfg: &MountConfig) -> Result<()> {
         done
     } else if !read_only && volume_read_only {
         mnt.get(dualfs_fuse::control::REMOUNT_RW).map_err(|e| {
-            e.context("the volume cannot become writable: it was mounted from devices that cannot be written, or uses features this version cannot write")
+            e.context(
+                "the volume cannot become writable: it was mounted from devices that cannot be written, with \
+                 norecovery, or uses features this version cannot write",
+            )
         })?;
         match kernel_remount(&mnt, flags) {
             Ok(done) => done,

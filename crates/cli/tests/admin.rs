@@ -282,6 +282,38 @@ fn a_recovery_is_said_in_the_log_not_on_the_terminal() {
 }
 
 #[test]
+fn norecovery_mounts_the_last_checkpoint_read_only_and_nothing_else() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    // A file in the checkpoint (a clean unmount), one fsynced after it.
+    v.mount();
+    sh(&format!("echo kept > {}/old", v.m()));
+    v.umount();
+    let mut child = v.spawn_mount(&["-o", "commit=3600"]);
+    sh(&format!("echo x > {m}/new && sync {m}/new", m = v.m()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    sh(&format!("umount -l {}", v.m()));
+    let out = v.mount_output("norecovery");
+    assert!(!out.status.success() && stderr(&out).contains("give ro with it"), "{}", stderr(&out));
+    v.mount_with("ro,norecovery");
+    let m = v.m().to_string();
+    assert_eq!(sh(&format!("cat {m}/old")), "kept\n");
+    assert!(!v.path("new").exists(), "the fsync after the checkpoint was replayed");
+    assert!(!sh_output(&format!("fstrim {m}")).status.success(), "fstrim of a volume not rolled forward");
+    let (meta, data) = (v.meta.to_str().unwrap(), v.data.to_str().unwrap());
+    let out = Command::new(DUALFS).args(["mount", "-o", "remount,rw", meta, data, &m]).output().unwrap();
+    assert!(!out.status.success(), "remounted rw without roll-forward");
+    assert!(stderr(&out).contains("norecovery"), "{}", stderr(&out));
+    v.umount();
+    // Without it the fsynced file is back.
+    v.mount();
+    assert_eq!(sh(&format!("cat {m}/new")), "x\n");
+    v.umount();
+}
+
+#[test]
 fn a_nearly_full_volume_says_enospc_at_write_time() {
     let Some(mut v) = TestVolume::create("96M") else {
         return;

@@ -149,6 +149,52 @@ fn chattr_immutable_and_append_only_hold_for_root() {
     v.umount();
 }
 
+/// What the kernel asks of immutable and append-only inodes before the
+/// file system sees the call, asked by the volume in the same order: a
+/// time given to utime(2) refused (the time now taken) on an append-only
+/// file and directory, EPERM for rmdir of a full directory inside an
+/// immutable one; and chattr moves the change time, which the writeback
+/// cache would otherwise keep from stat (ext4 stamps it).
+#[test]
+fn fixed_inodes_answer_as_the_kernel_would_and_chattr_moves_ctime() {
+    let Some(mut v) = TestVolume::create("128M") else {
+        return;
+    };
+    if !common::sh_output("command -v chattr && command -v python3").status.success() {
+        return common::skip("chattr (e2fsprogs) or python3 is missing");
+    }
+    v.mount();
+    let m = v.m().to_string();
+    // A change time the kernel has cached since a remount, as xfstests'
+    // generic/277 asks it.
+    sh(&format!("echo log > {m}/l"));
+    v.umount();
+    v.mount();
+    let ctime = || sh(&format!("stat -c %z {m}/l"));
+    let before = ctime();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    sh(&format!("chattr +A {m}/l && chattr -A {m}/l"));
+    let after = ctime();
+    assert_ne!(before, after, "chattr left the change time");
+    v.umount();
+    v.mount();
+    assert_eq!(ctime(), after, "the change time on the volume");
+    sh(&format!("cd {m} && mkdir a i && mkdir i/full && touch i/full/f && chattr +a l a && chattr +i i"));
+    let py = |code: &str| sh(&format!("cd {m} && python3 -c '{code}'")).trim().to_string();
+    let errno = |call: &str| {
+        py(&format!(
+            "import os,errno\ntry:\n {call}\n print(0)\nexcept OSError as e:\n print(errno.errorcode[e.errno])"
+        ))
+    };
+    for f in ["l", "a"] {
+        assert_eq!(errno(&format!("os.utime(\"{f}\", (0, 0))")), "EPERM", "utime of {f} to a time given");
+        assert_eq!(errno(&format!("os.utime(\"{f}\")")), "0", "utime of {f} to now");
+    }
+    assert_eq!(errno("os.rmdir(\"i/full\")"), "EPERM", "rmdir in an immutable directory");
+    sh(&format!("cd {m} && chattr -a l a && chattr -i i"));
+    v.umount();
+}
+
 /// Birth time through statx (`stat -c %W`): set at creation, kept when
 /// the file changes, and across a remount.
 #[test]

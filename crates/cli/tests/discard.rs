@@ -63,6 +63,23 @@ fn fstrim_gives_back_free_space_and_keeps_what_a_snapshot_holds() {
 }
 
 #[test]
+fn fstrim_counts_within_the_size_statfs_gives() {
+    let Some(mut v) = TestVolume::create("1G") else { return };
+    v.mount();
+    let m = v.m().to_string();
+    // statfs's size: the data device's.
+    let size: u64 =
+        sh(&format!("stat -f -c '%b*%S' {m}")).trim().split('*').map(|w| w.parse::<u64>().unwrap()).product();
+    let all = trimmed(&sh(&format!("fstrim -v {m}")));
+    assert!(all <= size && all > size / 2, "fstrim trimmed {all} bytes of a file system of {size}");
+    // A start at or past statfs's size is past the end (EINVAL).
+    let past = std::process::Command::new("fstrim").args(["-o", &size.to_string(), &m]).output().unwrap();
+    assert!(!past.status.success(), "a trim past the end: {}", String::from_utf8_lossy(&past.stdout));
+    assert!(trimmed(&sh(&format!("fstrim -v -o 10M {m}"))) <= size - (10 << 20));
+    v.umount();
+}
+
+#[test]
 fn with_discard_freed_blocks_are_given_back_as_they_are_freed() {
     let Some(mut v) = TestVolume::create("1G") else { return };
     v.mount_with("discard");

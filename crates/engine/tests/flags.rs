@@ -80,6 +80,61 @@ fn an_append_only_file_grows_at_its_end_only() {
 }
 
 #[test]
+fn an_append_only_inode_takes_the_time_now_but_not_a_time_given() {
+    use dualfs_engine::types::Timestamp;
+    use dualfs_engine::volume::TimeSet;
+    let (m, d) = devices();
+    let v = volume_on(&m, &d, true);
+    let f = v.create(InodeNo::ROOT, b"log", 0o644, Creds::ROOT).unwrap().ino;
+    let dir = v.mkdir(InodeNo::ROOT, b"d", 0o755, Creds::ROOT).unwrap().ino;
+    let epoch = TimeSet::At(Timestamp { sec: 0, nsec: 0 });
+    let stamped = Some(Timestamp { sec: 1_700_000_000, nsec: 0 });
+    for ino in [f, dir] {
+        v.set_flags(ino, FLAG_APPEND, None).unwrap();
+        // utime(2) to a given time, as the kernel sends it with and without
+        // the writeback cache (which adds the change time it stamped).
+        eperm(v.setattr(ino, &SetAttr { atime: Some(epoch), mtime: Some(epoch), ..SetAttr::default() }), "utime");
+        let wb = SetAttr { atime: Some(epoch), mtime: Some(epoch), ctime: stamped, ..SetAttr::default() };
+        eperm(v.setattr(ino, &wb), "utime under the writeback cache");
+        eperm(v.setattr(ino, &SetAttr { mtime: Some(epoch), ..SetAttr::default() }), "mtime alone");
+        // utime(2) to now.
+        let now = SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
+        v.setattr(ino, &now).unwrap();
+    }
+    // The writeback cache's own write-back of an append's times.
+    let at = TimeSet::At(Timestamp { sec: 1_700_000_000, nsec: 5 });
+    v.setattr(f, &SetAttr { mtime: Some(at), ctime: stamped, ..SetAttr::default() }).unwrap();
+    assert_eq!(v.getattr(f).unwrap().mtime, Timestamp { sec: 1_700_000_000, nsec: 5 });
+}
+
+#[test]
+fn a_name_in_a_fixed_directory_is_refused_before_its_kind_or_contents() {
+    let (m, d) = devices();
+    let v = volume_on(&m, &d, true);
+    for flag in [FLAG_IMMUTABLE, FLAG_APPEND] {
+        let dir = v.mkdir(InodeNo::ROOT, b"d", 0o755, Creds::ROOT).unwrap().ino;
+        let sub = v.mkdir(dir, b"full", 0o755, Creds::ROOT).unwrap().ino;
+        v.create(sub, b"f", 0o644, Creds::ROOT).unwrap();
+        v.create(dir, b"file", 0o644, Creds::ROOT).unwrap();
+        let empty = v.mkdir(InodeNo::ROOT, b"empty", 0o755, Creds::ROOT).unwrap().ino;
+        v.set_flags(dir, flag, None).unwrap();
+        v.set_flags(empty, flag, None).unwrap();
+        // EPERM, as the kernel's `may_delete`, not ENOTEMPTY, ENOTDIR or EISDIR.
+        eperm(v.rmdir(dir, b"full"), "rmdir of a full directory in it");
+        eperm(v.rmdir(dir, b"file"), "rmdir of a file in it");
+        eperm(v.unlink(dir, b"full"), "unlink of a directory in it");
+        eperm(v.rmdir(InodeNo::ROOT, b"empty"), "rmdir of an empty fixed directory");
+        v.set_flags(dir, 0, None).unwrap();
+        v.set_flags(empty, 0, None).unwrap();
+        v.unlink(sub, b"f").unwrap();
+        v.rmdir(dir, b"full").unwrap();
+        v.unlink(dir, b"file").unwrap();
+        v.rmdir(InodeNo::ROOT, b"d").unwrap();
+        v.rmdir(InodeNo::ROOT, b"empty").unwrap();
+    }
+}
+
+#[test]
 fn directories_keep_their_names_and_pass_flags_on() {
     let (m, d) = devices();
     let v = volume_on(&m, &d, true);

@@ -246,3 +246,37 @@ fn fsck_names_a_damaged_quota_record() {
     assert_eq!(found[0].0, Some(Invariant::Q1), "{found:#?}");
     assert!(found[0].1.contains("checksum"), "{found:#?}");
 }
+
+#[test]
+fn repair_rebuilds_a_damaged_quota_record_and_says_what_it_kept() {
+    let rig = Rig::new();
+    let v = rig.open();
+    v.enable_quotas().unwrap();
+    v.set_quota(Kind::User, 7, QuotaLimits { inode_hard: 1, ..Default::default() }).unwrap();
+    v.set_quota(Kind::Group, 8, QuotaLimits { block_soft: 10, block_hard: 20, ..Default::default() }).unwrap();
+    v.set_quota_grace(Kind::User, 60, 120).unwrap();
+    v.with_fs(|fs| {
+        let mut bytes = fs.xattr_get(InodeNo::ROOT, QUOTA_XATTR).unwrap();
+        // The checksum no longer holds, and the first entry's kind is gone.
+        bytes[64] = 0xee;
+        fs.xattr_set(InodeNo::ROOT, QUOTA_XATTR, &bytes, SetMode::Any).unwrap();
+    });
+    v.commit().unwrap();
+    v.close().unwrap();
+    let p = dualfs_engine::repair::prepare(rig.meta.clone(), rig.data.clone()).unwrap();
+    let said: Vec<String> = p.repairs.iter().map(ToString::to_string).collect();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("quota record does not decode"), "{said:#?}");
+    assert!(said[0].contains("limits of 1 ids kept") && said[0].contains("1 entries that do not read"), "{said:#?}");
+    assert!(said[0].contains("grace times kept"), "{said:#?}");
+    assert!(p.after.as_ref().unwrap().is_clean(), "{:#?}", p.after);
+    p.write(rig.meta.as_ref(), rig.data.as_ref()).unwrap();
+    let r = dualfs_engine::check::check(rig.meta.clone(), rig.data.clone()).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    let v = rig.open();
+    let report = v.quota_report().unwrap();
+    assert_eq!(report.grace[0], (60, 120));
+    let group = report.rows.iter().find(|r| r.kind == Kind::Group && r.id == 8).unwrap();
+    assert_eq!((group.entry.limits.block_soft, group.entry.limits.block_hard), (10, 20));
+    assert!(!report.rows.iter().any(|r| r.kind == Kind::User && r.id == 7 && !r.entry.limits.is_none()));
+}

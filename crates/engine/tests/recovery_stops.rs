@@ -362,3 +362,32 @@ fn every_stop_reads_as_plain_words() {
     let clean = LogEnd { reason: stops[1].clone(), next_segment: None };
     assert_eq!(clean.to_string(), "clean: block 9 holds sequence 4 where 5 was expected");
 }
+
+#[test]
+fn norecovery_reads_nothing_after_the_checkpoint_and_is_never_written() {
+    let r = Rig::new(&[2, 1]);
+    let meta: Arc<dyn BlockDevice> = r.meta.clone();
+    let data: Arc<dyn BlockDevice> = r.data.clone();
+    let before = r.read(r.block_of(r.first.segment, r.first.offset));
+    let ro = MountOptions { read_only: true, no_recovery: true, ..MountOptions::default() };
+    let vol = Volume::open(meta.clone(), data.clone(), ro).unwrap();
+    let rec = &vol.open_report().recovery;
+    assert!(matches!(rec.end.reason, Stop::NotRead { .. }), "{:?}", rec.end);
+    assert_eq!(rec.end.reason.block(), Some(r.block_of(r.first.segment, r.first.offset)));
+    assert_eq!((rec.partial_segments, rec.blocks_scanned), (0, 0));
+    assert!(rec.end.to_string().contains("not read (norecovery)"), "{}", rec.end);
+    // The checkpoint's state: none of the files committed after it.
+    assert!(vol.lookup(InodeNo::ROOT, b"f0.0").is_err(), "a commit after the checkpoint was applied");
+    assert!(vol.lookup(InodeNo::ROOT, b"f1.0").is_err());
+    assert!(vol.set_read_only(false).is_err(), "a volume not rolled forward became writable");
+    assert!(vol.create(InodeNo::ROOT, b"x", 0o644, Creds::ROOT).is_err());
+    drop(vol);
+    assert_eq!(r.read(r.block_of(r.first.segment, r.first.offset)), before, "the log was written");
+    // Writable with norecovery is refused; without it every commit is back.
+    let rw = MountOptions { no_recovery: true, ..MountOptions::default() };
+    assert!(Volume::open(meta.clone(), data.clone(), rw).is_err());
+    let vol = Volume::open(meta, data, MountOptions::default()).unwrap();
+    for name in [&b"f0.0"[..], b"f0.1", b"f1.0"] {
+        assert!(vol.lookup(InodeNo::ROOT, name).is_ok(), "{}", String::from_utf8_lossy(name));
+    }
+}

@@ -31,6 +31,7 @@ pub mod clock;
 pub mod control;
 mod convert;
 pub mod migrate;
+mod names;
 mod ops;
 pub mod receive;
 pub mod requests;
@@ -143,6 +144,8 @@ pub struct DualFs {
     clock: Option<Arc<clock::KernelClock>>,
     /// Which files the kernel holds open for writing.
     writers: writers::Writers,
+    /// The names the kernel knows regular files by, under the writeback cache.
+    names: names::KnownNames,
 }
 
 impl DualFs {
@@ -163,6 +166,7 @@ impl DualFs {
             window: Arc::default(),
             clock: None,
             writers: writers::Writers::default(),
+            names: names::KnownNames::default(),
         }
     }
 

@@ -191,6 +191,95 @@ impl QuotaTable {
     }
 }
 
+/// What [`salvage`] could read of a record that does not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Salvaged {
+    /// The record as rebuilt: grace times read or reset, the entries
+    /// that read as one, every running grace period restarted.
+    pub table: QuotaTable,
+    /// Entries kept, their limits as read.
+    pub kept: usize,
+    /// Entries dropped: they do not read as one (an unknown kind, reserved
+    /// bytes set, out of order, a soft limit above its hard one).
+    pub dropped: usize,
+    /// The grace times were read (else reset to seven days).
+    pub grace_kept: bool,
+}
+
+/// The longest grace time taken as read: ten years.
+const GRACE_MAX_SECS: u64 = 10 * 365 * 24 * 3600;
+
+/// Reads what it can of a quota record that fails [`QuotaTable::decode`].
+/// Without a checksum to vouch for them, values are kept only where they
+/// read as the encoder writes them: the header's magic and version,
+/// grace times of at most ten years (else all reset to the default),
+/// and, entry by entry over every whole 56 bytes after the header
+/// (whatever the count says), a known kind, zero reserved bytes, ids in
+/// increasing order and no soft limit above a hard one. Running grace
+/// periods (their end times) are not kept: one restarts the next time
+/// usage passes its soft limit. A record with another magic or version
+/// keeps nothing.
+#[must_use]
+pub fn salvage(buf: &[u8]) -> Salvaged {
+    let mut out = Salvaged { table: QuotaTable::default(), kept: 0, dropped: 0, grace_kept: false };
+    let mut r = Reader::new(buf);
+    let header = (|| -> DecodeResult<[(u64, u64); 3]> {
+        if r.u32()? != QUOTA_MAGIC {
+            bad!("bad magic");
+        }
+        r.u32()?;
+        if r.u16()? != QUOTA_VERSION {
+            bad!("version");
+        }
+        r.u16()?;
+        r.u32()?;
+        let mut grace = [(0, 0); 3];
+        for g in &mut grace {
+            *g = (r.u64()?, r.u64()?);
+        }
+        Ok(grace)
+    })();
+    let Ok(grace) = header else {
+        out.dropped = buf.len().saturating_sub(FIXED_LEN) / ENTRY_LEN;
+        return out;
+    };
+    if grace.iter().all(|&(b, i)| b <= GRACE_MAX_SECS && i <= GRACE_MAX_SECS) {
+        out.table.grace = grace;
+        out.grace_kept = true;
+    }
+    let mut last: Option<(QuotaKind, u32)> = None;
+    for raw in buf[FIXED_LEN..].chunks_exact(ENTRY_LEN) {
+        match salvage_entry(raw, last) {
+            Some((key, limits)) => {
+                last = Some(key);
+                out.table.entries.insert(key, QuotaEntry { limits, ..QuotaEntry::default() });
+                out.kept += 1;
+            }
+            None => out.dropped += 1,
+        }
+    }
+    out
+}
+
+/// One entry of a damaged record, if it reads as one after `last`.
+fn salvage_entry(raw: &[u8], last: Option<(QuotaKind, u32)>) -> Option<((QuotaKind, u32), Limits)> {
+    let mut r = Reader::new(raw);
+    let kind = QuotaKind::from_code(r.u8().ok()?)?;
+    r.reserved(3).ok()?;
+    let key = (kind, r.u32().ok()?);
+    if last.is_some_and(|l| l >= key) {
+        return None;
+    }
+    let l = Limits {
+        block_soft: r.u64().ok()?,
+        block_hard: r.u64().ok()?,
+        inode_soft: r.u64().ok()?,
+        inode_hard: r.u64().ok()?,
+    };
+    let sane = |soft: u64, hard: u64| hard == 0 || soft <= hard;
+    (sane(l.block_soft, l.block_hard) && sane(l.inode_soft, l.inode_hard) && !l.is_none()).then_some((key, l))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +314,33 @@ mod tests {
         for n in 0..bytes.len() {
             assert!(QuotaTable::decode(&bytes[..n]).is_err(), "cut at {n} accepted");
         }
+    }
+
+    #[test]
+    fn a_damaged_record_gives_back_what_reads_as_written() {
+        let bytes = sample().encode();
+        // The checksum alone: every limit kept, the running grace restarted.
+        let mut b = bytes.clone();
+        b[CRC_AT] ^= 1;
+        let s = salvage(&b);
+        assert_eq!((s.kept, s.dropped, s.grace_kept), (2, 0, true));
+        assert_eq!(s.table.grace, sample().grace);
+        assert_eq!(s.table.entries[&(QuotaKind::User, 1000)].block_grace_end, 0);
+        assert_eq!(s.table.entries[&(QuotaKind::Project, 7)].limits, sample().entries[&(QuotaKind::Project, 7)].limits);
+        // A kind byte gone wrong drops that entry; a grace time past ten
+        // years resets them all; a record cut short keeps its whole entries.
+        let mut b = bytes.clone();
+        b[FIXED_LEN] = 9;
+        b[8 + 8 + 7] = 0xff;
+        let s = salvage(&b);
+        assert_eq!((s.kept, s.dropped, s.grace_kept), (1, 1, false));
+        assert_eq!(s.table.grace, QuotaTable::default().grace);
+        let s = salvage(&bytes[..FIXED_LEN + ENTRY_LEN + 10]);
+        assert_eq!((s.kept, s.dropped), (1, 0));
+        // Another magic: nothing.
+        let mut b = bytes;
+        b[0] ^= 1;
+        assert_eq!(salvage(&b).kept, 0);
     }
 
     #[test]

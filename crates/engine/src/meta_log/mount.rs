@@ -410,7 +410,7 @@ impl Log {
         sb: Superblock,
         sb_note: Option<String>,
     ) -> Result<(Log, OpenReport)> {
-        Log::open_loading(meta, data, sb, sb_note, None)
+        Log::open_loading(meta, data, sb, sb_note, None, true)
     }
 
     /// [`Log::open`] for serving a mount: the data bitmap is left on disk
@@ -423,15 +423,19 @@ impl Log {
     /// As [`Log::open`].
     /// An inode map of `imap_min_blocks` blocks or more is left on disk
     /// too ([`super::lazy_imap`]).
+    /// Without `roll_forward` (`-o norecovery`) the log after the
+    /// checkpoint is not read at all ([`Log::stay_at_checkpoint`]).
     pub fn open_lazily(
         meta: Arc<dyn BlockDevice>,
         data: Arc<dyn BlockDevice>,
         imap_min_blocks: usize,
+        roll_forward: bool,
     ) -> Result<(Log, OpenReport)> {
         let (sb, sb_note) = Log::read_superblocks_noting(meta.as_ref(), data.as_ref())?;
-        match Log::open_loading(meta.clone(), data.clone(), sb.clone(), sb_note.clone(), Some(imap_min_blocks)) {
+        let (m, d, s, n) = (meta.clone(), data.clone(), sb.clone(), sb_note.clone());
+        match Log::open_loading(m, d, s, n, Some(imap_min_blocks), roll_forward) {
             Ok((log, report)) if report.fell_back.is_none() && !report.is_damaged() => Ok((log, report)),
-            Ok(_) | Err(Error::Corrupt { .. }) => Log::open_loading(meta, data, sb, sb_note, None),
+            Ok(_) | Err(Error::Corrupt { .. }) => Log::open_loading(meta, data, sb, sb_note, None, roll_forward),
             Err(e) => Err(e),
         }
     }
@@ -442,6 +446,7 @@ impl Log {
         sb: Superblock,
         sb_note: Option<String>,
         lazy: Option<usize>,
+        roll_forward: bool,
     ) -> Result<(Log, OpenReport)> {
         let mut slots: Vec<(Checkpoint, u64)> = Vec::new();
         let mut slot_errors: Vec<String> = Vec::new();
@@ -469,7 +474,7 @@ impl Log {
                     } else {
                         slot_errors.iter().find(|e| !e.contains("bad magic")).cloned()
                     };
-                    let recovery = log.roll_forward()?;
+                    let recovery = if roll_forward { log.roll_forward()? } else { log.stay_at_checkpoint()? };
                     // Segments roll-forward emptied wait for two checkpoints.
                     log.opened_at = c.number;
                     log.tag_emptied();

@@ -124,6 +124,12 @@ pub enum Stop {
     /// The partial segments of a commit group stopped before its last one,
     /// for the reason inside: the whole group is dropped.
     GroupCutShort(Box<Stop>),
+    /// The log after the checkpoint was not read (`-o norecovery`): what
+    /// lies at `block` and after is neither applied nor judged.
+    NotRead {
+        /// Where the next partial segment would have been.
+        block: u64,
+    },
 }
 
 impl Stop {
@@ -136,7 +142,8 @@ impl Stop {
             Stop::PastSegmentEnd { .. }
             | Stop::Unwritten { .. }
             | Stop::WrongSequence { .. }
-            | Stop::MidDescriptor { .. } => true,
+            | Stop::MidDescriptor { .. }
+            | Stop::NotRead { .. } => true,
             Stop::Torn { .. }
             | Stop::Overrun { .. }
             | Stop::ForeignDescriptorBlock { .. }
@@ -168,6 +175,7 @@ impl Stop {
             Stop::StaleBody { .. } => "stale-body",
             Stop::BodyChecksum { .. } => "body-checksum",
             Stop::GroupCutShort(_) => "group-cut-short",
+            Stop::NotRead { .. } => "not-read",
         }
     }
 
@@ -187,7 +195,8 @@ impl Stop {
             | Stop::BrokenChain { block }
             | Stop::BadBody { block, .. }
             | Stop::StaleBody { block }
-            | Stop::BodyChecksum { block } => Some(*block),
+            | Stop::BodyChecksum { block }
+            | Stop::NotRead { block } => Some(*block),
             Stop::GroupCutShort(why) => why.block(),
         }
     }
@@ -225,6 +234,7 @@ impl fmt::Display for Stop {
             }
             Stop::BodyChecksum { block } => write!(f, "partial segment at block {block}: body checksum mismatch"),
             Stop::GroupCutShort(why) => write!(f, "a commit group was cut short: {why}"),
+            Stop::NotRead { block } => write!(f, "the log from block {block} on was not read (norecovery)"),
         }
     }
 }
@@ -315,6 +325,39 @@ impl Log {
     ///
     /// # Errors
     /// A device fails (an invalid partial segment is the end of the log, not an error).
+    /// Opens at the checkpoint alone (`-o norecovery`): nothing after its
+    /// log position is read, applied or replayed (fsync records included),
+    /// and the log is left where the checkpoint left it; the volume that
+    /// opens this way is never written, so no later commit can land
+    /// beside the partial segments left unread.
+    pub(crate) fn stay_at_checkpoint(&mut self) -> Result<RecoveryReport> {
+        self.pending_fsync.clear();
+        let pos = self.ckpt.log;
+        self.durable = Seq(pos.seq.0 - 1);
+        self.head = pos;
+        self.vouched = self.durable;
+        self.detached = false;
+        self.blocks_since_checkpoint = 0;
+        self.ifile.rebuild_free_lists();
+        if self.space.fully_loaded() {
+            self.space.recount();
+        }
+        self.recount_free_segments();
+        let block = self.ifile.geometry().start(pos.segment).0 + u64::from(pos.offset);
+        Ok(RecoveryReport {
+            partial_segments: 0,
+            blocks_scanned: 0,
+            end: LogEnd { reason: Stop::NotRead { block }, next_segment: None },
+            beyond: None,
+            walked_over: Vec::new(),
+            inconsistent: Vec::new(),
+            first_unapplied: pos.seq,
+            micros: 0,
+            fsync_pending: 0,
+            fsync_folded: 0,
+        })
+    }
+
     pub(crate) fn roll_forward(&mut self) -> Result<RecoveryReport> {
         let started = Instant::now();
         let mut fsync_folded = 0u64;

@@ -33,7 +33,9 @@ use std::sync::Arc;
 use crate::check::{CheckReport, check};
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
+use crate::format::quota::{self, QUOTA_XATTR, QuotaTable};
 use crate::format::stream::{RECEIVING_XATTR, describe_mark};
+use crate::format::superblock::INCOMPAT_QUOTA;
 use crate::format::superblock::{Role, Superblock};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
@@ -361,6 +363,11 @@ fn plan(log: &Log, repairs: &mut Vec<Repair>) -> (apply::Plan, Option<String>) {
     let ns =
         if receiving.is_some() { namespace::NsPlan::default() } else { namespace::plan(&mut items, &orphans, repairs) };
     namespace::resolve_claims(&mut items, repairs);
+    if log.superblock().incompat & INCOMPAT_QUOTA != 0
+        && let Some(root) = items.get_mut(&InodeNo::ROOT)
+    {
+        quota_record(root, repairs);
+    }
     if ns.new_root && !lost.contains(&InodeNo::ROOT) && log.ifile().inode(InodeNo::ROOT).is_some_and(|e| e.in_use()) {
         // A root that is no directory is cleared before the new one is made.
         lost.push(InodeNo::ROOT);
@@ -368,6 +375,29 @@ fn plan(log: &Log, repairs: &mut Vec<Repair>) -> (apply::Plan, Option<String>) {
     lost.sort_unstable();
     lost.dedup();
     (apply::Plan { items, ns, lost }, receiving)
+}
+
+/// A quota record that does not decode (Q1) is rebuilt from what of it
+/// reads as written ([`quota::salvage`]); the repair says what was kept
+/// and what was reset.
+fn quota_record(root: &mut salvage::Item, repairs: &mut Vec<Repair>) {
+    let Some((_, value)) = root.xattrs.iter_mut().find(|(n, _)| n == QUOTA_XATTR) else { return };
+    let Err(e) = QuotaTable::decode(value) else { return };
+    let s = quota::salvage(value);
+    *value = s.table.encode();
+    root.rewrite_xattrs = true;
+    let grace = if s.grace_kept { "the grace times kept" } else { "the grace times reset to seven days" };
+    repairs.push(Repair {
+        severity: if s.dropped > 0 { Severity::Loses } else { Severity::Changes },
+        ino: Some(InodeNo::ROOT),
+        problem: format!("the quota record does not decode ({e})"),
+        action: format!(
+            "rebuilt from what reads as written: the limits of {} ids kept as read (no checksum vouches for them \
+             now: look at them with `dualfs quota report`), {} entries that do not read as one dropped, {grace}, \
+             running grace periods restarted; usage is counted from the inodes, as at every mount",
+            s.kept, s.dropped
+        ),
+    });
 }
 
 /// What the IFile derives and says otherwise: segment usage, the bitmap,

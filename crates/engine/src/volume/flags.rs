@@ -34,6 +34,20 @@ pub(super) fn fixed(flags: u32) -> Result<()> {
     Ok(())
 }
 
+/// Whether `set` gives times of its own rather than "now" (the kernel's
+/// `ATTR_TIMES_SET`), which neither an immutable nor an append-only inode
+/// takes (`notify_change`): an explicit access time, or an explicit
+/// modification time without a change time. The kernel's writeback cache
+/// writes back the times of its writes as an explicit modification time
+/// *with* the change time it stamped (`fuse_flush_times`), and never an
+/// access time, so an append's times still reach an append-only file.
+/// `utimensat` of a modification time alone, leaving the access time,
+/// on a file the writeback cache holds is the one form that passes.
+pub(super) fn times_given(set: &super::SetAttr) -> bool {
+    use super::TimeSet;
+    matches!(set.atime, Some(TimeSet::At(_))) || (matches!(set.mtime, Some(TimeSet::At(_))) && set.ctime.is_none())
+}
+
 /// EPERM when `flags` say immutable.
 pub(super) fn immutable(flags: u32) -> Result<()> {
     if flags & FLAG_IMMUTABLE != 0 {

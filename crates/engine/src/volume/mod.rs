@@ -250,7 +250,8 @@ impl Volume {
     ) -> Result<Volume> {
         let switches = [Arc::new(SwitchDevice::new(meta)), Arc::new(SwitchDevice::new(data))];
         let (meta, data): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (switches[0].clone(), switches[1].clone());
-        let (log, report) = Log::open_lazily(meta.clone(), data.clone(), options.lazy_inode_map_min_blocks)?;
+        let (log, report) =
+            Log::open_lazily(meta.clone(), data.clone(), options.lazy_inode_map_min_blocks, !options.no_recovery)?;
         // A loss not accepted keeps the volume read-only: the next
         // checkpoint would make it permanent behind the user's back.
         let unaccepted = report.loss.as_ref().filter(|_| !options.accept_loss).map(|loss| {
@@ -275,7 +276,25 @@ impl Volume {
         {
             return Err(Error::ReadOnly(why));
         }
-        let mut vol = Volume::assemble(log, report, meta, data, options, unaccepted, clock)?;
+        // A volume not rolled forward is never written: a checkpoint would
+        // make the commits after the one it opened from lost for good.
+        let never = if options.no_recovery {
+            if !options.read_only {
+                return Err(Error::Invalid("norecovery opens a volume read-only only"));
+            }
+            log::info!(
+                "opened at checkpoint {} without rolling the log forward (norecovery): later commits are not shown",
+                report.checkpoint
+            );
+            Some(format!(
+                "it was opened at checkpoint {} without rolling its log forward (norecovery): writing would lose \
+                 the commits after it; unmount and mount it without norecovery",
+                report.checkpoint
+            ))
+        } else {
+            unaccepted
+        };
+        let mut vol = Volume::assemble(log, report, meta, data, options, never, clock)?;
         vol.switches = Some(switches);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when

@@ -138,6 +138,9 @@ impl Volume {
             if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.size.is_some() {
                 flags::fixed(rec.flags)?;
             }
+            if flags::times_given(set) {
+                flags::fixed(rec.flags)?;
+            }
         }
         if let Some(size) = set.size {
             if size > MAX_FILE_SIZE {
@@ -466,10 +469,11 @@ impl Volume {
         });
         let ino = self.mutate(OpKind::Shrink, |fs, now| {
             let e = lookup_entry(fs, parent, &name)?;
+            // As the kernel's `may_delete`: the flags are asked before the kind.
+            flags::may_remove_name(fs, parent, e.ino)?;
             if e.kind == FileKind::Directory {
                 return Err(Error::IsDir);
             }
-            flags::may_remove_name(fs, parent, e.ino)?;
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
             Volume::unlink_inode(fs, e.ino, now)?;
@@ -510,13 +514,15 @@ impl Volume {
         });
         let ino = self.mutate(OpKind::Shrink, |fs, now| {
             let e = lookup_entry(fs, parent, &name)?;
+            // As the kernel's `may_delete`: the flags are asked before the
+            // kind and the contents (EPERM, not ENOTEMPTY).
+            flags::may_remove_name(fs, parent, e.ino)?;
             if e.kind != FileKind::Directory {
                 return Err(Error::NotDir);
             }
             if !fs.dir_is_empty(e.ino)? {
                 return Err(Error::NotEmpty);
             }
-            flags::may_remove_name(fs, parent, e.ino)?;
             fs.dir_remove(parent, e.position)?;
             touch_dir(fs, parent, now)?;
             fs.inode_mut(parent)?.nlink -= 1;

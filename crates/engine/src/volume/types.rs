@@ -378,6 +378,9 @@ pub struct MountOptions {
     /// Discard freed data blocks and emptied log segments in the
     /// background (`-o discard`), once no crash can need them.
     pub discard: bool,
+    /// Open at the newest loadable checkpoint without rolling the log
+    /// forward (`-o norecovery`): read-only, and never writable.
+    pub no_recovery: bool,
 }
 
 impl Default for MountOptions {
@@ -399,6 +402,7 @@ impl Default for MountOptions {
             accept_loss: false,
             rebuild: false,
             discard: false,
+            no_recovery: false,
         }
     }
 }

@@ -102,6 +102,8 @@ impl DualFs {
         match self.vol.set_flags(ino, flags, project) {
             Ok(_) => {
                 self.attributes_changed(node, true);
+                // The new ctime, which the writeback cache would not show.
+                self.forget_kernel_inode(node);
                 Ok(())
             }
             Err(e) => Err(report("ioctl", &e)),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use dualfs_engine::Error;
-use dualfs_engine::types::{InodeNo, Timestamp};
+use dualfs_engine::types::{FileKind, InodeNo, Timestamp};
 use dualfs_engine::volume::{Attr, Changer, Listing, SetAttr, Stamp, StatFs, TimeSet};
 
 use super::{creds, report};
@@ -81,6 +81,7 @@ impl DualFs {
         match found {
             Ok(a) => {
                 self.vol.remember(a.ino, 1);
+                self.learned(&a, parent, name);
                 Ok(self.entry(a))
             }
             Err(Error::NotFound) => {
@@ -97,6 +98,7 @@ impl DualFs {
         if let Err(e) = self.vol.forget(ino(node), nlookup) {
             log::error!("forget of inode {node}: {e}");
         }
+        self.names.forgotten(node);
     }
 
     /// GETATTR.
@@ -237,7 +239,45 @@ impl DualFs {
         let _t = self.requests.time(Op::Rename);
         let flags = convert::rename_flags(flags, (caller.uid, caller.gid))?;
         let r = self.vol.rename(ino(parent), name, ino(new_parent), new_name, flags);
+        if r.is_ok() && self.writeback() {
+            // What each name stands for now (both, after an exchange).
+            for (p, n) in [(new_parent, new_name), (parent, name)] {
+                if let Ok(a) = self.vol.lookup(ino(p), n) {
+                    self.learned(&a, p, n);
+                }
+            }
+        }
         r.map_err(|e| report("rename", &e))
+    }
+
+    /// The kernel knows `a` as `name` in `parent` now: kept for a regular
+    /// file under the writeback cache ([`crate::names`]).
+    fn learned(&self, a: &Attr, parent: u64, name: &[u8]) {
+        if a.kind == FileKind::Regular && self.writeback() && name != b"." {
+            self.names.learned(a.ino.0, parent, name);
+        }
+    }
+
+    /// Has the kernel drop its inode of `node` once nothing holds it, so
+    /// that it reads the change time the volume stamped ([`crate::names`]);
+    /// nothing to do but for a regular file under the writeback cache.
+    pub(crate) fn forget_kernel_inode(&self, node: u64) {
+        let Some((parent, name)) = self.names.name_of(node) else {
+            return;
+        };
+        // It waits for the directory's lock in the kernel: a serving thread
+        // held, as an LSEEK's write-back holds one.
+        let slot = self.writers.flush_slot(self.options.lseek_flushes);
+        let (Some(_slot), Some(n)) = (slot, self.notifier.get()) else {
+            log::debug!("inode {node}: the kernel keeps its change time until it drops the inode");
+            return;
+        };
+        match n.inval_entry(parent, &name) {
+            Ok(()) => {}
+            // The name is gone or the kernel no longer caches it.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => log::debug!("inode {node}: invalidating its name: {e}"),
+        }
     }
 
     /// LINK.
@@ -347,6 +387,7 @@ impl DualFs {
                 }
                 if !dots {
                     self.vol.remember(l.ino, 1);
+                    self.learned(&attr, dir.0, &l.name);
                 }
                 offset = l.next;
             }
@@ -404,6 +445,7 @@ impl DualFs {
         let _t = self.requests.time(Op::Create);
         match self.vol.create(ino(parent), name, mode & 0o7777, creds(caller, umask)) {
             Ok(a) => {
+                self.learned(&a, parent, name);
                 let flags = FOPEN_KEEP_CACHE | self.write_open_flags(a.ino);
                 let entry =
                     Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };

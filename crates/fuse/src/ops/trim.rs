@@ -4,6 +4,14 @@
 //! ioctl: its number says `_IOWR` of 24 bytes, so the `struct
 //! fstrim_range` comes in and goes back with `len` set to the bytes
 //! discarded, as ext4 answers.
+//!
+//! Its range and its count are in the bytes statfs shows, the data
+//! device's (docs/DESIGN.md, "Discard"): a range starting at or past the
+//! data device's end is EINVAL, and the count is the data device's bytes
+//! discarded. A range reaching the data device's end takes the log's free
+//! segments too (they lie after it in the volume's address space, which
+//! `dualfs trim` uses), counted in the log and `dualfs stats`, not in the
+//! answer: a file system never says it trimmed more than its size.
 
 use dualfs_engine::volume::TrimRange;
 
@@ -53,12 +61,30 @@ impl DualFs {
             return Err(Errno::EPERM);
         }
         let range = parse_range(data)?;
-        let r = self.vol.trim(range).map_err(|e| report("fitrim", &e))?;
+        let (data_bytes, _) = self.vol.data_space();
+        let r = self.vol.trim(volume_range(range, data_bytes)?).map_err(|e| report("fitrim", &e))?;
         if r.meta_unsupported {
             log::info!("fitrim: the meta-data device cannot discard; only the data device's free space was");
+        } else if r.meta_bytes > 0 {
+            log::info!("fitrim: {} bytes of free log segments discarded besides", r.meta_bytes);
         }
-        Ok(answer_range(range, r.bytes()))
+        Ok(answer_range(range, r.data_bytes))
     }
+}
+
+/// The volume's range (data device, then meta-data device) for a FITRIM
+/// range in statfs's bytes (the data device of `data_bytes`): the same
+/// start; to the volume's end when it reaches the data device's end, so
+/// that the log is trimmed too.
+///
+/// # Errors
+/// EINVAL: the range starts at or past the data device's end.
+pub fn volume_range(asked: TrimRange, data_bytes: u64) -> Result<TrimRange, Errno> {
+    if asked.start >= data_bytes {
+        return Err(Errno::EINVAL);
+    }
+    let len = if asked.start.saturating_add(asked.len) >= data_bytes { u64::MAX } else { asked.len };
+    Ok(TrimRange { len, ..asked })
 }
 
 #[cfg(test)]
@@ -73,5 +99,16 @@ mod tests {
         let back = answer_range(r, 1 << 20);
         assert_eq!(parse_range(&back).unwrap(), TrimRange { start: 4096, len: 1 << 20, min_len: 8192 });
         assert_eq!(parse_range(&asked[..16]), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn the_range_is_in_the_data_devices_bytes_and_reaching_its_end_takes_the_log() {
+        let data = 1 << 30;
+        let r = |start, len| TrimRange { start, len, min_len: 0 };
+        assert_eq!(volume_range(r(0, 4096), data), Ok(r(0, 4096)), "inside: as asked");
+        assert_eq!(volume_range(r(10 << 20, u64::MAX), data), Ok(r(10 << 20, u64::MAX)));
+        assert_eq!(volume_range(r(0, data), data), Ok(r(0, u64::MAX)), "to the end: the log too");
+        assert_eq!(volume_range(r(data, 4096), data), Err(Errno::EINVAL), "past statfs's size");
+        assert_eq!(volume_range(r(u64::MAX, 1 << 20), data), Err(Errno::EINVAL));
     }
 }

@@ -415,7 +415,8 @@ impl Joins {
             // Served with the lock held: the volume's close waits for it,
             // so that the process waits for the snapshot before it exits.
             let (m, d) = s.paths.clone();
-            return self.serve_snapshot(name, &asked, (&m, &d), &target).map(Some);
+            let live = s.vol.clone();
+            return self.serve_snapshot(name, &asked, (&m, &d), live.as_deref(), &target).map(Some);
         }
         if !nix::unistd::geteuid().is_root() {
             bail!(
@@ -482,20 +483,37 @@ impl Joins {
     /// Serves snapshot `name` on `target` in this process, as one more FUSE
     /// connection with the options `asked` (its own, as the process of its
     /// own it would otherwise have; `log=` is this process's). The snapshot
-    /// reads the devices without their lock, as such a process would.
+    /// is opened through the `live` volume while it is served, which then
+    /// refuses to delete it, naming `target`; else it reads the devices
+    /// without their lock, as a process of its own would.
     fn serve_snapshot(
         &self,
         name: &str,
         asked: &MountConfig,
         (meta, data): (&Path, &Path),
+        live: Option<&Volume>,
         target: &Path,
     ) -> Result<PathBuf> {
         if asked.trace.is_some() {
             bail!("trace= traces a process's devices: a snapshot served beside the volume takes none");
         }
+        let options = crate::options::engine_options(asked);
+        // Handles of its own: it is served on after the volume closes and
+        // lets go of the devices.
         let (m, d) = crate::devices::open_pair(meta, data, crate::devices::Access::Shared)?;
-        let vol = Volume::open_snapshot(m, d, name, crate::options::engine_options(asked))
-            .map_err(|e| anyhow!("cannot mount snapshot {name}: {e}"))?;
+        let vol = match live {
+            // A clone is mounted with -o clone=, as the engine's own open
+            // of a snapshot says (and read-only here it would look writable
+            // to whoever asked for the snapshot).
+            Some(live) if live.snapshot_view(name).is_some_and(|s| s.writable) => {
+                Err(dualfs_engine::error::Error::SnapshotRefused(format!(
+                    "{name} is a writable tree, not a snapshot: mount it with -o clone={name}"
+                )))
+            }
+            Some(live) => live.open_tree_on((m, d), name, &target.display().to_string(), options),
+            None => Volume::open_snapshot(m, d, name, options),
+        }
+        .map_err(|e| anyhow!("cannot mount snapshot {name}: {e}"))?;
         let vol = Arc::new(vol);
         let fsname = asked.fsname.clone().unwrap_or_else(|| format!("{}#{}@{name}", meta.display(), data.display()));
         let fs = dualfs_fuse::DualFs::new(vol.clone(), crate::options::adapter_options(asked, false));

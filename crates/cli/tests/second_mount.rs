@@ -302,6 +302,12 @@ fn a_snapshot_mounted_beside_the_volume_is_served_by_the_volume_s_process() {
     assert!(stderr(&sh_output(&format!("touch {s}/x"))).contains("Read-only file system"));
     let out = dualfs(&["snapshot", "delete", &m, "one"]);
     assert!(!out.status.success() && stderr(&out).contains(&s), "{}", stderr(&out));
+    // The serving process refuses it too, whatever asks (not only the
+    // command, which looks at the mount table first).
+    let out = sh_output(&format!("setfattr -n dualfs.snapshot.delete -v one {m}"));
+    assert!(stderr(&out).contains("Device or resource busy"), "{}", stderr(&out));
+    let listed = String::from_utf8_lossy(&dualfs(&["snapshot", "list", &m]).stdout).into_owned();
+    assert!(listed.contains("one "), "the snapshot is kept: {listed}");
 
     // The volume closes with its last mount and lets go of its devices; the
     // snapshot stays served until it is unmounted, and then the process ends.

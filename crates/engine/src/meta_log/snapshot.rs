@@ -8,9 +8,11 @@
 //! deleting a snapshot takes effect with one slot write: atomic.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::Log;
 use super::seal::Body;
+use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::{Checkpoint, index_entries};
@@ -162,6 +164,18 @@ impl Log {
     /// A block of the image is missing or corrupt.
     pub fn open_image(&self, c: &Checkpoint) -> Result<Log> {
         self.open_image_with(c, None)
+    }
+
+    /// As [`Log::open_image`], read through `meta` and `data` (handles of
+    /// the same devices the caller holds apart from this log's).
+    ///
+    /// # Errors
+    /// As [`Log::open_image`].
+    pub fn open_image_on(&self, c: &Checkpoint, meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<Log> {
+        let mut image = Log::fresh(self.sb.clone(), meta, data);
+        let c = Checkpoint { snapshot_list: None, ..c.clone() };
+        image.load_checkpoint_with(&c, false, None, false)?;
+        Ok(image)
     }
 
     /// As [`Log::open_image`], but a large inode map is left on disk (as

@@ -20,6 +20,7 @@ mod fallocate;
 mod files;
 mod flags;
 mod fsync;
+mod in_use;
 mod label;
 mod load;
 mod migrate;
@@ -175,6 +176,12 @@ pub struct Volume {
     /// Data blocks and log segments `-o discard` and trims discarded.
     discarded_blocks: AtomicU64,
     discarded_segments: AtomicU64,
+    /// The kept trees served beside this one ([`Volume::open_tree`]):
+    /// shared with their views, which leave it as they go.
+    trees_in_use: Arc<Mutex<in_use::TreesInUse>>,
+    /// On a view of a kept tree: its place in the live volume's
+    /// `trees_in_use`, given up when the view goes.
+    in_use: Option<in_use::TreeUse>,
 }
 
 impl std::fmt::Debug for Volume {
@@ -394,6 +401,8 @@ impl Volume {
             discard_unsupported: [AtomicBool::new(false), AtomicBool::new(false)],
             discarded_blocks: AtomicU64::new(0),
             discarded_segments: AtomicU64::new(0),
+            trees_in_use: Arc::default(),
+            in_use: None,
         };
         Ok(vol)
     }

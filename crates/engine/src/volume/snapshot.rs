@@ -82,8 +82,9 @@ impl Volume {
     /// segments and data blocks only it kept become free.
     ///
     /// # Errors
-    /// No such snapshot, the base of a receive under way, a read-only
-    /// volume, or a device fails.
+    /// No such snapshot, one in use beside the live tree
+    /// ([`Volume::open_tree`]), the base of a receive under way, a
+    /// read-only volume, or a device fails.
     pub fn snapshot_delete(&self, name: &str) -> Result<()> {
         self.check_writable()?;
         if let Some(id) = self.receive_base()
@@ -95,7 +96,11 @@ impl Volume {
             )));
         }
         let mut c = lock(&self.commit);
-        lock(&self.fs).log.stage_snapshot_delete(name)?;
+        {
+            let mut fs = lock(&self.fs);
+            self.refuse_tree_in_use(name, "deleted")?;
+            fs.log.stage_snapshot_delete(name)?;
+        }
         self.commit_locked(&mut c, WriteBack::All)?;
         self.checkpoint_locked(&mut c, WriteBack::All)
     }

@@ -51,13 +51,15 @@ impl Volume {
     /// in the other tree.
     ///
     /// # Errors
-    /// No such tree, a read-only snapshot, a volume in use or read-only, a
-    /// receive under way on the live tree, or a device fails.
+    /// No such tree, a read-only snapshot, a tree or a volume in use, a
+    /// read-only volume, a receive under way on the live tree, or a device
+    /// fails.
     pub fn switch_tree(&self, name: &str) -> Result<()> {
         if self.live_tree() == name {
             return Ok(());
         }
         self.check_writable()?;
+        self.refuse_tree_in_use(name, "made the live tree")?;
         self.refuse_while_receiving(&format!("{name} is not made the live tree"))?;
         {
             let fs = lock(&self.fs);
@@ -90,6 +92,7 @@ impl Volume {
             // be lost with the outgoing tree's namespace state.
             return Err(Error::SnapshotRefused(format!("{name}: file data is still being written; try again")));
         }
+        self.refuse_tree_in_use(name, "made the live tree")?;
         fs.log.stage_switch(name, now)?;
         // What the namespace kept of the outgoing tree's files goes.
         fs.pages = fs.pages.emptied();

@@ -110,11 +110,21 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
+    /// Redundant log: write the partial segments an fsync or a sync waits
+    /// for once, without their twins (one damaged block of the last one
+    /// then loses it without a word).
+    NoTwins,
+    /// Meta-data mirror: flush only the first copy before a write is
+    /// acknowledged (the second may still lose it).
+    MirrorAckBeforeSecond,
+    /// Meta-data mirror: take a copy that missed writes (its superblock
+    /// names an older mirror generation) as in sync.
+    MirrorTrustStale,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 32] = [
+    pub const ALL: [Fault; 35] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -147,16 +157,19 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
+        Fault::NoTwins,
+        Fault::MirrorAckBeforeSecond,
+        Fault::MirrorTrustStale,
     ];
 
     #[cfg(feature = "fault-injection")]
-    fn bit(self) -> u32 {
-        1 << (self as u32)
+    fn bit(self) -> u64 {
+        1 << (self as u64)
     }
 }
 
 #[cfg(feature = "fault-injection")]
-static ACTIVE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static ACTIVE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Breaks the rules in `faults` (and keeps every other) for the whole process.
 #[cfg(feature = "fault-injection")]

@@ -74,6 +74,9 @@ pub struct LogStats {
     pub index_rewrites: u64,
     /// Fsync partial segments written (included in `partial_segments`).
     pub fsync_partial_segments: u64,
+    /// Blocks written as twins of partial segments a caller waited for
+    /// (included in `meta_blocks_written`).
+    pub twin_blocks: u64,
     /// The cleaner's work.
     pub cleaner: cleaner::CleanerStats,
 }
@@ -120,6 +123,9 @@ pub struct Log {
     /// checkpoint records it yet: commits written meanwhile vouch for
     /// nothing new (a crash now would make them unreachable).
     detached: bool,
+    /// The next normal commit group is one a caller waits for: its partial
+    /// segments get twins (`Log::twin_next_group`).
+    twin_next: bool,
     ckpt: DurableCheckpoint,
     blocks_since_checkpoint: u64,
     /// Free segments as of the last seal or checkpoint (frees in between

@@ -21,6 +21,7 @@ mod flags;
 mod fsync;
 mod load;
 mod migrate;
+mod mirror;
 mod mkfs;
 mod ops;
 mod orphans;
@@ -83,6 +84,9 @@ const IDLE_BEFORE_CLEANING: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 pub(super) struct CommitState {
     next_id: u64,
+    /// The commit under way is one a caller waits for: its last group is
+    /// twinned (`Log::twin_next_group`).
+    acknowledged: bool,
 }
 
 /// What the background writer was asked for.
@@ -139,6 +143,8 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
+    /// The meta-data mirror this volume runs on, if any ([`Volume::attach_mirror`]).
+    mirror: std::sync::OnceLock<mirror::Attached>,
     /// Work for the background writer ([`Volume::background_step`]).
     background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
@@ -359,6 +365,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
+            mirror: std::sync::OnceLock::new(),
             orphans_pending: AtomicBool::new(false),
             background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),

@@ -1350,7 +1350,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__mkfs)
-            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --help --version"
+            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1377,6 +1377,10 @@ _dualfs() {
                     return 0
                     ;;
                 --inline-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-mirror)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

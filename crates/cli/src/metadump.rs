@@ -538,6 +538,9 @@ fn write_dump(
         if c.copies > 0 {
             summary.push_str(&format!(" and {} data copies of fsync records", c.copies));
         }
+        if c.trees > 0 {
+            summary.push_str(&format!("; replaced {} snapshot and tree names", c.trees));
+        }
         if c.damaged + c.unknown + c.cleared > 0 {
             summary.push_str(&format!(
                 "; dropped the contents of {} damaged blocks, {} of unknown kinds, cleared {} that were not meta-data",

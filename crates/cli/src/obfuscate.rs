@@ -1,7 +1,8 @@
 //! What `dualfs metadump` removes from a meta-data device's blocks by
 //! default: names become pseudo-random names of the same length, symlink
 //! targets the same (component by component, keeping `/`, `.` and `..`),
-//! inline file data and xattr values zeros. Blocks are edited in place,
+//! inline file data and xattr values zeros, snapshot and tree names
+//! other names of the same length (valid snapshot names). Blocks are edited in place,
 //! byte by byte, so that every length, offset and key stays as it was;
 //! each rewritten block gets its CRC again (the descriptors and
 //! checkpoints that cover those CRCs are resealed by [`crate::metadump`]).
@@ -26,16 +27,19 @@ use dualfs_engine::format::raw::{
     INODE_XATTR_LEN_AT, LEAF_ENTRY_FIXED, NODE_COUNT_AT, NODE_ENTRIES_AT, NODE_TREE_AT, STREAM_BLOCKS_AT,
     STREAM_FIXED_LEN, STREAM_KIND_AT, STREAM_RECORDS_AT, XATTR_VALUE_INLINE, XATTRS_INLINE, u32_at, u64_at,
 };
+use dualfs_engine::format::snapshot::{DEFAULT_TREE, bad_name};
 
 /// Block kinds this module rewrites or knows to hold no names; any other
 /// kind's payload is dropped.
-const KNOWN_KINDS: [BlockKind; 6] = [
+const KNOWN_KINDS: [BlockKind; 8] = [
     BlockKind::Descriptor,
     BlockKind::Inodes,
     BlockKind::Node,
     BlockKind::Blob,
     BlockKind::IFileTable,
     BlockKind::IFileIndex,
+    BlockKind::SnapshotList,
+    BlockKind::Snapshot,
 ];
 /// Partial segment kinds whose descriptors hold no names.
 const KNOWN_DESCRIPTORS: [PsKind; 2] = [PsKind::Normal, PsKind::Checkpoint];
@@ -49,6 +53,9 @@ const S_IFLNK: u32 = 0o120_000;
 /// Names kept as they are: they carry no one's information and tools
 /// look for them.
 const KEPT_NAMES: [&[u8]; 3] = [b".", b"..", b"lost+found"];
+/// The live tree's name while no list names another: `-o clone=main`
+/// makes it live again, so it stays.
+const KEPT_TREE: &[u8] = DEFAULT_TREE.as_bytes();
 /// Xattrs kept whole, value included: POSIX ACLs hold only ids and
 /// permission bits, and a zeroed ACL would make every access to its file
 /// an error on the restored volume.
@@ -80,6 +87,8 @@ pub struct Counts {
     pub xattrs: u64,
     /// Symlink targets replaced.
     pub symlinks: u64,
+    /// Snapshot and tree names replaced (records and the live tree's).
+    pub trees: u64,
     /// Inline file contents, xattr values and value blobs zeroed.
     pub zeroed: u64,
     /// Blocks whose CRC failed, payload dropped.
@@ -132,7 +141,8 @@ impl Obfuscator {
         Obfuscator {
             key,
             names: HashMap::new(),
-            used: HashSet::new(),
+            // No name becomes `main`, which a tree keeps.
+            used: HashSet::from([KEPT_TREE.to_vec()]),
             symlink_blobs: HashSet::new(),
             plain: HashSet::new(),
             raw: HashMap::new(),
@@ -230,6 +240,24 @@ impl Obfuscator {
         chosen
     }
 
+    /// A snapshot's or tree's name replaced in place, by the same
+    /// replacement as everywhere (a clone's name in its record and as the
+    /// live tree's name stays one tree), when that replacement is a name a
+    /// snapshot may have; `main` stays. Whether it changed.
+    fn tree(&mut self, name: &mut [u8]) -> bool {
+        if name == KEPT_TREE {
+            return false;
+        }
+        let n = self.name(name);
+        let valid = std::str::from_utf8(&n).is_ok_and(|n| bad_name(n).is_none() && n != DEFAULT_TREE);
+        if !valid || n == name {
+            return false;
+        }
+        name.copy_from_slice(&n);
+        self.counts.trees += 1;
+        true
+    }
+
     /// An xattr name's replacement: the namespace (through the first '.')
     /// stays, so that the kernel still knows what the attribute is.
     fn xattr_name(&mut self, name: &[u8]) -> Vec<u8> {
@@ -304,6 +332,8 @@ impl Obfuscator {
                 any
             }
             Some(BlockKind::Node) if level == 0 => self.leaf(payload),
+            Some(BlockKind::Snapshot) => raw::snapshot_name(payload).is_some_and(|r| self.tree(&mut payload[r])),
+            Some(BlockKind::SnapshotList) => raw::live_tree_name(payload).is_some_and(|r| self.tree(&mut payload[r])),
             Some(BlockKind::Blob) if !payload.is_empty() => {
                 if self.symlink_blobs.contains(&node_id) {
                     self.path(payload);

@@ -410,6 +410,113 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
     }
 }
 
+/// The snapshots and trees `dualfs snapshot list` shows, `(name, kind)` in
+/// its order (oldest first), and the live tree's name.
+fn trees(meta: &Path, data: &Path) -> (Vec<(String, String)>, String) {
+    let out = dualfs(&["snapshot", "list", s(meta), s(data)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let live = text.lines().find_map(|l| l.strip_prefix("live tree: ")).unwrap_or("main").to_string();
+    let list = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (name, kind) = (w.next()?, w.next()?);
+            ["snapshot", "clone"].contains(&kind).then(|| (name.to_string(), kind.to_string()))
+        })
+        .collect();
+    (list, live)
+}
+
+/// The shape of every read-only snapshot of a volume, in list order.
+fn snapshot_shapes(meta: &Path, data: &Path, mnt: &Path) -> Vec<String> {
+    let (list, _) = trees(meta, data);
+    let mut out = Vec::new();
+    for (name, kind) in list.iter().filter(|(_, k)| k == "snapshot") {
+        std::fs::create_dir_all(mnt).unwrap();
+        ok(&["mount", "-o", &format!("ro,snapshot={name}"), s(meta), s(data), s(mnt)]);
+        let m = Mounted(mnt.to_path_buf());
+        out.push(format!("{kind} {}", shape(mnt)));
+        m.umount();
+    }
+    out
+}
+
+#[test]
+fn a_volume_with_snapshots_and_a_live_clone_dumps_to_one_that_opens() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    v.mount();
+    let top = v.path("secret-snapped-directory");
+    std::fs::create_dir_all(top.join("secret-sub")).unwrap();
+    // Enough entries for a directory tree, whose nodes the snapshots keep.
+    for i in 0..200 {
+        std::fs::write(top.join(format!("secret-kept-{i:03}")), format!("{CONTENT} {i}")).unwrap();
+    }
+    ok(&["snapshot", "create", v.m(), "secret-first-snapshot"]);
+    // Blocks only the first snapshot reaches: entries removed, a
+    // directory moved, new ones beside them.
+    for i in 0..120 {
+        std::fs::remove_file(top.join(format!("secret-kept-{i:03}"))).unwrap();
+    }
+    std::fs::create_dir(v.path("secret-later")).unwrap();
+    std::fs::rename(top.join("secret-sub"), v.path("secret-later/secret-moved")).unwrap();
+    for i in 0..60 {
+        std::fs::write(v.path(&format!("secret-later/secret-new-{i:02}")), b"n").unwrap();
+    }
+    ok(&["snapshot", "create", v.m(), "secret-second-snapshot"]);
+    ok(&["clone", v.m(), "secret-first-snapshot", "secret-clone-tree"]);
+    v.umount();
+    // The clone made live: the list names it, and `main` is kept beside.
+    v.mount_with("clone=secret-clone-tree");
+    std::fs::write(v.path("secret-snapped-directory/secret-in-clone"), b"c").unwrap();
+    // Unmounted without TestVolume's fsck: what fsck says of the volume,
+    // whatever it is, the restored volume must say too.
+    ok(&["umount", v.m()]);
+    let secrets = ["secret-first-snapshot", "secret-second-snapshot", "secret-clone-tree", "secret-kept-150"];
+
+    let dir = v.dir.path().to_path_buf();
+    let (code, original) = fsck(&v.meta, &v.data);
+    let (original_trees, original_live) = trees(&v.meta, &v.data);
+    assert_eq!(original_trees.len(), 3, "{original_trees:?}");
+    assert_eq!(original_live, "secret-clone-tree");
+    let original_shapes = snapshot_shapes(&v.meta, &v.data, &dir.join("orig-snap"));
+    let live_mnt = dir.join("orig-live");
+    let live = mount_ro(&v.meta, &v.data, &live_mnt);
+    let original_live_shape = shape(&live_mnt);
+    live.umount();
+
+    let dump = dir.join("snapshots.dump");
+    let said = ok(&["metadump", s(&v.meta), s(&v.data), s(&dump)]);
+    assert!(said.contains("replaced 4 snapshot and tree names"), "{said}");
+    assert!(!said.contains("unknown kinds"), "{said}");
+    let bytes = std::fs::read(&dump).unwrap();
+    for n in secrets {
+        assert!(!contains(&bytes, n.as_bytes()), "{n} is in the dump");
+    }
+    let (meta, data) = (dir.join("r-meta.img"), dir.join("r-data.img"));
+    ok(&["metarestore", s(&dump), s(&meta), s(&data)]);
+    let restored = fsck(&meta, &data);
+    assert_eq!((restored.0, without_names(&restored.1)), (code, without_names(&original)), "{}", restored.1);
+
+    let (restored_trees, restored_live) = trees(&meta, &data);
+    let kinds = |t: &[(String, String)]| t.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(kinds(&restored_trees), kinds(&original_trees));
+    for ((new, _), (old, _)) in restored_trees.iter().zip(&original_trees) {
+        assert_eq!(new.len(), old.len());
+        // `main`, the tree that was live before the clone, keeps its name.
+        assert_eq!(new == old, old == "main", "{new} for {old}");
+    }
+    assert_eq!(restored_live.len(), original_live.len());
+    assert_ne!(restored_live, original_live);
+    assert_eq!(snapshot_shapes(&meta, &data, &dir.join("r-snap")), original_shapes);
+    let live_mnt = dir.join("r-live");
+    let live = mount_ro(&meta, &data, &live_mnt);
+    assert_eq!(shape(&live_mnt), original_live_shape);
+    live.umount();
+}
+
 /// A fresh volume of image files (mkfs as a user runs it).
 fn fresh(dir: &Path) -> (PathBuf, PathBuf) {
     let (m, d) = (dir.join("meta.img"), dir.join("data.img"));

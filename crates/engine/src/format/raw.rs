@@ -279,6 +279,26 @@ pub const DIRENT_NAME_AT: usize = 9;
 /// inline (form [`XATTR_VALUE_INLINE`]) or a blob list.
 pub const XATTR_VALUE_INLINE: u8 = 0;
 
+/// Where a snapshot block's name is (FORMAT.md 3.16): its bytes, the
+/// NUL padding after them excluded, when the payload decodes as a
+/// snapshot record (a record that does not is left alone).
+#[must_use]
+pub fn snapshot_name(payload: &[u8]) -> Option<std::ops::Range<usize>> {
+    let record = super::snapshot::SnapshotRecord::decode(payload).ok()?;
+    let at = super::snapshot::RECORD_NAME_AT;
+    Some(at..at + record.name.len())
+}
+
+/// Where a snapshot list's live tree name is (FORMAT.md 3.15), when the
+/// payload decodes as a list that names it.
+#[must_use]
+pub fn live_tree_name(payload: &[u8]) -> Option<std::ops::Range<usize>> {
+    let list = super::snapshot::SnapshotList::decode(payload).ok()?;
+    let len = list.live_name?.len();
+    let at = super::snapshot::live_name_at(list.entries.len());
+    Some(at..at + len)
+}
+
 /// The code of a tree kind, as a node's first byte holds it.
 #[must_use]
 pub fn tree_code(kind: super::node::TreeKind) -> u8 {

@@ -19,6 +19,10 @@ const LIST_ENTRY: usize = 16;
 const LIVE_NAME_BYTES: usize = 8 + NAME_MAX;
 /// List flag: the live tree's name follows the entries (format 1.4).
 const LIST_LIVE_NAMED: u32 = 1;
+/// Where the live tree's name starts in a list of `entries` entries.
+pub(crate) fn live_name_at(entries: usize) -> usize {
+    LIST_FIXED + LIST_ENTRY * entries + 8
+}
 /// Most snapshots a volume holds (one list block).
 pub const MAX_SNAPSHOTS: usize = (PAYLOAD_LEN - LIST_FIXED) / LIST_ENTRY;
 /// Most snapshots and trees a list naming the live tree holds.
@@ -28,6 +32,9 @@ const RECORD_WRITABLE: u8 = 1;
 /// What the live tree is called while no list names it.
 pub const DEFAULT_TREE: &str = "main";
 const SNAP_FIXED: usize = 168;
+/// Where a snapshot record's name starts: after its id, creation time,
+/// name length, flags and two reserved bytes.
+pub(crate) const RECORD_NAME_AT: usize = 24;
 /// Most index entries a snapshot's checkpoint may hold (a checkpoint may
 /// hold a few more: such a volume refuses new snapshots).
 pub const MAX_SNAPSHOT_INDEX: usize = (PAYLOAD_LEN - SNAP_FIXED) / 16;
@@ -311,5 +318,22 @@ mod tests {
         for n in ["", "a/b", ".", "..", "x\ny", &"n".repeat(65)] {
             assert!(bad_name(n).is_some(), "{n:?}");
         }
+    }
+
+    #[test]
+    fn names_are_where_the_raw_readers_find_them() {
+        use crate::format::raw::{live_tree_name, snapshot_name};
+        let b = sample().encode(false);
+        assert_eq!(&b[snapshot_name(&b).unwrap()], b"before-upgrade");
+        assert_eq!(snapshot_name(&b[..40]), None);
+        let mut list = SnapshotList {
+            next_id: 9,
+            entries: vec![ListEntry { id: 2, address: MetaBlock(77) }, ListEntry { id: 8, address: MetaBlock(90) }],
+            live_name: Some("what-if".into()),
+        };
+        let b = list.encode();
+        assert_eq!(&b[live_tree_name(&b).unwrap()], b"what-if");
+        list.live_name = None;
+        assert_eq!(live_tree_name(&list.encode()), None);
     }
 }

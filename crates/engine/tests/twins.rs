@@ -128,3 +128,38 @@ fn a_directory_fsync_survives_any_one_zeroed_block_of_its_commit() {
     v.fsync(d).unwrap();
     every_block_of_the_last_write_may_be_lost(&before, &meta, &data, "d/new", &want);
 }
+
+/// A crash that leaves an fsync's twin in part and its original not at all
+/// ends the log cleanly where the original was expected; the log must not
+/// resume there with the same sequence number, where a later torn write
+/// could complete the old twin and bring back what recovery discarded.
+#[test]
+fn a_twin_left_behind_an_unwritten_original_moves_the_log_on() {
+    let (meta, data) = rig();
+    let v = Volume::open(meta.clone(), data.clone(), options()).unwrap();
+    let f = v.create(InodeNo::ROOT, b"f", 0o644, Creds::ROOT).unwrap().ino;
+    v.commit().unwrap();
+    let before = meta.snapshot();
+    v.write(f, 0, &bytes(5000, 5)).unwrap();
+    v.fsync(f).unwrap();
+    drop(v);
+    let blocks = written_since(&before, &meta);
+    let (original, twin) = blocks.split_at(blocks.len() / 2);
+    // The original never landed; of the twin, all but a sector of its
+    // descriptor did.
+    for &b in original {
+        meta.write_blocks(b, &[0u8; BLOCK_SIZE]).unwrap();
+    }
+    let mut raw = vec![0u8; BLOCK_SIZE];
+    meta.read_blocks(twin[0], &mut raw).unwrap();
+    raw[512..1024].fill(0);
+    raw[600] = 1;
+    meta.write_blocks(twin[0], &raw).unwrap();
+    let v = Volume::open(meta.clone(), data.clone(), options()).unwrap();
+    let rec = &v.open_report().recovery;
+    assert!(rec.end.is_clean() && rec.twins_taken.is_empty(), "{rec:?}");
+    let (head, sb) = v.with_fs(|fs| (fs.log.head(), fs.log.superblock().clone()));
+    let segment_of = |b: u64| (b - sb.first_segment_block) / u64::from(sb.segment_blocks);
+    assert_ne!(u64::from(head.segment.0), segment_of(original[0]), "the log resumes where the twin lies");
+    assert!(read_path(&v, "f").unwrap().is_empty(), "the fsync never completed");
+}

@@ -416,6 +416,13 @@ impl Log {
         if !touched.is_empty() {
             touched.push(pos.next_segment);
         }
+        if end.is_clean() && self.written_past(pos)? {
+            // Nothing where the next partial segment was expected, but a
+            // twin's blocks landed past it: writing there again with the
+            // same sequence number could let a torn write complete that
+            // twin and bring back the partial segment recovery discarded.
+            touched.extend([pos.segment, pos.next_segment]);
+        }
         if !end.is_clean() {
             // A torn tail lies where the next partial segment was expected.
             // Writing there again, with the same sequence number, could let
@@ -461,6 +468,34 @@ impl Log {
             fsync_folded,
             twins_taken,
         })
+    }
+
+    /// Whether, on a volume with twins, a block of sequence `pos.seq` or
+    /// later (or a torn one) lies past `pos` in its segment or at the start
+    /// of the next: what a crash leaves of a twin whose original never
+    /// landed. Blocks of older laps carry lower sequence numbers.
+    fn written_past(&self, pos: LogPosition) -> Result<bool> {
+        if self.sb.incompat & crate::format::superblock::INCOMPAT_META_REDUNDANCY == 0 {
+            return Ok(false);
+        }
+        for (seg, from) in [(pos.segment, pos.offset), (pos.next_segment, 0)] {
+            let blocks = self.sb.segment_blocks;
+            if seg.0 >= self.sb.segment_count || from >= blocks {
+                continue;
+            }
+            let start = self.ifile.geometry().start(seg).0 + u64::from(from);
+            let raw = self.read_meta(MetaBlock(start), (blocks - from) as usize)?;
+            for (i, b) in raw.chunks_exact(BLOCK_SIZE).enumerate() {
+                let landed = match block::open_block(b, MetaBlock(start + i as u64), self.volume_id) {
+                    Ok((h, _)) => h.seq >= pos.seq,
+                    Err(_) => b[..4] == block::BLOCK_MAGIC.to_le_bytes(),
+                };
+                if landed {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// The twin of the partial segment expected at `pos`, when the original

@@ -10,8 +10,10 @@ the last checkpoint, commit them by fsyncing the directory, kill -9 the
 serving process, and time the next mount (roll-forward included). Before
 every timed mount the pages of the images (or of the loop device) are
 evicted from the page cache (cold), the images' own and nobody else's.
-ext4 and XFS get the same size on a loop device: mkfs, mount, and
-`e2fsck -f -n` for ext4.
+ext4 and XFS get the same size on a loop device: mkfs, mount,
+`e2fsck -f -n` for ext4, and a mount after a crash: the same files
+written and synced, the image copied while mounted (its journal or log to
+replay), the copy mounted cold.
 
 Past 16 TiB - 4 KiB an ext4 file cannot hold the image: give --dir on XFS
 (a loop-mounted sparse XFS image will do) for the 16T row.
@@ -141,7 +143,7 @@ def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None):
     return row
 
 
-def ext4_row(d, size, fs="ext4"):
+def ext4_row(d, size, fs="ext4", log_mib=0.0):
     img, mnt = f"{d}/e.img", f"{d}/emnt"
     if os.path.exists(img):
         os.remove(img)
@@ -160,11 +162,42 @@ def ext4_row(d, size, fs="ext4"):
         if fs == "ext4":
             evict(loop, img)
             row["e2fsck_f_s"] = timed(f"e2fsck -f -n {loop} >/dev/null")
+        if log_mib:
+            row.update(kernel_crash(d, img, loop, mnt, log_mib))
     finally:
         sh(f"umount {mnt}", check=False)
         sh(f"losetup -d {loop}")
     os.remove(img)
     return row
+
+
+def kernel_crash(d, img, loop, mnt, log_mib):
+    """A mount of a kernel file system after a crash: the same files as
+    DualFS's crash, synced (the journal holds them, the home locations
+    need not), the image copied while still mounted (what a power cut
+    leaves: the journal to replay), the copy mounted cold."""
+    copy = f"{d}/crash.img"
+    sh(f"mount {loop} {mnt}")
+    try:
+        n = int(log_mib * 1024 * 1024 / 1300)
+        os.makedirs(f"{mnt}/c", exist_ok=True)
+        blob = b"x" * 1000
+        for i in range(n):
+            with open(f"{mnt}/c/f{i}", "wb") as f:
+                f.write(blob)
+        sh(f"sync -f {mnt}/c")
+        sh(f"cp --sparse=always {img} {copy}")
+    finally:
+        sh(f"umount {mnt}")
+    loop2 = sh(f"losetup -f --show {copy}").strip()
+    try:
+        evict(loop2, copy)
+        secs = timed(f"mount {loop2} {mnt}")
+        sh(f"umount {mnt}")
+    finally:
+        sh(f"losetup -d {loop2}")
+        os.remove(copy)
+    return {"crash_files": n, "mount_after_crash_s": secs}
 
 
 def main():
@@ -178,6 +211,7 @@ def main():
     ap.add_argument("--dualfs", action="append", default=[], help="NAME=PATH of a build to time (repeatable)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-fsck", action="store_true")
+    ap.add_argument("--no-kernel-crash", action="store_true", help="no mount after a crash for ext4 and XFS")
     ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     a = ap.parse_args()
     run = store.Run("mount-time", a.store)
@@ -200,7 +234,7 @@ def main():
                 rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary)})
                 stored(rows[-1])
             for fs in (["ext4"] if not a.no_ext4 else []) + (["xfs"] if a.xfs else []):
-                rows.append({"round": r, **ext4_row(a.dir, s, fs)})
+                rows.append({"round": r, **ext4_row(a.dir, s, fs, 0.0 if a.no_kernel_crash else a.log_mib)})
                 stored(rows[-1])
         uptimes.append(sh("uptime").strip())
     print(json.dumps({"uptime": uptimes, "rows": rows}, indent=1))

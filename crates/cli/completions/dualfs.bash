@@ -55,11 +55,17 @@ _dualfs() {
             dualfs,probe)
                 cmd="dualfs__subcmd__probe"
                 ;;
+            dualfs,quota)
+                cmd="dualfs__subcmd__quota"
+                ;;
             dualfs,receive)
                 cmd="dualfs__subcmd__receive"
                 ;;
             dualfs,resize)
                 cmd="dualfs__subcmd__resize"
+                ;;
+            dualfs,scrub)
+                cmd="dualfs__subcmd__scrub"
                 ;;
             dualfs,send)
                 cmd="dualfs__subcmd__send"
@@ -124,11 +130,17 @@ _dualfs() {
             dualfs__subcmd__help,probe)
                 cmd="dualfs__subcmd__help__subcmd__probe"
                 ;;
+            dualfs__subcmd__help,quota)
+                cmd="dualfs__subcmd__help__subcmd__quota"
+                ;;
             dualfs__subcmd__help,receive)
                 cmd="dualfs__subcmd__help__subcmd__receive"
                 ;;
             dualfs__subcmd__help,resize)
                 cmd="dualfs__subcmd__help__subcmd__resize"
+                ;;
+            dualfs__subcmd__help,scrub)
+                cmd="dualfs__subcmd__help__subcmd__scrub"
                 ;;
             dualfs__subcmd__help,send)
                 cmd="dualfs__subcmd__help__subcmd__send"
@@ -180,6 +192,18 @@ _dualfs() {
                 ;;
             dualfs__subcmd__help__subcmd__inspect,superblock)
                 cmd="dualfs__subcmd__help__subcmd__inspect__subcmd__superblock"
+                ;;
+            dualfs__subcmd__help__subcmd__quota,grace)
+                cmd="dualfs__subcmd__help__subcmd__quota__subcmd__grace"
+                ;;
+            dualfs__subcmd__help__subcmd__quota,on)
+                cmd="dualfs__subcmd__help__subcmd__quota__subcmd__on"
+                ;;
+            dualfs__subcmd__help__subcmd__quota,report)
+                cmd="dualfs__subcmd__help__subcmd__quota__subcmd__report"
+                ;;
+            dualfs__subcmd__help__subcmd__quota,set)
+                cmd="dualfs__subcmd__help__subcmd__quota__subcmd__set"
                 ;;
             dualfs__subcmd__help__subcmd__snapshot,create)
                 cmd="dualfs__subcmd__help__subcmd__snapshot__subcmd__create"
@@ -265,6 +289,36 @@ _dualfs() {
             dualfs__subcmd__inspect__subcmd__help,superblock)
                 cmd="dualfs__subcmd__inspect__subcmd__help__subcmd__superblock"
                 ;;
+            dualfs__subcmd__quota,grace)
+                cmd="dualfs__subcmd__quota__subcmd__grace"
+                ;;
+            dualfs__subcmd__quota,help)
+                cmd="dualfs__subcmd__quota__subcmd__help"
+                ;;
+            dualfs__subcmd__quota,on)
+                cmd="dualfs__subcmd__quota__subcmd__on"
+                ;;
+            dualfs__subcmd__quota,report)
+                cmd="dualfs__subcmd__quota__subcmd__report"
+                ;;
+            dualfs__subcmd__quota,set)
+                cmd="dualfs__subcmd__quota__subcmd__set"
+                ;;
+            dualfs__subcmd__quota__subcmd__help,grace)
+                cmd="dualfs__subcmd__quota__subcmd__help__subcmd__grace"
+                ;;
+            dualfs__subcmd__quota__subcmd__help,help)
+                cmd="dualfs__subcmd__quota__subcmd__help__subcmd__help"
+                ;;
+            dualfs__subcmd__quota__subcmd__help,on)
+                cmd="dualfs__subcmd__quota__subcmd__help__subcmd__on"
+                ;;
+            dualfs__subcmd__quota__subcmd__help,report)
+                cmd="dualfs__subcmd__quota__subcmd__help__subcmd__report"
+                ;;
+            dualfs__subcmd__quota__subcmd__help,set)
+                cmd="dualfs__subcmd__quota__subcmd__help__subcmd__set"
+                ;;
             dualfs__subcmd__snapshot,create)
                 cmd="dualfs__subcmd__snapshot__subcmd__create"
                 ;;
@@ -332,7 +386,7 @@ _dualfs() {
 
     case "${cmd}" in
         dualfs)
-            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone trim sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -432,7 +486,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help)
-            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone trim sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -753,6 +807,76 @@ _dualfs() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dualfs__subcmd__help__subcmd__quota)
+            opts="on set grace report"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__quota__subcmd__grace)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__quota__subcmd__on)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__quota__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__quota__subcmd__set)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dualfs__subcmd__help__subcmd__receive)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -768,6 +892,20 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help__subcmd__resize)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__scrub)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1350,7 +1488,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__mkfs)
-            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --meta-mirror --help --version"
+            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --quota --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1423,6 +1561,184 @@ _dualfs() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dualfs__subcmd__quota)
+            opts="-h -V --help --version on set grace report help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__grace)
+            opts="-u -g -p -h -V --user --group --project --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__help)
+            opts="on set grace report help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__help__subcmd__grace)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__help__subcmd__on)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__help__subcmd__set)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__on)
+            opts="-h -V --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__report)
+            opts="-u -g -p -s -h -V --help --user --group --project --human-readable --json --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__quota__subcmd__set)
+            opts="-u -g -p -h -V --user --group --project --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -g)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --project)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dualfs__subcmd__receive)
             opts="-f -h -V --file --json --abort --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -1457,6 +1773,24 @@ _dualfs() {
                     return 0
                     ;;
                 --data)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__scrub)
+            opts="-h -V --rate --meta-only --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --rate)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand};
 
 mod admin;
 pub use admin::*;
+mod quota;
+pub use quota::*;
 
 /// DualFS: a Linux file system that keeps file data and meta-data on two
 /// devices. Data goes to the data device, in groups written in place;
@@ -59,9 +61,17 @@ pub enum Command {
     /// `dualfs mount -o clone=NAME`.
     #[command(after_help = CLONE_HELP)]
     Clone(CloneArgs),
+    /// Read and check every live block of a volume, mounted or not, and
+    /// report what is damaged and the files it costs.
+    #[command(after_help = SCRUB_HELP)]
+    Scrub(ScrubArgs),
     /// Discard the free space of a volume, mounted or not (as fstrim).
     #[command(after_help = TRIM_HELP)]
     Trim(TrimArgs),
+    /// User, group and project quotas: turn on, set, report (mounted or
+    /// not), as setquota and repquota do for a kernel file system.
+    #[command(after_help = quota::QUOTA_HELP)]
+    Quota(QuotaArgs),
     /// Make everything written to mounted volumes durable (sync(1) does not).
     #[command(after_help = SYNC_HELP)]
     Sync(SyncArgs),
@@ -179,11 +189,12 @@ Options (-o, comma-separated, may be repeated):
   cache=SIZE       memory the volume keeps (default 512M, at least 16M, at
                    most half of the machine's memory or its cgroup's): half
                    for file data not yet written (reaching it commits), half
-                   for meta-data: three eighths of SIZE for decoded inodes,
+                   for meta-data: a third of SIZE for decoded inodes,
                    directory and tree nodes (least recently used evicted
                    first), an eighth for inode-map blocks read (16 bytes an
                    inode; unchanged ones past it are dropped and read again
-                   when needed). Beside it the process holds the node map
+                   when needed), a fortieth for segment usage blocks the
+                   cleaner read (likewise). Beside it the process holds the node map
                    (8 bytes per directory or tree node), the free inode
                    numbers, and the data bitmap it has read (one bit per
                    block of each data group used)
@@ -364,7 +375,9 @@ impl Command {
             | Command::Get(_)
             | Command::Metarestore(_)
             | Command::Sync(_)
+            | Command::Quota(_)
             | Command::Trim(_)
+            | Command::Scrub(_)
             | Command::Resize(_)
             | Command::Migrate(_)
             | Command::Receive(_) => false,
@@ -532,6 +545,10 @@ pub struct MkfsArgs {
     /// meta-data device (0 to 3072).
     #[arg(long, default_value_t = 1024)]
     pub inline_max: u32,
+    /// Keep user, group and project quotas (format 1.9; `dualfs quota`
+    /// sets the limits).
+    #[arg(long)]
+    pub quota: bool,
     /// Keep the meta-data device on this second device too, written alike
     /// (mount it with `-o mirror=DEV`).
     #[arg(long, value_name = "DEV")]

@@ -59,6 +59,22 @@ impl Mounted {
         serde_json::from_slice(&buf[..n]).with_context(|| format!("{name} on {}: not JSON", self.root.display()))
     }
 
+    /// Sets a control attribute to `value` (None: removes it).
+    ///
+    /// # Errors
+    /// The request is refused; EBUSY says `busy`.
+    pub fn set(&self, name: &str, value: Option<&str>, busy: &str) -> Result<()> {
+        let r = match value {
+            Some(v) => rustix::fs::setxattr(&self.root, name, v.as_bytes(), XattrFlags::empty()),
+            None => rustix::fs::removexattr(&self.root, name),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::BUSY) => bail!("{busy} on {}", self.root.display()),
+            Err(e) => Err(explain(e, &self.root, &format!("setting {name}"))),
+        }
+    }
+
     /// Starts a clean with the request text of `dualfs_fuse::control::CleanOrder`.
     ///
     /// # Errors

@@ -143,6 +143,7 @@ fn volume_settings(c: &MountConfig) -> Vec<(&'static str, String)> {
             },
         ),
         ("log", c.log.as_ref().map_or_else(|| "no log=".into(), |p| format!("log={}", p.display()))),
+        ("discard", if c.discard { "discard".into() } else { "nodiscard".into() }),
         ("threads", format!("threads={}", c.threads)),
         ("writeback", if c.writeback { "writeback".into() } else { "nowriteback".into() }),
         ("security_xattr", if c.security_xattr { "security_xattr".into() } else { "nosecurity_xattr".into() }),
@@ -191,6 +192,37 @@ fn differing(served: &MountConfig, asked: &MountConfig) -> Option<String> {
         .zip(volume_settings(asked))
         .find(|(s, a)| s.1 != a.1)
         .map(|(s, a)| format!("option {} differs: the volume is served with {}, this mount asks {}", s.0, s.1, a.1))
+}
+
+/// The first of a remount's option `words` that asks a volume setting
+/// other than the one `served` (a remount changes no volume setting: the
+/// serving process keeps those it was mounted with), as a refusal's words.
+/// mount(8) passes a remount the mount's current kernel options, those of
+/// fstab and the new ones: a word that asks what is served already is no
+/// change.
+///
+/// # Errors
+/// A word that is no option.
+fn remount_refusal(served: &MountConfig, words: &[String]) -> Result<Option<String>> {
+    let defaults = volume_settings(&crate::options::parse(&[])?);
+    let have = volume_settings(served);
+    for w in words {
+        let one = volume_settings(&crate::options::parse(std::slice::from_ref(w))?);
+        let key = w.split_once('=').map_or(w.as_str(), |(k, _)| k);
+        let key = key.strip_prefix("no").unwrap_or(key);
+        let differs = one.iter().zip(defaults.iter().zip(&have)).any(|((name, asked), ((_, default), (_, now)))| {
+            // A word that asks a default is known by its setting's name.
+            let sets = asked != default || *name == key;
+            sets && asked != now
+        });
+        if differs {
+            return Ok(Some(format!(
+                "option {w} cannot be changed by a remount (the volume is served otherwise): unmount every mount of \
+                 the volume and mount it again with {w}"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// What the serving process knows to answer a join.
@@ -356,6 +388,19 @@ impl Joins {
 
         let mut s = lock(&self.served);
         let Some(vol) = s.vol.clone() else { return Ok(None) };
+        if req["remount"].as_bool() == Some(true) {
+            if storage(&meta) != s.meta || storage(&data) != s.data {
+                bail!(
+                    "{} and {} are not the devices of the volume this process serves",
+                    meta.display(),
+                    data.display()
+                );
+            }
+            return match remount_refusal(&s.cfg, &options)? {
+                Some(why) => Err(anyhow!(why)),
+                None => Ok(Some(target)),
+            };
+        }
         if peer.uid() != 0 {
             bail!("only root mounts a mounted volume a second time (the second mount is a bind of the first)");
         }
@@ -411,7 +456,10 @@ impl Joins {
         }
         let dev = s.dev;
         s.mounts.retain(|p| ours(p, dev));
-        let source = s.mounts.first().cloned().ok_or_else(|| anyhow!("the volume is no longer mounted"))?;
+        // The last mount is gone and the process has yet to see it: it is
+        // closing, and the caller waits for the close (a mount right after
+        // an unmount).
+        let Some(source) = s.mounts.first().cloned() else { return Ok(None) };
         nix::mount::mount(Some(&source), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
             .with_context(|| format!("cannot bind {} on {}", source.display(), target.display()))?;
         let remount = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags;
@@ -495,6 +543,44 @@ impl Joins {
     }
 }
 
+/// Asks the process serving the volume on `meta` and `data` whether a
+/// remount's volume option `words` ask what it serves already (a remount
+/// changes the kernel's flags of a mount, never a volume setting).
+///
+/// # Errors
+/// A word asks another value (the message names it), or no serving
+/// process answers.
+pub fn check_remount(meta: &Path, data: &Path, mountpoint: &Path, words: &[String]) -> Result<()> {
+    if words.is_empty() {
+        return Ok(());
+    }
+    let h = holder(meta).ok_or_else(|| anyhow!("cannot check option {}: no process holds the volume", words[0]))?;
+    let addr = SocketAddr::from_abstract_name(socket_name(h.pid)).context("the serving process's socket")?;
+    let mut conn = UnixStream::connect_addr(&addr).with_context(|| {
+        format!("cannot check option {}: the serving process (pid {}) does not answer", words[0], h.pid)
+    })?;
+    let abs = |p: &Path| std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()));
+    let req = json!({
+        "remount": true,
+        "mountpoint": abs(mountpoint)?,
+        "meta": abs(meta)?,
+        "data": abs(data)?,
+        "options": words,
+    });
+    writeln!(conn, "{req}").context("cannot ask the serving process")?;
+    conn.set_read_timeout(Some(ANSWER_WAIT)).context("cannot set a timeout")?;
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line).context("the serving process did not answer")?;
+    let reply: Value = serde_json::from_str(&line).map_err(|_| anyhow!("the serving process did not answer"))?;
+    if let Some(e) = reply["error"].as_str() {
+        bail!("{e}");
+    }
+    if reply["closing"].as_bool() == Some(true) {
+        bail!("the volume is closing");
+    }
+    Ok(())
+}
+
 /// Joins the process serving the volume on `meta` and `data`, if one does:
 /// true once the volume is also mounted on `mountpoint`; false when no
 /// process serves it (or the one that did is closing), so that the caller
@@ -550,6 +636,19 @@ mod tests {
 
     fn p(s: &str) -> MountConfig {
         crate::options::parse(&[s.to_string()]).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn a_remount_refuses_volume_options_other_than_those_served() {
+        let w = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let served = p("commit=7,log=/x");
+        assert_eq!(remount_refusal(&served, &w(&["commit=7", "log=/x", "nodiscard"])).unwrap(), None);
+        let why = remount_refusal(&served, &w(&["discard"])).unwrap().unwrap_or_default();
+        assert!(why.contains("option discard cannot be changed by a remount"), "{why}");
+        let why = remount_refusal(&served, &w(&["commit=5"])).unwrap().unwrap_or_default();
+        assert!(why.contains("option commit=5"), "the default asked of a volume served otherwise: {why}");
+        assert!(remount_refusal(&p("discard"), &w(&["discard"])).unwrap().is_none());
+        assert!(remount_refusal(&p("discard"), &w(&["nodiscard"])).unwrap().is_some());
     }
 
     #[test]

@@ -42,8 +42,10 @@ mod obfuscate;
 mod options;
 mod probe;
 mod progress;
+mod quota;
 mod remount;
 mod resize;
+mod scrub;
 mod send;
 mod snapshot;
 mod stats;
@@ -156,6 +158,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Metadump(a) => metadump::metadump(a),
         Command::Metarestore(a) => metadump::metarestore(a),
         Command::Trim(a) => trim::run(a),
+        Command::Scrub(a) => scrub::run(a),
+        Command::Quota(a) => quota::run(a),
     }
 }
 

@@ -177,6 +177,11 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
         };
         bail!("cannot create a DualFS volume on {} and {}: {e}{hint}", args.meta.display(), args.data.display());
     }
+    if args.quota {
+        let vol = Volume::open(meta.clone(), data.clone(), dualfs_engine::volume::MountOptions::default())
+            .and_then(|v| v.enable_quotas().and_then(|()| v.close()));
+        vol.map_err(|e| anyhow::anyhow!("the volume was made, but quotas could not be turned on: {e}"))?;
+    }
     created.keep();
     let sb = Log::read_superblocks(meta.as_ref(), data.as_ref())?;
     say!(

@@ -319,15 +319,18 @@ fn serve(args: &MountArgs) -> Result<()> {
         None => rescue::open_with_clock(m, d, options::engine_options(&cfg), clock_of(&clock))
             .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?,
     };
+    // Said in the log once the terminal is let go: a recovery after a
+    // crash or a shutdown is no fault, and a kernel file system's mount
+    // prints nothing then (scripts compare what a remount prints).
     vol.attach_mirror(&assembled);
     let rec = &vol.open_report().recovery;
-    if rec.partial_segments > 0 {
-        log::info!(
+    let recovered = (rec.partial_segments > 0).then(|| {
+        format!(
             "recovered {} written after checkpoint {}",
             crate::words::count(rec.partial_segments, "partial segment"),
             vol.open_report().checkpoint
-        );
-    }
+        )
+    });
     if let Some(mark) = vol.receive_pending() {
         // Said before the mount returns: on the caller's terminal too.
         log::warn!(
@@ -401,6 +404,9 @@ fn serve(args: &MountArgs) -> Result<()> {
     }
     for wait in crate::holder::take_waits() {
         log::info!("{wait}");
+    }
+    if let Some(line) = recovered {
+        log::info!("{line}");
     }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
     log::info!("{}", session.transport());

@@ -560,6 +560,12 @@ pub fn engine_options(cfg: &MountConfig) -> MountOptions {
     let map = o.cache_bytes / 4;
     o.inode_map_bytes = Some(map);
     o.cache_bytes -= map;
+    // A sixteenth of what is left bounds the segment usage table's blocks
+    // (12 MiB, the entries of a 768 GiB meta-data device, at the default
+    // 512M): the cleaner reads it whole, and on a large volume it stayed.
+    let usage = o.cache_bytes / 16;
+    o.usage_table_bytes = Some(usage);
+    o.cache_bytes -= usage;
     o
 }
 

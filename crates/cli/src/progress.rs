@@ -110,6 +110,25 @@ pub fn unit_bar(what: &str, total: usize, unit: &str) -> ProgressBar {
     bar
 }
 
+/// A bar of `total` bytes with the rate on standard error when it is a
+/// terminal (hidden otherwise): what `dualfs scrub` has read so far.
+#[must_use]
+pub fn byte_bar(what: &str, total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} [{elapsed}]",
+        )
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
 /// A spinner for one piece of long work; cleared when dropped.
 #[derive(Debug)]
 pub struct Activity {

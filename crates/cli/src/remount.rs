@@ -1,5 +1,7 @@
 //! `mount -o remount,ro|rw MOUNTPOINT`: switch a mounted volume between
 //! read-only and read-write in place, as every kernel file system does.
+//! A volume option the volume serves otherwise (`discard`, `commit=`...)
+//! is refused, naming it: a remount cannot change it.
 //!
 //! mount(8) runs the helper again with `remount` among the options (the
 //! mount's current options first, then the new ones). Two parties must
@@ -91,6 +93,34 @@ fn kernel_remount(mnt: &Mounted, flags: MsFlags) -> Result<bool> {
     }
 }
 
+/// The options of a remount that are the volume's: neither a mount's own
+/// flag nor one of the kernel's FUSE options, which mount(8) passes again.
+fn volume_words<'a>(options: &[&'a str]) -> Vec<&'a str> {
+    const KERNEL: [&str; 9] = [
+        "user_id=",
+        "group_id=",
+        "default_permissions",
+        "allow_other",
+        "allow_root",
+        "max_read=",
+        "blksize=",
+        "rootmode=",
+        "fd=",
+    ];
+    options
+        .iter()
+        .copied()
+        .filter(|o| {
+            !o.is_empty()
+                && flag_of(o).is_none()
+                && atime_flag(o).is_none()
+                && !matches!(*o, "ro" | "rw" | "remount" | "defaults")
+                && !o.starts_with("data=")
+                && !KERNEL.iter().any(|k| if k.ends_with('=') { o.starts_with(k) } else { o == k })
+        })
+        .collect()
+}
+
 /// The last of `ro` and `rw` among the options, if either is there.
 fn wanted_read_only(options: &[&str]) -> Option<bool> {
     options.iter().rev().find_map(|o| match *o {
@@ -109,6 +139,10 @@ fn wanted_read_only(options: &[&str]) -> Option<bool> {
 pub fn run(args: &MountArgs, _cfg: &MountConfig) -> Result<()> {
     let mnt = Mounted::find(&args.mountpoint)?;
     let options: Vec<&str> = args.options.iter().flat_map(|l| l.split(',')).map(str::trim).collect();
+    // A volume setting the remount would change is refused, naming it,
+    // before anything changes: it would not take effect.
+    let words: Vec<String> = volume_words(&options).into_iter().map(String::from).collect();
+    crate::join::check_remount(&args.meta, &args.data, mnt.root(), &words)?;
     let statvfs = nix::sys::statvfs::statvfs(mnt.root())
         .with_context(|| format!("cannot read the flags of {}", mnt.root().display()))?;
     let volume_read_only = mnt.get(dualfs_fuse::control::MODE)?["read_only"].as_bool().unwrap_or(false);
@@ -164,5 +198,7 @@ mod tests {
         assert_eq!(f, MsFlags::MS_REMOUNT | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_NOATIME);
         assert_eq!(wanted_read_only(&["rw", "nosuid", "remount", "ro"]), Some(true));
         assert_eq!(wanted_read_only(&["remount"]), None);
+        let given = ["rw", "nosuid", "relatime", "remount", "user_id=0", "default_permissions", "discard", "commit=5"];
+        assert_eq!(volume_words(&given), ["discard", "commit=5"]);
     }
 }

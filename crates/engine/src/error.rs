@@ -146,6 +146,18 @@ pub enum Error {
     /// fit this volume (the reason in words).
     #[error("cannot receive: {0}")]
     ReceiveRefused(String),
+    /// A user's, group's or project's quota would be passed (a hard
+    /// limit, or a soft one whose grace time ran out).
+    #[error("disk quota exceeded")]
+    QuotaExceeded,
+    /// A rename or link into a directory of another project under project
+    /// inheritance: the caller copies instead, as across file systems.
+    #[error("invalid cross-device link (another project)")]
+    CrossProject,
+    /// The volume was shut down (FS_IOC_SHUTDOWN): every call fails and
+    /// nothing more is written until it is closed; the next open recovers.
+    #[error("the volume was shut down; unmount it, and the next mount recovers it")]
+    ShutDown,
 }
 
 /// Shorthand used everywhere in the engine.
@@ -186,6 +198,9 @@ impl Error {
             Error::NoSnapshot(_) => libc::ENOENT,
             Error::Stream(_) => libc::EBADMSG,
             Error::ReceiveRefused(_) => libc::EINVAL,
+            Error::QuotaExceeded => libc::EDQUOT,
+            Error::CrossProject => libc::EXDEV,
+            Error::ShutDown => libc::EIO,
         }
     }
 

@@ -120,11 +120,20 @@ pub enum Fault {
     /// Meta-data mirror: take a copy that missed writes (its superblock
     /// names an older mirror generation) as in sync.
     MirrorTrustStale,
+    /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
+    /// return before it is durable, as a write to any other file does.
+    SyncFlagIgnored,
+    /// Quotas: an inode given to another owner, group or project stays
+    /// charged to the one it left as well (its usage there never drops).
+    QuotaChownKeepsUsage,
+    /// RENAME_WHITEOUT: make the whiteout in a commit group after the
+    /// rename's (a crash between shows the old name gone and no whiteout).
+    WhiteoutApart,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 35] = [
+    pub const ALL: [Fault; 38] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -160,6 +169,9 @@ impl Fault {
         Fault::NoTwins,
         Fault::MirrorAckBeforeSecond,
         Fault::MirrorTrustStale,
+        Fault::SyncFlagIgnored,
+        Fault::QuotaChownKeepsUsage,
+        Fault::WhiteoutApart,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -2,7 +2,8 @@
 //! 15 TiB of data (a meta-data device of 1.5 TiB, a tenth of it) is
 //! mounted reading the same blocks, and holding the same IFile structures,
 //! as one of 1 GiB with the same files, after a clean close and after a
-//! crash with log to roll forward. mkfs writes the same blocks for both.
+//! crash with log to roll forward (commits, an fsync record after them,
+//! an orphan with data to finish). mkfs writes the same blocks for both.
 //! (Counts, not times: what a mount reads or builds in proportion to the
 //! devices' size shows as a difference, whatever the machine's load.)
 #![allow(clippy::unwrap_used)]
@@ -82,7 +83,16 @@ fn mount_cost(data_blocks: u64, crash: bool) -> Cost {
             v.write(f, 0, &vec![j as u8; 5000]).unwrap();
         }
         v.unlink(v.lookup(InodeNo::ROOT, b"d1").unwrap().ino, b"f3").unwrap();
+        // An orphan for the open to finish: open, unlinked, with data.
+        let o = v.create(dir, b"open", 0o644, Creds::ROOT).unwrap().ino;
+        v.write(o, 0, &vec![9u8; 200_000]).unwrap();
+        v.open_file(o).unwrap();
+        v.unlink(dir, b"open").unwrap();
         v.commit().unwrap();
+        // An fsync record after the last commit, for the open to replay.
+        let f = v.lookup(dir, b"f5").unwrap().ino;
+        v.write(f, 0, &[7u8; 3000]).unwrap();
+        v.fsync(f).unwrap();
         // The power goes: what the devices hold now, no close.
         let copies = (Arc::new(meta.snapshot()), Arc::new(data.snapshot()));
         drop(v);
@@ -94,6 +104,11 @@ fn mount_cost(data_blocks: u64, crash: bool) -> Cost {
     let v = Volume::open(m.clone(), d.clone(), MountOptions::default()).unwrap();
     assert_eq!(v.open_report().recovery.partial_segments > 0, crash, "{:?}", v.open_report().recovery);
     let stats = v.stats();
+    if crash {
+        let r = &v.open_report().recovery;
+        assert!(r.fsync_pending > 0, "no fsync record replayed: {r:?}");
+        assert!(v.lookup(v.lookup(InodeNo::ROOT, b"late").unwrap().ino, b"open").is_err());
+    }
     let stat = |name: &str| stats.iter().find(|(k, _)| *k == name).map(|(_, n)| *n).unwrap();
     let held = ["bitmap_blocks_loaded", "usage_blocks_loaded", "group_blocks_loaded", "ifile_chunks_loaded"]
         .into_iter()

@@ -174,6 +174,10 @@ fn populate(vol: &Volume) {
     let r = InodeNo::ROOT;
     let d = vol.mkdir(r, b"dir", 0o750, Creds::ROOT).unwrap().ino;
     let sub = vol.mkdir(d, b"sub", 0o755, Creds { uid: 1000, gid: 100, umask: 0o022 }).unwrap().ino;
+    // A project handed down from the start: what is made in `sub` is of
+    // project 5, so renames within it stay in the project (across projects
+    // they are refused with EXDEV, as on ext4 and XFS).
+    vol.set_flags(sub, FLAG_PROJINHERIT, Some(5)).unwrap();
     file(vol, r, "small", b"inline bytes");
     let big = file(vol, d, "big", &pattern(300_000, 1));
     let sparse = vol.create(sub, b"sparse", 0o600, Creds::ROOT).unwrap().ino;

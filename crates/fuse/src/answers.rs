@@ -31,6 +31,7 @@ impl Errno {
     pub const ERANGE: Errno = Errno(libc::ERANGE);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     /// The xattr is not there (ENODATA on Linux).
     pub const NO_XATTR: Errno = Errno(libc::ENODATA);

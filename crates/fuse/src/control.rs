@@ -19,6 +19,11 @@
 //! | getxattr | `dualfs.migrate` | the progress or outcome of the latest migration, as JSON |
 //! | setxattr | `dualfs.receive` | receives the send stream in the file the value names, in the background (EBUSY while one runs; `crate::receive`) |
 //! | getxattr | `dualfs.receive` | the state of the latest receive, as JSON |
+//! | setxattr | `dualfs.scrub` | scrubs the volume in the background with the order in the value (`crate::scrub`; EBUSY while one runs) |
+//! | getxattr | `dualfs.scrub` | the progress, then the report, of the latest scrub, as JSON |
+//! | removexattr | `dualfs.scrub` | stops a running scrub |
+//! | setxattr | `dualfs.quota` | turns quotas on, sets limits or grace times ([`QuotaRequest`]); returns once durable |
+//! | getxattr | `dualfs.quota` | usage, limits and grace times of every id, as JSON ([`quota_json`]) |
 //!
 //! The remount requests are reads because a read is what still reaches the
 //! volume once the kernel has made the mount read-only: a remount to
@@ -54,6 +59,104 @@ pub const REMOUNT_RO: &str = "dualfs.remount.ro";
 pub const REMOUNT_RW: &str = "dualfs.remount.rw";
 /// Read for whether the volume is read-only.
 pub const MODE: &str = "dualfs.mode";
+
+/// Set to change quotas, read for the report (`dualfs quota`).
+pub const QUOTA: &str = "dualfs.quota";
+
+/// A change of quotas, as text: `on`, `set KIND ID BSOFT BHARD ISOFT
+/// IHARD` (blocks of 4 KiB and inodes, 0 for none) or `grace KIND BSECS
+/// ISECS`, KIND one of `user`, `group`, `project`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaRequest {
+    /// Turn quotas on.
+    On,
+    /// Set one id's limits.
+    Set(dualfs_engine::volume::quota::Kind, u32, dualfs_engine::volume::quota::QuotaLimits),
+    /// Set a kind's grace times.
+    Grace(dualfs_engine::volume::quota::Kind, u64, u64),
+}
+
+impl fmt::Display for QuotaRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaRequest::On => f.write_str("on"),
+            QuotaRequest::Set(k, id, l) => {
+                write!(f, "set {} {id} {} {} {} {}", k.name(), l.block_soft, l.block_hard, l.inode_soft, l.inode_hard)
+            }
+            QuotaRequest::Grace(k, b, i) => write!(f, "grace {} {b} {i}", k.name()),
+        }
+    }
+}
+
+impl QuotaRequest {
+    /// Reads what [`QuotaRequest`]'s `Display` writes.
+    ///
+    /// # Errors
+    /// Anything else, in words.
+    pub fn parse(s: &str) -> Result<QuotaRequest, String> {
+        use dualfs_engine::volume::quota::{Kind, QuotaLimits};
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let kind = |w: &str| match w {
+            "user" => Ok(Kind::User),
+            "group" => Ok(Kind::Group),
+            "project" => Ok(Kind::Project),
+            _ => Err(format!("'{w}' is not user, group or project")),
+        };
+        let num = |w: &str| w.parse::<u64>().map_err(|_| format!("'{w}' is not a number"));
+        match words.as_slice() {
+            ["on"] => Ok(QuotaRequest::On),
+            ["set", k, id, bs, bh, is, ih] => {
+                let id = u32::try_from(num(id)?).map_err(|_| format!("'{id}' is not an id"))?;
+                let l = QuotaLimits {
+                    block_soft: num(bs)?,
+                    block_hard: num(bh)?,
+                    inode_soft: num(is)?,
+                    inode_hard: num(ih)?,
+                };
+                Ok(QuotaRequest::Set(kind(k)?, id, l))
+            }
+            ["grace", k, b, i] => Ok(QuotaRequest::Grace(kind(k)?, num(b)?, num(i)?)),
+            _ => Err(format!("'{s}' is not a quota request")),
+        }
+    }
+
+    /// Applies the request to `vol`.
+    ///
+    /// # Errors
+    /// The volume's.
+    pub fn apply(self, vol: &Volume) -> Result<(), dualfs_engine::Error> {
+        match self {
+            QuotaRequest::On => vol.enable_quotas(),
+            QuotaRequest::Set(k, id, l) => vol.set_quota(k, id, l),
+            QuotaRequest::Grace(k, b, i) => vol.set_quota_grace(k, b, i),
+        }
+    }
+}
+
+/// Usage, limits and grace times as JSON: `{"on": false}` on a volume
+/// without quotas, else `grace` per kind and one row per id.
+#[must_use]
+pub fn quota_json(vol: &Volume) -> Value {
+    let Ok(r) = vol.quota_report() else { return json!({ "on": false }) };
+    let kinds = ["user", "group", "project"];
+    let grace: serde_json::Map<String, Value> =
+        kinds.iter().zip(r.grace).map(|(k, (b, i))| ((*k).to_string(), json!({ "blocks": b, "inodes": i }))).collect();
+    let rows: Vec<Value> = r
+        .rows
+        .iter()
+        .map(|row| {
+            let l = row.entry.limits;
+            json!({
+                "kind": row.kind.name(), "id": row.id,
+                "blocks": row.used.blocks, "block_soft": l.block_soft, "block_hard": l.block_hard,
+                "block_grace_end": row.entry.block_grace_end,
+                "inodes": row.used.inodes, "inode_soft": l.inode_soft, "inode_hard": l.inode_hard,
+                "inode_grace_end": row.entry.inode_grace_end,
+            })
+        })
+        .collect();
+    json!({ "on": true, "grace": grace, "rows": rows })
+}
 
 /// `{"read_only": bool}`: the answer of the remount and mode attributes.
 #[must_use]
@@ -570,8 +673,10 @@ mod requests {
                     Ok(control::snapshots_json(&self.vol.snapshot_list()).to_string().into_bytes())
                 }
                 b if b == control::RESIZE.as_bytes() => Ok(self.control.resize_status()),
+                b if b == control::QUOTA.as_bytes() => Ok(control::quota_json(&self.vol).to_string().into_bytes()),
                 b if b == crate::receive::RECEIVE.as_bytes() => Ok(self.receiver.status()),
                 b if b == crate::migrate::MIGRATE.as_bytes() => Ok(self.migrator.status()),
+                b if b == crate::scrub::SCRUB.as_bytes() => Ok(self.scrubber.status()),
                 b if b == control::TREE.as_bytes() => {
                     Ok(serde_json::json!(self.vol.live_tree()).to_string().into_bytes())
                 }
@@ -595,12 +700,22 @@ mod requests {
             match (n, value) {
                 (b, Some(v)) if b == control::CLEAN.as_bytes() => self.control.start_clean(&self.vol, v),
                 (b, Some(v)) if b == control::RESIZE.as_bytes() => self.control.resize(&self.vol, v),
+                (b, Some(v)) if b == control::QUOTA.as_bytes() => {
+                    let text = std::str::from_utf8(v).map_err(|_| Errno::EINVAL)?;
+                    let req = control::QuotaRequest::parse(text).map_err(|_| Errno::EINVAL)?;
+                    req.apply(&self.vol).map_err(|e| report("quota", &e))
+                }
                 (b, Some(v)) if b == crate::migrate::MIGRATE.as_bytes() => self.migrator.migrate(&self.vol, v),
                 (b, Some(v)) if b == crate::receive::RECEIVE.as_bytes() => {
                     self.receiver.start(&self.vol, &self.notifier, v)
                 }
                 (b, None) if b == control::CLEAN.as_bytes() => {
                     self.control.stop_clean();
+                    Ok(())
+                }
+                (b, Some(v)) if b == crate::scrub::SCRUB.as_bytes() => self.scrubber.start(&self.vol, v),
+                (b, None) if b == crate::scrub::SCRUB.as_bytes() => {
+                    self.scrubber.stop();
                     Ok(())
                 }
                 (b, Some(v))

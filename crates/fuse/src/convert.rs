@@ -53,17 +53,21 @@ pub fn blksize(a: &Attr) -> u32 {
     u32::try_from(need.next_power_of_two()).map_or(a.blksize, |b| b.max(a.blksize))
 }
 
-/// `renameat2` flags; anything but NOREPLACE and EXCHANGE (WHITEOUT, or a
-/// bit a future kernel invents) cannot be honoured.
+/// `renameat2` flags, a whiteout owned by `owner` (uid, gid); a bit a
+/// future kernel invents cannot be honoured.
 ///
 /// # Errors
-/// `EINVAL` for any other bit.
-pub fn rename_flags(bits: u32) -> Result<RenameFlags, Errno> {
-    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+/// `EINVAL` for unknown bits.
+pub fn rename_flags(bits: u32, owner: (u32, u32)) -> Result<RenameFlags, Errno> {
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
     if bits & !known != 0 {
         return Err(Errno::EINVAL);
     }
-    Ok(RenameFlags { noreplace: bits & libc::RENAME_NOREPLACE != 0, exchange: bits & libc::RENAME_EXCHANGE != 0 })
+    Ok(RenameFlags {
+        noreplace: bits & libc::RENAME_NOREPLACE != 0,
+        exchange: bits & libc::RENAME_EXCHANGE != 0,
+        whiteout: (bits & libc::RENAME_WHITEOUT != 0).then_some(owner),
+    })
 }
 
 /// `fallocate` mode bits: keep-size, punch-hole, zero-range, collapse,
@@ -150,10 +154,11 @@ mod tests {
 
     #[test]
     fn rename_whiteout_is_refused() {
-        assert_eq!(rename_flags(libc::RENAME_WHITEOUT), Err(Errno::EINVAL));
-        let f = rename_flags(libc::RENAME_EXCHANGE).unwrap();
-        assert!(f.exchange && !f.noreplace);
-        assert_eq!(rename_flags(0).unwrap(), RenameFlags::default());
+        assert_eq!(rename_flags(libc::RENAME_WHITEOUT, (7, 8)).unwrap().whiteout, Some((7, 8)));
+        assert_eq!(rename_flags(1 << 3, (0, 0)), Err(Errno::EINVAL));
+        let f = rename_flags(libc::RENAME_EXCHANGE, (0, 0)).unwrap();
+        assert!(f.exchange && !f.noreplace && f.whiteout.is_none());
+        assert_eq!(rename_flags(0, (0, 0)).unwrap(), RenameFlags::default());
     }
 
     #[test]

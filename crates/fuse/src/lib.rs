@@ -34,6 +34,7 @@ pub mod migrate;
 mod ops;
 pub mod receive;
 pub mod requests;
+pub mod scrub;
 mod space;
 pub mod window;
 mod wire;
@@ -128,6 +129,8 @@ pub struct DualFs {
     receiver: receive::Receiver,
     /// A migration through the control attribute `dualfs.migrate`.
     migrator: migrate::Migrator,
+    /// A scrub through the control attribute `dualfs.scrub`.
+    scrubber: scrub::Scrubber,
     /// Requests served, per opcode (`dualfs stats`).
     requests: requests::RequestStats,
     /// How to tell the kernel that cached attributes changed; set by the
@@ -154,6 +157,7 @@ impl DualFs {
             control: control::Control::new(options.owner_uid),
             receiver: receive::Receiver::default(),
             migrator: migrate::Migrator::default(),
+            scrubber: scrub::Scrubber::default(),
             requests: requests::RequestStats::default(),
             notifier: Arc::default(),
             window: Arc::default(),

@@ -25,9 +25,13 @@ fn window_bytes(total: u64) -> u64 {
 impl DualFs {
     /// How a file opened for writing is served: through the page cache,
     /// unless the volume is nearly full and the cache would hide ENOSPC.
-    pub(crate) fn write_open_flags(&self) -> u32 {
+    pub(crate) fn write_open_flags(&self, ino: dualfs_engine::types::InodeNo) -> u32 {
         if !self.writeback() {
             return 0;
+        }
+        // Likewise near a quota's block limit: the cache would hide EDQUOT.
+        if self.vol.quota_near_limit(ino, NEAR_FULL_BYTES / 4096) {
+            return FOPEN_DIRECT_IO;
         }
         // Not statfs: this runs at every open for writing, and statfs also
         // counts the meta-data space (DESIGN.md, "FUSE adapter").

@@ -151,6 +151,11 @@ impl Handler for DualFs {
     fn handle(&self, h: &InHeader, req: Request<'_>, out: &mut ReplyBuf<'_>) -> Outcome {
         let who = Caller { uid: h.uid, gid: h.gid, pid: h.pid };
         let node = h.nodeid;
+        // A shut-down volume fails every request but those that let the
+        // kernel let go of it (DESIGN.md, "Shutting down a mounted volume").
+        if self.vol.is_shut_down() && !lets_go(&req) {
+            return Outcome::Error(libc::EIO);
+        }
         match req {
             Request::Lookup { name } => answer(self.lookup(node, name), out, |e, out| out.entry_out(&entry_out(&e))),
             Request::Forget { nlookup } => {
@@ -191,8 +196,10 @@ impl Handler for DualFs {
             }
             Request::Unlink { name } => empty(self.unlink(node, name)),
             Request::Rmdir { name } => empty(self.rmdir(node, name)),
-            Request::Rename { newdir, name, newname } => empty(self.rename(node, name, newdir, newname, 0)),
-            Request::Rename2 { newdir, flags, name, newname } => empty(self.rename(node, name, newdir, newname, flags)),
+            Request::Rename { newdir, name, newname } => empty(self.rename(who, node, name, newdir, newname, 0)),
+            Request::Rename2 { newdir, flags, name, newname } => {
+                empty(self.rename(who, node, name, newdir, newname, flags))
+            }
             Request::Link { oldnodeid, newname } => {
                 answer(self.link(oldnodeid, node, newname), out, |e, out| out.entry_out(&entry_out(&e)))
             }
@@ -297,6 +304,22 @@ impl Handler for DualFs {
     fn destroy(&self) {
         self.shutdown();
     }
+}
+
+/// The requests a shut-down volume still answers: forgetting, closing
+/// (a close's FLUSH and RELEASE succeed, as on XFS), and the end of the
+/// session.
+fn lets_go(req: &Request<'_>) -> bool {
+    matches!(
+        req,
+        Request::Forget { .. }
+            | Request::BatchForget { .. }
+            | Request::Flush { .. }
+            | Request::Release { .. }
+            | Request::Releasedir { .. }
+            | Request::Interrupt { .. }
+            | Request::Destroy
+    )
 }
 
 /// dualfs-wire's notifier (a write to /dev/fuse), for its session.

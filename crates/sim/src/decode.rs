@@ -3,7 +3,9 @@
 //! arbitrary and mutated encodings, `tests/damage.rs` on mutated blocks of a
 //! real volume).
 
-use dualfs_engine::format::{block, checkpoint, checksum, descriptor, ifile, inode, inode_block, node, superblock};
+use dualfs_engine::format::{
+    block, checkpoint, checksum, descriptor, ifile, inode, inode_block, node, quota, superblock,
+};
 use dualfs_engine::types::MetaBlock;
 
 /// Runs every decoder that could read `bytes`, as block `address` of a
@@ -16,11 +18,14 @@ pub fn decode_everything(bytes: &[u8], address: MetaBlock) {
     let _ = checkpoint::Checkpoint::decode(bytes);
     decode_payload(bytes, &[0, 1, 2, 17]);
     let _ = inode::InodeRecord::decode(bytes);
+    let _ = quota::QuotaTable::decode(bytes);
     if bytes.len() < 8 {
         return;
     }
     let mut sealed = bytes.to_vec();
     checksum::seal(&mut sealed, 4);
+    // The quota record's checksum is at offset 4 too.
+    let _ = quota::QuotaTable::decode(&sealed);
     let _ = superblock::Superblock::decode(&sealed);
     let _ = checkpoint::Checkpoint::decode(&sealed);
     let volume_id = sealed.get(16..24).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);

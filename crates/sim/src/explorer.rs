@@ -401,6 +401,12 @@ impl Explorer {
         check_snapshots(&vol, meta.clone(), data.clone(), images, &run.snapshots, img.window, &self.config.mount)?;
         fsck(meta, data).map_err(|e| format!("after recovery, {e}"))?;
         let expected = new_work(&vol, &recovered, &rec, &tags, &self.config.mount)?;
+        // Q1: usage counted at open, and kept through the new work, is what
+        // the inodes hold.
+        let wrong = vol.verify_quota_usage().map_err(|e| format!("quota usage cannot be counted: {e}"))?;
+        if !wrong.is_empty() {
+            return Err(format!("Q1 broken after recovery: {}", wrong.join("; ")));
+        }
         drop(vol);
 
         if !sampled {

@@ -304,7 +304,7 @@ impl Harness {
             Op::Rename { from, name: n, to, new_name, flags } => {
                 let (f, fi) = self.dir(from);
                 let (t, ti) = self.dir(to);
-                let rf = RenameFlags { noreplace: flags % 3 == 1, exchange: flags % 3 == 2 };
+                let rf = RenameFlags { noreplace: flags % 3 == 1, exchange: flags % 3 == 2, whiteout: None };
                 let got = self.vol().rename(fi, &name(n), ti, &name(new_name), rf);
                 let want = self.model.rename(f, &name(n), t, &name(new_name), rf.noreplace, rf.exchange, &held);
                 (errno(got), want)
@@ -549,6 +549,11 @@ fn compare_tree(v: &Volume, model: &Model, held: &[(Id, InodeNo)]) -> Result<(),
             Kind::Fifo => {
                 if a.kind != FileKind::Fifo {
                     return Err(format!("{}: not a fifo", show(&path)));
+                }
+            }
+            Kind::Whiteout => {
+                if a.kind != FileKind::CharDevice || a.rdev != 0 {
+                    return Err(format!("{}: not a whiteout", show(&path)));
                 }
             }
             Kind::Dir(entries) => {

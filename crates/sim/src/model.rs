@@ -22,6 +22,8 @@ pub enum Kind {
     Symlink(Vec<u8>),
     /// A named pipe.
     Fifo,
+    /// A whiteout `RENAME_WHITEOUT` left: a character device 0:0 of mode 0.
+    Whiteout,
 }
 
 /// A node.
@@ -37,6 +39,8 @@ pub struct Node {
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// A directory's parent.
     pub parent: Id,
+    /// Inode flags (`chattr`), as the engine keeps them.
+    pub flags: u32,
 }
 
 /// The whole model.
@@ -47,6 +51,21 @@ pub struct Model {
     next: Id,
 }
 
+/// The flags a new node of `kind` takes from its directory's `parent`
+/// (ext4's inherited flags: all the kind may carry but immutable and
+/// append-only).
+fn inherited_flags(parent: u32, kind: &Kind) -> u32 {
+    use dualfs_engine::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, flags_for};
+    use dualfs_engine::types::FileKind;
+    let kind = match kind {
+        Kind::Dir(_) => FileKind::Directory,
+        Kind::File(_) => FileKind::Regular,
+        Kind::Symlink(_) => FileKind::Symlink,
+        Kind::Fifo | Kind::Whiteout => FileKind::Fifo,
+    };
+    parent & !(FLAG_IMMUTABLE | FLAG_APPEND) & flags_for(kind)
+}
+
 /// An errno.
 pub type Errno = i32;
 
@@ -55,7 +74,14 @@ impl Default for Model {
         let mut nodes = BTreeMap::new();
         nodes.insert(
             ROOT,
-            Node { kind: Kind::Dir(BTreeMap::new()), perm: 0o755, nlink: 2, xattrs: BTreeMap::new(), parent: ROOT },
+            Node {
+                kind: Kind::Dir(BTreeMap::new()),
+                perm: 0o755,
+                nlink: 2,
+                xattrs: BTreeMap::new(),
+                parent: ROOT,
+                flags: 0,
+            },
         );
         Model { nodes, next: ROOT + 1 }
     }
@@ -118,6 +144,7 @@ impl Model {
         let is_dir = matches!(kind, Kind::Dir(_));
         // A set-group-id directory passes the bit on to new subdirectories.
         let perm = if is_dir && self.node(dir).perm & 0o2000 != 0 { perm | 0o2000 } else { perm };
+        let flags = inherited_flags(self.node(dir).flags, &kind);
         self.nodes.insert(
             id,
             Node {
@@ -126,6 +153,7 @@ impl Model {
                 nlink: if is_dir { 2 } else { 1 },
                 xattrs: BTreeMap::new(),
                 parent: if is_dir { dir } else { 0 },
+                flags,
             },
         );
         self.entries_mut(dir).insert(name.to_vec(), id);
@@ -148,7 +176,7 @@ impl Model {
     pub fn create_unnamed(&mut self, perm: u32) -> Id {
         let id = self.next;
         self.next += 1;
-        let node = Node { kind: Kind::File(Vec::new()), perm, nlink: 0, xattrs: BTreeMap::new(), parent: 0 };
+        let node = Node { kind: Kind::File(Vec::new()), perm, nlink: 0, xattrs: BTreeMap::new(), parent: 0, flags: 0 };
         self.nodes.insert(id, node);
         id
     }
@@ -384,6 +412,29 @@ impl Model {
                 self.node_mut(to).nlink -= 1;
             }
             self.unref(d, held);
+        }
+        Ok(())
+    }
+
+    /// A rename with `RENAME_WHITEOUT`: as [`Model::rename`], then a
+    /// whiteout under the old name (none when both names are one file,
+    /// which the kernel never passes on).
+    ///
+    /// # Errors
+    /// As [`Model::rename`].
+    pub fn rename_whiteout(
+        &mut self,
+        from: Id,
+        name: &[u8],
+        to: Id,
+        new_name: &[u8],
+        held: &dyn Fn(Id) -> bool,
+    ) -> Result<(), Errno> {
+        let src = self.entries(from).get(name).copied();
+        let same = src.is_some() && self.entries(to).get(new_name).copied() == src;
+        self.rename(from, name, to, new_name, false, false, held)?;
+        if !same {
+            self.add(from, name, Kind::Whiteout, 0)?;
         }
         Ok(())
     }

@@ -210,6 +210,7 @@ impl History {
             for w in t.entries.values_mut().filter(|w| w.identity == id && w.kind == EntryKind::File) {
                 w.bytes.clone_from(&e.bytes);
                 w.perm = e.perm;
+                w.flags = e.flags;
                 w.xattrs.clone_from(&e.xattrs);
                 found = true;
             }

@@ -36,6 +36,8 @@ pub struct Entry {
     pub bytes: Vec<u8>,
     /// Which object it is: the model's node id, or the engine's inode number.
     pub identity: u64,
+    /// Inode flags (`chattr`).
+    pub flags: u32,
 }
 
 /// Every path of a tree (the root is `/`), in name order.
@@ -67,11 +69,19 @@ impl Tree {
                 }
                 Kind::File(d) => (EntryKind::File, d.clone()),
                 Kind::Symlink(t) => (EntryKind::Symlink, t.clone()),
-                Kind::Fifo => (EntryKind::Other, Vec::new()),
+                Kind::Fifo | Kind::Whiteout => (EntryKind::Other, Vec::new()),
             };
             entries.insert(
                 path,
-                Entry { kind, perm: node.perm, nlink: node.nlink, xattrs: node.xattrs.clone(), bytes, identity: id },
+                Entry {
+                    kind,
+                    perm: node.perm,
+                    nlink: node.nlink,
+                    xattrs: node.xattrs.clone(),
+                    bytes,
+                    identity: id,
+                    flags: node.flags,
+                },
             );
         }
         Tree { entries }
@@ -126,7 +136,8 @@ impl Tree {
             if entries.contains_key(&path) {
                 return Err(format!("{path}: listed twice"));
             }
-            entries.insert(path, Entry { kind, perm: a.perm, nlink: a.nlink, xattrs, bytes, identity: ino.0 });
+            let e = Entry { kind, perm: a.perm, nlink: a.nlink, xattrs, bytes, identity: ino.0, flags: a.flags };
+            entries.insert(path, e);
         }
         Ok(Tree { entries })
     }
@@ -161,6 +172,9 @@ impl Tree {
             }
             if g.perm != w.perm || g.nlink != w.nlink {
                 return Err(format!("{p}: mode/nlink {:o}/{}, expected {:o}/{}", g.perm, g.nlink, w.perm, w.nlink));
+            }
+            if g.flags != w.flags {
+                return Err(format!("{p}: inode flags {:#x}, expected {:#x}", g.flags, w.flags));
             }
             if g.xattrs != w.xattrs {
                 return Err(format!("{p}: extended attributes differ"));

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use dualfs_engine::format::inode::{FLAG_APPEND, FLAG_DIRSYNC, FLAG_IMMUTABLE, FLAG_SYNC};
 use dualfs_engine::types::{InodeNo, Timestamp};
 use dualfs_engine::volume::{CleanReport, CleanRequest, Creds, FallocateMode, Policy, SetAttr, SetMode};
 use dualfs_engine::{Error, Volume};
@@ -80,6 +81,14 @@ pub enum Step {
         /// New name.
         to: String,
     },
+    /// `renameat2` with `RENAME_WHITEOUT` (replacing): a whiteout stays
+    /// under the old name.
+    RenameWhiteout {
+        /// Old name.
+        from: String,
+        /// New name.
+        to: String,
+    },
     /// `link`.
     Link {
         /// Existing name.
@@ -100,6 +109,17 @@ pub enum Step {
         path: String,
         /// Value length.
         len: u16,
+    },
+    /// `dualfs quota on`: the volume keeps quotas from now on (it syncs:
+    /// everything so far becomes durable).
+    QuotaOn,
+    /// `chown` of a file to `uid` (the model keeps no owners; the volume's
+    /// quota usage follows).
+    Chown {
+        /// File.
+        path: String,
+        /// New owner.
+        uid: u32,
     },
     /// `fsync` of a file or directory. Of a directory: every step so far
     /// becomes durable (a commit). Of a file: that file as it is now, and
@@ -186,6 +206,17 @@ pub enum Step {
     /// `dualfs mount -o clone=NAME`: that tree becomes the live one, and
     /// the live tree is kept under its name.
     SwitchTree(String),
+    /// `chattr` (FS_IOC_SETFLAGS): the inode flags of a file or directory
+    /// become `flags` (ones its kind may carry). A write to a file with
+    /// the sync flag is durable when it returns; a change of the names in
+    /// a directory with the dirsync or sync flag is, with every step
+    /// before it (a commit).
+    SetFlags {
+        /// File or directory.
+        path: String,
+        /// The flags (`dualfs_engine::volume::FLAG_*`).
+        flags: u32,
+    },
 }
 
 /// A snapshot or kept tree made or deleted by a step (a switch of the
@@ -422,6 +453,12 @@ impl<'a> Runner<'a> {
             _ => None,
         };
         let promise = self.apply(n, step).map_err(|e| format!("step {n} ({step:?}): {e}"))?;
+        if self.vol.quotas_on() {
+            let wrong = self.vol.verify_quota_usage().map_err(|e| format!("step {n}: {e}"))?;
+            if !wrong.is_empty() {
+                return Err(format!("step {n} ({step:?}): Q1 broken: {}", wrong.join("; ")));
+            }
+        }
         let len_now = |r: &Self, id: Id| match r.model.nodes.get(&id).map(|n| &n.kind) {
             Some(Kind::File(d)) => d.len(),
             _ => 0,
@@ -480,6 +517,7 @@ impl<'a> Runner<'a> {
         let at = |p: &str| self.model_path(p).and_then(|(_, _, id)| id);
         let ids = match step {
             Step::Sync
+            | Step::QuotaOn
             | Step::RemountRo
             | Step::SnapshotCreate(_)
             | Step::SnapshotDelete(_)
@@ -491,7 +529,9 @@ impl<'a> Runner<'a> {
             },
             Step::FsyncOpen(h) => vec![self.handles.get(h).map(|(id, _)| *id)],
             Step::Write { path, .. } | Step::SetXattr { path, .. } | Step::Unlink(path) => vec![at(path)],
-            Step::Rename { from, to } | Step::Link { from, to } => vec![at(from), at(to)],
+            Step::Rename { from, to } | Step::RenameWhiteout { from, to } | Step::Link { from, to } => {
+                vec![at(from), at(to)]
+            }
             Step::Close(h) | Step::LinkOpen { h, .. } => vec![self.handles.get(h).map(|(id, _)| *id)],
             _ => Vec::new(),
         };
@@ -503,10 +543,32 @@ impl<'a> Runner<'a> {
         if self.strict { Promise::All } else { Promise::File(id) }
     }
 
+    /// Whether `step` changes names in a directory with the dirsync or
+    /// sync flag: the engine then commits before it returns.
+    fn dirsync(&self, step: &Step) -> bool {
+        let synced = |p: &str| {
+            let parts = split(p);
+            let dir =
+                parts[..parts.len().saturating_sub(1)].iter().map(|c| String::from_utf8_lossy(c)).collect::<Vec<_>>();
+            let id =
+                if dir.is_empty() { Some(ROOT) } else { self.model_path(&dir.join("/")).and_then(|(_, _, id)| id) };
+            id.and_then(|id| self.model.nodes.get(&id)).is_some_and(|n| n.flags & (FLAG_DIRSYNC | FLAG_SYNC) != 0)
+        };
+        match step {
+            Step::Mkdir(p) | Step::Create(p) | Step::Symlink { path: p, .. } | Step::Unlink(p) | Step::Rmdir(p) => {
+                synced(p)
+            }
+            Step::Rename { from, to } => synced(from) || synced(to),
+            Step::Link { to, .. } => synced(to),
+            _ => false,
+        }
+    }
+
     /// Applies one step; says what it promised.
     fn apply(&mut self, n: usize, step: &Step) -> Result<Promise, String> {
         let stamp = self.tag_base + n as u64;
         let vol = self.vol;
+        let dirsync = self.dirsync(step);
         let (got, want): (Result<(), i32>, Result<(), i32>) = match step {
             Step::Mkdir(p) | Step::Create(p) | Step::Symlink { path: p, .. } => {
                 let Some((dir, name, _)) = self.model_path(p) else { return Ok(Promise::None) };
@@ -534,11 +596,25 @@ impl<'a> Runner<'a> {
                 }
                 let ino = self.engine_path(path)?;
                 let data = tagged(stamp, *offset, *len as usize);
-                self.model.write(id, *offset, &data);
+                let (flags, size) = match &self.model.nodes[&id] {
+                    crate::model::Node { flags, kind: Kind::File(d), .. } => (*flags, d.len() as u64),
+                    _ => (0, 0),
+                };
+                // Immutable refuses every write, append-only one below the
+                // end (its tagged bytes are never the ones there).
+                let refused = flags & FLAG_IMMUTABLE != 0 || (flags & FLAG_APPEND != 0 && *offset < size && *len > 0);
+                if !refused {
+                    self.model.write(id, *offset, &data);
+                }
                 let got = errno(vol.write(ino, *offset, &data));
                 // A write by path opens, writes and closes.
                 vol.file_closed(ino);
-                (got, Ok(()))
+                let want = if refused { Err(libc::EPERM) } else { Ok(()) };
+                if got != want {
+                    return Err(format!("write: engine says {got:?}, model says {want:?}"));
+                }
+                // A sync file's write is durable when it returns.
+                return Ok(if flags & FLAG_SYNC != 0 && !refused { self.file_promise(id) } else { Promise::None });
             }
             Step::WriteOpen { h, offset, len } => {
                 let Some(&(id, ino)) = self.handles.get(h) else { return Ok(Promise::None) };
@@ -618,6 +694,16 @@ impl<'a> Runner<'a> {
                 let got = vol.rename(fi, &fname, ti, &tname, dualfs_engine::volume::RenameFlags::default());
                 (errno(got), self.model.rename(fd, &fname, td, &tname, false, false, &held))
             }
+            Step::RenameWhiteout { from, to } => {
+                let (Some((fd, fname, _)), Some((td, tname, _))) = (self.model_path(from), self.model_path(to)) else {
+                    return Ok(Promise::None);
+                };
+                let (fi, ti) = (self.parent_ino(from)?, self.parent_ino(to)?);
+                let held = self.held();
+                let flags = dualfs_engine::volume::RenameFlags { whiteout: Some((0, 0)), ..Default::default() };
+                let got = vol.rename(fi, &fname, ti, &tname, flags);
+                (errno(got), self.model.rename_whiteout(fd, &fname, td, &tname, &held))
+            }
             Step::Link { from, to } => {
                 let (Some((_, _, Some(id))), Some((td, tname, _))) = (self.model_path(from), self.model_path(to))
                 else {
@@ -694,6 +780,20 @@ impl<'a> Runner<'a> {
                 vol.tick().map_err(|e| format!("tick: {e}"))?;
                 return Ok(Promise::None);
             }
+            Step::SetFlags { path, flags } => {
+                let Some((_, _, Some(id))) = self.model_path(path) else { return Ok(Promise::None) };
+                let ino = self.engine_path(path)?;
+                vol.set_flags(ino, *flags, None).map_err(|e| format!("set flags: {e}"))?;
+                if let Some(node) = self.model.nodes.get_mut(&id) {
+                    node.flags = *flags;
+                }
+                // Made sync, the inode is durable with its new flags.
+                return Ok(match (flags & FLAG_SYNC != 0, self.is_file(id)) {
+                    (false, _) => Promise::None,
+                    (true, true) => self.file_promise(id),
+                    (true, false) => Promise::All,
+                });
+            }
             Step::RemountRo => {
                 vol.set_read_only(true).map_err(|e| format!("remount ro: {e}"))?;
                 // A change while read-only is refused and leaves no trace.
@@ -718,6 +818,19 @@ impl<'a> Runner<'a> {
                 self.cleaned.add(&r);
                 // The clean commits and checkpoints, but it promises nothing:
                 // the durable marks around it make the oracle strict.
+                return Ok(Promise::None);
+            }
+            Step::QuotaOn => {
+                vol.enable_quotas().map_err(|e| format!("quota on: {e}"))?;
+                return Ok(Promise::All);
+            }
+            Step::Chown { path, uid } => {
+                if self.model_path(path).and_then(|(_, _, id)| id).is_none() {
+                    return Ok(Promise::None);
+                }
+                let ino = self.engine_path(path)?;
+                let set = dualfs_engine::volume::SetAttr { uid: Some(*uid), ..Default::default() };
+                vol.setattr(ino, &set).map_err(|e| format!("chown: {e}"))?;
                 return Ok(Promise::None);
             }
             Step::Trim => {
@@ -780,7 +893,7 @@ impl<'a> Runner<'a> {
         if got != want {
             return Err(format!("engine says {got:?}, model says {want:?}"));
         }
-        Ok(Promise::None)
+        Ok(if dirsync && got.is_ok() { Promise::All } else { Promise::None })
     }
 
     /// Closes every handle still open (engine and model).

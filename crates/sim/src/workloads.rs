@@ -10,12 +10,23 @@ use crate::workload::{Step, Workload};
 pub use discard::discards;
 
 mod discard;
+mod flags;
+mod quota;
+pub use quota::quotas;
 mod inline;
 mod ranges;
 mod resize;
 mod streams;
+mod whiteout;
 pub use ranges::ranges;
+
+/// The inode-flag patterns alone (they are among [`patterns`] too).
+#[must_use]
+pub fn inode_flags() -> Vec<Workload> {
+    flags::patterns()
+}
 pub use resize::{resizes, shrink_data, shrink_meta};
+pub use whiteout::whiteouts;
 
 fn s(p: &str) -> String {
     p.to_string()
@@ -136,6 +147,7 @@ pub fn patterns() -> Vec<Workload> {
     }
     out.push(pattern("appends", steps));
     out.extend(inline::patterns());
+    out.extend(flags::patterns());
     // Overwrites in place, each fsync'd, and without fsync.
     let steps = (0..8u64).flat_map(|i| [write("A/foo", (i * 1531) % 10000, 2048), Step::Fsync(s("A/foo"))]).collect();
     out.push(pattern("overwrites-fsync", steps));
@@ -783,6 +795,8 @@ pub fn all() -> Vec<Workload> {
     v.extend(snapshots());
     v.extend(clones());
     v.extend(ranges());
+    v.extend(quotas());
+    v.extend(whiteouts());
     v
 }
 

@@ -277,6 +277,21 @@ fn crashes_around_snapshots_keep_them_whole() {
     }
 }
 
+/// Inode flags (docs/TESTING.md): every crash state keeps each sync file's
+/// writes that returned and each dirsync directory's changes of names
+/// with what came before them, and shows the flags of a state the
+/// history allows.
+#[test]
+fn crashes_around_inode_flags_keep_sync_writes() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::inode_flags() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 50, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}
+
 /// Discard with `-o discard` and trims (docs/TESTING.md): discarded blocks
 /// read as zeros or garbage in every later crash state, and each sampled
 /// state recovers from either checkpoint alone, so that nothing a file, a
@@ -325,6 +340,19 @@ fn crashes_around_collapse_and_insert_show_them_whole() {
     for w in workloads::ranges() {
         match ex.explore(&w) {
             Ok(s) => assert!(s.states_checked >= 50, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}
+
+/// The whiteout renames on their own (in the campaign above too): every
+/// crash state shows each rename with its whiteout, or neither.
+#[test]
+fn crashes_around_whiteout_renames_show_them_whole() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::whiteouts() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 20, "{}: only {} states", w.name, s.states_checked),
             Err(f) => panic!("{f}"),
         }
     }

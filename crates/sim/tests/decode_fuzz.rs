@@ -36,6 +36,13 @@ fn seeds() -> Vec<Vec<u8>> {
     out.push(rec_bytes.clone());
     out.push(inode_block::encode(&[&rec, &InodeRecord { ino: InodeNo(10), ..rec.clone() }]));
     out.push(vec![0u8; PAYLOAD_LEN]);
+    let mut q = dualfs_engine::format::quota::QuotaTable::default();
+    let limits = dualfs_engine::format::quota::Limits { block_soft: 1, block_hard: 2, inode_soft: 3, inode_hard: 4 };
+    for id in [5, 1000] {
+        let e = dualfs_engine::format::quota::QuotaEntry { limits, block_grace_end: 9, inode_grace_end: 0 };
+        q.entries.insert((dualfs_engine::format::quota::QuotaKind::User, id), e);
+    }
+    out.push(q.encode());
     out
 }
 
@@ -48,7 +55,7 @@ proptest! {
     }
 
     #[test]
-    fn mutated_encodings_never_panic(which in 0usize..4, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
+    fn mutated_encodings_never_panic(which in 0usize..5, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
         let mut b = seeds()[which].clone();
         for (at, x) in flips {
             let i = at % b.len();

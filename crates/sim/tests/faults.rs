@@ -75,8 +75,20 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a collapse shows it.
         list.extend(workloads::ranges());
     }
+    if fault == Fault::WhiteoutApart {
+        // Only a rename with RENAME_WHITEOUT shows it.
+        list.extend(workloads::whiteouts());
+    }
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
+    }
+    if fault == Fault::SyncFlagIgnored {
+        // Only a write to a sync file shows it.
+        list.extend(workloads::inode_flags());
+    }
+    if fault == Fault::QuotaChownKeepsUsage {
+        // Only a volume keeping quotas shows it.
+        return workloads::quotas();
     }
     if fault == Fault::SwitchListLater {
         // Only a switch of the live tree shows it.

@@ -485,3 +485,51 @@ pub struct TrimArgs {
     #[arg(long, short = 'm', default_value = "0", value_parser = super::parse_size)]
     pub minimum: u64,
 }
+
+pub const SCRUB_HELP: &str = "\
+Reads every meta-data block the volume's current checkpoint and the log
+after it reach (the IFile, inode and inode-map blocks, directory,
+extent-tree and xattr nodes, snapshots' and clones' images) and checks
+each as the file system does when it reads it: checksum (CRC32C), the
+address and volume it was written for, its kind and name, its structure.
+Then it reads every data block a file maps. File data carries no checksums
+in DualFS: what scrub finds on the data device are the blocks the device
+fails to read, not blocks it returns wrong.
+
+A mounted volume is scrubbed by the process serving it while it stays in
+use (a block that changed during the scrub is looked at again before it is
+called bad); an unmounted one in this process, writing nothing. Each bad
+block is reported with the files it costs: their paths where the directory
+tree still reaches them, else their inode numbers. With one meta-data
+device there is no second copy to repair from: scrub reports and repairs
+nothing (dualfs fsck -y rebuilds what it can).
+
+On a terminal a bar shows the bytes read. Ctrl-C stops the scrub (a
+mounted volume's too) and reports what was read.
+
+Exit status (as fsck(8)): 0 no errors, 1 errors found and all corrected,
+4 errors left uncorrected, 8 the scrub could not run, 32 stopped before
+the end; 2 for a usage error.
+
+Example: dualfs scrub /mnt
+         dualfs scrub --rate 50M --json volume/meta.img volume/data.img";
+
+/// Arguments of `dualfs scrub`.
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    /// The mount point of a mounted volume, or the meta-data device of an
+    /// unmounted one (or META#DATA).
+    pub target: PathBuf,
+    /// The data device of an unmounted volume.
+    pub data: Option<PathBuf>,
+    /// Read at most this many bytes per second (K, M, G suffixes), to
+    /// leave the devices to the volume's users.
+    #[arg(long, value_parser = super::parse_size)]
+    pub rate: Option<u64>,
+    /// Read the meta-data only, not the data device.
+    #[arg(long)]
+    pub meta_only: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -8,7 +8,8 @@
 use super::walk::problem;
 use super::{Invariant, Loaded, Problem};
 use crate::format::inode::flags_for;
-use crate::format::superblock::INCOMPAT_INODE_FLAGS;
+use crate::format::quota::{QUOTA_XATTR, QuotaTable};
+use crate::format::superblock::{INCOMPAT_INODE_FLAGS, INCOMPAT_QUOTA};
 use crate::types::FileKind;
 
 /// I8: every loaded inode's flags and project against the feature bit
@@ -41,6 +42,28 @@ pub(super) fn check_flags(incompat: u64, loaded: &Loaded, problems: &mut Vec<Pro
                 format!("a {} with inode flags {extra:#x} that its kind does not keep", kind_word(kind)),
             ));
         }
+    }
+}
+
+/// Q1 as an image shows it: on a volume marked `INCOMPAT_QUOTA` the
+/// root's quota record, if there, decodes (checksum, order, lengths); on
+/// one not marked there is none (an older reader would ignore its limits).
+/// Usage is not stored (it is counted from the inodes at open), so what Q1
+/// says of usage is checked on a running volume
+/// (`Volume::verify_quota_usage`), not on an image.
+pub(super) fn check_quota(incompat: u64, loaded: &Loaded, problems: &mut Vec<Problem>) {
+    let Some(value) = super::marks::root_xattr(loaded, QUOTA_XATTR) else { return };
+    let root = Some(crate::types::InodeNo::ROOT);
+    if incompat & INCOMPAT_QUOTA == 0 {
+        problems.push(problem(
+            Invariant::Q1,
+            "quota record",
+            root,
+            None,
+            "the root holds a quota record on a volume not marked QUOTA (format 1.9)".to_string(),
+        ));
+    } else if let Err(e) = QuotaTable::decode(&value) {
+        problems.push(problem(Invariant::Q1, "quota record", root, None, format!("does not decode: {e}")));
     }
 }
 

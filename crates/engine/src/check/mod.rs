@@ -9,6 +9,7 @@
 
 mod flags;
 mod marks;
+pub mod scrub;
 mod space;
 pub mod tree;
 mod walk;
@@ -49,6 +50,8 @@ pub enum Invariant {
     I12,
     /// I13 snapshot blocks never reused.
     I13,
+    /// Q1 quota usage follows the inodes; the quota record is whole.
+    Q1,
 }
 
 impl Invariant {
@@ -67,6 +70,7 @@ impl Invariant {
             Invariant::I9 => "I9 replacement",
             Invariant::I12 => "I12 snapshot images complete",
             Invariant::I13 => "I13 snapshot blocks never reused",
+            Invariant::Q1 => "Q1 quota usage and record",
         }
     }
 
@@ -206,6 +210,7 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
     let explains = receiving.as_ref().map(|_| &mut explained);
     walk::check_namespace(&log, &loaded, &mut problems, explains, &mut stats);
     flags::check_flags(log.superblock().incompat, &loaded, &mut problems);
+    flags::check_quota(log.superblock().incompat, &loaded, &mut problems);
     space::check_space(&log, &loaded, &mut problems, &mut stats);
     check_snapshots(&log, &loaded, &mut problems);
     let receiving = receiving.map(|m| crate::format::stream::describe_mark(&m));

@@ -114,13 +114,13 @@ impl Change {
 /// discarded whole.
 pub const PS_GROUP_END: u8 = 1;
 
-/// Descriptor flag (1.8, `INCOMPAT_META_REDUNDANCY`): a twin of this partial
+/// Descriptor flag (1.10, `INCOMPAT_META_REDUNDANCY`): a twin of this partial
 /// segment follows it at once, as many blocks long; the log goes on after
 /// the twin. Written on partial segments an fsync or a sync waits for, so
 /// that one damaged block of the last one does not lose it.
 pub const PS_TWINNED: u8 = 2;
 
-/// Descriptor flag (1.8): this partial segment is the twin of the one just
+/// Descriptor flag (1.10): this partial segment is the twin of the one just
 /// before it: the same sequence number, records and block contents, written
 /// at its own addresses in the same request. Its first descriptor block's
 /// header `name` carries the original's descriptor checksum in bits 32–63

@@ -20,6 +20,7 @@ pub mod inode;
 pub mod inode_block;
 pub mod name;
 pub mod node;
+pub mod quota;
 pub mod raw;
 pub mod record;
 pub mod snapshot;

@@ -15,10 +15,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
 /// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.6
-/// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]; 1.8
-/// added [`INCOMPAT_META_REDUNDANCY`]. A volume is written with the highest
-/// minor any of its features needs.
-pub const FORMAT_MINOR: u16 = 8;
+/// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]; 1.9
+/// added [`INCOMPAT_QUOTA`]; 1.10 added [`INCOMPAT_META_REDUNDANCY`]. A
+/// volume is written with the highest minor any of its features needs.
+pub const FORMAT_MINOR: u16 = 10;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -88,13 +88,20 @@ pub const FORMAT_MINOR_INODE_FLAGS: u16 = 6;
 /// refuse the missing blocks, or take a segment holding the IFile for
 /// free, hence incompat. mkfs sets it. Since 1.7.
 pub const INCOMPAT_SPARSE_IFILE: u64 = 1 << 9;
+/// `incompat`: user, group and project quotas are kept: the root
+/// directory holds the quota record (FORMAT.md 3.17) and the volume
+/// refuses what would pass a limit. An older reader would let every
+/// write through and leave the grace times stale, hence incompat. Set by
+/// `mkfs --quota` or `dualfs quota on`. Since 1.9.
+pub const INCOMPAT_QUOTA: u64 = 1 << 12;
+/// Format minor version that introduced [`INCOMPAT_QUOTA`].
+pub const FORMAT_MINOR_QUOTA: u16 = 9;
 /// `incompat`: the log's meta-data is kept redundantly: the partial
 /// segments an fsync or a sync waits for may be followed by a twin
 /// (descriptor flags `PS_TWINNED`, `PS_TWIN`), which roll-forward takes
-/// when the original is damaged and otherwise steps over. A reader of 1.7
+/// when the original is damaged and otherwise steps over. An older reader
 /// would refuse the flags and take the last acknowledged fsync for a torn
-/// tail, hence incompat. mkfs sets it. Bit 8 belongs to another
-/// feature. Since 1.8.
+/// tail, hence incompat. mkfs sets it. Since 1.10.
 pub const INCOMPAT_META_REDUNDANCY: u64 = 1 << 10;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
@@ -110,6 +117,7 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_INDEX_RUNS
     | INCOMPAT_INODE_FLAGS
     | INCOMPAT_SPARSE_IFILE
+    | INCOMPAT_QUOTA
     | INCOMPAT_META_REDUNDANCY;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
@@ -176,7 +184,7 @@ pub struct Superblock {
     /// The id in meta-data block headers when [`INCOMPAT_BLOCK_ID`] is set;
     /// zero otherwise.
     pub block_id: u64,
-    /// Copies of the meta-data device kept alike (1.8, bytes 328..332): 2
+    /// Copies of the meta-data device kept alike (1.10, bytes 328..332): 2
     /// for a mirrored meta-data log, 0 otherwise.
     pub meta_copies: u32,
     /// [`MIRROR_DEGRADED`] while a copy is missing or stale (bytes 332..336).

@@ -89,6 +89,9 @@ pub struct IFile {
     hand: usize,
     /// Changes to usage entries whose block is not at hand (`usage`).
     seg_pending: BTreeMap<u32, usage::SegDelta>,
+    /// Where the last sweep giving back usage blocks stopped
+    /// ([`IFile::evict_usage_blocks`]).
+    usage_hand: usize,
     /// Segments in use whose entry holds no live byte and no IFile block.
     vacant: u64,
     /// Live bytes of all segments, 4096 for each IFile block counted.
@@ -144,6 +147,7 @@ impl IFile {
             referenced: Vec::new(),
             hand: 0,
             seg_pending: BTreeMap::new(),
+            usage_hand: 0,
             vacant: u64::from(geometry.count),
             live_total: 0,
             live_checked: true,

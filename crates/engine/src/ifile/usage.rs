@@ -201,6 +201,32 @@ impl IFile {
         }
     }
 
+    /// Gives back clean usage blocks (unchanged since the checkpoint last
+    /// written, which holds them), sweeping on from where the last sweep
+    /// stopped, until at most `keep` are in memory; never a block
+    /// `pinned` names. Returns how many went. A block given back is read
+    /// again when an entry of it is needed, and a change to one of its
+    /// entries meanwhile waits as a delta, as for a block never read.
+    pub fn evict_usage_blocks(&mut self, keep: usize, pinned: &[u32]) -> usize {
+        let count = self.segments.block_count();
+        let mut evicted = 0;
+        for _ in 0..count {
+            if self.segments.loaded_blocks() <= keep {
+                break;
+            }
+            let b = self.usage_hand % count;
+            self.usage_hand = (b + 1) % count;
+            if pinned.contains(&(b as u32)) {
+                continue;
+            }
+            if self.segments.is_evictable(b as u32) {
+                self.segments.evict(b as u32);
+                evicted += 1;
+            }
+        }
+        evicted
+    }
+
     /// Changes segment `s`'s entry, at hand, keeping the sums.
     fn change_segment(&mut self, s: SegmentNo, f: impl FnOnce(&mut SegUsage)) {
         let before = self.segments.get(s.0 as usize);
@@ -437,5 +463,27 @@ mod tests {
         let mut f = IFile::for_load(g, true, 1, 1);
         f.segments.set_index_address(0, MetaBlock(70));
         assert!(f.load_usage_block(1, &Disk, Seq(5)).is_err(), "segment 300 was written at sequence 5");
+    }
+
+    #[test]
+    fn a_clean_usage_block_given_back_is_read_again_and_a_change_meanwhile_waits() {
+        let g = SegmentGeometry { first_block: 128, blocks: 128, count: 600 };
+        let mut f = IFile::for_load(g, true, 1, 1);
+        f.segments.set_index_address(0, MetaBlock(70));
+        f.set_usage_sums(Some((599, 8000 + 2 * 4096)));
+        f.load_usage_block(1, &Disk, Seq(6)).unwrap();
+        assert_eq!(f.segments.loaded_blocks(), 1);
+        // Pinned, it stays; not pinned and clean, it goes.
+        assert_eq!(f.evict_usage_blocks(0, &[1]), 0);
+        assert_eq!(f.evict_usage_blocks(0, &[]), 1);
+        assert_eq!((f.segments.loaded_blocks(), f.segment_known(SegmentNo(300))), (0, None));
+        // A change meanwhile waits for the block, the sums take it at once.
+        f.usage_sub(SegmentNo(300), 3000);
+        assert_eq!(f.live_total(), 5000 + 2 * 4096);
+        f.load_usage_block(1, &Disk, Seq(6)).unwrap();
+        assert_eq!(f.segment(SegmentNo(300)), SegUsage { live_bytes: 5000, ifile_blocks: 2, last_seq: Seq(5) });
+        // Changed since the checkpoint, it stays whatever the budget.
+        assert_eq!(f.evict_usage_blocks(0, &[]), 0, "a dirty usage block was given back");
+        assert_eq!(f.segments.loaded_blocks(), 1);
     }
 }

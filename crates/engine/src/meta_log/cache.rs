@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use rustc_hash::FxHashMap;
 
+use super::quota_usage::{Charge, QuotaUsage};
 use crate::format::inode::InodeRecord;
 use crate::format::node::Node;
 use crate::types::{InodeNo, NodeId, Seq};
@@ -75,6 +76,9 @@ pub struct MetaCache {
     /// Inodes cached per inode-map block: such a block stays in memory
     /// ([`MetaCache::holds_map_block`]).
     map_blocks: FxHashMap<u32, u32>,
+    /// Usage per user, group and project, kept as records change (None:
+    /// the volume keeps no quotas, or has not counted them yet).
+    quota: Option<QuotaUsage>,
 }
 
 fn map_block_of(ino: InodeNo) -> u32 {
@@ -89,6 +93,8 @@ pub struct InodeGuard<'a> {
     entry: &'a mut Entry<InodeRecord>,
     bytes: &'a mut usize,
     max: &'a mut usize,
+    /// The usage to move, and what the record was charged before.
+    quota: Option<(&'a mut QuotaUsage, Charge)>,
 }
 
 impl std::ops::Deref for InodeGuard<'_> {
@@ -110,6 +116,9 @@ impl Drop for InodeGuard<'_> {
         *self.bytes = *self.bytes - self.entry.charged + len;
         self.entry.charged = len;
         *self.max = (*self.max).max(len);
+        if let Some((usage, before)) = self.quota.take() {
+            usage.change(before, Charge::of(&self.entry.value));
+        }
     }
 }
 
@@ -129,7 +138,20 @@ impl MetaCache {
     pub fn clear(&mut self) {
         assert!(self.dirty_inodes.is_empty() && self.dirty_nodes.is_empty(), "clearing a dirty cache");
         assert!(self.pinned.is_empty(), "clearing a cache with pinned inodes");
+        // Another tree's inodes: its usage is counted again by the caller.
         *self = MetaCache { limits: self.limits, ..MetaCache::default() };
+    }
+
+    /// Starts keeping usage from `usage` (counted from every inode in
+    /// use), or stops (None).
+    pub fn set_quota_usage(&mut self, usage: Option<QuotaUsage>) {
+        self.quota = usage;
+    }
+
+    /// The usage kept, if quotas are kept.
+    #[must_use]
+    pub fn quota_usage(&self) -> Option<&QuotaUsage> {
+        self.quota.as_ref()
     }
 
     fn tick(&mut self) -> u64 {
@@ -186,7 +208,8 @@ impl MetaCache {
             e.charged = 0;
             self.dirty_inodes.insert(ino);
         }
-        Some(InodeGuard { entry: e, bytes: &mut self.dirty_inode_bytes, max: &mut self.max_dirty_record })
+        let quota = self.quota.as_mut().map(|q| (q, Charge::of(&e.value)));
+        Some(InodeGuard { entry: e, bytes: &mut self.dirty_inode_bytes, max: &mut self.max_dirty_record, quota })
     }
 
     /// Caches an inode read from disk, unless a newer copy is already cached.
@@ -212,6 +235,9 @@ impl MetaCache {
     pub fn insert_dirty_inode(&mut self, rec: InodeRecord) {
         let ino = rec.ino;
         self.remove_inode(ino);
+        if let Some(q) = &mut self.quota {
+            q.count(Charge::of(&rec), true);
+        }
         let t = self.tick();
         let cost = inode_cost(&rec);
         self.bytes += cost;
@@ -226,6 +252,9 @@ impl MetaCache {
     /// Forgets an inode that was freed; it will not be written.
     pub fn remove_inode(&mut self, ino: InodeNo) {
         if let Some(e) = self.inodes.remove(&ino) {
+            if let Some(q) = &mut self.quota {
+                q.count(Charge::of(&e.value), false);
+            }
             self.dirty_inode_bytes -= e.charged;
             self.bytes -= e.cost;
             self.forget_map_block(ino);

@@ -203,6 +203,43 @@ impl Log {
         self.ifile.evict_inode_blocks(keep, &|b| cache.holds_map_block(b));
     }
 
+    /// Bounds the segment-usage blocks kept in memory to `bytes` (None:
+    /// every block read stays).
+    pub fn set_usage_budget(&mut self, bytes: Option<usize>) {
+        self.usage_keep = bytes.map(|b| (b / BLOCK_SIZE).max(1));
+    }
+
+    /// What is given back between operations: clean inode-map blocks past
+    /// their budget (the usage table's go in the background:
+    /// [`Log::trim_usage_table`]).
+    pub fn trim_tables(&mut self) {
+        self.trim_inode_map();
+    }
+
+    /// Gives back clean segment-usage blocks once an eighth more than the
+    /// budget are in memory, down to the budget; never while a sealed
+    /// checkpoint is being written (its blocks' new addresses hold
+    /// nothing yet), never the block of the segment the log writes into
+    /// or of the one reserved to follow (read again at once otherwise),
+    /// never while snapshots or kept trees exist (their counts read the
+    /// entries of the segments they pin at any time). The caller makes
+    /// sure no clean or resize is under way: they read entries of the
+    /// table they read whole across several holds of the lock. The log
+    /// takes a change to an entry not at hand as a delta, so a block
+    /// given back costs a read when next needed and nothing else.
+    pub fn trim_usage_table(&mut self) {
+        let Some(keep) = self.usage_keep else { return };
+        if self.checkpoint_unwritten || !self.snaps.all.is_empty() {
+            return;
+        }
+        let pinned = [self.ifile.usage_block_of(self.head.segment), self.ifile.usage_block_of(self.head.next_segment)];
+        let kept = self.ifile.segments.dirty_count() + if pinned[0] == pinned[1] { 1 } else { 2 };
+        if self.ifile.segments.loaded_blocks() <= keep.max(kept) + keep / 8 {
+            return;
+        }
+        self.ifile.evict_usage_blocks(keep, &pinned);
+    }
+
     /// Whether half the inode map's budget is dirty: only a checkpoint makes
     /// those blocks clean and so given back (a walk that stamps access
     /// times on directories dirties a block per directory).

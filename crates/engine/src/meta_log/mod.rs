@@ -18,8 +18,10 @@ pub mod discard;
 pub mod fsync;
 pub mod ifile_load;
 pub mod lazy_imap;
+pub mod live;
 pub mod mend;
 pub mod mount;
+pub mod quota_usage;
 pub mod readahead;
 pub mod rebuild;
 pub mod recovery;
@@ -143,6 +145,9 @@ pub struct Log {
     /// Inode-map blocks kept in memory at most (None: every block read
     /// stays): [`Log::trim_inode_map`] gives back clean ones past it.
     inode_map_keep: Option<usize>,
+    /// Segment-usage blocks kept in memory at most (None: every block read
+    /// stays): [`Log::trim_usage_table`] gives back clean ones past it.
+    usage_keep: Option<usize>,
     /// A checkpoint was sealed and is not written yet: the table blocks it
     /// placed have addresses but not yet their bytes there.
     checkpoint_unwritten: bool,
@@ -237,11 +242,45 @@ impl Log {
         self.cache.set_limits(entries, bytes);
     }
 
+    /// Counts what every user, group and project uses from every inode in
+    /// use (orphans too: their blocks are still taken). The cache is
+    /// trimmed as the count goes, so a large volume is counted in bounded
+    /// memory.
+    ///
+    /// # Errors
+    /// An inode-map block or an inode cannot be read.
+    pub fn count_quota_usage(&mut self) -> Result<quota_usage::QuotaUsage> {
+        let mut usage = quota_usage::QuotaUsage::default();
+        let len = self.ifile.inodes.len() as u64;
+        for n in 1..len {
+            let ino = InodeNo(n);
+            if !self.map_entry(ino)?.is_some_and(|e| e.in_use()) {
+                continue;
+            }
+            usage.count(quota_usage::Charge::of(self.inode(ino)?), true);
+            if n % 4096 == 0 {
+                self.trim_cache_if_over();
+            }
+        }
+        Ok(usage)
+    }
+
+    /// Starts keeping usage from `usage`, or stops (None).
+    pub fn set_quota_usage(&mut self, usage: Option<quota_usage::QuotaUsage>) {
+        self.cache.set_quota_usage(usage);
+    }
+
+    /// The usage kept, when quotas are.
+    #[must_use]
+    pub fn quota_usage(&self) -> Option<&quota_usage::QuotaUsage> {
+        self.cache.quota_usage()
+    }
+
     /// Evicts from the meta-data cache if it is an eighth past its limits
     /// (between operations only).
     pub fn trim_cache_if_over(&mut self) {
         self.cache.trim_if_over(self.durable);
-        self.trim_inode_map();
+        self.trim_tables();
     }
 
     /// What the log holds in memory, as counts: cached inodes, cached

@@ -14,7 +14,8 @@ use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
 use crate::format::checkpoint::{Checkpoint, LogPosition};
 use crate::format::superblock::{
-    CHECKPOINT_SLOTS, INCOMPAT_CLONES, INCOMPAT_INODE_FLAGS, INCOMPAT_RESIZED, INCOMPAT_SNAPSHOTS, Role, Superblock,
+    CHECKPOINT_SLOTS, INCOMPAT_CLONES, INCOMPAT_INODE_FLAGS, INCOMPAT_QUOTA, INCOMPAT_RESIZED, INCOMPAT_SNAPSHOTS,
+    Role, Superblock,
 };
 use crate::ifile::{IFile, SegmentGeometry};
 use crate::types::{SegmentNo, Seq};
@@ -147,6 +148,7 @@ impl Log {
             readahead: super::readahead::ReadAhead::default(),
             recounted: Vec::new(),
             inode_map_keep: None,
+            usage_keep: None,
             checkpoint_unwritten: false,
             pending_fsync: Vec::new(),
             snaps: super::snapshot::Snapshots::default(),
@@ -331,7 +333,7 @@ impl Log {
         // snapshot or clone made rewrites the data copy
         // (`Volume::mark_features`).
         let snapshots_cut = |d: &Superblock| {
-            let set_later = m.incompat & (INCOMPAT_SNAPSHOTS | INCOMPAT_CLONES | INCOMPAT_INODE_FLAGS);
+            let set_later = m.incompat & (INCOMPAT_SNAPSHOTS | INCOMPAT_CLONES | INCOMPAT_INODE_FLAGS | INCOMPAT_QUOTA);
             set_later != 0 && Superblock { incompat: d.incompat | set_later, minor: m.minor, ..d.clone() } == same
         };
         let stale = same != d && Log::lags_by_a_resize(&m, &d);

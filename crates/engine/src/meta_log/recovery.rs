@@ -537,7 +537,7 @@ impl Log {
     /// after it: roll-forward walks over such partial segments without
     /// reading their bodies, so damage there costs nothing. (A checkpoint
     /// torn by a crash has nothing valid after it, and still ends the log.)
-    fn walk_over_checkpoint(&self, pos: LogPosition) -> Result<Option<(ReadPs, String)>> {
+    pub(super) fn walk_over_checkpoint(&self, pos: LogPosition) -> Result<Option<(ReadPs, String)>> {
         for (seg, off) in [(pos.segment, pos.offset), (pos.next_segment, 0)] {
             let Ok((desc, desc_crc, n)) = self.read_descriptor(seg, off, Some(pos.seq))? else { continue };
             if desc.kind != PsKind::Checkpoint || desc.prev_crc != pos.prev_crc {

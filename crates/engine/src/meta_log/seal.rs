@@ -541,7 +541,7 @@ impl Log {
         }
         self.space.release(self.durable);
         self.cache.trim(self.durable);
-        self.trim_inode_map();
+        self.trim_tables();
         self.free_segments_cached = self.free_segments();
     }
 }

@@ -171,6 +171,8 @@ impl Fs {
             }
             return Ok(());
         }
+        // Moving inline bytes out takes a block.
+        let uninlined = u64::from(matches!(&rec.body, Body::Inline(b) if !b.is_empty()));
         self.uninline(ino)?;
 
         // Reserve every block this write brings into existence before
@@ -178,6 +180,8 @@ impl Fs {
         let first = offset / BLOCK_BYTES;
         let last = (end - 1) / BLOCK_BYTES;
         let mut needed = 0;
+        // Blocks the file gains (not those an overwrite moves): its quota.
+        let mut grows = uninlined;
         let mut extent: Option<Extent> = None;
         for b in first..=last {
             if let Some(p) = self.pages.page(ino, b) {
@@ -189,8 +193,10 @@ impl Fs {
             }
             if extent.is_none_or(|e| !e.unwritten && (self.config.strict || self.held_in_snapshot(&e, b))) {
                 needed += 1;
+                grows += u64::from(extent.is_none());
             }
         }
+        self.quota_allows_blocks(ino, grows, self.quota_now)?;
         self.log.space_mut().reserve(needed)?;
 
         let size = self.log.inode(ino)?.size;
@@ -523,6 +529,7 @@ impl Fs {
             }
             let run_end =
                 self.pages.files.get(&ino).and_then(|f| f.range(b..stop).next().map(|(k, _)| *k)).unwrap_or(stop);
+            self.quota_allows_blocks(ino, run_end - b, self.quota_now)?;
             self.log.space_mut().reserve(run_end - b)?;
             let goal = self.allocation_goal(ino, b)?;
             let (at, n) = self.log.space_mut().allocate(goal, run_end - b)?.ok_or(Error::NoSpace(DeviceRole::Data))?;

@@ -15,6 +15,7 @@ pub mod fsync;
 pub mod inode;
 pub mod intents;
 pub mod pages;
+pub mod quota;
 pub mod refs;
 pub mod relocate;
 pub mod replace;
@@ -81,6 +82,11 @@ pub struct Fs {
     /// References held from outside (open files, kernel lookups): an inode
     /// with no links lives until they are gone.
     refs: refs::Refs,
+    /// Quota limits and grace times, on a volume that keeps quotas.
+    pub(crate) quota: Option<crate::format::quota::QuotaTable>,
+    /// The time of the operation under way, for grace times (set by the
+    /// volume as each operation starts).
+    pub quota_now: crate::types::Timestamp,
 }
 
 impl Fs {
@@ -96,6 +102,8 @@ impl Fs {
             replacing: replace::Replacements::default(),
             intents: intents::Intents::default(),
             refs: refs::Refs::default(),
+            quota: None,
+            quota_now: crate::types::Timestamp::default(),
         }
     }
 

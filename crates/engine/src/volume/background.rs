@@ -47,6 +47,12 @@ impl Volume {
             let dirty = fs.log.has_dirty() || fs.pages.dirty_bytes() > 0;
             (dirty, fs.log.blocks_since_checkpoint(), fs.log.inode_map_wants_checkpoint())
         };
+        // Usage blocks past their budget go here only, and not while a
+        // clean or a resize (which hold `cleaning`) reads entries of the
+        // table they read whole.
+        if let Ok(_no_clean) = self.cleaning.try_lock() {
+            lock(&self.fs).log.trim_usage_table();
+        }
         self.write_home()?;
         // A checkpoint due takes the periodic commit's place: its own
         // commit leaves what a periodic one leaves (young delayed tails).

@@ -212,6 +212,8 @@ impl Volume {
     /// Seals and writes one commit group; returns whether dirty data is
     /// left for another.
     pub(super) fn commit_step(&self, c: &mut CommitState, mode: WriteBack) -> Result<bool> {
+        // An fsync waiting on a commit when the volume shuts down fails.
+        self.check_up()?;
         if self.no_writes.load(Ordering::Acquire) {
             return Ok(false);
         }
@@ -487,6 +489,7 @@ impl Volume {
 
     /// Writes a checkpoint, the commit lock held and the commit made.
     pub(super) fn checkpoint_locked(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
+        self.check_up()?;
         if self.no_writes.load(Ordering::Acquire) {
             return Ok(());
         }

@@ -162,7 +162,7 @@ impl Volume {
         } else if over {
             self.kick_relief();
         }
-        if sync {
+        if sync && !crate::faults::active(crate::faults::Fault::SyncFlagIgnored) {
             self.fdatasync(ino)?;
         }
         Ok(data.len())

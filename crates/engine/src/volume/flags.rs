@@ -11,7 +11,7 @@
 
 use super::{Attr, Volume};
 use crate::error::{Error, Result};
-use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, KNOWN_FLAGS, flags_for};
+use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_PROJINHERIT, FLAG_SYNC, KNOWN_FLAGS, flags_for};
 use crate::format::superblock::{FORMAT_MINOR_INODE_FLAGS, INCOMPAT_INODE_FLAGS};
 use crate::meta_log::segments::OpKind;
 use crate::namespace::Fs;
@@ -54,6 +54,19 @@ pub(super) fn may_remove_name(fs: &mut Fs, dir: InodeNo, ino: InodeNo) -> Result
     fixed(fs.inode(ino)?.flags)
 }
 
+/// EXDEV when `ino` may not be named in `dir`: the directory hands its
+/// project down (project inheritance) and `ino` is of another project, as
+/// ext4's and XFS's rename and link refuse, so that a project's usage
+/// stays within its tree.
+pub(super) fn same_project(fs: &mut Fs, dir: InodeNo, ino: InodeNo) -> Result<()> {
+    let d = fs.inode(dir)?;
+    let (dir_flags, dir_project) = (d.flags, d.project);
+    if dir_flags & FLAG_PROJINHERIT != 0 && fs.inode(ino)?.project != dir_project {
+        return Err(Error::CrossProject);
+    }
+    Ok(())
+}
+
 impl Volume {
     /// Sets the inode flags of `ino` to `flags` and, when given, its
     /// project id. Flags DualFS does not keep are refused; directory-only
@@ -70,12 +83,16 @@ impl Volume {
         if flags != 0 || project.is_some_and(|p| p != 0) {
             self.mark_inode_flags()?;
         }
-        self.mutate(OpKind::Grow, |fs, now| {
+        let attr = self.mutate(OpKind::Grow, |fs, now| {
             let kind = Volume::kind_of(fs, ino)?;
             if !matches!(kind, FileKind::Directory | FileKind::Regular) {
                 return Err(Error::NotSupported);
             }
             let flags = flags & flags_for(kind);
+            if let Some(p) = project {
+                let rec = fs.inode(ino)?.clone();
+                fs.quota_allows_move(&rec, &crate::format::inode::InodeRecord { project: p, ..rec.clone() }, now)?;
+            }
             let mut rec = fs.inode_mut(ino)?;
             rec.flags = flags;
             if let Some(p) = project {
@@ -84,7 +101,14 @@ impl Volume {
             rec.ctime = now;
             drop(rec);
             Volume::attr(fs, ino)
-        })
+        })?;
+        // A sync inode's changes are durable when they return, this one
+        // included (ext4 commits a flag change that leaves the inode
+        // sync): a later write's fdatasync then promises the flag too.
+        if attr.flags & FLAG_SYNC != 0 {
+            self.fsync(ino)?;
+        }
+        Ok(attr)
     }
 
     /// Marks the volume as keeping inode flags and project ids

@@ -106,6 +106,7 @@ impl Volume {
     }
 
     fn sync_file(&self, ino: InodeNo, datasync: bool) -> Result<()> {
+        self.check_up()?;
         self.fsyncs_count.calls.fetch_add(1, Ordering::Relaxed);
         let (kind, enabled) = {
             let mut fs = lock(&self.fs);

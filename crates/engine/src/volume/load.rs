@@ -35,7 +35,7 @@ impl Volume {
             fs.log.accept_inode_blocks(&step, &raws)?;
             // With a budget, the blocks just counted go as they came: the
             // load counts the whole map without holding it.
-            fs.log.trim_inode_map();
+            fs.log.trim_tables();
         }
         if !self.is_read_only() && self.orphans_pending.swap(false, Ordering::AcqRel) {
             let orphans = lock(&self.fs).log.ifile().orphans();

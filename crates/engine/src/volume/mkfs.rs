@@ -91,7 +91,7 @@ impl Volume {
             return Err(Error::Invalid("data group size must be a positive multiple of 64 blocks"));
         }
         if opts.meta_mirror && !opts.fsync_log {
-            return Err(Error::Invalid("a meta-data mirror needs format 1.8 (not with the fsync log off)"));
+            return Err(Error::Invalid("a meta-data mirror needs format 1.10 (not with the fsync log off)"));
         }
         if opts.inline_max > MAX_INLINE_DATA {
             return Err(Error::Invalid("inline limit too large (at most 3072 bytes)"));

@@ -20,16 +20,20 @@ mod fallocate;
 mod files;
 mod flags;
 mod fsync;
+mod label;
 mod load;
 mod migrate;
 mod mirror;
 mod mkfs;
 mod ops;
 mod orphans;
+pub mod quota;
 mod receive;
 mod resize;
+mod scrub;
 mod send;
 mod shrink;
+mod shutdown;
 mod snapshot;
 mod space;
 mod tree;
@@ -53,6 +57,7 @@ pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
 pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
+pub use scrub::{BadMeta, DataError, ScrubOptions, ScrubReport};
 pub use send::{SendReport, send};
 pub use shrink::MoveReport;
 pub use snapshot::SnapshotView;
@@ -107,6 +112,10 @@ pub struct Volume {
     /// Writing nothing at all (commits, checkpoints, the close): set with
     /// `read_only`, except while a remount read-only writes what came before.
     no_writes: AtomicBool,
+    /// Shut down ([`Volume::shut_down`]): every call fails with
+    /// [`Error::ShutDown`] and nothing is written any more (`no_writes` is
+    /// set with it).
+    shut: AtomicBool,
     /// The open left the inode map on disk, so the orphans it would have
     /// finished wait for [`Volume::finish_loading`].
     orphans_pending: AtomicBool,
@@ -282,6 +291,7 @@ impl Volume {
             let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
             vol.finish_recovery(moved, true)?;
         }
+        vol.start_quotas()?;
         Ok(vol)
     }
 
@@ -331,6 +341,7 @@ impl Volume {
         fs.log.set_cache_limits(config.cache_budget, config.cache_bytes);
         fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
+        fs.log.set_usage_budget(options.usage_table_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
@@ -342,6 +353,7 @@ impl Volume {
             options,
             read_only: AtomicBool::new(options.read_only),
             no_writes: AtomicBool::new(options.read_only),
+            shut: AtomicBool::new(false),
             never_writable,
             clock: clock.clone(),
             failed: Mutex::new(None),
@@ -536,6 +548,7 @@ impl Volume {
     /// busy rewriting the same blocks) it reads under the lock.
     pub(crate) fn read_op<R>(&self, mut f: impl FnMut(&mut Fs) -> Result<R>) -> Result<R> {
         for attempt in 0.. {
+            self.check_up()?;
             let mut fs = lock(&self.fs);
             let defer = attempt < DEFERRED_READS_MAX;
             fs.log.set_defer_reads(defer);
@@ -565,6 +578,7 @@ impl Volume {
     }
 
     fn check_writable(&self) -> Result<()> {
+        self.check_up()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly("mounted read-only".into()));
         }
@@ -607,10 +621,12 @@ impl Volume {
                 } else {
                     Some(match fs.log.check_meta_space(kind) {
                         Ok(()) => {
-                            let r = f(&mut fs, self.now());
+                            let now = self.now();
+                            fs.quota_now = now;
+                            let r = f(&mut fs, now);
                             // Between operations: the inode map's blocks
                             // past its budget go (those it dirtied stay).
-                            fs.log.trim_inode_map();
+                            fs.log.trim_tables();
                             r
                         }
                         Err(e) => Err(e),

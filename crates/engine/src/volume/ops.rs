@@ -7,12 +7,14 @@
 
 use super::{Attr, Changer, Creds, Listing, RenameFlags, SetAttr, Stamp, StatFs, TimeSet, Volume, flags, lock};
 use crate::error::{Error, Result};
+use crate::format::inode::InodeRecord;
 use crate::format::inode::{Body, FLAG_DIRSYNC, FLAG_PROJINHERIT, FLAG_SYNC};
 use crate::format::name::NAME_MAX;
 use crate::meta_log::segments::OpKind;
 use crate::namespace::dir::DirEntry;
 use crate::namespace::file::MAX_FILE_SIZE;
 use crate::namespace::inode::NewInode;
+use crate::namespace::quota;
 use crate::namespace::{FileName, Fs};
 use crate::types::{BLOCK_SIZE, FileKind, InodeNo, Timestamp};
 
@@ -154,6 +156,12 @@ impl Volume {
                 // The record held for a replacement would undo this change.
                 fs.release_replacement(ino)?;
             }
+            if set.uid.is_some() || set.gid.is_some() {
+                let rec = fs.inode(ino)?.clone();
+                let to =
+                    InodeRecord { uid: set.uid.unwrap_or(rec.uid), gid: set.gid.unwrap_or(rec.gid), ..rec.clone() };
+                fs.quota_allows_move(&rec, &to, now)?;
+            }
             let mut rec = fs.inode_mut(ino)?;
             let stamp_size = set.size.is_some() && set.size_stamp == Stamp::Now;
             let mut changed = stamp_size;
@@ -288,6 +296,8 @@ impl Volume {
             // The directory's default ACL, or else the umask, limits the mode.
             let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
             let perm = inherited.perm;
+            let project = if parent_flags & FLAG_PROJINHERIT != 0 { parent_project } else { 0 };
+            fs.quota_allows(quota::ids_of(creds.uid, gid, project), quota::Adding { blocks: 0, inodes: 1 }, now)?;
             let ino = fs.new_inode(parent, NewInode { kind, perm, uid: creds.uid, gid, rdev }, now)?;
             if parent_flags != 0 {
                 let mut rec = fs.inode_mut(ino)?;
@@ -417,6 +427,7 @@ impl Volume {
             }
             flags::fixed(fs.inode(ino)?.flags)?;
             flags::may_add_name(fs, parent)?;
+            flags::same_project(fs, parent, ino)?;
             let nlink = fs.inode(ino)?.nlink;
             if nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
@@ -537,6 +548,11 @@ impl Volume {
         if flags.exchange && flags.noreplace {
             return Err(Error::Invalid("RENAME_EXCHANGE and RENAME_NOREPLACE together"));
         }
+        if flags.exchange && flags.whiteout.is_some() {
+            return Err(Error::Invalid("RENAME_EXCHANGE and RENAME_WHITEOUT together"));
+        }
+        // The broken rule: the whiteout in a commit group after the rename's.
+        let apart = flags.whiteout.is_some() && crate::faults::active(crate::faults::Fault::WhiteoutApart);
         let name = FileName::new(name)?;
         let new_name = FileName::new(new_name)?;
         self.prefetch(|fs| {
@@ -571,6 +587,14 @@ impl Volume {
                 if flags.exchange {
                     self::flags::may_add_name(fs, parent)?;
                 }
+            }
+            // Into a directory of another project under project
+            // inheritance: EXDEV, so that mv copies (ext4's and XFS's rule).
+            self::flags::same_project(fs, new_parent, src.ino)?;
+            if let Some(d) = &dst
+                && flags.exchange
+            {
+                self::flags::same_project(fs, parent, d.ino)?;
             }
             if let Some(d) = &dst
                 && d.ino == src.ino
@@ -621,6 +645,11 @@ impl Volume {
                 }
             }
             fs.dir_remove(parent, src.position)?;
+            if let Some((uid, gid)) = flags.whiteout
+                && !apart
+            {
+                make_whiteout(fs, parent, &name, uid, gid, now)?;
+            }
             Volume::reparent(fs, src.ino, src.kind, parent, new_parent)?;
             fs.inode_mut(src.ino)?.ctime = now;
             touch_dir(fs, parent, now)?;
@@ -642,6 +671,12 @@ impl Volume {
         })?;
         if let Some(ino) = replaced {
             self.drop_link(ino)?;
+        }
+        if let Some((uid, gid)) = flags.whiteout
+            && apart
+        {
+            self.commit()?;
+            self.mutate(OpKind::Grow, |fs, now| make_whiteout(fs, parent, &name, uid, gid, now))?;
         }
         self.dirsync(&[parent, new_parent])
     }
@@ -758,4 +793,13 @@ impl Volume {
             meta_free_segments: free_segments,
         }
     }
+}
+
+/// Puts a whiteout (a character device 0:0 of mode 0, as the kernel's
+/// `vfs_whiteout` makes) under `name` in `dir`, the name a rename just
+/// took away.
+fn make_whiteout(fs: &mut Fs, dir: InodeNo, name: &FileName, uid: u32, gid: u32, now: Timestamp) -> Result<()> {
+    let ino = fs.new_inode(dir, NewInode { kind: FileKind::CharDevice, perm: 0, uid, gid, rdev: 0 }, now)?;
+    fs.dir_insert(dir, name, ino, FileKind::CharDevice)?;
+    Ok(())
 }

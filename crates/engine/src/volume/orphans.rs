@@ -38,6 +38,9 @@ impl Volume {
             let gid = if p.mode & S_ISGID != 0 { p.gid } else { creds.gid };
             let kind = FileKind::Regular;
             let inherited = fs.acl_inherit(parent, kind, perm, creds.umask)?;
+            let project = if parent_flags & FLAG_PROJINHERIT != 0 { parent_project } else { 0 };
+            let one = crate::namespace::quota::Adding { blocks: 0, inodes: 1 };
+            fs.quota_allows(crate::namespace::quota::ids_of(creds.uid, gid, project), one, now)?;
             let ino =
                 fs.new_inode(parent, NewInode { kind, perm: inherited.perm, uid: creds.uid, gid, rdev: 0 }, now)?;
             let mut rec = fs.inode_mut(ino)?;

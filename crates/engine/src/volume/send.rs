@@ -382,6 +382,10 @@ fn xattr_records(a: Option<&Volume>, b: &Volume, ino: InodeNo, out: &mut Vec<Rec
         v.with_fs(|fs| {
             let mut m = BTreeMap::new();
             for name in fs.xattr_list(ino)? {
+                if ino == InodeNo::ROOT && name == crate::format::quota::QUOTA_XATTR {
+                    // Limits are the sending volume's own, as a receive's marks.
+                    continue;
+                }
                 let value = fs.xattr_get(ino, &name)?;
                 m.insert(name, value);
             }

@@ -108,8 +108,11 @@ impl Volume {
         if let Err(e) = &written {
             drop(fs);
             self.fail(e);
+            return written;
         }
-        written
+        drop(fs);
+        // The incoming tree's limits and usage.
+        self.start_quotas()
     }
 
     /// Seals, writes and completes a checkpoint of a log with nothing dirty.

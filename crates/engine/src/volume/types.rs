@@ -197,6 +197,10 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Swap the two names.
     pub exchange: bool,
+    /// `RENAME_WHITEOUT`: leave a whiteout (a character device 0:0, mode
+    /// 0) owned by this uid and gid under the old name, in the rename's
+    /// commit group (overlayfs's upper layer asks for it).
+    pub whiteout: Option<(u32, u32)>,
 }
 
 /// `fallocate` modes: none of the range modes allocates the range (mode
@@ -348,6 +352,11 @@ pub struct MountOptions {
     /// tools that walk the whole map): every block read stays.
     /// `DUALFS_INODE_MAP_BYTES` sets a default, for tests.
     pub inode_map_bytes: Option<usize>,
+    /// Bytes of segment-usage blocks kept in memory (`-o cache=` gives a
+    /// thirty-second of its size): clean blocks past it are given back
+    /// between operations and read again when needed. None (the default,
+    /// for the tools): every block read stays.
+    pub usage_table_bytes: Option<usize>,
     /// Free segments below which the cleaner runs (None: derived from the
     /// device size).
     pub clean_threshold: Option<u32>,
@@ -383,6 +392,7 @@ impl Default for MountOptions {
             lazy_inode_map_min_blocks: crate::meta_log::lazy_imap::lazy_inode_map_min_blocks(),
             cache_bytes: 256 << 20,
             inode_map_bytes: crate::meta_log::lazy_imap::default_inode_map_bytes(),
+            usage_table_bytes: None,
             clean_threshold: None,
             atime: AtimeMode::Relatime,
             order: Order::Default,

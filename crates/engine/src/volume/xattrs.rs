@@ -46,7 +46,12 @@ impl Volume {
     /// # Errors
     /// `NotFound`.
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
-        self.read_op(|fs| fs.xattr_list(ino))
+        let mut names = self.read_op(|fs| fs.xattr_list(ino))?;
+        if ino == InodeNo::ROOT {
+            // The quota record is the volume's, not a caller's.
+            names.retain(|n| n != crate::format::quota::QUOTA_XATTR);
+        }
+        Ok(names)
     }
 
     /// Sets an extended attribute. An ACL name sets the ACL, as

@@ -41,7 +41,7 @@ impl DualFs {
         let acc = flags & libc::O_ACCMODE;
         let reads = acc != libc::O_WRONLY;
         let writes = acc != libc::O_RDONLY;
-        let direct = if writes { self.write_open_flags() } else { 0 };
+        let direct = if writes { self.write_open_flags(ino(node)) } else { 0 };
         match self.vol.getattr(ino(node)) {
             // Immutable: no opening for writing; append-only: only with
             // O_APPEND (ext4's `may_open`, which a FUSE inode's missing
@@ -158,8 +158,8 @@ impl DualFs {
         r.map_err(|e| report("fsync", &e))
     }
 
-    /// IOCTL `cmd` on `node` with the caller's bytes `data`: FITRIM, and
-    /// the inode flags' (at most `out_size` bytes back).
+    /// IOCTL `cmd` on `node` with the caller's bytes `data`: FITRIM, the
+    /// label, shutdown, and the inode flags' (at most `out_size` bytes back).
     ///
     /// # Errors
     /// ENOTTY is what a file system says to an ioctl it does not know
@@ -167,6 +167,9 @@ impl DualFs {
     /// flags'.
     pub fn ioctl(&self, caller: Caller, node: u64, cmd: u32, data: &[u8], out_size: u32) -> Result<Vec<u8>, Errno> {
         let _t = self.requests.time(Op::Ioctl);
+        if let Some(r) = self.fsctl_ioctl(caller, cmd, data) {
+            return r;
+        }
         match cmd {
             super::FITRIM => self.fitrim(caller, data),
             _ => self.fileattr_ioctl(node, cmd, data, out_size),
@@ -223,7 +226,8 @@ impl DualFs {
     pub fn lseek(&self, node: u64, offset: i64, whence: i32) -> Result<i64, Errno> {
         let _t = self.requests.time(Op::Lseek);
         let Ok(from) = u64::try_from(offset) else {
-            return Err(Errno::EINVAL);
+            // As ext4 and XFS: no data or hole lies before the start.
+            return Err(if convert::whence(whence).is_some() { Errno::ENXIO } else { Errno::EINVAL });
         };
         let r = match convert::whence(whence) {
             Some(w) => {

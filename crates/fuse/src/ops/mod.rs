@@ -9,10 +9,12 @@
 //! - `files.rs`: OPEN to COPY_FILE_RANGE, the requests on open files;
 //! - `fileattr.rs`: the inode flags' IOCTLs (chattr, lsattr);
 //! - `xattrs.rs`: the extended attributes, ACLs and the control interface;
-//! - `trim.rs`: FITRIM.
+//! - `trim.rs`: FITRIM;
+//! - `fsctl.rs`: the volume's label and shutdown ioctls.
 
 mod fileattr;
 mod files;
+mod fsctl;
 mod names;
 mod trim;
 mod xattrs;
@@ -132,6 +134,7 @@ impl DualFs {
     pub fn shutdown(&self) {
         self.control.shutdown();
         self.receiver.shutdown();
+        self.scrubber.shutdown();
     }
 
     /// Makes the kernel forget the attributes it caches of `node` when the

@@ -220,13 +220,22 @@ impl DualFs {
         self.answer_entry("symlink", r)
     }
 
-    /// RENAME and RENAME2.
+    /// RENAME and RENAME2; a whiteout is the caller's (the kernel checked
+    /// CAP_MKNOD).
     ///
     /// # Errors
-    /// EINVAL for flags other than NOREPLACE and EXCHANGE; the engine's.
-    pub fn rename(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8], flags: u32) -> Result<(), Errno> {
+    /// EINVAL for flags other than NOREPLACE, EXCHANGE and WHITEOUT; the engine's.
+    pub fn rename(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<(), Errno> {
         let _t = self.requests.time(Op::Rename);
-        let flags = convert::rename_flags(flags)?;
+        let flags = convert::rename_flags(flags, (caller.uid, caller.gid))?;
         let r = self.vol.rename(ino(parent), name, ino(new_parent), new_name, flags);
         r.map_err(|e| report("rename", &e))
     }
@@ -395,9 +404,10 @@ impl DualFs {
         let _t = self.requests.time(Op::Create);
         match self.vol.create(ino(parent), name, mode & 0o7777, creds(caller, umask)) {
             Ok(a) => {
+                let flags = FOPEN_KEEP_CACHE | self.write_open_flags(a.ino);
                 let entry =
                     Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
-                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+                Ok((entry, Opened { fh: 0, flags }))
             }
             Err(e) => Err(report("create", &e)),
         }
@@ -414,9 +424,10 @@ impl DualFs {
         let _t = self.requests.time(Op::Create);
         match self.vol.tmpfile(ino(parent), mode & 0o7777, creds(caller, umask)) {
             Ok(a) => {
+                let flags = FOPEN_KEEP_CACHE | self.write_open_flags(a.ino);
                 let entry =
                     Entry { attr: Some(a), attr_ttl: self.options.entry_ttl, entry_ttl: self.options.entry_ttl };
-                Ok((entry, Opened { fh: 0, flags: FOPEN_KEEP_CACHE | self.write_open_flags() }))
+                Ok((entry, Opened { fh: 0, flags }))
             }
             Err(e) => Err(report("tmpfile", &e)),
         }

@@ -21,7 +21,8 @@ use crate::types::{BLOCK_BYTES, FileKind, GroupNo, InodeNo};
 /// a stream never sets (the source's, when it is a mirror itself, are its
 /// own business) and a rollback never undoes.
 pub(super) fn is_mark(ino: InodeNo, name: &[u8]) -> bool {
-    ino == InodeNo::ROOT && (name == RECEIVED_XATTR || name == RECEIVING_XATTR)
+    ino == InodeNo::ROOT
+        && (name == RECEIVED_XATTR || name == RECEIVING_XATTR || name == crate::format::quota::QUOTA_XATTR)
 }
 
 /// The state of applying a stream's records.

@@ -163,3 +163,40 @@ fn a_twin_left_behind_an_unwritten_original_moves_the_log_on() {
     assert_ne!(u64::from(head.segment.0), segment_of(original[0]), "the log resumes where the twin lies");
     assert!(read_path(&v, "f").unwrap().is_empty(), "the fsync never completed");
 }
+
+/// A crash that cuts short a commit group of several partial segments
+/// (twinned groups reach over more segments) after two or more landed:
+/// recovery drops the group and its checkpoint must lie past every
+/// sequence number the group's segments carry, or the next open refuses
+/// the checkpoint's usage table and falls back to the one before.
+#[test]
+fn a_group_cut_short_after_several_partial_segments_leaves_a_checkpoint_that_loads() {
+    let (meta, data) = rig();
+    let v = Volume::open(meta.clone(), data.clone(), options()).unwrap();
+    v.commit().unwrap();
+    let before = meta.snapshot();
+    for i in 0..6000 {
+        v.create(InodeNo::ROOT, format!("f{i:05}").as_bytes(), 0o644, Creds::ROOT).unwrap();
+    }
+    v.fsync(InodeNo::ROOT).unwrap();
+    drop(v);
+    let sb = dualfs_engine::meta_log::Log::open(meta.clone(), data.clone()).unwrap().0.superblock().clone();
+    let segment_of = |b: u64| (b - sb.first_segment_block) / u64::from(sb.segment_blocks);
+    let blocks = written_since(&before, &meta);
+    let last = segment_of(*blocks.last().unwrap());
+    let segments: std::collections::BTreeSet<u64> = blocks.iter().map(|&b| segment_of(b)).collect();
+    assert!(segments.len() >= 3, "the commit reached over three segments: {segments:?}");
+    // The last segment's partial segment and its twin never landed.
+    for &b in blocks.iter().filter(|&&b| segment_of(b) == last) {
+        meta.write_blocks(b, &[0u8; BLOCK_SIZE]).unwrap();
+    }
+    let v = Volume::open(meta.clone(), data.clone(), options()).unwrap();
+    let rec = &v.open_report().recovery;
+    assert!(!rec.end.is_clean(), "the group was cut short: {:?}", rec.end);
+    assert!(v.lookup(InodeNo::ROOT, b"f00000").is_err(), "the cut-short group was dropped");
+    v.close().unwrap();
+    let r = dualfs_engine::check::check(meta.clone(), data.clone()).unwrap();
+    assert!(r.is_clean(), "fsck after the recovery: {:#?}", r.problems);
+    let v = Volume::open(meta.clone(), data.clone(), options()).unwrap();
+    assert!(v.open_report().fell_back.is_none(), "{:?}", v.open_report().fell_back);
+}

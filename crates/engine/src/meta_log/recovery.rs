@@ -411,6 +411,14 @@ impl Log {
         for ps in &group {
             self.ifile.note_write(ps.desc.segment, ps.desc.seq);
         }
+        // Nor is a sequence number they carry written again: the recovery
+        // checkpoint's log position must lie past every segment's last
+        // write (a usage table saying otherwise is refused as corrupt),
+        // and a cut-short group of two or more partial segments carries
+        // numbers the checkpoint's own partial segment would not pass.
+        if let Some(last) = group.last() {
+            self.head.seq = self.head.seq.max(last.desc.seq.next());
+        }
         // The search past the end looks at the reserved next segment: the
         // log must not resume there either.
         if !touched.is_empty() {

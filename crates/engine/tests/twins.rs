@@ -162,6 +162,14 @@ fn a_twin_left_behind_an_unwritten_original_moves_the_log_on() {
     let segment_of = |b: u64| (b - sb.first_segment_block) / u64::from(sb.segment_blocks);
     assert_ne!(u64::from(head.segment.0), segment_of(original[0]), "the log resumes where the twin lies");
     assert!(read_path(&v, "f").unwrap().is_empty(), "the fsync never completed");
+    // The log moved on, so the open wrote a checkpoint naming where: what
+    // is fsync'd now survives the next crash.
+    let g = v.create(InodeNo::ROOT, b"g", 0o644, Creds::ROOT).unwrap().ino;
+    v.write(g, 0, &bytes(3000, 6)).unwrap();
+    v.fsync(g).unwrap();
+    drop(v);
+    let v = Volume::open(meta.clone(), data.clone(), options()).unwrap();
+    assert_eq!(read_path(&v, "g"), Some(bytes(3000, 6)), "the fsync after the recovery was lost");
 }
 
 /// A crash that cuts short a commit group of several partial segments

@@ -398,6 +398,15 @@ impl Log {
         self.head
     }
 
+    /// Whether the log resumes somewhere no roll-forward from the durable
+    /// checkpoint reaches (recovery moved it past a torn tail, a twin left
+    /// behind or partial segments past the end): until a checkpoint names
+    /// the new position, nothing written is reachable after a crash.
+    #[must_use]
+    pub fn is_detached(&self) -> bool {
+        self.detached
+    }
+
     /// Log blocks written since the last checkpoint (what recovery would scan).
     #[must_use]
     pub fn blocks_since_checkpoint(&self) -> u64 {

@@ -285,10 +285,11 @@ impl Volume {
         vol.switches = Some(switches);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
-            // anything was read or a torn tail was met: only a checkpoint
+            // anything was read, a torn tail was met or the log was moved on
+            // past a clean end (a twin's blocks beyond it): only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean() || lock(&vol.fs).log.is_detached();
             vol.finish_recovery(moved, true)?;
         }
         vol.start_quotas()?;

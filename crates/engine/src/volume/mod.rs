@@ -22,6 +22,7 @@ mod flags;
 mod fsync;
 mod in_use;
 mod label;
+mod listed;
 mod load;
 mod migrate;
 mod mkfs;
@@ -182,6 +183,9 @@ pub struct Volume {
     /// On a view of a kept tree: its place in the live volume's
     /// `trees_in_use`, given up when the view goes.
     in_use: Option<in_use::TreeUse>,
+    /// The directories listed lately, for reading their files ahead
+    /// (`listed.rs`). Taken after `fs`, never before.
+    listed: Mutex<listed::Listed>,
 }
 
 impl std::fmt::Debug for Volume {
@@ -403,6 +407,7 @@ impl Volume {
             discarded_segments: AtomicU64::new(0),
             trees_in_use: Arc::default(),
             in_use: None,
+            listed: Mutex::default(),
         };
         Ok(vol)
     }

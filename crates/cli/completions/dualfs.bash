@@ -1518,6 +1518,10 @@ _dualfs() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

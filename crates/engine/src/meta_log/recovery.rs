@@ -358,6 +358,7 @@ impl Log {
             micros: 0,
             fsync_pending: 0,
             fsync_folded: 0,
+            twins_taken: Vec::new(),
         })
     }
 

@@ -579,6 +579,12 @@ pub fn engine_options(cfg: &MountConfig) -> MountOptions {
     let usage = o.cache_bytes / 16;
     o.usage_table_bytes = Some(usage);
     o.cache_bytes -= usage;
+    // As much again bounds the data space's group table and bitmap (11 MiB
+    // at the default 512M: the bitmap of 360 GiB of data touched), which
+    // the allocator reads a group at a time and which otherwise stayed.
+    let space = o.cache_bytes / 16;
+    o.data_space_bytes = Some(space);
+    o.cache_bytes -= space;
     o
 }
 

@@ -78,6 +78,9 @@ pub enum Fault {
     /// checkpoint is being written (those it placed are read back from
     /// where their bytes are not yet).
     EvictBeforeCheckpointWritten,
+    /// Bounded data space: give back bitmap blocks changed since the last
+    /// checkpoint as if they were clean (their changes are lost).
+    EvictDirtyBitmapBlocks,
     /// Delayed tails past a checkpoint: let a commit or checkpoint made for
     /// room leave the young tails unwritten but record the files' full
     /// sizes (a crash then shows zeros where data was written).
@@ -133,7 +136,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 38] = [
+    pub const ALL: [Fault; 39] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -158,6 +161,7 @@ impl Fault {
         Fault::MigrateCopyOverWrites,
         Fault::EvictDirtyMapBlocks,
         Fault::EvictBeforeCheckpointWritten,
+        Fault::EvictDirtyBitmapBlocks,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
         Fault::TmpfileNotOrphan,

@@ -148,6 +148,9 @@ pub struct Log {
     /// Segment-usage blocks kept in memory at most (None: every block read
     /// stays): [`Log::trim_usage_table`] gives back clean ones past it.
     usage_keep: Option<usize>,
+    /// Group-table and bitmap blocks kept in memory at most (None: every
+    /// block read stays): [`Log::trim_data_space`] gives back clean ones.
+    space_keep: Option<usize>,
     /// A checkpoint was sealed and is not written yet: the table blocks it
     /// placed have addresses but not yet their bytes there.
     checkpoint_unwritten: bool,

@@ -149,6 +149,7 @@ impl Log {
             recounted: Vec::new(),
             inode_map_keep: None,
             usage_keep: None,
+            space_keep: None,
             checkpoint_unwritten: false,
             pending_fsync: Vec::new(),
             snaps: super::snapshot::Snapshots::default(),

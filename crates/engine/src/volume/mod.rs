@@ -373,6 +373,7 @@ impl Volume {
         fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
         fs.log.set_usage_budget(options.usage_table_bytes);
+        fs.log.set_data_space_budget(options.data_space_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };

@@ -64,6 +64,8 @@ pub struct DataSpace {
     ready: Vec<u64>,
     /// Groups not ready yet, while loading lazily.
     unready: u64,
+    /// Where the sweep giving back bitmap blocks goes on from.
+    bitmap_hand: usize,
     /// Blocks on their way to being discarded.
     discards: discard::Discards,
 }
@@ -94,6 +96,7 @@ impl DataSpace {
             source: None,
             ready: Vec::new(),
             unready: 0,
+            bitmap_hand: 0,
             discards: discard::Discards::default(),
         };
         // Fresh entries are free blocks (bits past the device's end in use)
@@ -124,6 +127,7 @@ impl DataSpace {
     pub fn grow(&mut self, new_total: u64) -> Result<()> {
         assert!(new_total >= self.total, "growing {} data blocks to {new_total}", self.total);
         self.load_all()?;
+        self.settle();
         let old = self.total;
         // The bits past the old end were "in use" as beyond the device.
         let tail = old % 64;
@@ -265,6 +269,7 @@ impl DataSpace {
     /// pending (the caller checkpointed first), or the sizes differ.
     pub fn adopt_tree(&mut self, other: DataSpace) {
         assert!(self.fully_loaded() && other.fully_loaded(), "adopting a tree with a bitmap not all read");
+        self.settle();
         assert!(self.pending.is_empty() && self.reserved == 0, "adopting a tree with data frees pending");
         assert_eq!(self.total, other.total, "adopting a tree of another size");
         // Moved, not copied: the incoming image goes with the switch (a

@@ -22,8 +22,10 @@ mod flags;
 mod fsync;
 mod in_use;
 mod label;
+mod listed;
 mod load;
 mod migrate;
+mod mirror;
 mod mkfs;
 mod ops;
 mod orphans;
@@ -88,6 +90,9 @@ const DEFERRED_READS_MAX: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct CommitState {
     next_id: u64,
+    /// The commit under way is one a caller waits for: its last group is
+    /// twinned (`Log::twin_next_group`).
+    acknowledged: bool,
 }
 
 /// A mounted DualFS volume.
@@ -137,6 +142,8 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
+    /// The meta-data mirror this volume runs on, if any ([`Volume::attach_mirror`]).
+    mirror: std::sync::OnceLock<mirror::Attached>,
     /// Work for the background writer ([`Volume::background_step`]).
     background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
@@ -182,6 +189,9 @@ pub struct Volume {
     /// On a view of a kept tree: its place in the live volume's
     /// `trees_in_use`, given up when the view goes.
     in_use: Option<in_use::TreeUse>,
+    /// The directories listed lately, for reading their files ahead
+    /// (`listed.rs`). Taken after `fs`, never before.
+    listed: Mutex<listed::Listed>,
 }
 
 impl std::fmt::Debug for Volume {
@@ -305,10 +315,11 @@ impl Volume {
         vol.switches = Some(switches);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
-            // anything was read or a torn tail was met: only a checkpoint
+            // anything was read, a torn tail was met or the log was moved on
+            // past a clean end (a twin's blocks beyond it): only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean() || lock(&vol.fs).log.is_detached();
             vol.finish_recovery(moved, true)?;
         }
         vol.start_quotas()?;
@@ -362,6 +373,7 @@ impl Volume {
         fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
         fs.log.set_usage_budget(options.usage_table_bytes);
+        fs.log.set_data_space_budget(options.data_space_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
@@ -385,6 +397,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
+            mirror: std::sync::OnceLock::new(),
             orphans_pending: AtomicBool::new(false),
             background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
@@ -403,6 +416,7 @@ impl Volume {
             discarded_segments: AtomicU64::new(0),
             trees_in_use: Arc::default(),
             in_use: None,
+            listed: Mutex::default(),
         };
         Ok(vol)
     }

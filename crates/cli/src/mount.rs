@@ -9,6 +9,7 @@
 //! process from the start.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -234,19 +235,31 @@ fn open_detached(cfg: &MountConfig, meta: &Path, data: &Path, mountpoint: &Path)
     Ok(Detached { null, log })
 }
 
-/// Tells the waiting parent that the mount is up, then lets go of its
-/// terminal: standard output to /dev/null, standard error to the log file.
-fn detach(files: Detached) -> Result<()> {
+/// Lets go of the caller's terminal: standard output to /dev/null,
+/// standard error to the log file. The pipe the parent waits on is kept
+/// apart, so that what the mount has to say is in the log before the
+/// parent returns (a script that reads the log right after `mount` finds
+/// it there).
+fn detach(files: Detached) -> Result<Ready> {
     let Detached { null, log } = files;
-    let mut out = std::io::stdout();
-    // The parent may be gone (killed while waiting); nothing to tell then.
-    let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+    let pipe = std::io::stdout().as_fd().try_clone_to_owned().context("cannot duplicate standard output")?;
     nix::unistd::dup2_stdout(&null).context("cannot redirect standard output")?;
     nix::unistd::dup2_stderr(&log).context("cannot redirect standard error")?;
     crate::log_to_file();
     // Do not keep the caller's working directory (and its file system) busy.
     std::env::set_current_dir("/").context("cannot change to /")?;
-    Ok(())
+    Ok(Ready(std::fs::File::from(pipe)))
+}
+
+/// The pipe to the parent waiting for the mount.
+struct Ready(std::fs::File);
+
+impl Ready {
+    /// Tells the parent that the mount is up.
+    fn tell(mut self) {
+        // The parent may be gone (killed while waiting); nothing to tell then.
+        let _ = writeln!(self.0, "{READY}").and_then(|()| self.0.flush());
+    }
 }
 
 /// The volume's clock: the kernel's, as the adapter sees it.
@@ -385,9 +398,7 @@ fn serve(args: &MountArgs) -> Result<()> {
             })
             .context("cannot start the thread that loads the inode map")?
     };
-    if let Some(files) = detached {
-        detach(files)?;
-    }
+    let ready = detached.map(detach).transpose()?;
     for wait in crate::holder::take_waits() {
         log::info!("{wait}");
     }
@@ -402,6 +413,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         vol.options().commit_interval.as_secs(),
         args.mountpoint.display()
     );
+    if let Some(r) = ready {
+        r.tell();
+    }
     let served = session.run();
     if let Some(j) = &joins {
         j.close();

@@ -82,6 +82,9 @@ fn groups_touched_are_given_back_down_to_the_budget() {
     v.tick().unwrap();
     let loaded = held(&v);
     assert!(loaded <= KEEP, "{loaded} group-table and bitmap blocks in memory, the budget is {KEEP}");
+    // What is remembered of each group allocated in goes with it.
+    let cursors = stat(&v, "group_cursors");
+    assert!(cursors <= 2 * KEEP, "{cursors} groups' allocation cursors kept with {loaded} blocks in memory");
 
     // Frees in every group, then writes there again: groups given back are
     // read again, a free not yet durable keeps its group through a turn.

@@ -260,6 +260,11 @@ impl DataSpace {
                     self.set_ready(g, false);
                     self.unready += 1;
                 }
+                // The group was not allocated in lately: where its last
+                // allocation ended goes too, so that what is remembered
+                // of the groups stays within the budget (a new file there
+                // then starts at the group's first free block).
+                self.cursor.remove(&g);
             }
         }
         let per_desc = self.groups.per_block();

@@ -678,6 +678,12 @@ impl DataSpace {
         Ok(Some((DataBlock(start), len as u32)))
     }
 
+    /// Groups whose last allocation's end is remembered.
+    #[must_use]
+    pub fn cursors(&self) -> usize {
+        self.cursor.len()
+    }
+
     /// Where a new file in group `g` should start looking: just after the
     /// last allocation there, so that files created together lie together.
     #[must_use]

@@ -250,7 +250,7 @@ impl Log {
     /// objects, read-ahead blocks, inode-map and node-map entries, data
     /// bitmap blocks read.
     #[must_use]
-    pub fn memory_counts(&self) -> [(&'static str, u64); 14] {
+    pub fn memory_counts(&self) -> [(&'static str, u64); 15] {
         let (inodes, objects) = self.cache.counts();
         [
             ("cache_inodes", inodes as u64),
@@ -269,6 +269,8 @@ impl Log {
             ("bitmap_blocks_loaded", self.space.bitmap.loaded_blocks() as u64),
             ("usage_blocks_loaded", self.ifile.segments.loaded_blocks() as u64),
             ("group_blocks_loaded", self.space.groups.loaded_blocks() as u64),
+            // Groups whose last allocation's end is remembered.
+            ("group_cursors", self.space.cursors() as u64),
             // Index chunks whose addresses are in memory, and the slots
             // for them (what grows with the devices' size, as used).
             ("ifile_chunks_loaded", self.ifile_chunks().0 as u64),

@@ -113,6 +113,12 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
+    /// Discard: let the data blocks a deleted snapshot alone held go (to
+    /// the allocator and, with `-o discard`, to the device) as soon as the
+    /// checkpoint that drops the snapshot is durable, without waiting for
+    /// the next (the previous checkpoint, which a damaged newer slot falls
+    /// back to, still lists the snapshot).
+    DiscardDeletedEarly,
     /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
     /// return before it is durable, as a write to any other file does.
     SyncFlagIgnored,
@@ -126,7 +132,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 36] = [
+    pub const ALL: [Fault; 37] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -160,6 +166,7 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
+        Fault::DiscardDeletedEarly,
         Fault::SyncFlagIgnored,
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,

@@ -115,3 +115,125 @@ fn with_discard_on_frees_are_discarded_once_durable() {
     vol.close().unwrap();
     rig.assert_fsck_clean();
 }
+
+/// Blocks a snapshot alone held, free in the live volume: (held back from
+/// the allocator, queued for discard).
+fn held_back(vol: &Volume) -> (u64, bool) {
+    vol.with_fs(|fs| (fs.log.space().held_only(), fs.log.space().discards_queued()))
+}
+
+#[test]
+fn with_discard_on_a_deleted_snapshots_blocks_are_discarded_once_no_checkpoint_lists_it() {
+    let rig = Rig::new();
+    let vol = Volume::open_with_clock(
+        rig.meta.clone(),
+        rig.data.clone(),
+        MountOptions { discard: true, ..options() },
+        common::clock(),
+    )
+    .unwrap();
+    let f = vol.create(InodeNo::ROOT, b"f", 0o644, Creds::ROOT).unwrap().ino;
+    vol.write(f, 0, &vec![3u8; 1 << 20]).unwrap();
+    vol.sync().unwrap();
+    vol.snapshot_create("keep").unwrap();
+    vol.unlink(InodeNo::ROOT, b"f").unwrap();
+    vol.forget(f, 1).unwrap();
+    vol.tick().unwrap();
+    vol.tick().unwrap();
+    let before = held(rig.data.as_ref());
+    assert_eq!(held_back(&vol), (256, false), "the snapshot holds the file's blocks");
+    // The checkpoint that drops the snapshot: the one before it, which a
+    // mount falls back to, still lists it, so its blocks stay held.
+    vol.with_fs(|fs| fs.log.stage_snapshot_delete("keep")).unwrap();
+    vol.checkpoint().unwrap();
+    assert!(vol.snapshot_list().is_empty());
+    assert_eq!(held_back(&vol), (256, false), "let go with the checkpoint that dropped the snapshot");
+    assert_eq!(held(rig.data.as_ref()), before);
+    // The background writer's next turn writes the checkpoint after it,
+    // then discards them.
+    vol.tick().unwrap();
+    assert_eq!(held_back(&vol), (0, false));
+    assert_eq!(held(rig.data.as_ref()) + 256, before, "the snapshot's 256 blocks discarded");
+    assert_eq!(stat(&vol, "discarded_data_blocks"), 256);
+    // Deleted as the command does, the second checkpoint is written and
+    // the blocks discarded before the call returns.
+    let g = vol.create(InodeNo::ROOT, b"g", 0o644, Creds::ROOT).unwrap().ino;
+    vol.write(g, 0, &vec![4u8; 1 << 20]).unwrap();
+    vol.sync().unwrap();
+    vol.snapshot_create("again").unwrap();
+    vol.unlink(InodeNo::ROOT, b"g").unwrap();
+    vol.forget(g, 1).unwrap();
+    vol.tick().unwrap();
+    vol.tick().unwrap();
+    let before = held(rig.data.as_ref());
+    let bfree = vol.statfs().bfree;
+    vol.snapshot_delete("again").unwrap();
+    assert_eq!(held_back(&vol), (0, false));
+    assert_eq!(held(rig.data.as_ref()) + 256, before, "discarded by the deletion");
+    assert_eq!(vol.statfs().bfree, bfree + 256, "and free");
+    assert_eq!(stat(&vol, "discarded_data_blocks"), 512);
+    assert_eq!(rig.read_all(&vol, "data"), vec![7u8; 40_000]);
+    vol.close().unwrap();
+    rig.assert_fsck_clean();
+}
+
+/// The checkpoint of the two slots with the higher number, zeroed: a slot
+/// the medium lost.
+fn lose_newer_slot(rig: &Rig) {
+    use dualfs_engine::format::checkpoint::Checkpoint;
+    use dualfs_engine::format::superblock::CHECKPOINT_SLOTS;
+    let number = |b: u64| Checkpoint::decode(&rig.read(b)).map_or(0, |c| c.number);
+    let newer = CHECKPOINT_SLOTS.iter().max_by_key(|s| number(s.0)).unwrap();
+    rig.meta.write_blocks(newer.0, &[0u8; BLOCK_SIZE]).unwrap();
+}
+
+#[test]
+fn a_mount_whose_older_slot_lists_a_deleted_snapshot_writes_nothing_it_holds_before_a_checkpoint() {
+    let rig = Rig::new();
+    let vol = Volume::open_with_clock(
+        rig.meta.clone(),
+        rig.data.clone(),
+        MountOptions { discard: true, ..options() },
+        common::clock(),
+    )
+    .unwrap();
+    let f = vol.create(InodeNo::ROOT, b"f", 0o644, Creds::ROOT).unwrap().ino;
+    vol.write(f, 0, &vec![3u8; 1 << 20]).unwrap();
+    vol.sync().unwrap();
+    vol.snapshot_create("keep").unwrap();
+    vol.unlink(InodeNo::ROOT, b"f").unwrap();
+    vol.forget(f, 1).unwrap();
+    // Dropped by one checkpoint, then a crash: the other slot lists it.
+    vol.with_fs(|fs| fs.log.stage_snapshot_delete("keep")).unwrap();
+    vol.checkpoint().unwrap();
+    drop(vol);
+    // The mount checkpoints before anything takes the snapshot's blocks.
+    let vol = Volume::open_with_clock(
+        rig.meta.clone(),
+        rig.data.clone(),
+        MountOptions { discard: true, ..options() },
+        common::clock(),
+    )
+    .unwrap();
+    // Written and committed (no checkpoint), then a crash.
+    let g = vol.create(InodeNo::ROOT, b"g", 0o644, Creds::ROOT).unwrap().ino;
+    vol.write(g, 0, &vec![4u8; 2 << 20]).unwrap();
+    vol.commit().unwrap();
+    drop(vol);
+    // With the newer slot lost, the older checkpoint shows the snapshot
+    // whole, or not at all.
+    lose_newer_slot(&rig);
+    let vol = Volume::open_with_clock(
+        rig.meta.clone(),
+        rig.data.clone(),
+        MountOptions { accept_loss: true, ..options() },
+        common::clock(),
+    )
+    .unwrap();
+    let listed = vol.snapshot_list().iter().any(|s| s.name == "keep");
+    drop(vol);
+    if listed {
+        let s = Volume::open_snapshot(rig.meta.clone(), rig.data.clone(), "keep", options()).unwrap();
+        assert_eq!(rig.read_all(&s, "f"), vec![3u8; 1 << 20], "the snapshot's file was overwritten");
+    }
+}

@@ -442,19 +442,27 @@ impl Explorer {
     /// Recovers the crash state with each checkpoint slot zeroed in turn
     /// (a slot the medium lost): the mount falls back to the other
     /// checkpoint, whose blocks and roll-forward range must be intact, and
-    /// shows a tree the model allows.
+    /// shows a tree the model allows; every snapshot that checkpoint lists
+    /// (one deleted since comes back) shows the tree it was made of, so
+    /// that nothing it holds was discarded or handed out while listed.
     fn check_older_checkpoint(&self, run: &Run, img: &CrashImages, tags: &[u64], steps: &[Step]) -> Result<(), String> {
         let zeros: Block = Arc::new([0u8; dualfs_engine::types::BLOCK_SIZE]);
         for slot in dualfs_engine::format::superblock::CHECKPOINT_SLOTS {
-            let meta = Arc::new(OverlayDevice::new(Arc::new(img.meta.with_blocks([(slot.0, zeros.clone())]))));
+            let lost = Arc::new(img.meta.with_blocks([(slot.0, zeros.clone())]));
+            let meta = Arc::new(OverlayDevice::new(lost.clone()));
             let data = Arc::new(OverlayDevice::new(img.data.clone()));
             let mount = MountOptions { accept_loss: true, ..self.config.mount };
-            let vol = Volume::open_with_clock(meta, data, mount, fixed_clock())
+            let vol = Volume::open_with_clock(meta.clone(), data.clone(), mount, fixed_clock())
                 .map_err(|e| format!("with checkpoint slot {} lost, recovery failed: {e}", slot.0))?;
             let tree = Tree::of_volume(&vol)
                 .map_err(|e| format!("with checkpoint slot {} lost, the volume cannot be read: {e}", slot.0))?;
             run.history
                 .find(&tree, img.window, steps, tags)
+                .map_err(|e| format!("with checkpoint slot {} lost: {e}", slot.0))?;
+            // Any snapshot made by a step begun may be listed there.
+            let any = crate::crash::Window { durable: 0, synced: 0, ..img.window };
+            let images = (lost, img.data.clone());
+            check_snapshots(&vol, meta, data, images, &run.snapshots, any, &mount)
                 .map_err(|e| format!("with checkpoint slot {} lost: {e}", slot.0))?;
         }
         Ok(())

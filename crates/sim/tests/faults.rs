@@ -38,11 +38,20 @@ fn config_for(fault: Fault) -> Config {
         c.mount.data_space_bytes = Some(0);
     }
     // Continuous discard, and the older checkpoint recovered too.
-    if matches!(fault, Fault::DiscardBeforeDurable | Fault::DiscardHeld | Fault::DiscardSegmentEarly) {
+    if matches!(
+        fault,
+        Fault::DiscardBeforeDurable | Fault::DiscardHeld | Fault::DiscardSegmentEarly | Fault::DiscardDeletedEarly
+    ) {
         let d = Config::discard();
         c.mount.discard = true;
         c.older_checkpoint = d.older_checkpoint;
         c.meta_blocks = d.meta_blocks;
+    }
+    // The deleted snapshot's blocks are discarded a checkpoint early: only
+    // the few states before the next one, recovered from the older slot,
+    // show it, so every state is.
+    if fault == Fault::DiscardDeletedEarly {
+        c.second_crash_every = 1;
     }
     // Room to grow into, for the resize workloads.
     if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
@@ -58,6 +67,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if matches!(fault, Fault::ResizeWithoutGeometry | Fault::ShrinkBeforeEmpty | Fault::ShrinkDataBeforeEmpty) {
         let c = config_for(fault);
         return workloads::resizes(c.meta_blocks, c.data_blocks, c.spare_meta_blocks, c.spare_data_blocks);
+    }
+    if fault == Fault::DiscardDeletedEarly {
+        // Only a snapshot deleted on a volume that discards shows it.
+        return workloads::discards().into_iter().filter(|w| w.name == "discard/snapshot-delete").collect();
     }
     if matches!(fault, Fault::DiscardBeforeDurable | Fault::DiscardHeld | Fault::DiscardSegmentEarly) {
         // Only a volume that discards shows them.

@@ -120,6 +120,39 @@ impl DataSpace {
         }
     }
 
+    /// A deleted snapshot's `bitmap` is held no longer (the caller set the
+    /// held set without it, once no checkpoint a mount may start from
+    /// lists it): with `-o discard` its blocks now free, held by nothing
+    /// else and not being discarded are queued, busy until discarded.
+    /// Blocks of it still in use, or whose free is not durable yet, are
+    /// queued by their release, as any free.
+    pub fn let_go(&mut self, bitmap: &[u64]) {
+        if !self.discards.on {
+            return;
+        }
+        let mut run: Option<(u64, u64)> = None;
+        let mut runs = Vec::new();
+        for (w, &word) in bitmap.iter().enumerate().take(self.bitmap.len()) {
+            let mut m = word & !self.bitmap.get(w) & !self.held_word(w) & !self.busy_word(w);
+            while m != 0 {
+                let b = w as u64 * 64 + u64::from(m.trailing_zeros());
+                m &= m - 1;
+                if b >= self.total || self.is_held(b) {
+                    continue;
+                }
+                match &mut run {
+                    Some((s, n)) if *s + *n == b && *n < u64::from(super::MAX_EXTENT_BLOCKS) => *n += 1,
+                    _ => runs.extend(run.replace((b, 1))),
+                }
+            }
+        }
+        runs.extend(run);
+        for (start, n) in runs {
+            self.set_busy(start, n, true);
+            self.discards.queue.push(Discard { start, len: n as u32, busy: true });
+        }
+    }
+
     /// The broken rule [`Fault::DiscardBeforeDurable`]: a range just
     /// freed, still in use until its free is durable, queued at once.
     pub(super) fn discard_at_free(&mut self, start: DataBlock, len: u32) {
@@ -252,6 +285,31 @@ mod tests {
         s.release(crate::types::Seq(1));
         let d: Vec<(u64, u32)> = s.take_discards().iter().map(|d| (d.start, d.len)).collect();
         assert_eq!(d, vec![(a.0 + 10, 5), (a.0 + 20, 10)]);
+    }
+
+    #[test]
+    fn a_deleted_snapshots_blocks_let_go_are_queued_when_free_and_held_by_no_other() {
+        let (mut s, a) = space_with_frees();
+        let mut deleted = vec![0u64; s.bitmap.len()];
+        let mut other = vec![0u64; s.bitmap.len()];
+        // The deleted snapshot held blocks a+5..a+40: in use (a+5..a+10,
+        // a+30..a+40), freed (a+10..a+30, its free still pending until
+        // sealed) and free (a+100..a+104, never allocated).
+        for b in (a.0 + 5..a.0 + 40).chain(a.0 + 100..a.0 + 104) {
+            deleted[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        let b = a.0 + 101;
+        other[(b / 64) as usize] |= 1 << (b % 64);
+        s.set_held(other);
+        s.let_go(&deleted);
+        let d: Vec<(u64, u32)> = s.take_discards().iter().map(|d| (d.start, d.len)).collect();
+        assert_eq!(d, vec![(a.0 + 100, 1), (a.0 + 102, 2)], "only free blocks no other snapshot holds");
+        assert!(s.is_busy(a.0 + 100) && !s.is_busy(a.0 + 101));
+        // The pending free is queued by its release, as any.
+        s.seal_frees(crate::types::Seq(1));
+        s.release(crate::types::Seq(1));
+        let d: Vec<(u64, u32)> = s.take_discards().iter().map(|d| (d.start, d.len)).collect();
+        assert_eq!(d, vec![(a.0 + 10, 20)]);
     }
 
     #[test]

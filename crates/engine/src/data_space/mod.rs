@@ -253,9 +253,8 @@ impl DataSpace {
         assert!(held.is_empty() || self.fully_loaded(), "snapshots held against a bitmap not all read");
         self.held = held;
         self.held_only = self.count_held_only();
-        // Blocks a deleted snapshot held are free now: the next trim looks
-        // at every group again (`-o discard` leaves them to it: the
-        // checkpoint before the deletion still lists the snapshot).
+        // Blocks a deleted snapshot held may be free now: the next trim
+        // looks at every group again.
         self.forget_trimmed();
     }
 

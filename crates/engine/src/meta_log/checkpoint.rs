@@ -469,6 +469,7 @@ impl Log {
         self.space.release(self.durable);
         self.last_record = Some(c.record.clone());
         self.complete_snapshots();
+        self.retire_deleted();
         // Segments a grow added are named by a durable checkpoint now.
         self.usable_segments = c.record.geometry.map_or(self.sb.segment_count, |g| g.segment_count);
         self.free_segments_cached = self.free_segments();

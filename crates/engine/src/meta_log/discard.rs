@@ -48,6 +48,16 @@ impl Log {
         });
     }
 
+    /// Whether the checkpoint in the other slot, which a mount falls back
+    /// to when the newer one is lost, lists other snapshots than the one
+    /// the volume was opened from: a writable open checkpoints at once
+    /// then, before anything is handed out, so that nothing a snapshot
+    /// deleted since holds is written or discarded while it is listed.
+    #[must_use]
+    pub fn older_checkpoint_lists_other_snapshots(&self) -> bool {
+        self.older_lists_other && self.previous.is_none()
+    }
+
     /// Whether segment `s` may be discarded now (see the module's rules);
     /// false while its usage entry is not at hand, and for one discarded
     /// already and not written since.

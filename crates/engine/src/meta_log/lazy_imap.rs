@@ -250,14 +250,14 @@ impl Log {
     /// than the budget are in memory, down to the budget
     /// ([`crate::data_space::DataSpace::evict_groups`]); never while a
     /// sealed checkpoint is being written (as for the usage table), nor
-    /// while snapshots or kept trees exist (what they hold is counted
-    /// against the whole bitmap). The caller makes sure no clean or
+    /// while snapshots or kept trees exist, or deleted ones are still
+    /// held (what they hold is counted against the whole bitmap). The caller makes sure no clean or
     /// resize is under way: they read groups across several holds of the
     /// lock. A group given back costs a read when the allocator or a
     /// free next needs it.
     pub fn trim_data_space(&mut self) {
         let Some(keep) = self.space_keep else { return };
-        if self.checkpoint_unwritten || !self.snaps.all.is_empty() {
+        if self.checkpoint_unwritten || !self.snaps.all.is_empty() || !self.snaps.retiring.is_empty() {
             return;
         }
         if self.space.blocks_in_memory() <= keep + keep / 8 {

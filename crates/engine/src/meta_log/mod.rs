@@ -166,6 +166,10 @@ pub struct Log {
     previous: Option<discard::PreviousCheckpoint>,
     /// The number of the checkpoint the volume was opened from.
     opened_at: u64,
+    /// The other slot's (older) checkpoint lists other snapshots than the
+    /// one opened from: what a snapshot deleted since holds is free here
+    /// but not there, until a checkpoint overwrites that slot.
+    older_lists_other: bool,
 }
 
 impl Log {

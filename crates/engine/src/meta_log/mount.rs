@@ -156,6 +156,7 @@ impl Log {
             index_entry_limit: crate::format::snapshot::MAX_SNAPSHOT_INDEX,
             previous: None,
             opened_at: 0,
+            older_lists_other: false,
         }
     }
 
@@ -478,6 +479,7 @@ impl Log {
                     let recovery = if roll_forward { log.roll_forward()? } else { log.stay_at_checkpoint()? };
                     // Segments roll-forward emptied wait for two checkpoints.
                     log.opened_at = c.number;
+                    log.older_lists_other = slots.get(i + 1).is_some_and(|(o, _)| o.snapshot_list != c.snapshot_list);
                     log.tag_emptied();
                     // A slot is written after the IFile it names is durable,
                     // and that IFile is kept until a newer slot is: a newer

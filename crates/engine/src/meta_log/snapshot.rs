@@ -14,6 +14,7 @@ use super::Log;
 use super::seal::Body;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
+use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::{Checkpoint, index_entries};
 use crate::format::descriptor::Summary;
@@ -73,6 +74,10 @@ pub(crate) struct Snapshots {
     pub live_name: Option<String>,
     /// Where the checkpoint being sealed put the new list and snapshot block.
     pub staged: Option<(Option<MetaBlock>, Option<MetaBlock>)>,
+    /// Bitmaps of deleted snapshots, with the checkpoint that dropped
+    /// each: still held, for the checkpoint before that one (a mount's
+    /// fallback) lists the snapshot, until a newer checkpoint is durable.
+    pub retiring: Vec<(u64, Vec<u64>)>,
 }
 
 /// What a snapshot's image reaches in the log.
@@ -311,19 +316,48 @@ impl Log {
         Ok(())
     }
 
-    /// Recounts the pins and the held data blocks from the snapshots.
+    /// Recounts the pins and the held data blocks from the snapshots (and
+    /// the deleted ones still retiring).
     fn repin_snapshots(&mut self) {
         self.recount_pins();
         let mut held: Vec<u64> = Vec::new();
-        for s in &self.snaps.all {
-            if held.is_empty() && !s.bitmap.is_empty() {
-                held = vec![0; s.bitmap.len()];
+        let words = self.space.bitmap.len();
+        let bitmaps = self.snaps.all.iter().map(|s| &s.bitmap).chain(self.snaps.retiring.iter().map(|(_, b)| b));
+        for bitmap in bitmaps {
+            if held.is_empty() && !bitmap.is_empty() {
+                held = vec![0; words];
             }
-            for (h, b) in held.iter_mut().zip(&s.bitmap) {
+            for (h, b) in held.iter_mut().zip(bitmap) {
                 *h |= b;
             }
         }
         self.space.set_held(held);
+    }
+
+    /// After checkpoint `self.ckpt.number` became durable: the deleted
+    /// snapshots dropped by an older checkpoint are listed by neither
+    /// checkpoint a mount may start from, so their blocks are held no
+    /// longer (free ones go to the allocator and, with `-o discard`, are
+    /// queued for discard).
+    pub(crate) fn retire_deleted(&mut self) {
+        let number = self.ckpt.number;
+        if !self.snaps.retiring.iter().any(|(dropped, _)| *dropped < number) {
+            return;
+        }
+        let (gone, kept): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.snaps.retiring).into_iter().partition(|(dropped, _)| *dropped < number);
+        self.snaps.retiring = kept;
+        self.repin_snapshots();
+        for (_, bitmap) in gone {
+            self.space.let_go(&bitmap);
+        }
+    }
+
+    /// Whether blocks of a deleted snapshot wait for a checkpoint to be
+    /// let go.
+    #[must_use]
+    pub fn deleted_snapshots_retiring(&self) -> bool {
+        !self.snaps.retiring.is_empty()
     }
 
     /// Recounts the pins from the snapshots and the list block.
@@ -510,11 +544,22 @@ impl Log {
                 self.recount_pins();
             }
             Some(Pending::Delete(id)) => {
-                self.snaps.all.retain(|s| s.id != id);
+                let deleted = self.snaps.all.iter().position(|s| s.id == id).map(|i| self.snaps.all.remove(i));
                 self.snaps.list = list;
-                // What only it held is let go: the held set is the OR of
-                // the others' bitmaps, counted again.
+                // What only it held stays held until a checkpoint after
+                // this one is durable: the one before still lists it
+                // ([`Log::retire_deleted`]).
+                let bitmap = deleted.map(|s| s.bitmap).filter(|b| !b.is_empty());
+                let early = faults::active(Fault::DiscardDeletedEarly);
+                if let Some(b) = &bitmap
+                    && !early
+                {
+                    self.snaps.retiring.push((self.ckpt.number, b.clone()));
+                }
                 self.repin_snapshots();
+                if let Some(b) = bitmap.filter(|_| early) {
+                    self.space.let_go(&b);
+                }
             }
             Some(Pending::Switch { mut keep, live, name }) => {
                 if let Some(a) = snap_at {

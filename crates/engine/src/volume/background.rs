@@ -45,7 +45,10 @@ impl Volume {
                 fs.pages.trim_spare();
             }
             let dirty = fs.log.has_dirty() || fs.pages.dirty_bytes() > 0;
-            (dirty, fs.log.blocks_since_checkpoint(), fs.log.inode_map_wants_checkpoint())
+            // Blocks of a deleted snapshot wait for a checkpoint to be
+            // free (one whose deletion's second checkpoint failed).
+            let wants = fs.log.inode_map_wants_checkpoint() || fs.log.deleted_snapshots_retiring();
+            (dirty, fs.log.blocks_since_checkpoint(), wants)
         };
         // Usage blocks past their budget go here only, and not while a
         // clean or a resize (which hold `cleaning`) reads entries of the

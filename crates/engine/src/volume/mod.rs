@@ -313,7 +313,10 @@ impl Volume {
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
             let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
-            vol.finish_recovery(moved, true)?;
+            // And the older slot must not list a snapshot the newer one
+            // deleted, whose blocks are free now (DESIGN.md, "Discard").
+            let older = lock(&vol.fs).log.older_checkpoint_lists_other_snapshots();
+            vol.finish_recovery(moved || older, true)?;
         }
         vol.start_quotas()?;
         Ok(vol)
@@ -670,9 +673,14 @@ impl Volume {
                 }
                 Some(Err(Error::NoSpace(DeviceRole::Data))) if space_attempts == 0 => {
                     // Frees waiting for a durable commit come back after one
-                    // (and after their discard, with `-o discard`).
+                    // (and after their discard, with `-o discard`), blocks
+                    // of a deleted snapshot after a checkpoint.
                     space_attempts = 1;
-                    self.commit()?;
+                    if lock(&self.fs).log.deleted_snapshots_retiring() {
+                        self.checkpoint()?;
+                    } else {
+                        self.commit()?;
+                    }
                     self.discard_queued();
                 }
                 Some(Err(Error::NoSpace(DeviceRole::Meta))) if space_attempts < 8 && kind != OpKind::Clean => {

@@ -79,7 +79,9 @@ impl Volume {
     }
 
     /// Deletes snapshot `name`: with the checkpoint that records it, the
-    /// segments and data blocks only it kept become free.
+    /// segments only it kept become free; the data blocks only it kept
+    /// with the checkpoint after that one, written before the call
+    /// returns (with `-o discard` they are discarded by then).
     ///
     /// # Errors
     /// No such snapshot, one in use beside the live tree
@@ -102,7 +104,19 @@ impl Volume {
             fs.log.stage_snapshot_delete(name)?;
         }
         self.commit_locked(&mut c, WriteBack::All)?;
-        self.checkpoint_locked(&mut c, WriteBack::All)
+        self.checkpoint_locked(&mut c, WriteBack::All)?;
+        // The checkpoint before that one, which a mount falls back to when
+        // the newer slot is lost, still lists the snapshot: its blocks are
+        // let go by the next checkpoint, written now so that the space is
+        // back when the call returns. What the first one made free goes to
+        // the device meanwhile, as a turn of the background writer may.
+        self.discard_queued();
+        if lock(&self.fs).log.deleted_snapshots_retiring() {
+            self.checkpoint_locked(&mut c, WriteBack::All)?;
+        }
+        drop(c);
+        self.discard_queued();
+        Ok(())
     }
 
     /// The snapshots, oldest first, with the space each holds.

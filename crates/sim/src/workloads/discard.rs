@@ -89,5 +89,34 @@ pub fn discards() -> Vec<Workload> {
     }
     steps.push(Step::Trim);
     out.push(Workload { name: s("discard/segments"), steps, scale: 8 });
+    // Snapshots deleted with `-o discard`: the blocks only they held (a
+    // file unlinked, another cut short, overwrites moved aside) are
+    // discarded by the deletion, once the checkpoint before the one that
+    // drops the snapshot, which still lists it, is gone from both slots.
+    // The second snapshot is deleted right after a checkpoint of frees.
+    let steps = vec![
+        Step::Create(s("B/d1")),
+        write("B/d1", 0, 49152),
+        Step::Create(s("B/d2")),
+        write("B/d2", 0, 30000),
+        Step::Fsync(s("B")),
+        Step::SnapshotCreate(s("old")),
+        Step::Unlink(s("B/d1")),
+        Step::Truncate { path: s("B/d2"), size: 4096 },
+        write("A/foo", 0, 8192),
+        Step::Tick,
+        Step::SnapshotDelete(s("old")),
+        Step::Create(s("A/n1")),
+        write("A/n1", 0, 40000),
+        Step::Fsync(s("A/n1")),
+        Step::SnapshotCreate(s("new")),
+        Step::Unlink(s("A/n1")),
+        write("A/foo", 4096, 4096),
+        Step::Sync,
+        Step::SnapshotDelete(s("new")),
+        Step::Tick,
+        Step::Sync,
+    ];
+    out.push(Workload { name: s("discard/snapshot-delete"), steps, scale: 8 });
     out
 }

@@ -67,9 +67,10 @@ pub struct Config {
     /// Blocks the data device holds past the volume made on it.
     pub spare_data_blocks: u64,
     /// Also recover each sampled state with either checkpoint slot
-    /// zeroed: the older checkpoint must still give an allowed tree (what
-    /// discard must never take from it; workloads whose log wraps onto
-    /// the older checkpoint's segments cannot ask this).
+    /// zeroed: the older checkpoint must still give an allowed tree and a
+    /// volume fsck finds clean (what discard must never take from it;
+    /// workloads whose log wraps onto the older checkpoint's segments
+    /// cannot ask this).
     pub older_checkpoint: bool,
 }
 
@@ -444,7 +445,9 @@ impl Explorer {
     /// checkpoint, whose blocks and roll-forward range must be intact, and
     /// shows a tree the model allows; every snapshot that checkpoint lists
     /// (one deleted since comes back) shows the tree it was made of, so
-    /// that nothing it holds was discarded or handed out while listed.
+    /// that nothing it holds was discarded or handed out while listed; fsck
+    /// then reads the whole IFile (a mount leaves the bitmap and group
+    /// descriptors on disk, which the tree never reads).
     fn check_older_checkpoint(&self, run: &Run, img: &CrashImages, tags: &[u64], steps: &[Step]) -> Result<(), String> {
         let zeros: Block = Arc::new([0u8; dualfs_engine::types::BLOCK_SIZE]);
         for slot in dualfs_engine::format::superblock::CHECKPOINT_SLOTS {
@@ -462,8 +465,10 @@ impl Explorer {
             // Any snapshot made by a step begun may be listed there.
             let any = crate::crash::Window { durable: 0, synced: 0, ..img.window };
             let images = (lost, img.data.clone());
-            check_snapshots(&vol, meta, data, images, &run.snapshots, any, &mount)
+            check_snapshots(&vol, meta.clone(), data.clone(), images, &run.snapshots, any, &mount)
                 .map_err(|e| format!("with checkpoint slot {} lost: {e}", slot.0))?;
+            drop(vol);
+            fsck(meta, data).map_err(|e| format!("with checkpoint slot {} lost, after recovery, {e}", slot.0))?;
         }
         Ok(())
     }

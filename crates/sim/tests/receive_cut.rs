@@ -33,13 +33,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::faults::{self, Fault};
-use dualfs_engine::format::stream::{FRAME_CRC_LEN, FRAME_HEAD_LEN, PRELUDE_LEN};
-use dualfs_engine::types::InodeNo;
+use dualfs_engine::format::stream::{FRAME_CRC_LEN, FRAME_HEAD_LEN, PRELUDE_LEN, Record};
+use dualfs_engine::types::{FileKind, InodeNo};
 use dualfs_engine::volume::{AtimeMode, MkfsOptions, MountOptions, RECEIVING_XATTR, Touched, send};
-use dualfs_sim::crash::Recording;
+use dualfs_sim::crash::{Choice, Recording, StateSpec};
 use dualfs_sim::image::{Fill, Image, OverlayDevice};
-use dualfs_sim::record::{Dev, Recorder, RecordingDevice};
-use dualfs_sim::stream_structure::{change, digest, populate};
+use dualfs_sim::record::{Dev, Event, Recorder, RecordingDevice};
+use dualfs_sim::stream_structure::{change, digest, populate, records_of};
 use dualfs_sim::workload::fixed_clock;
 
 const META_BLOCKS: u64 = 4096;
@@ -203,27 +203,33 @@ fn check(s: &Setup, meta: &Arc<Image>, data: &Arc<Image>) -> Result<(), String> 
     Ok(())
 }
 
+/// The stream cut after record `k`, received on the recording devices:
+/// what they saw. What the receiving process got wrong goes to `failures`.
+fn receive_cut(s: &Setup, k: usize, failures: &mut Vec<String>) -> Recording {
+    let end = boundaries(&s.increment)[k];
+    let rec = Arc::new(Recorder::default());
+    let m = Arc::new(RecordingDevice::new(Dev::Meta, s.base.0.clone(), rec.clone()));
+    let d = Arc::new(RecordingDevice::new(Dev::Data, s.base.1.clone(), rec.clone()));
+    let vol = Volume::open_with_clock(m, d, options(), fixed_clock()).unwrap();
+    match vol.receive(&mut &s.increment[..end]) {
+        Ok(_) => failures.push(format!("cut after record {k}: received")),
+        Err(e) if !e.to_string().contains("cut short") => failures.push(format!("cut after record {k}: {e}")),
+        Err(_) => {}
+    }
+    if digest(&vol) != s.s0 || vol.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_ok() {
+        failures.push(format!("cut after record {k}: the mirror is not as it was"));
+    }
+    vol.close().unwrap();
+    Recording { meta: s.base.0.clone(), data: s.base.1.clone(), events: rec.events() }
+}
+
 /// Each cut, received on the recording devices, then its crash states
 /// checked; the failures.
 fn explore(s: &Setup) -> Vec<String> {
     let mut failures = Vec::new();
-    let ends = boundaries(&s.increment);
     // After the header, after each record, before the end record.
-    for (k, &end) in ends.iter().enumerate().take(ends.len() - 1) {
-        let rec = Arc::new(Recorder::default());
-        let m = Arc::new(RecordingDevice::new(Dev::Meta, s.base.0.clone(), rec.clone()));
-        let d = Arc::new(RecordingDevice::new(Dev::Data, s.base.1.clone(), rec.clone()));
-        let vol = Volume::open_with_clock(m, d, options(), fixed_clock()).unwrap();
-        match vol.receive(&mut &s.increment[..end]) {
-            Ok(_) => failures.push(format!("cut after record {k}: received")),
-            Err(e) if !e.to_string().contains("cut short") => failures.push(format!("cut after record {k}: {e}")),
-            Err(_) => {}
-        }
-        if digest(&vol) != s.s0 || vol.getxattr(InodeNo::ROOT, RECEIVING_XATTR).is_ok() {
-            failures.push(format!("cut after record {k}: the mirror is not as it was"));
-        }
-        vol.close().unwrap();
-        let recording = Recording { meta: s.base.0.clone(), data: s.base.1.clone(), events: rec.events() };
+    for k in 0..boundaries(&s.increment).len() - 1 {
+        let recording = receive_cut(s, k, &mut failures);
         for spec in recording.states(0xC07 ^ k as u64, STATES_PER_CUT) {
             let img = recording.build(&spec);
             if let Err(why) = check(s, &img.meta, &img.data) {
@@ -254,6 +260,38 @@ fn a_full_stream_cut_at_every_record_boundary_leaves_states_fsck_repair_and_moun
     let s = setup(true);
     assert!(boundaries(&s.increment).len() > 20, "a stream with records to cut between");
     let failures = explore(&s);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A cut between a symlink's inode record and its target's, with every
+/// flush of its recording as a crash state (what was in flight lost, and
+/// landed): the rollback's first commit comes between the two records,
+/// and a symlink it made durable without its target is a state fsck calls
+/// broken. The states drawn above reach that commit's flush only by chance.
+#[test]
+fn a_cut_between_a_symlink_and_its_target_leaves_no_symlink_without_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    faults::set(&[]);
+    let s = setup(true);
+    let records = records_of(&s.increment);
+    let k = records
+        .windows(2)
+        .position(|w| matches!(w, [Record::Inode(a), Record::Symlink { .. }] if a.kind() == Some(FileKind::Symlink)))
+        .expect("the stream makes a symlink");
+    let mut failures = Vec::new();
+    let recording = receive_cut(&s, k, &mut failures);
+    let flushes: Vec<usize> =
+        recording.events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Flush(_))).map(|(i, _)| i + 1).collect();
+    assert!(flushes.len() > 2, "a rollback that commits");
+    for cut in flushes {
+        for choice in [Choice::Flushed, Choice::All] {
+            let spec = StateSpec { cut, choice };
+            let img = recording.build(&spec);
+            if let Err(why) = check(&s, &img.meta, &img.data) {
+                failures.push(format!("cut after record {k}, {spec}: {why}"));
+            }
+        }
+    }
     assert!(failures.is_empty(), "{failures:#?}");
 }
 

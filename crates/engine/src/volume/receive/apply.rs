@@ -46,6 +46,12 @@ pub(super) struct Apply<'a> {
     root: Option<InodeAttrs>,
     /// The volume is marked as keeping inode flags (format 1.6).
     flags_marked: bool,
+    /// The open section makes a symlink, not made yet: it is made with its
+    /// target, in one step. A commit between the inode record and the
+    /// target's (one every `COMMIT_EVERY` records, the rollback's first,
+    /// the mount's timer) would otherwise make a symlink without a target
+    /// durable, which a crash then leaves for fsck to call broken.
+    unborn: bool,
 }
 
 impl<'a> Apply<'a> {
@@ -62,6 +68,7 @@ impl<'a> Apply<'a> {
             ledger: checked.then(Ledger::default),
             root: None,
             flags_marked: false,
+            unborn: false,
         }
     }
 
@@ -162,9 +169,9 @@ impl<'a> Apply<'a> {
             }
             Some(_) => {
                 self.delete(a.ino)?;
-                self.create(&a, kind)?;
+                self.begin(&a, kind)?;
             }
-            None => self.create(&a, kind)?,
+            None => self.begin(&a, kind)?,
         }
         if kind == FileKind::Directory {
             self.group = self.vol.with_fs(|fs| fs.inode(a.ino).map(|r| r.group))?;
@@ -173,7 +180,18 @@ impl<'a> Apply<'a> {
         Ok(())
     }
 
-    fn create(&mut self, a: &InodeAttrs, kind: FileKind) -> Result<()> {
+    /// Makes the inode a section opens, or for a symlink, leaves it to
+    /// its target's record.
+    fn begin(&mut self, a: &InodeAttrs, kind: FileKind) -> Result<()> {
+        if kind == FileKind::Symlink {
+            self.unborn = true;
+            return Ok(());
+        }
+        self.create(a, kind, None)
+    }
+
+    /// Makes inode `a` of `kind`; a symlink with its `target`, in the same step.
+    fn create(&mut self, a: &InodeAttrs, kind: FileKind, target: Option<&[u8]>) -> Result<()> {
         if self.freed.contains(&a.ino) {
             // A number freed in this commit group is reused only in a later
             // one (roll-forward must never meet two lives of it in one group).
@@ -201,6 +219,9 @@ impl<'a> Apply<'a> {
             };
             fs.log.claim_inode(rec).map_err(|_| Error::Stream(format!("inode {} cannot be created", a.ino)))?;
             fs.intents.created(a.ino);
+            if let Some(target) = target {
+                set_target(fs, a.ino, target)?;
+            }
             Ok(())
         })
     }
@@ -303,21 +324,17 @@ impl<'a> Apply<'a> {
                 if kind != Some(FileKind::Symlink) {
                     return wrong("symlink");
                 }
+                if std::mem::take(&mut self.unborn) {
+                    return self.create(a, FileKind::Symlink, Some(target.as_slice()));
+                }
                 vol.with_step(|fs| {
                     if let Body::Blob { nodes, .. } = fs.inode(ino)?.body.clone() {
                         fs.free_blob(&nodes);
                     }
-                    let body = if target.len() <= fs.config.inline_max as usize {
-                        Body::Inline(target.clone())
-                    } else {
-                        Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, &target) }
-                    };
-                    let mut r = fs.inode_mut(ino)?;
-                    r.body = body;
-                    r.size = target.len() as u64;
-                    Ok(())
+                    set_target(fs, ino, &target)
                 })
             }
+            _ if self.unborn => Err(Error::Stream(format!("a record for symlink {ino} before its target"))),
             Record::XattrSet { name, .. } | Record::XattrRemove { name } if is_mark(ino, &name) => Ok(()),
             Record::XattrSet { name, value } => vol.with_step(|fs| {
                 fs.release_replacement(ino)?;
@@ -337,6 +354,9 @@ impl<'a> Apply<'a> {
     /// since what came before stamped times and counted links its own way.
     pub(super) fn finish(&mut self) -> Result<()> {
         let Some(a) = self.section.take() else { return Ok(()) };
+        if std::mem::take(&mut self.unborn) {
+            return Err(Error::Stream(format!("symlink {} has no target record", a.ino)));
+        }
         if (a.flags != 0 || a.project != 0) && !self.flags_marked {
             self.vol.mark_inode_flags()?;
             self.flags_marked = true;
@@ -374,4 +394,17 @@ impl<'a> Apply<'a> {
             Ok(())
         })
     }
+}
+
+/// Gives symlink `ino` its `target` (its old one, if any, freed before).
+fn set_target(fs: &mut crate::namespace::Fs, ino: InodeNo, target: &[u8]) -> Result<()> {
+    let body = if target.len() <= fs.config.inline_max as usize {
+        Body::Inline(target.to_vec())
+    } else {
+        Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, target) }
+    };
+    let mut r = fs.inode_mut(ino)?;
+    r.body = body;
+    r.size = target.len() as u64;
+    Ok(())
 }

@@ -331,6 +331,21 @@ fn crashes_around_clones_keep_every_tree_whole() {
     }
 }
 
+/// Trees served beside each other on their own (in the campaign above
+/// too): every crash state, with fsyncs in two trees and a file held open
+/// in a tree left, shows the entered tree live with what it promised and
+/// every other tree whole.
+#[test]
+fn crashes_around_trees_beside_each_other_keep_every_tree_whole() {
+    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
+    for w in workloads::trees_beside() {
+        match ex.explore(&w) {
+            Ok(s) => assert!(s.states_checked >= 50, "{}: only {} states", w.name, s.states_checked),
+            Err(f) => panic!("{f}"),
+        }
+    }
+}
+
 /// The range workloads on their own (they are in the campaign above
 /// too): every crash state shows each collapse and insert whole or not at
 /// all, and the snapshot as it was made.

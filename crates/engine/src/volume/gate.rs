@@ -20,7 +20,7 @@ use crate::namespace::refs::Refs;
 /// How long a tree keeps the volume while another tree's operations wait:
 /// long against a switch (two checkpoints, some 36 KiB of meta-data), short
 /// against a person waiting.
-pub const SLICE: Duration = Duration::from_millis(200);
+pub const SLICE: Duration = Duration::from_secs(1);
 
 /// Who is inside the gate.
 #[derive(Debug, Default)]

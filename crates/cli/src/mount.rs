@@ -17,13 +17,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
+use dualfs_engine::error::DeviceRole;
 use dualfs_engine::repair::rescue;
 use dualfs_fuse::DualFs;
 use dualfs_fuse::clock::KernelClock;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
-use crate::devices::open_pair_for_mount;
+use crate::devices::{Access, open_pair_for_mount};
 use crate::exit::Exit;
 use crate::options::{self, MountConfig};
 
@@ -291,6 +292,18 @@ fn serve(args: &MountArgs) -> Result<()> {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
     };
+    // A mirrored meta-data device: both copies, or one with -o degraded.
+    let mut copies = vec![m];
+    if let Some(path) = &cfg.mirror {
+        let path = absolute(path)?;
+        crate::devices::check_distinct(&meta, &path)?;
+        crate::devices::check_distinct(&path, &data)?;
+        let access = if devices_writable { Access::Exclusive } else { Access::ExclusiveReadOnly };
+        copies.push(crate::devices::open_one(&path, DeviceRole::Meta, access)?);
+    }
+    let assembled = Volume::assemble_meta(&copies, &d, cfg.degraded, devices_writable && !cfg.read_only)
+        .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
+    let m = assembled.meta.clone();
     // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
     let clock = Arc::new(KernelClock::default());
     if let Some(name) = &cfg.clone {
@@ -309,6 +322,7 @@ fn serve(args: &MountArgs) -> Result<()> {
     // Said in the log once the terminal is let go: a recovery after a
     // crash or a shutdown is no fault, and a kernel file system's mount
     // prints nothing then (scripts compare what a remount prints).
+    vol.attach_mirror(&assembled);
     let rec = &vol.open_report().recovery;
     let recovered = (rec.partial_segments > 0).then(|| {
         format!(
@@ -405,6 +419,14 @@ fn serve(args: &MountArgs) -> Result<()> {
     }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
     log::info!("{}", session.transport());
+    // Said here, in the mount's log: what the engine logged while opening
+    // came before a background mount's log was set up.
+    if let Some(why) = &assembled.degraded {
+        log::warn!("the meta-data mirror is degraded: {why}");
+    }
+    if let Some(n) = assembled.mirror.as_ref().map(|m| m.healed()).filter(|&n| n > 0) {
+        log::warn!("{n} meta-data blocks failed their check on the first copy: read from the mirror and rewritten");
+    }
     log::warn!(
         "sync(1) does not make data durable on a FUSE file system: data is committed every {} s; run `dualfs \
          sync {}` (or fsync) to make it durable now",
@@ -435,6 +457,9 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::error!("the thread loading the inode map panicked");
     }
     close(vol)?;
+    // The assembled meta-data device (and its mirror) hold the devices'
+    // lock too: let it go with the volume.
+    drop((assembled, copies));
     // Snapshots this process serves beside the volume stay mounted until
     // unmounted; the devices' lock is let go meanwhile (they read without it).
     if let Some(j) = &joins {

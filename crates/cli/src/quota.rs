@@ -186,7 +186,14 @@ fn print_report(v: &Value, kinds: &[Kind], human: bool, name: &str) -> Result<()
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let num = |r: &Value, k: &str| r[k].as_u64().unwrap_or(0);
-    for &kind in kinds {
+    // Without root the volume answers only the caller's own rows, as
+    // quota(1) shows them; projects need root.
+    let own = v.get("only").is_some();
+    if own {
+        let uid = u32::try_from(num(&v["only"], "uid")).unwrap_or(u32::MAX);
+        say!("Quotas of user {} (uid {uid}) and of its groups on {name}; others' need root", name_of(Kind::User, uid));
+    }
+    for &kind in kinds.iter().filter(|k| !(own && **k == Kind::Project)) {
         let g = &v["grace"][kind.name()];
         say!("*** Report for {} quotas on {name}", kind.name());
         say!("Block grace time: {}; Inode grace time: {}", human_time(num(g, "blocks")), human_time(num(g, "inodes")));

@@ -2,7 +2,8 @@
 //! and touch get EDQUOT ("Disk quota exceeded") at a hard limit, a soft
 //! limit turns hard once its grace time ends, chown to a full user is
 //! refused, mv into another project's tree copies (EXDEV), and `dualfs
-//! quota report` shows what each id uses, mounted and not.
+//! quota report` shows what each id uses, mounted and not, and a user
+//! their own usage without root.
 
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -67,6 +68,17 @@ fn tools_hit_the_limits_and_the_report_shows_usage() {
     let row = user_row(&quota(&["report", "--json", &m]), 1000);
     assert_eq!((row["inodes"].as_u64(), row["inode_hard"].as_u64()), (Some(5), Some(5)), "{row}");
     assert_eq!((row["block_soft"].as_u64(), row["block_hard"].as_u64()), (Some(512), Some(1024)), "{row}");
+    // A user reads their own usage without root, as quotactl's Q_GETQUOTA
+    // allows: their user's row and their group's, no one else's.
+    let bin = env!("CARGO_BIN_EXE_dualfs");
+    let (ok, out) = as_user(&m, &format!("{bin} quota report --json {m}"));
+    assert!(ok, "a user reading their own quota: {out}");
+    let own: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = own["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["kind"] == "user" && r["id"] == 1000), "{out}");
+    assert!(rows.iter().all(|r| r["id"] == 1000 && r["kind"] != "project"), "another's row shown: {out}");
+    let (ok, out) = as_user(&m, &format!("{bin} quota report {m}"));
+    assert!(ok && out.contains("uid 1000") && !out.contains("Report for project"), "{out}");
     // A soft limit with a grace time of 2 s: past it, then refused.
     as_user(&m, "rm -f a b c d e");
     quota(&["grace", "-u", "2", "2", &m]);

@@ -114,6 +114,16 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
+    /// Redundant log: write the partial segments an fsync or a sync waits
+    /// for once, without their twins (one damaged block of the last one
+    /// then loses it without a word).
+    NoTwins,
+    /// Meta-data mirror: flush only the first copy before a write is
+    /// acknowledged (the second may still lose it).
+    MirrorAckBeforeSecond,
+    /// Meta-data mirror: take a copy that missed writes (its superblock
+    /// names an older mirror generation) as in sync.
+    MirrorTrustStale,
     /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
     /// return before it is durable, as a write to any other file does.
     SyncFlagIgnored,
@@ -127,7 +137,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 36] = [
+    pub const ALL: [Fault; 39] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -160,6 +170,9 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
+        Fault::NoTwins,
+        Fault::MirrorAckBeforeSecond,
+        Fault::MirrorTrustStale,
         Fault::SyncFlagIgnored,
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,

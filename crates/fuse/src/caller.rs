@@ -33,6 +33,13 @@ pub fn in_group_or_root(uid: u32, gid: u32, pid: u32, file_gid: u32) -> bool {
     uid == 0 || gid == file_gid || supplementary_groups(pid).contains(&file_gid)
 }
 
+/// Every group the caller is in: its fs gid and its supplementary groups.
+pub fn groups(caller: Caller) -> Vec<u32> {
+    let mut groups = vec![caller.gid];
+    groups.extend(supplementary_groups(caller.pid).into_iter().filter(|&g| g != caller.gid));
+    groups
+}
+
 /// The `Groups:` line of /proc/PID/status.
 fn supplementary_groups(pid: u32) -> Vec<u32> {
     let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {

@@ -8,6 +8,7 @@
 mod aligned;
 mod file;
 mod memory;
+mod mirror;
 mod page;
 mod switch;
 pub mod tracing;
@@ -15,6 +16,7 @@ pub mod tracing;
 pub use aligned::AlignedBuf;
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
+pub use mirror::{Checker, MirrorDevice, Verdict};
 pub use page::{DataRun, PageBuf, SharedPage};
 pub use switch::SwitchDevice;
 

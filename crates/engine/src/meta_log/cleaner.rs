@@ -172,7 +172,9 @@ impl Log {
         // descriptor that does not decode, or goes back in sequence, ends it.
         while off < self.sb.segment_blocks {
             let Ok((desc, _, n)) = self.read_descriptor(s, off, None)? else { break };
-            if last_seq.is_some_and(|l| desc.seq <= l) {
+            // A twin repeats the sequence of the partial segment before it.
+            let twin = desc.flags & crate::format::descriptor::PS_TWIN != 0;
+            if last_seq.is_some_and(|l| desc.seq < l || (desc.seq == l && !twin)) {
                 break;
             }
             last_seq = Some(desc.seq);

@@ -138,6 +138,7 @@ impl Log {
             durable: Seq(0),
             vouched: Seq(0),
             detached: false,
+            twin_next: false,
             ckpt: DurableCheckpoint { number: 0, log: head, ..DurableCheckpoint::default() },
             blocks_since_checkpoint: 0,
             // The superblock decoder refuses fewer than 16 segments.

@@ -25,6 +25,7 @@ mod in_use;
 mod label;
 mod load;
 mod migrate;
+mod mirror;
 mod mkfs;
 mod ops;
 mod orphans;
@@ -91,6 +92,9 @@ const DEFERRED_READS_MAX: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct CommitState {
     next_id: u64,
+    /// The commit under way is one a caller waits for: its last group is
+    /// twinned (`Log::twin_next_group`).
+    acknowledged: bool,
 }
 
 /// A mounted DualFS volume.
@@ -140,6 +144,8 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
+    /// The meta-data mirror this volume runs on, if any ([`Volume::attach_mirror`]).
+    mirror: std::sync::OnceLock<mirror::Attached>,
     /// Work for the background writer ([`Volume::background_step`]).
     background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
@@ -314,10 +320,11 @@ impl Volume {
         vol.switches = Some(switches);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
-            // anything was read or a torn tail was met: only a checkpoint
+            // anything was read, a torn tail was met or the log was moved on
+            // past a clean end (a twin's blocks beyond it): only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean() || lock(&vol.fs).log.is_detached();
             vol.finish_recovery(moved, true)?;
         }
         vol.start_quotas()?;
@@ -394,6 +401,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
+            mirror: std::sync::OnceLock::new(),
             orphans_pending: AtomicBool::new(false),
             background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),

@@ -430,6 +430,9 @@ pub struct MkfsOptions {
     /// (format 1.1's `INCOMPAT_FSYNC_LOG`; on by default). Off makes a
     /// volume that format 1.0 readers can mount, whose fsync commits.
     pub fsync_log: bool,
+    /// Keep the meta-data device on two devices alike (the superblock's
+    /// `meta_copies`; set by [`Volume::format_mirrored`]).
+    pub meta_mirror: bool,
 }
 
 impl Default for MkfsOptions {
@@ -443,6 +446,7 @@ impl Default for MkfsOptions {
             now: Timestamp::now(),
             identity_seed: None,
             fsync_log: true,
+            meta_mirror: false,
         }
     }
 }

@@ -1,0 +1,189 @@
+//! [`MirrorDevice`]: the meta-data device kept on two devices alike. Every
+//! write goes to both at once (two requests in flight, not one after the
+//! other) and every flush flushes both, so a write is acknowledged only
+//! when both copies hold it. Reads come from the first copy; a block that
+//! fails its check there (the checker comes from the format layer: the
+//! device layer knows no block layout) is read from the second, and when
+//! that one passes it is returned and written back over the bad one.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use super::BlockDevice;
+use crate::faults::{self, Fault};
+use crate::types::BLOCK_SIZE;
+
+/// What the checker says of a block read from an address.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Verdict {
+    /// Its checksum and address hold.
+    Good,
+    /// It is damaged, misplaced or was never written.
+    Bad,
+    /// Nothing in it can be checked (raw data an fsync record carries).
+    Unknown,
+}
+
+/// Checks the block read from an address.
+pub type Checker = Arc<dyn Fn(u64, &[u8]) -> Verdict + Send + Sync>;
+
+/// Two copies of one device, written alike, read with healing.
+pub struct MirrorDevice {
+    copies: [Arc<dyn BlockDevice>; 2],
+    check: Checker,
+    healed: AtomicU64,
+    unhealed: AtomicU64,
+    /// Writers share it; a heal holds it alone, so that it never writes a
+    /// block back over a newer write of the same block.
+    order: RwLock<()>,
+}
+
+impl std::fmt::Debug for MirrorDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorDevice").field("copies", &self.copies).field("healed", &self.healed).finish()
+    }
+}
+
+/// Runs `a` here and `b` on a second thread at the same time: the second
+/// copy costs its device's time, not a second round trip.
+fn both<A, B>(a: impl FnOnce() -> io::Result<A>, b: impl FnOnce() -> io::Result<B> + Send) -> io::Result<()>
+where
+    B: Send,
+{
+    std::thread::scope(|s| {
+        let second = s.spawn(b);
+        let first = a();
+        let second = second.join().unwrap_or_else(|_| Err(io::Error::other("the second copy's writer panicked")));
+        first?;
+        second?;
+        Ok(())
+    })
+}
+
+impl MirrorDevice {
+    /// Mirrors `first` onto `second` (the same size is not required: the
+    /// smaller bounds the device).
+    #[must_use]
+    pub fn new(first: Arc<dyn BlockDevice>, second: Arc<dyn BlockDevice>, check: Checker) -> MirrorDevice {
+        MirrorDevice {
+            copies: [first, second],
+            check,
+            healed: AtomicU64::new(0),
+            unhealed: AtomicU64::new(0),
+            order: RwLock::new(()),
+        }
+    }
+
+    /// Blocks read bad from one copy and rewritten from the other.
+    #[must_use]
+    pub fn healed(&self) -> u64 {
+        self.healed.load(Ordering::Relaxed)
+    }
+
+    /// Blocks bad on the first copy that the second could not mend either.
+    #[must_use]
+    pub fn unhealed(&self) -> u64 {
+        self.unhealed.load(Ordering::Relaxed)
+    }
+
+    /// The two copies.
+    #[must_use]
+    pub fn copies(&self) -> &[Arc<dyn BlockDevice>; 2] {
+        &self.copies
+    }
+
+    /// Reads `buf.len() / BLOCK_SIZE` blocks from copy `i` alone.
+    ///
+    /// # Errors
+    /// That copy fails.
+    pub fn read_copy(&self, i: usize, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.copies[i].read_blocks(first, buf)
+    }
+
+    /// Checks each block of `buf` (read from copy 0 at `first`) and mends
+    /// the bad ones from copy 1. Returns how many were mended.
+    fn heal(&self, first: u64, buf: &mut [u8]) -> io::Result<u64> {
+        let mut mended = 0;
+        let mut other = vec![0u8; BLOCK_SIZE];
+        for (i, blk) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+            let at = first + i as u64;
+            if (self.check)(at, blk) == Verdict::Good {
+                continue;
+            }
+            // A block of zeros where the other copy holds raw data the
+            // checker cannot judge (an fsync record's data copy) lost a
+            // write the other copy kept: the other is taken.
+            let zeros = blk.iter().all(|&x| x == 0);
+            let takes = |v: Verdict| v == Verdict::Good || (zeros && v == Verdict::Unknown);
+            if self.copies[1].read_blocks(at, &mut other).is_err() || !takes((self.check)(at, &other)) {
+                if (self.check)(at, blk) == Verdict::Bad && other != *blk {
+                    self.unhealed.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            // Again, writes held off: a write since the first read wins.
+            let _alone = self.order.write().unwrap_or_else(PoisonError::into_inner);
+            self.copies[1].read_blocks(at, &mut other)?;
+            if !takes((self.check)(at, &other)) {
+                continue;
+            }
+            blk.copy_from_slice(&other);
+            log::warn!("meta-data block {at} failed its check on the first copy: read from the mirror and rewritten");
+            self.copies[0].write_blocks(at, &other)?;
+            mended += 1;
+        }
+        self.healed.fetch_add(mended, Ordering::Relaxed);
+        Ok(mended)
+    }
+}
+
+impl BlockDevice for MirrorDevice {
+    fn block_count(&self) -> u64 {
+        self.copies[0].block_count().min(self.copies[1].block_count())
+    }
+
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        if let Err(e) = self.copies[0].read_blocks(first, buf) {
+            // The first copy cannot read it at all: the second answers, and
+            // each block it holds good is written back.
+            log::warn!("meta-data blocks {first}..: the first copy fails to read ({e}): read from the mirror");
+            self.copies[1].read_blocks(first, buf)?;
+            let mut n = 0;
+            for (i, blk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
+                let at = first + i as u64;
+                if (self.check)(at, blk) == Verdict::Good && self.copies[0].write_blocks(at, blk).is_ok() {
+                    n += 1;
+                }
+            }
+            self.healed.fetch_add(n, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.heal(first, buf).map(|_| ())
+    }
+
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        let _shared = self.order.read().unwrap_or_else(PoisonError::into_inner);
+        let [a, b] = &self.copies;
+        both(|| a.write_blocks(first, buf), || b.write_blocks(first, buf))
+    }
+
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let _shared = self.order.read().unwrap_or_else(PoisonError::into_inner);
+        let [a, b] = &self.copies;
+        both(|| a.write_blocks_vectored(first, bufs), || b.write_blocks_vectored(first, bufs))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let [a, b] = &self.copies;
+        if faults::active(Fault::MirrorAckBeforeSecond) {
+            return a.flush();
+        }
+        both(|| a.flush(), || b.flush())
+    }
+
+    fn refresh_block_count(&self) -> io::Result<u64> {
+        let [a, b] = &self.copies;
+        Ok(a.refresh_block_count()?.min(b.refresh_block_count()?))
+    }
+}

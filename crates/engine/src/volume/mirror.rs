@@ -1,0 +1,224 @@
+//! The mirrored meta-data log: assembling the two copies at mount, and
+//! formatting a volume on them (FORMAT.md 2, `meta_copies`; DESIGN.md
+//! "The meta-data mirror").
+//!
+//! Which copy is current is settled by the data device's superblock: a
+//! copy whose superblock names the data device's `mirror_generation` is in
+//! sync; one naming a lower generation missed the writes made while it was
+//! away (a degraded mount raises the generation on the copy it runs on and
+//! on the data device before anything else) and is not trusted.
+
+use std::sync::Arc;
+
+use super::{MkfsOptions, Volume};
+use crate::device::{self, BlockDevice, MirrorDevice, Verdict};
+use crate::error::{DeviceRole, Error, Result};
+use crate::faults::{self, Fault};
+use crate::format::superblock::{MIRROR_DEGRADED, Role, Superblock};
+
+/// What a mount made of the meta-data copies it was given.
+#[derive(Debug)]
+pub struct Assembled {
+    /// The meta-data device to open the volume on: the mirror, or the one
+    /// copy in use.
+    pub meta: Arc<dyn BlockDevice>,
+    /// The mirror, when both copies are in use.
+    pub mirror: Option<Arc<MirrorDevice>>,
+    /// Why only one copy is in use, for the log and `stats`.
+    pub degraded: Option<String>,
+}
+
+/// What [`Volume::stats`] reports of the mirror.
+#[derive(Debug)]
+pub(super) struct Attached {
+    mirror: Option<Arc<MirrorDevice>>,
+    degraded: Option<String>,
+}
+
+/// How one copy given to a mount stands against the data device.
+enum Standing {
+    InSync,
+    Stale(u64),
+    NotACopy(String),
+}
+
+fn standing(copy: &dyn BlockDevice, d: &Superblock) -> Standing {
+    let raw = match device::read(copy, DeviceRole::Meta, 0, 1) {
+        Ok(raw) => raw,
+        Err(e) => return Standing::NotACopy(e.to_string()),
+    };
+    let m = match Superblock::decode(&raw) {
+        Ok(m) => m,
+        // A damaged superblock on a device whose log blocks carry this
+        // volume's id at their own addresses: the copy is whole but for
+        // that block, which reads heal (or the other copy serves).
+        Err(_) if holds_log_of(copy, d) => return Standing::InSync,
+        Err(e) => return Standing::NotACopy(format!("its superblock does not decode ({})", e.0)),
+    };
+    if m.role != Role::Meta || m.volume_uuid != d.volume_uuid || m.meta_uuid != d.meta_uuid {
+        return Standing::NotACopy("it is not a meta-data device of this volume".into());
+    }
+    if m.mirror_generation < d.mirror_generation && !faults::active(Fault::MirrorTrustStale) {
+        return Standing::Stale(m.mirror_generation);
+    }
+    Standing::InSync
+}
+
+/// Whether the first block of one of the first segments of `copy` is a
+/// log block of the volume `d` names, at its own address.
+fn holds_log_of(copy: &dyn BlockDevice, d: &Superblock) -> bool {
+    (0..u64::from(d.segment_count.min(64))).any(|s| {
+        let at = d.first_segment_block + s * u64::from(d.segment_blocks);
+        device::read(copy, DeviceRole::Meta, at, 1)
+            .is_ok_and(|raw| crate::format::block::open_block(&raw, crate::types::MetaBlock(at), d.volume_id()).is_ok())
+    })
+}
+
+/// The checker a mirror of this volume reads with.
+fn checker(volume_id: u64) -> crate::device::Checker {
+    Arc::new(move |at, blk| crate::format::block::mirror_verdict(blk, at, volume_id))
+}
+
+impl Volume {
+    /// Formats a volume whose meta-data device is kept on `meta[0]` and
+    /// `meta[1]` alike, and `data`.
+    ///
+    /// # Errors
+    /// As [`Volume::format`]; either meta-data device already holds a file
+    /// system (unless `force`).
+    pub fn format_mirrored(
+        meta: [Arc<dyn BlockDevice>; 2],
+        data: Arc<dyn BlockDevice>,
+        opts: &MkfsOptions,
+    ) -> Result<()> {
+        if !opts.force
+            && let Some(fs) = super::probe_existing(meta[1].as_ref())?
+        {
+            return Err(Error::Busy(format!("the meta-data mirror already holds {fs} (use --force to overwrite it)")));
+        }
+        // Nothing to heal while the volume is made: every block is new.
+        let mirror = MirrorDevice::new(meta[0].clone(), meta[1].clone(), Arc::new(|_, _| Verdict::Good));
+        Volume::format(Arc::new(mirror), data, &MkfsOptions { meta_mirror: true, ..opts.clone() })
+    }
+
+    /// Puts together the meta-data device a mount opens from the copies it
+    /// was given (one or two). A mirrored volume given both copies in sync
+    /// runs on the mirror. With one copy missing or stale, the mount is
+    /// refused unless `degraded`; then it runs on the copy in sync, and
+    /// (when `writable`) first marks the mirror degraded with a new
+    /// generation on that copy and the data device, so that the other copy
+    /// is never trusted again before a resync.
+    ///
+    /// # Errors
+    /// A device cannot be read or is no copy of this volume; a copy is
+    /// missing or stale and `degraded` is not set; a volume with one
+    /// meta-data device given two.
+    pub fn assemble_meta(
+        copies: &[Arc<dyn BlockDevice>],
+        data: &Arc<dyn BlockDevice>,
+        degraded: bool,
+        writable: bool,
+    ) -> Result<Assembled> {
+        let Some(first) = copies.first() else {
+            return Err(Error::Invalid("no meta-data device given"));
+        };
+        let d = match device::read(data.as_ref(), DeviceRole::Data, 0, 1).map(|raw| Superblock::decode(&raw)) {
+            Ok(Ok(d)) if d.role == Role::Data => d,
+            // The open that follows says what is wrong with the pair.
+            _ if copies.len() == 1 => return Ok(Assembled { meta: first.clone(), mirror: None, degraded: None }),
+            _ => return Err(Error::WrongVolume("the data device's superblock does not decode".into())),
+        };
+        if !d.mirrored() {
+            if copies.len() > 1 {
+                return Err(Error::WrongVolume(
+                    "the volume has one meta-data device, not a mirror: mount it without mirror=".into(),
+                ));
+            }
+            return Ok(Assembled { meta: first.clone(), mirror: None, degraded: None });
+        }
+        let mut in_sync = Vec::new();
+        let mut why = Vec::new();
+        for (i, c) in copies.iter().enumerate().take(2) {
+            match standing(c.as_ref(), &d) {
+                Standing::InSync => in_sync.push(c.clone()),
+                Standing::Stale(g) => why.push(format!(
+                    "meta-data copy {} is stale (mirror generation {g}, the volume's is {}): it missed writes and \
+                     is not trusted",
+                    i + 1,
+                    d.mirror_generation
+                )),
+                Standing::NotACopy(e) => why.push(format!("meta-data copy {}: {e}", i + 1)),
+            }
+        }
+        if copies.len() < 2 {
+            why.push("the second meta-data copy is missing (not given)".into());
+        }
+        if in_sync.len() == 2 && (d.mirror_state != MIRROR_DEGRADED || faults::active(Fault::MirrorTrustStale)) {
+            let m = Arc::new(MirrorDevice::new(in_sync[0].clone(), in_sync[1].clone(), checker(d.volume_id())));
+            return Ok(Assembled { meta: m.clone(), mirror: Some(m), degraded: None });
+        }
+        if in_sync.len() == 2 {
+            why.push("the mirror is marked degraded since a mount ran on one copy".into());
+            in_sync.truncate(1);
+        }
+        let Some(one) = in_sync.pop() else {
+            return Err(Error::WrongVolume(format!("no meta-data copy is in sync: {}", why.join("; "))));
+        };
+        let why = why.join("; ");
+        if !degraded {
+            return Err(Error::WrongVolume(format!(
+                "the meta-data mirror is degraded: {why}. Mount with -o degraded to run on the copy in sync"
+            )));
+        }
+        log::warn!("running degraded on one meta-data copy: {why}");
+        if writable && d.mirror_state != MIRROR_DEGRADED {
+            // Before anything else is written: the absent copy must never
+            // pair with the data device again without a resync.
+            let sb = Superblock { mirror_state: MIRROR_DEGRADED, mirror_generation: d.mirror_generation + 1, ..d };
+            device::write(one.as_ref(), DeviceRole::Meta, 0, &Superblock { role: Role::Meta, ..sb.clone() }.encode())?;
+            device::flush(one.as_ref(), DeviceRole::Meta)?;
+            device::write(data.as_ref(), DeviceRole::Data, 0, &sb.encode())?;
+            device::flush(data.as_ref(), DeviceRole::Data)?;
+        }
+        Ok(Assembled { meta: one, mirror: None, degraded: Some(why) })
+    }
+
+    /// Opens a volume on what [`Volume::assemble_meta`] put together
+    /// ([`Volume::open`], then [`Volume::attach_mirror`]).
+    ///
+    /// # Errors
+    /// As [`Volume::open`].
+    pub fn open_assembled(a: Assembled, data: Arc<dyn BlockDevice>, options: super::MountOptions) -> Result<Volume> {
+        let v = Volume::open(a.meta.clone(), data, options)?;
+        v.attach_mirror(&a);
+        Ok(v)
+    }
+
+    /// Tells the volume, opened on `a.meta`, about its mirror: `stats`
+    /// then count healed blocks and say whether it runs degraded.
+    pub fn attach_mirror(&self, a: &Assembled) {
+        if a.mirror.is_some() || a.degraded.is_some() {
+            let _ = self.mirror.set(Attached { mirror: a.mirror.clone(), degraded: a.degraded.clone() });
+        }
+    }
+
+    /// What `stats` warns of while the mirror runs on one copy.
+    pub(super) fn mirror_warning(&self) -> Option<String> {
+        let why = self.mirror.get()?.degraded.as_ref()?;
+        Some(format!("the meta-data mirror is degraded ({why}): the volume runs on one meta-data copy"))
+    }
+
+    /// Blocks healed from the other copy, and whether the mirror runs
+    /// degraded (absent when the volume is not mirrored).
+    pub(super) fn mirror_stats(&self) -> Vec<(&'static str, u64)> {
+        match self.mirror.get() {
+            None => Vec::new(),
+            Some(a) => vec![
+                ("mirror_copies_in_use", if a.mirror.is_some() { 2 } else { 1 }),
+                ("mirror_degraded", u64::from(a.degraded.is_some())),
+                ("mirror_blocks_healed", a.mirror.as_ref().map_or(0, |m| m.healed())),
+                ("mirror_blocks_unhealed", a.mirror.as_ref().map_or(0, |m| m.unhealed())),
+            ],
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The mirrored meta-data log: reads heal from the good copy, a missing or
+//! stale copy makes the mount refuse unless degraded, a stale copy is never
+//! trusted, and a write is acknowledged only when both copies hold it. Two
+//! broken rules (`Fault::MirrorAckBeforeSecond`, `Fault::MirrorTrustStale`)
+//! must be caught.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dualfs_engine::Volume;
+use dualfs_engine::device::{BlockDevice, MemoryDevice};
+use dualfs_engine::faults::{self, Fault};
+use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
+use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
+use dualfs_sim::tree::Tree;
+
+/// The fault switch is process-wide: the tests that set it run one at a time.
+static FAULTS: Mutex<()> = Mutex::new(());
+
+/// A device that keeps what was flushed apart from what was only written:
+/// `crashed` is what a power cut leaves (every write since the last flush
+/// lost).
+#[derive(Debug)]
+struct Volatile {
+    durable: MemoryDevice,
+    pending: Mutex<HashMap<u64, Vec<u8>>>,
+}
+
+impl Volatile {
+    fn new(blocks: u64) -> Volatile {
+        Volatile { durable: MemoryDevice::new(blocks), pending: Mutex::new(HashMap::new()) }
+    }
+
+    fn crashed(&self) -> MemoryDevice {
+        self.durable.snapshot()
+    }
+}
+
+impl BlockDevice for Volatile {
+    fn block_count(&self) -> u64 {
+        self.durable.block_count()
+    }
+
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.durable.read_blocks(first, buf)?;
+        let p = self.pending.lock().unwrap();
+        for (i, b) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+            if let Some(x) = p.get(&(first + i as u64)) {
+                b.copy_from_slice(x);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        if first + (buf.len() / BLOCK_SIZE) as u64 > self.block_count() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "beyond the end"));
+        }
+        let mut p = self.pending.lock().unwrap();
+        for (i, b) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
+            p.insert(first + i as u64, b.to_vec());
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut p = self.pending.lock().unwrap();
+        for (at, b) in p.drain() {
+            self.durable.write_blocks(at, &b)?;
+        }
+        Ok(())
+    }
+}
+
+fn options() -> MountOptions {
+    MountOptions { commit_interval: Duration::from_secs(3600), ..MountOptions::default() }
+}
+
+fn mkfs_opts() -> MkfsOptions {
+    MkfsOptions { segment_blocks: 128, group_blocks: 8192, identity_seed: Some(7), ..MkfsOptions::default() }
+}
+
+fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+type Dev = Arc<dyn BlockDevice>;
+
+fn mem(blocks: u64) -> Dev {
+    Arc::new(MemoryDevice::new(blocks))
+}
+
+fn snap(d: &Dev) -> Dev {
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    let m = MemoryDevice::new(d.block_count());
+    for b in 0..d.block_count() {
+        d.read_blocks(b, &mut buf).unwrap();
+        if buf.iter().any(|&x| x != 0) {
+            m.write_blocks(b, &buf).unwrap();
+        }
+    }
+    Arc::new(m)
+}
+
+fn open(copies: &[Dev], data: &Dev, degraded: bool) -> dualfs_engine::Result<Volume> {
+    let a = Volume::assemble_meta(copies, data, degraded, true)?;
+    Volume::open_assembled(a, data.clone(), options())
+}
+
+fn stat(v: &Volume, name: &str) -> u64 {
+    v.stats().iter().find(|(n, _)| *n == name).map_or(u64::MAX, |(_, x)| *x)
+}
+
+/// A mirrored volume with files in directories, closed cleanly, and one
+/// more fsync'd after a crash point: (copy a, copy b, data, the tree).
+fn populated() -> (Dev, Dev, Dev, Tree) {
+    let (a, b, d) = (mem(8192), mem(8192), mem(32768));
+    Volume::format_mirrored([a.clone(), b.clone()], d.clone(), &mkfs_opts()).unwrap();
+    let v = open(&[a.clone(), b.clone()], &d, false).unwrap();
+    for k in 0..4 {
+        let dir = v.mkdir(InodeNo::ROOT, format!("d{k}").as_bytes(), 0o755, Creds::ROOT).unwrap().ino;
+        for i in 0..30 {
+            let f = v.create(dir, format!("f{i}").as_bytes(), 0o644, Creds::ROOT).unwrap().ino;
+            v.write(f, 0, &bytes(200 + 700 * i, (k * 30 + i) as u8)).unwrap();
+        }
+    }
+    v.commit().unwrap();
+    let f = v.create(InodeNo::ROOT, b"synced", 0o644, Creds::ROOT).unwrap().ino;
+    v.write(f, 0, &bytes(9000, 1)).unwrap();
+    v.fsync(f).unwrap();
+    let tree = Tree::of_volume(&v).unwrap();
+    // The process dies: nothing more is written.
+    std::mem::forget(v);
+    (snap(&a), snap(&b), snap(&d), tree)
+}
+
+fn used_blocks(d: &Dev) -> Vec<u64> {
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    (0..d.block_count())
+        .filter(|&b| {
+            d.read_blocks(b, &mut buf).unwrap();
+            buf.iter().any(|&x| x != 0)
+        })
+        .collect()
+}
+
+fn zeroed(d: &Dev, blocks: &[u64]) -> Dev {
+    let s = snap(d);
+    for &b in blocks {
+        s.write_blocks(b, &[0u8; BLOCK_SIZE]).unwrap();
+    }
+    s
+}
+
+#[test]
+fn every_used_block_of_one_copy_damaged_in_turn_loses_nothing_and_heals() {
+    let (a, b, d, want) = populated();
+    let used = used_blocks(&a);
+    assert!(used.len() > 20, "{} used blocks", used.len());
+    let mut healed_total = 0;
+    for (which, &blk) in used.iter().enumerate() {
+        // Alternate the damaged copy: reads come from the first, so damage
+        // on the second is found by the scrub, not by reads.
+        let (ca, cb) = if which % 2 == 0 { (zeroed(&a, &[blk]), snap(&b)) } else { (snap(&a), zeroed(&b, &[blk])) };
+        let (first, second) = if which % 4 < 2 { (ca, cb) } else { (cb, ca) };
+        let v = open(&[first.clone(), second.clone()], &snap(&d), false)
+            .unwrap_or_else(|e| panic!("block {blk} zeroed on one copy: the mount failed: {e}"));
+        assert_eq!(Tree::of_volume(&v).unwrap(), want, "block {blk} zeroed on one copy");
+        assert!(!v.open_report().is_damaged(), "block {blk}: {:?}", v.open_report().damage);
+        healed_total += stat(&v, "mirror_blocks_healed");
+        v.close().unwrap();
+    }
+    assert!(healed_total > 0, "reads healed some blocks");
+    println!("{} used blocks zeroed on one copy in turn: every file intact, {healed_total} healed", used.len());
+}
+
+#[test]
+fn a_healed_block_is_rewritten_on_the_bad_copy() {
+    let (a, b, d, want) = populated();
+    // The checkpoint slots: a mount reads both.
+    let slots: Vec<u64> = used_blocks(&b).into_iter().filter(|x| (1..=2).contains(x)).collect();
+    assert!(!slots.is_empty());
+    let a = zeroed(&a, &slots);
+    let v = open(&[a.clone(), b.clone()], &d, false).unwrap();
+    assert_eq!(Tree::of_volume(&v).unwrap(), want);
+    assert_eq!(stat(&v, "mirror_blocks_healed"), slots.len() as u64, "slots {slots:?}");
+    let (mut x, mut y) = (vec![0u8; BLOCK_SIZE], vec![0u8; BLOCK_SIZE]);
+    for &blk in &slots {
+        a.read_blocks(blk, &mut x).unwrap();
+        b.read_blocks(blk, &mut y).unwrap();
+        assert_eq!(x, y, "block {blk} was written back from the good copy");
+    }
+    v.close().unwrap();
+}
+
+#[test]
+fn different_blocks_damaged_on_both_copies_lose_nothing() {
+    let (a, b, d, want) = populated();
+    let used = used_blocks(&a);
+    let mut pairs = 0;
+    // Every used block against a block a stride away on the other copy.
+    for (i, &x) in used.iter().enumerate() {
+        let y = used[(i + 7) % used.len()];
+        let v = open(&[zeroed(&a, &[x]), zeroed(&b, &[y])], &snap(&d), false)
+            .unwrap_or_else(|e| panic!("blocks {x} (first copy) and {y} (second): {e}"));
+        assert_eq!(Tree::of_volume(&v).unwrap(), want, "blocks {x} and {y}");
+        v.close().unwrap();
+        pairs += 1;
+    }
+    println!("{pairs} pairs of different blocks zeroed, one on each copy: every file intact");
+}
+
+#[test]
+fn a_missing_copy_refuses_the_mount_unless_degraded_and_then_the_returning_copy_is_stale() {
+    let _g = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (a, b, d, want) = populated();
+    let e = open(std::slice::from_ref(&a), &d, false).unwrap_err().to_string();
+    assert!(e.contains("degraded") && e.contains("missing"), "{e}");
+    // Degraded: runs on copy a, says so, and marks the mirror first.
+    let v = open(std::slice::from_ref(&a), &d, true).unwrap();
+    assert_eq!(stat(&v, "mirror_degraded"), 1);
+    assert_eq!(Tree::of_volume(&v).unwrap(), want);
+    let f = v.create(InodeNo::ROOT, b"while-degraded", 0o644, Creds::ROOT).unwrap().ino;
+    v.write(f, 0, &bytes(5000, 3)).unwrap();
+    v.fsync(f).unwrap();
+    let after = Tree::of_volume(&v).unwrap();
+    v.close().unwrap();
+    // Copy b comes back: it missed that file, and is refused as stale,
+    // in either order.
+    for order in [[a.clone(), b.clone()], [b.clone(), a.clone()]] {
+        let e = open(&order, &d, false).unwrap_err().to_string();
+        assert!(e.contains("stale"), "{e}");
+        let v = open(&order, &d, true).unwrap();
+        assert_eq!(Tree::of_volume(&v).unwrap(), after, "degraded on the copy in sync");
+        v.close().unwrap();
+    }
+    // The broken rule: trusting the stale copy. The mount then claims two
+    // copies, yet the second cannot give back the file written while it
+    // was away: losing the first loses it.
+    faults::set(&[Fault::MirrorTrustStale]);
+    let trusted = open(&[a.clone(), b.clone()], &snap(&d), false).map(|v| {
+        let copies = stat(&v, "mirror_copies_in_use");
+        std::mem::forget(v);
+        copies
+    });
+    faults::set(&[]);
+    assert_eq!(trusted.unwrap(), 2, "the stale copy was taken as in sync");
+    let alone = open(std::slice::from_ref(&b), &snap(&d), true).map(|v| {
+        let has = v.lookup(InodeNo::ROOT, b"while-degraded").is_ok();
+        std::mem::forget(v);
+        has
+    });
+    assert!(!alone.unwrap_or(false), "the stale copy alone does not hold the file written without it");
+}
+
+#[test]
+fn an_fsync_is_acknowledged_only_when_both_copies_hold_it() {
+    let _g = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let run = |fault: bool| -> (bool, bool) {
+        let (a, b, d) = (Arc::new(Volatile::new(8192)), Arc::new(Volatile::new(8192)), Arc::new(Volatile::new(32768)));
+        let (ad, bd, dd): (Dev, Dev, Dev) = (a.clone(), b.clone(), d.clone());
+        Volume::format_mirrored([ad.clone(), bd.clone()], dd.clone(), &mkfs_opts()).unwrap();
+        let v = open(&[ad.clone(), bd.clone()], &dd, false).unwrap();
+        let broken: &[Fault] = if fault { &[Fault::MirrorAckBeforeSecond] } else { &[] };
+        faults::set(broken);
+        let f = v.create(InodeNo::ROOT, b"acked", 0o644, Creds::ROOT).unwrap().ino;
+        v.write(f, 0, &bytes(6000, 5)).unwrap();
+        v.fsync(f).unwrap();
+        faults::set(&[]);
+        std::mem::forget(v);
+        // A power cut, then either copy lost: the other must hold the file.
+        let dc: Dev = Arc::new(d.crashed());
+        let mut held = [false; 2];
+        for (i, survivor) in [a.crashed(), b.crashed()].into_iter().enumerate() {
+            let s: Dev = Arc::new(survivor);
+            held[i] = open(&[s], &snap(&dc), true).is_ok_and(|v| {
+                let ok = v.lookup(InodeNo::ROOT, b"acked").is_ok();
+                std::mem::forget(v);
+                ok
+            });
+        }
+        (held[0], held[1])
+    };
+    assert_eq!(run(false), (true, true), "each copy alone holds the acknowledged file");
+    let (_, second) = run(true);
+    assert!(!second, "acknowledging before the second copy is durable loses the file with the first copy");
+}
+
+#[test]
+fn a_volume_with_one_meta_data_device_refuses_two_and_mounts_with_one() {
+    let (m, d) = (mem(8192), mem(32768));
+    Volume::format(m.clone(), d.clone(), &mkfs_opts()).unwrap();
+    let e = open(&[m.clone(), mem(8192)], &d, false).unwrap_err().to_string();
+    assert!(e.contains("not a mirror"), "{e}");
+    let v = open(&[m], &d, false).unwrap();
+    assert!(v.stats().iter().all(|(n, _)| !n.starts_with("mirror_")));
+    v.close().unwrap();
+}

@@ -21,6 +21,11 @@ Past 16 TiB - 4 KiB an ext4 file cannot hold the image: give --dir on XFS
 The meta-data image has a fixed size (--meta, 4 GiB by default) whatever
 the data device's size, so that the sweep measures what the data device's
 size costs; `--meta 10%` makes it a tenth of the data device instead.
+`--groups N` also writes a file of 4 KiB in each of N new directories
+after the clean mount (each directory is bound to a group of its own, so
+the allocator reads N groups' bitmaps), syncs, waits for the background
+writer's turns and takes the serving process's VmRSS again
+(`rss_after_groups_kib`); `--cache SIZE` mounts with `-o cache=SIZE`.
 `--dualfs NAME=PATH` (repeatable) times several builds, and `--rounds N`
 repeats the whole sweep, every build and file system once per size in
 each round (A/B interleaved). Each row is appended to the results store
@@ -88,7 +93,24 @@ def bytes_of(size):
     return int(float(size[:-1]) * units[size[-1]]) if size[-1] in units else int(size)
 
 
-def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None):
+def touch_groups(mnt, pid, n, binary):
+    """RSS after writing a file in each of n new directories (n groups:
+    each made in the root, so each bound to the emptiest group; a
+    subdirectory would share its parent's)."""
+    blob = b"y" * 4096
+    for i in range(n):
+        os.mkdir(f"{mnt}/g{i}")
+        with open(f"{mnt}/g{i}/f", "wb") as f:
+            f.write(blob)
+    # A checkpoint (sync(2) never reaches a FUSE server).
+    sh(f"{binary} sync {mnt} >/dev/null")
+    # The blocks a checkpoint made clean go at the background writer's
+    # next turns (about one a second).
+    time.sleep(3)
+    return rss_kib(pid)
+
+
+def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None, groups=0, cache=None):
     binary = binary or DUALFS
     meta, data, mnt = f"{d}/m.img", f"{d}/d.img", f"{d}/mnt"
     for p in (meta, data):
@@ -102,9 +124,13 @@ def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None):
     row["mkfs_s"] = timed(f"{binary} mkfs {meta} {data} >/dev/null")
     row["meta_image_bytes_used"] = os.stat(meta).st_blocks * 512
     evict(meta, data)
-    row["mount_clean_s"] = timed(f"{binary} mount {meta} {data} {mnt}")
+    opts = f"-o cache={cache} " if cache else ""
+    row["mount_clean_s"] = timed(f"{binary} mount {opts}{meta} {data} {mnt}")
     pid = server_pid(mnt)
     row["rss_after_mount_kib"] = rss_kib(pid) if pid else None
+    if groups and pid:
+        row["groups_touched"] = groups
+        row["rss_after_groups_kib"] = touch_groups(mnt, pid, groups, binary)
     sh(f"{binary} umount {mnt}")
     # A warm mount: the images' pages as the cold one left them.
     row["mount_warm_s"] = timed(f"{binary} mount {meta} {data} {mnt}")
@@ -210,6 +236,8 @@ def main():
     ap.add_argument("--xfs", action="store_true", help="an XFS row beside ext4's")
     ap.add_argument("--dualfs", action="append", default=[], help="NAME=PATH of a build to time (repeatable)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--groups", type=int, default=0, help="directories (groups) written to after the clean mount")
+    ap.add_argument("--cache", help="-o cache= for DualFS's mounts")
     ap.add_argument("--no-fsck", action="store_true")
     ap.add_argument("--no-kernel-crash", action="store_true", help="no mount after a crash for ext4 and XFS")
     ap.add_argument("--store", default=store.STORE, help="the results store to append to")
@@ -231,7 +259,7 @@ def main():
     for r in range(a.rounds):
         for s in a.sizes.split(","):
             for name, binary in builds:
-                rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary)})
+                rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary, a.groups, a.cache)})
                 stored(rows[-1])
             for fs in (["ext4"] if not a.no_ext4 else []) + (["xfs"] if a.xfs else []):
                 rows.append({"round": r, **ext4_row(a.dir, s, fs, 0.0 if a.no_kernel_crash else a.log_mib)})

@@ -9,7 +9,8 @@ the store), the tables and plots, and how to reproduce them. Do not edit
 docs/BENCHMARKS.md; edit bench/findings.md or this script.
 
 Which measurements: for each configuration and phase of the suite, the
-newest run that measured it (and, for any configuration but ext4, measured
+newest run that measured it on a quiet machine (load below 3; else the
+newest on any) (and, for any configuration but ext4, measured
 ext4 in the same run, so that every ratio compares two file systems of one
 run); --run restricts the choice to the named runs. The traced run (disk
 models, block classes) is chosen the same way among traced records. The
@@ -88,6 +89,13 @@ def ratio(a, b):
 
 # --- selection -------------------------------------------------------------
 
+# The kernel file systems a table compares DualFS with.
+PEERS = ("ext4", "xfs", "btrfs", "ext2")
+
+# A load average below this on the machine's 2 CPUs counts as quiet.
+QUIET_LOAD = 3.0
+
+
 class Suite:
     """The suite's records, by run, and the run chosen for each
     configuration and phase."""
@@ -98,10 +106,22 @@ class Suite:
         self.order = []                              # phases in the order runs measured them
         self.run_time = {}
         self.run_info = {}
+        loads = collections.defaultdict(list)
         for r in recs:
             self.by[(r["run"], r["config"], r["phase"], bool(r.get("traced")))].append(r)
             self.run_time[r["run"]] = max(self.run_time.get(r["run"], ""), r["time"])
             self.run_info.setdefault(r["run"], r)
+            load = (r.get("machine") or {}).get("load") or ""
+            if load.split():
+                loads[r["run"]].append(float(load.split()[0]))
+        # A run on a quiet machine is preferred to a newer one on a loaded
+        # machine: FUSE round trips stretch with the load, a kernel file
+        # system's calls much less, so a loaded run's ratios say more about
+        # the load than about the file systems.
+        quiet = {run: bool(v) and sorted(v)[len(v) // 2] < QUIET_LOAD for run, v in loads.items()}
+
+        def rank(run):
+            return (quiet.get(run, False), self.run_time[run])
         for r in sorted(recs, key=lambda r: (r["time"], r.get("rep") or 0)):
             if r["phase"] not in self.order:
                 self.order.append(r["phase"])
@@ -117,7 +137,7 @@ class Suite:
                 if config == "ext4" and not any((run, c, phase, traced) in self.by for c in CONFIGS if c != "ext4"):
                     continue
                 k = (config, phase, traced)
-                if k not in self.chosen or self.run_time[run] > self.run_time[self.chosen[k]]:
+                if k not in self.chosen or rank(run) > rank(self.chosen[k]):
                     self.chosen[k] = run
         self._stats = {}
 
@@ -508,7 +528,9 @@ def newest_run(records, tool):
             runs[r["run"]].append(r)
     if not runs:
         return None, []
-    run = max(runs, key=lambda k: max(r["time"] for r in runs[k]))
+    # A run beside a peer first: an A/B of two builds alone (configs such
+    # as before/after) compares nothing the table's readers look for.
+    run = max(runs, key=lambda k: (any(r["config"] in PEERS for r in runs[k]), max(r["time"] for r in runs[k])))
     return run, runs[run]
 
 

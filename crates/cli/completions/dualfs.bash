@@ -1488,7 +1488,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__mkfs)
-            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --quota --meta-mirror --help --version"
+            opts="-f -L -h -V --force --label --size --segment-size --group-size --inline-max --quota --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1515,10 +1515,6 @@ _dualfs() {
                     return 0
                     ;;
                 --inline-max)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --meta-mirror)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

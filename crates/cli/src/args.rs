@@ -226,14 +226,6 @@ Options (-o, comma-separated, may be repeated):
                    they become free (BLKDISCARD; holes punched in image
                    files), once no crash can need them; nodiscard (the
                    default) leaves that to fstrim MOUNTPOINT or dualfs trim
-  mirror=DEV       the second copy of a meta-data device made with
-                   `mkfs --meta-mirror DEV`: every meta-data write goes to
-                   both, a block failing its check on the first is read
-                   from the second and written back (dualfs stats counts it)
-  degraded         mount a mirrored volume with a copy missing or stale
-                   (one that missed writes): it runs on the copy in sync,
-                   says so in its log and stats, and the other copy is
-                   never trusted again
   threads=N        threads reading /dev/fuse (default 4)
   transport=uring|devfuse
                    what carries the requests. By default per-CPU io_uring
@@ -558,10 +550,6 @@ pub struct MkfsArgs {
     /// sets the limits).
     #[arg(long)]
     pub quota: bool,
-    /// Keep the meta-data device on this second device too, written alike
-    /// (mount it with `-o mirror=DEV`).
-    #[arg(long, value_name = "DEV")]
-    pub meta_mirror: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -45,6 +45,10 @@ impl BlockDevice for Claimed {
         self.inner.read_blocks(first, buf)
     }
 
+    fn will_need(&self, first: u64, count: u64) {
+        self.inner.will_need(first, count);
+    }
+
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         self.inner.write_blocks(first, buf)
     }

@@ -50,7 +50,7 @@ pub fn check_distinct(meta: &Path, data: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn open_one(path: &Path, role: DeviceRole, access: Access) -> Result<Arc<dyn BlockDevice>> {
+fn open_one(path: &Path, role: DeviceRole, access: Access) -> Result<Arc<dyn BlockDevice>> {
     let (read_only, exclusive) = match access {
         Access::Exclusive => (false, true),
         Access::ExclusiveReadOnly => (true, true),

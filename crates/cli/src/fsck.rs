@@ -54,7 +54,6 @@ fn report_json(r: &CheckReport) -> serde_json::Value {
         "checkpoint": r.open.checkpoint,
         "roll_forward_partial_segments": r.open.recovery.partial_segments,
         "fsync_records_pending": r.open.recovery.fsync_pending,
-        "twins_taken": r.open.recovery.twins_taken,
         "log_end": crate::checkpoints::log_end_json(&r.open.recovery.end),
         "damage": r.open.damage,
         "loss": r.open.loss.as_ref().map(|l| json!({
@@ -95,10 +94,6 @@ fn print_text(r: &CheckReport) {
         count(s.data_blocks, "data block"),
         count(s.orphans, "orphan")
     );
-    for t in &r.open.recovery.twins_taken {
-        // A torn original (a crash) or a damaged one: the twin holds it all.
-        println!("note: {t}");
-    }
     if let Some(b) = r.open.recovery.beyond.as_ref().filter(|_| r.open.loss.is_none()) {
         println!("past the end of the log: {b}");
     }

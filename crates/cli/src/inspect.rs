@@ -47,16 +47,6 @@ fn superblock_json(sb: &Superblock) -> Value {
         "group_blocks": sb.group_blocks,
         "group_count": sb.group_count,
         "inline_max": sb.inline_max,
-        "mirror": mirror_json(sb),
-    })
-}
-
-/// The meta-data mirror as the superblock records it.
-fn mirror_json(sb: &Superblock) -> Value {
-    json!({
-        "copies": if sb.mirrored() { 2 } else { 1 },
-        "state": if !sb.mirrored() { "none" } else if sb.mirror_state == 0 { "in sync" } else { "degraded" },
-        "generation": sb.mirror_generation,
     })
 }
 
@@ -94,7 +84,6 @@ fn summary_json(sb: &Superblock, vol: &Volume) -> Value {
         "label": sb.label_str(),
         "format": format!("{}.{}", sb.major, sb.minor),
         "created": date(sb.created),
-        "mirror": mirror_json(sb),
         "meta": {
             "segments": s.meta_segments,
             "free_segments": s.meta_free_segments,

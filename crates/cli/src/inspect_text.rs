@@ -31,14 +31,6 @@ fn summary(v: &Value) -> String {
         v["format"].as_str().unwrap_or_default(),
         v["created"].as_str().unwrap_or_default()
     );
-    if u(&v["mirror"]["copies"]) == 2 {
-        let _ = writeln!(
-            o,
-            "mirror     two meta-data copies, {} (generation {})",
-            v["mirror"]["state"].as_str().unwrap_or_default(),
-            u(&v["mirror"]["generation"])
-        );
-    }
     let m = &v["meta"];
     let (segs, free) = (u(&m["segments"]), u(&m["free_segments"]));
     let _ = writeln!(

@@ -155,17 +155,7 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
     let meter = Meter::default();
     let activity = Activity::start("creating the volume".into(), meter.written.clone(), "written");
-    let formatted = match &args.meta_mirror {
-        None => Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options),
-        Some(path) => {
-            crate::devices::check_distinct(&args.meta, path)?;
-            crate::devices::check_distinct(path, &args.data)?;
-            crate::claim::refuse_in_use(path)?;
-            let mirror = crate::devices::open_one(path, dualfs_engine::error::DeviceRole::Meta, Access::Exclusive)
-                .with_context(|| format!("cannot open the meta-data mirror {}", path.display()))?;
-            Volume::format_mirrored([meter.wrap(meta.clone()), meter.wrap(mirror)], meter.wrap(data.clone()), &options)
-        }
-    };
+    let formatted = Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options);
     drop(activity);
     if let Err(e) = formatted {
         // The first checkpoint holds the whole IFile, the bitmap of the
@@ -195,9 +185,6 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
         count(u64::from(sb.segment_count), "segment"),
         human_bytes(u64::from(sb.segment_blocks) * BLOCK_BYTES)
     );
-    if let Some(path) = &args.meta_mirror {
-        say!("  meta-data mirror {}: every meta-data write goes to both", path.display());
-    }
     say!(
         "  data device {}: {} in {} of {}",
         args.data.display(),

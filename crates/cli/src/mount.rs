@@ -9,6 +9,7 @@
 //! process from the start.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -17,14 +18,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
-use dualfs_engine::error::DeviceRole;
 use dualfs_engine::repair::rescue;
 use dualfs_fuse::DualFs;
 use dualfs_fuse::clock::KernelClock;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::args::MountArgs;
-use crate::devices::{Access, open_pair_for_mount};
+use crate::devices::open_pair_for_mount;
 use crate::exit::Exit;
 use crate::options::{self, MountConfig};
 
@@ -235,19 +235,31 @@ fn open_detached(cfg: &MountConfig, meta: &Path, data: &Path, mountpoint: &Path)
     Ok(Detached { null, log })
 }
 
-/// Tells the waiting parent that the mount is up, then lets go of its
-/// terminal: standard output to /dev/null, standard error to the log file.
-fn detach(files: Detached) -> Result<()> {
+/// Lets go of the caller's terminal: standard output to /dev/null,
+/// standard error to the log file. The pipe the parent waits on is kept
+/// apart, so that what the mount has to say is in the log before the
+/// parent returns (a script that reads the log right after `mount` finds
+/// it there).
+fn detach(files: Detached) -> Result<Ready> {
     let Detached { null, log } = files;
-    let mut out = std::io::stdout();
-    // The parent may be gone (killed while waiting); nothing to tell then.
-    let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+    let pipe = std::io::stdout().as_fd().try_clone_to_owned().context("cannot duplicate standard output")?;
     nix::unistd::dup2_stdout(&null).context("cannot redirect standard output")?;
     nix::unistd::dup2_stderr(&log).context("cannot redirect standard error")?;
     crate::log_to_file();
     // Do not keep the caller's working directory (and its file system) busy.
     std::env::set_current_dir("/").context("cannot change to /")?;
-    Ok(())
+    Ok(Ready(std::fs::File::from(pipe)))
+}
+
+/// The pipe to the parent waiting for the mount.
+struct Ready(std::fs::File);
+
+impl Ready {
+    /// Tells the parent that the mount is up.
+    fn tell(mut self) {
+        // The parent may be gone (killed while waiting); nothing to tell then.
+        let _ = writeln!(self.0, "{READY}").and_then(|()| self.0.flush());
+    }
 }
 
 /// The volume's clock: the kernel's, as the adapter sees it.
@@ -292,18 +304,6 @@ fn serve(args: &MountArgs) -> Result<()> {
         Some(path) => crate::trace::wrap(path, m, d, &meta, &data)?,
         None => (m, d),
     };
-    // A mirrored meta-data device: both copies, or one with -o degraded.
-    let mut copies = vec![m];
-    if let Some(path) = &cfg.mirror {
-        let path = absolute(path)?;
-        crate::devices::check_distinct(&meta, &path)?;
-        crate::devices::check_distinct(&path, &data)?;
-        let access = if devices_writable { Access::Exclusive } else { Access::ExclusiveReadOnly };
-        copies.push(crate::devices::open_one(&path, DeviceRole::Meta, access)?);
-    }
-    let assembled = Volume::assemble_meta(&copies, &d, cfg.degraded, devices_writable && !cfg.read_only)
-        .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
-    let m = assembled.meta.clone();
     // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
     let clock = Arc::new(KernelClock::default());
     if let Some(name) = &cfg.clone {
@@ -322,7 +322,6 @@ fn serve(args: &MountArgs) -> Result<()> {
     // Said in the log once the terminal is let go: a recovery after a
     // crash or a shutdown is no fault, and a kernel file system's mount
     // prints nothing then (scripts compare what a remount prints).
-    vol.attach_mirror(&assembled);
     let rec = &vol.open_report().recovery;
     let recovered = (rec.partial_segments > 0).then(|| {
         format!(
@@ -408,9 +407,7 @@ fn serve(args: &MountArgs) -> Result<()> {
             })
             .context("cannot start the thread that loads the inode map")?
     };
-    if let Some(files) = detached {
-        detach(files)?;
-    }
+    let ready = detached.map(detach).transpose()?;
     for wait in crate::holder::take_waits() {
         log::info!("{wait}");
     }
@@ -419,20 +416,15 @@ fn serve(args: &MountArgs) -> Result<()> {
     }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
     log::info!("{}", session.transport());
-    // Said here, in the mount's log: what the engine logged while opening
-    // came before a background mount's log was set up.
-    if let Some(why) = &assembled.degraded {
-        log::warn!("the meta-data mirror is degraded: {why}");
-    }
-    if let Some(n) = assembled.mirror.as_ref().map(|m| m.healed()).filter(|&n| n > 0) {
-        log::warn!("{n} meta-data blocks failed their check on the first copy: read from the mirror and rewritten");
-    }
     log::warn!(
         "sync(1) does not make data durable on a FUSE file system: data is committed every {} s; run `dualfs \
          sync {}` (or fsync) to make it durable now",
         vol.options().commit_interval.as_secs(),
         args.mountpoint.display()
     );
+    if let Some(r) = ready {
+        r.tell();
+    }
     let served = session.run();
     if let Some(j) = &joins {
         // The volume closes with the last of its trees.
@@ -457,9 +449,6 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::error!("the thread loading the inode map panicked");
     }
     close(vol)?;
-    // The assembled meta-data device (and its mirror) hold the devices'
-    // lock too: let it go with the volume.
-    drop((assembled, copies));
     // Snapshots this process serves beside the volume stay mounted until
     // unmounted; the devices' lock is let go meanwhile (they read without it).
     if let Some(j) = &joins {

@@ -148,10 +148,6 @@ pub struct MountConfig {
     /// `discard`: freed data blocks and emptied log segments are discarded
     /// in the background (`nodiscard`, the default: only `fstrim` does).
     pub discard: bool,
-    /// `mirror=DEV`: the second copy of a mirrored meta-data device.
-    pub mirror: Option<PathBuf>,
-    /// `degraded`: mount a mirrored volume with one copy missing or stale.
-    pub degraded: bool,
 }
 
 impl Default for MountConfig {
@@ -184,8 +180,6 @@ impl Default for MountConfig {
             clone: None,
             transport: Transport::Auto,
             discard: false,
-            mirror: None,
-            degraded: false,
         }
     }
 }
@@ -400,13 +394,6 @@ pub fn parse(lists: &[String]) -> Result<MountConfig> {
                 Ok(n) if n == 0 || (4 << 10..=1 << 30).contains(&n) => n,
                 _ => bail!("readahead={v}: give a size from 4K to 1G (or 0 for the kernel's default)"),
             };
-        } else if let Some(v) = opt.strip_prefix("mirror=") {
-            if v.is_empty() {
-                bail!("mirror= needs the second meta-data device");
-            }
-            c.mirror = Some(PathBuf::from(v));
-        } else if opt == "degraded" {
-            c.degraded = true;
         } else if let Some(v) = opt.strip_prefix("fsname=") {
             c.fsname = Some(v.to_string());
         } else if let Some(mode) = atime_mode(opt) {
@@ -579,6 +566,12 @@ pub fn engine_options(cfg: &MountConfig) -> MountOptions {
     let usage = o.cache_bytes / 16;
     o.usage_table_bytes = Some(usage);
     o.cache_bytes -= usage;
+    // As much again bounds the data space's group table and bitmap (11 MiB
+    // at the default 512M: the bitmap of 360 GiB of data touched), which
+    // the allocator reads a group at a time and which otherwise stayed.
+    let space = o.cache_bytes / 16;
+    o.data_space_bytes = Some(space);
+    o.cache_bytes -= space;
     o
 }
 

@@ -372,18 +372,13 @@ fn a_volume_dumps_and_restores_with_its_shape_its_fsck_report_and_none_of_its_na
         .and_then(|r| r.split(':').next())
         .and_then(|n| n.parse().ok())
         .expect("the log's end in the fsck report");
-    // The last blocks of the log, partial segments and the twins beside them (one
-    // damaged copy of a partial segment an fsync waited for costs nothing).
-    let zeroed: Vec<(u64, Vec<u8>)> = vec![((end - 16) * 4096 + 200, vec![0u8; 16 * 4096])];
-    let flipped: Vec<(u64, Vec<u8>)> = (end - 20..end).map(|b| (b * 4096 + 200, vec![0x5a])).collect();
-    for (what, writes) in [("zeroed", zeroed), ("flipped", flipped)] {
+    // Zeroed: sixteen blocks, partial segments and the twins beside them.
+    for (what, at, bytes) in [("zeroed", end - 16, vec![0u8; 16 * 4096]), ("flipped", end - 20, vec![0x5a])] {
         let (meta, data) = (dir.join(format!("{what}-meta.img")), dir.join(format!("{what}-data.img")));
         std::fs::copy(&v.meta, &meta).unwrap();
         std::fs::copy(&v.data, &data).unwrap();
         let f = std::fs::OpenOptions::new().write(true).open(&meta).unwrap();
-        for (at, bytes) in &writes {
-            std::os::unix::fs::FileExt::write_all_at(&f, bytes, *at).unwrap();
-        }
+        std::os::unix::fs::FileExt::write_all_at(&f, &bytes, at * 4096 + 200).unwrap();
         drop(f);
         // The damage shows in fsck's report: as a problem, or (where the
         // twin of a partial segment an fsync waited for holds it all) as a

@@ -82,6 +82,9 @@ pub enum Fault {
     /// checkpoint is being written (those it placed are read back from
     /// where their bytes are not yet).
     EvictBeforeCheckpointWritten,
+    /// Bounded data space: give back bitmap blocks changed since the last
+    /// checkpoint as if they were clean (their changes are lost).
+    EvictDirtyBitmapBlocks,
     /// Delayed tails past a checkpoint: let a commit or checkpoint made for
     /// room leave the young tails unwritten but record the files' full
     /// sizes (a crash then shows zeros where data was written).
@@ -114,16 +117,6 @@ pub enum Fault {
     /// (the previous checkpoint, which a damaged newer slot falls back
     /// to, still maps blocks there).
     DiscardSegmentEarly,
-    /// Redundant log: write the partial segments an fsync or a sync waits
-    /// for once, without their twins (one damaged block of the last one
-    /// then loses it without a word).
-    NoTwins,
-    /// Meta-data mirror: flush only the first copy before a write is
-    /// acknowledged (the second may still lose it).
-    MirrorAckBeforeSecond,
-    /// Meta-data mirror: take a copy that missed writes (its superblock
-    /// names an older mirror generation) as in sync.
-    MirrorTrustStale,
     /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
     /// return before it is durable, as a write to any other file does.
     SyncFlagIgnored,
@@ -137,7 +130,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 39] = [
+    pub const ALL: [Fault; 37] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -162,6 +155,7 @@ impl Fault {
         Fault::MigrateCopyOverWrites,
         Fault::EvictDirtyMapBlocks,
         Fault::EvictBeforeCheckpointWritten,
+        Fault::EvictDirtyBitmapBlocks,
         Fault::RoomTailUncapped,
         Fault::OutgrownInlineStale,
         Fault::TmpfileNotOrphan,
@@ -170,9 +164,6 @@ impl Fault {
         Fault::DiscardBeforeDurable,
         Fault::DiscardHeld,
         Fault::DiscardSegmentEarly,
-        Fault::NoTwins,
-        Fault::MirrorAckBeforeSecond,
-        Fault::MirrorTrustStale,
         Fault::SyncFlagIgnored,
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,

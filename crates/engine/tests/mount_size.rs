@@ -6,7 +6,18 @@
 //! an orphan with data to finish). mkfs writes the same blocks for both.
 //! (Counts, not times: what a mount reads or builds in proportion to the
 //! devices' size shows as a difference, whatever the machine's load.)
+//! Beside the blocks, the bytes: what the mount allocates, at its peak and
+//! still held once it returns, counted by the allocator, so that a
+//! structure sized by the devices shows whatever it is (a bitmap, a
+//! table, a list of segments built and dropped).
 #![allow(clippy::unwrap_used)]
+// A global allocator is unsafe to implement; this one counts per thread,
+// which the allocation-counting crates (global counters) do not, and the
+// tests here run side by side.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 
 use std::io;
 use std::sync::Arc;
@@ -16,6 +27,78 @@ use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
 use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
+
+/// Counts the bytes the calling thread allocates and frees while `ON`
+/// (the tests of this file run side by side, each on its own thread).
+struct Counting;
+
+thread_local! {
+    static ON: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+    static PEAK: Cell<i64> = const { Cell::new(0) };
+}
+
+fn count(delta: i64) {
+    let _ = ON.try_with(|on| {
+        if on.get() {
+            let _ = LIVE.try_with(|live| {
+                live.set(live.get() + delta);
+                let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+            });
+        }
+    });
+}
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counting touches only thread-local cells that allocate nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        // SAFETY: the caller's layout, as given.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        // SAFETY: the caller's layout, as given.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-(layout.size() as i64));
+        // SAFETY: the caller's pointer and layout, as given.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size as i64 - layout.size() as i64);
+        // SAFETY: the caller's pointer, layout and size, as given.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Bytes a mount allocated on its thread: at the peak, and still held once
+/// it returned.
+#[derive(Debug, Clone, Copy)]
+struct Bytes {
+    peak: i64,
+    held: i64,
+}
+
+/// Runs `f` counting the bytes it allocates on this thread.
+fn counting<T>(f: impl FnOnce() -> T) -> (T, Bytes) {
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    ON.with(|on| on.set(true));
+    let out = f();
+    ON.with(|on| on.set(false));
+    (out, Bytes { peak: PEAK.with(Cell::get), held: LIVE.with(Cell::get) })
+}
+
+/// How many more bytes the mount of 15 TiB may allocate than that of
+/// 1 GiB: the slots of the index chunks of tables 15,360 times longer
+/// (a few KiB). A structure of one bit per 64 KiB of data is 32 MiB.
+const BYTES_SLACK: i64 = 64 << 10;
 
 /// Counts the blocks read and written through it.
 #[derive(Debug)]
@@ -61,7 +144,7 @@ struct Cost {
 /// Makes a volume of `data_blocks` (meta-data device a tenth of it), puts
 /// the same files on it, and mounts it once more: after a clean close, or
 /// after a crash with a commit in the log since the last checkpoint.
-fn mount_cost(data_blocks: u64, crash: bool) -> Cost {
+fn mount_cost(data_blocks: u64, crash: bool) -> (Cost, Bytes) {
     let (meta, data) = (Arc::new(MemoryDevice::new(data_blocks / 10)), Arc::new(MemoryDevice::new(data_blocks)));
     let (m, d) = (Counted::new(meta.clone()), Counted::new(data.clone()));
     Volume::format(m.clone(), d.clone(), &MkfsOptions { identity_seed: Some(7), ..MkfsOptions::default() }).unwrap();
@@ -101,7 +184,7 @@ fn mount_cost(data_blocks: u64, crash: bool) -> Cost {
         (meta, data)
     };
     let (m, d) = (Counted::new(meta), Counted::new(data));
-    let v = Volume::open(m.clone(), d.clone(), MountOptions::default()).unwrap();
+    let (v, bytes) = counting(|| Volume::open(m.clone(), d.clone(), MountOptions::default()).unwrap());
     assert_eq!(v.open_report().recovery.partial_segments > 0, crash, "{:?}", v.open_report().recovery);
     let stats = v.stats();
     if crash {
@@ -124,7 +207,16 @@ fn mount_cost(data_blocks: u64, crash: bool) -> Cost {
     let f = v.lookup(v.lookup(InodeNo::ROOT, b"d2").unwrap().ino, b"f7").unwrap().ino;
     assert_eq!(v.read(f, 0, 10_000).unwrap(), vec![7u8; 10_000]);
     drop(v);
-    cost
+    (cost, bytes)
+}
+
+/// Fails unless the mount of 15 TiB allocated what that of 1 GiB did,
+/// within [`BYTES_SLACK`], at its peak and once it returned.
+fn same_bytes(small: Bytes, large: Bytes) {
+    assert!(
+        large.peak <= small.peak + BYTES_SLACK && large.held <= small.held + BYTES_SLACK,
+        "what a mount allocates grows with the volume: 1 GiB {small:?}, 15 TiB {large:?}"
+    );
 }
 
 const GIB_BLOCKS: u64 = 1 << 18;
@@ -132,16 +224,18 @@ const TIB15_BLOCKS: u64 = 15 << 28;
 
 #[test]
 fn a_clean_mount_of_15_tib_reads_and_holds_what_one_of_1_gib_does() {
-    let small = mount_cost(GIB_BLOCKS, false);
-    let large = mount_cost(TIB15_BLOCKS, false);
-    println!("1 GiB: {small:?}\n15 TiB: {large:?}");
+    let (small, small_bytes) = mount_cost(GIB_BLOCKS, false);
+    let (large, large_bytes) = mount_cost(TIB15_BLOCKS, false);
+    println!("1 GiB: {small:?} {small_bytes:?}\n15 TiB: {large:?} {large_bytes:?}");
     assert_eq!(large, small, "what a mount reads or holds grows with the volume");
+    same_bytes(small_bytes, large_bytes);
 }
 
 #[test]
 fn a_mount_after_a_crash_of_15_tib_reads_and_holds_what_one_of_1_gib_does() {
-    let small = mount_cost(GIB_BLOCKS, true);
-    let large = mount_cost(TIB15_BLOCKS, true);
-    println!("1 GiB: {small:?}\n15 TiB: {large:?}");
+    let (small, small_bytes) = mount_cost(GIB_BLOCKS, true);
+    let (large, large_bytes) = mount_cost(TIB15_BLOCKS, true);
+    println!("1 GiB: {small:?} {small_bytes:?}\n15 TiB: {large:?} {large_bytes:?}");
     assert_eq!(large, small, "what a mount after a crash reads or holds grows with the volume");
+    same_bytes(small_bytes, large_bytes);
 }

@@ -2,10 +2,6 @@
 //! is reported with what it costs, fsck lists it, and the volume opens only
 //! read-only until the loss is accepted; damage that costs nothing (the
 //! IFile blocks of a newer checkpoint) is reported too, and costs nothing.
-//!
-//! The commits here are fsyncs, so their partial segments have twins
-//! (FORMAT.md 3.4.9): one damaged copy costs nothing, and only damage to
-//! both the original and its twin loses the commit.
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,7 +12,6 @@ use dualfs_engine::check::check;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::format::block::{self, BlockKind};
 use dualfs_engine::format::checkpoint::Checkpoint;
-use dualfs_engine::format::descriptor::{Descriptor, PS_TWIN, PS_TWINNED};
 use dualfs_engine::format::ifile::IndexBlock;
 use dualfs_engine::format::superblock::CHECKPOINT_SLOTS;
 use dualfs_engine::types::{BLOCK_SIZE, InodeNo, MetaBlock, Seq, Timestamp};
@@ -58,45 +53,18 @@ impl Rig {
         self.meta.write_blocks(b, &[0u8; BLOCK_SIZE]).unwrap();
     }
 
-    /// Every descriptor (first block) written, with its sequence number;
-    /// twins left out.
+    /// Every descriptor (first block) written, with its sequence number.
     fn descriptors(&self) -> Vec<(u64, Seq)> {
+        let id = self.volume_id();
         let mut out: Vec<(u64, Seq)> = (0..self.meta.block_count())
             .filter_map(|b| {
-                let d = self.descriptor(b)?;
-                (d.flags & PS_TWIN == 0).then_some((b, d.seq))
+                let raw = self.read(b);
+                let (h, _) = block::open_block_of_kind(&raw, MetaBlock(b), id, BlockKind::Descriptor).ok()?;
+                (h.aux == 0).then_some((b, h.seq))
             })
             .collect();
         out.sort_by_key(|(_, s)| *s);
         out
-    }
-
-    /// The descriptor whose first block is `b`, if one is there intact.
-    fn descriptor(&self, b: u64) -> Option<Descriptor> {
-        let id = self.volume_id();
-        let raw = self.read(b);
-        let (h, payload) = block::open_block_of_kind(&raw, MetaBlock(b), id, BlockKind::Descriptor).ok()?;
-        if h.aux != 0 {
-            return None;
-        }
-        let (_, n) = Descriptor::peek(payload).ok()?;
-        let raw: Vec<Vec<u8>> = (0..n as u64).map(|i| self.read(b + i)).collect();
-        let payloads: Vec<&[u8]> = raw
-            .iter()
-            .enumerate()
-            .map(|(i, r)| block::open_block(r, MetaBlock(b + i as u64), id).map(|(_, p)| p))
-            .collect::<Result<_, _>>()
-            .ok()?;
-        Descriptor::decode(&payloads, 1 << 16).ok().map(|(d, _)| d)
-    }
-
-    /// Where the twin of the partial segment beginning at `b` begins.
-    fn twin_of(&self, b: u64) -> u64 {
-        let d = self.descriptor(b).unwrap();
-        assert_ne!(d.flags & PS_TWINNED, 0, "the fsync's partial segment at {b} has a twin");
-        let at = b + d.total_blocks() as u64;
-        assert_ne!(self.descriptor(at).unwrap().flags & PS_TWIN, 0, "its twin at {at}");
-        at
     }
 
     fn volume_id(&self) -> u64 {
@@ -138,22 +106,7 @@ fn a_zeroed_descriptor_before_acknowledged_commits_is_a_reported_loss() {
     let after: Vec<(u64, Seq)> = rig.descriptors().into_iter().skip(before).collect();
     assert_eq!(after.len(), 5, "one partial segment per commit: {after:?}");
     let (victim, lost_seq) = after[1];
-    let twin = rig.twin_of(victim);
-
-    // The original alone, in a copy of the devices: its twin stands in,
-    // nothing is lost.
-    let one = Rig { meta: Arc::new(rig.meta.snapshot()), data: Arc::new(rig.data.snapshot()) };
-    one.zero(victim);
-    let vol = one.open(options()).unwrap();
-    assert!(!vol.open_report().is_damaged(), "{:?}", vol.open_report());
-    assert_eq!(vol.open_report().recovery.twins_taken.len(), 1, "{:?}", vol.open_report().recovery);
-    assert!(vol.lookup(InodeNo::ROOT, b"c1-0").is_ok() && vol.lookup(InodeNo::ROOT, b"c4-9").is_ok());
-    vol.close().unwrap();
-    assert!(one.fsck_messages().is_empty(), "{:?}", one.fsck_messages());
-
-    // Both copies.
     rig.zero(victim);
-    rig.zero(twin);
 
     // Writing would make the loss permanent: refused, with what it costs.
     match rig.open(options()) {
@@ -195,25 +148,9 @@ fn a_damaged_body_block_before_acknowledged_commits_is_a_reported_loss() {
     let after: Vec<(u64, Seq)> = rig.descriptors().into_iter().skip(before).collect();
     // The first body block of the first commit after the checkpoint.
     let body = after[0].0 + 1;
-    let twin_body = rig.twin_of(after[0].0) + 1;
-    let flip = |rig: &Rig, b: u64| {
-        let mut raw = rig.read(b);
-        raw[200] ^= 0x40;
-        rig.meta.write_blocks(b, &raw).unwrap();
-    };
-    // The original's body alone, in a copy of the devices: its twin stands
-    // in, nothing is lost.
-    let one = Rig { meta: Arc::new(rig.meta.snapshot()), data: Arc::new(rig.data.snapshot()) };
-    flip(&one, body);
-    let vol = one.open(options()).unwrap();
-    assert!(!vol.open_report().is_damaged(), "{:?}", vol.open_report());
-    assert_eq!(vol.open_report().recovery.twins_taken.len(), 1, "{:?}", vol.open_report().recovery);
-    assert!(vol.lookup(InodeNo::ROOT, b"c0-0").is_ok() && vol.lookup(InodeNo::ROOT, b"c3-9").is_ok());
-    drop(vol);
-
-    // Both copies.
-    flip(&rig, body);
-    flip(&rig, twin_body);
+    let mut raw = rig.read(body);
+    raw[200] ^= 0x40;
+    rig.meta.write_blocks(body, &raw).unwrap();
     assert!(matches!(rig.open(options()), Err(Error::Damaged(_))));
     let ro = rig.open(MountOptions { read_only: true, ..options() }).unwrap();
     let loss = ro.open_report().loss.clone().expect("a loss");

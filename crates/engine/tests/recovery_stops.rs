@@ -12,7 +12,7 @@ use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::format::block::{self, BlockHeader, BlockKind, HEADER_LEN};
 use dualfs_engine::format::checkpoint::LogPosition;
-use dualfs_engine::format::descriptor::{Change, Descriptor, PS_GROUP_END, PS_TWIN, PS_TWINNED};
+use dualfs_engine::format::descriptor::{Change, Descriptor, PS_GROUP_END};
 use dualfs_engine::format::superblock::Superblock;
 use dualfs_engine::meta_log::Log;
 use dualfs_engine::meta_log::recovery::{LogEnd, RecoveryReport, Stop};
@@ -105,10 +105,8 @@ impl Rig {
         let (mut seg, mut off, mut next, mut seq) =
             (self.first.segment, self.first.offset, self.first.next_segment, self.first.seq);
         while let Some(ps) = self.ps_at(seg, off, seq).or_else(|| self.ps_at(next, 0, seq)) {
-            assert_eq!(ps.desc.flags & PS_TWIN, 0, "a twin where its original was expected");
-            // The log goes on after the twin of a twinned partial segment.
             (seg, off, next, seq) =
-                (ps.desc.segment, ps.desc.offset + span(&ps.desc), ps.desc.next_segment, seq.next());
+                (ps.desc.segment, ps.desc.offset + ps.desc.total_blocks() as u32, ps.desc.next_segment, seq.next());
             out.push(ps);
         }
         assert!(!out.is_empty(), "the rig wrote no partial segment after its checkpoint");
@@ -117,28 +115,6 @@ impl Rig {
 
     fn last(&self) -> Ps {
         self.partial_segments().pop().unwrap()
-    }
-
-    /// The twin written right after `ps`.
-    fn twin_of(&self, ps: &Ps) -> Ps {
-        assert_ne!(ps.desc.flags & PS_TWINNED, 0, "partial segment {} has no twin", ps.desc.seq.0);
-        let twin = self.ps_at(ps.desc.segment, ps.desc.offset + ps.desc.total_blocks() as u32, ps.desc.seq).unwrap();
-        assert_ne!(twin.desc.flags & PS_TWIN, 0);
-        twin
-    }
-
-    /// Breaks `ps` with `damage` and shows roll-forward reading its twin
-    /// instead (every partial segment applied, a clean end), then breaks the
-    /// twin the same way: what roll-forward says then is the test's.
-    fn break_both(&self, ps: &Ps, damage: impl Fn(&Rig, &Ps)) {
-        let twin = self.twin_of(ps);
-        let n = self.partial_segments().len() as u64;
-        damage(self, ps);
-        let rec = self.recover();
-        assert_eq!(rec.twins_taken.len(), 1, "the twin stands in for the broken original: {:?}", rec.end);
-        assert!(rec.end.is_clean(), "{:?}", rec.end);
-        assert_eq!(rec.partial_segments, n, "nothing lost with the original broken alone");
-        damage(self, &twin);
     }
 
     /// Writes `desc` as the descriptor at `at.start`, sealed like the original.
@@ -181,11 +157,6 @@ impl Rig {
     }
 }
 
-/// Blocks a partial segment takes in the log: with its twin, if it has one.
-fn span(desc: &Descriptor) -> u32 {
-    desc.total_blocks() as u32 * if desc.flags & PS_TWINNED != 0 { 2 } else { 1 }
-}
-
 /// A descriptor long enough to take more than one block.
 fn long(desc: &Descriptor) -> Descriptor {
     let mut d = desc.clone();
@@ -209,7 +180,7 @@ fn nothing_written_where_the_log_goes_on_is_its_clean_end() {
 fn a_descriptor_that_fails_its_checksum_is_a_torn_tail() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| r.flip(ps.start));
+    r.flip(last.start);
     let end = r.end();
     assert_eq!(end.reason.block(), Some(last.start));
     assert!(matches!(end.reason, Stop::Torn { .. }), "{end:?}");
@@ -220,11 +191,9 @@ fn a_descriptor_that_fails_its_checksum_is_a_torn_tail() {
 fn an_intact_descriptor_of_another_sequence_is_an_older_lap_and_a_clean_end() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        let mut d = ps.desc.clone();
-        d.seq = Seq(d.seq.0 + 7);
-        r.rewrite(ps, &d);
-    });
+    let mut d = last.desc.clone();
+    d.seq = Seq(d.seq.0 + 7);
+    r.rewrite(&last, &d);
     let end = r.end();
     assert_eq!(
         end.reason,
@@ -237,7 +206,7 @@ fn an_intact_descriptor_of_another_sequence_is_an_older_lap_and_a_clean_end() {
 fn a_later_descriptor_block_where_a_first_was_expected_is_no_start() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| r.reseal(ps.start, |h| h.aux = 1));
+    r.reseal(last.start, |h| h.aux = 1);
     let end = r.end();
     assert_eq!(end.reason, Stop::MidDescriptor { block: last.start });
     assert!(end.is_clean());
@@ -247,11 +216,9 @@ fn a_later_descriptor_block_where_a_first_was_expected_is_no_start() {
 fn a_descriptor_naming_a_segment_beyond_the_log_overruns() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        let mut d = ps.desc.clone();
-        d.next_segment = SegmentNo(r.sb.segment_count);
-        r.rewrite(ps, &d);
-    });
+    let mut d = last.desc.clone();
+    d.next_segment = SegmentNo(r.sb.segment_count);
+    r.rewrite(&last, &d);
     let end = r.end();
     assert_eq!(end.reason, Stop::Overrun { block: last.start });
     assert!(!end.is_clean());
@@ -261,10 +228,8 @@ fn a_descriptor_naming_a_segment_beyond_the_log_overruns() {
 fn a_descriptor_block_of_another_partial_segment_is_foreign() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        r.rewrite(ps, &long(&ps.desc));
-        r.reseal(ps.start + 1, |h| h.seq = Seq(h.seq.0 + 1));
-    });
+    r.rewrite(&last, &long(&last.desc));
+    r.reseal(last.start + 1, |h| h.seq = Seq(h.seq.0 + 1));
     let end = r.end();
     assert_eq!(end.reason, Stop::ForeignDescriptorBlock { block: last.start + 1 });
     assert!(!end.is_clean());
@@ -274,10 +239,8 @@ fn a_descriptor_block_of_another_partial_segment_is_foreign() {
 fn a_later_descriptor_block_that_fails_its_checksum_is_a_bad_descriptor() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        r.rewrite(ps, &long(&ps.desc));
-        r.flip(ps.start + 1);
-    });
+    r.rewrite(&last, &long(&last.desc));
+    r.flip(last.start + 1);
     let end = r.end();
     assert!(matches!(end.reason, Stop::BadDescriptor { block, .. } if block == last.start + 1), "{end:?}");
     assert!(!end.is_clean());
@@ -287,11 +250,9 @@ fn a_later_descriptor_block_that_fails_its_checksum_is_a_bad_descriptor() {
 fn a_descriptor_written_for_another_place_is_misplaced() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        let mut d = ps.desc.clone();
-        d.offset += 1;
-        r.rewrite(ps, &d);
-    });
+    let mut d = last.desc.clone();
+    d.offset += 1;
+    r.rewrite(&last, &d);
     let end = r.end();
     assert_eq!(end.reason, Stop::Misplaced { block: last.start });
     assert!(!end.is_clean());
@@ -301,11 +262,9 @@ fn a_descriptor_written_for_another_place_is_misplaced() {
 fn a_descriptor_not_naming_its_predecessors_checksum_breaks_the_chain() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        let mut d = ps.desc.clone();
-        d.prev_crc ^= 1;
-        r.rewrite(ps, &d);
-    });
+    let mut d = last.desc.clone();
+    d.prev_crc ^= 1;
+    r.rewrite(&last, &d);
     let end = r.end();
     assert_eq!(end.reason, Stop::BrokenChain { block: last.start });
     assert!(!end.is_clean());
@@ -316,7 +275,7 @@ fn a_body_block_that_fails_its_checksum_is_bad() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
     let body = last.start + last.desc_blocks as u64;
-    r.break_both(&last, |r, ps| r.flip(ps.start + ps.desc_blocks as u64));
+    r.flip(body);
     let end = r.end();
     assert!(matches!(end.reason, Stop::BadBody { block, .. } if block == body), "{end:?}");
     assert!(!end.is_clean());
@@ -327,7 +286,7 @@ fn an_intact_body_block_of_another_write_is_stale() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
     let body = last.start + last.desc_blocks as u64;
-    r.break_both(&last, |r, ps| r.reseal(ps.start + ps.desc_blocks as u64, |h| h.seq = Seq(h.seq.0 - 1)));
+    r.reseal(body, |h| h.seq = Seq(h.seq.0 - 1));
     let end = r.end();
     assert_eq!(end.reason, Stop::StaleBody { block: body });
     assert!(!end.is_clean());
@@ -337,11 +296,9 @@ fn an_intact_body_block_of_another_write_is_stale() {
 fn body_blocks_that_do_not_give_the_body_checksum_fail_it() {
     let r = Rig::new(&[1, 1]);
     let last = r.last();
-    r.break_both(&last, |r, ps| {
-        let mut d = ps.desc.clone();
-        d.body_crc ^= 1;
-        r.rewrite(ps, &d);
-    });
+    let mut d = last.desc.clone();
+    d.body_crc ^= 1;
+    r.rewrite(&last, &d);
     let end = r.end();
     assert_eq!(end.reason, Stop::BodyChecksum { block: last.start });
     assert!(!end.is_clean());
@@ -352,13 +309,9 @@ fn a_group_whose_last_partial_segment_is_missing_is_cut_short_and_dropped() {
     let r = Rig::new(&[1, 1]);
     let all = r.partial_segments();
     let last = all.last().unwrap();
-    // Sealed as written, only never ended: no damage a twin stands in for,
-    // so the original and its twin both lose the flag.
-    for ps in [r.twin_of(last), r.last()] {
-        let mut d = ps.desc.clone();
-        d.flags &= !PS_GROUP_END;
-        r.rewrite(&ps, &d);
-    }
+    let mut d = last.desc.clone();
+    d.flags &= !PS_GROUP_END;
+    r.rewrite(last, &d);
     let rec = r.recover();
     assert!(
         matches!(&rec.end.reason, Stop::GroupCutShort(why) if matches!(**why, Stop::Unwritten { .. })),
@@ -376,13 +329,13 @@ fn a_full_segment_sends_the_log_on_to_the_next_one() {
     let all = r.partial_segments();
     let i = all
         .iter()
-        .position(|p| p.desc.offset + span(&p.desc) == r.sb.segment_blocks)
+        .position(|p| p.desc.offset + p.desc.total_blocks() as u32 == r.sb.segment_blocks)
         .filter(|&i| i + 1 < all.len())
         .expect("no partial segment filled its segment");
     // Without the partial segment in the next segment, the log stops at the
     // end of the full one, whatever the group it was in.
     let next = &all[i + 1];
-    r.break_both(next, |r, ps| r.write(ps.start, &vec![0u8; BLOCK_SIZE]));
+    r.write(next.start, &vec![0u8; BLOCK_SIZE]);
     let end = r.end();
     let reason = match &end.reason {
         Stop::GroupCutShort(why) => why.as_ref(),

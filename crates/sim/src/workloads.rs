@@ -693,6 +693,44 @@ pub fn many_inodes_bounded() -> Workload {
     Workload { name: s("pattern/many-inodes-bounded"), steps, scale: 2 }
 }
 
+/// Data written, freed and written again in every group, with the
+/// background writer's turns between (run with a data-space budget of
+/// nothing: each turn gives back every group-table and bitmap block it
+/// may, and the next allocation or free there reads them again).
+#[must_use]
+pub fn bitmap_bounded() -> Workload {
+    let mut steps = vec![Step::Mkdir(s("C")), Step::Mkdir(s("D"))];
+    for d in ["A", "B", "C", "D"] {
+        steps.push(Step::Create(format!("{d}/g")));
+        steps.push(write(&format!("{d}/g"), 0, 40_960));
+    }
+    steps.extend([
+        Step::Sync,
+        Step::Tick,
+        write("C/g", 40_960, 8192),
+        Step::Unlink(s("A/foo")),
+        Step::Tick,
+        Step::Create(s("D/h")),
+        write("D/h", 0, 20_000),
+        Step::Fsync(s("D/h")),
+        Step::Tick,
+        Step::Sync,
+        Step::Tick,
+        Step::Truncate { path: s("B/g"), size: 4096 },
+        write("A/g", 0, 16_384),
+        Step::Tick,
+        Step::Fsync(s("A/g")),
+        Step::Sync,
+        Step::Tick,
+        Step::Create(s("C/late")),
+        write("C/late", 0, 12_288),
+        Step::Unlink(s("D/g")),
+        Step::Tick,
+        Step::Fsync(s("C")),
+    ]);
+    Workload { name: s("pattern/bitmap-bounded"), steps, scale: 2 }
+}
+
 /// Every workload of the default run.
 #[must_use]
 pub fn all() -> Vec<Workload> {
@@ -718,5 +756,9 @@ pub fn by_name(name: &str) -> Option<Workload> {
     if let Some(n) = name.strip_prefix("pattern/log-wrap-") {
         return n.parse().ok().map(|n| log_wrap(n, true));
     }
-    all().into_iter().chain([many_inodes(), many_inodes_bounded()]).chain(discards()).find(|w| w.name == name)
+    all()
+        .into_iter()
+        .chain([many_inodes(), many_inodes_bounded(), bitmap_bounded()])
+        .chain(discards())
+        .find(|w| w.name == name)
 }

@@ -401,6 +401,20 @@ fn crashes_with_the_inode_map_given_back() {
     assert!(stats.states_checked > 40 && stats.rolled_forward > 10, "too few states: {stats:?}");
 }
 
+/// The group table and bitmap held to nothing: every turn of the
+/// background writer gives back every clean block (`pattern/bitmap-bounded`).
+#[test]
+fn crashes_with_the_data_space_given_back() {
+    if env("DUALFS_CRASH_REPLAY").is_some() {
+        return;
+    }
+    let mut config = Config::default();
+    config.mount.data_space_bytes = Some(0);
+    let ex = Explorer::new(config, &workloads::setup()).expect("base image");
+    let stats = ex.explore(&workloads::bitmap_bounded()).unwrap_or_else(|f| panic!("{f}"));
+    assert!(stats.states_checked > 40 && stats.rolled_forward > 10, "too few states: {stats:?}");
+}
+
 #[test]
 fn crashes_with_the_inode_map_left_on_disk() {
     if env("DUALFS_CRASH_REPLAY").is_some() {

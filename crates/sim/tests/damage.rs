@@ -289,36 +289,6 @@ fn small_base() -> &'static (Arc<Image>, Arc<Image>, Tree) {
     })
 }
 
-/// A volume of small files whose last write is a new 256 KiB file made
-/// durable by its own fsync (an fsync record), nothing after it.
-fn fsynced_steps() -> Vec<Step> {
-    let mut steps = Vec::new();
-    for i in 0..24 {
-        steps.push(Step::Create(format!("B/f{i}")));
-        steps.push(Step::Write { path: format!("B/f{i}"), offset: 0, len: 300 + 10 * i });
-    }
-    steps.push(Step::Sync);
-    steps.push(Step::Create("A/synced".into()));
-    steps.push(Step::Write { path: "A/synced".into(), offset: 0, len: 256 << 10 });
-    steps.push(Step::Fsync("A/synced".into()));
-    steps
-}
-
-fn build(steps: Vec<Step>) -> (Arc<Image>, Arc<Image>, Tree) {
-    let ex = Explorer::new(Config::default(), &workloads::setup()).expect("base image");
-    let w = Workload { name: "fsynced".into(), steps, scale: 1 };
-    let run = ex.record(&w).expect("workload");
-    let img = run.recording.build(&StateSpec { cut: run.recording.events.len(), choice: Choice::All });
-    let vol = mount(&img.meta, &img.data).expect("the undamaged image mounts");
-    let tree = Tree::of_volume(&vol).expect("and reads");
-    (img.meta, img.data, tree)
-}
-
-fn fsynced_base() -> &'static (Arc<Image>, Arc<Image>, Tree) {
-    static BASE: OnceLock<(Arc<Image>, Arc<Image>, Tree)> = OnceLock::new();
-    BASE.get_or_init(|| build(fsynced_steps()))
-}
-
 /// What zeroing one block did, judged by mount and fsck.
 #[derive(Default, Debug)]
 struct Sweep {
@@ -336,9 +306,8 @@ struct Sweep {
     /// Of those, repaired by `fsck -y` with every file where it was.
     unmountable_repaired_whole: u32,
     /// Nothing said, tree differs, and the block belongs to the last commit
-    /// group of the log, one nobody waited for (no twin): nothing after it
-    /// vouches that it was durable, and a crash tearing that group looks
-    /// the same (docs/TESTING.md).
+    /// group of the log: nothing after it vouches that it was durable, and a
+    /// crash tearing that group looks the same (docs/TESTING.md).
     last_group: u32,
     /// Repaired by `fsck -y` (clean, mounts, nothing more to repair).
     repaired: u32,
@@ -348,13 +317,9 @@ struct Sweep {
     unrepaired: Vec<String>,
 }
 
-/// The blocks of the partial segment with the highest sequence number, when
-/// nobody waited for it: written once, no twin (descriptor flags
-/// `PS_TWINNED`/`PS_TWIN`, stream byte 1, block byte 65). A last partial
-/// segment that an fsync or a sync waited for is twinned, and none of its
-/// blocks may be lost without a word.
+/// The blocks of the partial segment with the highest sequence number.
 fn last_partial_segment(meta: &Arc<Image>) -> std::ops::Range<u64> {
-    let mut best: Option<(u64, u64, u64, bool)> = None;
+    let mut best: Option<(u64, u64, u64)> = None;
     for (no, b) in meta.written() {
         if b[..4] == *b"DFSM" && b[8] == 1 && b[10..12] == [0, 0] {
             let seq = u64::from_le_bytes(b[32..40].try_into().unwrap());
@@ -363,13 +328,12 @@ fn last_partial_segment(meta: &Arc<Image>) -> std::ops::Range<u64> {
             while meta.written().iter().any(|(m, x)| *m == no + n && x[..4] == *b"DFSM" && x[32..40] == b[32..40]) {
                 n += 1;
             }
-            let twinned = b[65] & 0x6 != 0;
-            if best.is_none_or(|(s, _, _, _)| seq > s) {
-                best = Some((seq, no, n, twinned));
+            if best.is_none_or(|(s, _, _)| seq > s) {
+                best = Some((seq, no, n));
             }
         }
     }
-    best.filter(|b| !b.3).map_or(0..0, |(_, no, n, _)| no..no + n)
+    best.map_or(0..0, |(_, no, n)| no..no + n)
 }
 
 fn sweep(meta: &Arc<Image>, data: &Arc<Image>, want: &Tree) -> Sweep {
@@ -425,14 +389,8 @@ fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
     let mut silent = Vec::new();
     let mut unrepaired = Vec::new();
     let mut unmountable = Vec::new();
-    let mut lost_acknowledged = Vec::new();
-    for (name, (meta, data, want)) in [("small", small_base()), ("fsynced", fsynced_base()), ("aged", damaged_base())] {
+    for (name, (meta, data, want)) in [("small", small_base()), ("aged", damaged_base())] {
         let s = sweep(meta, data, want);
-        // These two end with an acknowledged write (a directory's fsync, a
-        // file's fsync record): no block of it may go without a word.
-        if name != "aged" && s.last_group != 0 {
-            lost_acknowledged.push(format!("{name}: {} blocks of the last acknowledged write", s.last_group));
-        }
         println!(
             "single-block damage, {name} volume: {} used meta-data blocks zeroed: {} reported ({} of them with \
              nothing lost), {} harmless, {} silent, {} in the last commit group (undetectable), {} unmountable {:?}; \
@@ -454,26 +412,8 @@ fn zeroing_any_single_used_meta_data_block_is_reported_or_harmless() {
         unmountable.extend(s.unmountable.into_iter().map(|x| format!("{name}: {x}")));
     }
     assert!(silent.is_empty(), "damage nobody noticed:\n{}", silent.join("\n"));
-    assert!(lost_acknowledged.is_empty(), "acknowledged writes lost without a word: {lost_acknowledged:?}");
     // No single block may leave the volume unopenable: the IFile both
     // checkpoints share is rebuilt from the log (repair::rescue).
     assert!(unmountable.is_empty(), "damage that left the volume unopenable:\n{}", unmountable.join("\n"));
     assert!(unrepaired.is_empty(), "damage fsck -y did not repair:\n{}", unrepaired.join("\n"));
-}
-
-/// The broken rule: with the twins of acknowledged writes left out
-/// (`Fault::NoTwins`), zeroing one block of the last fsync record loses the
-/// fsync'd file and neither mount nor fsck says a word: the sweep above
-/// would fail. (The fault switch is process-wide: the other bases are built
-/// first, and only this image is recorded with it.)
-#[test]
-fn without_twins_one_zeroed_block_loses_the_last_fsync_silently() {
-    let _ = (small_base(), fsynced_base(), damaged_base());
-    dualfs_engine::faults::set(&[dualfs_engine::faults::Fault::NoTwins]);
-    let built = catch_unwind(|| build(fsynced_steps()));
-    dualfs_engine::faults::set(&[]);
-    let (meta, data, want) = built.unwrap();
-    let s = sweep(&meta, &data, &want);
-    println!("without twins: {} used blocks zeroed, {} lost the last fsync without a word", s.blocks, s.last_group);
-    assert!(s.last_group > 0, "without twins the last fsync record is a single point of failure");
 }

@@ -33,6 +33,10 @@ fn config_for(fault: Fault) -> Config {
         c.mount.inode_map_bytes = Some(2 * 4096);
         c.mount.cache_budget = 32;
     }
+    // The group table and bitmap held to nothing.
+    if fault == Fault::EvictDirtyBitmapBlocks {
+        c.mount.data_space_bytes = Some(0);
+    }
     // Continuous discard, and the older checkpoint recovered too.
     if matches!(fault, Fault::DiscardBeforeDurable | Fault::DiscardHeld | Fault::DiscardSegmentEarly) {
         let d = Config::discard();
@@ -82,6 +86,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
     if fault == Fault::EvictDirtyMapBlocks {
         list.push(workloads::many_inodes_bounded());
     }
+    if fault == Fault::EvictDirtyBitmapBlocks {
+        // Only a bounded data space gives blocks back.
+        return vec![workloads::bitmap_bounded()];
+    }
     if fault == Fault::SyncFlagIgnored {
         // Only a write to a sync file shows it.
         list.extend(workloads::inode_flags());
@@ -128,11 +136,6 @@ fn the_explorer_catches_every_broken_ordering_rule() {
         }
         // Nor is a migration (three devices): tests/migrate_crash.rs.
         if matches!(fault, Fault::MigrateCopyUnsynced | Fault::MigrateCopyOverWrites) {
-            continue;
-        }
-        // Nor is a damaged block (tests/damage.rs breaks the twins) or a
-        // second meta-data copy (tests/mirror.rs).
-        if matches!(fault, Fault::NoTwins | Fault::MirrorAckBeforeSecond | Fault::MirrorTrustStale) {
             continue;
         }
         let started = Instant::now();

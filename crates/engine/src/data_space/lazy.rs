@@ -12,7 +12,19 @@ impl DataSpace {
     /// Whether the whole bitmap is at hand.
     #[must_use]
     pub fn fully_loaded(&self) -> bool {
-        self.source.is_none()
+        self.source.is_none() || self.unready == 0
+    }
+
+    /// Stops reading and giving back groups: everything is at hand and
+    /// stays (a resize or a tree switch changes the tables under it).
+    ///
+    /// # Panics
+    /// Some group is not loaded.
+    pub(super) fn settle(&mut self) {
+        assert!(self.fully_loaded(), "the data space settled with {} groups not read", self.unready);
+        self.source = None;
+        self.ready = Vec::new();
+        self.unready = 0;
     }
 
     /// Leaves the bitmap on disk, to be read a group at a time when the
@@ -69,6 +81,18 @@ impl DataSpace {
         self.source.is_none() || self.ready.get(g.0 as usize / 64).is_some_and(|w| w >> (g.0 % 64) & 1 != 0)
     }
 
+    fn set_ready(&mut self, g: u32, ready: bool) {
+        let w = g as usize / 64;
+        if self.ready.len() <= w {
+            self.ready.resize(w + 1, 0);
+        }
+        if ready {
+            self.ready[w] |= 1 << (g % 64);
+        } else {
+            self.ready[w] &= !(1 << (g % 64));
+        }
+    }
+
     /// Reads group `g`'s descriptor if it is not at hand.
     ///
     /// # Errors
@@ -110,16 +134,10 @@ impl DataSpace {
                 format!("group {} says {said} free blocks, its bitmap {n}", g.0),
             ));
         }
-        let w = g.0 as usize / 64;
-        if self.ready.len() <= w {
-            self.ready.resize(w + 1, 0);
-        }
-        self.ready[w] |= 1 << (g.0 % 64);
+        // The source stays once every group is read: a group given back
+        // ([`DataSpace::evict_groups`]) is read again through it.
+        self.set_ready(g.0, true);
         self.unready -= 1;
-        if self.unready == 0 {
-            self.ready = Vec::new();
-            self.source = None;
-        }
         Ok(())
     }
 
@@ -181,5 +199,80 @@ impl DataSpace {
     #[must_use]
     pub fn chunks_on_disk(&self) -> usize {
         self.groups.chunks_on_disk().len() + self.bitmap.chunks_on_disk().len()
+    }
+
+    /// Group-table and bitmap blocks in memory.
+    #[must_use]
+    pub fn blocks_in_memory(&self) -> usize {
+        self.groups.loaded_blocks() + self.bitmap.loaded_blocks()
+    }
+
+    /// Gives back clean bitmap blocks, then clean group-table blocks none
+    /// of whose groups is at hand, sweeping round the device, until at
+    /// most `keep` blocks of both are in memory. A bitmap block given back
+    /// takes every group it covers out of reach until [`DataSpace::load_group`]
+    /// reads it again (and checks its count again: the block was clean, so
+    /// what it reads is what was in memory). Never given back: blocks
+    /// changed since the last checkpoint (the caller makes sure that
+    /// checkpoint is written), and the bitmap under a free waiting to be
+    /// durable ([`DataSpace::release`] needs no device). Only a space
+    /// loaded lazily gives anything back (it has a source to read from).
+    /// Returns the blocks given back.
+    pub fn evict_groups(&mut self, keep: usize, source: Arc<dyn TableSource>) -> usize {
+        if self.source.is_none() || self.total == 0 {
+            return 0;
+        }
+        self.source = Some(source);
+        let broken = crate::faults::active(crate::faults::Fault::EvictDirtyBitmapBlocks);
+        let per = (self.bitmap.per_block() * 64) as u64;
+        let count = self.bitmap.block_count();
+        let mut evicted = 0;
+        for _ in 0..count {
+            if self.blocks_in_memory() <= keep {
+                break;
+            }
+            let b = self.bitmap_hand % count;
+            self.bitmap_hand = (b + 1) % count;
+            let (start, end) = (b as u64 * per, ((b as u64 + 1) * per).min(self.total));
+            if start >= end {
+                continue;
+            }
+            // A free waiting to be durable keeps its groups whole (bitmap
+            // and descriptor): its release changes both without reading.
+            let (g0, g1) = (self.group_of(DataBlock(start)).0, self.group_of(DataBlock(end - 1)).0);
+            let (from, to) = (self.group_range(GroupNo(g0)).0, self.group_range(GroupNo(g1)).1);
+            if self.pending_ranges.range(..to).next_back().is_some_and(|(_, &e)| e > from) {
+                continue;
+            }
+            if broken && self.bitmap.is_in_memory(b as u32) && self.bitmap.address(b as u32).0 != 0 {
+                // The broken rule: a block changed since the checkpoint
+                // goes too, and its changes with it.
+                #[cfg(feature = "fault-injection")]
+                self.bitmap.evict_even_dirty(b as u32);
+            } else if self.bitmap.is_evictable(b as u32) {
+                self.bitmap.evict(b as u32);
+            } else {
+                continue;
+            }
+            evicted += 1;
+            for g in g0..=g1 {
+                if self.is_ready(GroupNo(g)) {
+                    self.set_ready(g, false);
+                    self.unready += 1;
+                }
+            }
+        }
+        let per_desc = self.groups.per_block();
+        for d in 0..self.groups.block_count() {
+            if self.blocks_in_memory() <= keep {
+                break;
+            }
+            let (g0, g1) = (d * per_desc, ((d + 1) * per_desc).min(self.groups.len()));
+            if self.groups.is_evictable(d as u32) && (g0..g1).all(|g| !self.is_ready(GroupNo(g as u32))) {
+                self.groups.evict(d as u32);
+                evicted += 1;
+            }
+        }
+        evicted
     }
 }

@@ -97,6 +97,7 @@ impl DataSpace {
     pub fn shrink(&mut self, n: u64, force: bool) -> Result<()> {
         assert!(n > 0 && n <= self.total, "shrinking {} data blocks to {n}", self.total);
         self.load_all()?;
+        self.settle();
         if force {
             self.pending.retain(|&(_, s, _)| s.0 < n);
             self.pending_ranges.retain(|&s, _| s < n);

@@ -96,6 +96,21 @@ fn directories_go_to_the_emptiest_group() {
 }
 
 #[test]
+fn a_subdirectory_stays_in_its_parents_group_while_a_quarter_is_free() {
+    let mut s = DataSpace::new(4096, 1024, false);
+    assert_eq!(s.bind_subdirectory(GroupNo(2)).unwrap(), GroupNo(2));
+    // Group 2 at 769 of 1024 used: a quarter free no longer.
+    s.reserve(769).unwrap();
+    let (at, len) = s.allocate(DataBlock(2048), 769).unwrap().unwrap();
+    assert_eq!((at, len), (DataBlock(2048), 769));
+    assert_eq!(s.bind_subdirectory(GroupNo(2)).unwrap(), GroupNo(3));
+    // Past the last group it wraps round.
+    s.reserve(1000).unwrap();
+    s.allocate(DataBlock(3072), 1000).unwrap().unwrap();
+    assert_eq!(s.bind_subdirectory(GroupNo(2)).unwrap(), GroupNo(0));
+}
+
+#[test]
 fn growing_adds_free_blocks_and_groups_and_keeps_the_tail_in_use() {
     let mut s = DataSpace::new(100, 64, false);
     s.reserve(s.available()).unwrap();

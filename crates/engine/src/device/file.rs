@@ -192,6 +192,24 @@ impl BlockDevice for FileDevice {
         self.file.read_exact_at(buf, first * BLOCK_BYTES)
     }
 
+    /// Through the page cache the small reads use: the buffered reader
+    /// beside a direct device, the file itself otherwise. A direct device
+    /// without a reader has no cache to fill.
+    fn will_need(&self, first: u64, count: u64) {
+        let cached = match &self.reader {
+            Some(r) => r,
+            None if !self.direct => &self.file,
+            None => return,
+        };
+        let Some(len) = count.checked_mul(BLOCK_BYTES).and_then(NonZeroU64::new) else { return };
+        if first.checked_add(count).is_none_or(|end| end > self.block_count()) {
+            return;
+        }
+        if let Err(e) = fadvise(cached, first * BLOCK_BYTES, Some(len), Advice::WillNeed) {
+            log::debug!("{}: read-ahead refused ({e})", self.path.display());
+        }
+    }
+
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         check_range(self.block_count(), first, buf.len())?;
         if self.direct && !is_aligned(buf) {

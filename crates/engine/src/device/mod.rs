@@ -8,7 +8,6 @@
 mod aligned;
 mod file;
 mod memory;
-mod mirror;
 mod page;
 mod switch;
 pub mod tracing;
@@ -16,7 +15,6 @@ pub mod tracing;
 pub use aligned::AlignedBuf;
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
-pub use mirror::{Checker, MirrorDevice, Verdict};
 pub use page::{DataRun, PageBuf, SharedPage};
 pub use switch::SwitchDevice;
 
@@ -84,6 +82,16 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn discard(&self, first: u64, count: u64) -> io::Result<()> {
         let _ = (first, count);
         Err(io::Error::new(io::ErrorKind::Unsupported, "the device cannot discard"))
+    }
+
+    /// Advice: `count` blocks from `first` are about to be read. A device
+    /// with a cache below it may start reading them now, without waiting,
+    /// so that the read finds them there (the volume reads the next files
+    /// of a directory listing ahead, DESIGN.md "Data space"). Nothing is
+    /// promised and nothing fails: by default a device ignores it, and a
+    /// device that wraps another passes it on.
+    fn will_need(&self, first: u64, count: u64) {
+        let _ = (first, count);
     }
 
     /// Reads the device's size again, after the image file or block device

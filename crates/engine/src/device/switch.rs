@@ -300,6 +300,10 @@ impl BlockDevice for SwitchDevice {
         self.read_inner().current.read_blocks(first, buf)
     }
 
+    fn will_need(&self, first: u64, count: u64) {
+        self.read_inner().current.will_need(first, count);
+    }
+
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         let failed = {
             let i = self.read_inner();

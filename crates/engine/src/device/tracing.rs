@@ -405,6 +405,12 @@ impl BlockDevice for TracingDevice {
         Ok(())
     }
 
+    /// Passed on, not recorded: the device reads (or not) on its own time,
+    /// and a read it served from its cache shows as a short one.
+    fn will_need(&self, first: u64, count: u64) {
+        self.inner.will_need(first, count);
+    }
+
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         let start = Instant::now();
         self.inner.write_blocks(first, buf)?;

@@ -212,28 +212,6 @@ pub fn open_block_of_kind(
     Ok((header, payload))
 }
 
-/// What a copy of the meta-data mirror holds at `address`, for
-/// [`crate::device::MirrorDevice`]: a sealed block or record whose checksum
-/// (and, for a log block, address and volume) holds is good; a block of
-/// zeros, or one with a magic whose checks fail, is bad; anything else
-/// (the raw data copies an fsync record carries) cannot be judged.
-#[must_use]
-pub fn mirror_verdict(block: &[u8], address: u64, volume_id: u64) -> crate::device::Verdict {
-    use crate::device::Verdict;
-    if block.len() != BLOCK_SIZE || block.iter().all(|&b| b == 0) {
-        return Verdict::Bad;
-    }
-    let magic = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-    let good = match magic {
-        BLOCK_MAGIC => open_block(block, MetaBlock(address), volume_id).is_ok(),
-        super::superblock::SUPER_MAGIC | super::checkpoint::CHECKPOINT_MAGIC => {
-            super::record::open(block, magic, "").is_ok()
-        }
-        _ => return Verdict::Unknown,
-    };
-    if good { Verdict::Good } else { Verdict::Bad }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

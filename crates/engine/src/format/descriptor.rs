@@ -114,22 +114,6 @@ impl Change {
 /// discarded whole.
 pub const PS_GROUP_END: u8 = 1;
 
-/// Descriptor flag (1.10, `INCOMPAT_META_REDUNDANCY`): a twin of this partial
-/// segment follows it at once, as many blocks long; the log goes on after
-/// the twin. Written on partial segments an fsync or a sync waits for, so
-/// that one damaged block of the last one does not lose it.
-pub const PS_TWINNED: u8 = 2;
-
-/// Descriptor flag (1.10): this partial segment is the twin of the one just
-/// before it: the same sequence number, records and block contents, written
-/// at its own addresses in the same request. Its first descriptor block's
-/// header `name` carries the original's descriptor checksum in bits 32–63
-/// (the value the next partial segment's `prev_crc` names).
-pub const PS_TWIN: u8 = 4;
-
-/// Every flag a descriptor may carry.
-const PS_KNOWN_FLAGS: u8 = PS_GROUP_END | PS_TWINNED | PS_TWIN;
-
 /// A decoded descriptor.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Descriptor {
@@ -336,14 +320,8 @@ fn decode_stream(stream: &[u8], desc_blocks: usize, max_blocks: usize) -> Decode
         k => bad!("unknown partial-segment kind {k}"),
     };
     let flags = r.u8()?;
-    if flags & !PS_KNOWN_FLAGS != 0 {
+    if flags & !PS_GROUP_END != 0 {
         bad!("unknown partial-segment flags {flags:#x}");
-    }
-    if flags & PS_TWINNED != 0 && flags & PS_TWIN != 0 {
-        bad!("a partial segment cannot be both an original and a twin");
-    }
-    if kind == PsKind::Checkpoint && flags & (PS_TWINNED | PS_TWIN) != 0 {
-        bad!("a checkpoint's partial segment is never twinned");
     }
     r.reserved(2)?;
     let seq = Seq(r.u64()?);

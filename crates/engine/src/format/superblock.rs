@@ -15,10 +15,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// [`COMPAT_MOUNT_OPTIONS`] and [`INCOMPAT_BLOCK_ID`]; 1.2 added
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
 /// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.6
-/// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]; 1.9
-/// added [`INCOMPAT_QUOTA`]; 1.10 added [`INCOMPAT_META_REDUNDANCY`]. A
+/// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]. A
 /// volume is written with the highest minor any of its features needs.
-pub const FORMAT_MINOR: u16 = 10;
+pub const FORMAT_MINOR: u16 = 7;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -96,13 +95,6 @@ pub const INCOMPAT_SPARSE_IFILE: u64 = 1 << 9;
 pub const INCOMPAT_QUOTA: u64 = 1 << 12;
 /// Format minor version that introduced [`INCOMPAT_QUOTA`].
 pub const FORMAT_MINOR_QUOTA: u16 = 9;
-/// `incompat`: the log's meta-data is kept redundantly: the partial
-/// segments an fsync or a sync waits for may be followed by a twin
-/// (descriptor flags `PS_TWINNED`, `PS_TWIN`), which roll-forward takes
-/// when the original is damaged and otherwise steps over. An older reader
-/// would refuse the flags and take the last acknowledged fsync for a torn
-/// tail, hence incompat. mkfs sets it. Since 1.10.
-pub const INCOMPAT_META_REDUNDANCY: u64 = 1 << 10;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -117,8 +109,7 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_INDEX_RUNS
     | INCOMPAT_INODE_FLAGS
     | INCOMPAT_SPARSE_IFILE
-    | INCOMPAT_QUOTA
-    | INCOMPAT_META_REDUNDANCY;
+    | INCOMPAT_QUOTA;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.
@@ -184,20 +175,7 @@ pub struct Superblock {
     /// The id in meta-data block headers when [`INCOMPAT_BLOCK_ID`] is set;
     /// zero otherwise.
     pub block_id: u64,
-    /// Copies of the meta-data device kept alike (1.10, bytes 328..332): 2
-    /// for a mirrored meta-data log, 0 otherwise.
-    pub meta_copies: u32,
-    /// [`MIRROR_DEGRADED`] while a copy is missing or stale (bytes 332..336).
-    pub mirror_state: u32,
-    /// Raised each time the mirror's state changes (bytes 336..344): a copy
-    /// whose superblock names a lower generation than the data device's
-    /// missed writes and is not trusted.
-    pub mirror_generation: u64,
 }
-
-/// `mirror_state`: one copy is missing or stale; the volume runs on the
-/// other, and the absent one is never read again.
-pub const MIRROR_DEGRADED: u32 = 1;
 
 /// The part of the geometry a resize changes: how many log segments and
 /// data blocks are in use. The rest (segment and group size, where
@@ -240,12 +218,6 @@ impl Superblock {
     #[must_use]
     pub fn index_runs(&self) -> bool {
         self.incompat & INCOMPAT_INDEX_RUNS != 0
-    }
-
-    /// Whether the meta-data device is mirrored (two copies kept alike).
-    #[must_use]
-    pub fn mirrored(&self) -> bool {
-        self.meta_copies == 2
     }
 
     /// Whether the IFile is sparse ([`INCOMPAT_SPARSE_IFILE`]).
@@ -393,10 +365,7 @@ impl Superblock {
             .u32(0)
             .bytes(&self.label)
             .bytes(&self.mount_options)
-            .u64(self.block_id)
-            .u32(self.meta_copies)
-            .u32(self.mirror_state)
-            .u64(self.mirror_generation);
+            .u64(self.block_id);
         super::record::seal(w.into_inner())
     }
 
@@ -453,18 +422,6 @@ impl Superblock {
         if incompat & INCOMPAT_BLOCK_ID == 0 && block_id != 0 {
             bad!("a block id is stored but the feature bit is clear");
         }
-        let meta_copies = r.u32()?;
-        let mirror_state = r.u32()?;
-        let mirror_generation = r.u64()?;
-        if incompat & INCOMPAT_META_REDUNDANCY == 0 && (meta_copies, mirror_state, mirror_generation) != (0, 0, 0) {
-            bad!("a meta-data mirror is recorded but the feature bit is clear");
-        }
-        if meta_copies != 0 && meta_copies != 2 {
-            bad!("{meta_copies} meta-data copies (0 or 2 are valid)");
-        }
-        if mirror_state > MIRROR_DEGRADED || (meta_copies == 0 && mirror_state != 0) {
-            bad!("meta-data mirror state {mirror_state} is not valid");
-        }
         r.reserved(BLOCK_SIZE - r.position())?;
 
         if [slot_a, slot_b] != [CHECKPOINT_SLOTS[0].0, CHECKPOINT_SLOTS[1].0] {
@@ -517,9 +474,6 @@ impl Superblock {
             label,
             mount_options,
             block_id,
-            meta_copies,
-            mirror_state,
-            mirror_generation,
         })
     }
 }
@@ -549,9 +503,6 @@ pub(crate) fn sample() -> Superblock {
         label: [0; 64],
         mount_options: [0; MOUNT_OPTIONS_BYTES],
         block_id: 0,
-        meta_copies: 0,
-        mirror_state: 0,
-        mirror_generation: 0,
     }
 }
 

@@ -165,12 +165,6 @@ impl Log {
     }
 
     /// Offsets from `from` on in `seg` where an intact first descriptor
-    /// block of sequence `seq` or later begins (the search for a twin).
-    pub(super) fn descriptor_starts_of(&self, seg: SegmentNo, from: u32, seq: Seq) -> Result<Vec<u32>> {
-        Ok(self.descriptor_starts(seg, from, seq)?.into_iter().map(|(_, off)| off).collect())
-    }
-
-    /// Offsets from `from` on in `seg` where an intact first descriptor
     /// block of sequence `min_seq` or later begins.
     fn descriptor_starts(&self, seg: SegmentNo, from: u32, min_seq: Seq) -> Result<Vec<(SegmentNo, u32)>> {
         let blocks = self.sb.segment_blocks;

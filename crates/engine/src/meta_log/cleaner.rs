@@ -172,9 +172,7 @@ impl Log {
         // descriptor that does not decode, or goes back in sequence, ends it.
         while off < self.sb.segment_blocks {
             let Ok((desc, _, n)) = self.read_descriptor(s, off, None)? else { break };
-            // A twin repeats the sequence of the partial segment before it.
-            let twin = desc.flags & crate::format::descriptor::PS_TWIN != 0;
-            if last_seq.is_some_and(|l| desc.seq < l || (desc.seq == l && !twin)) {
+            if last_seq.is_some_and(|l| desc.seq <= l) {
                 break;
             }
             last_seq = Some(desc.seq);

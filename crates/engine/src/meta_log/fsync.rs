@@ -11,11 +11,12 @@
 
 use super::Log;
 use crate::error::{Error, Result};
+use crate::format::block::{self, BlockHeader, BlockKind};
 use crate::format::checksum;
 use crate::format::codec::Writer;
-use crate::format::descriptor::{Descriptor, PS_GROUP_END, PS_TWIN, PS_TWINNED, PsKind};
+use crate::format::descriptor::{Descriptor, PS_GROUP_END, PsKind};
 use crate::format::fsync::FsyncRecord;
-use crate::types::{BLOCK_SIZE, DataBlock, MetaBlock, Seq, Timestamp};
+use crate::types::{BLOCK_SIZE, DataBlock, InodeNo, MetaBlock, Seq, Timestamp};
 
 use super::seal::SealedGroup;
 
@@ -80,13 +81,10 @@ impl Log {
             return Err(Error::Invalid("fsync records and data copies disagree"));
         }
         let total = desc_blocks + n_copies;
-        // The record and its twin go out in one request, in one flush.
-        let twin = self.twins_enabled();
-        let span = if twin { 2 * total } else { total };
-        if span > self.sb.segment_blocks as usize {
+        if total > self.sb.segment_blocks as usize {
             return Err(Error::Invalid("an fsync partial segment does not fit a segment"));
         }
-        if self.head.offset as usize + span > self.sb.segment_blocks as usize {
+        if self.head.offset as usize + total > self.sb.segment_blocks as usize {
             self.advance_segment()?;
         }
         let seq = self.head.seq;
@@ -97,7 +95,7 @@ impl Log {
         }
         let desc = Descriptor {
             kind: PsKind::Fsync,
-            flags: PS_GROUP_END | if twin { PS_TWINNED } else { 0 },
+            flags: PS_GROUP_END,
             seq,
             time: now,
             segment: self.head.segment,
@@ -112,28 +110,30 @@ impl Log {
         };
         debug_assert_eq!(desc.desc_blocks(), desc_blocks);
         let (payloads, desc_crc) = desc.encode();
-        let mut buf = vec![0u8; span * BLOCK_SIZE];
-        self.seal_descriptor_blocks(&mut buf[..total * BLOCK_SIZE], &payloads, seq, start, None);
-        for (i, c) in copies.iter().enumerate() {
-            buf[(desc_blocks + i) * BLOCK_SIZE..(desc_blocks + i + 1) * BLOCK_SIZE].copy_from_slice(c);
+        let mut buf = Vec::with_capacity(total * BLOCK_SIZE);
+        for (i, pl) in payloads.iter().enumerate() {
+            let header = BlockHeader {
+                kind: BlockKind::Descriptor,
+                aux: i as u16,
+                payload_len: pl.len() as u32,
+                volume_id: self.volume_id,
+                address: MetaBlock(start + i as u64),
+                seq,
+                owner: InodeNo(0),
+                name: desc_blocks as u64,
+            };
+            buf.extend_from_slice(&block::seal_block(&header, pl));
         }
-        if twin {
-            // The twin: the same records and data at its own addresses.
-            let twin_desc =
-                Descriptor { flags: PS_GROUP_END | PS_TWIN, offset: self.head.offset + total as u32, ..desc };
-            let (twin_payloads, _) = twin_desc.encode();
-            let (first, second) = buf.split_at_mut(total * BLOCK_SIZE);
-            second[desc_blocks * BLOCK_SIZE..].copy_from_slice(&first[desc_blocks * BLOCK_SIZE..]);
-            self.seal_descriptor_blocks(second, &twin_payloads, seq, start + total as u64, Some(desc_crc));
-            self.stats.twin_blocks += total as u64;
+        for c in copies {
+            buf.extend_from_slice(c);
         }
         self.ifile.note_write(self.head.segment, seq);
         self.head.seq = seq.next();
         self.head.prev_crc = desc_crc;
-        self.head.offset += span as u32;
-        self.blocks_since_checkpoint += span as u64;
+        self.head.offset += total as u32;
+        self.blocks_since_checkpoint += total as u64;
         self.stats.partial_segments += 1;
-        self.stats.meta_blocks_written += span as u64;
+        self.stats.meta_blocks_written += total as u64;
         self.stats.fsync_partial_segments += 1;
         self.stats.data_blocks_written += home.iter().map(|(_, b)| (b.len() / BLOCK_SIZE) as u64).sum::<u64>();
         let group = SealedGroup::new(Some(seq), vec![(MetaBlock(start), buf)], home);

@@ -240,6 +240,33 @@ impl Log {
         self.ifile.evict_usage_blocks(keep, &pinned);
     }
 
+    /// Bounds the group-table and bitmap blocks kept in memory to `bytes`
+    /// (None: every block read stays).
+    pub fn set_data_space_budget(&mut self, bytes: Option<usize>) {
+        self.space_keep = bytes.map(|b| b / BLOCK_SIZE);
+    }
+
+    /// Gives back clean group-table and bitmap blocks once an eighth more
+    /// than the budget are in memory, down to the budget
+    /// ([`crate::data_space::DataSpace::evict_groups`]); never while a
+    /// sealed checkpoint is being written (as for the usage table), nor
+    /// while snapshots or kept trees exist (what they hold is counted
+    /// against the whole bitmap). The caller makes sure no clean or
+    /// resize is under way: they read groups across several holds of the
+    /// lock. A group given back costs a read when the allocator or a
+    /// free next needs it.
+    pub fn trim_data_space(&mut self) {
+        let Some(keep) = self.space_keep else { return };
+        if self.checkpoint_unwritten || !self.snaps.all.is_empty() {
+            return;
+        }
+        if self.space.blocks_in_memory() <= keep + keep / 8 {
+            return;
+        }
+        let source = std::sync::Arc::new(self.table_source());
+        self.space.evict_groups(keep, source);
+    }
+
     /// Whether half the inode map's budget is dirty: only a checkpoint makes
     /// those blocks clean and so given back (a walk that stamps access
     /// times on directories dirties a block per directory).

@@ -76,9 +76,6 @@ pub struct LogStats {
     pub index_rewrites: u64,
     /// Fsync partial segments written (included in `partial_segments`).
     pub fsync_partial_segments: u64,
-    /// Blocks written as twins of partial segments a caller waited for
-    /// (included in `meta_blocks_written`).
-    pub twin_blocks: u64,
     /// The cleaner's work.
     pub cleaner: cleaner::CleanerStats,
 }
@@ -125,9 +122,6 @@ pub struct Log {
     /// checkpoint records it yet: commits written meanwhile vouch for
     /// nothing new (a crash now would make them unreachable).
     detached: bool,
-    /// The next normal commit group is one a caller waits for: its partial
-    /// segments get twins (`Log::twin_next_group`).
-    twin_next: bool,
     ckpt: DurableCheckpoint,
     blocks_since_checkpoint: u64,
     /// Free segments as of the last seal or checkpoint (frees in between
@@ -148,6 +142,9 @@ pub struct Log {
     /// Segment-usage blocks kept in memory at most (None: every block read
     /// stays): [`Log::trim_usage_table`] gives back clean ones past it.
     usage_keep: Option<usize>,
+    /// Group-table and bitmap blocks kept in memory at most (None: every
+    /// block read stays): [`Log::trim_data_space`] gives back clean ones.
+    space_keep: Option<usize>,
     /// A checkpoint was sealed and is not written yet: the table blocks it
     /// placed have addresses but not yet their bytes there.
     checkpoint_unwritten: bool,
@@ -362,15 +359,6 @@ impl Log {
     #[must_use]
     pub fn head(&self) -> LogPosition {
         self.head
-    }
-
-    /// Whether the log resumes somewhere no roll-forward from the durable
-    /// checkpoint reaches (recovery moved it past a torn tail, a twin left
-    /// behind or partial segments past the end): until a checkpoint names
-    /// the new position, nothing written is reachable after a crash.
-    #[must_use]
-    pub fn is_detached(&self) -> bool {
-        self.detached
     }
 
     /// Log blocks written since the last checkpoint (what recovery would scan).

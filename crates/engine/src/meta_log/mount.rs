@@ -138,7 +138,6 @@ impl Log {
             durable: Seq(0),
             vouched: Seq(0),
             detached: false,
-            twin_next: false,
             ckpt: DurableCheckpoint { number: 0, log: head, ..DurableCheckpoint::default() },
             blocks_since_checkpoint: 0,
             // The superblock decoder refuses fewer than 16 segments.
@@ -149,6 +148,7 @@ impl Log {
             recounted: Vec::new(),
             inode_map_keep: None,
             usage_keep: None,
+            space_keep: None,
             checkpoint_unwritten: false,
             pending_fsync: Vec::new(),
             snaps: super::snapshot::Snapshots::default(),

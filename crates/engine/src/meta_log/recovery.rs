@@ -19,7 +19,7 @@ use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::LogPosition;
 use crate::format::checksum;
 use crate::format::codec::{DecodeError, Writer};
-use crate::format::descriptor::{Change, Descriptor, PS_GROUP_END, PS_TWIN, PS_TWINNED, PsKind};
+use crate::format::descriptor::{Change, Descriptor, PS_GROUP_END, PsKind};
 use crate::format::fsync::FsyncRecord;
 use crate::types::{BLOCK_SIZE, InodeNo, MetaBlock, SegmentNo, Seq};
 
@@ -294,9 +294,6 @@ pub struct RecoveryReport {
     pub fsync_pending: u64,
     /// Fsync partial segments read and folded into a later commit group.
     pub fsync_folded: u64,
-    /// Partial segments taken from their twins because the original failed
-    /// a check (torn by a crash, or damaged), one sentence each.
-    pub twins_taken: Vec<String>,
 }
 
 /// One partial segment read back from the log.
@@ -358,7 +355,6 @@ impl Log {
             micros: 0,
             fsync_pending: 0,
             fsync_folded: 0,
-            twins_taken: Vec::new(),
         })
     }
 
@@ -372,7 +368,6 @@ impl Log {
         let mut group: Vec<ReadPs> = Vec::new();
         let mut touched: Vec<SegmentNo> = Vec::new();
         let mut walked_over = Vec::new();
-        let mut twins_taken = Vec::new();
         let mut inconsistent = Vec::new();
         let end = loop {
             let found = match self.read_ps(pos.segment, pos.offset, pos.seq, pos.prev_crc)? {
@@ -384,30 +379,17 @@ impl Log {
             };
             let ps = match found {
                 Ok(ps) => ps,
-                Err((here, there)) => match self.find_twin(pos)? {
-                    Some(ps) => {
-                        let why = format!(
-                            "partial segment {} was read from its twin at block {}: the original {}",
-                            ps.desc.seq.0,
-                            self.ifile.geometry().start(ps.desc.segment).0 + u64::from(ps.desc.offset),
-                            if here.is_end_of_log() { there.to_string() } else { here.to_string() }
-                        );
-                        log::warn!("{why}");
-                        twins_taken.push(why);
+                Err((here, there)) => match self.walk_over_checkpoint(pos)? {
+                    Some((ps, why)) => {
+                        walked_over.push(why);
                         ps
                     }
-                    None => match self.walk_over_checkpoint(pos)? {
-                        Some((ps, why)) => {
-                            walked_over.push(why);
-                            ps
-                        }
-                        None => {
-                            // The place the log left off decides; a group begun
-                            // and not finished is never a clean end.
-                            let reason = if group.is_empty() { here } else { Stop::GroupCutShort(Box::new(here)) };
-                            break LogEnd { reason, next_segment: Some(there) };
-                        }
-                    },
+                    None => {
+                        // The place the log left off decides; a group begun
+                        // and not finished is never a clean end.
+                        let reason = if group.is_empty() { here } else { Stop::GroupCutShort(Box::new(here)) };
+                        break LogEnd { reason, next_segment: Some(there) };
+                    }
                 },
             };
             blocks_scanned += u64::from(ps.blocks);
@@ -455,25 +437,10 @@ impl Log {
         for ps in &group {
             self.ifile.note_write(ps.desc.segment, ps.desc.seq);
         }
-        // Nor is a sequence number they carry written again: the recovery
-        // checkpoint's log position must lie past every segment's last
-        // write (a usage table saying otherwise is refused as corrupt),
-        // and a cut-short group of two or more partial segments carries
-        // numbers the checkpoint's own partial segment would not pass.
-        if let Some(last) = group.last() {
-            self.head.seq = self.head.seq.max(last.desc.seq.next());
-        }
         // The search past the end looks at the reserved next segment: the
         // log must not resume there either.
         if !touched.is_empty() {
             touched.push(pos.next_segment);
-        }
-        if end.is_clean() && self.written_past(pos)? {
-            // Nothing where the next partial segment was expected, but a
-            // twin's blocks landed past it: writing there again with the
-            // same sequence number could let a torn write complete that
-            // twin and bring back the partial segment recovery discarded.
-            touched.extend([pos.segment, pos.next_segment]);
         }
         if !end.is_clean() {
             // A torn tail lies where the next partial segment was expected.
@@ -518,70 +485,7 @@ impl Log {
             micros: started.elapsed().as_micros() as u64,
             fsync_pending: self.pending_fsync.len() as u64,
             fsync_folded,
-            twins_taken,
         })
-    }
-
-    /// Whether, on a volume with twins, a block of sequence `pos.seq` or
-    /// later (or a torn one) lies past `pos` in its segment or at the start
-    /// of the next: what a crash leaves of a twin whose original never
-    /// landed. Blocks of older laps carry lower sequence numbers.
-    fn written_past(&self, pos: LogPosition) -> Result<bool> {
-        if self.sb.incompat & crate::format::superblock::INCOMPAT_META_REDUNDANCY == 0 {
-            return Ok(false);
-        }
-        for (seg, from) in [(pos.segment, pos.offset), (pos.next_segment, 0)] {
-            let blocks = self.sb.segment_blocks;
-            if seg.0 >= self.sb.segment_count || from >= blocks {
-                continue;
-            }
-            let start = self.ifile.geometry().start(seg).0 + u64::from(from);
-            let raw = self.read_meta(MetaBlock(start), (blocks - from) as usize)?;
-            for (i, b) in raw.chunks_exact(BLOCK_SIZE).enumerate() {
-                let landed = match block::open_block(b, MetaBlock(start + i as u64), self.volume_id) {
-                    Ok((h, _)) => h.seq >= pos.seq,
-                    Err(_) => b[..4] == block::BLOCK_MAGIC.to_le_bytes(),
-                };
-                if landed {
-                    return Ok(true);
-                }
-            }
-        }
-        Ok(false)
-    }
-
-    /// The twin of the partial segment expected at `pos`, when the original
-    /// failed a check: a valid partial segment of the same sequence,
-    /// flagged `PS_TWIN`, chained as the original would be, that begins
-    /// right where the original (as long as the twin) would end. Looked for
-    /// where the original was expected and at the start of the next
-    /// segment, in the blocks that follow.
-    fn find_twin(&self, pos: LogPosition) -> Result<Option<ReadPs>> {
-        if self.sb.incompat & crate::format::superblock::INCOMPAT_META_REDUNDANCY == 0 {
-            return Ok(None);
-        }
-        for (seg, off) in [(pos.segment, pos.offset), (pos.next_segment, 0)] {
-            let blocks = self.sb.segment_blocks;
-            if seg.0 >= self.sb.segment_count || off >= blocks {
-                continue;
-            }
-            // An intact descriptor says exactly where its twin is.
-            let candidates: Vec<u32> = match self.read_descriptor(seg, off, Some(pos.seq))? {
-                Ok((desc, _, _)) if desc.flags & PS_TWINNED != 0 => vec![off + desc.total_blocks() as u32],
-                Ok(_) => Vec::new(),
-                Err(_) => self.descriptor_starts_of(seg, off + 1, pos.seq)?,
-            };
-            for at in candidates {
-                let Ok((desc, _, _)) = self.read_descriptor(seg, at, Some(pos.seq))? else { continue };
-                if desc.flags & PS_TWIN == 0 || at != off + desc.total_blocks() as u32 {
-                    continue;
-                }
-                if let Ok(ps) = self.read_ps(seg, at, pos.seq, pos.prev_crc)? {
-                    return Ok(Some(ps));
-                }
-            }
-        }
-        Ok(None)
     }
 
     /// A checkpoint's partial segment at `pos` whose descriptor is intact
@@ -757,9 +661,6 @@ impl Log {
         if let Some(why) = self.out_of_range(&desc) {
             return Ok(Err(Stop::BadDescriptor { block: start, detail: DecodeError(why) }));
         }
-        // A twin stands for its original: the chain goes on from the
-        // original's checksum, which the twin's header carries.
-        let desc_crc = if desc.flags & PS_TWIN != 0 { (h.name >> 32) as u32 } else { desc_crc };
         Ok(Ok((desc, desc_crc, n)))
     }
 
@@ -816,8 +717,6 @@ impl Log {
         }
         let total = desc.total_blocks() as u32;
         let body_count = total as usize - n;
-        // The log goes on after the twin of a twinned original.
-        let span = if desc.flags & PS_TWINNED != 0 { 2 * total } else { total };
         let first_body = MetaBlock(start + n as u64);
         let body = if body_count > 0 { self.read_meta(first_body, body_count)? } else { Vec::new() };
         let mut crcs = Writer::with_capacity(body_count * 4);
@@ -843,7 +742,7 @@ impl Log {
             if checksum::crc32c(&crcs.into_inner()) != desc.body_crc {
                 return Ok(Err(Stop::BodyChecksum { block: start }));
             }
-            return Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: span, copies }));
+            return Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total, copies }));
         }
         for i in 0..body_count {
             let at = MetaBlock(first_body.0 + i as u64);
@@ -862,6 +761,6 @@ impl Log {
         if checksum::crc32c(&crcs.into_inner()) != desc.body_crc {
             return Ok(Err(Stop::BodyChecksum { block: start }));
         }
-        Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: span, copies: Vec::new() }))
+        Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: total, copies: Vec::new() }))
     }
 }

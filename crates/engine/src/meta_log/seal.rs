@@ -24,7 +24,7 @@ use crate::format::checksum;
 use crate::format::codec::Writer;
 use crate::format::descriptor::{
     Change, Descriptor, FINFO_HEADER_LEN, FIRST_PREFIX, FIXED_STREAM_LEN, INODE_LIST_HEADER_LEN, INODE_SUMMARY_LEN,
-    InodeSummary, PS_GROUP_END, PS_TWIN, PS_TWINNED, PsKind, SUMMARY_LEN, Summary,
+    InodeSummary, PS_GROUP_END, PsKind, SUMMARY_LEN, Summary,
 };
 use crate::format::inode::InodeRecord;
 use crate::format::inode_block;
@@ -289,14 +289,12 @@ impl Log {
     /// into the next ones. (Roll-forward applies a group's change records
     /// all before its placements, so records may sit in any of its partial
     /// segments.)
-    fn plan_group(&mut self, bodies: &[Body], changes: &[Change], twin: bool) -> Result<Vec<Plan>> {
+    fn plan_group(&mut self, bodies: &[Body], changes: &[Change]) -> Result<Vec<Plan>> {
         let seg_blocks = self.sb.segment_blocks as usize;
         let mut plans = Vec::new();
         let (mut i, mut c) = (0, 0);
-        // A twinned partial segment and its twin share the rest of the segment.
-        let copies = if twin { 2 } else { 1 };
         loop {
-            let room = (seg_blocks - self.head.offset as usize) / copies;
+            let room = seg_blocks - self.head.offset as usize;
             let mut stream = FIXED_STREAM_LEN;
             if desc_blocks(stream) + 1 > room {
                 self.advance_segment()?;
@@ -345,7 +343,7 @@ impl Log {
                 items: i..i + k,
                 changes: c0..c,
             });
-            self.head.offset += ((d + k) * copies) as u32;
+            self.head.offset += (d + k) as u32;
             i += k;
             if i == bodies.len() && c == changes.len() {
                 return Ok(plans);
@@ -368,10 +366,7 @@ impl Log {
         data: Vec<(DataBlock, DataRun)>,
         fill: impl FnOnce(&mut Log, &[MetaBlock], &mut [Body]) -> R,
     ) -> Result<(SealedGroup, R)> {
-        // Only a normal group a caller waits for is twinned (checkpoints
-        // never are: the slot written after them is their commit point).
-        let twin = kind == PsKind::Normal && std::mem::take(&mut self.twin_next) && self.twins_enabled();
-        let plans = self.plan_group(&bodies, &changes, twin)?;
+        let plans = self.plan_group(&bodies, &changes)?;
         let mut addresses = vec![MetaBlock(0); bodies.len()];
         for p in &plans {
             for (j, i) in p.items.clone().enumerate() {
@@ -389,7 +384,7 @@ impl Log {
             let items = &bodies[p.items.clone()];
             let mut desc = Descriptor {
                 kind,
-                flags: if pi + 1 == n { PS_GROUP_END } else { 0 } | if twin { PS_TWINNED } else { 0 },
+                flags: if pi + 1 == n { PS_GROUP_END } else { 0 },
                 seq,
                 time: now,
                 segment: p.segment,
@@ -403,20 +398,38 @@ impl Log {
                 fsync: Vec::new(),
             };
             debug_assert_eq!(desc.desc_blocks(), p.desc_blocks, "descriptor size planned wrong");
-            let total = p.desc_blocks + items.len();
-            let (mut buf, desc_crc) = self.encode_ps(&mut desc, items, p.start, None);
-            if twin {
-                // The twin: the same partial segment at its own addresses,
-                // in the same request and flush.
-                let mut twin_desc = Descriptor {
-                    flags: (desc.flags & PS_GROUP_END) | PS_TWIN,
-                    offset: p.offset + total as u32,
-                    ..desc.clone()
+            let mut buf = Vec::with_capacity((p.desc_blocks + items.len()) * BLOCK_SIZE);
+            buf.resize(p.desc_blocks * BLOCK_SIZE, 0);
+            let mut crcs = Writer::with_capacity(items.len() * 4);
+            for (j, b) in items.iter().enumerate() {
+                let header = BlockHeader {
+                    kind: b.summary.kind,
+                    aux: b.aux,
+                    payload_len: b.payload.len() as u32,
+                    volume_id: self.volume_id,
+                    address: MetaBlock(p.start + (p.desc_blocks + j) as u64),
+                    seq,
+                    owner: b.summary.owner,
+                    name: b.summary.name,
                 };
-                let (copy, _) = self.encode_ps(&mut twin_desc, items, p.start + total as u64, Some(desc_crc));
-                buf.extend_from_slice(&copy);
-                self.stats.twin_blocks += total as u64;
-                self.stats.meta_blocks_written += total as u64;
+                let blk = block::seal_block(&header, &b.payload);
+                crcs.u32(block::stored_crc(&blk));
+                buf.extend_from_slice(&blk);
+            }
+            desc.body_crc = checksum::crc32c(&crcs.into_inner());
+            let (payloads, desc_crc) = desc.encode();
+            for (i, pl) in payloads.iter().enumerate() {
+                let header = BlockHeader {
+                    kind: BlockKind::Descriptor,
+                    aux: i as u16,
+                    payload_len: pl.len() as u32,
+                    volume_id: self.volume_id,
+                    address: MetaBlock(p.start + i as u64),
+                    seq,
+                    owner: InodeNo(self.vouched.0),
+                    name: p.desc_blocks as u64,
+                };
+                buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].copy_from_slice(&block::seal_block(&header, pl));
             }
             if kind == PsKind::Normal {
                 let first_body = MetaBlock(p.start + p.desc_blocks as u64);
@@ -426,7 +439,7 @@ impl Log {
             self.ifile.note_write(p.segment, seq);
             self.head.seq = seq.next();
             self.head.prev_crc = desc_crc;
-            let blocks = total as u64;
+            let blocks = (p.desc_blocks + items.len()) as u64;
             self.blocks_since_checkpoint += blocks;
             self.stats.partial_segments += 1;
             self.stats.meta_blocks_written += blocks;
@@ -440,76 +453,6 @@ impl Log {
         let group = SealedGroup { seq: Some(last_seq), meta, data };
         group.forget_read_ahead(&mut self.readahead);
         Ok((group, filled))
-    }
-
-    /// Encodes one partial segment of `items` at `start`: its descriptor
-    /// blocks (`desc`'s body checksum filled in) and body blocks. For a
-    /// twin, `original` is the descriptor checksum of the partial segment it
-    /// repeats, kept in its descriptor blocks' header `name`. Returns the
-    /// bytes and the descriptor checksum.
-    fn encode_ps(&self, desc: &mut Descriptor, items: &[Body], start: u64, original: Option<u32>) -> (Vec<u8>, u32) {
-        let desc_blocks = desc.desc_blocks();
-        let mut buf = Vec::with_capacity((desc_blocks + items.len()) * BLOCK_SIZE);
-        buf.resize(desc_blocks * BLOCK_SIZE, 0);
-        let mut crcs = Writer::with_capacity(items.len() * 4);
-        for (j, b) in items.iter().enumerate() {
-            let header = BlockHeader {
-                kind: b.summary.kind,
-                aux: b.aux,
-                payload_len: b.payload.len() as u32,
-                volume_id: self.volume_id,
-                address: MetaBlock(start + (desc_blocks + j) as u64),
-                seq: desc.seq,
-                owner: b.summary.owner,
-                name: b.summary.name,
-            };
-            let blk = block::seal_block(&header, &b.payload);
-            crcs.u32(block::stored_crc(&blk));
-            buf.extend_from_slice(&blk);
-        }
-        desc.body_crc = checksum::crc32c(&crcs.into_inner());
-        let (payloads, desc_crc) = desc.encode();
-        self.seal_descriptor_blocks(&mut buf, &payloads, desc.seq, start, original);
-        (buf, desc_crc)
-    }
-
-    /// Seals `payloads` as the descriptor blocks at the front of `buf`
-    /// (first block at `start`). A twin's carry the original's checksum.
-    pub(super) fn seal_descriptor_blocks(
-        &self,
-        buf: &mut [u8],
-        payloads: &[Vec<u8>],
-        seq: Seq,
-        start: u64,
-        original: Option<u32>,
-    ) {
-        let n = payloads.len() as u64;
-        for (i, pl) in payloads.iter().enumerate() {
-            let header = BlockHeader {
-                kind: BlockKind::Descriptor,
-                aux: i as u16,
-                payload_len: pl.len() as u32,
-                volume_id: self.volume_id,
-                address: MetaBlock(start + i as u64),
-                seq,
-                owner: InodeNo(self.vouched.0),
-                name: n | original.map_or(0, |c| u64::from(c) << 32),
-            };
-            buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].copy_from_slice(&block::seal_block(&header, pl));
-        }
-    }
-
-    /// Twins the partial segments of the next normal commit group (a caller
-    /// will wait for it to be durable), if the volume has the feature: a
-    /// damaged block of the last one written is then read from its twin.
-    pub fn twin_next_group(&mut self) {
-        self.twin_next = true;
-    }
-
-    /// Whether the log writes twins of the partial segments callers wait for.
-    #[must_use]
-    pub fn twins_enabled(&self) -> bool {
-        self.sb.incompat & crate::format::superblock::INCOMPAT_META_REDUNDANCY != 0 && !faults::active(Fault::NoTwins)
     }
 
     /// The placements a normal partial segment implies: every body block's

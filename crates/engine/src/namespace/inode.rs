@@ -54,8 +54,11 @@ impl Fs {
     }
 
     /// Creates an inode in directory `parent` (not yet linked anywhere).
-    /// A directory is bound to the emptiest data group; anything else takes
-    /// its parent's group, so a directory's files lie together.
+    /// A directory at the top of a tree is bound to the emptiest data
+    /// group, one further down to its parent's while that has room
+    /// ([`crate::data_space::DataSpace::bind_subdirectory`]); anything else
+    /// takes its parent's group, so a directory's files lie together, and
+    /// a tree's.
     ///
     /// # Errors
     /// The parent cannot be read.
@@ -63,7 +66,17 @@ impl Fs {
         // Before anything changes: the number's map block may need a read.
         self.log.ready_free_inode()?;
         let (group, dir_parent) = if new.kind == FileKind::Directory {
-            (self.log.space_mut().bind_directory()?, parent)
+            // A tree's root is its own parent (and the volume's is made
+            // before it exists to be read).
+            let near = match self.log.inode(parent) {
+                Ok(p) if parent != InodeNo::ROOT && p.parent != parent && p.parent != InodeNo(0) => Some(p.group),
+                _ => None,
+            };
+            let group = match near {
+                Some(g) => self.log.space_mut().bind_subdirectory(g)?,
+                None => self.log.space_mut().bind_directory()?,
+            };
+            (group, parent)
         } else {
             let group = self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0));
             (self.log.space().usable_group(group), InodeNo(0))

@@ -319,7 +319,6 @@ fn rebuilt_report(checkpoint: u64, why: String) -> OpenReport {
             beyond: None,
             first_unapplied: Seq(0),
             walked_over: Vec::new(),
-            twins_taken: Vec::new(),
             inconsistent: Vec::new(),
             micros: 0,
             fsync_pending: 0,

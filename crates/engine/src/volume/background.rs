@@ -51,7 +51,9 @@ impl Volume {
         // clean or a resize (which hold `cleaning`) reads entries of the
         // table they read whole.
         if let Ok(_no_clean) = self.cleaning.try_lock() {
-            lock(&self.fs).log.trim_usage_table();
+            let mut fs = lock(&self.fs);
+            fs.log.trim_usage_table();
+            fs.log.trim_data_space();
         }
         self.write_home()?;
         // A checkpoint due takes the periodic commit's place: its own

@@ -251,9 +251,7 @@ impl Volume {
             ("fsync_partial_segments_written", s.fsync_partial_segments),
             ("discarded_data_blocks", self.discarded_blocks.load(Ordering::Relaxed)),
             ("discarded_segments", self.discarded_segments.load(Ordering::Relaxed)),
-            ("twin_blocks_written", s.twin_blocks),
         ];
-        v.extend(self.mirror_stats());
         // Which commits sent data to the disk (a workload's writes, by cause).
         v.extend(self.data_writes.named());
         // What the serving process holds, as counts (its memory, explained).

@@ -164,17 +164,7 @@ impl Volume {
     /// A device fails (the volume turns read-only).
     pub fn commit(&self) -> Result<()> {
         let mut c = lock(&self.commit);
-        self.commit_acknowledged(&mut c, WriteBack::All)
-    }
-
-    /// [`Volume::commit_locked`] for a caller that waits for the commit to
-    /// be durable (fsync, a directory's fsync): its last group is written
-    /// with twins, so that one damaged block of it loses nothing.
-    pub(super) fn commit_acknowledged(&self, c: &mut CommitState, mode: WriteBack) -> Result<()> {
-        c.acknowledged = true;
-        let done = self.commit_locked(c, mode);
-        c.acknowledged = false;
-        done
+        self.commit_locked(&mut c, WriteBack::All)
     }
 
     /// A commit nobody asked to be durable, made to free room (in the
@@ -224,7 +214,7 @@ impl Volume {
         let id = c.next_id;
         let (mut sealed, more) = {
             let mut fs = lock(&self.fs);
-            self.seal_step(&mut fs, id, mode, c.acknowledged)?
+            self.seal_step(&mut fs, id, mode)?
         };
         if let Some(s) = &mut sealed {
             if let Err(e) = self.write_group(s) {
@@ -248,7 +238,6 @@ impl Volume {
         fs: &mut Fs,
         id: u64,
         mode: WriteBack,
-        acknowledged: bool,
     ) -> Result<(Option<crate::meta_log::SealedGroup>, bool)> {
         let mut more = false;
         // Files held for replacement that this commit lets go are released
@@ -371,11 +360,6 @@ impl Volume {
         }
         fs.pages.forget_clean();
         let data = fs.pages.take_queued(id, crate::meta_log::seal::MAX_DATA_RUN_BLOCKS);
-        // Only the last group of a commit someone waits for needs a twin:
-        // each earlier one is vouched for by the groups written after it.
-        if acknowledged && !more {
-            fs.log.twin_next_group();
-        }
         let sealed = match fs.log.seal_substituted(data, &substitutes, self.now()) {
             Ok(s) => s,
             Err(e) => {
@@ -504,7 +488,7 @@ impl Volume {
             loop {
                 c.next_id += 1;
                 let id = c.next_id;
-                let (mut group, more) = self.seal_step(&mut fs, id, mode, false)?;
+                let (mut group, more) = self.seal_step(&mut fs, id, mode)?;
                 if let Some(g) = &mut group {
                     if let Err(e) = self.write_group_home_held(g) {
                         self.fail(&e);

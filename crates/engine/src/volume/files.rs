@@ -74,12 +74,26 @@ impl Volume {
         // A device piece reads whole blocks: a partial one at each end.
         out.reset(size + 2 * BLOCK_SIZE);
         let reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (plan, touch) = self.read_op(|fs| {
+        let (plan, touch, ahead) = self.read_op(|fs| {
             let plan = fs.read_plan(ino, offset, size)?;
             // A read of nothing is no access (as Linux's filemap_read).
             let touch = if size > 0 { self.touch_atime_locked(fs, ino) } else { Touch::Settled };
-            Ok((plan, touch))
+            // Last, once nothing can send this attempt back: the next files
+            // of the listing this one is in, planned from memory only (the
+            // read-ahead's meta-data is never read for; `read_op` sets the
+            // deferral back).
+            let ahead = if offset == 0 && size > 0 {
+                fs.log.set_defer_reads(true);
+                lock(&self.listed).ahead(fs, ino)
+            } else {
+                Vec::new()
+            };
+            Ok((plan, touch, ahead))
         })?;
+        // Asked for before this read waits for its own blocks.
+        for (first, count) in ahead {
+            self.data.will_need(first, count);
+        }
         let read = self.read_pieces(plan, out);
         // A commit takes the reuse lock exclusively: let go of it first.
         drop(reuse);

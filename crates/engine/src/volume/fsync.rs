@@ -242,7 +242,7 @@ impl Volume {
                     }
                     if fs.config.strict { WriteBack::All } else { WriteBack::Expired(self.expire_before()) }
                 };
-                self.commit_acknowledged(c, mode)
+                self.commit_locked(c, mode)
             }
         }
     }

@@ -108,10 +108,6 @@ impl Volume {
         let _one_at_a_time = lock(&self.cleaning);
         self.check_writable()?;
         let on_disk = lock(&self.fs).log.superblock_on_disk().clone();
-        if role == DeviceRole::Meta && on_disk.mirrored() {
-            // The superblock would still name two copies after it.
-            return Err(Error::Migrate("the meta-data device is mirrored: a migration moves one device".into()));
-        }
         let needed = match role {
             DeviceRole::Meta => on_disk.meta_blocks,
             DeviceRole::Data => on_disk.data_blocks,

@@ -90,9 +90,6 @@ impl Volume {
         if opts.group_blocks < 64 || !opts.group_blocks.is_multiple_of(64) {
             return Err(Error::Invalid("data group size must be a positive multiple of 64 blocks"));
         }
-        if opts.meta_mirror && !opts.fsync_log {
-            return Err(Error::Invalid("a meta-data mirror needs format 1.10 (not with the fsync log off)"));
-        }
         if opts.inline_max > MAX_INLINE_DATA {
             return Err(Error::Invalid("inline limit too large (at most 3072 bytes)"));
         }
@@ -147,7 +144,6 @@ impl Volume {
                     | crate::format::superblock::INCOMPAT_INDEX_RUNS
                     | crate::format::superblock::INCOMPAT_INODE_FLAGS
                     | crate::format::superblock::INCOMPAT_SPARSE_IFILE
-                    | crate::format::superblock::INCOMPAT_META_REDUNDANCY
             } else {
                 0
             },
@@ -167,9 +163,6 @@ impl Volume {
             label,
             mount_options: [0; crate::format::superblock::MOUNT_OPTIONS_BYTES],
             block_id: 0,
-            meta_copies: if opts.meta_mirror && opts.fsync_log { 2 } else { 0 },
-            mirror_state: 0,
-            mirror_generation: 0,
         };
         let index_blocks = index_blocks_for(u64::from(segment_count), u64::from(sb.group_count), data_blocks, 1, 1);
         let max = if sb.sparse_ifile() { MAX_INDEX_BLOCKS_SPARSE } else { MAX_INDEX_BLOCKS };

@@ -23,9 +23,9 @@ mod fsync;
 mod gate;
 mod in_use;
 mod label;
+mod listed;
 mod load;
 mod migrate;
-mod mirror;
 mod mkfs;
 mod ops;
 mod orphans;
@@ -92,9 +92,6 @@ const DEFERRED_READS_MAX: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct CommitState {
     next_id: u64,
-    /// The commit under way is one a caller waits for: its last group is
-    /// twinned (`Log::twin_next_group`).
-    acknowledged: bool,
 }
 
 /// A mounted DualFS volume.
@@ -144,8 +141,6 @@ pub struct Volume {
     commits: AtomicU64,
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
-    /// The meta-data mirror this volume runs on, if any ([`Volume::attach_mirror`]).
-    mirror: std::sync::OnceLock<mirror::Attached>,
     /// Work for the background writer ([`Volume::background_step`]).
     background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
@@ -197,6 +192,9 @@ pub struct Volume {
     /// Held while the orphans an open left for later are finished: a
     /// switch of the live tree waits for them (they are the opened tree's).
     orphan_work: Mutex<()>,
+    /// The directories listed lately, for reading their files ahead
+    /// (`listed.rs`). Taken after `fs`, never before.
+    listed: Mutex<listed::Listed>,
 }
 
 impl std::fmt::Debug for Volume {
@@ -320,11 +318,10 @@ impl Volume {
         vol.switches = Some(switches);
         if !vol.options.read_only {
             // The head moved away from the checkpoint's log position when
-            // anything was read, a torn tail was met or the log was moved on
-            // past a clean end (a twin's blocks beyond it): only a checkpoint
+            // anything was read or a torn tail was met: only a checkpoint
             // makes the new position the one a later roll-forward starts from.
             let recovery = &vol.open_report.recovery;
-            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean() || lock(&vol.fs).log.is_detached();
+            let moved = recovery.blocks_scanned > 0 || !recovery.end.is_clean();
             vol.finish_recovery(moved, true)?;
         }
         vol.start_quotas()?;
@@ -378,6 +375,7 @@ impl Volume {
         fs.log.space_mut().set_discard(options.discard && !options.read_only);
         fs.log.set_inode_map_budget(options.inode_map_bytes);
         fs.log.set_usage_budget(options.usage_table_bytes);
+        fs.log.set_data_space_budget(options.data_space_bytes);
         // What fsyncs made durable after the last commit group.
         let pending = fs.log.take_pending_fsync();
         let replay_report = if pending.is_empty() { Default::default() } else { fs.replay_fsync(pending)? };
@@ -401,7 +399,6 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
-            mirror: std::sync::OnceLock::new(),
             orphans_pending: AtomicBool::new(false),
             background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),
@@ -422,6 +419,7 @@ impl Volume {
             in_use: None,
             gate: gate::Gate::default(),
             orphan_work: Mutex::new(()),
+            listed: Mutex::default(),
         };
         Ok(vol)
     }

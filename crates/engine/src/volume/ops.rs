@@ -728,7 +728,9 @@ impl Volume {
         // The next position to list: an attempt that stops at a cold block
         // (read_op runs it again) resumes after what `visit` took.
         let mut at = offset;
-        self.read_op(|fs| {
+        // What the caller took, for reading the files ahead (`listed.rs`).
+        let mut taken: Vec<(InodeNo, FileKind)> = Vec::new();
+        let r = self.read_op(|fs| {
             if at == 0 {
                 if !visit(Listing { name: b".".to_vec(), ino: dir, kind: FileKind::Directory, next: 1 }) {
                     return Ok(());
@@ -747,13 +749,33 @@ impl Volume {
             }
             fs.dir_scan(dir, at, &mut |e| {
                 let next = e.position + 1;
-                let more = visit(Listing { name: e.name, ino: e.ino, kind: e.kind, next });
+                let (ino, kind) = (e.ino, e.kind);
+                let more = visit(Listing { name: e.name, ino, kind, next });
                 if more {
                     at = next;
+                    taken.push((ino, kind));
                 }
                 more
             })
-        })
+        });
+        if offset == 0 || !taken.is_empty() {
+            lock(&self.listed).listed(dir, offset, &taken);
+        }
+        self.read_listed_ahead(dir);
+        r
+    }
+
+    /// Asks the data device for the first files of `dir`'s listing if its
+    /// lister reads the files it lists (`listed.rs`): their inodes are
+    /// loaded for it, which readdirplus does next anyway.
+    fn read_listed_ahead(&self, dir: InodeNo) {
+        let Some((id, files, window)) = lock(&self.listed).eager(dir) else { return };
+        // A failure leaves the files to be read as they come.
+        let Ok((runs, n)) = self.read_op(|fs| super::listed::plan_eager(fs, &files, window)) else { return };
+        lock(&self.listed).eager_asked(id, n);
+        for (first, count) in runs {
+            self.data.will_need(first, count);
+        }
     }
 }
 

@@ -37,7 +37,7 @@ impl Volume {
     pub fn space_warnings(&self) -> Vec<String> {
         let fs = lock(&self.fs);
         let log = &fs.log;
-        let mut out = self.mirror_warning().into_iter().collect::<Vec<_>>();
+        let mut out = Vec::new();
         let total = log.space().total_blocks();
         let free = log.space().free_for_statfs();
         if free * 100 < total * DATA_LOW_PERCENT {

@@ -357,6 +357,12 @@ pub struct MountOptions {
     /// between operations and read again when needed. None (the default,
     /// for the tools): every block read stays.
     pub usage_table_bytes: Option<usize>,
+    /// Bytes of the data space's group-table and bitmap blocks kept in
+    /// memory (`-o cache=` gives a share): clean blocks past it are given
+    /// back at the background writer's turns and read again when the
+    /// allocator or a free needs them. None (the default, for the tools):
+    /// every block read stays.
+    pub data_space_bytes: Option<usize>,
     /// Free segments below which the cleaner runs (None: derived from the
     /// device size).
     pub clean_threshold: Option<u32>,
@@ -396,6 +402,7 @@ impl Default for MountOptions {
             cache_bytes: 256 << 20,
             inode_map_bytes: crate::meta_log::lazy_imap::default_inode_map_bytes(),
             usage_table_bytes: None,
+            data_space_bytes: None,
             clean_threshold: None,
             atime: AtimeMode::Relatime,
             order: Order::Default,
@@ -430,9 +437,6 @@ pub struct MkfsOptions {
     /// (format 1.1's `INCOMPAT_FSYNC_LOG`; on by default). Off makes a
     /// volume that format 1.0 readers can mount, whose fsync commits.
     pub fsync_log: bool,
-    /// Keep the meta-data device on two devices alike (the superblock's
-    /// `meta_copies`; set by [`Volume::format_mirrored`]).
-    pub meta_mirror: bool,
 }
 
 impl Default for MkfsOptions {
@@ -446,7 +450,6 @@ impl Default for MkfsOptions {
             now: Timestamp::now(),
             identity_seed: None,
             fsync_log: true,
-            meta_mirror: false,
         }
     }
 }

@@ -12,7 +12,6 @@ use dualfs_engine::check::{Invariant, check};
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::format::block::{self, BlockKind};
 use dualfs_engine::format::checkpoint::Checkpoint;
-use dualfs_engine::format::descriptor::{Descriptor, PS_TWIN, PS_TWINNED};
 use dualfs_engine::format::ifile::{INDEX_PER_BLOCK, IndexBlock, TableId};
 use dualfs_engine::format::inode::{Body, Extent};
 use dualfs_engine::format::name::FileName;
@@ -94,49 +93,6 @@ impl Rig {
         let raw = self.read(at.0);
         let (_, p) = block::open_block(&raw, at, self.volume_id()).unwrap();
         u64::from_le_bytes(p[id * 8..id * 8 + 8].try_into().unwrap())
-    }
-
-    /// The descriptor whose first block is `b`, if one is there intact.
-    pub fn descriptor(&self, b: u64) -> Option<Descriptor> {
-        let id = self.volume_id();
-        let raw = self.read(b);
-        let (h, payload) = block::open_block_of_kind(&raw, MetaBlock(b), id, BlockKind::Descriptor).ok()?;
-        if h.aux != 0 {
-            return None;
-        }
-        let (_, n) = Descriptor::peek(payload).ok()?;
-        let raw: Vec<Vec<u8>> = (0..n as u64).map(|i| self.read(b + i)).collect();
-        let payloads: Vec<&[u8]> = raw
-            .iter()
-            .enumerate()
-            .map(|(i, r)| block::open_block(r, MetaBlock(b + i as u64), id).map(|(_, p)| p))
-            .collect::<Result<_, _>>()
-            .ok()?;
-        Descriptor::decode(&payloads, 1 << 16).ok().map(|(d, _)| d)
-    }
-
-    /// The first block of every partial segment on the device, by sequence;
-    /// twins left out.
-    pub fn descriptors(&self) -> Vec<(u64, Descriptor)> {
-        let mut out: Vec<(u64, Descriptor)> = (0..self.meta.block_count())
-            .filter_map(|b| self.descriptor(b).filter(|d| d.flags & PS_TWIN == 0).map(|d| (b, d)))
-            .collect();
-        out.sort_by_key(|(_, d)| d.seq);
-        out
-    }
-
-    /// Where the twin of the partial segment beginning at `b` begins.
-    pub fn twin_of(&self, b: u64) -> u64 {
-        let d = self.descriptor(b).unwrap();
-        assert_ne!(d.flags & PS_TWINNED, 0, "the partial segment at {b} has a twin");
-        let at = b + d.total_blocks() as u64;
-        assert_ne!(self.descriptor(at).unwrap().flags & PS_TWIN, 0, "its twin at {at}");
-        at
-    }
-
-    /// A copy of the devices as they are now.
-    pub fn copy(&self) -> Rig {
-        Rig { meta: Arc::new(self.meta.snapshot()), data: Arc::new(self.data.snapshot()) }
     }
 
     /// The problems fsck finds, with their invariants.

@@ -9,18 +9,26 @@
 //! so that one busy tree does not keep another waiting for ever.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Volume, lock};
+use super::{CleanRequest, Volume, lock};
 use crate::error::{Error, Result};
 use crate::faults::{self, Fault};
+use crate::meta_log::cleaner::Policy;
 use crate::namespace::refs::Refs;
 
 /// How long a tree keeps the volume while another tree's operations wait:
 /// long against a switch (two checkpoints, some 36 KiB of meta-data), short
 /// against a person waiting.
 pub const SLICE: Duration = Duration::from_secs(1);
+
+/// At most this many segments are cleaned as a tree is left.
+const LEAVE_VICTIMS: usize = 16;
+
+/// Segments the tree left fills less than this are cleaned as it is left:
+/// moving out of them frees at least as much as it writes.
+const LEAVE_UTILIZATION: f64 = 0.5;
 
 /// Who is inside the gate.
 #[derive(Debug, Default)]
@@ -107,19 +115,7 @@ impl Volume {
                     return Ok(TreeGuard { vol: self });
                 }
             } else if !here && g.active == 0 && !g.switching {
-                g.switching = true;
-                drop(g);
-                let switched = self.switch_serving(name);
-                g = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
-                g.switching = false;
-                gate.turn.notify_all();
-                if let Err(e) = switched {
-                    // Whatever the switch did, the log says which tree is live.
-                    g.entered = None;
-                    return Err(e);
-                }
-                g.entered = Some(name.to_string());
-                g.since = Some(Instant::now());
+                g = self.gate_switch(g, name)?;
                 g.active += 1;
                 return Ok(TreeGuard { vol: self });
             }
@@ -129,6 +125,27 @@ impl Volume {
                 *n -= 1;
             }
         }
+    }
+
+    /// Switches the gate to tree `name`, no operation running: the switch
+    /// runs with the gate's lock let go, every other tree's operations
+    /// waiting for it.
+    fn gate_switch<'g>(&'g self, mut g: MutexGuard<'g, GateState>, name: &str) -> Result<MutexGuard<'g, GateState>> {
+        let gate = &self.gate;
+        g.switching = true;
+        drop(g);
+        let switched = self.switch_serving(name);
+        let mut g = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        g.switching = false;
+        gate.turn.notify_all();
+        if let Err(e) = switched {
+            // Whatever the switch did, the log says which tree is live.
+            g.entered = None;
+            return Err(e);
+        }
+        g.entered = Some(name.to_string());
+        g.since = Some(Instant::now());
+        Ok(g)
     }
 
     /// Forgets what the gate knew of the entered tree (a switch outside
@@ -148,11 +165,16 @@ impl Volume {
         // A cleaning pass (or a resize, a migration) works in steps on the
         // live tree's maps: it ends before they are another tree's.
         let _one_at_a_time = lock(&self.cleaning);
+        self.leave_compact()?;
         self.switch_live(name, false, &mut |outgoing, refs| {
             let mut kept = gate.kept_refs.lock().unwrap_or_else(PoisonError::into_inner);
             let incoming = kept.remove(name).unwrap_or_default();
             kept.insert(outgoing.to_string(), std::mem::replace(refs, incoming));
         })?;
+        // Every tree left through the gate is made live again for its
+        // requests: the cleaner may count on its turn.
+        let turns = gate.kept_refs.lock().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
+        lock(&self.fs).log.set_trees_taking_turns(turns);
         if first {
             // A tree entered for the first time since the open: nothing
             // holds its orphans, which a crash or a close left.
@@ -162,6 +184,37 @@ impl Volume {
             }
         }
         Ok(())
+    }
+
+    /// Leaves the live tree compact before it is kept (DESIGN.md, "A tree
+    /// is left compact"): when the log is short of free segments, or the
+    /// tree's blocks lie loose (its record would pin more than twice the
+    /// segments they fill), the cleaner moves them out of the segments it
+    /// fills least, those the other trees taking turns pin among them, so
+    /// that what its record pins while it is kept is about what it holds
+    /// live. The cleaning lock is held.
+    fn leave_compact(&self) -> Result<()> {
+        let threshold = self.clean_threshold();
+        let victims = {
+            let mut fs = lock(&self.fs);
+            let short = fs.log.free_segments() < threshold;
+            fs.log.load_segment_usage()?;
+            if !short && !fs.log.live_tree_is_loose() {
+                return Ok(());
+            }
+            fs.log.pick_victims_moving(Policy::Greedy, LEAVE_VICTIMS, LEAVE_UTILIZATION)
+        };
+        if victims.is_empty() {
+            return Ok(());
+        }
+        // The switch's own checkpoints free what only this tree held there.
+        let req =
+            CleanRequest { max_segments: victims.len(), policy: Policy::Greedy, max_utilization: 1.0, free_now: false };
+        match self.clean_locked(req, Some(victims), &mut |_, _| {}) {
+            // No room to move more: the switch goes on with what moved.
+            Ok(_) | Err(Error::NoSpace(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Refuses `what` (a deletion) while the kernel holds inodes of tree

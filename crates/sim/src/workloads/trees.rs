@@ -155,3 +155,37 @@ pub fn trees_beside() -> Vec<Workload> {
     out.push(Workload { name: s("trees/beside-fsync"), steps, scale: 4 });
     out
 }
+
+/// Two writable trees taking many turns, each creating a file per turn,
+/// deleting the one of four turns before, keeping one whose xattr fills a
+/// block of its own, and now and then fsyncing: on a
+/// small log (16 segments) it runs short, and each tree is left compact,
+/// the cleaner moving its blocks out of segments the other tree's record
+/// pins (DESIGN.md, "A tree is left compact"). Every crash state, cut
+/// inside the moves or a switch, must show every tree whole.
+#[must_use]
+pub fn trees_turns(turns: usize) -> Workload {
+    let mut steps = vec![Step::SnapshotCreate(s("s")), Step::CloneCreate { source: s("s"), name: s("c") }];
+    for turn in 0..turns {
+        let tree = if turn % 2 == 0 { "c" } else { "main" };
+        steps.push(Step::EnterTree(s(tree)));
+        let f = format!("A/t{turn}");
+        steps.push(Step::Create(f.clone()));
+        steps.push(write(&f, 0, 700));
+        if turn >= 4 {
+            steps.push(Step::Unlink(format!("A/t{}", turn - 4)));
+        }
+        // Kept for good, its xattr a block never written again: cold
+        // blocks of both trees in the same segments.
+        let k = format!("B/k{turn}");
+        steps.push(Step::Create(k.clone()));
+        steps.push(Step::SetXattr { path: k, len: 3000 });
+        if turn % 7 == 0 {
+            steps.push(Step::Fsync(f));
+        }
+        steps.push(Step::Tick);
+    }
+    steps.push(Step::EnterTree(s("main")));
+    steps.push(Step::Sync);
+    Workload { name: s("trees/turns"), steps, scale: 4 }
+}

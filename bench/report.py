@@ -119,6 +119,7 @@ class Suite:
         # system's calls much less, so a loaded run's ratios say more about
         # the load than about the file systems.
         quiet = {run: bool(v) and sorted(v)[len(v) // 2] < QUIET_LOAD for run, v in loads.items()}
+        self.quiet = quiet
 
         def rank(run):
             return (quiet.get(run, False), self.run_time[run])
@@ -309,9 +310,18 @@ def transports_table(su, lab):
 
 def goals_table(su, lab):
     """DualFS against ext4 and the floor (a FUSE server that does no work)
-    in the run DualFS's untar comes from."""
-    run = su.run_of("dualfs", "untar") or su.run_of("dualfs", "postmark")
-    if not run:
+    in one run: a quiet one first, then the one that measured the most of
+    the goals (a run of a few phases does not hide a whole one), then the
+    newest."""
+    goals = [p for p, _ in WALL_GOALS] + [p for p, _, _, _ in RATE_GOALS]
+    runs = {run for (run, c, _, t) in su.by if c == "dualfs" and not t}
+    if not runs:
+        return ""
+
+    def covered(run):
+        return sum((run, "dualfs", p, False) in su.by and (run, "ext4", p, False) in su.by for p in goals)
+    run = max(runs, key=lambda r: (su.quiet.get(r, False), covered(r), su.run_time[r]))
+    if not covered(run):
         return ""
 
     def v(key, config, phase):

@@ -24,6 +24,7 @@ docs/BENCHMARKS.md and its plots.
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import shutil
@@ -582,11 +583,16 @@ def slice_traces(args, results):
     for rec in results:
         if not rec["traced"]:
             continue
-        files = []
-        for role in rec["devices"]:
-            files.append(os.path.join(args.trace_dir, f"{rec['config']}-{rec['sequence']}-{role}.trace"))
+        if rec.get("disk"):
+            # On emulated disks each disk's server traced it (Volume.emulate).
+            stem = f"{rec['config']}-{rec['disk']}-{rec['sequence']}"
+            files = sorted(glob.glob(os.path.join(args.trace_dir, f"{stem}-*.trace")))
+            part = os.path.join(args.trace_dir, f"{rec['config']}-{rec['disk']}-{rec['phase']}.slice")
+        else:
+            files = [os.path.join(args.trace_dir, f"{rec['config']}-{rec['sequence']}-{role}.trace")
+                     for role in rec["devices"]]
+            part = os.path.join(args.trace_dir, f"{rec['config']}-{rec['phase']}.slice")
         lo, hi = rec["window_ns"]
-        part = os.path.join(args.trace_dir, f"{rec['config']}-{rec['phase']}.slice")
         with open(part, "w") as out:
             out.write("# dualfs-trace 1\n")
             for fn in files:

@@ -5,10 +5,13 @@
 //! from the device than the files hold (DESIGN.md, "Data space").
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use common::disk::{cached_bytes, scratch};
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, FileDevice, MemoryDevice};
 use dualfs_engine::types::{BLOCK_SIZE, FileKind, InodeNo};
@@ -189,25 +192,6 @@ fn files_read_in_listed_order_are_asked_for_ahead_once_each() {
     v.close().unwrap();
 }
 
-/// A directory on a disk file system, removed when dropped: /tmp may be
-/// tmpfs, which refuses `O_DIRECT`.
-fn scratch() -> tempfile::TempDir {
-    let dir = Path::new("/var/tmp");
-    let dir = if dir.is_dir() { dir.to_path_buf() } else { std::env::temp_dir() };
-    tempfile::Builder::new().prefix("dualfs-listing-reads").tempdir_in(dir).unwrap()
-}
-
-/// Bytes of `path` in the page cache (util-linux's `fincore`).
-fn cached_bytes(path: &Path) -> u64 {
-    let out = std::process::Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--output", "RES"])
-        .arg(path)
-        .output()
-        .expect("fincore (util-linux) runs");
-    assert!(out.status.success(), "fincore: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
 /// Four directories written file by file in turn, so that their data lies
 /// interleaved on the device, and one large file beside them; one
 /// directory read cold in listed order, as grep -r reads it, through a
@@ -217,7 +201,7 @@ fn cached_bytes(path: &Path) -> u64 {
 /// other directories' files.
 #[test]
 fn a_cold_directory_read_reads_what_its_files_hold() {
-    let tmp = scratch();
+    let tmp = scratch("dualfs-listing-reads");
     let (meta_path, data_path) = (tmp.path().join("meta.img"), tmp.path().join("data.img"));
     std::fs::File::create(&meta_path).unwrap().set_len(8192 * BLOCK_SIZE as u64).unwrap();
     std::fs::File::create(&data_path).unwrap().set_len(65536 * BLOCK_SIZE as u64).unwrap();
@@ -274,7 +258,7 @@ fn a_cold_directory_read_reads_what_its_files_hold() {
 /// write drops the cached pages under it).
 #[test]
 fn files_read_ahead_then_overwritten_read_as_written() {
-    let tmp = scratch();
+    let tmp = scratch("dualfs-listing-reads");
     let (meta_path, data_path) = (tmp.path().join("meta.img"), tmp.path().join("data.img"));
     std::fs::File::create(&meta_path).unwrap().set_len(8192 * BLOCK_SIZE as u64).unwrap();
     std::fs::File::create(&data_path).unwrap().set_len(65536 * BLOCK_SIZE as u64).unwrap();

@@ -7,16 +7,22 @@ use std::sync::Arc;
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::types::{FileKind, InodeNo};
-use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
+use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions, send};
 
 const GROUP_BLOCKS: u32 = 1024;
 
 fn volume() -> Volume {
-    let meta: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(8192));
-    let data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(65536));
+    volume_on(&devices())
+}
+
+fn devices() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+    (Arc::new(MemoryDevice::new(8192)), Arc::new(MemoryDevice::new(65536)))
+}
+
+fn volume_on((meta, data): &(Arc<dyn BlockDevice>, Arc<dyn BlockDevice>)) -> Volume {
     let opts = MkfsOptions { segment_blocks: 128, group_blocks: GROUP_BLOCKS, ..MkfsOptions::default() };
     Volume::format(meta.clone(), data.clone(), &opts).unwrap();
-    Volume::open(meta, data, MountOptions::default()).unwrap()
+    Volume::open(meta.clone(), data.clone(), MountOptions::default()).unwrap()
 }
 
 /// Untar's order: a directory, then what is in it, depth first; more
@@ -94,4 +100,44 @@ fn trees_at_the_top_spread_and_a_full_group_passes_a_subdirectory_on() {
     let next = v.mkdir(a.ino, b"next", 0o755, Creds::ROOT).unwrap();
     assert_ne!(group(next.ino), group(a.ino));
     v.close().unwrap();
+}
+
+/// A directory's data group, and those of every directory below it.
+fn groups(v: &Volume, dir: InodeNo, out: &mut Vec<u32>) {
+    out.push(v.with_fs(|fs| fs.inode(dir).map(|r| r.group.0)).unwrap());
+    let mut subdirs = Vec::new();
+    v.readdir(dir, 0, &mut |e| {
+        if e.kind == FileKind::Directory && e.name != b"." && e.name != b".." {
+            subdirs.push(e.ino);
+        }
+        true
+    })
+    .unwrap();
+    for d in subdirs {
+        groups(v, d, out);
+    }
+}
+
+/// A received tree is placed as an untarred one: its directories in its
+/// top's group while that has room, not each in the emptiest group.
+#[test]
+fn a_received_tree_lies_in_one_group_as_a_written_one() {
+    let devs = devices();
+    let source = volume_on(&devs);
+    let top = source.mkdir(InodeNo::ROOT, b"linux", 0o755, Creds::ROOT).unwrap();
+    untar(&source, top.ino, 2, &mut 0);
+    let mut written = Vec::new();
+    groups(&source, top.ino, &mut written);
+    assert!(written.iter().all(|g| *g == written[0]), "the written tree spreads over groups {written:?}");
+    source.snapshot_create("a").unwrap();
+    let mut stream = Vec::new();
+    send(devs.0.clone(), devs.1.clone(), None, "a", &mut stream).unwrap();
+    let target = volume();
+    target.receive(&mut &stream[..]).unwrap();
+    let mut received = Vec::new();
+    groups(&target, top.ino, &mut received);
+    assert_eq!(received.len(), written.len());
+    assert!(received.iter().all(|g| *g == received[0]), "the received tree spreads over groups {received:?}");
+    source.close().unwrap();
+    target.close().unwrap();
 }

@@ -6,23 +6,17 @@
 //! that the small reads do use the page cache while the large ones do not.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::disk::{cached_bytes, scratch};
 use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, FileDevice};
 use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
 use dualfs_engine::volume::{Creds, MkfsOptions, MountOptions};
-
-/// A directory on a disk file system, removed when dropped (a failing
-/// test too): /tmp may be tmpfs, which refuses `O_DIRECT` (the device
-/// would then be buffered throughout and test nothing here).
-fn scratch() -> tempfile::TempDir {
-    let dir = Path::new("/var/tmp");
-    let dir = if dir.is_dir() { dir.to_path_buf() } else { std::env::temp_dir() };
-    tempfile::Builder::new().prefix("dualfs-small-reads").tempdir_in(dir).unwrap()
-}
 
 fn image(path: &Path, blocks: u64) {
     std::fs::File::create(path).unwrap().set_len(blocks * BLOCK_SIZE as u64).unwrap();
@@ -37,24 +31,13 @@ fn tag_of(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
-/// Bytes of `path` in the page cache (util-linux's `fincore`).
-fn cached_bytes(path: &Path) -> u64 {
-    let out = std::process::Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--output", "RES"])
-        .arg(path)
-        .output()
-        .expect("fincore (util-linux) runs");
-    assert!(out.status.success(), "fincore: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
 /// A small read that continues the one before leaves the window after it
 /// in the page cache (the read-ahead the buffered descriptor is for), one
 /// alone only its own blocks, whatever the device's read-ahead; a large
 /// read and the writes leave nothing there.
 #[test]
 fn small_reads_are_cached_and_large_ones_are_not() {
-    let tmp = scratch();
+    let tmp = scratch("dualfs-small-reads");
     let path = tmp.path().join("data.img");
     image(&path, 1024);
     let dev = FileDevice::open_direct(&path, false, false).unwrap();
@@ -84,7 +67,7 @@ fn small_reads_are_cached_and_large_ones_are_not() {
 /// written: Linux drops cached pages over a direct write's range.
 #[test]
 fn a_read_after_an_overwrite_sees_the_new_data() {
-    let tmp = scratch();
+    let tmp = scratch("dualfs-small-reads");
     let path = tmp.path().join("data.img");
     image(&path, 256);
     let dev = FileDevice::open_direct(&path, false, false).unwrap();
@@ -114,7 +97,7 @@ fn a_read_after_an_overwrite_sees_the_new_data() {
 /// every block reads as its last write.
 #[test]
 fn read_ahead_racing_direct_writes_leaves_nothing_stale() {
-    let tmp = scratch();
+    let tmp = scratch("dualfs-small-reads");
     let path = tmp.path().join("data.img");
     let blocks = 512u64;
     image(&path, blocks);
@@ -163,7 +146,7 @@ fn content(file: u32, version: u32, len: usize) -> Vec<u8> {
 /// a reopen, returns what was last written.
 #[test]
 fn a_volume_never_reads_stale_read_ahead() {
-    let tmp = scratch();
+    let tmp = scratch("dualfs-small-reads");
     let (meta_path, data_path) = (tmp.path().join("meta.img"), tmp.path().join("data.img"));
     image(&meta_path, 8192);
     image(&data_path, 65536);

@@ -37,14 +37,13 @@
 //! write the root directory (the kernel checks), as sync(1) is anyone's.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 
 use dualfs_engine::Volume;
 use dualfs_engine::volume::{CleanReport, CleanRequest, Policy, ResizeReport, ResizeRequest, WHOLE_DEVICE};
 
 use crate::Errno;
+use crate::job::Job;
 use serde_json::{Value, json};
 
 /// The prefix of every control attribute.
@@ -416,41 +415,6 @@ pub fn stats_json(vol: &Volume, requests: &crate::requests::RequestStats) -> Val
     Value::Object(map)
 }
 
-/// Where a run is.
-#[derive(Clone, Debug, Default)]
-struct Status {
-    /// Runs started since mount; 0 before the first.
-    id: u64,
-    running: bool,
-    order: String,
-    done: usize,
-    total: usize,
-    report: CleanReport,
-    stopped: bool,
-    error: Option<String>,
-}
-
-impl Status {
-    fn json(&self) -> Value {
-        let state = match (self.id, self.running, &self.error) {
-            (0, _, _) => "idle",
-            (_, true, _) => "running",
-            (_, false, Some(_)) => "failed",
-            _ => "done",
-        };
-        json!({
-            "id": self.id,
-            "state": state,
-            "request": self.order,
-            "done": self.done,
-            "total": self.total,
-            "stopped": self.stopped,
-            "error": self.error,
-            "report": report_json(&self.report),
-        })
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -458,9 +422,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The control attributes' state: at most one cleaning run at a time.
 #[derive(Debug)]
 pub struct Control {
-    status: Arc<Mutex<Status>>,
-    stop: Arc<AtomicBool>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+    cleaning: Job<CleanReport>,
     owner_uid: u32,
     /// The latest resize's outcome ([`resize_json`]); null before one.
     resized: Mutex<Value>,
@@ -470,13 +432,7 @@ impl Control {
     /// Control of a volume mounted by `owner_uid`.
     #[must_use]
     pub fn new(owner_uid: u32) -> Control {
-        Control {
-            status: Arc::default(),
-            stop: Arc::default(),
-            worker: Mutex::new(None),
-            owner_uid,
-            resized: Mutex::new(Value::Null),
-        }
+        Control { cleaning: Job::new("cleaning", "clean"), owner_uid, resized: Mutex::new(Value::Null) }
     }
 
     /// Resizes the volume as the request text `value` says, synchronously
@@ -527,76 +483,29 @@ impl Control {
             log::warn!("{CLEAN}: {e}");
             Errno::EINVAL
         })?;
-        let mut worker = lock(&self.worker);
-        if lock(&self.status).running {
-            return Err(Errno::EBUSY);
-        }
-        // The previous run has ended: its thread is done or about to be.
-        if let Some(h) = worker.take() {
-            let _ = h.join();
-        }
-        self.stop.store(false, Ordering::Relaxed);
         let req = order.request();
-        {
-            let mut s = lock(&self.status);
-            *s = Status {
-                id: s.id + 1,
-                running: true,
-                order: order.to_string(),
-                // (A usage table that cannot be read fails the run itself.)
-                total: vol.cleanable_segments(&req).unwrap_or(0),
-                ..Status::default()
-            };
-        }
-        let (vol, status, stop) = (vol.clone(), self.status.clone(), self.stop.clone());
-        let spawned = std::thread::Builder::new().name("dualfs-clean".into()).spawn(move || {
+        // (A usage table that cannot be read fails the run itself.)
+        let total = vol.cleanable_segments(&req).unwrap_or(0) as u64;
+        let vol = vol.clone();
+        self.cleaning.start(order.to_string(), total, move |progress| {
             log::info!("cleaning: {order}");
-            let r = vol.clean_in_passes(req, &mut |done, total| {
-                let mut s = lock(&status);
-                (s.done, s.total) = (done, total);
-                !stop.load(Ordering::Relaxed)
-            });
-            let mut s = lock(&status);
-            s.running = false;
-            s.stopped = stop.load(Ordering::Relaxed);
-            match r {
-                Ok(report) => {
-                    log::info!(
-                        "cleaned {} segments, freed {}",
-                        report.cleaner.segments_read,
-                        report.cleaner.segments_freed
-                    );
-                    s.report = report;
-                }
-                Err(e) => {
-                    log::error!("cleaning failed: {e}");
-                    s.error = Some(e.to_string());
-                }
-            }
-        });
-        match spawned {
-            Ok(h) => {
-                *worker = Some(h);
-                Ok(())
-            }
-            Err(e) => {
-                let mut s = lock(&self.status);
-                s.running = false;
-                s.error = Some(format!("cannot start the cleaning thread: {e}"));
-                Err(Errno::EAGAIN)
-            }
-        }
+            let report = vol
+                .clean_in_passes(req, &mut |done, total| progress(done as u64, total as u64))
+                .map_err(|e| e.to_string())?;
+            log::info!("cleaned {} segments, freed {}", report.cleaner.segments_read, report.cleaner.segments_freed);
+            Ok(report)
+        })
     }
 
     /// The state of the latest run, as JSON text.
     #[must_use]
     pub fn clean_status(&self) -> Vec<u8> {
-        lock(&self.status).json().to_string().into_bytes()
+        self.cleaning.json(|r| report_json(r.unwrap_or(&CleanReport::default())))
     }
 
     /// Asks a running clean to stop after its current pass.
     pub fn stop_clean(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.cleaning.stop();
     }
 
     /// Remounts the volume read-only or read-write. A clean that runs is
@@ -628,12 +537,7 @@ impl Control {
     /// Stops a running clean and waits for it, so that the volume can be
     /// closed (at unmount).
     pub fn shutdown(&self) {
-        self.stop_clean();
-        if let Some(h) = lock(&self.worker).take()
-            && h.join().is_err()
-        {
-            log::error!("the cleaning thread panicked");
-        }
+        self.cleaning.shutdown();
     }
 }
 

@@ -30,6 +30,7 @@ mod caller;
 pub mod clock;
 pub mod control;
 mod convert;
+mod job;
 pub mod migrate;
 mod names;
 mod ops;

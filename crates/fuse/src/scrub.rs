@@ -4,22 +4,17 @@
 //! it for the progress and, at the end, the report ([`report_json`], one
 //! shape mounted or not), and removes it to stop a scrub early.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use dualfs_engine::Volume;
 use dualfs_engine::volume::{ScrubOptions, ScrubReport};
 use serde_json::{Value, json};
 
 use crate::Errno;
+use crate::job::Job;
 
 /// Set to start a scrub, read for its state, removed to stop it.
 pub const SCRUB: &str = "dualfs.scrub";
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A scrub's order as text: `rate=BYTES meta_only=1`, each optional,
 /// separated by spaces or commas.
@@ -88,45 +83,14 @@ pub fn report_json(r: &ScrubReport) -> Value {
     })
 }
 
-/// Where the latest scrub is.
-#[derive(Clone, Debug, Default)]
-struct Status {
-    /// Scrubs started since mount; 0 before the first.
-    id: u64,
-    running: bool,
-    order: String,
-    done: u64,
-    total: u64,
-    report: Option<ScrubReport>,
-    error: Option<String>,
-}
-
-impl Status {
-    fn json(&self) -> Value {
-        let state = match (self.id, self.running, &self.error) {
-            (0, _, _) => "idle",
-            (_, true, _) => "running",
-            (_, false, Some(_)) => "failed",
-            _ => "done",
-        };
-        json!({
-            "id": self.id,
-            "state": state,
-            "request": self.order,
-            "done": self.done,
-            "total": self.total,
-            "error": self.error,
-            "report": self.report.as_ref().map(report_json),
-        })
-    }
-}
-
 /// The scrub running or last run through the control attribute: one at a time.
-#[derive(Debug, Default)]
-pub struct Scrubber {
-    status: Arc<Mutex<Status>>,
-    stop: Arc<AtomicBool>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+#[derive(Debug)]
+pub struct Scrubber(Job<ScrubReport>);
+
+impl Default for Scrubber {
+    fn default() -> Self {
+        Scrubber(Job::new("scrub", "scrub"))
+    }
 }
 
 impl Scrubber {
@@ -141,84 +105,41 @@ impl Scrubber {
             log::warn!("{SCRUB}: {e}");
             Errno::EINVAL
         })?;
-        let mut worker = lock(&self.worker);
-        if lock(&self.status).running {
-            return Err(Errno::EBUSY);
-        }
-        if let Some(h) = worker.take() {
-            let _ = h.join();
-        }
-        self.stop.store(false, Ordering::Relaxed);
-        {
-            let mut s = lock(&self.status);
-            *s = Status { id: s.id + 1, running: true, order: order_text(&opts), ..Status::default() };
-        }
-        let (vol, status, stop) = (vol.clone(), self.status.clone(), self.stop.clone());
-        let spawned = std::thread::Builder::new().name("dualfs-scrub".into()).spawn(move || {
+        let vol = vol.clone();
+        self.0.start(order_text(&opts), 0, move |progress| {
             log::info!("scrubbing: {}", order_text(&opts));
-            let r = vol.scrub(opts, &mut |done, total| {
-                let mut s = lock(&status);
-                (s.done, s.total) = (done, total);
-                !stop.load(Ordering::Relaxed)
-            });
-            let mut s = lock(&status);
-            s.running = false;
-            match r {
-                Ok(report) => {
-                    for b in &report.bad_meta {
-                        log::error!("scrub: meta-data block {} ({}, {}): {}", b.block, b.structure, b.tree, b.error);
-                    }
-                    for e in &report.data_errors {
-                        log::error!("scrub: data block {} of inode {}: {}", e.block, e.ino, e.error);
-                    }
-                    log::info!(
-                        "scrubbed {} meta-data and {} data blocks: {} errors corrected, {} uncorrectable",
-                        report.meta_blocks,
-                        report.data_blocks,
-                        report.corrected(),
-                        report.uncorrectable()
-                    );
-                    s.report = Some(report);
-                }
-                Err(e) => {
-                    log::error!("scrub failed: {e}");
-                    s.error = Some(e.to_string());
-                }
+            let report = vol.scrub(opts, progress).map_err(|e| e.to_string())?;
+            for b in &report.bad_meta {
+                log::error!("scrub: meta-data block {} ({}, {}): {}", b.block, b.structure, b.tree, b.error);
             }
-        });
-        match spawned {
-            Ok(h) => {
-                *worker = Some(h);
-                Ok(())
+            for e in &report.data_errors {
+                log::error!("scrub: data block {} of inode {}: {}", e.block, e.ino, e.error);
             }
-            Err(e) => {
-                let mut s = lock(&self.status);
-                s.running = false;
-                s.error = Some(format!("cannot start the scrub's thread: {e}"));
-                Err(Errno::EAGAIN)
-            }
-        }
+            log::info!(
+                "scrubbed {} meta-data and {} data blocks: {} errors corrected, {} uncorrectable",
+                report.meta_blocks,
+                report.data_blocks,
+                report.corrected(),
+                report.uncorrectable()
+            );
+            Ok(report)
+        })
     }
 
     /// The state of the latest scrub, as JSON text.
     #[must_use]
     pub fn status(&self) -> Vec<u8> {
-        lock(&self.status).json().to_string().into_bytes()
+        self.0.json(|r| r.map_or(Value::Null, report_json))
     }
 
     /// Asks a running scrub to stop after the read in hand.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.0.stop();
     }
 
     /// Stops a running scrub and waits for it (at unmount).
     pub fn shutdown(&self) {
-        self.stop();
-        if let Some(h) = lock(&self.worker).take()
-            && h.join().is_err()
-        {
-            log::error!("the scrub's thread panicked");
-        }
+        self.0.shutdown();
     }
 }
 

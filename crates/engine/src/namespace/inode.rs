@@ -53,6 +53,26 @@ impl Fs {
         self.log.set_orphan(ino, orphan)
     }
 
+    /// The data group a new directory in `parent` is bound to: the
+    /// emptiest for one at the top of a tree, its parent's while that has
+    /// room for one further down (a parent not there yet counts as the
+    /// top, as a receive may meet it).
+    ///
+    /// # Errors
+    /// A group table block cannot be read.
+    pub(crate) fn bind_new_directory(&mut self, parent: InodeNo) -> Result<GroupNo> {
+        // A tree's root is its own parent (and the volume's is made
+        // before it exists to be read).
+        let near = match self.log.inode(parent) {
+            Ok(p) if parent != InodeNo::ROOT && p.parent != parent && p.parent != InodeNo(0) => Some(p.group),
+            _ => None,
+        };
+        match near {
+            Some(g) => self.log.space_mut().bind_subdirectory(g),
+            None => self.log.space_mut().bind_directory(),
+        }
+    }
+
     /// Creates an inode in directory `parent` (not yet linked anywhere).
     /// A directory at the top of a tree is bound to the emptiest data
     /// group, one further down to its parent's while that has room
@@ -66,17 +86,7 @@ impl Fs {
         // Before anything changes: the number's map block may need a read.
         self.log.ready_free_inode()?;
         let (group, dir_parent) = if new.kind == FileKind::Directory {
-            // A tree's root is its own parent (and the volume's is made
-            // before it exists to be read).
-            let near = match self.log.inode(parent) {
-                Ok(p) if parent != InodeNo::ROOT && p.parent != parent && p.parent != InodeNo(0) => Some(p.group),
-                _ => None,
-            };
-            let group = match near {
-                Some(g) => self.log.space_mut().bind_subdirectory(g)?,
-                None => self.log.space_mut().bind_directory()?,
-            };
-            (group, parent)
+            (self.bind_new_directory(parent)?, parent)
         } else {
             let group = self.log.inode(parent).map(|p| p.group).unwrap_or(GroupNo(0));
             (self.log.space().usable_group(group), InodeNo(0))

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub mod disk;
+
 use std::sync::Arc;
 use std::time::Duration;
 

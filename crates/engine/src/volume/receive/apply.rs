@@ -182,7 +182,7 @@ impl<'a> Apply<'a> {
         }
         let group = self.group;
         self.vol.with_step(|fs| {
-            let group = if kind == FileKind::Directory { fs.log.space_mut().bind_directory()? } else { group };
+            let group = if kind == FileKind::Directory { fs.bind_new_directory(a.parent)? } else { group };
             let rec = InodeRecord {
                 ino: a.ino,
                 generation: a.generation,

@@ -5,8 +5,9 @@
 # as much:
 #   two   the live tree on A and clone c on B, TREE.tar untarred into each at once
 #   one   the live tree on A alone, TREE.tar untarred twice into it at once
-# Per run: wall seconds to the last `sync -f`, write requests and KiB written
-# to each device (loop device counters), switches of the live tree.
+# Per run: wall seconds to the end of `dualfs sync` of both mounts, and the volume's own counters
+# (dualfs stats): partial segments (write requests to the log), KiB written
+# to each device, checkpoints (two per switch of the live tree).
 # Then the latency of fsync in tree A (4 KiB appended, then fsync; 40 times,
 # 50 ms apart) with tree B idle, and while B streams 1 GiB (dd).
 # Usage: bench/trees_beside.sh TREE.tar [RUNS]   (root; under /tmp/treesbench)
@@ -26,10 +27,9 @@ ROWS=$W/rows.txt; : > $ROWS; FROWS=$W/fsync.txt; : > $FROWS; CMD="$0 $*"
 say() { local f=$1; shift; echo "$*" >> "$f"; echo "$*"; }
 loop() { losetup --direct-io=on -f --show "$1"; }
 now() { date +%s.%N; }
-# Write requests and KiB written to loop device $1 so far.
-writes() { awk '{print $5, $7 / 2}' /sys/block/$(basename "$1")/stat; }
-# Checkpoints the volume wrote since it was mounted (two per switch of the live tree).
-checkpoints() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints_written"])'; }
+# The volume's counters since it was mounted: partial segments, meta and
+# data KiB written, checkpoints.
+counters() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["partial_segments_written"], d["meta_blocks_written"] * 4, d["data_blocks_written"] * 4, d["checkpoints_written"])'; }
 
 truncate -s 410M $W/m.img; truncate -s 4G $W/d.img
 M=$(loop $W/m.img); D=$(loop $W/d.img); LOOPS="$M $D"
@@ -48,22 +48,22 @@ gone() { # unmounts both, waits for the serving process to end
 }
 
 say $ROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-say $ROWS "fs run seconds meta_writes meta_KiB data_writes data_KiB checkpoints"
+say $ROWS "fs run seconds partial_segments meta_KiB data_KiB checkpoints"
 for run in $(seq 1 "$RUNS"); do
   for fs in one two; do
     fresh
     mkdir $W/a/x
-    if [ $fs = two ]; then "$DUALFS" mount -o clone=c "$M" "$D" $W/b; mkdir $W/b/x; B=$W/b; else B=$W/a; mkdir $W/a/y; fi
-    sync -f $W/a; sync -f $B
-    read -r mw mk < <(writes "$M"); read -r dw dk < <(writes "$D"); c0=$(checkpoints $W/a)
+    if [ $fs = two ]; then "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b; mkdir $W/b/x; B=$W/b; else B=$W/a; mkdir $W/a/y; fi
+    "$DUALFS" sync $W/a $B >/dev/null
+    read -r p0 m0 d0 c0 < <(counters $W/a)
     t0=$(now)
     tar -xf "$TREE" -C $W/a/x & p1=$!
     if [ $fs = two ]; then tar -xf "$TREE" -C $W/b/x & p2=$!; else tar -xf "$TREE" -C $W/a/y & p2=$!; fi
     wait $p1 $p2
-    sync -f $W/a; sync -f $B
+    "$DUALFS" sync $W/a $B >/dev/null
     t1=$(now)
-    read -r mw1 mk1 < <(writes "$M"); read -r dw1 dk1 < <(writes "$D"); c1=$(checkpoints $W/a)
-    say $ROWS "$fs $run $(echo "$t1 - $t0" | bc) $((mw1 - mw)) $(echo "$mk1 - $mk" | bc) $((dw1 - dw)) $(echo "$dk1 - $dk" | bc) $((c1 - c0))"
+    read -r p1 m1 d1 c1 < <(counters $W/a)
+    say $ROWS "$fs $run $(echo "$t1 - $t0" | bc) $((p1 - p0)) $((m1 - m0)) $((d1 - d0)) $((c1 - c0))"
     gone
   done
 done
@@ -86,7 +86,7 @@ say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 say $FROWS "fs run p50_ms p90_ms max_ms"
 for run in $(seq 1 "$RUNS"); do
   fresh
-  "$DUALFS" mount -o clone=c "$M" "$D" $W/b
+  "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b
   say $FROWS "b-idle $run $(lat $W/a/f)"
   dd if=/dev/zero of=$W/b/big bs=1M count=1024 status=none & p=$!
   sleep 1
@@ -95,5 +95,5 @@ for run in $(seq 1 "$RUNS"); do
   gone
 done
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" $ROWS
-python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync --command "$CMD" $FROWS
+python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" < $ROWS
+python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync --command "$CMD" < $FROWS

@@ -460,13 +460,16 @@ was and shares every block it does not change. A volume has one live tree
 (`main` until a clone is mounted); mounting a clone makes it the live tree and
 keeps the tree that was live, under its name, until it is mounted again. A
 clone depends on nothing: its snapshot may be deleted. `dualfs snapshot list`
-shows clones and kept trees, and `dualfs snapshot delete` deletes them.
+shows clones and kept trees, and `dualfs snapshot delete` deletes them. Mounted
+while the volume is mounted, a clone is served beside it, writable, by the same
+process, one tree's requests at a time; unmounting either leaves the other.
 
   dualfs snapshot create /mnt/vol before-upgrade
   dualfs clone /mnt/vol before-upgrade what-if
   dualfs umount /mnt/vol
   dualfs mount -o clone=what-if meta.img data.img /mnt/vol
-  dualfs mount -o clone=main meta.img data.img /mnt/vol   (back, later)";
+  dualfs mount -o clone=main meta.img data.img /mnt/vol   (back, later)
+  dualfs mount -o clone=what-if meta.img data.img /mnt/what-if   (beside it)";
 
 #[derive(Args, Debug)]
 pub struct CloneArgs {

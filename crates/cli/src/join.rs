@@ -255,6 +255,8 @@ struct Served {
     /// The device number of the mount's root: what a path must show to be
     /// one of this process's mounts.
     dev: u64,
+    /// The tree the first mount serves (the live tree it opened).
+    tree: String,
     /// Where the volume is mounted: the first mount point, then the joined.
     mounts: Vec<PathBuf>,
 }
@@ -273,6 +275,9 @@ struct SnapshotMount {
 pub struct Joins {
     served: Mutex<Served>,
     snapshots: Mutex<Vec<SnapshotMount>>,
+    /// Writable trees served beside the first mount's, each its own FUSE
+    /// connection on the same volume.
+    trees: Mutex<Vec<(String, SnapshotMount)>>,
 }
 
 fn lock(m: &Mutex<Served>) -> MutexGuard<'_, Served> {
@@ -297,6 +302,7 @@ impl Joins {
         fsname: &str,
     ) -> Arc<Joins> {
         let dev = std::fs::metadata(first).map(|m| m.dev()).unwrap_or(0);
+        let tree = vol.live_tree();
         let joins = Arc::new(Joins {
             served: Mutex::new(Served {
                 cfg: cfg.clone(),
@@ -307,8 +313,10 @@ impl Joins {
                 fsname: fsname.to_string(),
                 dev,
                 mounts: vec![first.to_path_buf()],
+                tree,
             }),
             snapshots: Mutex::new(Vec::new()),
+            trees: Mutex::new(Vec::new()),
         });
         let listener =
             SocketAddr::from_abstract_name(socket_name(std::process::id())).and_then(|a| UnixListener::bind_addr(&a));
@@ -351,7 +359,9 @@ impl Joins {
         };
         let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
         let mut result = Ok(());
-        for snap in self.snapshots.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        let trees = self.trees.lock().unwrap_or_else(PoisonError::into_inner);
+        let snaps = self.snapshots.lock().unwrap_or_else(PoisonError::into_inner);
+        for snap in trees.iter().map(|(_, t)| t).chain(snaps.iter()) {
             if ours(&snap.at, snap.dev)
                 && let Err(e) = (snap.unmount)(lazy)
             {
@@ -446,13 +456,17 @@ impl Joins {
             bail!("{} and {} are not the devices of the volume this process serves", meta.display(), data.display());
         }
         if let Some(name) = &asked.clone
-            && *name != vol.live_tree()
+            && *name != s.tree
         {
-            bail!(
-                "clone={name}: the volume is served with tree {} live; a second tree is not served beside it (unmount \
-                 every mount of the volume first)",
-                vol.live_tree()
-            );
+            if let Some(why) = differing(&s.cfg, &asked) {
+                bail!("{why} (a tree served beside the volume takes the options of its first mount)");
+            }
+            if vol.is_read_only() {
+                bail!("clone={name}: the volume is served read-only, and a clone is served writable");
+            }
+            let fsname = asked.fsname.clone().unwrap_or_else(|| format!("{}@{name}", s.fsname));
+            drop(s);
+            return self.serve_tree(name, &vol, &asked, &fsname, &target).map(Some);
         }
         if let Some(name) = &asked.fsname
             && *name != s.fsname
@@ -559,6 +573,82 @@ impl Joins {
         let mut snaps = self.snapshots.lock().unwrap_or_else(PoisonError::into_inner);
         snaps.push(SnapshotMount { at: target.to_path_buf(), dev, unmount, thread });
         Ok(target.to_path_buf())
+    }
+
+    /// Serves writable tree `name` of `vol` on `target` in this process, as
+    /// one more FUSE connection: each of its requests enters the tree
+    /// (`Volume::enter_tree`), so that its changes and the first mount's
+    /// go to one log, one tree at a time. The volume stays open until the
+    /// last of its trees is unmounted ([`Joins::wait_trees`]).
+    fn serve_tree(
+        &self,
+        name: &str,
+        vol: &Arc<Volume>,
+        asked: &MountConfig,
+        fsname: &str,
+        target: &Path,
+    ) -> Result<PathBuf> {
+        if asked.trace.is_some() {
+            bail!("trace= traces a process's devices: a tree served beside the volume takes none");
+        }
+        let mut trees = self.trees.lock().unwrap_or_else(PoisonError::into_inner);
+        trees.retain(|(_, t)| !t.thread.is_finished());
+        if let Some((_, t)) = trees.iter().find(|(n, _)| n == name) {
+            bail!(
+                "clone={name} is served already on {}: mount a bind of it (mount --bind {} {})",
+                t.at.display(),
+                t.at.display(),
+                target.display()
+            );
+        }
+        if !std::fs::metadata(target).is_ok_and(|m| m.is_dir()) {
+            bail!("cannot mount on {}: not a directory", target.display());
+        }
+        let fs = dualfs_fuse::DualFs::new(vol.clone(), crate::options::adapter_options(asked, true))
+            .with_tree(name, &target.display().to_string())
+            .map_err(|e| anyhow!("clone={name}: {e}"))?;
+        // Made live once now, so that a refusal (a tree mounted read-only
+        // elsewhere, a receive under way) is the mount's answer.
+        drop(vol.enter_tree(name).map_err(|e| anyhow!("clone={name}: {e}"))?);
+        let notifier = fs.notifier_slot();
+        let options = crate::transport::options(fsname, asked);
+        let session = crate::transport::Mounted::start(fs, target, &options, asked)?;
+        let _ = notifier.set(Box::new(session.notifier()));
+        if asked.read_ahead > 0 {
+            crate::bdi::read_ahead(target, asked.read_ahead);
+        }
+        let dev = std::fs::metadata(target).map(|m| m.dev()).unwrap_or(0);
+        let unmount = Box::new(session.unmounter());
+        let (at, tree) = (target.to_path_buf(), name.to_string());
+        let thread = std::thread::Builder::new()
+            .name("dualfs-tree".into())
+            .spawn(move || {
+                if let Err(e) = session.run() {
+                    log::error!("serving tree {tree} on {}: {e:#}", at.display());
+                }
+                log::info!("unmounted tree {tree} from {}", at.display());
+            })
+            .context("cannot start the thread serving the tree")?;
+        log::info!("serving tree {name} on {} beside the volume", target.display());
+        trees.push((name.to_string(), SnapshotMount { at: target.to_path_buf(), dev, unmount, thread }));
+        Ok(target.to_path_buf())
+    }
+
+    /// Waits until every writable tree served beside the first mount's is
+    /// unmounted: the volume closes with the last of its trees.
+    pub fn wait_trees(&self) {
+        loop {
+            let trees = std::mem::take(&mut *self.trees.lock().unwrap_or_else(PoisonError::into_inner));
+            if trees.is_empty() {
+                return;
+            }
+            log::info!("{} still mounted: serving until unmounted", crate::words::count(trees.len() as u64, "tree"));
+            for (name, t) in trees {
+                if t.thread.join().is_err() {
+                    log::error!("the thread serving tree {name} on {} panicked", t.at.display());
+                }
+            }
+        }
     }
 
     /// Waits until every snapshot served beside the volume is unmounted.

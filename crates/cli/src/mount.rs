@@ -366,6 +366,15 @@ fn serve(args: &MountArgs) -> Result<()> {
     let fs = DualFs::new(vol.clone(), options::adapter_options(&cfg, devices_writable))
         .with_clock(clock)
         .with_device_opener(opener);
+    // A writable volume may serve other trees beside this one (join.rs):
+    // each request enters this tree first.
+    let primary = vol.live_tree();
+    let fs = if cfg.snapshot.is_none() && !vol.is_read_only() {
+        fs.with_tree(&primary, &mountpoint.display().to_string())
+            .map_err(|e| anyhow!("cannot serve tree {primary}: {e}"))?
+    } else {
+        fs
+    };
     let notifier = fs.notifier_slot();
     let window = fs.window_slot();
     let options = crate::transport::options(&fsname, &cfg);
@@ -440,7 +449,16 @@ fn serve(args: &MountArgs) -> Result<()> {
     }
     let served = session.run();
     if let Some(j) = &joins {
+        // The volume closes with the last of its trees.
+        j.wait_trees();
         j.close();
+    }
+    if vol.live_tree() != primary && !vol.is_read_only() {
+        // The tree mounted first is the live one again, as it was opened:
+        // the next mount without clone= finds it.
+        if let Err(e) = vol.enter_tree(&primary) {
+            log::error!("cannot make {primary} the live tree again: {e}");
+        }
     }
     log::info!("unmounted: no mount of the volume is left (first mounted on {})", args.mountpoint.display());
     // Tells a mount of the same volume that finds it locked that it is

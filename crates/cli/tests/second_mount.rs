@@ -329,6 +329,78 @@ fn a_snapshot_mounted_beside_the_volume_is_served_by_the_volume_s_process() {
 }
 
 #[test]
+fn a_clone_mounted_beside_the_volume_is_written_at_once_with_it_by_the_volume_s_process() {
+    // The log of a 256 MiB volume (20 MiB): each tree is left compact, so
+    // what the tree kept pins does not run it out of space.
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    v.mount();
+    let m = v.m().to_string();
+    sh(&format!("echo before > {m}/f && mkdir {m}/d"));
+    for args in [vec!["snapshot", "create", &m, "s"], vec!["clone", &m, "s", "c"]] {
+        let out = dualfs(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let pid = pid_serving(&v);
+    let before = connections(pid);
+    let cdir = dir(&v, "c");
+    let out = mount_again(&v, &cdir, "clone=c");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let c = cdir.display().to_string();
+    assert_eq!(connections(pid), before + 1, "the clone is not served by the volume's process");
+    assert!(v.log().contains(&format!("serving tree c on {c}")), "{}", v.log());
+    assert_ne!(dev(&cdir), dev(&v.mnt), "another tree, another file system");
+    assert_eq!(sh(&format!("cat {c}/f")), "before\n");
+
+    // Both trees written at once by real tools, with fsyncs in both.
+    let sums = v.dir.path().display().to_string();
+    sh(&format!(
+        "(for i in $(seq 1 150); do echo main$i > {m}/d/m$i; done) & \
+         (for i in $(seq 1 150); do echo clone$i > {c}/d/c$i; done) & \
+         dd if=/dev/urandom of={sums}/a bs=64k count=48 status=none && dd if={sums}/a of={m}/big bs=64k conv=fsync status=none & \
+         dd if=/dev/urandom of={sums}/b bs=64k count=48 status=none && dd if={sums}/b of={c}/big bs=64k conv=fsync status=none & \
+         cp -r {m}/d {c}/copy & \
+         echo main > {m}/f & echo clone > {c}/f & wait"
+    ));
+    sh(&format!("sync -f {m}/f && sync -f {c}/f"));
+    assert_eq!(sh(&format!("ls {m}/d | grep -c '^m'")), "150\n");
+    assert_eq!(sh(&format!("ls {m}/d | grep -c '^c' || true")), "0\n");
+    assert_eq!(sh(&format!("ls {c}/d | grep -c '^c'")), "150\n");
+    assert_eq!(sh(&format!("ls {c}/d | grep -c '^m' || true")), "0\n");
+    assert_eq!(sh(&format!("cat {m}/d/m77 {c}/d/c77 {m}/f {c}/f")), "main77\nclone77\nmain\nclone\n");
+    assert_eq!(sh(&format!("cmp {sums}/a {m}/big && cmp {sums}/b {c}/big && echo same")), "same\n");
+    assert!(!Path::new(&format!("{m}/copy")).exists());
+
+    // The clone in use is not deleted, whatever asks.
+    let out = dualfs(&["snapshot", "delete", &m, "c"]);
+    assert!(!out.status.success() && stderr(&out).contains(&c), "{}", stderr(&out));
+
+    // Unmounting the clone leaves the volume served.
+    let out = dualfs(&["umount", &c]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    sh(&format!("echo later > {m}/g && cat {m}/d/m150 > /dev/null"));
+    assert_eq!(sh(&format!("cat {m}/g {m}/f")), "later\nmain\n");
+    let start = std::time::Instant::now();
+    while !v.log().contains("unmounted tree c") {
+        assert!(start.elapsed().as_secs() < 30, "{}", v.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    v.umount();
+    v.fsck();
+
+    // Each tree as it was written: the first mount's tree live again.
+    v.mount();
+    assert_eq!(sh(&format!("cat {m}/f {m}/g")), "main\nlater\n");
+    v.umount();
+    v.mount_with("clone=c");
+    assert_eq!(sh(&format!("cat {m}/f {m}/d/c150")), "clone\nclone150\n");
+    assert_eq!(sh(&format!("cmp {sums}/b {m}/big && echo same")), "same\n");
+    v.umount();
+    v.fsck();
+}
+
+#[test]
 fn only_root_mounts_a_mounted_volume_a_second_time() {
     let Some(mut v) = TestVolume::create("64M") else {
         return;

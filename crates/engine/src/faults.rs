@@ -63,6 +63,10 @@ pub enum Fault {
     /// Clones: write the incoming tree's maps in one checkpoint and the
     /// snapshot list that keeps the outgoing tree in the next.
     SwitchListLater,
+    /// Trees served beside each other: admit an operation on one tree
+    /// while another is entered, without making it the live tree (its
+    /// change is made durable with the other tree's maps).
+    EnterWithoutSwitch,
     /// Migrate: flush only the device in use, never its replacement, so
     /// that the superblocks name the new device before the copy on it is
     /// durable.
@@ -142,7 +146,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 40] = [
+    pub const ALL: [Fault; 41] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -183,6 +187,7 @@ impl Fault {
         Fault::SyncFlagIgnored,
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,
+        Fault::EnterWithoutSwitch,
     ];
 
     #[cfg(feature = "fault-injection")]

@@ -638,7 +638,7 @@ mod requests {
                 }
                 (b, Some(v)) if b == crate::migrate::MIGRATE.as_bytes() => self.migrator.migrate(&self.vol, v),
                 (b, Some(v)) if b == crate::receive::RECEIVE.as_bytes() => {
-                    self.receiver.start(&self.vol, &self.notifier, v)
+                    self.receiver.start(&self.vol, self.tree.as_ref().map(|(t, _)| t.as_str()), &self.notifier, v)
                 }
                 (b, None) if b == control::CLEAN.as_bytes() => {
                     self.control.stop_clean();

@@ -147,6 +147,10 @@ pub struct DualFs {
     writers: writers::Writers,
     /// The names the kernel knows regular files by, under the writeback cache.
     names: names::KnownNames,
+    /// The writable tree this connection serves, entered before each
+    /// request (`Volume::enter_tree`), and its place among the trees the
+    /// volume serves; none: the live tree, never left.
+    tree: Option<(String, dualfs_engine::volume::TreeServed)>,
 }
 
 impl DualFs {
@@ -168,7 +172,20 @@ impl DualFs {
             clock: None,
             writers: writers::Writers::default(),
             names: names::KnownNames::default(),
+            tree: None,
         }
+    }
+
+    /// Serves writable tree `name` (the live one or a clone), registered
+    /// with the volume as served at `at`: each request enters it first,
+    /// so that several trees are served by one volume, one at a time.
+    ///
+    /// # Errors
+    /// No such tree, or a read-only snapshot.
+    pub fn with_tree(mut self, name: &str, at: &str) -> Result<DualFs, dualfs_engine::error::Error> {
+        let served = self.vol.serve_tree(name, at)?;
+        self.tree = Some((name.to_string(), served));
+        Ok(self)
     }
 
     /// Tells `clock` (the volume's, see [`clock`]) every change time the

@@ -76,7 +76,13 @@ impl Receiver {
     /// # Errors
     /// EBUSY while a receive runs; ENOENT and the like when the file cannot
     /// be opened.
-    pub fn start(&self, vol: &Arc<Volume>, notifier: &NotifierSlot, value: &[u8]) -> Result<(), Errno> {
+    pub fn start(
+        &self,
+        vol: &Arc<Volume>,
+        tree: Option<&str>,
+        notifier: &NotifierSlot,
+        value: &[u8],
+    ) -> Result<(), Errno> {
         let mut worker = lock(&self.worker);
         if worker.as_ref().is_some_and(|h| !h.is_finished()) {
             return Err(Errno::EBUSY);
@@ -85,9 +91,18 @@ impl Receiver {
             let _ = h.join();
         }
         let (vol, notifier, state) = (vol.clone(), notifier.clone(), self.state.clone());
+        let tree = tree.map(str::to_string);
         if value == ABORT {
             *lock(&self.state) = json!({ "state": "running" });
             *worker = Some(std::thread::spawn(move || {
+                // The whole of it in the mount's tree, other trees waiting.
+                let _in = match tree.as_deref().map(|t| vol.enter_tree(t)).transpose() {
+                    Ok(g) => g,
+                    Err(e) => {
+                        *lock(&state) = abort_json(&Err(e.to_string()));
+                        return;
+                    }
+                };
                 let mut touched = Touched::default();
                 let out = vol.receive_abort(&mut touched);
                 forget_cached(notifier.get().map(|n| &**n), &touched);
@@ -103,6 +118,13 @@ impl Receiver {
         let file = std::fs::File::open(&path).map_err(|e| Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)))?;
         *lock(&self.state) = json!({ "state": "running" });
         *worker = Some(std::thread::spawn(move || {
+            let _in = match tree.as_deref().map(|t| vol.enter_tree(t)).transpose() {
+                Ok(g) => g,
+                Err(e) => {
+                    *lock(&state) = report_json(&Err(e.to_string()));
+                    return;
+                }
+            };
             let mut touched = Touched::default();
             let out = vol.receive_with(&mut BufReader::with_capacity(1 << 20, file), &mut touched);
             // A receive refused midway went back to the tree before it:

@@ -156,6 +156,18 @@ impl Handler for DualFs {
         if self.vol.is_shut_down() && !lets_go(&req) {
             return Outcome::Error(libc::EIO);
         }
+        // One tree's requests at a time: this connection's tree is made
+        // the live one first if another is.
+        let _entered = match &self.tree {
+            Some((name, _)) => match self.vol.enter_tree(name) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    log::error!("cannot enter tree {name}: {e}");
+                    return Outcome::Error(convert::errno(&e).code());
+                }
+            },
+            None => None,
+        };
         match req {
             Request::Lookup { name } => answer(self.lookup(node, name), out, |e, out| out.entry_out(&entry_out(&e))),
             Request::Forget { nlookup } => {

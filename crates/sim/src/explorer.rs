@@ -173,6 +173,8 @@ pub struct Run {
     pub snapshots: Vec<SnapshotEvent>,
     /// Steps that made another tree the live one: (step, its name).
     pub switches: Vec<(usize, String)>,
+    /// What the cleaner did during the workload.
+    pub cleaner: dualfs_engine::meta_log::cleaner::CleanerStats,
 }
 
 /// The explorer: a base image and the configuration.
@@ -289,12 +291,13 @@ impl Explorer {
         history.strict = strict;
         let snapshots = std::mem::take(&mut r.snapshots);
         let switches = std::mem::take(&mut r.switches);
+        let cleaner = vol.cleaner_stats();
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
         let recording = Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() };
         history.logged = recording.logged_steps();
-        Ok(Run { recording, history, snapshots, switches })
+        Ok(Run { recording, history, snapshots, switches, cleaner })
     }
 
     fn seed_of(&self, w: &Workload) -> u64 {

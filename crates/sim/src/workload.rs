@@ -325,7 +325,8 @@ impl<'a> Runner<'a> {
             | Step::SnapshotCreate(_)
             | Step::SnapshotDelete(_)
             | Step::CloneCreate { .. }
-            | Step::SwitchTree(_) => return None,
+            | Step::SwitchTree(_)
+            | Step::EnterTree(_) => return None,
             Step::Fsync(p) | Step::Fdatasync(p) => match at(p) {
                 Some(id) if self.is_file(id) => vec![Some(id)],
                 _ => return None,
@@ -567,8 +568,17 @@ impl<'a> Runner<'a> {
                 self.kept.insert(name.clone(), model);
                 return Ok(Promise::All);
             }
-            Step::SwitchTree(name) => {
-                vol.switch_tree(name).map_err(|e| format!("switch to {name}: {e}"))?;
+            Step::SwitchTree(name) | Step::EnterTree(name) => {
+                if matches!(step, Step::EnterTree(_)) {
+                    // The tree stays entered until another is: only one
+                    // thread runs the steps.
+                    drop(vol.enter_tree(name).map_err(|e| format!("enter {name}: {e}"))?);
+                    if *name == self.live_tree {
+                        return Ok(Promise::None);
+                    }
+                } else {
+                    vol.switch_tree(name).map_err(|e| format!("switch to {name}: {e}"))?;
+                }
                 let incoming = self.kept.remove(name).ok_or_else(|| format!("no model of {name}"))?;
                 let outgoing = std::mem::replace(&mut self.model, incoming);
                 let tree = crate::tree::Tree::of_model(&outgoing);

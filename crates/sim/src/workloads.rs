@@ -29,7 +29,7 @@ pub use resize::{resizes, shrink_data, shrink_meta};
 pub use whiteout::whiteouts;
 
 mod trees;
-pub use trees::{clones, snapshots};
+pub use trees::{clones, snapshots, trees_beside, trees_turns};
 
 fn s(p: &str) -> String {
     p.to_string()
@@ -740,6 +740,7 @@ pub fn all() -> Vec<Workload> {
     v.push(cleaning());
     v.extend(snapshots());
     v.extend(clones());
+    v.extend(trees_beside());
     v.extend(ranges());
     v.extend(quotas());
     v.extend(whiteouts());

@@ -115,6 +115,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a switch of the live tree shows it.
         list.extend(workloads::clones());
     }
+    if fault == Fault::EnterWithoutSwitch {
+        // Only a tree entered beside the live one shows it.
+        list.extend(workloads::trees_beside());
+    }
     list.extend(workloads::patterns());
     list.extend(workloads::ace().into_iter().step_by(7));
     list

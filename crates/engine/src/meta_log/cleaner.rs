@@ -128,13 +128,64 @@ impl Log {
     /// ([`Log::load_segment_usage`] first).
     #[must_use]
     pub fn pick_victims(&self, policy: Policy, count: usize, max_utilization: f64) -> Vec<SegmentNo> {
+        self.pick_victims_among(policy, count, max_utilization, &[])
+    }
+
+    /// As [`Log::pick_victims`], and also segments pinned only by the
+    /// records of kept trees that take turns with the live one
+    /// ([`Log::set_trees_taking_turns`]) where the live tree has something
+    /// to move out: each tree moves its own blocks out while it is live,
+    /// and such a segment is free once the last of them did (DESIGN.md, "A
+    /// tree is left compact").
+    #[must_use]
+    pub fn pick_victims_moving(&self, policy: Policy, count: usize, max_utilization: f64) -> Vec<SegmentNo> {
+        self.pick_victims_among(policy, count, max_utilization, &self.snaps.turns)
+    }
+
+    /// Whether the live tree's blocks lie loose: kept now, its record
+    /// would pin more than twice the segments they fill, and two more
+    /// (segments pinned for another record anyway not counted). The usage
+    /// table is at hand ([`Log::load_segment_usage`]).
+    #[must_use]
+    pub fn live_tree_is_loose(&self) -> bool {
+        let fixed = self.pins_but(&self.snaps.turns);
+        let (mut holding, mut bytes) = (0u64, 0u64);
+        for s in (0..self.sb.segment_count).map(SegmentNo) {
+            let pinned = match &fixed {
+                Some(f) => f.contains(&s),
+                None => self.snaps.pins.contains_key(&s),
+            };
+            if pinned || self.ifile.segment_known(s).is_none() {
+                continue;
+            }
+            let live = self.segment_live_bytes(s);
+            if live > 0 {
+                holding += 1;
+                bytes += live;
+            }
+        }
+        holding > 2 * bytes.div_ceil(u64::from(self.sb.segment_blocks) * BLOCK_BYTES) + 2
+    }
+
+    fn pick_victims_among(
+        &self,
+        policy: Policy,
+        count: usize,
+        max_utilization: f64,
+        turns: &[String],
+    ) -> Vec<SegmentNo> {
+        let fixed = self.pins_but(turns);
+        let movable = |s: &SegmentNo| match &fixed {
+            None => !self.snaps.pins.contains_key(s),
+            Some(fixed) => !fixed.contains(s) && (!self.snaps.pins.contains_key(s) || self.segment_live_bytes(*s) > 0),
+        };
         let now = self.head.seq.0;
         let mut scored: Vec<(f64, SegmentNo)> = (0..self.sb.segment_count)
             .map(SegmentNo)
             .filter(|&s| self.ifile.segment_known(s).is_some())
             .filter(|&s| s != self.head.segment && s != self.head.next_segment && !self.segment_is_free(s))
             // What a snapshot keeps stays where its image names it.
-            .filter(|s| !self.snaps.pins.contains_key(s))
+            .filter(movable)
             .filter_map(|s| {
                 let u = self.utilization(s);
                 if u >= max_utilization {

@@ -7,7 +7,7 @@
 //! The snapshot list is named by the checkpoint, so that making or
 //! deleting a snapshot takes effect with one slot write: atomic.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::Log;
@@ -78,6 +78,9 @@ pub(crate) struct Snapshots {
     /// each: still held, for the checkpoint before that one (a mount's
     /// fallback) lists the snapshot, until a newer checkpoint is durable.
     pub retiring: Vec<(u64, Vec<u64>)>,
+    /// Kept writable trees that take turns with the live one: each is
+    /// made live again, and moves its own blocks then.
+    pub turns: Vec<String>,
 }
 
 /// What a snapshot's image reaches in the log.
@@ -104,6 +107,33 @@ impl Log {
     #[must_use]
     pub fn pinned_by_snapshot(&self, s: SegmentNo) -> bool {
         self.snaps.pins.contains_key(&s)
+    }
+
+    /// Names the kept writable trees that take turns with the live one
+    /// (served beside it, made live again for their requests): the cleaner
+    /// moves the live tree's blocks out of segments only their records pin
+    /// ([`Log::pick_victims_moving`]).
+    pub fn set_trees_taking_turns(&mut self, names: Vec<String>) {
+        self.snaps.turns = names;
+    }
+
+    /// Segments pinned by anything but the records of the kept trees
+    /// named in `turns` (the list block, snapshots, other kept trees);
+    /// none when `turns` is empty or a list change is pending (its record
+    /// is not in the list yet: every pin counts then).
+    pub(super) fn pins_but(&self, turns: &[String]) -> Option<HashSet<SegmentNo>> {
+        if turns.is_empty() || self.snaps.pending.is_some() {
+            return None;
+        }
+        let mut fixed: HashSet<SegmentNo> = self
+            .snaps
+            .all
+            .iter()
+            .filter(|s| !(s.writable && turns.contains(&s.name)))
+            .flat_map(|s| s.segments.iter().copied())
+            .collect();
+        fixed.extend(self.snaps.list.and_then(|a| self.ifile.geometry().segment_of(a)));
+        Some(fixed)
     }
 
     /// Segments pinned by snapshots.

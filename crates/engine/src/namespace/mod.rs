@@ -129,6 +129,12 @@ impl Fs {
         self.refs.drop_refs(ino, n)
     }
 
+    /// The reference table, to keep with a tree that stops being live
+    /// while the kernel still holds its inodes.
+    pub fn refs_mut(&mut self) -> &mut refs::Refs {
+        &mut self.refs
+    }
+
     /// Bytes the reference table holds, for tests and stats.
     #[must_use]
     pub fn refs_memory(&self) -> usize {

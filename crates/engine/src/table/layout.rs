@@ -195,6 +195,15 @@ impl<E: Entry> Table<E> {
             }
             self.chunk_mut(c).addresses[k] = theirs;
         }
+        // The outgoing tree's blocks past the incoming table's end are no
+        // table's now: the next checkpoint takes them from their segments'
+        // counts, as it takes a cut's.
+        for b in self.block_count()..old.block_count() {
+            let theirs = old.address(b as u32);
+            if theirs.0 != 0 {
+                self.cut.push(theirs);
+            }
+        }
         // Index blocks are the outgoing tree's until the next checkpoint.
         for c in 0..self.chunk_count() {
             let at = old.index_address(c as u32).unwrap_or(MetaBlock(0));

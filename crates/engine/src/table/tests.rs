@@ -112,6 +112,20 @@ fn adopting_compares_a_block_not_in_memory_by_address() {
     assert_eq!(t.unloaded_blocks(), 0, "the adopted table is whole");
 }
 
+/// A shorter table adopted: the outgoing tree's blocks past its end are
+/// cut off, so that the next checkpoint takes them from their segments'
+/// counts of IFile blocks (a clone of few inodes mounted after a tree of
+/// many left them counted for ever, which fsck named as I7).
+#[test]
+fn adopting_a_shorter_table_cuts_off_the_blocks_past_its_end() {
+    let per = TableId::InodeMap.per_block();
+    let mut t = written(3 * per);
+    let other = written(per);
+    t.adopt(other);
+    assert_eq!(t.block_count(), 1);
+    assert_eq!(t.cut_addresses(), [MetaBlock(101), MetaBlock(102)]);
+}
+
 /// A tree whose last node-map block was never written adopts the
 /// outgoing tree's block of the same (default) entries by address: it must
 /// still be in memory, as every block of an adopted table is, or the map

@@ -11,12 +11,21 @@ use super::{MountOptions, Volume, lock};
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 
-/// The trees a volume serves beside its live tree: for each view, its
-/// tree's name and who uses it (a mount point, in words).
+/// The trees a volume serves beside its live tree: for each view or
+/// writable tree served, its tree's name, who uses it (a mount point, in
+/// words), and whether it is a read-only view.
 #[derive(Debug, Default)]
 pub(super) struct TreesInUse {
     next: u64,
-    views: BTreeMap<u64, (String, String)>,
+    views: BTreeMap<u64, (String, String, bool)>,
+}
+
+/// A writable tree served ([`Volume::serve_tree`]): while it lives, the
+/// tree is neither deleted nor switched to by a mount, and the refusal
+/// names where it is served.
+#[derive(Debug)]
+pub struct TreeServed {
+    _use: TreeUse,
 }
 
 /// Registers one view of a tree while it lives: dropped with the view's
@@ -75,7 +84,7 @@ impl Volume {
                 }
                 return Err(Error::NoSnapshot(name.to_string()));
             };
-            let held = self.hold_tree(name, user);
+            let held = self.hold_tree(name, user, true);
             (fs.log.open_image_on(&s.checkpoint, meta.clone(), data.clone())?, self.open_report.clone(), held)
         };
         let mut view = Volume::over_image(image, report, meta, data, name, options)?;
@@ -83,19 +92,60 @@ impl Volume {
         Ok(view)
     }
 
-    fn hold_tree(&self, name: &str, user: &str) -> TreeUse {
+    fn hold_tree(&self, name: &str, user: &str, view: bool) -> TreeUse {
         let mut trees = self.trees_in_use.lock().unwrap_or_else(PoisonError::into_inner);
         trees.next += 1;
         let token = trees.next;
-        trees.views.insert(token, (name.to_string(), user.to_string()));
+        trees.views.insert(token, (name.to_string(), user.to_string(), view));
         TreeUse { registry: self.trees_in_use.clone(), token }
+    }
+
+    /// Registers writable tree `name` (the live one or a writable clone)
+    /// as served at `user` (a mount point, in words), whose operations
+    /// enter it ([`Volume::enter_tree`]). Until the returned value goes,
+    /// deleting the tree, or switching to it other than through the
+    /// gate, is refused naming `user`.
+    ///
+    /// # Errors
+    /// No such tree, or a read-only snapshot.
+    pub fn serve_tree(&self, name: &str, user: &str) -> Result<TreeServed> {
+        let fs = lock(&self.fs);
+        if fs.log.live_tree_name() != name {
+            match fs.log.snapshots().iter().find(|s| s.name == name) {
+                None => return Err(Error::NoSnapshot(name.to_string())),
+                Some(s) if !s.writable => {
+                    return Err(Error::SnapshotRefused(format!(
+                        "{name} is a read-only snapshot: mount it with -o snapshot={name}, or make a writable \
+                         clone of it (dualfs clone {name} NEW)"
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(TreeServed { _use: self.hold_tree(name, user, false) })
     }
 
     /// Who uses tree `name` beside the live one, in the order they came.
     #[must_use]
     pub fn tree_users(&self, name: &str) -> Vec<String> {
         let trees = self.trees_in_use.lock().unwrap_or_else(PoisonError::into_inner);
-        trees.views.values().filter(|(n, _)| n == name).map(|(_, u)| u.clone()).collect()
+        trees.views.values().filter(|(n, _, _)| n == name).map(|(_, u, _)| u.clone()).collect()
+    }
+
+    /// Refuses to make tree `name` live while a read-only view of it is
+    /// open: the view reads the image its record keeps, which the switch
+    /// lets go.
+    pub(super) fn refuse_tree_viewed(&self, name: &str) -> Result<()> {
+        let trees = self.trees_in_use.lock().unwrap_or_else(PoisonError::into_inner);
+        let users: Vec<&str> =
+            trees.views.values().filter(|(n, _, v)| n == name && *v).map(|(_, u, _)| u.as_str()).collect();
+        if users.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Busy(format!(
+            "{name} is mounted read-only ({}): unmount it before it is written beside the live tree",
+            users.join(", ")
+        )))
     }
 
     /// Refuses `what` to tree `name` while a view of it is open; asked

@@ -37,6 +37,7 @@ impl Volume {
             // load counts the whole map without holding it.
             fs.log.trim_tables();
         }
+        let _orphans = lock(&self.orphan_work);
         if !self.is_read_only() && self.orphans_pending.swap(false, Ordering::AcqRel) {
             let orphans = lock(&self.fs).log.ifile().orphans();
             for ino in &orphans {

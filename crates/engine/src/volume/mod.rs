@@ -20,6 +20,7 @@ mod fallocate;
 mod files;
 mod flags;
 mod fsync;
+mod gate;
 mod in_use;
 mod label;
 mod listed;
@@ -55,6 +56,8 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use discard::{TrimRange, TrimReport};
+pub use gate::{SLICE, TreeGuard};
+pub use in_use::TreeServed;
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
@@ -189,6 +192,12 @@ pub struct Volume {
     /// On a view of a kept tree: its place in the live volume's
     /// `trees_in_use`, given up when the view goes.
     in_use: Option<in_use::TreeUse>,
+    /// Which writable tree is entered, and what the others keep
+    /// ([`Volume::enter_tree`]).
+    gate: gate::Gate,
+    /// Held while the orphans an open left for later are finished: a
+    /// switch of the live tree waits for them (they are the opened tree's).
+    orphan_work: Mutex<()>,
     /// The directories listed lately, for reading their files ahead
     /// (`listed.rs`). Taken after `fs`, never before.
     listed: Mutex<listed::Listed>,
@@ -419,6 +428,8 @@ impl Volume {
             discarded_segments: AtomicU64::new(0),
             trees_in_use: Arc::default(),
             in_use: None,
+            gate: gate::Gate::default(),
+            orphan_work: Mutex::new(()),
             listed: Mutex::default(),
         };
         Ok(vol)

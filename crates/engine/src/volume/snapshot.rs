@@ -101,6 +101,7 @@ impl Volume {
         {
             let mut fs = lock(&self.fs);
             self.refuse_tree_in_use(name, "deleted")?;
+            self.refuse_tree_held(name, "deleted")?;
             fs.log.stage_snapshot_delete(name)?;
         }
         self.commit_locked(&mut c, WriteBack::All)?;

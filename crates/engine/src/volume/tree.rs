@@ -10,6 +10,7 @@ use crate::format::superblock::{INCOMPAT_CLONES, INCOMPAT_SNAPSHOTS};
 use crate::namespace::Fs;
 use crate::namespace::intents::Intents;
 use crate::namespace::pages::WriteBack;
+use crate::namespace::refs::Refs;
 
 impl Volume {
     /// Makes `name` a writable clone of snapshot (or kept tree) `source`.
@@ -58,8 +59,23 @@ impl Volume {
         if self.live_tree() == name {
             return Ok(());
         }
+        self.switch_live(name, true, &mut |_, _| {})?;
+        // Whatever the gate entered last, the live tree is what the log
+        // names now.
+        self.gate_forget_entered();
+        Ok(())
+    }
+
+    /// Makes kept tree `name` the live one (as [`Volume::switch_tree`]);
+    /// `carry` is handed the outgoing tree's name and the references held
+    /// in it, to keep, and leaves there those of the incoming tree. A
+    /// `plain` switch is refused while anything holds a file or a view
+    /// uses the incoming tree; the gate's switch carries both.
+    pub(super) fn switch_live(&self, name: &str, plain: bool, carry: &mut dyn FnMut(&str, &mut Refs)) -> Result<()> {
         self.check_writable()?;
-        self.refuse_tree_in_use(name, "made the live tree")?;
+        if plain {
+            self.refuse_tree_in_use(name, "made the live tree")?;
+        }
         self.refuse_while_receiving(&format!("{name} is not made the live tree"))?;
         {
             let fs = lock(&self.fs);
@@ -73,7 +89,7 @@ impl Volume {
                 }
                 Some(_) => {}
             }
-            if fs.referenced_count() > 0 || !fs.replacing.is_empty() {
+            if plain && (fs.referenced_count() > 0 || !fs.replacing.is_empty()) {
                 return Err(Error::SnapshotRefused(format!(
                     "the volume is in use ({} inodes referenced): mount {name} when nothing holds a file",
                     fs.referenced_count()
@@ -87,16 +103,24 @@ impl Volume {
         let _home = lock(&self.home);
         let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
         let mut fs = lock(&self.fs);
-        if fs.pages.dirty_bytes() > 0 {
-            // Written back by the checkpoint above: a page left dirty would
-            // be lost with the outgoing tree's namespace state.
+        if fs.pages.dirty_bytes() > 0 || !fs.replacing.is_empty() {
+            // Written back and released by the checkpoint above: a page
+            // left dirty would be lost with the outgoing tree's namespace
+            // state.
             return Err(Error::SnapshotRefused(format!("{name}: file data is still being written; try again")));
         }
-        self.refuse_tree_in_use(name, "made the live tree")?;
+        if plain {
+            self.refuse_tree_in_use(name, "made the live tree")?;
+        } else {
+            self.refuse_tree_viewed(name)?;
+        }
+        let outgoing = fs.log.live_tree_name().to_string();
         fs.log.stage_switch(name, now)?;
-        // What the namespace kept of the outgoing tree's files goes.
+        // What the namespace kept of the outgoing tree's files goes; the
+        // references held in it stay with it.
         fs.pages = fs.pages.emptied();
         fs.intents = Intents::default();
+        carry(&outgoing, fs.refs_mut());
         let written = if faults::active(Fault::SwitchListLater) {
             // Broken on purpose: the maps in one checkpoint, the list in
             // the next (a crash between shows the new tree under the old

@@ -187,6 +187,10 @@ pub enum Step {
     /// `dualfs mount -o clone=NAME`: that tree becomes the live one, and
     /// the live tree is kept under its name.
     SwitchTree(String),
+    /// An operation on tree NAME served beside the live one
+    /// (`Volume::enter_tree`): that tree becomes the live one, and the
+    /// live tree is kept under its name with every file held open in it.
+    EnterTree(String),
     /// `chattr` (FS_IOC_SETFLAGS): the inode flags of a file or directory
     /// become `flags` (ones its kind may carry). A write to a file with
     /// the sync flag is durable when it returns; a change of the names in

@@ -98,3 +98,94 @@ pub fn clones() -> Vec<Workload> {
     out.push(Workload { name: s("clone/overwrite"), steps, scale: 4 });
     out
 }
+
+/// Writable trees served beside each other (`Volume::enter_tree`): each
+/// step enters its tree first, with fsyncs in both trees, a file held open
+/// and unlinked in the clone while the live tree is written, and a clone
+/// made and deleted while another tree is entered. A crash cut anywhere
+/// must show the entered tree live with what its fsyncs promised, and
+/// every other tree kept whole as it was left.
+#[must_use]
+pub fn trees_beside() -> Vec<Workload> {
+    let steps = vec![
+        Step::SnapshotCreate(s("s")),
+        Step::CloneCreate { source: s("s"), name: s("c") },
+        Step::EnterTree(s("c")),
+        write("A/foo", 0, 6000),
+        Step::Fsync(s("A/foo")),
+        Step::EnterTree(s("main")),
+        Step::Create(s("B/m1")),
+        write("B/m1", 0, 5000),
+        Step::Fsync(s("B/m1")),
+        Step::EnterTree(s("c")),
+        Step::Open { path: s("B/bar"), h: 0 },
+        Step::Unlink(s("B/bar")),
+        write("A/foo", 8192, 4096),
+        Step::EnterTree(s("main")),
+        write("B/bar", 0, 3000),
+        Step::Fsync(s("B/bar")),
+        Step::SnapshotCreate(s("m-snap")),
+        Step::CloneCreate { source: s("m-snap"), name: s("d") },
+        Step::EnterTree(s("d")),
+        Step::Create(s("A/d1")),
+        write("A/d1", 0, 7000),
+        Step::Fsync(s("A/d1")),
+        Step::EnterTree(s("c")),
+        Step::FsyncOpen(0),
+        Step::Close(0),
+        Step::SnapshotDelete(s("d")),
+        Step::Fsync(s("A/foo")),
+        Step::EnterTree(s("main")),
+        Step::Sync,
+    ];
+    let mut out = vec![Workload { name: s("trees/beside"), steps, scale: 8 }];
+    // The smallest case: a change in the clone, fsynced, then one in the
+    // live tree; each must land in its own tree's maps.
+    let steps = vec![
+        Step::SnapshotCreate(s("s")),
+        Step::CloneCreate { source: s("s"), name: s("c") },
+        Step::EnterTree(s("c")),
+        write("A/foo", 0, 8192),
+        Step::Fsync(s("A/foo")),
+        Step::EnterTree(s("main")),
+        write("B/bar", 0, 4096),
+        Step::Fsync(s("B/bar")),
+        Step::Sync,
+    ];
+    out.push(Workload { name: s("trees/beside-fsync"), steps, scale: 4 });
+    out
+}
+
+/// Two writable trees taking many turns, each creating a file per turn,
+/// deleting the one of four turns before, keeping one whose xattr fills a
+/// block of its own, and now and then fsyncing: on a
+/// small log (16 segments) it runs short, and each tree is left compact,
+/// the cleaner moving its blocks out of segments the other tree's record
+/// pins (DESIGN.md, "A tree is left compact"). Every crash state, cut
+/// inside the moves or a switch, must show every tree whole.
+#[must_use]
+pub fn trees_turns(turns: usize) -> Workload {
+    let mut steps = vec![Step::SnapshotCreate(s("s")), Step::CloneCreate { source: s("s"), name: s("c") }];
+    for turn in 0..turns {
+        let tree = if turn % 2 == 0 { "c" } else { "main" };
+        steps.push(Step::EnterTree(s(tree)));
+        let f = format!("A/t{turn}");
+        steps.push(Step::Create(f.clone()));
+        steps.push(write(&f, 0, 700));
+        if turn >= 4 {
+            steps.push(Step::Unlink(format!("A/t{}", turn - 4)));
+        }
+        // Kept for good, its xattr a block never written again: cold
+        // blocks of both trees in the same segments.
+        let k = format!("B/k{turn}");
+        steps.push(Step::Create(k.clone()));
+        steps.push(Step::SetXattr { path: k, len: 3000 });
+        if turn % 7 == 0 {
+            steps.push(Step::Fsync(f));
+        }
+        steps.push(Step::Tick);
+    }
+    steps.push(Step::EnterTree(s("main")));
+    steps.push(Step::Sync);
+    Workload { name: s("trees/turns"), steps, scale: 4 }
+}

@@ -1,0 +1,99 @@
+#!/bin/bash
+# Two writable trees of one volume in use at once (a clone mounted beside the
+# mounted volume with -o clone=, served by its process; trees take turns,
+# DESIGN.md "Writable trees beside the live one"), against one tree written
+# as much:
+#   two   the live tree on A and clone c on B, TREE.tar untarred into each at once
+#   one   the live tree on A alone, TREE.tar untarred twice into it at once
+# Per run: wall seconds to the end of `dualfs sync` of both mounts, and the volume's own counters
+# (dualfs stats): partial segments (write requests to the log), KiB written
+# to each device, checkpoints (two per switch of the live tree).
+# Then the latency of fsync in tree A (4 KiB appended, then fsync; 40 times,
+# 50 ms apart) with tree B idle, and while B streams 1 GiB (dd).
+# Usage: bench/trees_beside.sh TREE.tar [RUNS]   (root; under /tmp/treesbench)
+set -euo pipefail
+TREE=${1:?tree tar}
+RUNS=${2:-3}
+DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
+W=/tmp/treesbench
+mkdir -p $W/a $W/b
+cleanup() {
+  "$DUALFS" umount $W/b >/dev/null 2>&1 || true; "$DUALFS" umount $W/a >/dev/null 2>&1 || true
+  sleep 1
+  for l in ${LOOPS:-}; do losetup -d $l 2>/dev/null || true; done; rm -f $W/*.img
+}
+trap cleanup EXIT
+ROWS=$W/rows.txt; : > $ROWS; FROWS=$W/fsync.txt; : > $FROWS; CMD="$0 $*"
+say() { local f=$1; shift; echo "$*" >> "$f"; echo "$*"; }
+loop() { losetup --direct-io=on -f --show "$1"; }
+now() { date +%s.%N; }
+# The volume's counters since it was mounted: partial segments, meta and
+# data KiB written, checkpoints.
+counters() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["partial_segments_written"], d["meta_blocks_written"] * 4, d["data_blocks_written"] * 4, d["checkpoints_written"])'; }
+
+truncate -s 410M $W/m.img; truncate -s 4G $W/d.img
+M=$(loop $W/m.img); D=$(loop $W/d.img); LOOPS="$M $D"
+
+fresh() { # a new volume, the live tree mounted on A, a clone c of it
+  "$DUALFS" mkfs --force "$M" "$D" >/dev/null
+  : > $W/log
+  "$DUALFS" mount -o log=$W/log "$M" "$D" $W/a
+  "$DUALFS" snapshot create $W/a s >/dev/null
+  "$DUALFS" clone $W/a s c >/dev/null
+}
+gone() { # unmounts both, waits for the serving process to end
+  "$DUALFS" umount $W/b >/dev/null 2>&1 || true
+  "$DUALFS" umount $W/a >/dev/null
+  for _ in $(seq 1 100); do pgrep -f "dualfs.*$W/a" >/dev/null || break; sleep 0.1; done
+}
+
+say $ROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+say $ROWS "fs run seconds partial_segments meta_KiB data_KiB checkpoints"
+for run in $(seq 1 "$RUNS"); do
+  for fs in one two; do
+    fresh
+    mkdir $W/a/x
+    if [ $fs = two ]; then "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b; mkdir $W/b/x; B=$W/b; else B=$W/a; mkdir $W/a/y; fi
+    "$DUALFS" sync $W/a $B >/dev/null
+    read -r p0 m0 d0 c0 < <(counters $W/a)
+    t0=$(now)
+    tar -xf "$TREE" -C $W/a/x & p1=$!
+    if [ $fs = two ]; then tar -xf "$TREE" -C $W/b/x & p2=$!; else tar -xf "$TREE" -C $W/a/y & p2=$!; fi
+    wait $p1 $p2
+    "$DUALFS" sync $W/a $B >/dev/null
+    t1=$(now)
+    read -r p1 m1 d1 c1 < <(counters $W/a)
+    say $ROWS "$fs $run $(echo "$t1 - $t0" | bc) $((p1 - p0)) $((m1 - m0)) $((d1 - d0)) $((c1 - c0))"
+    gone
+  done
+done
+
+# fsync in tree A: B idle, then B streaming 1 GiB; interleaved by run.
+lat() { # file: 40 appends of 4 KiB, each fsynced, 50 ms apart; prints p50 p90 max in ms
+  python3 - "$1" <<'EOF'
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+lat = []
+for _ in range(40):
+    os.write(fd, b"x" * 4096)
+    t = time.perf_counter(); os.fsync(fd); lat.append((time.perf_counter() - t) * 1000)
+    time.sleep(0.05)
+lat.sort()
+print(f"{lat[len(lat) // 2]:.2f} {lat[int(len(lat) * 0.9)]:.2f} {lat[-1]:.2f}")
+EOF
+}
+say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+say $FROWS "fs run p50_ms p90_ms max_ms"
+for run in $(seq 1 "$RUNS"); do
+  fresh
+  "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b
+  say $FROWS "b-idle $run $(lat $W/a/f)"
+  dd if=/dev/zero of=$W/b/big bs=1M count=1024 status=none & p=$!
+  sleep 1
+  say $FROWS "b-streams $run $(lat $W/a/g)"
+  wait $p
+  gone
+done
+say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" < $ROWS
+python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync --command "$CMD" < $FROWS

@@ -341,6 +341,8 @@ impl BlockDevice for Breakable {
 
 #[test]
 fn a_copy_failing_a_write_is_dropped_and_the_volume_goes_on_degraded() {
+    // Another test's `MirrorTrustStale` would take the dropped copy as in sync.
+    let _g = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for failing in 0..2 {
         let copy = || Arc::new(Breakable { inner: MemoryDevice::new(8192), broken: AtomicBool::new(false) });
         let copies = [copy(), copy()];

@@ -2,13 +2,15 @@
 //! stale copy makes the mount refuse unless degraded, a stale copy is never
 //! trusted, and a write is acknowledged only when both copies hold it. Two
 //! broken rules (`Fault::MirrorAckBeforeSecond`, `Fault::MirrorTrustStale`)
-//! must be caught.
+//! must be caught. A copy failing while mounted is dropped, the volume
+//! going on degraded.
 
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -300,4 +302,92 @@ fn a_volume_with_one_meta_data_device_refuses_two_and_mounts_with_one() {
     let v = open(&[m], &d, false).unwrap();
     assert!(v.stats().iter().all(|(n, _)| !n.starts_with("mirror_")));
     v.close().unwrap();
+}
+
+/// A device that fails every request once broken: a copy dying while the
+/// volume is mounted.
+#[derive(Debug)]
+struct Breakable {
+    inner: MemoryDevice,
+    broken: AtomicBool,
+}
+
+impl Breakable {
+    fn check(&self) -> io::Result<()> {
+        if self.broken.load(Ordering::Relaxed) { Err(io::Error::other("the device is gone")) } else { Ok(()) }
+    }
+}
+
+impl BlockDevice for Breakable {
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check()?;
+        self.inner.read_blocks(first, buf)
+    }
+
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        self.check()?;
+        self.inner.write_blocks(first, buf)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.check()?;
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn a_copy_failing_a_write_is_dropped_and_the_volume_goes_on_degraded() {
+    // Another test's `MirrorTrustStale` would take the dropped copy as in sync.
+    let _g = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for failing in 0..2 {
+        let copy = || Arc::new(Breakable { inner: MemoryDevice::new(8192), broken: AtomicBool::new(false) });
+        let copies = [copy(), copy()];
+        let (a, b): (Dev, Dev) = (copies[0].clone(), copies[1].clone());
+        let d = mem(32768);
+        Volume::format_mirrored([a.clone(), b.clone()], d.clone(), &mkfs_opts()).unwrap();
+        let v = open(&[a.clone(), b.clone()], &d, false).unwrap();
+        let f = v.create(InodeNo::ROOT, b"before", 0o644, Creds::ROOT).unwrap().ino;
+        v.write(f, 0, &bytes(7000, 1)).unwrap();
+        v.fsync(f).unwrap();
+        assert_eq!(stat(&v, "mirror_degraded"), 0);
+        // Copy `failing` dies: the fsync still succeeds, on the other copy.
+        copies[failing].broken.store(true, Ordering::Relaxed);
+        let g = v.create(InodeNo::ROOT, b"after", 0o644, Creds::ROOT).unwrap().ino;
+        v.write(g, 0, &bytes(9000, 2)).unwrap();
+        v.fsync(g).unwrap_or_else(|e| panic!("copy {} failed: the fsync failed too: {e}", failing + 1));
+        assert_eq!(stat(&v, "mirror_degraded"), 1, "copy {} failed", failing + 1);
+        assert_eq!(stat(&v, "mirror_copies_in_use"), 1);
+        let warned = v.space_warnings();
+        assert!(
+            warned.iter().any(|w| w.contains("degraded") && w.contains(&format!("copy {}", failing + 1))),
+            "{warned:?}"
+        );
+        // It goes on: reads, more writes, a checkpoint.
+        let h = v.create(InodeNo::ROOT, b"later", 0o644, Creds::ROOT).unwrap().ino;
+        v.write(h, 0, &bytes(3000, 3)).unwrap();
+        v.sync().unwrap();
+        let want = Tree::of_volume(&v).unwrap();
+        // The process dies.
+        std::mem::forget(v);
+        let dead: Dev = Arc::new(copies[failing].inner.snapshot());
+        let good = snap(&[a.clone(), b.clone()][1 - failing]);
+        let d = snap(&d);
+        // The copy that failed missed writes: refused as stale, in either
+        // order, unless degraded; degraded runs on the good copy.
+        for order in [[dead.clone(), good.clone()], [good.clone(), dead.clone()]] {
+            let e = open(&order, &d, false).unwrap_err().to_string();
+            assert!(e.contains("stale") && e.contains("degraded"), "{e}");
+        }
+        let e = open(std::slice::from_ref(&good), &d, false).unwrap_err().to_string();
+        assert!(e.contains("degraded"), "{e}");
+        let v = open(&[dead.clone(), good.clone()], &snap(&d), true).unwrap();
+        assert_eq!(Tree::of_volume(&v).unwrap(), want);
+        assert_eq!(stat(&v, "mirror_degraded"), 1);
+        v.close().unwrap();
+        assert!(open(std::slice::from_ref(&dead), &snap(&d), true).is_err(), "the failed copy alone is never trusted");
+    }
 }

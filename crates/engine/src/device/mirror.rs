@@ -5,10 +5,16 @@
 //! fails its check there (the checker comes from the format layer: the
 //! device layer knows no block layout) is read from the second, and when
 //! that one passes it is returned and written back over the bad one.
+//!
+//! A copy that fails a write or a flush is dropped: the mirror goes on on
+//! the other alone, once the volume's degrade hook (which marks the mirror
+//! degraded on the surviving copy and the data device) has returned, so
+//! that nothing is acknowledged that only the surviving copy holds while
+//! the failed one could still pass for in sync.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use super::BlockDevice;
 use crate::faults::{self, Fault};
@@ -28,6 +34,14 @@ pub enum Verdict {
 /// Checks the block read from an address.
 pub type Checker = Arc<dyn Fn(u64, &[u8]) -> Verdict + Send + Sync>;
 
+/// Called once when a copy fails (its index, the surviving copy, why):
+/// must make the failure durable where a mount looks (the surviving copy
+/// and the data device) before the mirror acknowledges anything more.
+pub type DegradeHook = Box<dyn Fn(usize, &Arc<dyn BlockDevice>, &str) -> io::Result<()> + Send + Sync>;
+
+/// No copy has failed.
+const NONE_FAILED: usize = usize::MAX;
+
 /// Two copies of one device, written alike, read with healing.
 pub struct MirrorDevice {
     copies: [Arc<dyn BlockDevice>; 2],
@@ -37,6 +51,12 @@ pub struct MirrorDevice {
     /// Writers share it; a heal holds it alone, so that it never writes a
     /// block back over a newer write of the same block.
     order: RwLock<()>,
+    /// The copy that failed a write or flush ([`NONE_FAILED`] while both
+    /// are in use).
+    failed: AtomicUsize,
+    /// Why it failed, for the log and `stats`.
+    failure: Mutex<Option<String>>,
+    on_degrade: OnceLock<DegradeHook>,
 }
 
 impl std::fmt::Debug for MirrorDevice {
@@ -46,18 +66,14 @@ impl std::fmt::Debug for MirrorDevice {
 }
 
 /// Runs `a` here and `b` on a second thread at the same time: the second
-/// copy costs its device's time, not a second round trip.
-fn both<A, B>(a: impl FnOnce() -> io::Result<A>, b: impl FnOnce() -> io::Result<B> + Send) -> io::Result<()>
-where
-    B: Send,
-{
+/// copy costs its device's time, not a second round trip. Returns both
+/// outcomes.
+fn both(a: impl FnOnce() -> io::Result<()>, b: impl FnOnce() -> io::Result<()> + Send) -> [io::Result<()>; 2] {
     std::thread::scope(|s| {
         let second = s.spawn(b);
         let first = a();
         let second = second.join().unwrap_or_else(|_| Err(io::Error::other("the second copy's writer panicked")));
-        first?;
-        second?;
-        Ok(())
+        [first, second]
     })
 }
 
@@ -72,7 +88,61 @@ impl MirrorDevice {
             healed: AtomicU64::new(0),
             unhealed: AtomicU64::new(0),
             order: RwLock::new(()),
+            failed: AtomicUsize::new(NONE_FAILED),
+            failure: Mutex::new(None),
+            on_degrade: OnceLock::new(),
         }
+    }
+
+    /// Sets what is done when a copy fails (once; later calls are ignored).
+    /// Without a hook a failed copy fails the request instead.
+    pub fn set_degrade_hook(&self, hook: DegradeHook) {
+        let _ = self.on_degrade.set(hook);
+    }
+
+    /// The copy dropped after failing a write or flush, and why.
+    #[must_use]
+    pub fn failed_copy(&self) -> Option<(usize, String)> {
+        let i = self.failed.load(Ordering::Acquire);
+        (i != NONE_FAILED).then(|| {
+            let why = self.failure.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default();
+            (i, why)
+        })
+    }
+
+    /// The copy in use alone, once the other failed.
+    fn alone(&self) -> Option<usize> {
+        match self.failed.load(Ordering::Acquire) {
+            NONE_FAILED => None,
+            i => Some(1 - i),
+        }
+    }
+
+    /// Settles the outcomes of one request sent to both copies: both good
+    /// is good; both failed is the first's error; one failed drops that
+    /// copy, the degrade hook making it durable before this returns.
+    fn settle(&self, what: &str, outcomes: [io::Result<()>; 2]) -> io::Result<()> {
+        let [a, b] = outcomes;
+        let (i, e) = match (a, b) {
+            (Ok(()), Ok(())) => return Ok(()),
+            (Err(e), Err(_)) => return Err(e),
+            (Err(e), Ok(())) => (0, e),
+            (Ok(()), Err(e)) => (1, e),
+        };
+        let Some(hook) = self.on_degrade.get() else { return Err(e) };
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.failed.load(Ordering::Acquire) == NONE_FAILED {
+            let why = format!("meta-data copy {} failed a {what} ({e})", i + 1);
+            log::error!("{why}: the mirror is degraded, the volume goes on on copy {} alone", 2 - i);
+            hook(i, &self.copies[1 - i], &why)?;
+            *failure = Some(why);
+            self.failed.store(i, Ordering::Release);
+        } else if self.failed.load(Ordering::Acquire) != i {
+            // The copy left alone failed too (a request sent before the
+            // other was dropped): nothing holds it.
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Blocks read bad from one copy and rewritten from the other.
@@ -144,6 +214,10 @@ impl BlockDevice for MirrorDevice {
     }
 
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        // A failed copy is neither read nor healed.
+        if let Some(i) = self.alone() {
+            return self.copies[i].read_blocks(first, buf);
+        }
         if let Err(e) = self.copies[0].read_blocks(first, buf) {
             // The first copy cannot read it at all: the second answers, and
             // each block it holds good is written back.
@@ -164,22 +238,31 @@ impl BlockDevice for MirrorDevice {
 
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         let _shared = self.order.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = self.alone() {
+            return self.copies[i].write_blocks(first, buf);
+        }
         let [a, b] = &self.copies;
-        both(|| a.write_blocks(first, buf), || b.write_blocks(first, buf))
+        self.settle("write", both(|| a.write_blocks(first, buf), || b.write_blocks(first, buf)))
     }
 
     fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
         let _shared = self.order.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = self.alone() {
+            return self.copies[i].write_blocks_vectored(first, bufs);
+        }
         let [a, b] = &self.copies;
-        both(|| a.write_blocks_vectored(first, bufs), || b.write_blocks_vectored(first, bufs))
+        self.settle("write", both(|| a.write_blocks_vectored(first, bufs), || b.write_blocks_vectored(first, bufs)))
     }
 
     fn flush(&self) -> io::Result<()> {
+        if let Some(i) = self.alone() {
+            return self.copies[i].flush();
+        }
         let [a, b] = &self.copies;
         if faults::active(Fault::MirrorAckBeforeSecond) {
             return a.flush();
         }
-        both(|| a.flush(), || b.flush())
+        self.settle("flush", both(|| a.flush(), || b.flush()))
     }
 
     fn refresh_block_count(&self) -> io::Result<u64> {

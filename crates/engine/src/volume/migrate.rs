@@ -242,7 +242,7 @@ impl Volume {
         let mut sb = fs.log.superblock_on_disk().clone();
         sb.incompat |= fs.log.superblock().incompat;
         sb.minor = sb.minor.max(fs.log.superblock().minor);
-        let sb = naming(&sb, role, new_uuid);
+        let sb = naming(&self.degraded_superblock(sb), role, new_uuid);
         let mine = Superblock { role: role_of(role), ..sb.clone() };
         let theirs = Superblock { role: role_of(other(role)), ..sb.clone() };
         let surviving = match role {

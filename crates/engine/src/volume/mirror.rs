@@ -74,6 +74,29 @@ fn holds_log_of(copy: &dyn BlockDevice, d: &Superblock) -> bool {
     })
 }
 
+/// The data device's superblock.
+fn read_data_superblock(data: &dyn BlockDevice) -> Result<Superblock> {
+    let raw = device::read(data, DeviceRole::Data, 0, 1)?;
+    Superblock::decode(&raw).map_err(|e| Error::Corrupt {
+        structure: "superblock",
+        device: DeviceRole::Data,
+        block: 0,
+        reason: e.0,
+    })
+}
+
+/// Marks the mirror degraded with a new generation, on the copy in use
+/// (first) and then on the data device (`d`, its superblock), each
+/// flushed: a copy naming the old generation is then stale. In that order,
+/// so that a crash between the two leaves the copy in use in sync.
+fn mark_degraded(one: &dyn BlockDevice, data: &dyn BlockDevice, d: &Superblock) -> Result<()> {
+    let sb = Superblock { mirror_state: MIRROR_DEGRADED, mirror_generation: d.mirror_generation + 1, ..d.clone() };
+    device::write(one, DeviceRole::Meta, 0, &Superblock { role: Role::Meta, ..sb.clone() }.encode())?;
+    device::flush(one, DeviceRole::Meta)?;
+    device::write(data, DeviceRole::Data, 0, &Superblock { role: Role::Data, ..sb }.encode())?;
+    device::flush(data, DeviceRole::Data)
+}
+
 /// The checker a mirror of this volume reads with.
 fn checker(volume_id: u64) -> crate::device::Checker {
     Arc::new(move |at, blk| crate::format::block::mirror_verdict(blk, at, volume_id))
@@ -155,6 +178,13 @@ impl Volume {
         }
         if in_sync.len() == 2 && (d.mirror_state != MIRROR_DEGRADED || faults::active(Fault::MirrorTrustStale)) {
             let m = Arc::new(MirrorDevice::new(in_sync[0].clone(), in_sync[1].clone(), checker(d.volume_id())));
+            // A copy failing a write while mounted is dropped, the mirror
+            // marked degraded first (as a degraded mount marks it).
+            let data = data.clone();
+            m.set_degrade_hook(Box::new(move |_, surviving, _| {
+                let d = read_data_superblock(data.as_ref()).map_err(|e| std::io::Error::other(e.to_string()))?;
+                mark_degraded(surviving.as_ref(), data.as_ref(), &d).map_err(|e| std::io::Error::other(e.to_string()))
+            }));
             return Ok(Assembled { meta: m.clone(), mirror: Some(m), degraded: None });
         }
         if in_sync.len() == 2 {
@@ -174,13 +204,23 @@ impl Volume {
         if writable && d.mirror_state != MIRROR_DEGRADED {
             // Before anything else is written: the absent copy must never
             // pair with the data device again without a resync.
-            let sb = Superblock { mirror_state: MIRROR_DEGRADED, mirror_generation: d.mirror_generation + 1, ..d };
-            device::write(one.as_ref(), DeviceRole::Meta, 0, &Superblock { role: Role::Meta, ..sb.clone() }.encode())?;
-            device::flush(one.as_ref(), DeviceRole::Meta)?;
-            device::write(data.as_ref(), DeviceRole::Data, 0, &sb.encode())?;
-            device::flush(data.as_ref(), DeviceRole::Data)?;
+            mark_degraded(one.as_ref(), data.as_ref(), &d)?;
         }
         Ok(Assembled { meta: one, mirror: None, degraded: Some(why) })
+    }
+
+    /// `sb` as it is to be written while the mirror runs degraded: a copy
+    /// dropped while mounted raised the generation on the disk and marked
+    /// the mirror degraded ([`mark_degraded`]), which a superblock written
+    /// from memory afterwards must not undo (the dropped copy would pass for
+    /// in sync again).
+    pub(super) fn degraded_superblock(&self, sb: Superblock) -> Superblock {
+        let dropped = self.mirror.get().and_then(|a| a.mirror.as_ref()).is_some_and(|m| m.failed_copy().is_some());
+        if dropped && sb.mirror_state != MIRROR_DEGRADED {
+            Superblock { mirror_state: MIRROR_DEGRADED, mirror_generation: sb.mirror_generation + 1, ..sb }
+        } else {
+            sb
+        }
     }
 
     /// Opens a volume on what [`Volume::assemble_meta`] put together
@@ -202,9 +242,21 @@ impl Volume {
         }
     }
 
+    /// Why the mirror runs on one copy: missing or stale at mount, or a
+    /// copy dropped since for failing a write.
+    fn degraded_because(&self) -> Option<String> {
+        let a = self.mirror.get()?;
+        a.degraded.clone().or_else(|| {
+            a.mirror
+                .as_ref()?
+                .failed_copy()
+                .map(|(_, why)| format!("{why}; mount with -o degraded until it is replaced"))
+        })
+    }
+
     /// What `stats` warns of while the mirror runs on one copy.
     pub(super) fn mirror_warning(&self) -> Option<String> {
-        let why = self.mirror.get()?.degraded.as_ref()?;
+        let why = self.degraded_because()?;
         Some(format!("the meta-data mirror is degraded ({why}): the volume runs on one meta-data copy"))
     }
 
@@ -214,8 +266,8 @@ impl Volume {
         match self.mirror.get() {
             None => Vec::new(),
             Some(a) => vec![
-                ("mirror_copies_in_use", if a.mirror.is_some() { 2 } else { 1 }),
-                ("mirror_degraded", u64::from(a.degraded.is_some())),
+                ("mirror_copies_in_use", if self.degraded_because().is_some() { 1 } else { 2 }),
+                ("mirror_degraded", u64::from(self.degraded_because().is_some())),
                 ("mirror_blocks_healed", a.mirror.as_ref().map_or(0, |m| m.healed())),
                 ("mirror_blocks_unhealed", a.mirror.as_ref().map_or(0, |m| m.unhealed())),
             ],

@@ -453,7 +453,7 @@ impl Volume {
     fn finish_recovery(&self, checkpoint: bool, at_open: bool) -> Result<()> {
         if self.open_report.superblock_from_copy {
             // Repair what can be repaired: the data device's copy is whole.
-            let sb = lock(&self.fs).log.superblock_on_disk().clone();
+            let sb = self.degraded_superblock(lock(&self.fs).log.superblock_on_disk().clone());
             crate::device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
             crate::device::flush(self.meta.as_ref(), DeviceRole::Meta)?;
             log::warn!("the meta-data device's superblock was written again from the data device's copy");

@@ -250,6 +250,7 @@ impl Volume {
     /// device, each durable before the next; a failure turns the volume
     /// read-only (memory and disk may disagree on the reach).
     pub(super) fn write_superblocks(&self, sb: &Superblock) -> Result<()> {
+        let sb = &self.degraded_superblock(sb.clone());
         let r = (|| {
             device::write(self.meta.as_ref(), DeviceRole::Meta, 0, &sb.encode())?;
             device::flush(self.meta.as_ref(), DeviceRole::Meta)?;
@@ -275,7 +276,7 @@ impl Volume {
         if self.no_writes.load(Ordering::Acquire) {
             return Ok(());
         }
-        let sb = lock(&self.fs).log.superblock_on_disk().clone();
+        let sb = self.degraded_superblock(lock(&self.fs).log.superblock_on_disk().clone());
         let copy = Superblock { role: Role::Data, ..sb };
         device::write(self.data.as_ref(), DeviceRole::Data, 0, &copy.encode())?;
         device::flush(self.data.as_ref(), DeviceRole::Data)?;

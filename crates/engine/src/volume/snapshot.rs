@@ -159,7 +159,7 @@ impl Volume {
     /// of them ever reuses what one keeps.
     pub(super) fn mark_features(&self, bits: u64, minor: u16) -> Result<()> {
         let mut fs = lock(&self.fs);
-        let sb = fs.log.superblock().clone();
+        let sb = self.degraded_superblock(fs.log.superblock().clone());
         if sb.incompat & bits == bits {
             // The data copy may lack the bit still (a crash between the two
             // writes, which mount accepts): it is written again then.

@@ -497,12 +497,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__fsck)
-            opts="-p -y -n -f -h -V --json --repair --help --version"
+            opts="-p -y -n -f -h -V --json --repair --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

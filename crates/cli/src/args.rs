@@ -625,6 +625,11 @@ pub struct FsckArgs {
     /// Accepted for fsck(8): the check is always complete.
     #[arg(short = 'f', hide = true)]
     pub force: bool,
+    /// The second copy of a mirrored meta-data device: a block that fails
+    /// its check on the first copy is read from it (and, when repairing,
+    /// written back).
+    #[arg(long, value_name = "DEV")]
+    pub meta_mirror: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -188,3 +188,45 @@ fn replace_takes_a_degraded_mirror_out_of_degraded_mode() {
     assert_eq!(sums(&mnt), want);
     v.umount();
 }
+
+fn read_block(path: &std::path::Path, block: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    std::fs::File::open(path).unwrap().read_exact_at(&mut b, block * 4096).unwrap();
+    b
+}
+
+#[test]
+fn fsck_reads_a_block_bad_on_the_first_copy_from_the_mirror() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    let mm = new_copy(&v, "mirror.img");
+    let (m, d) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());
+    let out = dualfs(&["mkfs", "-f", "--meta-mirror", &mm, &m, &d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    v.mount_with(&format!("mirror={mm}"));
+    let mnt = v.m().to_string();
+    sh(&format!("mkdir {mnt}/d && for i in $(seq 1 50); do echo $i > {mnt}/d/f$i; done"));
+    v.umount();
+    // Both checkpoint slots of the first copy zeroed: the first copy
+    // alone cannot be checked; with the mirror it is clean, and the check
+    // writes nothing.
+    zero_block(&v.meta, 1);
+    zero_block(&v.meta, 2);
+    let alone = dualfs(&["fsck", &m, &d]);
+    assert!(!alone.status.success(), "{}", String::from_utf8_lossy(&alone.stdout));
+    let both = dualfs(&["fsck", "--meta-mirror", &mm, &m, &d]);
+    assert!(
+        both.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&both.stdout),
+        String::from_utf8_lossy(&both.stderr)
+    );
+    assert!(read_block(&v.meta, 1).iter().all(|&x| x == 0), "fsck -n wrote to the first copy");
+    // Repairing writes the good blocks back.
+    let y = dualfs(&["fsck", "-y", "--meta-mirror", &mm, &m, &d]);
+    assert!(y.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&y.stdout));
+    assert_eq!(read_block(&v.meta, 1), read_block(std::path::Path::new(&mm), 1));
+    let alone = dualfs(&["fsck", &m, &d]);
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stdout));
+}

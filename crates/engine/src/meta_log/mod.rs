@@ -205,6 +205,10 @@ impl Log {
         // A migration names a new device.
         self.sb.meta_uuid = sb.meta_uuid;
         self.sb.data_uuid = sb.data_uuid;
+        // `dualfs mirror` changes the mirror.
+        self.sb.meta_copies = sb.meta_copies;
+        self.sb.mirror_state = sb.mirror_state;
+        self.sb.mirror_generation = sb.mirror_generation;
         self.on_disk = sb;
     }
 

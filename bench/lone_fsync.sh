@@ -9,13 +9,14 @@
 # add lone-fsync` (CONFIG lone-fsync key=value ...: latency mean, p50 and
 # p99 in µs; what the devices wrote per fsync: requests, flushes, KiB),
 # each after a comment line for people.
+# "mirror-base" is the mirrored volume served by another build (DUALFS_BASE), for an A/B in one run.
 # Usage: OLD_DUALFS=/path/to/1.7/dualfs [KINDS="twins single mirror ext4"] bench/lone_fsync.sh [ROUNDS] [N]   (root)
 set -euo pipefail
 ROUNDS=${1:-3}
 N=${2:-2000}
 DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
 OLD_DUALFS=${OLD_DUALFS:?a dualfs whose mkfs writes format 1.7}
-W=/var/tmp/lone-fsync-bench
+W=${W:-/var/tmp/lone-fsync-bench}
 mkdir -p $W/mnt
 . "$(dirname "$0")/loops.sh"
 trap cleanup EXIT
@@ -30,9 +31,10 @@ run() {
   truncate -s 256M $W/m.img $W/mm.img; truncate -s 1G $W/d.img
   M=$(loop $W/m.img); D=$(loop $W/d.img); MM=$(loop $W/mm.img); LOOPS="$M $D $MM"
   case $fs in
-    mirror)
-      for _ in $(seq 1 30); do $DUALFS mkfs -f --meta-mirror $MM $M $D >/dev/null 2>&1 && break; sleep 0.5; done
-      $DUALFS mount -o mirror=$MM $M $D $W/mnt; devs="$M $D $MM" ;;
+    mirror|mirror-base)
+      local bin=$DUALFS; [ $fs = mirror-base ] && bin=${DUALFS_BASE:?another dualfs build, for mirror-base}
+      for _ in $(seq 1 30); do $bin mkfs -f --meta-mirror $MM $M $D >/dev/null 2>&1 && break; sleep 0.5; done
+      $bin mount -o mirror=$MM $M $D $W/mnt; devs="$M $D $MM" ;;
     twins|single)
       local mk=$DUALFS; [ $fs = single ] && mk=$OLD_DUALFS
       for _ in $(seq 1 30); do $mk mkfs -f $M $D >/dev/null 2>&1 && break; sleep 0.5; done

@@ -47,7 +47,10 @@ CONFIGS = ["dualfs", "ext2", "ext4", "ext4-extjournal", "xfs-extlog", "btrfs", "
 MODELS = [("hdd5400", "one-disk"), ("hdd5400", "two-disks"), ("hdd7200", "one-disk"), ("ssd", "one-disk")]
 GREP_PATTERN = "dualfs_no_such_pattern_x"
 TREE_DUALFS = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "dualfs"))
-DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse")
+DUALFS_CONFIGS = ("dualfs", "dualfs-base", "dualfs-strict", "dualfs-uring", "dualfs-base-uring", "dualfs-devfuse",
+                  "dualfs-mirror")
+# "dualfs-mirror": DualFS with its meta-data device mirrored (mkfs --meta-mirror, mounted -o mirror=) on a
+# third loop device as large as the meta-data one, beside "dualfs" for mirrored against unmirrored.
 # "floor": a FUSE server that does no work (`no-work-server --transport dev --default-permissions`, built
 # beside the DualFS binary: a tree of names and sizes in memory, no data), mounted with the permission
 # checks DualFS asks for. What any FUSE file system pays on this machine for the same requests.
@@ -124,6 +127,8 @@ class Volume:
             self.loops = self.disks.create()
             return
         sizes = {"data": total - meta, "meta": meta} if self.two else {"data": total}
+        if self.cfg == "dualfs-mirror":
+            sizes["mirror"] = meta
         for role, mib in sizes.items():
             img = os.path.join(self.dir, f"{role}.img")
             if os.path.exists(img):
@@ -179,7 +184,9 @@ class Volume:
     def mkfs(self):
         d, m = self.loops["data"], self.loops.get("meta")
         c = self.cfg
-        if c in DUALFS_CONFIGS:
+        if c == "dualfs-mirror":
+            sh(f"{self.dualfs} mkfs -f --meta-mirror {self.loops['mirror']} {m} {d}")
+        elif c in DUALFS_CONFIGS:
             sh(f"{self.dualfs} mkfs -f {m} {d}")
         elif c == "ext2":
             sh(f"mkfs.ext2 -q -F {self.ext4_opts()} {d}")
@@ -211,6 +218,8 @@ class Volume:
             opts = "noatime" + (f",trace={self.sem_trace}" if self.sem_trace else "")
             if c == "dualfs-strict":
                 opts += ",order=strict"
+            if c == "dualfs-mirror":
+                opts += f",mirror={self.loops['mirror']}"
             transport = {"dualfs-uring": "uring", "dualfs-base-uring": "uring", "dualfs-devfuse": "devfuse"}.get(c)
             if transport:
                 opts += f",transport={transport}"
@@ -723,6 +732,9 @@ def kernel_has(option):
 def disk_fits(cfg, disk):
     """On two disks or the tiered layout only the two-device configurations
     run: a one-device file system there is the one-disk run again."""
+    if cfg == "dualfs-mirror":
+        # The emulated layouts have two disks, not three.
+        return False
     two = cfg in DUALFS_CONFIGS or cfg in ("ext4-extjournal", "xfs-extlog", "xfs-rt")
     return two or emulated.LAYOUTS[disk]["meta"] == emulated.LAYOUTS[disk]["data"]
 

@@ -46,6 +46,9 @@ _dualfs() {
             dualfs,migrate)
                 cmd="dualfs__subcmd__migrate"
                 ;;
+            dualfs,mirror)
+                cmd="dualfs__subcmd__mirror"
+                ;;
             dualfs,mkfs)
                 cmd="dualfs__subcmd__mkfs"
                 ;;
@@ -121,6 +124,9 @@ _dualfs() {
             dualfs__subcmd__help,migrate)
                 cmd="dualfs__subcmd__help__subcmd__migrate"
                 ;;
+            dualfs__subcmd__help,mirror)
+                cmd="dualfs__subcmd__help__subcmd__mirror"
+                ;;
             dualfs__subcmd__help,mkfs)
                 cmd="dualfs__subcmd__help__subcmd__mkfs"
                 ;;
@@ -192,6 +198,15 @@ _dualfs() {
                 ;;
             dualfs__subcmd__help__subcmd__inspect,superblock)
                 cmd="dualfs__subcmd__help__subcmd__inspect__subcmd__superblock"
+                ;;
+            dualfs__subcmd__help__subcmd__mirror,add)
+                cmd="dualfs__subcmd__help__subcmd__mirror__subcmd__add"
+                ;;
+            dualfs__subcmd__help__subcmd__mirror,remove)
+                cmd="dualfs__subcmd__help__subcmd__mirror__subcmd__remove"
+                ;;
+            dualfs__subcmd__help__subcmd__mirror,replace)
+                cmd="dualfs__subcmd__help__subcmd__mirror__subcmd__replace"
                 ;;
             dualfs__subcmd__help__subcmd__quota,grace)
                 cmd="dualfs__subcmd__help__subcmd__quota__subcmd__grace"
@@ -288,6 +303,30 @@ _dualfs() {
                 ;;
             dualfs__subcmd__inspect__subcmd__help,superblock)
                 cmd="dualfs__subcmd__inspect__subcmd__help__subcmd__superblock"
+                ;;
+            dualfs__subcmd__mirror,add)
+                cmd="dualfs__subcmd__mirror__subcmd__add"
+                ;;
+            dualfs__subcmd__mirror,help)
+                cmd="dualfs__subcmd__mirror__subcmd__help"
+                ;;
+            dualfs__subcmd__mirror,remove)
+                cmd="dualfs__subcmd__mirror__subcmd__remove"
+                ;;
+            dualfs__subcmd__mirror,replace)
+                cmd="dualfs__subcmd__mirror__subcmd__replace"
+                ;;
+            dualfs__subcmd__mirror__subcmd__help,add)
+                cmd="dualfs__subcmd__mirror__subcmd__help__subcmd__add"
+                ;;
+            dualfs__subcmd__mirror__subcmd__help,help)
+                cmd="dualfs__subcmd__mirror__subcmd__help__subcmd__help"
+                ;;
+            dualfs__subcmd__mirror__subcmd__help,remove)
+                cmd="dualfs__subcmd__mirror__subcmd__help__subcmd__remove"
+                ;;
+            dualfs__subcmd__mirror__subcmd__help,replace)
+                cmd="dualfs__subcmd__mirror__subcmd__help__subcmd__replace"
                 ;;
             dualfs__subcmd__quota,grace)
                 cmd="dualfs__subcmd__quota__subcmd__grace"
@@ -386,7 +425,7 @@ _dualfs() {
 
     case "${cmd}" in
         dualfs)
-            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="-h -V --help --version mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate mirror trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -458,12 +497,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__fsck)
-            opts="-p -y -n -f -h -V --json --repair --help --version"
+            opts="-p -y -n -f -h -V --json --repair --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -486,7 +529,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__help)
-            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate trace probe tune cat get metadump metarestore help"
+            opts="mkfs mount umount fsck inspect clean stats snapshot send receive clone scrub trim quota sync resize migrate mirror trace probe tune cat get metadump metarestore help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -754,6 +797,62 @@ _dualfs() {
         dualfs__subcmd__help__subcmd__migrate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__mirror)
+            opts="add remove replace"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__mirror__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__mirror__subcmd__remove)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__help__subcmd__mirror__subcmd__replace)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1480,6 +1579,132 @@ _dualfs() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror)
+            opts="-h -V --help --version add remove replace help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__add)
+            opts="-h -V --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__help)
+            opts="add remove replace help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__help__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__help__subcmd__remove)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__help__subcmd__replace)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__remove)
+            opts="-h -V --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dualfs__subcmd__mirror__subcmd__replace)
+            opts="-h -V --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

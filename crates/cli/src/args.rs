@@ -81,6 +81,9 @@ pub enum Command {
     /// Move the meta-data or data device to another (mounted or not).
     #[command(after_help = MIGRATE_HELP)]
     Migrate(MigrateArgs),
+    /// Add, remove or replace a copy of a mounted volume's meta-data mirror.
+    #[command(after_help = MIRROR_HELP)]
+    Mirror(MirrorArgs),
     /// Block-level traces: summarise, replay through disk models, trace a peer.
     Trace(TraceArgs),
     /// Say what devices hold, as blkid does: TYPE, UUID, LABEL, role.
@@ -386,6 +389,7 @@ impl Command {
             | Command::Scrub(_)
             | Command::Resize(_)
             | Command::Migrate(_)
+            | Command::Mirror(_)
             | Command::Receive(_) => false,
         }
     }
@@ -622,6 +626,11 @@ pub struct FsckArgs {
     /// Accepted for fsck(8): the check is always complete.
     #[arg(short = 'f', hide = true)]
     pub force: bool,
+    /// The second copy of a mirrored meta-data device: a block that fails
+    /// its check on the first copy is read from it (and, when repairing,
+    /// written back).
+    #[arg(long, value_name = "DEV")]
+    pub meta_mirror: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -3,10 +3,14 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Result, anyhow};
+use dualfs_engine::Volume;
 use dualfs_engine::check::{CheckReport, check};
+use dualfs_engine::device::BlockDevice;
+use dualfs_engine::error::DeviceRole;
 use dualfs_engine::repair::{Prepared, Severity, prepare};
 use serde_json::json;
 
@@ -244,6 +248,7 @@ fn repair_json(p: &Prepared, written: bool) -> serde_json::Value {
 fn repair(args: &FsckArgs, meta: &Path, data: &Path, mode: Mode) -> Result<()> {
     let meter = Meter::default();
     let prepared = open_pair(meta, data, Access::Exclusive).and_then(|(m, d)| {
+        let m = with_mirror(args, m, &d, Access::Exclusive)?;
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
         let p = prepare(meter.wrap(m.clone()), meter.wrap(d.clone()))
             .map_err(|e| anyhow!("cannot repair {} and {}: {e}", meta.display(), data.display()))?;
@@ -359,10 +364,33 @@ fn ask(question: &str) -> bool {
     matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
+/// The meta-data device to check: `m`, or with `--meta-mirror` both
+/// copies as a mount assembles them (the copy in sync alone when the other
+/// is missing or stale), a block bad on the first read from the second;
+/// written back only when repairing.
+fn with_mirror(
+    args: &FsckArgs,
+    m: Arc<dyn BlockDevice>,
+    d: &Arc<dyn BlockDevice>,
+    access: Access,
+) -> Result<Arc<dyn BlockDevice>> {
+    let Some(path) = &args.meta_mirror else { return Ok(m) };
+    let second = crate::devices::open_one(path, DeviceRole::Meta, access)?;
+    let a = Volume::assemble_meta(&[m, second], d, true, false).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    if let Some(why) = &a.degraded {
+        eprintln!("dualfs: checking one meta-data copy: {why}");
+    }
+    if let (Some(mirror), Access::ExclusiveReadOnly) = (&a.mirror, access) {
+        mirror.without_write_back();
+    }
+    Ok(a.meta)
+}
+
 /// The check alone (`-n`, or no option): nothing is written.
 fn check_only(args: &FsckArgs, meta: &Path, data: &Path) -> Result<()> {
     let meter = Meter::default();
     let checked = open_pair(meta, data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
+        let m = with_mirror(args, m, &d, Access::ExclusiveReadOnly)?;
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
         match check(meter.wrap(m.clone()), meter.wrap(d.clone())) {
             Ok(r) => Ok(Ok(r)),

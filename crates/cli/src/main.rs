@@ -35,6 +35,7 @@ mod join;
 mod manual;
 mod metadump;
 mod migrate;
+mod mirror;
 mod mkfs;
 mod mount;
 mod mountinfo;
@@ -150,6 +151,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Clone(a) => snapshot::clone(a),
         Command::Resize(a) => resize::run(a),
         Command::Migrate(a) => migrate::run(a),
+        Command::Mirror(a) => mirror::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Tune(a) => tune::run(a),

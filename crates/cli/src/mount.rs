@@ -307,15 +307,24 @@ fn serve(args: &MountArgs) -> Result<()> {
     };
     // A mirrored meta-data device: both copies, or one with -o degraded.
     let mut copies = vec![m];
+    let mut copy_paths = vec![meta.clone()];
     if let Some(path) = &cfg.mirror {
         let path = absolute(path)?;
         crate::devices::check_distinct(&meta, &path)?;
         crate::devices::check_distinct(&path, &data)?;
         let access = if devices_writable { Access::Exclusive } else { Access::ExclusiveReadOnly };
         copies.push(crate::devices::open_one(&path, DeviceRole::Meta, access)?);
+        copy_paths.push(path);
     }
     let assembled = Volume::assemble_meta(&copies, &d, cfg.degraded, devices_writable && !cfg.read_only)
         .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
+    // The meta-data devices in the volume's order, for `dualfs mirror`:
+    // both copies, or the one a degraded mount runs on.
+    let copy_paths: Vec<PathBuf> = if assembled.mirror.is_some() {
+        copy_paths
+    } else {
+        copies.iter().zip(copy_paths).filter(|(c, _)| Arc::ptr_eq(c, &assembled.meta)).map(|(_, p)| p).collect()
+    };
     let m = assembled.meta.clone();
     // The kernel's clock (see dualfs_fuse::clock), shared with the adapter.
     let clock = Arc::new(KernelClock::default());
@@ -365,7 +374,8 @@ fn serve(args: &MountArgs) -> Result<()> {
     let opener = crate::migrate::opener(mountpoint.clone());
     let fs = DualFs::new(vol.clone(), options::adapter_options(&cfg, devices_writable))
         .with_clock(clock)
-        .with_device_opener(opener);
+        .with_device_opener(opener.clone())
+        .with_meta_paths(opener, copy_paths);
     // A writable volume may serve other trees beside this one (join.rs):
     // each request enters this tree first.
     let primary = vol.live_tree();

@@ -87,3 +87,146 @@ fn a_mirrored_volume_heals_a_zeroed_block_and_refuses_a_missing_or_stale_copy() 
     assert_eq!(sh(&format!("cat {mnt}/new")), "while-degraded\n");
     v.umount();
 }
+
+/// An image file as large as the meta-data device's, for a new copy.
+fn new_copy(v: &TestVolume, name: &str) -> String {
+    let p = v.dir.path().join(name);
+    let len = std::fs::metadata(&v.meta).unwrap().len();
+    std::fs::File::create(&p).unwrap().set_len(len).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn sums(mnt: &str) -> String {
+    sh(&format!("cd {mnt} && find . -type f | sort | xargs md5sum"))
+}
+
+#[test]
+fn a_copy_added_while_files_are_written_holds_every_file_when_the_first_copy_is_lost() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    let mm = new_copy(&v, "mirror.img");
+    v.mount();
+    let mnt = v.m().to_string();
+    sh(&format!(
+        "mkdir {mnt}/before && for i in $(seq 1 100); do head -c $((i*1000)) /dev/urandom > {mnt}/before/f$i; done"
+    ));
+    // Files written and fsync'd all the while the copy runs.
+    let mut writer = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "mkdir {mnt}/during && for i in $(seq 1 300); do dd if=/dev/urandom of={mnt}/during/f$i bs=4k \
+             count=$((i % 7 + 1)) conv=fsync status=none || exit 1; done"
+        ))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = dualfs(&["mirror", "add", &mnt, &mm]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&format!("-o mirror={mm}")), "{said}");
+    assert!(writer.wait().unwrap().success());
+    let s = stats(&v);
+    assert_eq!((s["mirror_copies_in_use"].as_u64(), s["mirror_degraded"].as_u64()), (Some(2), Some(0)), "{s}");
+    let out = dualfs(&["mirror", "add", &mnt, &new_copy(&v, "third.img")]);
+    assert!(!out.status.success(), "a third copy was taken");
+    sh(&format!("echo after > {mnt}/after && sync"));
+    let want = sums(&mnt);
+    assert!(want.lines().count() >= 401, "{want}");
+    v.umount();
+
+    // The first copy lost, every block of it: the added copy alone holds
+    // every file.
+    let len = std::fs::metadata(&v.meta).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&v.meta).unwrap();
+    f.set_len(0).unwrap();
+    f.set_len(len).unwrap();
+    drop(f);
+    let out = v.mount_output(&format!("mirror={mm}"));
+    assert!(!out.status.success(), "mounted with the first copy zeroed and no -o degraded");
+    v.mount_with(&format!("mirror={mm},degraded"));
+    assert_eq!(sums(&mnt), want);
+    // fsck after the unmount reads the copy in use.
+    v.meta = std::path::PathBuf::from(&mm);
+    v.umount();
+}
+
+#[test]
+fn replace_takes_a_degraded_mirror_out_of_degraded_mode() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    let mm = new_copy(&v, "mirror.img");
+    let (m, d) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());
+    let out = dualfs(&["mkfs", "-f", "--meta-mirror", &mm, &m, &d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mnt = v.m().to_string();
+    // The mirror missing: degraded.
+    v.mount_with("degraded");
+    sh(&format!("mkdir {mnt}/d && for i in $(seq 1 50); do echo $i > {mnt}/d/f$i; done && sync"));
+    assert_eq!(stats(&v)["mirror_degraded"], 1);
+    let mm2 = new_copy(&v, "mirror2.img");
+    let out = dualfs(&["mirror", "replace", &mnt, &mm, &mm2]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("-o mirror={mm2}")));
+    let s = stats(&v);
+    assert_eq!((s["mirror_degraded"].as_u64(), s["mirror_copies_in_use"].as_u64()), (Some(0), Some(2)), "{s}");
+    sh(&format!("echo after > {mnt}/after && sync"));
+    let want = sums(&mnt);
+    v.umount();
+    // The old copy is stale; the new one is in sync, no -o degraded needed.
+    let out = v.mount_output(&format!("mirror={mm}"));
+    assert!(!out.status.success(), "the replaced copy was taken");
+    v.mount_with(&format!("mirror={mm2}"));
+    assert_eq!(sums(&mnt), want);
+    assert_eq!(stats(&v)["mirror_degraded"], 0);
+    // And removed again: the volume mounts unmirrored.
+    let out = dualfs(&["mirror", "remove", &mnt, &mm2]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    v.umount();
+    v.mount();
+    assert_eq!(sums(&mnt), want);
+    v.umount();
+}
+
+fn read_block(path: &std::path::Path, block: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    std::fs::File::open(path).unwrap().read_exact_at(&mut b, block * 4096).unwrap();
+    b
+}
+
+#[test]
+fn fsck_reads_a_block_bad_on_the_first_copy_from_the_mirror() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    let mm = new_copy(&v, "mirror.img");
+    let (m, d) = (v.meta.to_str().unwrap().to_string(), v.data.to_str().unwrap().to_string());
+    let out = dualfs(&["mkfs", "-f", "--meta-mirror", &mm, &m, &d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    v.mount_with(&format!("mirror={mm}"));
+    let mnt = v.m().to_string();
+    sh(&format!("mkdir {mnt}/d && for i in $(seq 1 50); do echo $i > {mnt}/d/f$i; done"));
+    v.umount();
+    // Both checkpoint slots of the first copy zeroed: the first copy
+    // alone cannot be checked; with the mirror it is clean, and the check
+    // writes nothing.
+    zero_block(&v.meta, 1);
+    zero_block(&v.meta, 2);
+    let alone = dualfs(&["fsck", &m, &d]);
+    assert!(!alone.status.success(), "{}", String::from_utf8_lossy(&alone.stdout));
+    let both = dualfs(&["fsck", "--meta-mirror", &mm, &m, &d]);
+    assert!(
+        both.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&both.stdout),
+        String::from_utf8_lossy(&both.stderr)
+    );
+    assert!(read_block(&v.meta, 1).iter().all(|&x| x == 0), "fsck -n wrote to the first copy");
+    // Repairing writes the good blocks back.
+    let y = dualfs(&["fsck", "-y", "--meta-mirror", &mm, &m, &d]);
+    assert!(y.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&y.stdout));
+    assert_eq!(read_block(&v.meta, 1), read_block(std::path::Path::new(&mm), 1));
+    let alone = dualfs(&["fsck", &m, &d]);
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stdout));
+}

@@ -123,6 +123,10 @@ pub enum Error {
     /// A migration to another device that cannot be done, and why.
     #[error("cannot migrate: {0}")]
     Migrate(String),
+    /// A change of the meta-data mirror (`dualfs mirror`) that cannot be
+    /// done, and why.
+    #[error("cannot change the meta-data mirror: {0}")]
+    Mirror(String),
     /// The device is in use or the volume busy.
     #[error("device or resource busy: {0}")]
     Busy(String),
@@ -188,7 +192,7 @@ impl Error {
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::WrongVolume(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
-            Error::Resize(_) | Error::Migrate(_) => libc::EINVAL,
+            Error::Resize(_) | Error::Migrate(_) | Error::Mirror(_) => libc::EINVAL,
             Error::Damaged(_) => libc::EUCLEAN,
             Error::NoSuchOffset => libc::ENXIO,
             Error::IllegalSeek => libc::ESPIPE,

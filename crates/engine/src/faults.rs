@@ -133,6 +133,10 @@ pub enum Fault {
     /// Meta-data mirror: take a copy that missed writes (its superblock
     /// names an older mirror generation) as in sync.
     MirrorTrustStale,
+    /// Meta-data mirror: a copy added by `dualfs mirror add` is named in
+    /// sync on every device before it is copied (a crash during the copy
+    /// leaves a partial copy that passes for whole).
+    MirrorSyncBeforeCopy,
     /// Inode flags: let a write to a file with the sync flag (`chattr +S`)
     /// return before it is durable, as a write to any other file does.
     SyncFlagIgnored,
@@ -146,7 +150,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 41] = [
+    pub const ALL: [Fault; 42] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -184,6 +188,7 @@ impl Fault {
         Fault::NoTwins,
         Fault::MirrorAckBeforeSecond,
         Fault::MirrorTrustStale,
+        Fault::MirrorSyncBeforeCopy,
         Fault::SyncFlagIgnored,
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,

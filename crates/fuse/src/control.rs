@@ -17,6 +17,8 @@
 //! | getxattr | `dualfs.resize` | the latest resize's outcome, as JSON ([`resize_json`]) |
 //! | setxattr | `dualfs.migrate` | moves the meta-data or data device to the one in the value (`meta=PATH`, `data=PATH`; `crate::migrate`); returns once the new device is the volume's |
 //! | getxattr | `dualfs.migrate` | the progress or outcome of the latest migration, as JSON |
+//! | setxattr | `dualfs.mirror` | adds, removes or replaces a copy of the meta-data mirror (`crate::mirror`); returns once done |
+//! | getxattr | `dualfs.mirror` | the progress or outcome of the latest change of the mirror, as JSON |
 //! | setxattr | `dualfs.receive` | receives the send stream in the file the value names, in the background (EBUSY while one runs; `crate::receive`) |
 //! | getxattr | `dualfs.receive` | the state of the latest receive, as JSON |
 //! | setxattr | `dualfs.scrub` | scrubs the volume in the background with the order in the value (`crate::scrub`; EBUSY while one runs) |
@@ -635,6 +637,7 @@ mod requests {
                 b if b == control::QUOTA.as_bytes() => Ok(control::quota_json(&self.vol).to_string().into_bytes()),
                 b if b == crate::receive::RECEIVE.as_bytes() => Ok(self.receiver.status()),
                 b if b == crate::migrate::MIGRATE.as_bytes() => Ok(self.migrator.status()),
+                b if b == crate::mirror::MIRROR.as_bytes() => Ok(self.mirrorer.status()),
                 b if b == crate::scrub::SCRUB.as_bytes() => Ok(self.scrubber.status()),
                 b if b == control::TREES.as_bytes() => {
                     Ok(control::trees_json(&self.vol.tree_spaces()).to_string().into_bytes())
@@ -668,6 +671,7 @@ mod requests {
                     req.apply(&self.vol).map_err(|e| report("quota", &e))
                 }
                 (b, Some(v)) if b == crate::migrate::MIGRATE.as_bytes() => self.migrator.migrate(&self.vol, v),
+                (b, Some(v)) if b == crate::mirror::MIRROR.as_bytes() => self.mirrorer.change(&self.vol, v),
                 (b, Some(v)) if b == crate::receive::RECEIVE.as_bytes() => {
                     self.receiver.start(&self.vol, self.tree.as_ref().map(|(t, _)| t.as_str()), &self.notifier, v)
                 }

@@ -32,6 +32,7 @@ pub mod control;
 mod convert;
 mod job;
 pub mod migrate;
+pub mod mirror;
 mod names;
 mod ops;
 pub mod receive;
@@ -131,6 +132,8 @@ pub struct DualFs {
     receiver: receive::Receiver,
     /// A migration through the control attribute `dualfs.migrate`.
     migrator: migrate::Migrator,
+    /// A change of the meta-data mirror through `dualfs.mirror`.
+    mirrorer: mirror::Mirrorer,
     /// A scrub through the control attribute `dualfs.scrub`.
     scrubber: scrub::Scrubber,
     /// Requests served, per opcode (`dualfs stats`).
@@ -165,6 +168,7 @@ impl DualFs {
             control: control::Control::new(options.owner_uid),
             receiver: receive::Receiver::default(),
             migrator: migrate::Migrator::default(),
+            mirrorer: mirror::Mirrorer::new(migrate::default_opener(), Vec::new()),
             scrubber: scrub::Scrubber::default(),
             requests: requests::RequestStats::default(),
             notifier: Arc::default(),
@@ -200,7 +204,17 @@ impl DualFs {
     /// code's claims on them) rather than with the path's lock alone.
     #[must_use]
     pub fn with_device_opener(mut self, opener: migrate::DeviceOpener) -> DualFs {
-        self.migrator = migrate::Migrator::new(opener);
+        self.migrator = migrate::Migrator::new(opener.clone());
+        self.mirrorer = mirror::Mirrorer::new(opener, Vec::new());
+        self
+    }
+
+    /// Names the meta-data devices the volume runs on (the device it was
+    /// mounted with, then its mirror), so that `dualfs mirror` can name
+    /// them; with [`DualFs::with_device_opener`] first.
+    #[must_use]
+    pub fn with_meta_paths(mut self, opener: migrate::DeviceOpener, paths: Vec<std::path::PathBuf>) -> DualFs {
+        self.mirrorer = mirror::Mirrorer::new(opener, paths);
         self
     }
 

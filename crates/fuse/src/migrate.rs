@@ -101,15 +101,20 @@ impl std::fmt::Debug for Migrator {
     }
 }
 
+/// Opens a device without the mounting code's claims: the path's advisory
+/// lock alone.
+#[must_use]
+pub fn default_opener() -> DeviceOpener {
+    Arc::new(|path: &Path, _role: DeviceRole| {
+        FileDevice::open(path, false, true)
+            .map(|d| Arc::new(d) as Arc<dyn BlockDevice>)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))
+    })
+}
+
 impl Default for Migrator {
     fn default() -> Self {
-        // Without the mounting code's claims: the path's advisory lock.
-        let opener: DeviceOpener = Arc::new(|path: &Path, _role: DeviceRole| {
-            FileDevice::open(path, false, true)
-                .map(|d| Arc::new(d) as Arc<dyn BlockDevice>)
-                .map_err(|e| format!("cannot open {}: {e}", path.display()))
-        });
-        Migrator::new(opener)
+        Migrator::new(default_opener())
     }
 }
 

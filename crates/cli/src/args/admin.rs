@@ -155,6 +155,74 @@ pub struct MigrateArgs {
     pub json: bool,
 }
 
+/// Arguments of `dualfs mirror`.
+#[derive(Args, Debug)]
+pub struct MirrorArgs {
+    #[command(subcommand)]
+    pub action: MirrorAction,
+}
+
+/// What `dualfs mirror` does to a mounted volume's meta-data mirror.
+#[derive(Subcommand, Debug)]
+pub enum MirrorAction {
+    /// Add a copy of the meta-data device: an unmirrored volume becomes
+    /// mirrored, a degraded one whole again.
+    Add {
+        /// The mount point of the mounted volume.
+        mountpoint: PathBuf,
+        /// The device or image file to become the new copy.
+        new: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop one copy of the meta-data mirror: the volume goes on on the
+    /// other, unmirrored.
+    Remove {
+        /// The mount point of the mounted volume.
+        mountpoint: PathBuf,
+        /// The copy to drop (one the volume was mounted with, or the one a
+        /// degraded mount runs without).
+        old: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy the good copy to a new device and drop the old copy (the way
+    /// out of a degraded mirror).
+    Replace {
+        /// The mount point of the mounted volume.
+        mountpoint: PathBuf,
+        /// The copy to drop (failed, missing, or one in use).
+        old: PathBuf,
+        /// The device or image file to become the new copy.
+        new: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub const MIRROR_HELP: &str = "\
+Changes the meta-data mirror of a mounted volume while it stays in use.
+add NEW initialises NEW and copies every live meta-data block to it while
+every write goes to both; only when the copy is complete and flushed do the
+superblocks name NEW an in-sync copy. replace OLD NEW does the same from
+the good copy and drops OLD (the way out of a degraded mirror). remove OLD
+drops a copy: the volume goes on unmirrored, and the removed device is
+never taken as the volume's again. Whatever NEW held is overwritten.
+
+After a crash during add or replace, the new copy is refused (not in
+sync): mount as before, and run the command again.
+
+The next mount must name the copies the command prints: the meta-data
+device, then the mirror with -o mirror=NEW.
+
+Examples:
+  dualfs mirror add /mnt/vol /dev/nvme1n1p2
+  dualfs mirror replace /mnt/vol /dev/nvme1n1p2 /dev/nvme2n1p2
+  dualfs mirror remove /mnt/vol /dev/nvme1n1p2";
+
 pub const MIGRATE_HELP: &str = "\
 Moves the meta-data device (--meta) or the data device (--data) of a volume
 to another device or image file, mounted (give the mount point) or not

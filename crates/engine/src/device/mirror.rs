@@ -13,7 +13,7 @@
 //! the failed one could still pass for in sync.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use super::BlockDevice;
@@ -57,6 +57,9 @@ pub struct MirrorDevice {
     /// Why it failed, for the log and `stats`.
     failure: Mutex<Option<String>>,
     on_degrade: OnceLock<DegradeHook>,
+    /// Whether a block read good from the second copy is written back over
+    /// the first (not by a check that writes nothing).
+    write_back: AtomicBool,
 }
 
 impl std::fmt::Debug for MirrorDevice {
@@ -91,7 +94,14 @@ impl MirrorDevice {
             failed: AtomicUsize::new(NONE_FAILED),
             failure: Mutex::new(None),
             on_degrade: OnceLock::new(),
+            write_back: AtomicBool::new(true),
         }
+    }
+
+    /// Reads heal the block returned but write nothing back (a check that
+    /// must not write: `dualfs fsck -n`).
+    pub fn without_write_back(&self) {
+        self.write_back.store(false, Ordering::Relaxed);
     }
 
     /// Sets what is done when a copy fails (once; later calls are ignored).
@@ -199,6 +209,11 @@ impl MirrorDevice {
                 continue;
             }
             blk.copy_from_slice(&other);
+            if !self.write_back.load(Ordering::Relaxed) {
+                log::warn!("meta-data block {at} failed its check on the first copy: read from the mirror");
+                mended += 1;
+                continue;
+            }
             log::warn!("meta-data block {at} failed its check on the first copy: read from the mirror and rewritten");
             self.copies[0].write_blocks(at, &other)?;
             mended += 1;
@@ -226,7 +241,9 @@ impl BlockDevice for MirrorDevice {
             let mut n = 0;
             for (i, blk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
                 let at = first + i as u64;
-                if (self.check)(at, blk) == Verdict::Good && self.copies[0].write_blocks(at, blk).is_ok() {
+                if (self.check)(at, blk) == Verdict::Good
+                    && (!self.write_back.load(Ordering::Relaxed) || self.copies[0].write_blocks(at, blk).is_ok())
+                {
                     n += 1;
                 }
             }

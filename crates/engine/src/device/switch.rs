@@ -283,6 +283,38 @@ impl SwitchDevice {
         Ok(())
     }
 
+    /// The device in use.
+    #[must_use]
+    pub fn current(&self) -> Arc<dyn BlockDevice> {
+        self.read_inner().current.clone()
+    }
+
+    /// Ends mirroring with `dev`, which the caller made of the device in
+    /// use and the replacement (a meta-data mirror joined by `dualfs mirror
+    /// add`), as the device in use. The old handle stays open until this
+    /// one is dropped.
+    ///
+    /// # Errors
+    /// Nothing is being mirrored.
+    pub fn join(&self, dev: Arc<dyn BlockDevice>) -> io::Result<()> {
+        let mut i = self.write_inner();
+        if i.mirror.take().is_none() {
+            return Err(io::Error::other("no replacement device to join"));
+        }
+        let old = std::mem::replace(&mut i.current, dev);
+        i.retired.push(old);
+        Ok(())
+    }
+
+    /// Makes `dev` the device in use (a meta-data copy left alone by
+    /// `dualfs mirror remove`); the old handle stays open until this one is
+    /// dropped.
+    pub fn set_current(&self, dev: Arc<dyn BlockDevice>) {
+        let mut i = self.write_inner();
+        let old = std::mem::replace(&mut i.current, dev);
+        i.retired.push(old);
+    }
+
     fn mirror_error(&self, e: &io::Error) {
         let mut i = self.write_inner();
         if i.mirror_failed.is_none() {

@@ -19,6 +19,7 @@ pub mod fsync;
 pub mod ifile_load;
 pub mod lazy_imap;
 pub mod live;
+pub mod log_end;
 pub mod mend;
 pub mod mount;
 pub mod quota_usage;
@@ -205,6 +206,10 @@ impl Log {
         // A migration names a new device.
         self.sb.meta_uuid = sb.meta_uuid;
         self.sb.data_uuid = sb.data_uuid;
+        // `dualfs mirror` changes the mirror.
+        self.sb.meta_copies = sb.meta_copies;
+        self.sb.mirror_state = sb.mirror_state;
+        self.sb.mirror_generation = sb.mirror_generation;
         self.on_disk = sb;
     }
 

@@ -339,6 +339,31 @@ impl Log {
             set_later != 0 && Superblock { incompat: d.incompat | set_later, minor: m.minor, ..d.clone() } == same
         };
         let stale = same != d && Log::lags_by_a_resize(&m, &d);
+        // The mirror's fields alone differ: a change of the mirror (a copy
+        // added, removed or marked degraded) writes the meta-data copies
+        // first and the data device's superblock last, each with a higher
+        // generation. A copy ahead of the data device is what a crash
+        // between leaves, and the data device's word on the mirror stands;
+        // a copy behind it missed that change and is not the volume's.
+        let mirror_fields_only = same != d
+            && Superblock {
+                meta_copies: d.meta_copies,
+                mirror_state: d.mirror_state,
+                mirror_generation: d.mirror_generation,
+                ..same.clone()
+            } == d;
+        if mirror_fields_only && m.mirror_generation > d.mirror_generation {
+            Log::check_reach(&m, meta, data)?;
+            return Ok((Superblock { role: Role::Meta, ..d }, DataCopy::Same));
+        }
+        if mirror_fields_only {
+            return Err(Error::WrongVolume(format!(
+                "the meta-data device is a copy the volume's mirror no longer counts (mirror generation {}, the \
+                 volume's is {}): it was removed from the mirror, replaced, or missed writes while the volume ran \
+                 on the other copy",
+                m.mirror_generation, d.mirror_generation
+            )));
+        }
         if same != d && !snapshots_cut(&d) && !stale {
             return Err(Error::Corrupt {
                 structure: "superblock",

@@ -167,7 +167,7 @@ impl Volume {
 
     /// Copies what the volume uses of the `role` device to the replacement
     /// `switch` mirrors to; the number of blocks copied.
-    fn copy_in_use(
+    pub(super) fn copy_in_use(
         &self,
         role: DeviceRole,
         switch: &SwitchDevice,

@@ -31,8 +31,8 @@ pub struct Assembled {
 /// What [`Volume::stats`] reports of the mirror.
 #[derive(Debug)]
 pub(super) struct Attached {
-    mirror: Option<Arc<MirrorDevice>>,
-    degraded: Option<String>,
+    pub(super) mirror: Option<Arc<MirrorDevice>>,
+    pub(super) degraded: Option<String>,
 }
 
 /// How one copy given to a mount stands against the data device.
@@ -75,7 +75,7 @@ fn holds_log_of(copy: &dyn BlockDevice, d: &Superblock) -> bool {
 }
 
 /// The data device's superblock.
-fn read_data_superblock(data: &dyn BlockDevice) -> Result<Superblock> {
+pub(super) fn read_data_superblock(data: &dyn BlockDevice) -> Result<Superblock> {
     let raw = device::read(data, DeviceRole::Data, 0, 1)?;
     Superblock::decode(&raw).map_err(|e| Error::Corrupt {
         structure: "superblock",
@@ -89,7 +89,7 @@ fn read_data_superblock(data: &dyn BlockDevice) -> Result<Superblock> {
 /// (first) and then on the data device (`d`, its superblock), each
 /// flushed: a copy naming the old generation is then stale. In that order,
 /// so that a crash between the two leaves the copy in use in sync.
-fn mark_degraded(one: &dyn BlockDevice, data: &dyn BlockDevice, d: &Superblock) -> Result<()> {
+pub(super) fn mark_degraded(one: &dyn BlockDevice, data: &dyn BlockDevice, d: &Superblock) -> Result<()> {
     let sb = Superblock { mirror_state: MIRROR_DEGRADED, mirror_generation: d.mirror_generation + 1, ..d.clone() };
     device::write(one, DeviceRole::Meta, 0, &Superblock { role: Role::Meta, ..sb.clone() }.encode())?;
     device::flush(one, DeviceRole::Meta)?;
@@ -97,8 +97,18 @@ fn mark_degraded(one: &dyn BlockDevice, data: &dyn BlockDevice, d: &Superblock) 
     device::flush(data, DeviceRole::Data)
 }
 
+/// A copy of `m` failing a write while mounted is dropped, the mirror
+/// marked degraded first on the other copy and on `data` (as a degraded
+/// mount marks it).
+pub(super) fn degrade_on_failure(m: &MirrorDevice, data: Arc<dyn BlockDevice>) {
+    m.set_degrade_hook(Box::new(move |_, surviving, _| {
+        let d = read_data_superblock(data.as_ref()).map_err(|e| std::io::Error::other(e.to_string()))?;
+        mark_degraded(surviving.as_ref(), data.as_ref(), &d).map_err(|e| std::io::Error::other(e.to_string()))
+    }));
+}
+
 /// The checker a mirror of this volume reads with.
-fn checker(volume_id: u64) -> crate::device::Checker {
+pub(super) fn checker(volume_id: u64) -> crate::device::Checker {
     Arc::new(move |at, blk| crate::format::block::mirror_verdict(blk, at, volume_id))
 }
 
@@ -178,13 +188,7 @@ impl Volume {
         }
         if in_sync.len() == 2 && (d.mirror_state != MIRROR_DEGRADED || faults::active(Fault::MirrorTrustStale)) {
             let m = Arc::new(MirrorDevice::new(in_sync[0].clone(), in_sync[1].clone(), checker(d.volume_id())));
-            // A copy failing a write while mounted is dropped, the mirror
-            // marked degraded first (as a degraded mount marks it).
-            let data = data.clone();
-            m.set_degrade_hook(Box::new(move |_, surviving, _| {
-                let d = read_data_superblock(data.as_ref()).map_err(|e| std::io::Error::other(e.to_string()))?;
-                mark_degraded(surviving.as_ref(), data.as_ref(), &d).map_err(|e| std::io::Error::other(e.to_string()))
-            }));
+            degrade_on_failure(&m, data.clone());
             return Ok(Assembled { meta: m.clone(), mirror: Some(m), degraded: None });
         }
         if in_sync.len() == 2 {
@@ -215,7 +219,8 @@ impl Volume {
     /// from memory afterwards must not undo (the dropped copy would pass for
     /// in sync again).
     pub(super) fn degraded_superblock(&self, sb: Superblock) -> Superblock {
-        let dropped = self.mirror.get().and_then(|a| a.mirror.as_ref()).is_some_and(|m| m.failed_copy().is_some());
+        let dropped =
+            self.attached().as_ref().and_then(|a| a.mirror.as_ref()).is_some_and(|m| m.failed_copy().is_some());
         if dropped && sb.mirror_state != MIRROR_DEGRADED {
             Superblock { mirror_state: MIRROR_DEGRADED, mirror_generation: sb.mirror_generation + 1, ..sb }
         } else {
@@ -238,14 +243,25 @@ impl Volume {
     /// then count healed blocks and say whether it runs degraded.
     pub fn attach_mirror(&self, a: &Assembled) {
         if a.mirror.is_some() || a.degraded.is_some() {
-            let _ = self.mirror.set(Attached { mirror: a.mirror.clone(), degraded: a.degraded.clone() });
+            self.set_attached(Some(Attached { mirror: a.mirror.clone(), degraded: a.degraded.clone() }));
         }
+    }
+
+    /// What the volume knows of its mirror.
+    pub(super) fn attached(&self) -> std::sync::RwLockReadGuard<'_, Option<Attached>> {
+        self.mirror.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tells the volume of its mirror as it now stands (`dualfs mirror`).
+    pub(super) fn set_attached(&self, a: Option<Attached>) {
+        *self.mirror.write().unwrap_or_else(std::sync::PoisonError::into_inner) = a;
     }
 
     /// Why the mirror runs on one copy: missing or stale at mount, or a
     /// copy dropped since for failing a write.
     fn degraded_because(&self) -> Option<String> {
-        let a = self.mirror.get()?;
+        let g = self.attached();
+        let a = g.as_ref()?;
         a.degraded.clone().or_else(|| {
             a.mirror
                 .as_ref()?
@@ -263,11 +279,12 @@ impl Volume {
     /// Blocks healed from the other copy, and whether the mirror runs
     /// degraded (absent when the volume is not mirrored).
     pub(super) fn mirror_stats(&self) -> Vec<(&'static str, u64)> {
-        match self.mirror.get() {
+        let degraded = self.degraded_because().is_some();
+        match self.attached().as_ref() {
             None => Vec::new(),
             Some(a) => vec![
-                ("mirror_copies_in_use", if self.degraded_because().is_some() { 1 } else { 2 }),
-                ("mirror_degraded", u64::from(self.degraded_because().is_some())),
+                ("mirror_copies_in_use", if degraded { 1 } else { 2 }),
+                ("mirror_degraded", u64::from(degraded)),
                 ("mirror_blocks_healed", a.mirror.as_ref().map_or(0, |m| m.healed())),
                 ("mirror_blocks_unhealed", a.mirror.as_ref().map_or(0, |m| m.unhealed())),
             ],

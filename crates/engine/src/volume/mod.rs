@@ -33,6 +33,7 @@ mod orphans;
 pub mod quota;
 mod receive;
 mod resize;
+mod resync;
 mod scrub;
 mod send;
 mod shrink;
@@ -62,6 +63,7 @@ pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
 pub use resize::{ResizeReport, ResizeRequest, WHOLE_DEVICE};
+pub use resync::{MirrorChange, MirrorReport};
 pub use scrub::{BadMeta, DataError, ScrubOptions, ScrubReport};
 pub use send::{SendReport, send};
 pub use shrink::MoveReport;
@@ -147,7 +149,7 @@ pub struct Volume {
     /// Meta-data windows read by readers with the lock released.
     deferred_reads: AtomicU64,
     /// The meta-data mirror this volume runs on, if any ([`Volume::attach_mirror`]).
-    mirror: std::sync::OnceLock<mirror::Attached>,
+    mirror: std::sync::RwLock<Option<mirror::Attached>>,
     /// Work for the background writer ([`Volume::background_step`]).
     background: (Mutex<Kick>, std::sync::Condvar),
     /// Held by a cleaning pass: one at a time, so that each report tells
@@ -410,7 +412,7 @@ impl Volume {
             open_report: report,
             commits: AtomicU64::new(0),
             deferred_reads: AtomicU64::new(0),
-            mirror: std::sync::OnceLock::new(),
+            mirror: std::sync::RwLock::new(None),
             orphans_pending: AtomicBool::new(false),
             background: (Mutex::new(Kick::default()), std::sync::Condvar::new()),
             cleaning: Mutex::new(()),

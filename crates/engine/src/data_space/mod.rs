@@ -324,6 +324,12 @@ impl DataSpace {
         self.available() + self.pending_blocks
     }
 
+    /// The runs freed but not yet durable, as `(first, end)`: still set in
+    /// the bitmap, reached by no tree.
+    pub fn pending_runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.pending_ranges.iter().map(|(&a, &b)| (a, b))
+    }
+
     /// Blocks freed but not yet durable.
     #[must_use]
     pub fn pending_blocks(&self) -> u64 {

@@ -31,6 +31,7 @@ pub mod seal;
 pub mod segments;
 pub mod snapshot;
 pub mod tree;
+pub mod tree_space;
 
 use std::sync::Arc;
 

@@ -41,6 +41,7 @@ mod shutdown;
 mod snapshot;
 mod space;
 mod tree;
+mod tree_space;
 pub mod types;
 mod xattrs;
 
@@ -57,8 +58,7 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use discard::{TrimRange, TrimReport};
-pub use gate::{SLICE, TreeGuard};
-pub use in_use::TreeServed;
+pub use gate::{GRACE, SLICE, TreeGuard, TreeServed};
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
@@ -69,6 +69,7 @@ pub use send::{SendReport, send};
 pub use shrink::MoveReport;
 pub use snapshot::SnapshotView;
 pub use space::{DATA_LOW_PERCENT, META_LOW_PERCENT, no_space_advice};
+pub use tree_space::{TreeKind, TreeSpace};
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the
@@ -196,7 +197,7 @@ pub struct Volume {
     in_use: Option<in_use::TreeUse>,
     /// Which writable tree is entered, and what the others keep
     /// ([`Volume::enter_tree`]).
-    gate: gate::Gate,
+    gate: Arc<gate::Gate>,
     /// Held while the orphans an open left for later are finished: a
     /// switch of the live tree waits for them (they are the opened tree's).
     orphan_work: Mutex<()>,
@@ -430,7 +431,7 @@ impl Volume {
             discarded_segments: AtomicU64::new(0),
             trees_in_use: Arc::default(),
             in_use: None,
-            gate: gate::Gate::default(),
+            gate: Arc::default(),
             orphan_work: Mutex::new(()),
             listed: Mutex::default(),
         };

@@ -29,6 +29,7 @@ pub mod resize;
 pub mod seal;
 pub mod segments;
 pub mod snapshot;
+mod snapshot_records;
 pub mod tree;
 
 use std::sync::Arc;

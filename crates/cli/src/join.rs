@@ -668,6 +668,23 @@ impl Joins {
     }
 }
 
+/// `p` made absolute, as the serving process (another working directory) needs it.
+fn abs(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+}
+
+/// Sends `req` to the serving process on `conn` and reads its one-line answer.
+///
+/// # Errors
+/// The request cannot be sent, or no answer comes within [`ANSWER_WAIT`].
+fn ask(conn: &mut UnixStream, req: &Value) -> Result<Value> {
+    writeln!(conn, "{req}").context("cannot ask the serving process")?;
+    conn.set_read_timeout(Some(ANSWER_WAIT)).context("cannot set a timeout")?;
+    let mut line = String::new();
+    BufReader::new(&*conn).read_line(&mut line).context("the serving process did not answer")?;
+    serde_json::from_str(&line).map_err(|_| anyhow!("the serving process did not answer"))
+}
+
 /// Asks the process serving the volume on `meta` and `data` whether a
 /// remount's volume option `words` ask what it serves already (a remount
 /// changes the kernel's flags of a mount, never a volume setting).
@@ -684,7 +701,6 @@ pub fn check_remount(meta: &Path, data: &Path, mountpoint: &Path, words: &[Strin
     let mut conn = UnixStream::connect_addr(&addr).with_context(|| {
         format!("cannot check option {}: the serving process (pid {}) does not answer", words[0], h.pid)
     })?;
-    let abs = |p: &Path| std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()));
     let req = json!({
         "remount": true,
         "mountpoint": abs(mountpoint)?,
@@ -692,11 +708,7 @@ pub fn check_remount(meta: &Path, data: &Path, mountpoint: &Path, words: &[Strin
         "data": abs(data)?,
         "options": words,
     });
-    writeln!(conn, "{req}").context("cannot ask the serving process")?;
-    conn.set_read_timeout(Some(ANSWER_WAIT)).context("cannot set a timeout")?;
-    let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line).context("the serving process did not answer")?;
-    let reply: Value = serde_json::from_str(&line).map_err(|_| anyhow!("the serving process did not answer"))?;
+    let reply = ask(&mut conn, &req)?;
     if let Some(e) = reply["error"].as_str() {
         bail!("{e}");
     }
@@ -731,18 +743,13 @@ pub fn try_join(meta: &Path, data: &Path, mountpoint: &Path, options: &[String])
     if u32::try_from(peer.pid()).ok() != Some(h.pid) {
         bail!("the process answering for the volume (pid {}) is not the one holding it (pid {})", peer.pid(), h.pid);
     }
-    let abs = |p: &Path| std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()));
     let req = json!({
         "mountpoint": abs(mountpoint)?,
         "meta": abs(meta)?,
         "data": abs(data)?,
         "options": options,
     });
-    writeln!(conn, "{req}").context("cannot ask the serving process")?;
-    conn.set_read_timeout(Some(ANSWER_WAIT)).context("cannot set a timeout")?;
-    let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line).context("the serving process did not answer")?;
-    let reply: Value = serde_json::from_str(&line).map_err(|_| anyhow!("the serving process did not answer"))?;
+    let reply = ask(&mut conn, &req)?;
     if reply["closing"].as_bool() == Some(true) {
         return Ok(false);
     }

@@ -17,6 +17,8 @@ pub struct MountEntry {
     /// The device number of the file system, `MAJOR:MINOR`: the same for
     /// every mount of one FUSE connection (a second mount of a volume).
     pub dev: String,
+    /// Whether the file system is read-only (its super options say `ro`).
+    pub read_only: bool,
 }
 
 /// Undoes the octal escapes (`\040` for a space) of /proc mount tables.
@@ -46,11 +48,13 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             let mut r = right.split(' ');
             let fstype = r.next()?;
             let source = r.next()?;
+            let read_only = r.next().is_some_and(|o| o.split(',').any(|w| w == "ro"));
             Some(MountEntry {
                 mountpoint: PathBuf::from(unescape(mountpoint)),
                 fstype: unescape(fstype),
                 source: unescape(source),
                 dev,
+                read_only,
             })
         })
         .collect()

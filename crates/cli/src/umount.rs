@@ -67,6 +67,21 @@ pub fn wait_closed(meta: &Path, data: Option<&Path>, timeout: Duration) -> Resul
     Ok(())
 }
 
+/// A mount's source split into the volume (`META#DATA`) and the tree or
+/// snapshot it serves beside the live one (`@NAME`), if any. A data path
+/// may hold an `@` itself: the suffix counts only when the path before it
+/// exists and the whole does not.
+fn split_tree(source: &str) -> (&str, Option<&str>) {
+    if let Some((_, data)) = source.split_once('#')
+        && let Some((d, name)) = data.rsplit_once('@')
+        && !Path::new(data).exists()
+        && Path::new(d).exists()
+    {
+        return (&source[..source.len() - name.len() - 1], Some(name));
+    }
+    (source, None)
+}
+
 /// Runs `dualfs umount`.
 ///
 /// # Errors
@@ -79,31 +94,37 @@ pub fn run(args: &UmountArgs) -> Result<()> {
     let mnt = std::fs::canonicalize(&mnt).unwrap_or(mnt);
     let entry = find(&mnt)?;
     unmount(&mnt, args.lazy)?;
-    // A volume mounted twice (join.rs) closes with its last mount.
+    let (volume, tree) = split_tree(&entry.source);
+    // A volume mounted twice (join.rs) closes with its last mount; so does
+    // one with writable trees served beside it (sources `META#DATA@NAME`,
+    // each a connection of its own). A read-only snapshot served beside it
+    // does not keep it open.
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let others: Vec<String> = parse_mountinfo(&text)
         .into_iter()
-        .filter(|e| e.fstype == entry.fstype && e.dev == entry.dev)
+        .filter(|e| {
+            e.fstype == entry.fstype
+                && (e.dev == entry.dev || split_tree(&e.source).0 == volume && (tree.is_some() || !e.read_only))
+        })
         .map(|e| e.mountpoint.display().to_string())
         .collect();
+    let kind = if entry.read_only { "snapshot" } else { "tree" };
+    let what = tree.map(|name| format!(" ({kind} {name})")).unwrap_or_default();
     if !others.is_empty() {
-        say!("unmounted {}; the volume stays mounted on {}", mnt.display(), others.join(", "));
+        say!("unmounted {}{what}; the volume stays mounted on {}", mnt.display(), others.join(", "));
         return Ok(());
     }
-    // A snapshot mount (source `META#DATA@NAME`) holds no lock to wait
-    // for: the live volume's mount may hold it meanwhile, and a read-only
-    // snapshot has nothing to write when it closes.
-    if let Some((_, data)) = entry.source.split_once('#')
-        && let Some((d, name)) = data.rsplit_once('@')
-        && !Path::new(data).exists()
-        && Path::new(d).exists()
+    // A read-only snapshot holds no lock to wait for: the live volume's
+    // mount may hold it meanwhile, and it has nothing to write.
+    if let Some(name) = tree
+        && entry.read_only
     {
         say!("unmounted {} (snapshot {name}, read-only: nothing to close)", mnt.display());
         return Ok(());
     }
-    match meta_of_source(&entry.source) {
+    match meta_of_source(volume) {
         Some(meta) if meta.exists() => {
-            let data = data_of_source(&entry.source);
+            let data = data_of_source(volume);
             wait_closed(&meta, data.as_deref(), Duration::from_secs(args.timeout))?;
             say!("unmounted {}; the volume is closed", mnt.display());
         }

@@ -401,6 +401,52 @@ fn a_clone_mounted_beside_the_volume_is_written_at_once_with_it_by_the_volume_s_
 }
 
 #[test]
+fn the_volume_closes_with_the_last_of_its_trees_whichever_is_unmounted_first() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    v.mount();
+    let m = v.m().to_string();
+    sh(&format!("echo before > {m}/f"));
+    for args in [vec!["snapshot", "create", &m, "s"], vec!["clone", &m, "s", "c"]] {
+        let out = dualfs(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let pid = pid_serving(&v);
+    let cdir = dir(&v, "c");
+    let c = cdir.display().to_string();
+    assert!(mount_again(&v, &cdir, "clone=c").status.success());
+
+    // The clone first: the command says the volume stays served.
+    let out = dualfs(&["umount", &c]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("unmounted {c} (tree c); the volume stays mounted on {m}")),
+        "{}",
+        stdout(&out)
+    );
+
+    // The live tree first: the clone keeps the volume open, and is written on.
+    assert!(mount_again(&v, &cdir, "clone=c").status.success());
+    let out = dualfs(&["umount", &m]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&format!("the volume stays mounted on {c}")), "{}", stdout(&out));
+    sh(&format!("echo clone > {c}/f && sync -f {c}/f"));
+    let out = dualfs(&["umount", &c]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("the volume is closed"), "{}", stdout(&out));
+    let start = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(start.elapsed().as_secs() < 30, "the serving process outlived the volume");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    v.fsck();
+    v.mount_with("clone=c");
+    assert_eq!(sh(&format!("cat {m}/f")), "clone\n");
+    v.umount();
+}
+
+#[test]
 fn only_root_mounts_a_mounted_volume_a_second_time() {
     let Some(mut v) = TestVolume::create("64M") else {
         return;

@@ -19,6 +19,7 @@ pub mod fsync;
 pub mod ifile_load;
 pub mod lazy_imap;
 pub mod live;
+pub mod log_end;
 pub mod mend;
 pub mod mount;
 pub mod quota_usage;

@@ -4,6 +4,7 @@
 use super::Fs;
 use crate::error::{Error, Result};
 use crate::format::block::PAYLOAD_LEN;
+use crate::format::inode::Body;
 use crate::meta_log::Object;
 use crate::types::{InodeNo, NodeId};
 
@@ -11,6 +12,23 @@ impl Fs {
     /// Stores `value` in blob blocks owned by `owner`.
     pub fn write_blob(&mut self, owner: InodeNo, value: &[u8]) -> Vec<NodeId> {
         value.chunks(PAYLOAD_LEN).map(|c| self.log.create_object(owner, Object::Blob(c.to_vec()))).collect()
+    }
+
+    /// Gives symlink `ino` its `target`: inline when it fits the inode,
+    /// else in blob blocks. A target it had before must be freed first.
+    ///
+    /// # Errors
+    /// The inode cannot be read.
+    pub fn set_symlink_target(&mut self, ino: InodeNo, target: &[u8]) -> Result<()> {
+        let body = if target.len() <= self.config.inline_max as usize {
+            Body::Inline(target.to_vec())
+        } else {
+            Body::Blob { len: target.len() as u32, nodes: self.write_blob(ino, target) }
+        };
+        let mut rec = self.inode_mut(ino)?;
+        rec.body = body;
+        rec.size = target.len() as u64;
+        Ok(())
     }
 
     /// Reads a blob of `len` bytes.

@@ -373,17 +373,7 @@ impl Volume {
         if target.contains(&0) {
             return Err(Error::Invalid("symlink target contains NUL"));
         }
-        self.make(parent, name, FileKind::Symlink, 0o777, 0, creds, |fs, ino| {
-            let body = if target.len() <= fs.config.inline_max as usize {
-                Body::Inline(target.to_vec())
-            } else {
-                Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, target) }
-            };
-            let mut rec = fs.inode_mut(ino)?;
-            rec.body = body;
-            rec.size = target.len() as u64;
-            Ok(())
-        })
+        self.make(parent, name, FileKind::Symlink, 0o777, 0, creds, |fs, ino| fs.set_symlink_target(ino, target))
     }
 
     /// The target of a symbolic link. Reading it is an access (atime).

@@ -220,7 +220,7 @@ impl<'a> Apply<'a> {
             fs.log.claim_inode(rec).map_err(|_| Error::Stream(format!("inode {} cannot be created", a.ino)))?;
             fs.intents.created(a.ino);
             if let Some(target) = target {
-                set_target(fs, a.ino, target)?;
+                fs.set_symlink_target(a.ino, target)?;
             }
             Ok(())
         })
@@ -331,7 +331,7 @@ impl<'a> Apply<'a> {
                     if let Body::Blob { nodes, .. } = fs.inode(ino)?.body.clone() {
                         fs.free_blob(&nodes);
                     }
-                    set_target(fs, ino, &target)
+                    fs.set_symlink_target(ino, &target)
                 })
             }
             _ if self.unborn => Err(Error::Stream(format!("a record for symlink {ino} before its target"))),
@@ -394,17 +394,4 @@ impl<'a> Apply<'a> {
             Ok(())
         })
     }
-}
-
-/// Gives symlink `ino` its `target` (its old one, if any, freed before).
-fn set_target(fs: &mut crate::namespace::Fs, ino: InodeNo, target: &[u8]) -> Result<()> {
-    let body = if target.len() <= fs.config.inline_max as usize {
-        Body::Inline(target.to_vec())
-    } else {
-        Body::Blob { len: target.len() as u32, nodes: fs.write_blob(ino, target) }
-    };
-    let mut r = fs.inode_mut(ino)?;
-    r.body = body;
-    r.size = target.len() as u64;
-    Ok(())
 }

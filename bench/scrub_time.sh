@@ -1,0 +1,63 @@
+#!/bin/bash
+# What a scrub of the suite's Linux subset costs: DualFS unmounted, DualFS
+# mounted (in the serving process) and `btrfs scrub start -B`, each on a
+# cold cache (loop devices with direct I/O over image files, caches
+# dropped after the mount), interleaved round by round. Prints one row per
+# run for `bench/store.py add scrub-time` (CONFIG PHASE key=value: wall
+# seconds, MiB read from the devices, MiB/s), each after a comment line.
+# btrfs reads its data and both copies of its meta-data (mkfs defaults:
+# DUP meta-data); DualFS its one meta-data copy and its data.
+# Usage: bench/scrub_time.sh [ROUNDS] [TAR]   (root)
+set -euo pipefail
+ROUNDS=${1:-3}
+TAR=${2:-/var/tmp/dualfs-bench/src/linux.tar}
+DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
+W=/var/tmp/scrub-bench
+mkdir -p $W/mnt
+. "$(dirname "$0")/loops.sh"
+trap cleanup EXIT
+[ -f "$TAR" ] || { echo "no $TAR: run bench/suite.py once (it makes it), or name a tar" >&2; exit 2; }
+
+rsect() { awk '{print $3}' /sys/block/$(basename $1)/stat; }
+cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# timed CONFIG PHASE DEVS -- CMD...: runs CMD, prints its row.
+timed() {
+  local cfg=$1 phase=$2 devs=$3; shift 4
+  local s0=0 s1=0 t0 t1
+  for d in $devs; do s0=$((s0 + $(rsect $d))); done
+  t0=$(now); "$@" > $W/out.txt 2>&1 || [ $? -le 1 ] || { cat $W/out.txt >&2; exit 1; }; t1=$(now)
+  for d in $devs; do s1=$((s1 + $(rsect $d))); done
+  python3 - "$cfg" "$phase" "$t0" "$t1" $((s1 - s0)) <<'PY'
+import sys
+cfg, phase, t0, t1, sect = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+s, mib = t1 - t0, sect * 512 / 2**20
+print(f"# {cfg:7} {phase:9} {s:6.2f} s  {mib:7.1f} MiB read  {mib / s:7.0f} MiB/s")
+print(f"{cfg} {phase} wall_s={s:.3f} read_mib={mib:.1f} mib_s={mib / s:.1f}")
+PY
+}
+
+dualfs() {
+  cleanup; LOOPS=""
+  truncate -s 512M $W/m.img; truncate -s 4G $W/d.img
+  M=$(loop $W/m.img); D=$(loop $W/d.img); LOOPS="$M $D"
+  $DUALFS mkfs -f $M $D >/dev/null
+  $DUALFS mount $M $D $W/mnt; tar xf "$TAR" -C $W/mnt; $DUALFS umount $W/mnt >/dev/null
+  cold; timed dualfs unmounted "$M $D" -- $DUALFS scrub --json $M $D
+  $DUALFS mount $M $D $W/mnt; cold
+  timed dualfs mounted "$M $D" -- $DUALFS scrub --json $W/mnt
+  $DUALFS umount $W/mnt >/dev/null
+}
+
+btrfs_() {
+  cleanup; LOOPS=""
+  truncate -s 4608M $W/d.img; D=$(loop $W/d.img); LOOPS="$D"
+  mkfs.btrfs -q -f $D 2>/dev/null; mount $D $W/mnt; tar xf "$TAR" -C $W/mnt; umount $W/mnt
+  mount $D $W/mnt; cold
+  timed btrfs mounted "$D" -- btrfs scrub start -B $W/mnt
+  umount $W/mnt
+}
+
+echo "# $(uptime)"
+for _ in $(seq 1 $ROUNDS); do dualfs; btrfs_; done
+echo "# $(uptime)"

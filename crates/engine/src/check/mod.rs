@@ -235,6 +235,7 @@ fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
         block: None,
         message: m.clone(),
     }));
+    let damaged_before = problems.iter().filter(|p| p.invariant == Some(Invariant::I12)).count();
     let mut maps = vec![("the live volume".to_string(), space::data_map(loaded))];
     for s in log.snapshots() {
         let image = match log.open_image(&s.checkpoint) {
@@ -263,6 +264,18 @@ fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
             });
         }
         maps.push((format!("snapshot {}", s.name), space::data_map(&image_loaded)));
+    }
+    // A damaged image's bitmap makes the held count wrong too: the image
+    // is what is named then.
+    let damaged = problems.iter().filter(|p| p.invariant == Some(Invariant::I12)).count() > damaged_before;
+    if let (Some(m), false) = (log.snapshot_held_count_problem(), damaged) {
+        problems.push(Problem {
+            invariant: Some(Invariant::I20),
+            structure: "snapshot list",
+            ino: None,
+            block: None,
+            message: m.to_string(),
+        });
     }
     for i in 0..maps.len() {
         for j in i + 1..maps.len() {

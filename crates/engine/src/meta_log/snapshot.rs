@@ -96,6 +96,8 @@ pub(crate) struct Snapshots {
     pub staged_records: Option<StagedRecords>,
     /// Records found at odds with a walk of their images (fsck).
     pub record_problems: Vec<String>,
+    /// The list's held count at odds with the bitmaps (fsck).
+    pub held_problem: Option<String>,
 }
 
 /// Records (id, new block) a checkpoint rewrote, and the held count its

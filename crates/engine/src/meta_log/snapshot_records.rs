@@ -274,12 +274,19 @@ impl Log {
         problems
     }
 
+    /// The list's held count at odds with the bitmaps, loaded whole
+    /// (fsck; an image found damaged explains it, and is named instead).
+    #[must_use]
+    pub fn snapshot_held_count_problem(&self) -> Option<&str> {
+        self.snaps.held_problem.as_deref()
+    }
+
     /// Checks the list's held count against the bitmaps, loaded whole.
     pub(super) fn check_held_count(&mut self, said: Option<u64>) {
         if let Some(said) = said
             && said != self.space.held_only()
         {
-            self.snaps.record_problems.push(format!(
+            self.snaps.held_problem = Some(format!(
                 "the snapshot list says {said} free data blocks are held, the bitmaps {}",
                 self.space.held_only()
             ));

@@ -336,6 +336,22 @@ impl Volume {
             // deleted, whose blocks are free now (DESIGN.md, "Discard").
             let older = lock(&vol.fs).log.older_checkpoint_lists_other_snapshots();
             vol.finish_recovery(moved || older, true)?;
+            // A volume of an older format that keeps snapshots gets their
+            // records (pins, the held count) with its next checkpoint, so
+            // that its next mount reads neither an image nor a bitmap whole.
+            let upgrade = {
+                let fs = lock(&vol.fs);
+                let sb = fs.log.superblock();
+                !fs.log.snapshots().is_empty()
+                    && sb.incompat & crate::format::superblock::INCOMPAT_SNAPSHOT_RECORDS == 0
+                    && sb.incompat & crate::format::superblock::INCOMPAT_FSYNC_LOG != 0
+            };
+            if upgrade {
+                vol.mark_features(
+                    crate::format::superblock::INCOMPAT_SNAPSHOT_RECORDS,
+                    crate::format::superblock::FORMAT_MINOR_SNAPSHOT_RECORDS,
+                )?;
+            }
         }
         vol.start_quotas()?;
         Ok(vol)

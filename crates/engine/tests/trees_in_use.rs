@@ -452,6 +452,11 @@ fn each_tree_shows_the_data_only_it_holds_and_what_it_shares() {
             row("main", TreeKind::Clone, 5 * B, base),
         ]
     );
+    // The same after a mount, which leaves the records' bitmaps on disk.
+    let before = space(&vol);
     vol.close().unwrap();
     rig.assert_fsck_clean();
+    let vol = rig.open();
+    assert_eq!(space(&vol), before);
+    vol.close().unwrap();
 }

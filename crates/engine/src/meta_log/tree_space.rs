@@ -27,8 +27,9 @@ impl Log {
         let total = self.space.total_blocks();
         if !self.space.fully_loaded() {
             // Read as it is needed: nothing else holds anything then (a
-            // record loads it whole), and the live tree holds what is used
-            // but block 0 (the superblock copy).
+            // volume keeping records loads it whole before counting,
+            // `load_snapshot_bitmaps`), and the live tree holds what is
+            // used but block 0 (the superblock copy).
             let used = total.saturating_sub(self.space.free_blocks() + self.space.pending_blocks()).saturating_sub(1);
             return std::iter::once(TreeBlocks { only: used, shared: 0 })
                 .chain(self.snaps.all.iter().map(|_| TreeBlocks::default()))

@@ -44,7 +44,12 @@ impl Volume {
     /// now from the trees' bitmaps.
     #[must_use]
     pub fn tree_spaces(&self) -> Vec<TreeSpace> {
-        let fs = lock(&self.fs);
+        let mut fs = lock(&self.fs);
+        // Counting takes every bitmap whole: a mount left the records'
+        // bitmaps on disk, to be read a block at a time.
+        if let Err(e) = fs.log.load_snapshot_bitmaps() {
+            log::error!("the trees' bitmaps cannot be read to count their space: {e}");
+        }
         let log = &fs.log;
         let blocks = log.tree_blocks();
         let live = (log.live_tree_name().to_string(), TreeKind::Live);

@@ -26,6 +26,11 @@ after the clean mount (each directory is bound to a group of its own, so
 the allocator reads N groups' bitmaps), syncs, waits for the background
 writer's turns and takes the serving process's VmRSS again
 (`rss_after_groups_kib`); `--cache SIZE` mounts with `-o cache=SIZE`.
+`--snapshot` gives every DualFS volume, before its timed mounts, a file
+of 1 MiB, a snapshot of it (`dualfs snapshot create`), a writable clone
+of that snapshot (`dualfs clone`) and the file deleted from the live
+tree (so that the snapshots hold free blocks): the mounts then load what
+kept trees cost (the configuration is named NAME+snapshot).
 `--dualfs NAME=PATH` (repeatable) times several builds, and `--rounds N`
 repeats the whole sweep, every build and file system once per size in
 each round (A/B interleaved). Each row is appended to the results store
@@ -110,7 +115,22 @@ def touch_groups(mnt, pid, n, binary):
     return rss_kib(pid)
 
 
-def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None, groups=0, cache=None):
+def keep_trees(binary, meta, data, mnt):
+    """A file, a snapshot of it, a writable clone of the snapshot, and
+    the file deleted from the live tree."""
+    sh(f"{binary} mount {meta} {data} {mnt}")
+    try:
+        with open(f"{mnt}/kept", "wb") as f:
+            f.write(b"k" * (1 << 20))
+        sh(f"{binary} snapshot create {mnt} s >/dev/null")
+        sh(f"{binary} clone {mnt} s c >/dev/null")
+        os.remove(f"{mnt}/kept")
+        sh(f"{binary} sync {mnt} >/dev/null")
+    finally:
+        sh(f"{binary} umount {mnt}")
+
+
+def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None, groups=0, cache=None, snapshot=False):
     binary = binary or DUALFS
     meta, data, mnt = f"{d}/m.img", f"{d}/d.img", f"{d}/mnt"
     for p in (meta, data):
@@ -123,6 +143,9 @@ def dualfs_row(d, size, meta_size, log_mib, name="dualfs", binary=None, groups=0
     row = {"fs": name, "size": size, "meta_size": meta_size}
     row["mkfs_s"] = timed(f"{binary} mkfs {meta} {data} >/dev/null")
     row["meta_image_bytes_used"] = os.stat(meta).st_blocks * 512
+    if snapshot:
+        row["fs"] = f"{name}+snapshot"
+        keep_trees(binary, meta, data, mnt)
     evict(meta, data)
     opts = f"-o cache={cache} " if cache else ""
     row["mount_clean_s"] = timed(f"{binary} mount {opts}{meta} {data} {mnt}")
@@ -240,6 +263,7 @@ def main():
     ap.add_argument("--cache", help="-o cache= for DualFS's mounts")
     ap.add_argument("--no-fsck", action="store_true")
     ap.add_argument("--no-kernel-crash", action="store_true", help="no mount after a crash for ext4 and XFS")
+    ap.add_argument("--snapshot", action="store_true", help="DualFS volumes keep a snapshot and a writable clone")
     ap.add_argument("--store", default=store.STORE, help="the results store to append to")
     a = ap.parse_args()
     run = store.Run("mount-time", a.store)
@@ -259,7 +283,7 @@ def main():
     for r in range(a.rounds):
         for s in a.sizes.split(","):
             for name, binary in builds:
-                rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary, a.groups, a.cache)})
+                rows.append({"round": r, **dualfs_row(a.dir, s, a.meta, a.log_mib, name, binary, a.groups, a.cache, a.snapshot)})
                 stored(rows[-1])
             for fs in (["ext4"] if not a.no_ext4 else []) + (["xfs"] if a.xfs else []):
                 rows.append({"round": r, **ext4_row(a.dir, s, fs, 0.0 if a.no_kernel_crash else a.log_mib)})

@@ -539,8 +539,13 @@ def newest_run(records, tool):
     if not runs:
         return None, []
     # A run beside a peer first: an A/B of two builds alone (configs such
-    # as before/after) compares nothing the table's readers look for.
-    run = max(runs, key=lambda k: (any(r["config"] in PEERS for r in runs[k]), max(r["time"] for r in runs[k])))
+    # as before/after) compares nothing the table's readers look for. Then
+    # a run on a quiet machine, as for the suite.
+    def quiet(k):
+        loads = sorted(float(r["machine"]["load"].split()[0]) for r in runs[k] if r.get("machine", {}).get("load"))
+        return bool(loads) and loads[len(loads) // 2] < QUIET_LOAD
+
+    run = max(runs, key=lambda k: (any(r["config"] in PEERS for r in runs[k]), quiet(k), max(r["time"] for r in runs[k])))
     return run, runs[run]
 
 

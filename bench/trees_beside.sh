@@ -9,12 +9,26 @@
 # (dualfs stats): partial segments (write requests to the log), KiB written
 # to each device, checkpoints (two per switch of the live tree).
 # Then the latency of fsync in tree A (4 KiB appended, then fsync; 40 times,
-# 50 ms apart) with tree B idle, and while B streams 1 GiB (dd).
+# 50 ms apart) with tree B idle, and while B streams (dd of 1 GiB, again and
+# again until the fsyncs end: one dd alone mostly ends in the page cache).
+# With DUALFS_BASE=PATH, every row runs with that build too, interleaved
+# (rows named fs@base against fs@new); BUILDS="LABEL=PATH ..." names any
+# set of builds (a PATH may be a script that sets the environment and
+# runs a build).
+# FSYNC_RUNS (default RUNS) sets the fsync runs apart.
 # Usage: bench/trees_beside.sh TREE.tar [RUNS]   (root; under /tmp/treesbench)
 set -euo pipefail
 TREE=${1:?tree tar}
 RUNS=${2:-3}
+FSYNC_RUNS=${FSYNC_RUNS:-$RUNS}
 DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
+if [ -z "${BUILDS:-}" ]; then
+  BUILDS="new=$DUALFS"
+  if [ -n "${DUALFS_BASE:-}" ]; then BUILDS="$BUILDS base=$DUALFS_BASE"; fi
+fi
+# One build: rows named by the configuration alone.
+several=$(( $(wc -w <<< "$BUILDS") > 1 ))
+name() { if [ $several = 1 ]; then echo "$1@$2"; else echo "$1"; fi; }
 W=/tmp/treesbench
 mkdir -p $W/a $W/b
 cleanup() {
@@ -51,6 +65,8 @@ say $ROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 say $ROWS "fs run seconds partial_segments meta_KiB data_KiB checkpoints"
 for run in $(seq 1 "$RUNS"); do
   for fs in one two; do
+   for build in $BUILDS; do
+    label=${build%%=*}; DUALFS=${build#*=}
     fresh
     mkdir $W/a/x
     if [ $fs = two ]; then "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b; mkdir $W/b/x; B=$W/b; else B=$W/a; mkdir $W/a/y; fi
@@ -63,8 +79,9 @@ for run in $(seq 1 "$RUNS"); do
     "$DUALFS" sync $W/a $B >/dev/null
     t1=$(now)
     read -r p1 m1 d1 c1 < <(counters $W/a)
-    say $ROWS "$fs $run $(echo "$t1 - $t0" | bc) $((p1 - p0)) $((m1 - m0)) $((d1 - d0)) $((c1 - c0))"
+    say $ROWS "$(name $fs $label) $run $(echo "$t1 - $t0" | bc) $((p1 - p0)) $((m1 - m0)) $((d1 - d0)) $((c1 - c0))"
     gone
+   done
   done
 done
 
@@ -84,15 +101,19 @@ EOF
 }
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 say $FROWS "fs run p50_ms p90_ms max_ms"
-for run in $(seq 1 "$RUNS"); do
+for run in $(seq 1 "$FSYNC_RUNS"); do
+ for build in $BUILDS; do
+  label=${build%%=*}; DUALFS=${build#*=}
   fresh
   "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b
-  say $FROWS "b-idle $run $(lat $W/a/f)"
-  dd if=/dev/zero of=$W/b/big bs=1M count=1024 status=none & p=$!
+  say $FROWS "$(name b-idle $label) $run $(lat $W/a/f)"
+  rm -f $W/stop
+  (while [ ! -e $W/stop ]; do dd if=/dev/zero of=$W/b/big bs=1M count=1024 conv=notrunc status=none; done) & p=$!
   sleep 1
-  say $FROWS "b-streams $run $(lat $W/a/g)"
-  wait $p
+  say $FROWS "$(name b-streams $label) $run $(lat $W/a/g)"
+  touch $W/stop; pkill -P $p -x dd || true; wait $p || true
   gone
+ done
 done
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" < $ROWS

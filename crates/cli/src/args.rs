@@ -503,7 +503,8 @@ pub enum SnapshotAction {
         #[arg(num_args = 2..=3, required = true, value_name = "VOLUME NAME")]
         target: Vec<PathBuf>,
     },
-    /// List the snapshots: name, creation time, space only it holds, space shared.
+    /// List the live tree, then the snapshots and kept trees: name, kind,
+    /// creation time, data only it holds, data it shares.
     List {
         /// VOLUME: mount point, META DATA or META#DATA.
         #[arg(num_args = 1..=2, required = true, value_name = "VOLUME")]

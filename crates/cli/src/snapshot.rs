@@ -60,21 +60,41 @@ fn open(meta: &Path, data: &Path, write: bool) -> Result<Volume> {
 }
 
 fn list(t: &Target) -> Result<Value> {
-    Ok(list_and_tree(t)?.0)
+    Ok(listing(t, false)?.0)
 }
 
-/// The snapshots and kept trees, and the live tree's name.
-fn list_and_tree(t: &Target) -> Result<(Value, String)> {
+/// The snapshots and kept trees, the live tree's name and, when `space`,
+/// the data space each tree holds (none from a serving process that does
+/// not say).
+fn listing(t: &Target, space: bool) -> Result<(Value, String, Option<Value>)> {
     match t {
         Target::Mounted(mnt) => {
             let tree = mnt.get(control::TREE)?.as_str().unwrap_or(DEFAULT_TREE).to_string();
-            Ok((mnt.get(control::SNAPSHOTS)?, tree))
+            let trees = if space { mnt.get(control::TREES).ok() } else { None };
+            Ok((mnt.get(control::SNAPSHOTS)?, tree, trees))
         }
         Target::Devices(m, d) => {
             let vol = open(m, d, false)?;
-            Ok((control::snapshots_json(&vol.snapshot_list()), vol.live_tree()))
+            let trees = space.then(|| control::trees_json(&vol.tree_spaces()));
+            Ok((control::snapshots_json(&vol.snapshot_list()), vol.live_tree(), trees))
         }
     }
+}
+
+/// What `snapshot list` shows: the live tree first (kind `live`, with the
+/// data only it holds and what it shares), then each snapshot and kept
+/// tree, each with every byte of data it reaches (`referenced_bytes`).
+fn with_live_tree(snapshots: Value, trees: Option<&Value>) -> Value {
+    let mut rows: Vec<Value> =
+        trees.and_then(Value::as_array).into_iter().flatten().filter(|t| t["kind"] == "live").cloned().collect();
+    for mut s in snapshots.as_array().cloned().unwrap_or_default() {
+        let referenced = s["data_only_bytes"].as_u64().unwrap_or(0) + s["data_shared_bytes"].as_u64().unwrap_or(0);
+        if let Some(o) = s.as_object_mut() {
+            o.insert("referenced_bytes".into(), referenced.into());
+        }
+        rows.push(s);
+    }
+    Value::Array(rows)
 }
 
 /// Makes or deletes a snapshot. A mounted volume's serving process says
@@ -184,8 +204,8 @@ fn created(s: &Value) -> String {
     crate::words::date(t).replace(".000000000", "")
 }
 
-/// `zfs list -t snapshot`'s columns: the space only it holds (what deleting
-/// it gives back) and the space it shares.
+/// `zfs list`'s columns: the space only it holds (what deleting it gives
+/// back) and the space it shares, the live tree first.
 fn table(v: &Value, tree: &str) -> String {
     let mut o = String::new();
     if tree != DEFAULT_TREE {
@@ -205,7 +225,7 @@ fn table(v: &Value, tree: &str) -> String {
             "{:<width$}  {:<8}  {:<23}  {:>12}  {:>12}",
             s["name"].as_str().unwrap_or("?"),
             s["kind"].as_str().unwrap_or("?"),
-            created(&s),
+            if s["kind"] == "live" { "-".to_string() } else { created(&s) },
             human_bytes(only),
             human_bytes(s["data_shared_bytes"].as_u64().unwrap_or(0)),
         );
@@ -238,7 +258,8 @@ pub fn run(args: &SnapshotArgs) -> Result<()> {
     match &args.action {
         SnapshotAction::List { target: words, json } => {
             let (t, _) = target(words, false)?;
-            let (v, tree) = list_and_tree(&t)?;
+            let (v, tree, trees) = listing(&t, true)?;
+            let v = with_live_tree(v, trees.as_ref());
             if *json {
                 println!("{v}");
             } else {

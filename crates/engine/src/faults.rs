@@ -146,11 +146,15 @@ pub enum Fault {
     /// RENAME_WHITEOUT: make the whiteout in a commit group after the
     /// rename's (a crash between shows the old name gone and no whiteout).
     WhiteoutApart,
+    /// Snapshot records: leave the snapshot list as it is when only the
+    /// count of free data blocks the snapshots hold moved (a file a
+    /// snapshot keeps deleted): a mount then starts from a stale count.
+    HeldCountStale,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 42] = [
+    pub const ALL: [Fault; 43] = [
         Fault::NoDataFlush,
         Fault::ImmediateReuse,
         Fault::SegmentReuse,
@@ -193,6 +197,7 @@ impl Fault {
         Fault::QuotaChownKeepsUsage,
         Fault::WhiteoutApart,
         Fault::EnterWithoutSwitch,
+        Fault::HeldCountStale,
     ];
 
     #[cfg(feature = "fault-injection")]

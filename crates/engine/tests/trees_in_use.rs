@@ -373,3 +373,90 @@ fn a_tree_left_loose_is_left_compact() {
     vol.close().unwrap();
     rig.assert_fsck_clean();
 }
+
+#[test]
+fn a_tree_served_alone_passes_the_gate_unseen_yet_never_under_a_switch() {
+    let rig = Rig::new();
+    let vol = rig.open();
+    vol.snapshot_create("s").unwrap();
+    vol.clone_create("s", "c").unwrap();
+    let main = vol.serve_tree("main", "/mnt/m").unwrap();
+    // The first operation enters through the lock; then main is served
+    // alone, entered, and nothing waits.
+    drop(vol.enter_served(&main).unwrap());
+    let held = vol.enter_served(&main).unwrap();
+    let switched = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|scope| {
+        let (vol, switched) = (&vol, &switched);
+        let other = scope.spawn(move || {
+            let g = vol.enter_tree("c").unwrap();
+            switched.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(g);
+        });
+        // However long main's operation runs, c is not entered under it.
+        thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!switched.load(std::sync::atomic::Ordering::SeqCst), "c entered under main's operation");
+        assert_eq!(vol.live_tree(), "main");
+        drop(held);
+        other.join().unwrap();
+    });
+    assert_eq!(vol.live_tree(), "c");
+    // Back to main through the lock, and alone again after.
+    drop(vol.enter_served(&main).unwrap());
+    assert_eq!(vol.live_tree(), "main");
+    drop(vol.enter_served(&main).unwrap());
+    drop(main);
+    vol.close().unwrap();
+    rig.assert_fsck_clean();
+}
+
+#[test]
+fn each_tree_shows_the_data_only_it_holds_and_what_it_shares() {
+    use dualfs_engine::volume::{TreeKind, TreeSpace};
+    const B: u64 = 4096;
+    let rig = Rig::new();
+    let vol = rig.open();
+    let space = |vol: &Volume| -> Vec<(String, TreeKind, u64, u64)> {
+        vol.tree_spaces().into_iter().map(|t: TreeSpace| (t.name, t.kind, t.only_bytes, t.shared_bytes)).collect()
+    };
+    let row = |name: &str, kind, only: u64, shared: u64| (name.to_string(), kind, only, shared);
+    let file = |vol: &Volume, name: &str, blocks: usize| {
+        let f = vol.create(InodeNo::ROOT, name.as_bytes(), 0o644, Creds::ROOT).unwrap().ino;
+        vol.write(f, 0, &vec![3u8; blocks * 4096]).unwrap();
+        vol.sync().unwrap();
+        f
+    };
+    // One tree: all it reaches is its own.
+    let one = space(&vol);
+    let [(_, TreeKind::Live, base, 0)] = one[..] else { panic!("{one:?}") };
+    assert!(base >= 10 * B, "the rig's 40,000-byte file: {base}");
+    let f = file(&vol, "f", 20);
+    vol.snapshot_create("s").unwrap();
+    let both = base + 20 * B;
+    assert_eq!(space(&vol), [row("main", TreeKind::Live, 0, both), row("s", TreeKind::Snapshot, 0, both)]);
+    // The live tree lets f go and writes g: f is the snapshot's alone.
+    vol.unlink(InodeNo::ROOT, b"f").unwrap();
+    vol.forget(f, 1).unwrap();
+    file(&vol, "g", 5);
+    vol.sync().unwrap();
+    assert_eq!(space(&vol), [row("main", TreeKind::Live, 5 * B, base), row("s", TreeKind::Snapshot, 20 * B, base)]);
+    // A clone of s, written in: f is shared again, its new file its own.
+    vol.clone_create("s", "c").unwrap();
+    drop(vol.enter_tree("c").unwrap());
+    file(&vol, "h", 3);
+    assert_eq!(
+        space(&vol),
+        [
+            row("c", TreeKind::Live, 3 * B, both),
+            row("s", TreeKind::Snapshot, 0, both),
+            row("main", TreeKind::Clone, 5 * B, base),
+        ]
+    );
+    // The same after a mount, which leaves the records' bitmaps on disk.
+    let before = space(&vol);
+    vol.close().unwrap();
+    rig.assert_fsck_clean();
+    let vol = rig.open();
+    assert_eq!(space(&vol), before);
+    vol.close().unwrap();
+}

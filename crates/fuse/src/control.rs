@@ -370,6 +370,9 @@ pub const SNAPSHOTS: &str = "dualfs.snapshots";
 pub const CLONE_CREATE: &str = "dualfs.clone.create";
 /// Read: the live tree's name, as a JSON string.
 pub const TREE: &str = "dualfs.tree";
+/// Read: the data space each tree and snapshot holds, as [`trees_json`]
+/// writes it.
+pub const TREES: &str = "dualfs.trees";
 
 /// The snapshots as `dualfs snapshot list --json` prints them (one shape
 /// whether the volume is mounted or not).
@@ -389,6 +392,31 @@ pub fn snapshots_json(list: &[dualfs_engine::volume::SnapshotView]) -> Value {
                     "meta_only_bytes": s.meta_only_bytes,
                     "meta_blocks": s.meta_blocks,
                     "kind": if s.writable { "clone" } else { "snapshot" },
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The live tree, then every snapshot and kept tree, with the data space
+/// only it holds and the space it shares (`Volume::tree_spaces`).
+#[must_use]
+pub fn trees_json(trees: &[dualfs_engine::volume::TreeSpace]) -> Value {
+    use dualfs_engine::volume::TreeKind;
+    Value::Array(
+        trees
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "kind": match t.kind {
+                        TreeKind::Live => "live",
+                        TreeKind::Clone => "clone",
+                        TreeKind::Snapshot => "snapshot",
+                    },
+                    "data_only_bytes": t.only_bytes,
+                    "data_shared_bytes": t.shared_bytes,
+                    "referenced_bytes": t.referenced_bytes(),
                 })
             })
             .collect(),
@@ -611,6 +639,9 @@ mod requests {
                 b if b == crate::migrate::MIGRATE.as_bytes() => Ok(self.migrator.status()),
                 b if b == crate::mirror::MIRROR.as_bytes() => Ok(self.mirrorer.status()),
                 b if b == crate::scrub::SCRUB.as_bytes() => Ok(self.scrubber.status()),
+                b if b == control::TREES.as_bytes() => {
+                    Ok(control::trees_json(&self.vol.tree_spaces()).to_string().into_bytes())
+                }
                 b if b == control::TREE.as_bytes() => {
                     Ok(serde_json::json!(self.vol.live_tree()).to_string().into_bytes())
                 }
@@ -678,6 +709,7 @@ mod requests {
                         control::REMOUNT_RW,
                         control::SNAPSHOTS,
                         control::TREE,
+                        control::TREES,
                     ]
                     .iter()
                     .any(|n| n.as_bytes() == b) =>

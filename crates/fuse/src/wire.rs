@@ -159,7 +159,7 @@ impl Handler for DualFs {
         // One tree's requests at a time: this connection's tree is made
         // the live one first if another is.
         let _entered = match &self.tree {
-            Some((name, _)) => match self.vol.enter_tree(name) {
+            Some((name, served)) => match self.vol.enter_served(served) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     log::error!("cannot enter tree {name}: {e}");

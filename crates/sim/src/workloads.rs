@@ -29,7 +29,7 @@ pub use resize::{resizes, shrink_data, shrink_meta};
 pub use whiteout::whiteouts;
 
 mod trees;
-pub use trees::{clones, snapshots, trees_beside, trees_turns};
+pub use trees::{clones, snapshot_held_count, snapshots, trees_beside, trees_turns};
 
 fn s(p: &str) -> String {
     p.to_string()

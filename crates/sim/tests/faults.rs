@@ -115,6 +115,10 @@ fn candidates(fault: Fault) -> Vec<dualfs_sim::workload::Workload> {
         // Only a switch of the live tree shows it.
         list.extend(workloads::clones());
     }
+    if fault == Fault::HeldCountStale {
+        // Only a snapshot whose kept blocks the live tree lets go shows it.
+        return vec![workloads::snapshot_held_count()];
+    }
     if fault == Fault::EnterWithoutSwitch {
         // Only a tree entered beside the live one shows it.
         list.extend(workloads::trees_beside());

@@ -50,6 +50,8 @@ pub enum Invariant {
     I12,
     /// I13 snapshot blocks never reused.
     I13,
+    /// I20 snapshot records match their images.
+    I20,
     /// Q1 quota usage follows the inodes; the quota record is whole.
     Q1,
 }
@@ -70,6 +72,7 @@ impl Invariant {
             Invariant::I9 => "I9 replacement",
             Invariant::I12 => "I12 snapshot images complete",
             Invariant::I13 => "I13 snapshot blocks never reused",
+            Invariant::I20 => "I20 snapshot records match their images",
             Invariant::Q1 => "Q1 quota usage and record",
         }
     }
@@ -223,6 +226,16 @@ pub fn check(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Result<C
 /// map belongs to the same file in both (the allocator never
 /// handed a held block to anything else), and so between two snapshots.
 fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
+    // I20: what the records carry (pins, the held count), against a walk
+    // of every image and the bitmaps, made when the volume was opened.
+    problems.extend(log.snapshot_record_problems().iter().map(|m| Problem {
+        invariant: Some(Invariant::I20),
+        structure: "snapshot record",
+        ino: None,
+        block: None,
+        message: m.clone(),
+    }));
+    let damaged_before = problems.iter().filter(|p| p.invariant == Some(Invariant::I12)).count();
     let mut maps = vec![("the live volume".to_string(), space::data_map(loaded))];
     for s in log.snapshots() {
         let image = match log.open_image(&s.checkpoint) {
@@ -251,6 +264,18 @@ fn check_snapshots(log: &Log, loaded: &Loaded, problems: &mut Vec<Problem>) {
             });
         }
         maps.push((format!("snapshot {}", s.name), space::data_map(&image_loaded)));
+    }
+    // A damaged image's bitmap makes the held count wrong too: the image
+    // is what is named then.
+    let damaged = problems.iter().filter(|p| p.invariant == Some(Invariant::I12)).count() > damaged_before;
+    if let (Some(m), false) = (log.snapshot_held_count_problem(), damaged) {
+        problems.push(Problem {
+            invariant: Some(Invariant::I20),
+            structure: "snapshot list",
+            ino: None,
+            block: None,
+            message: m.to_string(),
+        });
     }
     for i in 0..maps.len() {
         for j in i + 1..maps.len() {

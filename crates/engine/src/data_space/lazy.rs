@@ -123,6 +123,7 @@ impl DataSpace {
         let per = (self.bitmap.per_block() * 64) as u64;
         for b in start / per..=(end - 1) / per {
             self.bitmap.load_block(b as u32, source.as_ref())?;
+            self.load_held(b as u32)?;
         }
         let n = self.count_free(start, end);
         let said = u64::from(self.groups.get(g.0 as usize).free_blocks);
@@ -255,6 +256,7 @@ impl DataSpace {
                 continue;
             }
             evicted += 1;
+            self.forget_held(b as u32);
             for g in g0..=g1 {
                 if self.is_ready(GroupNo(g)) {
                     self.set_ready(g, false);

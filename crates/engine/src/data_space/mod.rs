@@ -7,10 +7,12 @@
 //! meanwhile overwritten.
 
 mod discard;
+mod held;
 mod lazy;
 mod shrink;
 
 pub use discard::Discard;
+pub use held::HeldSource;
 
 use crate::error::{DeviceRole, Error, Result};
 use crate::faults::{self, Fault};
@@ -47,6 +49,9 @@ pub struct DataSpace {
     /// bit per block as in `bitmap`; empty when the volume has none. Never
     /// handed out, whatever the live bitmap says (DESIGN.md, snapshots).
     held: Vec<u64>,
+    /// The same, read a bitmap block at a time (a mount); `held` is
+    /// empty meanwhile.
+    held_lazy: Option<held::LazyHeld>,
     /// Blocks free in the live bitmap but held by a snapshot or past
     /// `limit`: never handed out.
     held_only: u64,
@@ -91,6 +96,7 @@ impl DataSpace {
             pending_blocks: 0,
             cursor: BTreeMap::new(),
             held: Vec::new(),
+            held_lazy: None,
             held_only: 0,
             limit: u64::MAX,
             source: None,
@@ -127,6 +133,7 @@ impl DataSpace {
     pub fn grow(&mut self, new_total: u64) -> Result<()> {
         assert!(new_total >= self.total, "growing {} data blocks to {new_total}", self.total);
         self.load_all()?;
+        self.hold_whole()?;
         self.settle();
         let old = self.total;
         // The bits past the old end were "in use" as beyond the device.
@@ -252,6 +259,7 @@ impl DataSpace {
         assert!(held.is_empty() || held.len() == self.bitmap.len(), "held bitmap of {} words", held.len());
         assert!(held.is_empty() || self.fully_loaded(), "snapshots held against a bitmap not all read");
         self.held = held;
+        self.held_lazy = None;
         self.held_only = self.count_held_only();
         // Blocks a deleted snapshot held may be free now: the next trim
         // looks at every group again.
@@ -277,12 +285,18 @@ impl DataSpace {
         self.bitmap.adopt(other.bitmap);
         self.free = other.free;
         self.cursor = other.cursor;
+        assert!(self.held_lazy.is_none(), "adopting a tree while the held set is read lazily");
         let held = std::mem::take(&mut self.held);
         self.set_held(held);
     }
 
     /// Adds a snapshot's bitmap to what snapshots hold.
+    ///
+    /// # Panics
+    /// The held set is read lazily: the caller reads every snapshot's
+    /// bitmap first.
     pub fn add_held(&mut self, bitmap: &[u64]) {
+        assert!(self.held_lazy.is_none(), "a snapshot added to a held set read lazily");
         let mut held = std::mem::take(&mut self.held);
         if held.is_empty() {
             held = vec![0; self.bitmap.len()];
@@ -297,7 +311,7 @@ impl DataSpace {
     /// end: it may be neither overwritten in place nor handed out again.
     #[must_use]
     pub fn is_held(&self, b: u64) -> bool {
-        b >= self.limit || self.held.get((b / 64) as usize).is_some_and(|w| w >> (b % 64) & 1 != 0)
+        b >= self.limit || self.held_word((b / 64) as usize) >> (b % 64) & 1 != 0
     }
 
     /// Blocks free in the live bitmap that snapshots alone keep.
@@ -313,15 +327,17 @@ impl DataSpace {
         self.bitmap.entries().collect()
     }
 
-    fn held_word(&self, w: usize) -> u64 {
-        self.held.get(w).copied().unwrap_or(0)
-    }
-
     /// Blocks free or about to be (pending frees count: they are freed by a
     /// partial segment already sealed), minus reservations. What `df` shows.
     #[must_use]
     pub fn free_for_statfs(&self) -> u64 {
         self.available() + self.pending_blocks
+    }
+
+    /// The runs freed but not yet durable, as `(first, end)`: still set in
+    /// the bitmap, reached by no tree.
+    pub fn pending_runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.pending_ranges.iter().map(|(&a, &b)| (a, b))
     }
 
     /// Blocks freed but not yet durable.
@@ -479,7 +495,9 @@ impl DataSpace {
                     // A block the live tree lets go of that a snapshot
                     // keeps stays out of reach (and back: roll-forward).
                     if used {
-                        self.held_only -= 1;
+                        // (Saturating: a count carried from disk may be
+                        // damaged; fsck says so.)
+                        self.held_only = self.held_only.saturating_sub(1);
                     } else {
                         self.held_only += 1;
                     }

@@ -23,6 +23,7 @@ impl DataSpace {
         if let Some(n) = n {
             self.load_from(n)?;
         }
+        self.hold_whole()?;
         self.limit = n.unwrap_or(u64::MAX);
         self.held_only = self.count_held_only();
         // Asserts that the reservations still fit.
@@ -132,7 +133,11 @@ impl DataSpace {
     /// Free blocks that snapshots or the limit keep from being handed out.
     pub(super) fn count_held_only(&self) -> u64 {
         let words = self.bitmap.len();
-        let first = if self.held.is_empty() { (self.limit / 64).min(words as u64) as usize } else { 0 };
+        let first = if self.held.is_empty() && self.held_lazy.is_none() {
+            (self.limit / 64).min(words as u64) as usize
+        } else {
+            0
+        };
         let mut n = 0;
         for i in first..words {
             let lo = i as u64 * 64;

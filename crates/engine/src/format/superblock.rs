@@ -16,9 +16,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// [`INCOMPAT_FSYNC_LOG`]; 1.3 added [`INCOMPAT_SNAPSHOTS`] and [`INCOMPAT_RESIZED`];
 /// 1.4 added [`INCOMPAT_CLONES`]; 1.5 added [`INCOMPAT_INDEX_RUNS`]; 1.6
 /// added [`INCOMPAT_INODE_FLAGS`]; 1.7 added [`INCOMPAT_SPARSE_IFILE`]; 1.9
-/// added [`INCOMPAT_QUOTA`]; 1.10 added [`INCOMPAT_META_REDUNDANCY`]. A
-/// volume is written with the highest minor any of its features needs.
-pub const FORMAT_MINOR: u16 = 10;
+/// added [`INCOMPAT_QUOTA`]; 1.10 added [`INCOMPAT_META_REDUNDANCY`]; 1.11
+/// added [`INCOMPAT_SNAPSHOT_RECORDS`]. A volume is written with the
+/// highest minor any of its features needs.
+pub const FORMAT_MINOR: u16 = 11;
 /// The minor version a resize raises an older volume to.
 pub const FORMAT_MINOR_RESIZE: u16 = 3;
 /// `compat`: default mount options are stored at bytes 256..320 (`dualfs
@@ -103,6 +104,16 @@ pub const FORMAT_MINOR_QUOTA: u16 = 9;
 /// would refuse the flags and take the last acknowledged fsync for a torn
 /// tail, hence incompat. mkfs sets it. Since 1.10.
 pub const INCOMPAT_META_REDUNDANCY: u64 = 1 << 10;
+/// `incompat`: a snapshot block may carry what its image pins (the log
+/// segments, and how many meta-data blocks it reaches) and the snapshot
+/// list the count of free data blocks the snapshots hold (record flag
+/// `RECORD_PINS`, list flag `LIST_HELD_FREE`, FORMAT.md 3.15, 3.16), so
+/// that a mount reads neither an image nor a bitmap whole. An older
+/// reader would refuse the flags. mkfs sets it; an older volume with
+/// snapshots gets it at its first writable mount. Since 1.11.
+pub const INCOMPAT_SNAPSHOT_RECORDS: u64 = 1 << 15;
+/// Format minor version that introduced [`INCOMPAT_SNAPSHOT_RECORDS`].
+pub const FORMAT_MINOR_SNAPSHOT_RECORDS: u16 = 11;
 /// Feature bits this library understands, by class.
 pub const KNOWN_COMPAT: u64 = COMPAT_MOUNT_OPTIONS;
 /// Unknown `ro_compat` bits force a read-only mount.
@@ -118,7 +129,8 @@ pub const KNOWN_INCOMPAT: u64 = INCOMPAT_BLOCK_ID
     | INCOMPAT_INODE_FLAGS
     | INCOMPAT_SPARSE_IFILE
     | INCOMPAT_QUOTA
-    | INCOMPAT_META_REDUNDANCY;
+    | INCOMPAT_META_REDUNDANCY
+    | INCOMPAT_SNAPSHOT_RECORDS;
 /// Bytes of the default mount options field.
 pub const MOUNT_OPTIONS_BYTES: usize = 64;
 /// Largest inline-data limit: an inode record must fit an inode block.

@@ -315,6 +315,7 @@ impl Log {
         let first_snapshot_body = bodies.len();
         bodies.extend(self.snapshot_bodies());
         self.snaps.staged = None;
+        self.snaps.staged_records = None;
         if bodies.is_empty() && self.snaps.pending.is_some() {
             // Deleting the last snapshot writes no block (the checkpoint
             // names no list), and with no IFile block changed either there

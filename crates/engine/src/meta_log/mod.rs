@@ -30,7 +30,9 @@ pub mod resize;
 pub mod seal;
 pub mod segments;
 pub mod snapshot;
+mod snapshot_records;
 pub mod tree;
+pub mod tree_space;
 
 use std::sync::Arc;
 

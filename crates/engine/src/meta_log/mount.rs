@@ -335,7 +335,12 @@ impl Log {
         // snapshot or clone made rewrites the data copy
         // (`Volume::mark_features`).
         let snapshots_cut = |d: &Superblock| {
-            let set_later = m.incompat & (INCOMPAT_SNAPSHOTS | INCOMPAT_CLONES | INCOMPAT_INODE_FLAGS | INCOMPAT_QUOTA);
+            let set_later = m.incompat
+                & (INCOMPAT_SNAPSHOTS
+                    | INCOMPAT_CLONES
+                    | INCOMPAT_INODE_FLAGS
+                    | INCOMPAT_QUOTA
+                    | crate::format::superblock::INCOMPAT_SNAPSHOT_RECORDS);
             set_later != 0 && Superblock { incompat: d.incompat | set_later, minor: m.minor, ..d.clone() } == same
         };
         let stale = same != d && Log::lags_by_a_resize(&m, &d);

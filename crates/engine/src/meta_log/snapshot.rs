@@ -44,6 +44,14 @@ pub struct SnapshotInfo {
     /// A writable tree kept while another is live (a clone, or the tree
     /// that was live before a clone was mounted), not a snapshot.
     pub writable: bool,
+    /// Its bitmap is on disk, read a block at a time into the held set
+    /// (`bitmap` is empty until [`Log::load_snapshot_bitmaps`]).
+    pub lazy: bool,
+    /// Its image does not load: what it holds is unknown.
+    pub damaged: bool,
+    /// Its block carries what this format records (pins), or is written
+    /// with the next list.
+    pub recorded: bool,
 }
 
 /// A change of the snapshot list the next checkpoint carries.
@@ -81,7 +89,20 @@ pub(crate) struct Snapshots {
     /// Kept writable trees that take turns with the live one: each is
     /// made live again, and moves its own blocks then.
     pub turns: Vec<String>,
+    /// The held count the durable list carries (none: an older list).
+    pub list_held: Option<u64>,
+    /// What the checkpoint being sealed rewrote: records (id, new block)
+    /// and the held count its list carries.
+    pub staged_records: Option<StagedRecords>,
+    /// Records found at odds with a walk of their images (fsck).
+    pub record_problems: Vec<String>,
+    /// The list's held count at odds with the bitmaps (fsck).
+    pub held_problem: Option<String>,
 }
+
+/// Records (id, new block) a checkpoint rewrote, and the held count its
+/// list carries.
+pub(crate) type StagedRecords = (Vec<(u64, MetaBlock)>, Option<u64>);
 
 /// What a snapshot's image reaches in the log.
 struct Reach {
@@ -216,7 +237,7 @@ impl Log {
     /// As [`Log::open_image`], but a large inode map is left on disk (as
     /// a mount leaves it): for counting what the image reaches, which
     /// reads the map's blocks without keeping them.
-    fn open_image_with(&self, c: &Checkpoint, imap_lazy_from: Option<usize>) -> Result<Log> {
+    pub(super) fn open_image_with(&self, c: &Checkpoint, imap_lazy_from: Option<usize>) -> Result<Log> {
         let mut image = Log::fresh(self.sb.clone(), self.meta.clone(), self.data.clone());
         // Its bitmap whole: it is what the live volume must not hand out. An
         // image never allocates, so the snapshots its checkpoint listed
@@ -255,11 +276,18 @@ impl Log {
             meta_blocks: reach.blocks + 1,
             bitmap: self.space.bitmap_words(),
             writable: false,
+            lazy: false,
+            damaged: false,
+            recorded: false,
         })
     }
 
-    /// Reads the snapshot list a checkpoint names and every snapshot's
-    /// image, and pins what they keep (mount). An image's inode map of
+    /// Reads the snapshot list a checkpoint names and what every kept
+    /// tree pins and holds. A mount (the live bitmap left on disk) of a
+    /// list carrying the held count reads each record's pins and leaves
+    /// every bitmap on disk ([`Log::hold_snapshots_lazily`]); otherwise
+    /// (fsck, an older volume) each image is loaded and walked, and what
+    /// the records say is checked against it. An image's inode map of
     /// `lazy_from` blocks or more is left on disk, as the live one is,
     /// and read without being kept to count what it reaches.
     pub(crate) fn load_snapshots(&mut self, list_at: MetaBlock, lazy_from: Option<usize>) -> Result<()> {
@@ -274,7 +302,18 @@ impl Log {
         let (_, payload) = block::open_block_of_kind(&raw, list_at, self.volume_id, BlockKind::SnapshotList)
             .map_err(|e| Error::corrupt_meta("snapshot list", list_at.0, e.0))?;
         let list = SnapshotList::decode(payload).map_err(|e| Error::corrupt_meta("snapshot list", list_at.0, e.0))?;
+        let records = self.snapshot_records_on();
+        if list.held_free.is_some() && !records {
+            return Err(Error::corrupt_meta(
+                "snapshot list",
+                list_at.0,
+                "carries a held count on a volume without the SNAPSHOT_RECORDS feature",
+            ));
+        }
+        // Lazily: a mount, and the list carries what no mount should count.
+        let lazy = !self.space.fully_loaded() && list.held_free.is_some();
         let mut all = Vec::with_capacity(list.entries.len());
+        let mut problems = Vec::new();
         for e in &list.entries {
             let raw = self.read_meta(e.address, 1)?;
             let (h, payload) = block::open_block_of_kind(&raw, e.address, self.volume_id, BlockKind::Snapshot)
@@ -284,11 +323,39 @@ impl Log {
             if h.name != e.id || rec.id != e.id {
                 return Err(Error::corrupt_meta("snapshot block", e.address.0, "is not the snapshot the list names"));
             }
+            if rec.pins.is_some() && !records {
+                return Err(Error::corrupt_meta(
+                    "snapshot block",
+                    e.address.0,
+                    "carries pins on a volume without the SNAPSHOT_RECORDS feature",
+                ));
+            }
+            if lazy && let Some(info) = self.info_from_record(&rec, e.address)? {
+                all.push(info);
+                continue;
+            }
             let info = self.open_image_with(&rec.checkpoint, lazy_from).and_then(|image| {
                 image.info_from(rec.id, rec.name.clone(), rec.created, e.address, rec.checkpoint.clone())
             });
             match info {
-                Ok(info) => all.push(SnapshotInfo { writable: rec.writable, ..info }),
+                Ok(info) => {
+                    let mut info = SnapshotInfo {
+                        writable: rec.writable,
+                        // A record unable to hold its pins is not rewritten.
+                        recorded: rec.pins.is_some() || (records && !rec.pins_fit(self.sb.index_runs())),
+                        ..info
+                    };
+                    if let Some(s) = self.ifile.geometry().segment_of(e.address) {
+                        info.segments.insert(s);
+                    }
+                    problems.extend(self.check_record(&rec, &info));
+                    if lazy {
+                        // Walked for its pins; its bitmap stays on disk.
+                        info.bitmap = Vec::new();
+                        info.lazy = true;
+                    }
+                    all.push(info);
+                }
                 Err(err) => {
                     // Damage to one snapshot must not cost the volume: it is
                     // kept (and its own blocks pinned) for fsck to name and
@@ -309,6 +376,9 @@ impl Log {
                         meta_blocks: 0,
                         bitmap: Vec::new(),
                         writable: rec.writable,
+                        lazy: false,
+                        damaged: true,
+                        recorded: true,
                     });
                 }
             }
@@ -334,8 +404,14 @@ impl Log {
             next_id: list.next_id,
             all,
             live_name: list.live_name,
+            list_held: list.held_free,
+            record_problems: problems,
             ..Default::default()
         };
+        if let (true, Some(held_free)) = (lazy, list.held_free) {
+            self.recount_pins();
+            return self.hold_snapshots_lazily(held_free);
+        }
         if !self.snaps.all.is_empty() {
             // The held set is counted against the live bitmap, word by word;
             // the segments snapshots keep are counted out of the free ones.
@@ -343,12 +419,13 @@ impl Log {
             self.load_segment_usage()?;
         }
         self.repin_snapshots();
+        self.check_held_count(list.held_free);
         Ok(())
     }
 
     /// Recounts the pins and the held data blocks from the snapshots (and
     /// the deleted ones still retiring).
-    fn repin_snapshots(&mut self) {
+    pub(super) fn repin_snapshots(&mut self) {
         self.recount_pins();
         let mut held: Vec<u64> = Vec::new();
         let words = self.space.bitmap.len();
@@ -391,7 +468,7 @@ impl Log {
     }
 
     /// Recounts the pins from the snapshots and the list block.
-    fn recount_pins(&mut self) {
+    pub(super) fn recount_pins(&mut self) {
         let mut pins: HashMap<SegmentNo, u32> = HashMap::new();
         for s in &self.snaps.all {
             for seg in &s.segments {
@@ -445,7 +522,9 @@ impl Log {
         };
         // The snapshot keeps a copy of the live bitmap, all of it, and
         // counts the inode blocks the whole inode map reaches (read, not
-        // kept: `inode_blocks_reached`) and every IFile block.
+        // kept: `inode_blocks_reached`) and every IFile block. The others'
+        // bitmaps are read whole too: a change of the list recounts them.
+        self.load_snapshot_bitmaps()?;
         self.space.load_all()?;
         self.load_ifile_index()?;
         self.load_segment_usage()?;
@@ -471,6 +550,9 @@ impl Log {
     /// # Errors
     /// No such snapshot.
     pub fn stage_snapshot_delete(&mut self, name: &str) -> Result<u64> {
+        // What only it holds is let go by bitmap, and the list's count
+        // recounted over the others'.
+        self.load_snapshot_bitmaps()?;
         let Some(s) = self.snaps.all.iter().find(|s| s.name == name) else {
             if self.live_tree_name() == name {
                 return Err(Error::SnapshotRefused(format!(
@@ -484,23 +566,30 @@ impl Log {
         Ok(id)
     }
 
-    /// The bodies a checkpoint adds for a pending list change: the new
-    /// snapshot block, then the list block (whose payload the fill step
-    /// writes, [`Log::fill_snapshot_bodies`]).
+    /// The bodies a checkpoint adds for a pending list change (or a list
+    /// rewritten for its held count, [`Log::list_refresh_due`]): the new
+    /// snapshot block, the records an upgrade rewrites, then the list
+    /// block (whose payloads the fill step writes,
+    /// [`Log::fill_snapshot_bodies`]).
     pub(crate) fn snapshot_bodies(&self) -> Vec<Body> {
         let mut bodies = Vec::new();
+        let runs = self.sb.index_runs();
         let remaining = match &self.snaps.pending {
+            None if self.list_refresh_due() => self.snaps.all.len(),
             None => return bodies,
             Some(Pending::Create(info)) => {
-                bodies.push(record_body(info, self.sb.index_runs()));
+                bodies.push(self.record_body(info, runs));
                 self.snaps.all.len() + 1
             }
             Some(Pending::Delete(_)) => self.snaps.all.len() - 1,
             Some(Pending::Switch { keep, .. }) => {
-                bodies.push(record_body(keep, self.sb.index_runs()));
+                bodies.push(self.record_body(keep, runs));
                 self.snaps.all.len()
             }
         };
+        for i in self.records_to_rewrite() {
+            bodies.push(self.record_body(&self.snaps.all[i], runs));
+        }
         if remaining > 0 || self.pending_live_name().is_some() {
             bodies.push(Body {
                 summary: Summary { kind: BlockKind::SnapshotList, owner: InodeNo(0), name: 0 },
@@ -512,7 +601,7 @@ impl Log {
         bodies
     }
 
-    /// Fills the list block of [`Log::snapshot_bodies`], placed at
+    /// Fills the bodies of [`Log::snapshot_bodies`], placed at
     /// `addresses` (those bodies' addresses, in order), and notes where
     /// they went.
     pub(crate) fn fill_snapshot_bodies(&mut self, addresses: &[MetaBlock], bodies: &mut [Body]) {
@@ -520,12 +609,15 @@ impl Log {
             self.snaps.all.iter().map(|s| ListEntry { id: s.id, address: s.address }).collect();
         let mut next_id = self.snaps.next_id.max(1);
         let mut snap_at = None;
+        let mut k = 0;
         match &self.snaps.pending {
+            None if self.list_refresh_due() => {}
             None => return,
             Some(Pending::Create(info)) => {
                 entries.push(ListEntry { id: info.id, address: addresses[0] });
                 next_id = info.id + 1;
                 snap_at = Some(addresses[0]);
+                k = 1;
             }
             Some(Pending::Delete(id)) => entries.retain(|e| e.id != *id),
             Some(Pending::Switch { keep, live, .. }) => {
@@ -533,18 +625,35 @@ impl Log {
                 entries.push(ListEntry { id: keep.id, address: addresses[0] });
                 next_id = keep.id + 1;
                 snap_at = Some(addresses[0]);
+                k = 1;
             }
         }
+        let mut rewritten = Vec::new();
+        for i in self.records_to_rewrite() {
+            let id = self.snaps.all[i].id;
+            if let Some(e) = entries.iter_mut().find(|e| e.id == id) {
+                e.address = addresses[k];
+            }
+            rewritten.push((id, addresses[k]));
+            k += 1;
+        }
         let live_name = self.pending_live_name();
+        let held_free = self.snapshot_records_on().then(|| self.held_free_for_list());
         let list_at = if entries.is_empty() && live_name.is_none() {
             None
         } else {
             let i = addresses.len() - 1;
-            bodies[i].payload = SnapshotList { next_id, entries, live_name }.encode();
+            bodies[i].payload = SnapshotList { next_id, entries, live_name, held_free }.encode();
             Some(addresses[i])
         };
         self.snaps.next_id = next_id;
         self.snaps.staged = Some((list_at, snap_at));
+        // (A list too full for the count does not carry it: `encode`.)
+        let carried = list_at.and_then(|a| {
+            let i = addresses.iter().position(|x| *x == a)?;
+            SnapshotList::decode(&bodies[i].payload).ok()?.held_free
+        });
+        self.snaps.staged_records = Some((rewritten, carried));
     }
 
     /// The list block the checkpoint being sealed names.
@@ -559,8 +668,20 @@ impl Log {
     /// takes effect (a deleted snapshot's segments and blocks are let go).
     pub(crate) fn complete_snapshots(&mut self) {
         let Some((list, snap_at)) = self.snaps.staged.take() else { return };
+        let (rewritten, held) = self.snaps.staged_records.take().unwrap_or_default();
+        let records = self.snapshot_records_on();
+        let geometry = self.ifile.geometry();
+        for (id, a) in rewritten {
+            if let Some(s) = self.snaps.all.iter_mut().find(|s| s.id == id) {
+                s.address = a;
+                s.recorded = true;
+                s.segments.extend(geometry.segment_of(a));
+            }
+        }
+        self.snaps.list_held = held;
         match self.snaps.pending.take() {
             Some(Pending::Create(mut info)) => {
+                info.recorded = records;
                 if let Some(a) = snap_at {
                     info.address = a;
                     if let Some(s) = self.ifile.geometry().segment_of(a) {
@@ -592,6 +713,7 @@ impl Log {
                 }
             }
             Some(Pending::Switch { mut keep, live, name }) => {
+                keep.recorded = records;
                 if let Some(a) = snap_at {
                     keep.address = a;
                     if let Some(s) = self.ifile.geometry().segment_of(a) {
@@ -666,27 +788,29 @@ impl Log {
         out
     }
 
+    /// The snapshot block holding `info`'s record, with what its image
+    /// pins where the format records it; `runs`: the volume has
+    /// `INDEX_RUNS`.
+    fn record_body(&self, info: &SnapshotInfo, runs: bool) -> Body {
+        let rec = SnapshotRecord {
+            id: info.id,
+            created: info.created,
+            name: info.name.clone(),
+            checkpoint: info.checkpoint.clone(),
+            writable: info.writable,
+            pins: self.pins_of(info),
+        };
+        Body {
+            summary: Summary { kind: BlockKind::Snapshot, owner: InodeNo(0), name: info.id },
+            aux: 0,
+            payload: rec.encode(runs),
+            inodes: None,
+        }
+    }
+
     /// A segment the live volume does not need, kept by snapshots alone.
     fn segment_dead_but_pinned(&self, s: SegmentNo) -> bool {
         self.ifile.segment(s).live_bytes == 0 && !self.ckpt.pins.contains_key(&s)
-    }
-}
-
-/// The snapshot block holding `info`'s record; `runs`: the volume has
-/// `INDEX_RUNS`.
-fn record_body(info: &SnapshotInfo, runs: bool) -> Body {
-    let rec = SnapshotRecord {
-        id: info.id,
-        created: info.created,
-        name: info.name.clone(),
-        checkpoint: info.checkpoint.clone(),
-        writable: info.writable,
-    };
-    Body {
-        summary: Summary { kind: BlockKind::Snapshot, owner: InodeNo(0), name: info.id },
-        aux: 0,
-        payload: rec.encode(runs),
-        inodes: None,
     }
 }
 

@@ -32,6 +32,8 @@ impl Log {
         if let Some(why) = self.snapshot_refusal(name) {
             return Err(Error::SnapshotRefused(why));
         }
+        // Its bitmap is held already; a change of the list reads them all.
+        self.load_snapshot_bitmaps()?;
         let Some(s) = self.snaps.all.iter().find(|s| s.name == source) else {
             if self.live_tree_name() == source {
                 return Err(Error::SnapshotRefused(format!(
@@ -72,6 +74,7 @@ impl Log {
     /// No such tree, a read-only snapshot, a damaged image, a full list,
     /// or meta-data not yet checkpointed.
     pub fn stage_switch(&mut self, name: &str, now: Timestamp) -> Result<()> {
+        self.load_snapshot_bitmaps()?;
         let Some(target) = self.snaps.all.iter().find(|s| s.name == name).cloned() else {
             return Err(Error::NoSnapshot(name.to_string()));
         };

@@ -191,7 +191,7 @@ impl Fs {
             if extent.is_none_or(|e| b < e.logical || b >= e.logical_end()) {
                 extent = self.extent_at(ino, b)?;
             }
-            if extent.is_none_or(|e| !e.unwritten && (self.config.strict || self.held_in_snapshot(&e, b))) {
+            if extent.is_none_or(|e| (!e.unwritten && self.config.strict) || self.held_in_snapshot(&e, b)) {
                 needed += 1;
                 grows += u64::from(extent.is_none());
             }
@@ -281,8 +281,9 @@ impl Fs {
                     data.copy_from_slice(&old);
                 }
                 // order=strict writes an overwrite to a new block, and so
-                // does an overwrite of a block a snapshot holds.
-                !e.unwritten && (strict || self.held_in_snapshot(&e, block))
+                // does any write to a block a snapshot holds, preallocated
+                // ones too: a clone of the snapshot maps it as well.
+                (!e.unwritten && strict) || self.held_in_snapshot(&e, block)
             }
             None => true,
         };
@@ -430,7 +431,7 @@ impl Fs {
         if page.is_none() && !written {
             return Ok(());
         }
-        let held = page.is_none() && extent.is_some_and(|e| !e.unwritten && self.held_in_snapshot(&e, block));
+        let held = page.is_none() && extent.is_some_and(|e| self.held_in_snapshot(&e, block));
         if (self.config.strict || held) && !matches!(page, Some(PageState::Dirty { .. })) {
             // The zeroed block goes to a new block, like any overwrite.
             self.log.space_mut().reserve(1)?;

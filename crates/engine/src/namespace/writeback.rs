@@ -240,9 +240,11 @@ impl Fs {
             {
                 self.relocate_run(ino, start, end.min(e.logical_end()))?;
             }
-            // A block a snapshot holds is never overwritten in place: the
-            // run it starts goes to new blocks (DESIGN.md, snapshots).
-            Some(e) if !e.unwritten && self.held_in_snapshot(&e, start) => {
+            // A block a snapshot holds is never written in place, not even
+            // a preallocated one (a clone of the snapshot maps it too, and
+            // would write it in place as well): the run it starts goes to
+            // new blocks (DESIGN.md, snapshots).
+            Some(e) if self.held_in_snapshot(&e, start) => {
                 let mut stop = start + 1;
                 while stop < end.min(e.logical_end()) && self.held_in_snapshot(&e, stop) {
                     stop += 1;
@@ -251,9 +253,7 @@ impl Fs {
             }
             Some(e) => {
                 let mut stop = end.min(e.logical_end());
-                if !e.unwritten
-                    && let Some(h) = (start..stop).find(|&b| self.held_in_snapshot(&e, b))
-                {
+                if let Some(h) = (start..stop).find(|&b| self.held_in_snapshot(&e, b)) {
                     stop = h;
                 }
                 if e.unwritten {

@@ -3,13 +3,16 @@
 //! on another tree first makes that one the live tree, as a switch does,
 //! keeping the references the kernel holds in the tree that goes.
 //!
-//! The gate admits operations of the entered tree while any run, and
-//! switches only when none does. A tree entered longer than [`SLICE`]
-//! while another waits admits nothing new until the other had its turn,
-//! so that one busy tree does not keep another waiting for ever.
+//! The gate admits operations of the entered tree while its turn lasts
+//! (DESIGN.md, "Turns that last"): a waiting tree takes over once the
+//! entered tree has been idle for [`GRACE`] with it waiting, or has held
+//! the volume for [`SLICE`]; past the slice the entered tree admits
+//! nothing new until the other had its turn. A tree served alone, with
+//! nothing waiting, passes without the gate's lock.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{CleanRequest, Volume, lock};
@@ -18,10 +21,20 @@ use crate::faults::{self, Fault};
 use crate::meta_log::cleaner::Policy;
 use crate::namespace::refs::Refs;
 
-/// How long a tree keeps the volume while another tree's operations wait:
-/// long against a switch (two checkpoints, some 36 KiB of meta-data), short
-/// against a person waiting.
-pub const SLICE: Duration = Duration::from_secs(1);
+/// The longest turn while another tree's operations wait: past it the
+/// entered tree admits nothing new. It bounds what an fsync in a waiting
+/// tree waits for (the turn, then a switch), and two busy trees pay a
+/// switch (two checkpoints, the maps compared) per slice (DESIGN.md,
+/// "Turns that last": 100 ms, against 50 and 200 measured).
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// How long the entered tree keeps its turn idle while another tree's
+/// operations wait: its requests drain between any two FUSE requests, so
+/// a waiting tree taking over at the drain would switch per request. Long
+/// against the gap between two requests of a busy writer on a loaded
+/// machine (2 ms let a switch in every few requests there), short against
+/// a switch.
+pub const GRACE: Duration = Duration::from_millis(10);
 
 /// At most this many segments are cleaned as a tree is left.
 const LEAVE_VICTIMS: usize = 16;
@@ -36,7 +49,7 @@ struct GateState {
     /// The tree entered through the gate (None: not known yet, the live
     /// tree the log names).
     entered: Option<String>,
-    /// Operations admitted and not yet done.
+    /// Operations admitted under the lock and not yet done.
     active: usize,
     /// A switch is under way.
     switching: bool,
@@ -46,6 +59,14 @@ struct GateState {
     /// fairness depends on it, never what is written); none: since the
     /// open, its turn over as soon as another tree waits.
     since: Option<Instant>,
+    /// When the entered tree's operations last drained, and whether
+    /// another tree's waited then (none: not since it was entered).
+    drained: Option<(Instant, bool)>,
+    /// The writable trees served (`Volume::serve_tree`): by name, their
+    /// id and how many connections serve each.
+    served: BTreeMap<String, (u64, usize)>,
+    /// The id the next tree served gets (0 is none).
+    next_id: u64,
 }
 
 /// The gate and what each tree not entered keeps in memory.
@@ -57,6 +78,13 @@ pub(super) struct Gate {
     /// A tree not here has none: entered for the first time, its orphans
     /// are finished as an open finishes them.
     kept_refs: Mutex<HashMap<String, Refs>>,
+    /// The id of the tree served alone, entered, with nothing waiting:
+    /// its operations pass without the lock (0: none). Cleared under the
+    /// lock before anything else may enter.
+    solo: AtomicU64,
+    /// Operations admitted without the lock and not yet done: a switch
+    /// waits for them as for `active`.
+    solo_active: AtomicUsize,
 }
 
 /// An operation admitted into its tree: the tree stays entered until the
@@ -64,16 +92,48 @@ pub(super) struct Gate {
 #[derive(Debug)]
 pub struct TreeGuard<'a> {
     vol: &'a Volume,
+    /// Admitted without the lock, as tree `solo` served alone.
+    solo: Option<u64>,
 }
 
 impl Drop for TreeGuard<'_> {
     fn drop(&mut self) {
         let gate = &self.vol.gate;
-        let mut g = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = self.solo {
+            gate.solo_done(id);
+            return;
+        }
+        let mut g = gate.lock_state();
         g.active -= 1;
-        if g.active == 0 {
+        if g.active == 0 && gate.solo_active.load(Ordering::SeqCst) == 0 {
+            g.drain(Instant::now());
             gate.turn.notify_all();
         }
+    }
+}
+
+/// A writable tree served ([`Volume::serve_tree`]): while it lives, the
+/// tree is neither deleted nor switched to by a mount, and the refusal
+/// names where it is served. Its operations enter it through
+/// [`Volume::enter_served`].
+#[derive(Debug)]
+pub struct TreeServed {
+    pub(super) _use: super::in_use::TreeUse,
+    gate: Arc<Gate>,
+    name: String,
+    id: u64,
+}
+
+impl Drop for TreeServed {
+    fn drop(&mut self) {
+        let mut g = self.gate.lock_state();
+        if let Some((_, n)) = g.served.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                g.served.remove(&self.name);
+            }
+        }
+        self.gate.refresh_solo(&g);
     }
 }
 
@@ -81,6 +141,90 @@ impl GateState {
     /// Whether an operation of a tree other than `name` waits.
     fn others_wait(&self, name: &str) -> bool {
         self.waiting.iter().any(|(t, n)| t != name && *n > 0)
+    }
+
+    /// Notes that the entered tree's operations drained at `now`.
+    fn drain(&mut self, now: Instant) {
+        let opposed = self.entered.as_deref().is_some_and(|e| self.others_wait(e));
+        self.drained = Some((now, opposed));
+    }
+
+    /// How long a waiting tree still waits before it may take over at
+    /// `now`, no operation running (zero: at once). The entered tree's
+    /// turn lasts while it stays busy: it ends when the tree has held the
+    /// volume for [`SLICE`], or has been idle for [`GRACE`] since its
+    /// operations drained with another tree waiting. A tree idle when
+    /// the other came (drained with nothing waiting) is taken over at once.
+    fn wait_before_switch(&self, now: Instant) -> Duration {
+        let Some(since) = self.since else {
+            return Duration::ZERO;
+        };
+        let held = now.saturating_duration_since(since);
+        match self.drained {
+            _ if held >= SLICE => Duration::ZERO,
+            Some((at, true)) => {
+                let idle = now.saturating_duration_since(at);
+                GRACE.saturating_sub(idle).min(SLICE - held)
+            }
+            None | Some((_, false)) => Duration::ZERO,
+        }
+    }
+
+    /// Whether the turn of the entered tree `name` is over at `now` for
+    /// a new operation of its own: another tree waits and may take over.
+    fn turn_over(&self, name: &str, now: Instant) -> bool {
+        if !self.others_wait(name) {
+            return false;
+        }
+        if self.active == 0 {
+            return self.wait_before_switch(now).is_zero();
+        }
+        self.since.is_none_or(|t| now.saturating_duration_since(t) >= SLICE)
+    }
+
+    /// The id of the one tree served, if only one is.
+    fn served_alone(&self) -> Option<(&str, u64)> {
+        let mut it = self.served.iter();
+        match (it.next(), it.next()) {
+            (Some((name, (id, _))), None) => Some((name.as_str(), *id)),
+            _ => None,
+        }
+    }
+}
+
+impl Gate {
+    fn lock_state(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lets operations of the tree served alone pass without the lock
+    /// when it is entered and nothing waits or switches; else makes
+    /// every operation take the lock.
+    fn refresh_solo(&self, g: &GateState) {
+        let solo = match g.served_alone() {
+            Some((name, id))
+                if g.entered.as_deref() == Some(name) && !g.switching && !g.waiting.values().any(|n| *n > 0) =>
+            {
+                id
+            }
+            _ => 0,
+        };
+        self.solo.store(solo, Ordering::SeqCst);
+    }
+
+    /// An operation admitted without the lock as tree `id` is done: the
+    /// last one wakes whoever waits once the path is closed.
+    fn solo_done(&self, id: u64) {
+        // SeqCst with the closing side (solo cleared, then solo_active
+        // read): either the closer sees this operation, or this sees the
+        // path closed and wakes it.
+        if self.solo_active.fetch_sub(1, Ordering::SeqCst) == 1 && self.solo.load(Ordering::SeqCst) != id {
+            let mut g = self.lock_state();
+            if g.active == 0 {
+                g.drain(Instant::now());
+            }
+            self.turn.notify_all();
+        }
     }
 }
 
@@ -98,7 +242,7 @@ impl Volume {
     /// under way, or a device fails (as [`Volume::switch_tree`]).
     pub fn enter_tree(&self, name: &str) -> Result<TreeGuard<'_>> {
         let gate = &self.gate;
-        let mut g = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = gate.lock_state();
         loop {
             if g.entered.is_none() {
                 // The live tree as the log names it (opened so, or
@@ -108,23 +252,72 @@ impl Volume {
             // Broken on purpose: the operation runs in whatever tree is
             // entered, its changes made durable with that tree's maps.
             let here = g.entered.as_deref() == Some(name) || faults::active(Fault::EnterWithoutSwitch);
+            let now = Instant::now();
+            let mut timeout = None;
             if here && !g.switching {
-                let turn_over = g.others_wait(name) && g.since.is_none_or(|t| t.elapsed() >= SLICE);
-                if !turn_over {
+                if !g.turn_over(name, now) {
                     g.active += 1;
-                    return Ok(TreeGuard { vol: self });
+                    gate.refresh_solo(&g);
+                    return Ok(TreeGuard { vol: self, solo: None });
                 }
-            } else if !here && g.active == 0 && !g.switching {
-                g = self.gate_switch(g, name)?;
-                g.active += 1;
-                return Ok(TreeGuard { vol: self });
+            } else if !here {
+                // Another tree's turn comes: nothing passes unseen now.
+                gate.solo.store(0, Ordering::SeqCst);
+                if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
+                    let wait = g.wait_before_switch(now);
+                    if wait.is_zero() {
+                        g = self.gate_switch(g, name)?;
+                        g.active += 1;
+                        return Ok(TreeGuard { vol: self, solo: None });
+                    }
+                    timeout = Some(wait);
+                }
             }
             *g.waiting.entry(name.to_string()).or_default() += 1;
-            g = gate.turn.wait(g).unwrap_or_else(PoisonError::into_inner);
+            g = match timeout {
+                Some(d) => gate.turn.wait_timeout(g, d).unwrap_or_else(PoisonError::into_inner).0,
+                None => gate.turn.wait(g).unwrap_or_else(PoisonError::into_inner),
+            };
             if let Some(n) = g.waiting.get_mut(name) {
                 *n -= 1;
             }
         }
+    }
+
+    /// Admits one operation on the tree `served` serves, as
+    /// [`Volume::enter_tree`]; while it is the only tree served, entered,
+    /// and nothing waits, without taking the gate's lock.
+    ///
+    /// # Errors
+    /// As [`Volume::enter_tree`].
+    pub fn enter_served(&self, served: &TreeServed) -> Result<TreeGuard<'_>> {
+        let gate = &self.gate;
+        if Arc::ptr_eq(&served.gate, gate) && gate.solo.load(Ordering::SeqCst) == served.id {
+            gate.solo_active.fetch_add(1, Ordering::SeqCst);
+            // Checked again after counting in: a tree that closes the
+            // path then reads the count, and waits for this operation.
+            if gate.solo.load(Ordering::SeqCst) == served.id {
+                return Ok(TreeGuard { vol: self, solo: Some(served.id) });
+            }
+            gate.solo_done(served.id);
+        }
+        self.enter_tree(&served.name)
+    }
+
+    /// Registers `name` as served by one more connection with the gate.
+    pub(super) fn gate_serve(&self, name: &str, held: super::in_use::TreeUse) -> TreeServed {
+        let gate = &self.gate;
+        let mut g = gate.lock_state();
+        let id = match g.served.get(name) {
+            Some((id, _)) => *id,
+            None => {
+                g.next_id += 1;
+                g.next_id
+            }
+        };
+        g.served.entry(name.to_string()).or_insert((id, 0)).1 += 1;
+        gate.refresh_solo(&g);
+        TreeServed { _use: held, gate: gate.clone(), name: name.to_string(), id }
     }
 
     /// Switches the gate to tree `name`, no operation running: the switch
@@ -133,9 +326,10 @@ impl Volume {
     fn gate_switch<'g>(&'g self, mut g: MutexGuard<'g, GateState>, name: &str) -> Result<MutexGuard<'g, GateState>> {
         let gate = &self.gate;
         g.switching = true;
+        gate.solo.store(0, Ordering::SeqCst);
         drop(g);
         let switched = self.switch_serving(name);
-        let mut g = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = gate.lock_state();
         g.switching = false;
         gate.turn.notify_all();
         if let Err(e) = switched {
@@ -145,13 +339,16 @@ impl Volume {
         }
         g.entered = Some(name.to_string());
         g.since = Some(Instant::now());
+        g.drained = None;
         Ok(g)
     }
 
     /// Forgets what the gate knew of the entered tree (a switch outside
     /// it: the live tree is what the log names).
     pub(super) fn gate_forget_entered(&self) {
-        self.gate.state.lock().unwrap_or_else(PoisonError::into_inner).entered = None;
+        let mut g = self.gate.lock_state();
+        g.entered = None;
+        self.gate.refresh_solo(&g);
     }
 
     /// Makes `name` the live tree while the kernel holds inodes of the
@@ -232,5 +429,87 @@ impl Volume {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tree `a` entered `held` ago, its operations drained `idle` ago
+    /// with `b` waiting.
+    fn busy_a(now: Instant, held: Duration, idle: Duration) -> GateState {
+        GateState {
+            entered: Some("a".into()),
+            since: Some(now - held),
+            drained: Some((now - idle, true)),
+            waiting: BTreeMap::from([("b".to_string(), 1)]),
+            ..GateState::default()
+        }
+    }
+
+    #[test]
+    fn a_waiting_tree_does_not_take_over_between_two_requests_of_a_busy_one() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // Drained a moment ago, well inside its slice: the turn lasts, and
+        // `a`'s next request is admitted while `b` waits.
+        let g = busy_a(now, ms(10), Duration::from_micros(50));
+        let wait = g.wait_before_switch(now);
+        assert!(wait > Duration::ZERO && wait <= GRACE, "{wait:?}");
+        assert!(!g.turn_over("a", now));
+        // Idle for the grace: `b` takes over, `a` waits.
+        let g = busy_a(now, ms(10), GRACE);
+        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert!(g.turn_over("a", now));
+    }
+
+    #[test]
+    fn a_turn_ends_with_its_slice_however_busy_the_tree() {
+        let now = Instant::now();
+        let g = busy_a(now, SLICE, Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert!(g.turn_over("a", now));
+        // Busy (an operation running) past its slice: nothing new admitted.
+        let mut g = busy_a(now, SLICE + Duration::from_millis(1), Duration::ZERO);
+        g.active = 1;
+        assert!(g.turn_over("a", now));
+        // Inside it, the grace never stretches the wait past the slice.
+        let g = busy_a(now, SLICE - Duration::from_micros(100), Duration::ZERO);
+        assert!(g.wait_before_switch(now) <= Duration::from_micros(100));
+    }
+
+    #[test]
+    fn a_tree_idle_when_another_comes_is_taken_over_at_once() {
+        let now = Instant::now();
+        let mut g = busy_a(now, Duration::from_millis(3), Duration::from_micros(10));
+        g.drained = Some((now, false));
+        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        // Nothing waits: the entered tree's turn never ends.
+        g.waiting.clear();
+        assert!(!g.turn_over("a", now + SLICE * 10));
+    }
+
+    #[test]
+    fn only_a_tree_served_alone_entered_and_unopposed_passes_without_the_lock() {
+        let gate = Gate::default();
+        let mut g = GateState { entered: Some("a".into()), ..GateState::default() };
+        g.served.insert("a".into(), (1, 2));
+        gate.refresh_solo(&g);
+        assert_eq!(gate.solo.load(Ordering::SeqCst), 1);
+        g.waiting.insert("b".into(), 1);
+        gate.refresh_solo(&g);
+        assert_eq!(gate.solo.load(Ordering::SeqCst), 0, "another tree waits");
+        g.waiting.clear();
+        g.served.insert("b".into(), (2, 1));
+        gate.refresh_solo(&g);
+        assert_eq!(gate.solo.load(Ordering::SeqCst), 0, "two trees served");
+        g.served.remove("a");
+        gate.refresh_solo(&g);
+        assert_eq!(gate.solo.load(Ordering::SeqCst), 0, "the tree served is not entered");
+        g.entered = Some("b".into());
+        g.switching = true;
+        gate.refresh_solo(&g);
+        assert_eq!(gate.solo.load(Ordering::SeqCst), 0, "a switch under way");
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{MountOptions, Volume, lock};
+use super::{MountOptions, TreeServed, Volume, lock};
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 
@@ -18,14 +18,6 @@ use crate::error::{Error, Result};
 pub(super) struct TreesInUse {
     next: u64,
     views: BTreeMap<u64, (String, String, bool)>,
-}
-
-/// A writable tree served ([`Volume::serve_tree`]): while it lives, the
-/// tree is neither deleted nor switched to by a mount, and the refusal
-/// names where it is served.
-#[derive(Debug)]
-pub struct TreeServed {
-    _use: TreeUse,
 }
 
 /// Registers one view of a tree while it lives: dropped with the view's
@@ -122,7 +114,9 @@ impl Volume {
                 Some(_) => {}
             }
         }
-        Ok(TreeServed { _use: self.hold_tree(name, user, false) })
+        let held = self.hold_tree(name, user, false);
+        drop(fs);
+        Ok(self.gate_serve(name, held))
     }
 
     /// Who uses tree `name` beside the live one, in the order they came.

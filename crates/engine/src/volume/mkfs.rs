@@ -148,6 +148,7 @@ impl Volume {
                     | crate::format::superblock::INCOMPAT_INODE_FLAGS
                     | crate::format::superblock::INCOMPAT_SPARSE_IFILE
                     | crate::format::superblock::INCOMPAT_META_REDUNDANCY
+                    | crate::format::superblock::INCOMPAT_SNAPSHOT_RECORDS
             } else {
                 0
             },

@@ -41,6 +41,7 @@ mod shutdown;
 mod snapshot;
 mod space;
 mod tree;
+mod tree_space;
 pub mod types;
 mod xattrs;
 
@@ -57,8 +58,7 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use discard::{TrimRange, TrimReport};
-pub use gate::{SLICE, TreeGuard};
-pub use in_use::TreeServed;
+pub use gate::{GRACE, SLICE, TreeGuard, TreeServed};
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};
@@ -69,6 +69,7 @@ pub use send::{SendReport, send};
 pub use shrink::MoveReport;
 pub use snapshot::SnapshotView;
 pub use space::{DATA_LOW_PERCENT, META_LOW_PERCENT, no_space_advice};
+pub use tree_space::{TreeKind, TreeSpace};
 pub use types::*;
 
 // What callers of the volume name in its API but is defined below it: the
@@ -196,7 +197,7 @@ pub struct Volume {
     in_use: Option<in_use::TreeUse>,
     /// Which writable tree is entered, and what the others keep
     /// ([`Volume::enter_tree`]).
-    gate: gate::Gate,
+    gate: Arc<gate::Gate>,
     /// Held while the orphans an open left for later are finished: a
     /// switch of the live tree waits for them (they are the opened tree's).
     orphan_work: Mutex<()>,
@@ -335,6 +336,22 @@ impl Volume {
             // deleted, whose blocks are free now (DESIGN.md, "Discard").
             let older = lock(&vol.fs).log.older_checkpoint_lists_other_snapshots();
             vol.finish_recovery(moved || older, true)?;
+            // A volume of an older format that keeps snapshots gets their
+            // records (pins, the held count) with its next checkpoint, so
+            // that its next mount reads neither an image nor a bitmap whole.
+            let upgrade = {
+                let fs = lock(&vol.fs);
+                let sb = fs.log.superblock();
+                !fs.log.snapshots().is_empty()
+                    && sb.incompat & crate::format::superblock::INCOMPAT_SNAPSHOT_RECORDS == 0
+                    && sb.incompat & crate::format::superblock::INCOMPAT_FSYNC_LOG != 0
+            };
+            if upgrade {
+                vol.mark_features(
+                    crate::format::superblock::INCOMPAT_SNAPSHOT_RECORDS,
+                    crate::format::superblock::FORMAT_MINOR_SNAPSHOT_RECORDS,
+                )?;
+            }
         }
         vol.start_quotas()?;
         Ok(vol)
@@ -430,7 +447,7 @@ impl Volume {
             discarded_segments: AtomicU64::new(0),
             trees_in_use: Arc::default(),
             in_use: None,
-            gate: gate::Gate::default(),
+            gate: Arc::default(),
             orphan_work: Mutex::new(()),
             listed: Mutex::default(),
         };

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use super::{MountOptions, Volume, lock};
 use crate::device::{self, BlockDevice};
 use crate::error::{DeviceRole, Error, Result};
-use crate::format::superblock::{INCOMPAT_SNAPSHOTS, Role, Superblock};
+use crate::format::superblock::{
+    FORMAT_MINOR_SNAPSHOT_RECORDS, INCOMPAT_FSYNC_LOG, INCOMPAT_SNAPSHOT_RECORDS, INCOMPAT_SNAPSHOTS, Role, Superblock,
+};
 use crate::meta_log::Log;
 use crate::meta_log::mount::OpenReport;
 use crate::meta_log::snapshot::{SnapshotInfo, SnapshotSpace};
@@ -54,6 +56,7 @@ impl Volume {
         }
         let mut c = lock(&self.commit);
         self.mark_features(INCOMPAT_SNAPSHOTS, 3)?;
+        self.mark_snapshot_records()?;
         // The snapshot keeps the checkpoint written here: the commit lock
         // is held from it to the one recording the snapshot, so that no
         // commit or fsync decides where data goes in between (the data
@@ -123,7 +126,12 @@ impl Volume {
     /// The snapshots, oldest first, with the space each holds.
     #[must_use]
     pub fn snapshot_list(&self) -> Vec<SnapshotView> {
-        let fs = lock(&self.fs);
+        let mut fs = lock(&self.fs);
+        // Counting each one's space takes every bitmap whole (a mount
+        // left them on disk).
+        if let Err(e) = fs.log.load_snapshot_bitmaps() {
+            log::error!("the snapshots' bitmaps cannot be read to count their space: {e}");
+        }
         let log = &fs.log;
         let segment_bytes = u64::from(log.superblock().segment_blocks) * BLOCK_BYTES;
         log.snapshots().iter().zip(log.snapshot_spaces()).map(|(s, space)| view(s, space, segment_bytes)).collect()
@@ -152,6 +160,16 @@ fn view(s: &SnapshotInfo, space: SnapshotSpace, segment_bytes: u64) -> SnapshotV
 }
 
 impl Volume {
+    /// Sets `INCOMPAT_SNAPSHOT_RECORDS` (format 1.11) before the first
+    /// record of a volume made for current readers (with the fsync log):
+    /// one made for older readers stays readable by them.
+    pub(super) fn mark_snapshot_records(&self) -> Result<()> {
+        if lock(&self.fs).log.superblock().incompat & INCOMPAT_FSYNC_LOG == 0 {
+            return Ok(());
+        }
+        self.mark_features(INCOMPAT_SNAPSHOT_RECORDS, FORMAT_MINOR_SNAPSHOT_RECORDS)
+    }
+
     /// Sets `bits` (`INCOMPAT_SNAPSHOTS`, format 1.3; `INCOMPAT_CLONES`,
     /// 1.4: `minor`) on both superblocks the first time: the meta-data copy
     /// first, then the data copy, each flushed (as `dualfs tune` does).

@@ -28,6 +28,7 @@ impl Volume {
         }
         let mut c = lock(&self.commit);
         self.mark_features(INCOMPAT_SNAPSHOTS | INCOMPAT_CLONES, 4)?;
+        self.mark_snapshot_records()?;
         let now = self.now();
         let id = lock(&self.fs).log.stage_clone(source, name, now)?;
         self.commit_locked(&mut c, WriteBack::All)?;

@@ -47,7 +47,39 @@ pub fn snapshots() -> Vec<Workload> {
         Step::Sync,
     ];
     out.push(Workload { name: s("pattern/snapshot-overwrite"), steps, scale: 4 });
+    out.push(snapshot_held_count());
     out
+}
+
+/// Snapshots made and deleted around removals of what they keep, with
+/// checkpoints between that change no list: the free blocks the
+/// snapshots hold move each time, and the list a checkpoint names must
+/// carry their count (a mount starts from it: fsck counts it again at
+/// every crash state).
+#[must_use]
+pub fn snapshot_held_count() -> Workload {
+    let steps = vec![
+        Step::SnapshotCreate(s("h1")),
+        Step::Unlink(s("A/foo")),
+        Step::Sync,
+        Step::Clean { segments: 2 },
+        Step::SnapshotCreate(s("h2")),
+        Step::Create(s("B/x")),
+        write("B/x", 0, 9000),
+        Step::Sync,
+        Step::SnapshotCreate(s("h3")),
+        Step::Unlink(s("B/x")),
+        Step::Unlink(s("B/bar")),
+        Step::Clean { segments: 2 },
+        Step::SnapshotDelete(s("h1")),
+        Step::Create(s("B/y")),
+        write("B/y", 0, 5000),
+        Step::Clean { segments: 2 },
+        Step::SnapshotDelete(s("h3")),
+        Step::Tick,
+        Step::Sync,
+    ];
+    Workload { name: s("pattern/snapshot-held-count"), steps, scale: 6 }
 }
 
 /// Writable clones: made from snapshots (and from a snapshot of a clone),

@@ -148,6 +148,8 @@ pub struct Stats {
     pub second_crash_states: u64,
     /// States whose recovery replayed fsync records.
     pub replayed: u64,
+    /// Mirrored states whose mount met a read error on each copy.
+    pub both_copies_failed: u64,
 }
 
 impl Stats {
@@ -162,6 +164,7 @@ impl Stats {
         self.rolled_forward += o.rolled_forward;
         self.second_crash_states += o.second_crash_states;
         self.replayed += o.replayed;
+        self.both_copies_failed += o.both_copies_failed;
     }
 }
 
@@ -446,8 +449,8 @@ impl Explorer {
             return Err(format!("Q1 broken after recovery: {}", wrong.join("; ")));
         }
         drop(vol);
-        if let Some(copy) = &img.mirror {
-            self.check_copies(w, run, &img, copy, index, &tags)?;
+        if img.mirror.is_some() {
+            self.check_copies(w, run, &img, index, &tags, stats)?;
             // What recovery and the new work made durable, each copy alone
             // included: the new file's fsync returned, so both copies hold
             // it, and the commits recovery rolled forward from one copy

@@ -530,14 +530,17 @@ fn crashes_on_a_mirrored_meta_data_device_lose_nothing_from_either_copy() {
         }
     }
     println!(
-        "mirrored: {} workloads, {} events, {} distinct states checked ({} torn, {} rolled forward), {} second-crash \
-         states, in {:.1} s",
+        "mirrored: {} workloads, {} events, {} distinct states checked ({} torn, {} rolled forward, {} mounted with \
+         a read error on each copy), {} second-crash states, in {:.1} s",
         all.workloads,
         all.events,
         all.states_checked,
         all.torn,
         all.rolled_forward,
+        all.both_copies_failed,
         all.second_crash_states,
         started.elapsed().as_secs_f64()
     );
+    // Errors on both copies are only tested where a mount reads both blocks.
+    assert!(all.both_copies_failed >= 10, "only {} states met a read error on each copy", all.both_copies_failed);
 }

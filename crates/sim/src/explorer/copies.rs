@@ -99,10 +99,11 @@ impl Explorer {
         w: &Workload,
         run: &Run,
         img: &CrashImages,
-        second: &Arc<Image>,
         index: usize,
         tags: &[u64],
+        stats: &mut super::Stats,
     ) -> Result<(), String> {
+        let Some(second) = &img.mirror else { return Ok(()) };
         let images = [img.meta.clone(), second.clone()];
         let ahead = index % 2;
         for (i, image) in images.iter().enumerate() {
@@ -180,6 +181,7 @@ impl Explorer {
         if self.config.verbose {
             println!("{errors}: {} and {} reads failed", a.reads_failed(), b.reads_failed());
         }
+        stats.both_copies_failed += u64::from(a.reads_failed() > 0 && b.reads_failed() > 0);
         Ok(())
     }
 }

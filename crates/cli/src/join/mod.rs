@@ -56,6 +56,11 @@ fn socket_name(pid: u32) -> String {
 /// bind takes milliseconds, a serving process under load answers late.
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a mount of a tree waits for the connection of that tree just
+/// unmounted to end (its thread returns once the kernel's last request is
+/// answered).
+const TREE_END_WAIT: Duration = Duration::from_secs(10);
+
 /// What a device path reaches, whatever name it goes by: the file (behind
 /// a loop device too), or the block device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -596,6 +601,21 @@ impl Joins {
         }
         let mut trees = self.trees.lock().unwrap_or_else(PoisonError::into_inner);
         trees.retain(|(_, t)| !t.thread.is_finished());
+        // Unmounted a moment ago: the kernel has let go of the mount, and
+        // the thread that served it is ending. A mount right after an
+        // unmount waits for it rather than find the tree still served.
+        if let Some(i) = trees.iter().position(|(n, t)| n == name && !ours(&t.at, t.dev)) {
+            let start = std::time::Instant::now();
+            while !trees[i].1.thread.is_finished() && start.elapsed() < TREE_END_WAIT {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if trees[i].1.thread.is_finished() {
+                let (_, t) = trees.remove(i);
+                if t.thread.join().is_err() {
+                    log::error!("the thread serving tree {name} on {} panicked", t.at.display());
+                }
+            }
+        }
         if let Some((_, t)) = trees.iter().find(|(n, _)| n == name) {
             bail!(
                 "clone={name} is served already on {}: mount a bind of it (mount --bind {} {})",

@@ -1,5 +1,5 @@
-//! Crash states: what the two devices may hold if power is cut at some point
-//! of a recording.
+//! Crash states: what the two devices (three on a mirrored volume) may hold
+//! if power is cut at some point of a recording.
 //!
 //! At a cut, for each device on its own: the writes before its last flush
 //! are durable; the writes after it are *in flight*, and any subset of them
@@ -7,6 +7,14 @@
 //! every outcome, since a later write to the same block can be the one
 //! lost). One in-flight block may also be *torn*: only some of its eight
 //! 512-byte sectors made it.
+//!
+//! The two copies of a mirrored meta-data device are two devices here:
+//! each has its own flushes, and the subset of its in-flight writes that
+//! survives is drawn for it alone, so that a crash leaves one copy with a
+//! write the other lacks, in either direction, up to one copy holding
+//! every write in flight and the other none ([`Choice::Apart`]). A write
+//! is acknowledged only after a flush of both copies, so each copy alone
+//! must hold everything acknowledged before the cut.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -25,6 +33,8 @@ pub struct Recording {
     pub meta: Arc<Image>,
     /// The data device before the first event.
     pub data: Arc<Image>,
+    /// The second meta-data copy before the first event (a mirrored volume).
+    pub mirror: Option<Arc<Image>>,
     /// Writes, flushes and marks, in order.
     pub events: Vec<Event>,
 }
@@ -45,6 +55,10 @@ pub enum Choice {
     /// device carries no checksums, and a file overwritten in place when
     /// power fails may show garbage there on any file system.
     Torn(u64),
+    /// The meta-data copies apart: one keeps every write in flight, the
+    /// other none (which one from the seed's lowest bit), the data device a
+    /// random subset from this seed. Drawn for mirrored recordings only.
+    Apart(u64),
 }
 
 /// One crash state: the first `cut` events happened, and `choice` says
@@ -64,6 +78,7 @@ impl std::fmt::Display for StateSpec {
             Choice::Flushed => write!(f, "cut {} flushed", self.cut),
             Choice::Random(s) => write!(f, "cut {} random {s:#x}", self.cut),
             Choice::Torn(s) => write!(f, "cut {} torn {s:#x}", self.cut),
+            Choice::Apart(s) => write!(f, "cut {} apart {s:#x}", self.cut),
         }
     }
 }
@@ -81,13 +96,15 @@ pub struct Window {
     pub synced: usize,
 }
 
-/// The two device images of a crash state, and its window.
+/// The device images of a crash state, and its window.
 #[derive(Debug)]
 pub struct CrashImages {
-    /// Meta-data device.
+    /// Meta-data device (the first copy of a mirror).
     pub meta: Arc<Image>,
     /// Data device.
     pub data: Arc<Image>,
+    /// The second meta-data copy, on a mirrored volume.
+    pub mirror: Option<Arc<Image>>,
     /// What it may show.
     pub window: Window,
     /// Identifies the contents: equal fingerprints, equal images.
@@ -139,12 +156,12 @@ impl Recording {
     #[must_use]
     pub fn build(&self, spec: &StateSpec) -> CrashImages {
         let cut = spec.cut.min(self.events.len());
-        let mut durable: [HashMap<u64, Block>; 2] = [HashMap::new(), HashMap::new()];
-        let mut pending: [Vec<(u64, Block)>; 2] = [Vec::new(), Vec::new()];
+        let mut durable: [HashMap<u64, Block>; 3] = Default::default();
+        let mut pending: [Vec<(u64, Block)>; 3] = Default::default();
         let mut window = Window { durable: 0, issued: 0, synced: 0 };
         // Discarded blocks read as zeros in some states, garbage in others.
         let discarded = match spec.choice {
-            Choice::All | Choice::Random(_) => discarded_zeros(),
+            Choice::All | Choice::Random(_) | Choice::Apart(_) => discarded_zeros(),
             Choice::Flushed | Choice::Torn(_) => discarded_garbage(),
         };
         for e in &self.events[..cut] {
@@ -172,17 +189,22 @@ impl Recording {
             }
         }
         let mut rng = match spec.choice {
-            Choice::Random(s) | Choice::Torn(s) => Rng::new(s),
+            Choice::Random(s) | Choice::Torn(s) | Choice::Apart(s) => Rng::new(s),
             _ => Rng::new(0),
         };
-        let in_flight = pending[0].len() + pending[1].len();
+        let in_flight: usize = pending.iter().map(Vec::len).sum();
+        // Apart: the copy that keeps what was in flight.
+        let ahead = match spec.choice {
+            Choice::Apart(s) if s & 1 == 0 => Dev::Meta,
+            _ => Dev::Mirror,
+        };
         let torn_at = match spec.choice {
             Choice::Torn(_) if in_flight > 0 => Some(rng.below(in_flight as u64) as usize),
             _ => None,
         };
         let mut torn = None;
         let mut k = 0;
-        for dev in Dev::BOTH {
+        for dev in Dev::ALL {
             let i = dev.index();
             for (b, d) in std::mem::take(&mut pending[i]) {
                 let here = Some(k) == torn_at;
@@ -190,16 +212,21 @@ impl Recording {
                 let keep = match spec.choice {
                     Choice::All => true,
                     Choice::Flushed => false,
-                    Choice::Random(_) | Choice::Torn(_) => rng.below(2) == 1,
+                    Choice::Apart(_) if dev.is_meta() => dev == ahead,
+                    Choice::Random(_) | Choice::Torn(_) | Choice::Apart(_) => rng.below(2) == 1,
                 };
                 if here {
                     // Some sectors, not none and not all.
                     let mask = 1 + rng.below(254) as u8;
-                    let base = if dev == Dev::Meta { &self.meta } else { &self.data };
+                    let base = match dev {
+                        Dev::Meta => &self.meta,
+                        Dev::Data => &self.data,
+                        Dev::Mirror => self.mirror.as_ref().unwrap_or(&self.meta),
+                    };
                     let old = durable[i].get(&b).cloned().unwrap_or_else(|| base.block(b));
                     let lost: Vec<usize> = (0..SECTORS_PER_BLOCK).filter(|s| mask & (1 << s) == 0).collect();
                     let garbage =
-                        (dev == Dev::Meta && rng.below(2) == 0).then(|| lost[rng.below(lost.len() as u64) as usize]);
+                        (dev.is_meta() && rng.below(2) == 0).then(|| lost[rng.below(lost.len() as u64) as usize]);
                     durable[i].insert(b, tear(&old, &d, mask, garbage));
                     torn = Some((dev, b, mask));
                 } else if keep {
@@ -208,10 +235,11 @@ impl Recording {
             }
         }
         let fingerprint = fingerprint(&durable, torn);
-        let [m, d] = durable;
+        let [m, d, c] = durable;
         CrashImages {
             meta: Arc::new(self.meta.with_blocks(m)),
             data: Arc::new(self.data.with_blocks(d)),
+            mirror: self.mirror.as_ref().map(|base| Arc::new(base.with_blocks(c))),
             window,
             fingerprint,
             torn,
@@ -265,10 +293,12 @@ impl Recording {
         let mut rng = Rng::new(seed);
         let mut next_prefix = 0;
         let mut attempts = 0;
+        // A mirrored recording also draws its copies apart.
+        let kinds = if self.mirror.is_some() { 4 } else { 3 };
         while out.len() < budget && attempts < budget * 4 {
             attempts += 1;
             let s = rng.next_u64();
-            let choice = match attempts % 3 {
+            let choice = match attempts % kinds {
                 0 if every_write && next_prefix < writes.len() => {
                     next_prefix += 1;
                     push(StateSpec { cut: writes[next_prefix - 1], choice: Choice::All }, &mut out);
@@ -276,7 +306,8 @@ impl Recording {
                 }
                 0 => Choice::All,
                 1 => Choice::Random(s),
-                _ => Choice::Torn(s),
+                2 => Choice::Torn(s),
+                _ => Choice::Apart(s),
             };
             let cut = writes[rng.below(writes.len() as u64) as usize];
             push(StateSpec { cut, choice }, &mut out);
@@ -285,7 +316,7 @@ impl Recording {
     }
 }
 
-fn fingerprint(maps: &[HashMap<u64, Block>; 2], torn: Option<(Dev, u64, u8)>) -> u64 {
+fn fingerprint(maps: &[HashMap<u64, Block>; 3], torn: Option<(Dev, u64, u8)>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for (i, m) in maps.iter().enumerate() {
         let mut keys: Vec<&u64> = m.keys().collect();
@@ -342,7 +373,12 @@ mod tests {
             w(Dev::Meta, 7, 4),
             w(Dev::Meta, 8, 5),
         ];
-        Recording { meta: Arc::new(Image::new(16, Fill::Zero)), data: Arc::new(Image::new(16, Fill::Poison)), events }
+        Recording {
+            meta: Arc::new(Image::new(16, Fill::Zero)),
+            data: Arc::new(Image::new(16, Fill::Poison)),
+            mirror: None,
+            events,
+        }
     }
 
     #[test]
@@ -417,6 +453,34 @@ mod tests {
             4,
             "the other device keeps its own"
         );
+    }
+
+    #[test]
+    fn the_copies_of_a_mirror_keep_their_own_flushes_and_in_flight_writes() {
+        // Both copies written alike, copy 1 flushed, copy 2 not yet.
+        let events = vec![
+            Event::Mark(Mark::StepStart(1)),
+            w(Dev::Meta, 7, 1),
+            w(Dev::Mirror, 7, 1),
+            Event::Flush(Dev::Meta),
+            w(Dev::Meta, 8, 2),
+            w(Dev::Mirror, 8, 2),
+        ];
+        let zero = || Arc::new(Image::new(16, Fill::Zero));
+        let r = Recording { meta: zero(), data: Arc::new(Image::new(16, Fill::Poison)), mirror: Some(zero()), events };
+        let s = r.build(&StateSpec { cut: 6, choice: Choice::Flushed });
+        let copy2 = s.mirror.expect("a mirror");
+        assert_eq!((s.meta.block(7)[0], copy2.block(7)[0]), (1, 0), "a flush makes only its own copy durable");
+        for seed in 0..8u64 {
+            let s = r.build(&StateSpec { cut: 6, choice: Choice::Apart(seed) });
+            let copy2 = s.mirror.expect("a mirror");
+            let (one, two) = (s.meta.block(8)[0], copy2.block(8)[0]);
+            assert_eq!((one, two), if seed & 1 == 0 { (2, 0) } else { (0, 2) }, "seed {seed}: apart");
+            assert_eq!(s.meta.block(7)[0], 1, "what copy 1 flushed stays");
+        }
+        let drawn = r.states(3, 40);
+        assert!(drawn.iter().any(|s| matches!(s.choice, Choice::Apart(_))), "a mirrored recording draws copies apart");
+        assert!(!rec().states(3, 40).iter().any(|s| matches!(s.choice, Choice::Apart(_))));
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //!    too: a second crash is cut into them (so also into recovery itself),
 //!    recovered, and checked the same way.
 //!
+//! On a mirrored volume ([`Config::mirrored`]) the two meta-data copies are
+//! recorded as two devices, and each state is also checked copy by copy
+//! ([`Explorer::check_copies`]): each copy alone, a copy that missed
+//! writes coming back, and both copies failing reads of different blocks.
+//!
 //! A failure names itself with a replay string, `seed:workload:state`, that
 //! [`Explorer::replay`] runs again exactly.
 
@@ -24,14 +29,17 @@ use dualfs_engine::device::BlockDevice;
 use dualfs_engine::types::Timestamp;
 use dualfs_engine::volume::{MkfsOptions, MountOptions, Order};
 
-use crate::crash::{CrashImages, Recording, Seen, StateSpec};
+use crate::crash::{Choice, CrashImages, Recording, Seen, StateSpec, Window};
 use crate::image::{Block, Fill, Image, OverlayDevice};
 use crate::model::Model;
 use crate::oracle::History;
-use crate::record::{Dev, Event, Recorder, RecordingDevice};
+use crate::record::{Dev, Event, Recorder};
 use crate::rng::{Rng, hash_name, mix};
 use crate::tree::Tree;
 use crate::workload::{Runner, SnapshotEvent, Step, Workload, fixed_clock};
+
+mod copies;
+use copies::{checked_meta, open_volume, overlay, overlays, recording_devices};
 
 /// Tags of the setup's bytes start here; a workload's steps are 1, 2, ...
 pub const SETUP_TAG: u64 = 1_000_000;
@@ -72,6 +80,8 @@ pub struct Config {
     /// workloads whose log wraps onto the older checkpoint's segments
     /// cannot ask this).
     pub older_checkpoint: bool,
+    /// The meta-data device is a mirror of two copies, recorded apart.
+    pub mirror: bool,
 }
 
 impl Default for Config {
@@ -95,6 +105,7 @@ impl Default for Config {
             spare_meta_blocks: 0,
             spare_data_blocks: 0,
             older_checkpoint: false,
+            mirror: false,
         }
     }
 }
@@ -106,6 +117,13 @@ impl Config {
     pub fn discard() -> Config {
         let d = Config::default();
         Config { mount: MountOptions { discard: true, ..d.mount }, older_checkpoint: true, ..d }
+    }
+
+    /// The mirrored workloads' configuration: the meta-data device kept
+    /// on two copies.
+    #[must_use]
+    pub fn mirrored() -> Config {
+        Config { mirror: true, ..Config::default() }
     }
 }
 
@@ -130,6 +148,8 @@ pub struct Stats {
     pub second_crash_states: u64,
     /// States whose recovery replayed fsync records.
     pub replayed: u64,
+    /// Mirrored states whose mount met a read error on each copy.
+    pub both_copies_failed: u64,
 }
 
 impl Stats {
@@ -144,6 +164,7 @@ impl Stats {
         self.rolled_forward += o.rolled_forward;
         self.second_crash_states += o.second_crash_states;
         self.replayed += o.replayed;
+        self.both_copies_failed += o.both_copies_failed;
     }
 }
 
@@ -184,6 +205,8 @@ pub struct Explorer {
     pub config: Config,
     meta: Arc<Image>,
     data: Arc<Image>,
+    /// The second meta-data copy, when mirrored.
+    mirror: Option<Arc<Image>>,
     model: Model,
 }
 
@@ -230,6 +253,8 @@ impl Explorer {
     pub fn new(config: Config, setup: &[Step]) -> Result<Explorer, String> {
         let meta = Arc::new(OverlayDevice::new(Arc::new(Image::new(config.meta_blocks, Fill::Zero))));
         let data = Arc::new(OverlayDevice::new(Arc::new(Image::new(config.data_blocks, Fill::Poison))));
+        let mirror =
+            config.mirror.then(|| Arc::new(OverlayDevice::new(Arc::new(Image::new(config.meta_blocks, Fill::Zero)))));
         let mkfs = MkfsOptions {
             segment_blocks: config.segment_blocks,
             group_blocks: config.group_blocks,
@@ -237,9 +262,16 @@ impl Explorer {
             identity_seed: Some(config.seed),
             ..MkfsOptions::default()
         };
-        Volume::format(meta.clone(), data.clone(), &mkfs).map_err(|e| format!("mkfs: {e}"))?;
-        let vol = Volume::open_with_clock(meta.clone(), data.clone(), config.mount, fixed_clock())
-            .map_err(|e| format!("mount: {e}"))?;
+        let mut copies: Vec<Arc<dyn BlockDevice>> = vec![meta.clone()];
+        let made = match &mirror {
+            Some(m) => {
+                copies.push(m.clone());
+                Volume::format_mirrored([meta.clone(), m.clone()], data.clone(), &mkfs)
+            }
+            None => Volume::format(meta.clone(), data.clone(), &mkfs),
+        };
+        made.map_err(|e| format!("mkfs: {e}"))?;
+        let vol = open_volume(&copies, data.clone(), config.mount, false).map_err(|e| format!("mount: {e}"))?;
         let mut r = Runner::new(&vol, Model::default(), None, SETUP_TAG);
         for (i, s) in setup.iter().enumerate() {
             r.run(i + 1, s).map_err(|e| format!("setup: {e}"))?;
@@ -252,7 +284,8 @@ impl Explorer {
         let (meta, data) = (meta.freeze(), data.freeze());
         let meta = Arc::new(meta.grown(config.spare_meta_blocks));
         let data = Arc::new(data.grown(config.spare_data_blocks));
-        Ok(Explorer { config, meta, data, model })
+        let mirror = mirror.map(|m| Arc::new(m.freeze().grown(config.spare_meta_blocks)));
+        Ok(Explorer { config, meta, data, mirror, model })
     }
 
     /// The base image every workload starts from: (meta-data, data).
@@ -267,9 +300,8 @@ impl Explorer {
     /// The engine disagrees with the model while the workload runs.
     pub fn record(&self, w: &Workload) -> Result<Run, String> {
         let rec = Arc::new(Recorder::default());
-        let meta = Arc::new(RecordingDevice::new(Dev::Meta, self.meta.clone(), rec.clone()));
-        let data = Arc::new(RecordingDevice::new(Dev::Data, self.data.clone(), rec.clone()));
-        let vol = Volume::open_with_clock(meta, data, self.config.mount, fixed_clock())
+        let (copies, data) = recording_devices(&self.meta, self.mirror.as_ref(), &self.data, &rec);
+        let vol = open_volume(&copies, data, self.config.mount, false)
             .map_err(|e| format!("mount of the base image: {e}"))?;
         let strict = self.config.mount.order == Order::Strict;
         let mut r = Runner::new(&vol, self.model.clone(), Some(rec.clone()), 0);
@@ -295,7 +327,12 @@ impl Explorer {
         // The run ends with a crash: the volume is dropped, never closed.
         drop(r);
         drop(vol);
-        let recording = Recording { meta: self.meta.clone(), data: self.data.clone(), events: rec.events() };
+        let recording = Recording {
+            meta: self.meta.clone(),
+            data: self.data.clone(),
+            mirror: self.mirror.clone(),
+            events: rec.events(),
+        };
         history.logged = recording.logged_steps();
         Ok(Run { recording, history, snapshots, switches, cleaner })
     }
@@ -371,16 +408,16 @@ impl Explorer {
         if sampled {
             // What `dualfs fsck` says of the crashed volume before any mount
             // (it rolls forward in memory and writes nothing).
-            let (m, d) =
-                (Arc::new(OverlayDevice::new(img.meta.clone())), Arc::new(OverlayDevice::new(img.data.clone())));
+            let d = overlay(&img.data);
+            let m = checked_meta(&overlays(&img), &d).map_err(|e| format!("before recovery, {e}"))?;
             fsck_allowing(m, d, true).map_err(|e| format!("before recovery, {e}"))?;
         }
         // Recovery's own writes and the new work are recorded, for the second crash.
         let rec = Arc::new(Recorder::default());
-        let meta = Arc::new(RecordingDevice::new(Dev::Meta, img.meta.clone(), rec.clone()));
-        let data = Arc::new(RecordingDevice::new(Dev::Data, img.data.clone(), rec.clone()));
-        let vol = Volume::open_with_clock(meta.clone(), data.clone(), self.config.mount, fixed_clock())
+        let (copies, data) = recording_devices(&img.meta, img.mirror.as_ref(), &img.data, &rec);
+        let vol = open_volume(&copies, data.clone(), self.config.mount, false)
             .map_err(|e| format!("recovery failed: {e}"))?;
+        let meta = checked_meta(&copies, &data)?;
         let report = vol.open_report();
         if self.config.verbose {
             println!("recording:\n{}", show_events(&run.recording.events));
@@ -412,6 +449,23 @@ impl Explorer {
             return Err(format!("Q1 broken after recovery: {}", wrong.join("; ")));
         }
         drop(vol);
+        if img.mirror.is_some() {
+            self.check_copies(w, run, &img, index, &tags, stats)?;
+            // What recovery and the new work made durable, each copy alone
+            // included: the new file's fsync returned, so both copies hold
+            // it, and the commits recovery rolled forward from one copy
+            // (the other may lack them) with it.
+            let second = Recording {
+                meta: img.meta.clone(),
+                data: img.data.clone(),
+                mirror: img.mirror.clone(),
+                events: rec.events(),
+            };
+            let end = StateSpec { cut: second.events.len(), choice: Choice::Flushed };
+            stats.second_crash_states += 1;
+            self.second_crash(&second, &end, &expected, &tags, (&run.history, img.window, &w.steps))
+                .map_err(|e| format!("second crash ({end}) after recovery: {e}"))?;
+        }
 
         if !sampled {
             return Ok(());
@@ -423,7 +477,12 @@ impl Explorer {
         if self.config.older_checkpoint && !slot_torn {
             self.check_older_checkpoint(run, &img, &tags, &w.steps)?;
         }
-        let second = Recording { meta: img.meta.clone(), data: img.data.clone(), events: rec.events() };
+        let second = Recording {
+            meta: img.meta.clone(),
+            data: img.data.clone(),
+            mirror: img.mirror.clone(),
+            events: rec.events(),
+        };
         // From the workload and the state's number only: a replay draws the same cuts.
         let mut rng = Rng::new(mix(self.seed_of(w) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         let specs = second.states(rng.next_u64(), 64);
@@ -437,7 +496,7 @@ impl Explorer {
                 _ => specs[rng.below(specs.len() as u64) as usize],
             };
             stats.second_crash_states += 1;
-            self.second_crash(&second, &s2, &expected, &tags)
+            self.second_crash(&second, &s2, &expected, &tags, (&run.history, img.window, &w.steps))
                 .map_err(|e| format!("second crash ({s2}) after recovery: {e}"))?;
         }
         Ok(())
@@ -477,13 +536,26 @@ impl Explorer {
     }
 
     /// Recovers a cut of the recording of recovery and new work: the tree
-    /// must be the first recovered one, plus the new file once it was fsync'd.
-    fn second_crash(&self, second: &Recording, s2: &StateSpec, expected: &History, tags: &[u64]) -> Result<(), String> {
+    /// must be the first recovered one, plus the new file once it was
+    /// fsync'd. On a mirror each copy alone must show the same, or, while
+    /// nothing of the new work was acknowledged, any tree the `first`
+    /// crash allows (history, window, steps): recovery may have rolled
+    /// forward from the other copy writes this one never received, and
+    /// made them its own only as far as a flush of it went.
+    fn second_crash(
+        &self,
+        second: &Recording,
+        s2: &StateSpec,
+        expected: &History,
+        tags: &[u64],
+        first: (&History, Window, &[Step]),
+    ) -> Result<(), String> {
         let img2 = second.build(s2);
-        let meta2 = Arc::new(OverlayDevice::new(img2.meta.clone()));
-        let data2 = Arc::new(OverlayDevice::new(img2.data.clone()));
-        let vol2 = Volume::open_with_clock(meta2.clone(), data2.clone(), self.config.mount, fixed_clock())
+        let copies2 = overlays(&img2);
+        let data2 = overlay(&img2.data);
+        let vol2 = open_volume(&copies2, data2.clone(), self.config.mount, false)
             .map_err(|e| format!("recovery failed: {e}"))?;
+        let meta2 = checked_meta(&copies2, &data2)?;
         if vol2.open_report().is_damaged() {
             return Err(format!("a second crash reported as damage: {}", vol2.open_report().damage.join("; ")));
         }
@@ -495,7 +567,30 @@ impl Explorer {
         }
         expected.find(&t2, img2.window, &after_steps(), tags)?;
         drop(vol2);
-        fsck(meta2, data2)
+        fsck(meta2, data2)?;
+        // Each copy alone holds what was acknowledged on the mirror.
+        if let Some(copy) = &img2.mirror {
+            for (i, image) in [&img2.meta, copy].into_iter().enumerate() {
+                let (me, other) = (i + 1, 2 - i);
+                let vol = open_volume(&[overlay(image)], overlay(&img2.data), self.config.mount, true)
+                    .map_err(|e| format!("copy {other} lost: the mount degraded on copy {me} failed: {e}"))?;
+                let report = vol.open_report();
+                if report.is_damaged() {
+                    return Err(format!(
+                        "copy {other} lost: copy {me} reported as damage: {}",
+                        report.damage.join("; ")
+                    ));
+                }
+                let t =
+                    Tree::of_volume(&vol).map_err(|e| format!("copy {other} lost: copy {me} cannot be read: {e}"))?;
+                let promised = img2.window.synced > 0 || img2.window.durable > 0;
+                expected
+                    .find(&t, img2.window, &after_steps(), tags)
+                    .or_else(|e| if promised { Err(e) } else { first.0.find(&t, first.1, first.2, tags) })
+                    .map_err(|e| format!("copy {other} lost, degraded on copy {me}: {e}"))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -650,7 +745,7 @@ pub fn show_events(events: &[Event]) -> String {
         let line = match e {
             Event::Write { dev, block, data } => {
                 let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap_or([0; 8]));
-                if *dev == crate::record::Dev::Meta && data[..4] == *b"DFSM" {
+                if dev.is_meta() && data[..4] == *b"DFSM" {
                     format!("write {dev:?} {block}: kind {} seq {} name {:#x}", data[8], word(32), word(48))
                 } else {
                     format!("write {dev:?} {block}")

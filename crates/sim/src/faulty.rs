@@ -1,5 +1,8 @@
 //! A seeded fault-injecting device: EIO on read, write or flush, a write
-//! silently lost, a write landing at the wrong block.
+//! silently lost, a write landing at the wrong block. And [`BadBlocks`]: a
+//! device whose chosen blocks fail every read, as bad sectors do (the
+//! crash explorer puts one under each copy of a mirror, failing different
+//! blocks).
 //!
 //! It models a disk with a volatile write cache over a durable medium (the
 //! inner device): writes wait in the cache until a flush; a flush that
@@ -9,8 +12,9 @@
 //! power failure would leave. Every fault drawn is logged with the request
 //! it hit, so a failure replays from the seed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dualfs_engine::device::BlockDevice;
@@ -229,5 +233,63 @@ impl BlockDevice for FaultyDevice {
         self.inner.flush()?;
         s.flushes += 1;
         Ok(())
+    }
+}
+
+/// A device whose chosen blocks fail every read that touches them with
+/// EIO, as bad sectors do, until written again (a drive remaps a sector on
+/// write).
+#[derive(Debug)]
+pub struct BadBlocks {
+    inner: Arc<dyn BlockDevice>,
+    bad: Mutex<BTreeSet<u64>>,
+    failed: AtomicU64,
+}
+
+impl BadBlocks {
+    /// `inner` with `blocks` unreadable.
+    #[must_use]
+    pub fn new(inner: Arc<dyn BlockDevice>, blocks: impl IntoIterator<Item = u64>) -> BadBlocks {
+        BadBlocks { inner, bad: Mutex::new(blocks.into_iter().collect()), failed: AtomicU64::new(0) }
+    }
+
+    /// Reads failed so far.
+    #[must_use]
+    pub fn reads_failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn bad(&self) -> MutexGuard<'_, BTreeSet<u64>> {
+        self.bad.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl BlockDevice for BadBlocks {
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        let end = first + (buf.len() / BLOCK_SIZE) as u64;
+        if let Some(b) = self.bad().range(first..end).next() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(io::Error::other(format!("injected EIO: block {b} is bad")));
+        }
+        self.inner.read_blocks(first, buf)
+    }
+
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_blocks(first, buf)?;
+        let end = first + (buf.len() / BLOCK_SIZE) as u64;
+        let mut bad = self.bad();
+        let mended: Vec<u64> = bad.range(first..end).copied().collect();
+        for b in mended {
+            bad.remove(&b);
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
     }
 }

@@ -14,6 +14,8 @@ mod flags;
 mod quota;
 pub use quota::quotas;
 mod inline;
+mod mirror;
+pub use mirror::mirrors;
 mod ranges;
 mod resize;
 mod streams;
@@ -750,6 +752,9 @@ pub fn all() -> Vec<Workload> {
 /// The workload called `name`, if any.
 #[must_use]
 pub fn by_name(name: &str) -> Option<Workload> {
+    if name.starts_with("mirror/") {
+        return mirror::by_name(name);
+    }
     if let Some(n) = name.strip_prefix("pattern/log-wrap-noticks-") {
         return n.parse().ok().map(|n| log_wrap(n, false));
     }

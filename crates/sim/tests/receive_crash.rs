@@ -198,7 +198,7 @@ fn explore(s: &Setup, budget: usize) -> Vec<String> {
     let vol = Volume::open_with_clock(m, d, options(), fixed_clock()).unwrap();
     vol.receive(&mut &s.increment[..]).unwrap();
     vol.close().unwrap();
-    let recording = Recording { meta: s.base.0.clone(), data: s.base.1.clone(), events: rec.events() };
+    let recording = Recording { meta: s.base.0.clone(), data: s.base.1.clone(), mirror: None, events: rec.events() };
     let mut failures = Vec::new();
     for spec in recording.states(0x5e4d, budget) {
         let img = recording.build(&spec);

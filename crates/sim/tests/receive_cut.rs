@@ -220,7 +220,7 @@ fn receive_cut(s: &Setup, k: usize, failures: &mut Vec<String>) -> Recording {
         failures.push(format!("cut after record {k}: the mirror is not as it was"));
     }
     vol.close().unwrap();
-    Recording { meta: s.base.0.clone(), data: s.base.1.clone(), events: rec.events() }
+    Recording { meta: s.base.0.clone(), data: s.base.1.clone(), mirror: None, events: rec.events() }
 }
 
 /// Each cut, received on the recording devices, then its crash states

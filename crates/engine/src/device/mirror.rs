@@ -63,6 +63,9 @@ pub struct MirrorDevice {
     /// Whether a block read good from the second copy is written back over
     /// the first (not by a check that writes nothing).
     write_back: AtomicBool,
+    /// While a mount recovers: every block read is also made the second
+    /// copy's ([`MirrorDevice::set_mending`]).
+    mending: AtomicBool,
     workers: Workers,
 }
 
@@ -165,8 +168,35 @@ impl MirrorDevice {
             failure: Mutex::new(None),
             on_degrade: OnceLock::new(),
             write_back: AtomicBool::new(true),
+            mending: AtomicBool::new(false),
             workers: Workers::default(),
         }
+    }
+
+    /// While set, each block a read returns (but one bad on both copies)
+    /// is written over the second copy where that holds anything else. A
+    /// mount sets it while it recovers: after a crash each copy may hold a
+    /// part of the writes in flight the other lacks, and what recovery
+    /// rolls forward from the copy it reads must be on both before
+    /// anything built on it is acknowledged.
+    pub fn set_mending(&self, on: bool) {
+        self.mending.store(on, Ordering::Relaxed);
+    }
+
+    /// Writes the blocks of `buf` (read at `first`) over the second copy
+    /// where it differs.
+    fn mend(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        let mut other = vec![0u8; buf.len()];
+        let theirs = self.copies[1].read_blocks(first, &mut other).is_ok();
+        let _alone = self.order.write().unwrap_or_else(PoisonError::into_inner);
+        for (i, (blk, was)) in buf.chunks_exact(BLOCK_SIZE).zip(other.chunks_exact(BLOCK_SIZE)).enumerate() {
+            let at = first + i as u64;
+            if (theirs && blk == was) || (self.check)(at, blk) == Verdict::Bad {
+                continue;
+            }
+            self.copies[1].write_blocks(at, blk)?;
+        }
+        Ok(())
     }
 
     /// Reads heal the block returned but write nothing back (a check that
@@ -305,6 +335,14 @@ impl BlockDevice for MirrorDevice {
             return self.copies[i].read_blocks(first, buf);
         }
         if let Err(e) = self.copies[0].read_blocks(first, buf) {
+            // Each copy may fail another block of the request: block by
+            // block, each block comes from a copy that reads it.
+            if buf.len() > BLOCK_SIZE {
+                for (i, blk) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+                    self.read_blocks(first + i as u64, blk)?;
+                }
+                return Ok(());
+            }
             // The first copy cannot read it at all: the second answers, and
             // each block it holds good is written back.
             log::warn!("meta-data blocks {first}..: the first copy fails to read ({e}): read from the mirror");
@@ -321,7 +359,11 @@ impl BlockDevice for MirrorDevice {
             self.healed.fetch_add(n, Ordering::Relaxed);
             return Ok(());
         }
-        self.heal(first, buf).map(|_| ())
+        self.heal(first, buf)?;
+        if self.mending.load(Ordering::Relaxed) && self.write_back.load(Ordering::Relaxed) {
+            self.mend(first, buf)?;
+        }
+        Ok(())
     }
 
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {

@@ -45,6 +45,9 @@ enum Standing {
 fn standing(copy: &dyn BlockDevice, d: &Superblock) -> Standing {
     let raw = match device::read(copy, DeviceRole::Meta, 0, 1) {
         Ok(raw) => raw,
+        // An unreadable superblock is a damaged one (below): a bad sector
+        // on one copy does not drop it.
+        Err(_) if holds_log_of(copy, d) => return Standing::InSync,
         Err(e) => return Standing::NotACopy(e.to_string()),
     };
     let m = match Superblock::decode(&raw) {
@@ -189,6 +192,9 @@ impl Volume {
         if in_sync.len() == 2 && (d.mirror_state != MIRROR_DEGRADED || faults::active(Fault::MirrorTrustStale)) {
             let m = Arc::new(MirrorDevice::new(in_sync[0].clone(), in_sync[1].clone(), checker(d.volume_id())));
             degrade_on_failure(&m, data.clone());
+            // Until the volume is attached: what recovery reads from one
+            // copy is made the other's ([`MirrorDevice::set_mending`]).
+            m.set_mending(writable);
             return Ok(Assembled { meta: m.clone(), mirror: Some(m), degraded: None });
         }
         if in_sync.len() == 2 {
@@ -242,6 +248,9 @@ impl Volume {
     /// Tells the volume, opened on `a.meta`, about its mirror: `stats`
     /// then count healed blocks and say whether it runs degraded.
     pub fn attach_mirror(&self, a: &Assembled) {
+        if let Some(m) = &a.mirror {
+            m.set_mending(false);
+        }
         if a.mirror.is_some() || a.degraded.is_some() {
             self.set_attached(Some(Attached { mirror: a.mirror.clone(), degraded: a.degraded.clone() }));
         }

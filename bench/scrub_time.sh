@@ -6,7 +6,9 @@
 # run for `bench/store.py add scrub-time` (CONFIG PHASE key=value: wall
 # seconds, MiB read from the devices, MiB/s), each after a comment line.
 # btrfs reads its data and both copies of its meta-data (mkfs defaults:
-# DUP meta-data); DualFS its one meta-data copy and its data.
+# DUP meta-data); DualFS its one meta-data copy and its data, and
+# dualfs-mirror (mkfs --meta-mirror, the copies on two loop devices) both
+# meta-data copies and its data.
 # Usage: bench/scrub_time.sh [ROUNDS] [TAR]   (root)
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -49,6 +51,18 @@ dualfs() {
   $DUALFS umount $W/mnt >/dev/null
 }
 
+dualfs_mirror() {
+  cleanup; LOOPS=""
+  truncate -s 512M $W/m.img; truncate -s 512M $W/m2.img; truncate -s 4G $W/d.img
+  M=$(loop $W/m.img); M2=$(loop $W/m2.img); D=$(loop $W/d.img); LOOPS="$M $M2 $D"
+  $DUALFS mkfs -f --meta-mirror $M2 $M $D >/dev/null
+  $DUALFS mount -o mirror=$M2 $M $D $W/mnt; tar xf "$TAR" -C $W/mnt; $DUALFS umount $W/mnt >/dev/null
+  cold; timed dualfs-mirror unmounted "$M $M2 $D" -- $DUALFS scrub --json --meta-mirror $M2 $M $D
+  $DUALFS mount -o mirror=$M2 $M $D $W/mnt; cold
+  timed dualfs-mirror mounted "$M $M2 $D" -- $DUALFS scrub --json $W/mnt
+  $DUALFS umount $W/mnt >/dev/null
+}
+
 btrfs_() {
   cleanup; LOOPS=""
   truncate -s 4608M $W/d.img; D=$(loop $W/d.img); LOOPS="$D"
@@ -59,5 +73,5 @@ btrfs_() {
 }
 
 echo "# $(uptime)"
-for _ in $(seq 1 $ROUNDS); do dualfs; btrfs_; done
+for _ in $(seq 1 $ROUNDS); do dualfs; dualfs_mirror; btrfs_; done
 echo "# $(uptime)"

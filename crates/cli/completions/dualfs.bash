@@ -1243,12 +1243,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect)
-            opts="-h -V --json --help --version summary superblock log segments groups inode dir extents checkpoints help"
+            opts="-h -V --json --meta-mirror --help --version summary superblock log segments groups inode dir extents checkpoints help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1257,12 +1261,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__checkpoints)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1271,12 +1279,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__dir)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1285,12 +1297,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__extents)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1299,12 +1315,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__groups)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1467,12 +1487,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__inode)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1481,12 +1505,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__log)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1495,12 +1523,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__segments)
-            opts="-h -V --all --json --help --version"
+            opts="-h -V --all --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1509,12 +1541,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__summary)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1523,12 +1559,16 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__inspect__subcmd__superblock)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --meta-mirror)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2009,13 +2049,17 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__scrub)
-            opts="-h -V --rate --meta-only --json --help --version"
+            opts="-h -V --rate --meta-only --json --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --rate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-mirror)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -232,7 +232,9 @@ Options (-o, comma-separated, may be repeated):
   mirror=DEV       the second copy of a meta-data device made with
                    `mkfs --meta-mirror DEV`: every meta-data write goes to
                    both, a block failing its check on the first is read
-                   from the second and written back (dualfs stats counts it)
+                   from the second and written back (dualfs stats counts it).
+                   Without it the copy is looked for among the block
+                   devices (loop devices too) by the volume's UUIDs
   degraded         mount a mirrored volume with a copy missing or stale
                    (one that missed writes): it runs on the copy in sync,
                    says so in its log and stats, and the other copy is
@@ -642,6 +644,11 @@ pub struct InspectArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The second copy of a mirrored meta-data device: the summary and the
+    /// superblock show each copy's mirror generation and whether it is in
+    /// sync (looked for among the block devices when not given).
+    #[arg(long, global = true, value_name = "DEV")]
+    pub meta_mirror: Option<PathBuf>,
     /// What to show (default: a summary).
     #[command(subcommand)]
     pub what: Option<Inspect>,

@@ -203,6 +203,79 @@ pub fn both(spec: &str) -> Result<(PathBuf, PathBuf)> {
     }
 }
 
+/// The block devices /sys/class/block lists (every disk, partition, loop
+/// and device-mapper device the kernel has) that have a node in /dev.
+///
+/// # Errors
+/// /sys/class/block cannot be read.
+pub fn sys_block_devices() -> Result<Vec<PathBuf>> {
+    let dir = Path::new("/sys/class/block");
+    let entries = std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("cannot list {}: {e}", dir.display()))?;
+    let mut out: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok()).map(|e| Path::new("/dev").join(e.file_name())).filter(|p| p.exists()).collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Whether `candidate` is the device or file `meta` itself: the same
+/// path, the same block device, or a loop device over the file.
+fn same_device(candidate: &Path, meta: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(c), Ok(m)) = (std::fs::canonicalize(candidate), std::fs::canonicalize(meta)) else { return false };
+    if c == m {
+        return true;
+    }
+    let (Ok(cm), Ok(mm)) = (std::fs::metadata(&c), std::fs::metadata(&m)) else { return false };
+    let block = |x: &std::fs::Metadata| std::os::unix::fs::FileTypeExt::is_block_device(&x.file_type());
+    if block(&cm) && block(&mm) && cm.rdev() == mm.rdev() {
+        return true;
+    }
+    // A loop device over META's file, or over the file META's loop is.
+    let over = backing(&c);
+    over.is_some() && (over.as_ref() == Some(&m) || over == backing(&m))
+}
+
+/// The file a loop device reads, canonical.
+fn backing(dev: &Path) -> Option<PathBuf> {
+    let name = dev.file_name()?;
+    let b = std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("loop/backing_file")).ok()?;
+    std::fs::canonicalize(b.trim()).ok()
+}
+
+/// The second copy of the mirrored meta-data device `meta`, whose volume's
+/// data device has the superblock `d`, found among the block devices as
+/// `btrfs device scan` finds a volume's devices: a meta-data device of
+/// the same volume (its volume and meta-data UUIDs) that is neither `meta`
+/// nor a loop device over it. Of several, the one naming the newest mirror
+/// generation; whether it is in sync is for the mount to judge. `name_it`
+/// says how to name the copy instead ("-o mirror=DEV").
+///
+/// # Errors
+/// The block devices cannot be listed, or none is the copy.
+pub fn mirror_copy(meta: &Path, d: &Superblock, name_it: &str) -> Result<PathBuf> {
+    let devices = sys_block_devices().map_err(|e| {
+        anyhow::anyhow!(
+            "the volume's mirror cannot be looked for among the block devices ({e}); name it with {name_it}"
+        )
+    })?;
+    let found = devices
+        .into_iter()
+        .filter_map(|p| match probe(&p) {
+            Ok(Probed::DualFs(sb))
+                if sb.role == Role::Meta && sb.volume_uuid == d.volume_uuid && sb.meta_uuid == d.meta_uuid =>
+            {
+                Some((p, sb.mirror_generation))
+            }
+            _ => None,
+        })
+        .filter(|(p, _)| !same_device(p, meta))
+        .max_by_key(|(_, generation)| *generation);
+    match found {
+        Some((p, _)) => Ok(p),
+        None => bail!("the volume's mirror was not found among the block devices; name it with {name_it}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,8 @@
 //! Every view is built once as JSON and printed either as JSON or as text,
 //! so the two never disagree.
 
+use std::path::Path;
+
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
@@ -14,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::args::{Inspect, InspectArgs};
 use crate::devices::{Access, open_pair};
+use crate::find::Probed;
 use crate::words::{date, uuid};
 
 fn kind_name(k: FileKind) -> &'static str {
@@ -58,6 +61,45 @@ fn mirror_json(sb: &Superblock) -> Value {
         "state": if !sb.mirrored() { "none" } else if sb.mirror_state == 0 { "in sync" } else { "degraded" },
         "generation": sb.mirror_generation,
     })
+}
+
+/// Each copy of a mirrored meta-data device as its own superblock has it:
+/// the mirror generation it names and whether that is the volume's (the
+/// data device's), in `mirror["devices"]`. The second copy is `second`, or
+/// the one found among the block devices.
+fn copies_json(mirror: &mut Value, meta: &Path, data: &Path, second: Option<&Path>) {
+    let Ok(Probed::DualFs(d)) = crate::find::probe(data) else { return };
+    if !d.mirrored() && second.is_none() {
+        return;
+    }
+    let second = match second {
+        Some(p) => Some(p.to_path_buf()),
+        None => match crate::find::mirror_copy(meta, &d, "--meta-mirror DEV") {
+            Ok(p) => Some(p),
+            Err(e) => {
+                mirror["second_copy"] = json!(format!("{e:#}"));
+                None
+            }
+        },
+    };
+    let one = |path: &Path| -> Value {
+        let (generation, state) = match crate::find::probe(path) {
+            Ok(Probed::DualFs(sb))
+                if sb.role == Role::Meta && sb.volume_uuid == d.volume_uuid && sb.meta_uuid == d.meta_uuid =>
+            {
+                let state = if sb.mirror_generation >= d.mirror_generation { "in sync" } else { "stale" };
+                (Some(sb.mirror_generation), state.to_string())
+            }
+            Ok(Probed::DualFs(_)) => (None, "not a meta-data copy of this volume".into()),
+            Ok(Probed::Damaged(why)) => (None, format!("its superblock is damaged ({why})")),
+            Ok(Probed::Other) => (None, "not a DualFS device".into()),
+            Err(e) => (None, format!("{e:#}")),
+        };
+        json!({ "device": path.display().to_string(), "generation": generation, "state": state })
+    };
+    let mut devices = vec![one(meta)];
+    devices.extend(second.as_deref().map(one));
+    mirror["devices"] = json!(devices);
 }
 
 fn log_json(vol: &Volume) -> Value {
@@ -289,6 +331,12 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         let vol = Volume::open(meta.clone(), data, options).context("cannot open the volume")?;
         volume_view(&what, &sb, &vol, meta.as_ref())?
     };
+    let mut value = value;
+    if matches!(what, Inspect::Summary | Inspect::Superblock)
+        && let Some(m) = value.get_mut("mirror")
+    {
+        copies_json(m, &meta_path, &data_path, args.meta_mirror.as_deref());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {

@@ -39,6 +39,7 @@ fn summary(v: &Value) -> String {
             u(&v["mirror"]["generation"])
         );
     }
+    mirror_devices(&mut o, &v["mirror"]);
     let m = &v["meta"];
     let (segs, free) = (u(&m["segments"]), u(&m["free_segments"]));
     let _ = writeln!(
@@ -209,6 +210,9 @@ pub fn render(what: &Inspect, v: &Value) -> String {
         Inspect::Superblock | Inspect::Log => {
             let mut o = String::new();
             render_fields(&mut o, v, 0);
+            if let Inspect::Superblock = what {
+                mirror_devices(&mut o, &v["mirror"]);
+            }
             o
         }
     }
@@ -232,5 +236,23 @@ pub fn render_fields(out: &mut String, v: &Value, indent: usize) {
                 let _ = writeln!(out, "{:indent$}{k}: {other}", "");
             }
         }
+    }
+}
+
+/// Each copy of the meta-data mirror, as `--meta-mirror` (or the scan of
+/// the block devices) found it.
+fn mirror_devices(o: &mut String, m: &Value) {
+    for (i, c) in m["devices"].as_array().into_iter().flatten().enumerate() {
+        let generation = c["generation"].as_u64().map_or(String::new(), |g| format!(" generation {g},"));
+        let _ = writeln!(
+            o,
+            "  copy {}   {}:{generation} {}",
+            i + 1,
+            c["device"].as_str().unwrap_or_default(),
+            c["state"].as_str().unwrap_or_default()
+        );
+    }
+    if let Some(why) = m["second_copy"].as_str() {
+        let _ = writeln!(o, "  copy 2   {why}");
     }
 }

@@ -29,6 +29,13 @@ use crate::devices::{Access, open_pair_for_mount};
 use crate::exit::Exit;
 use crate::options::{self, MountConfig};
 
+/// The data device's superblock, when it says the meta-data device is
+/// mirrored (anything else is for the open to judge).
+fn mirrored(d: &Arc<dyn dualfs_engine::device::BlockDevice>) -> Option<dualfs_engine::format::superblock::Superblock> {
+    let raw = dualfs_engine::device::read(d.as_ref(), DeviceRole::Data, 0, 1).ok()?;
+    dualfs_engine::format::superblock::Superblock::decode(&raw).ok().filter(|sb| sb.mirrored())
+}
+
 /// What the background child prints once the volume is mounted.
 const READY: &str = "dualfs-ready";
 
@@ -308,16 +315,43 @@ fn serve(args: &MountArgs) -> Result<()> {
     // A mirrored meta-data device: both copies, or one with -o degraded.
     let mut copies = vec![m];
     let mut copy_paths = vec![meta.clone()];
-    if let Some(path) = &cfg.mirror {
-        let path = absolute(path)?;
+    // Not named: looked for among the block devices when the data device
+    // says the volume is mirrored (`found`), or why it was not (`missed`).
+    let (mut found, mut missed) = (None, None);
+    let mirror = match &cfg.mirror {
+        Some(p) => Some(absolute(p)?),
+        // A snapshot reads beside the live mount, which holds the copies.
+        None if cfg.snapshot.is_some() => None,
+        None => match mirrored(&d) {
+            Some(dsb) => match crate::find::mirror_copy(&meta, &dsb, "-o mirror=DEV") {
+                Ok(p) => {
+                    found = Some(p.clone());
+                    Some(p)
+                }
+                Err(e) => {
+                    missed = Some(e.to_string());
+                    None
+                }
+            },
+            None => None,
+        },
+    };
+    if let Some(path) = mirror {
         crate::devices::check_distinct(&meta, &path)?;
         crate::devices::check_distinct(&path, &data)?;
         let access = if devices_writable { Access::Exclusive } else { Access::ExclusiveReadOnly };
         copies.push(crate::devices::open_one(&path, DeviceRole::Meta, access)?);
         copy_paths.push(path);
     }
-    let assembled = Volume::assemble_meta(&copies, &d, cfg.degraded, devices_writable && !cfg.read_only)
-        .map_err(|e| anyhow!("cannot mount {} and {}: {e}", meta.display(), data.display()))?;
+    let assembled =
+        Volume::assemble_meta(&copies, &d, cfg.degraded, devices_writable && !cfg.read_only).map_err(|e| {
+            let found = match (&found, &missed) {
+                (Some(p), _) => format!(" (the second copy found among the block devices: {})", p.display()),
+                (None, Some(why)) => format!(" ({why})"),
+                (None, None) => String::new(),
+            };
+            anyhow!("cannot mount {} and {}: {e}{found}", meta.display(), data.display())
+        })?;
     // The meta-data devices in the volume's order, for `dualfs mirror`:
     // both copies, or the one a degraded mount runs on.
     let copy_paths: Vec<PathBuf> = if assembled.mirror.is_some() {
@@ -439,6 +473,10 @@ fn serve(args: &MountArgs) -> Result<()> {
         log::info!("{line}");
     }
     log::info!("mounted {} and {} on {}", meta.display(), data.display(), args.mountpoint.display());
+    if let Some(path) = &found {
+        let taken = if assembled.mirror.is_some() { "in use" } else { "not in use" };
+        log::info!("the meta-data mirror's second copy {}, found among the block devices: {taken}", path.display());
+    }
     log::info!("{}", session.transport());
     // Said here, in the mount's log: what the engine logged while opening
     // came before a background mount's log was set up.

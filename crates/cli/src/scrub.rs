@@ -5,12 +5,17 @@
 //! is fsck(8)'s.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use dualfs_engine::check::scrub::scrub_unmounted;
+use dualfs_engine::Volume;
+use dualfs_engine::check::scrub::{Copies, scrub_unmounted_copies};
+use dualfs_engine::device::BlockDevice;
+use dualfs_engine::error::DeviceRole;
+use dualfs_engine::format::superblock::{Role, Superblock};
 use dualfs_engine::volume::ScrubOptions;
 use dualfs_fuse::scrub::{SCRUB, order_text, report_json};
 use nix::sys::signal::{SigSet, Signal};
@@ -18,8 +23,9 @@ use serde_json::{Value, json};
 
 use crate::args::ScrubArgs;
 use crate::control::Mounted;
-use crate::devices::{Access, open_pair, split_source};
+use crate::devices::{Access, check_distinct, open_one, open_pair, split_source};
 use crate::exit::Exit;
+use crate::find::Probed;
 use crate::progress::byte_bar;
 use crate::words::human_bytes;
 
@@ -58,10 +64,63 @@ fn stop_on_signal() {
     }
 }
 
-fn offline(meta: &Path, data: &Path, opts: ScrubOptions) -> Result<Value> {
-    let (m, d) = open_pair(meta, data, Access::ExclusiveReadOnly)?;
+type Dev = Arc<dyn BlockDevice>;
+
+/// The data device's superblock, when it says the meta-data device is
+/// mirrored.
+fn mirrored(data: &Path) -> Option<Superblock> {
+    match crate::find::probe(data) {
+        Ok(Probed::DualFs(sb)) if sb.role == Role::Data && sb.mirrored() => Some(*sb),
+        _ => None,
+    }
+}
+
+/// The meta-data device to scrub and its copies: with a mirror, both
+/// copies as a mount assembles them (`mirror`, or the copy found among the
+/// block devices), opened to be written (a bad copy is mended); without,
+/// `meta` read only.
+fn assemble(meta: &Path, data: &Path, mirror: Option<&Path>) -> Result<(Dev, Dev, Copies)> {
+    let Some(dsb) = mirrored(data) else {
+        if let Some(p) = mirror {
+            bail!("{} names no meta-data mirror: scrub it without --meta-mirror {}", data.display(), p.display());
+        }
+        let (m, d) = open_pair(meta, data, Access::ExclusiveReadOnly)?;
+        return Ok((m, d, Copies::default()));
+    };
+    let (m, d) = open_pair(meta, data, Access::Exclusive)?;
+    let second = match mirror {
+        Some(p) => Some(p.to_path_buf()),
+        None => match crate::find::mirror_copy(meta, &dsb, "--meta-mirror DEV") {
+            Ok(p) => {
+                eprintln!(
+                    "dualfs: the meta-data mirror's second copy: {} (found among the block devices)",
+                    p.display()
+                );
+                Some(p)
+            }
+            Err(e) => {
+                eprintln!("dualfs: {e:#}");
+                None
+            }
+        },
+    };
+    let mut copies = vec![m];
+    if let Some(p) = &second {
+        check_distinct(meta, p)?;
+        check_distinct(p, data)?;
+        copies.push(open_one(p, DeviceRole::Meta, Access::Exclusive)?);
+    }
+    let a = Volume::assemble_meta(&copies, &d, true, false).map_err(|e| anyhow!("{}: {e}", meta.display()))?;
+    if let Some(why) = &a.degraded {
+        eprintln!("dualfs: the meta-data mirror is degraded ({why}): scrubbing one copy");
+    }
+    Ok((a.meta, d, Copies { mirror: a.mirror, degraded: a.degraded }))
+}
+
+fn offline(meta: &Path, data: &Path, mirror: Option<&Path>, opts: ScrubOptions) -> Result<Value> {
+    let (m, d, copies) = assemble(meta, data, mirror)?;
     let bar = byte_bar("scrubbing", 0);
-    let report = scrub_unmounted(m, d, opts, &mut |done, total| {
+    let report = scrub_unmounted_copies(m, d, copies, opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
         !STOP.load(Ordering::SeqCst)
@@ -138,12 +197,28 @@ fn text(v: &Value) -> String {
         u(&r["data_blocks"]),
         r["data_errors"].as_array().map_or(0, Vec::len)
     ));
+    if let Some(why) = r["degraded"].as_str() {
+        o.push_str(&format!("  the meta-data mirror is degraded ({why}): one copy read\n"));
+    }
+    if u(&r["copies"]) > 1 {
+        for c in r["per_copy"].as_array().into_iter().flatten() {
+            o.push_str(&format!(
+                "  copy {}     {} bad blocks: {} repaired from the other copy, {} not\n",
+                u(&c["copy"]),
+                u(&c["bad"]),
+                u(&c["repaired"]),
+                u(&c["unrepaired"])
+            ));
+        }
+    }
     if u(&r["moved"]) > 0 {
         o.push_str(&format!("  {} blocks changed while being read, and were found good\n", u(&r["moved"])));
     }
     for b in r["bad_meta"].as_array().into_iter().flatten() {
+        let on: Vec<String> = b["copies"].as_array().into_iter().flatten().map(|c| u(c).to_string()).collect();
+        let on = if u(&r["copies"]) > 1 { format!(" on copy {}", on.join(" and ")) } else { String::new() };
         o.push_str(&format!(
-            "BAD meta-data block {} ({}, {}): {}; {}; files: {}\n",
+            "BAD meta-data block {}{on} ({}, {}): {}; {}; files: {}\n",
             u(&b["block"]),
             b["structure"].as_str().unwrap_or("?"),
             b["tree"].as_str().unwrap_or("?"),
@@ -181,12 +256,18 @@ fn text(v: &Value) -> String {
 fn scrub(args: &ScrubArgs) -> Result<Value> {
     let opts = ScrubOptions { rate: args.rate, meta_only: args.meta_only };
     crate::itself::refuse_dead_mount(&args.target)?;
+    let mirror = args.meta_mirror.as_deref();
     match &args.data {
-        Some(data) => offline(&args.target, data, opts),
-        None if args.target.is_dir() => mounted(&args.target, opts),
+        Some(data) => offline(&args.target, data, mirror, opts),
+        None if args.target.is_dir() => {
+            if mirror.is_some() {
+                bail!("--meta-mirror is for an unmounted volume: a mounted one is scrubbed on the copies it runs on");
+            }
+            mounted(&args.target, opts)
+        }
         None => {
             let (meta, data): (PathBuf, PathBuf) = split_source(&args.target.to_string_lossy(), None)?;
-            offline(&meta, &data, opts)
+            offline(&meta, &data, mirror, opts)
         }
     }
 }

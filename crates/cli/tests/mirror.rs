@@ -230,3 +230,178 @@ fn fsck_reads_a_block_bad_on_the_first_copy_from_the_mirror() {
     let alone = dualfs(&["fsck", &m, &d]);
     assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stdout));
 }
+
+/// Loop devices over image files, detached (each by its name) when dropped.
+struct Loops(Vec<String>);
+
+impl Loops {
+    fn attach(files: &[&std::path::Path]) -> Option<Loops> {
+        let mut l = Loops(Vec::new());
+        for f in files {
+            let out = common::sh_output(&format!("losetup -f --show {}", f.display()));
+            if !out.status.success() {
+                common::skip(&format!("no loop device ({})", String::from_utf8_lossy(&out.stderr).trim()));
+                return None;
+            }
+            l.0.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        }
+        Some(l)
+    }
+}
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = common::sh_output(&format!("losetup -d {d}"));
+        }
+    }
+}
+
+/// A mirrored volume on three loop devices (copy 1, copy 2, data), the
+/// test volume's paths pointing at them: (the volume, the loops).
+fn on_loops() -> Option<(TestVolume, Loops)> {
+    let mut v = TestVolume::create("256M")?;
+    let mm = new_copy(&v, "mirror.img");
+    let loops = Loops::attach(&[&v.meta, std::path::Path::new(&mm), &v.data])?;
+    let (m, c2, d) = (&loops.0[0], &loops.0[1], &loops.0[2]);
+    let out = dualfs(&["mkfs", "-f", "--meta-mirror", c2, m, d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    v.meta = m.into();
+    v.data = d.into();
+    Some((v, loops))
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_mounted_scrub_mends_blocks_zeroed_on_the_second_copy_under_the_mount() {
+    use dualfs_engine::device::{BlockDevice, FileDevice};
+    use dualfs_engine::meta_log::Log;
+    use dualfs_engine::meta_log::live::LiveKind;
+
+    let Some((mut v, mut loops)) = on_loops() else {
+        return;
+    };
+    let (c2, d) = (loops.0[1].clone(), loops.0[2].clone());
+    let with_mirror = format!("mirror={c2}");
+    v.mount_with(&with_mirror);
+    let mnt = v.m().to_string();
+    sh(&format!(
+        "for k in 1 2 3; do mkdir {mnt}/d$k && for i in $(seq 1 40); do head -c $((i*300)) /dev/urandom > \
+         {mnt}/d$k/f$i; done; done"
+    ));
+    let want = sums(&mnt);
+    v.umount();
+    // Blocks of the files' inodes and directories: they stay where they
+    // are while nothing changes the files.
+    let hit: Vec<u64> = {
+        let copy: std::sync::Arc<dyn BlockDevice> =
+            std::sync::Arc::new(FileDevice::open(c2.as_ref(), true, false).unwrap());
+        let data: std::sync::Arc<dyn BlockDevice> =
+            std::sync::Arc::new(FileDevice::open(d.as_ref(), true, false).unwrap());
+        let (mut log, _) = Log::open(copy, data).unwrap();
+        let live = log.live_blocks(true).unwrap();
+        let inodes = live.iter().filter(|b| matches!(b.kind, LiveKind::Inodes(_))).step_by(2).take(6);
+        let nodes = live.iter().filter(|b| matches!(b.kind, LiveKind::Node(_))).take(4);
+        inodes.chain(nodes).map(|b| b.at.0).collect()
+    };
+    assert!(hit.len() >= 4, "{hit:?}");
+    v.mount_with(&with_mirror);
+    // Zeroed on the second copy's device while mounted: the mount reads
+    // the first copy only, so only a scrub finds them.
+    for b in &hit {
+        sh(&format!("dd if=/dev/zero of={c2} bs=4096 seek={b} count=1 oflag=direct conv=notrunc status=none"));
+    }
+    let out = dualfs(&["scrub", "--json", &mnt]);
+    assert_eq!(out.status.code(), Some(1), "all corrected: {}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &j["report"];
+    assert_eq!(
+        (r["copies"].as_u64(), r["corrected"].as_u64(), r["uncorrectable"].as_u64()),
+        (Some(2), Some(hit.len() as u64), Some(0)),
+        "{j}"
+    );
+    assert_eq!(r["per_copy"][1]["repaired"].as_u64(), Some(hit.len() as u64), "{j}");
+    assert_eq!(r["per_copy"][0]["bad"].as_u64(), Some(0), "{j}");
+    let mut bad: Vec<u64> = r["bad_meta"].as_array().unwrap().iter().map(|b| b["block"].as_u64().unwrap()).collect();
+    bad.sort_unstable();
+    let mut want_bad = hit.clone();
+    want_bad.sort_unstable();
+    assert_eq!(bad, want_bad, "{j}");
+    assert_eq!(sums(&mnt), want);
+    // A second scrub finds nothing.
+    let again = dualfs(&["scrub", "--json", &mnt]);
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stdout));
+    v.umount();
+    // The second copy is whole again: alike the first block for block,
+    // clean alone, and alone (read-only, degraded) it holds every file.
+    let cmp = common::sh_output(&format!("cmp {} {c2}", loops.0[0]));
+    assert!(cmp.status.success(), "the copies differ: {}", String::from_utf8_lossy(&cmp.stdout));
+    let alone = dualfs(&["fsck", &c2, &d]);
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stdout));
+    // The first copy gone from the machine: the second alone, read-only
+    // (nothing marks the mirror degraded), holds every file.
+    let first = loops.0[0].clone();
+    let _ = common::sh_output(&format!("losetup -d {first}"));
+    loops.0.retain(|x| *x != first);
+    v.meta = c2.clone().into();
+    v.mount_with("ro,degraded");
+    assert_eq!(sums(&mnt), want);
+    v.umount();
+}
+
+#[test]
+fn a_mirrored_volume_mounts_finding_its_copy_among_the_block_devices_and_refuses_it_stale() {
+    let Some((mut v, mut loops)) = on_loops() else {
+        return;
+    };
+    let (m, c2, d) = (loops.0[0].clone(), loops.0[1].clone(), loops.0[2].clone());
+    // No mirror= given: the copy is found by the volume's UUIDs.
+    v.mount();
+    assert_eq!(stats(&v)["mirror_copies_in_use"], 2);
+    assert!(v.log().contains(&format!("second copy {c2}, found among the block devices: in use")), "{}", v.log());
+    let mnt = v.m().to_string();
+    sh(&format!("mkdir {mnt}/d && for i in $(seq 1 20); do echo $i > {mnt}/d/f$i; done"));
+    v.umount();
+    // An unmounted scrub finds it too.
+    let out = dualfs(&["scrub", "--json", &m, &d]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["report"]["copies"], 2, "{j}");
+    // inspect shows both copies in sync.
+    let sb: Value = serde_json::from_slice(&dualfs(&["inspect", "--json", &m, &d, "superblock"]).stdout).unwrap();
+    let devs = sb["mirror"]["devices"].as_array().cloned().unwrap_or_default();
+    assert_eq!(devs.len(), 2, "{sb}");
+    assert!(devs.iter().all(|c| c["state"] == "in sync"), "{sb}");
+
+    // The second copy gone from the machine: not found, and the mount
+    // says so; degraded it runs on the first, which leaves the second stale.
+    let c2_file = v.dir.path().join("mirror.img");
+    let _ = common::sh_output(&format!("losetup -d {c2}"));
+    loops.0.retain(|x| *x != c2);
+    let out = v.mount_output("");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not found among the block devices") && stderr(&out).contains("-o mirror=DEV"),
+        "{}",
+        stderr(&out)
+    );
+    v.mount_with("degraded");
+    sh(&format!("echo while-degraded > {mnt}/new"));
+    v.umount();
+    // Back on a loop device: found, and refused as stale.
+    let back = Loops::attach(&[&c2_file]).unwrap();
+    let out = v.mount_output("");
+    assert!(!out.status.success(), "the stale copy was taken");
+    let err = stderr(&out);
+    assert!(err.contains("stale") && err.contains(&back.0[0]), "{err}");
+    v.mount_with("degraded");
+    assert_eq!(sh(&format!("cat {mnt}/new")), "while-degraded\n");
+    assert!(v.log().contains("found among the block devices: not in use"), "{}", v.log());
+    v.umount();
+    let out = dualfs(&["inspect", "--json", "--meta-mirror", &back.0[0], &m, &d, "superblock"]);
+    let sb: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(sb["mirror"]["devices"][1]["state"], "stale", "{sb}");
+}

@@ -56,6 +56,11 @@ pub fn report_json(r: &ScrubReport) -> Value {
         "bytes": r.bytes(),
         "micros": r.micros,
         "copies": r.copies,
+        "degraded": r.degraded,
+        "per_copy": (1..=r.copies.max(1)).map(|c| {
+            let (bad, repaired) = r.bad_on_copy(c);
+            json!({ "copy": c, "bad": bad, "repaired": repaired, "unrepaired": bad - repaired })
+        }).collect::<Vec<_>>(),
         "moved": r.moved,
         "stopped": r.stopped,
         "corrected": r.corrected(),
@@ -67,6 +72,7 @@ pub fn report_json(r: &ScrubReport) -> Value {
             "tree": b.tree,
             "error": b.error,
             "repaired": b.repaired,
+            "copies": b.copies,
             "files": b.inodes.iter().zip(b.paths.iter().chain(std::iter::repeat(&None))).map(|(i, p)| json!({
                 "inode": i.0,
                 "path": p,
@@ -109,8 +115,12 @@ impl Scrubber {
         self.0.start(order_text(&opts), 0, move |progress| {
             log::info!("scrubbing: {}", order_text(&opts));
             let report = vol.scrub(opts, progress).map_err(|e| e.to_string())?;
+            if let Some(why) = &report.degraded {
+                log::warn!("scrub: the meta-data mirror is degraded ({why}): one copy read");
+            }
             for b in &report.bad_meta {
-                log::error!("scrub: meta-data block {} ({}, {}): {}", b.block, b.structure, b.tree, b.error);
+                let done = if b.repaired { "rewritten from the other copy" } else { "not repaired" };
+                log::error!("scrub: meta-data block {} ({}, {}): {}; {done}", b.block, b.structure, b.tree, b.error);
             }
             for e in &report.data_errors {
                 log::error!("scrub: data block {} of inode {}: {}", e.block, e.ino, e.error);

@@ -566,11 +566,18 @@ fails to read, not blocks it returns wrong.
 
 A mounted volume is scrubbed by the process serving it while it stays in
 use (a block that changed during the scrub is looked at again before it is
-called bad); an unmounted one in this process, writing nothing. Each bad
-block is reported with the files it costs: their paths where the directory
-tree still reaches them, else their inode numbers. With one meta-data
-device there is no second copy to repair from: scrub reports and repairs
-nothing (dualfs fsck -y rebuilds what it can).
+called bad); an unmounted one in this process. Each bad block is reported
+with the files it costs: their paths where the directory tree still
+reaches them, else their inode numbers. With one meta-data device there is
+no second copy to repair from: scrub reports and repairs nothing (dualfs
+fsck -y rebuilds what it can).
+
+A mirrored meta-data device (mkfs --meta-mirror) is read copy by copy:
+every block from each copy, checked alike. A block bad on one copy and
+good on the other is rewritten on the bad copy (counted as corrected); a
+block bad on both is reported with its files. Unmounted, the second copy is
+--meta-mirror DEV, or looked for among the block devices; a mirror running
+degraded is scrubbed on the copy in use, and the report says so.
 
 On a terminal a bar shows the bytes read. Ctrl-C stops the scrub (a
 mounted volume's too) and reports what was read.
@@ -580,7 +587,8 @@ Exit status (as fsck(8)): 0 no errors, 1 errors found and all corrected,
 the end; 2 for a usage error.
 
 Example: dualfs scrub /mnt
-         dualfs scrub --rate 50M --json volume/meta.img volume/data.img";
+         dualfs scrub --rate 50M --json volume/meta.img volume/data.img
+         dualfs scrub --meta-mirror /dev/sdc1 /dev/sdb1 /dev/sdd";
 
 /// Arguments of `dualfs scrub`.
 #[derive(Args, Debug)]
@@ -600,4 +608,9 @@ pub struct ScrubArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The second copy of an unmounted volume's mirrored meta-data device:
+    /// both copies are read, and a block bad on one is rewritten from the
+    /// other. Looked for among the block devices when not given.
+    #[arg(long, value_name = "DEV")]
+    pub meta_mirror: Option<PathBuf>,
 }

@@ -10,6 +10,12 @@
 //! taken to list them and again for each block that fails, to tell damage
 //! from an object the log moved meanwhile. The files a bad block costs are
 //! named by path where the namespace still reaches them, else by number.
+//!
+//! A mirrored meta-data device is read copy by copy ([`copies`]): each
+//! block from each copy, with the same checks; a block bad on one copy and
+//! good on the other is rewritten on the bad one.
+
+mod copies;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -19,7 +25,7 @@ use super::Loaded;
 use super::space::data_map;
 use super::tree;
 use super::walk::Source;
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, MirrorDevice};
 use crate::error::Result;
 use crate::format::codec::Reader;
 use crate::format::inode::Body;
@@ -57,6 +63,9 @@ pub struct BadMeta {
     pub paths: Vec<Option<String>>,
     /// Rewritten from a good copy.
     pub repaired: bool,
+    /// The copies it was bad on, numbered from 1 (copy 1 alone on a
+    /// volume with one meta-data copy).
+    pub copies: Vec<u32>,
 }
 
 /// A data block the data device failed to read.
@@ -96,6 +105,9 @@ pub struct ScrubReport {
     pub stopped: bool,
     /// Copies of the meta-data each block was read from.
     pub copies: u32,
+    /// Why only one copy of a mirrored meta-data device was read (it runs
+    /// degraded).
+    pub degraded: Option<String>,
 }
 
 impl ScrubReport {
@@ -109,6 +121,16 @@ impl ScrubReport {
     #[must_use]
     pub fn uncorrectable(&self) -> usize {
         self.bad_meta.iter().filter(|b| !b.repaired).count() + self.data_errors.len()
+    }
+
+    /// On copy `copy` (from 1): the meta-data blocks found bad, and how
+    /// many of them were rewritten from the other copy.
+    #[must_use]
+    pub fn bad_on_copy(&self, copy: u32) -> (usize, usize) {
+        let on = self.bad_meta.iter().filter(|b| b.copies.contains(&copy));
+        let bad = on.clone().count();
+        let repaired = on.filter(|b| b.repaired).count();
+        (bad, repaired)
     }
 
     /// Bytes read from both devices.
@@ -129,6 +151,14 @@ pub trait ScrubHost {
     fn meta(&self) -> Arc<dyn BlockDevice>;
     /// The data device.
     fn data(&self) -> Arc<dyn BlockDevice>;
+    /// The meta-data mirror, when the meta-data device is one.
+    fn mirror(&self) -> Option<Arc<MirrorDevice>> {
+        None
+    }
+    /// Why a mirrored volume runs on one copy.
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One tree's blocks: the live volume's, or a snapshot's image.
@@ -180,9 +210,18 @@ pub fn scrub<H: ScrubHost>(
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<ScrubReport> {
     let started = Instant::now();
+    // Both copies read one by one while both are in use; a copy dropped
+    // for failing leaves the other, read through the device as one.
+    let mirror = host.mirror().filter(|m| m.in_use().len() == 2);
+    let degraded = host.degraded().or_else(|| {
+        let (i, why) = host.mirror()?.failed_copy()?;
+        Some(format!("copy {} was dropped: {why}", i + 1))
+    });
+    let n_copies: u64 = if mirror.is_some() { 2 } else { 1 };
     let (verifier, mut trees, tail, data_estimate) = host.with_log(false, |log| -> Result<_> {
         let live = log.live_blocks(true)?;
-        let tail = log.scrub_log_tail()?;
+        // A mirror's tail is walked on each copy below.
+        let tail = if mirror.is_some() { (0, Vec::new()) } else { log.scrub_log_tail()? };
         let mut trees = vec![Tree { name: "live".into(), blocks: live, image: None }];
         let mut seen: HashSet<MetaBlock> = trees[0].blocks.iter().map(|b| b.at).collect();
         for s in log.snapshots().to_vec() {
@@ -197,7 +236,7 @@ pub fn scrub<H: ScrubHost>(
         let used = sb.data_blocks.saturating_sub(log.space().free_blocks());
         Ok((log.verifier(), trees, tail, used))
     })?;
-    let meta_total: u64 = trees.iter().map(|t| t.blocks.len() as u64).sum::<u64>() + tail.0;
+    let meta_total: u64 = (trees.iter().map(|t| t.blocks.len() as u64).sum::<u64>() + tail.0) * n_copies;
     let data_total = if opts.meta_only { 0 } else { data_estimate };
     let mut run = Run {
         opts,
@@ -205,7 +244,7 @@ pub fn scrub<H: ScrubHost>(
         done: 0,
         total: (meta_total + data_total) * BLOCK_BYTES,
         progress,
-        report: ScrubReport { copies: 1, ..ScrubReport::default() },
+        report: ScrubReport { copies: n_copies as u32, degraded, ..ScrubReport::default() },
     };
     run.report.meta_blocks += tail.0;
     for (block, structure, error) in tail.1 {
@@ -217,14 +256,21 @@ pub fn scrub<H: ScrubHost>(
             inodes: Vec::new(),
             paths: Vec::new(),
             repaired: false,
+            copies: vec![1],
         });
+    }
+    if let Some(m) = &mirror {
+        copies::tail(host, m, &mut run)?;
     }
     let meta = host.meta();
     let mut loaded: Vec<Loaded> = Vec::new();
     for t in &mut trees {
         let mut l = Loaded::default();
         if !run.report.stopped {
-            read_meta_tree(host, &meta, verifier, t, &mut run, &mut l)?;
+            match &mirror {
+                Some(m) => copies::read_tree(host, m, verifier, t, &mut run, &mut l)?,
+                None => read_meta_tree(host, &meta, verifier, t, &mut run, &mut l)?,
+            }
         }
         loaded.push(l);
     }
@@ -364,6 +410,7 @@ fn second_look<H: ScrubHost>(
                 inodes: owners,
                 paths: Vec::new(),
                 repaired: false,
+                copies: vec![1],
             });
         }
     }
@@ -489,6 +536,17 @@ struct Unmounted {
     log: std::sync::Mutex<Log>,
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
+    copies: Copies,
+}
+
+/// The copies of a mirrored meta-data device an unmounted scrub reads, as
+/// a mount assembles them.
+#[derive(Clone, Debug, Default)]
+pub struct Copies {
+    /// The mirror, both copies in sync (the meta-data device given is it).
+    pub mirror: Option<Arc<MirrorDevice>>,
+    /// Why one copy alone is read.
+    pub degraded: Option<String>,
 }
 
 impl ScrubHost for Unmounted {
@@ -502,6 +560,14 @@ impl ScrubHost for Unmounted {
 
     fn data(&self) -> Arc<dyn BlockDevice> {
         self.data.clone()
+    }
+
+    fn mirror(&self) -> Option<Arc<MirrorDevice>> {
+        self.copies.mirror.clone()
+    }
+
+    fn degraded(&self) -> Option<String> {
+        self.copies.degraded.clone()
     }
 }
 
@@ -518,8 +584,28 @@ pub fn scrub_unmounted(
     opts: ScrubOptions,
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<ScrubReport> {
+    scrub_unmounted_copies(meta, data, Copies::default(), opts, progress)
+}
+
+/// [`scrub_unmounted`] of a mirrored volume: `meta` is the mirror of
+/// `copies` (or the one copy read when it is degraded). The mirror's own
+/// reads write nothing back while the volume is opened, so that each
+/// copy's damage is found and counted by the scrub, which mends it.
+///
+/// # Errors
+/// As [`scrub_unmounted`].
+pub fn scrub_unmounted_copies(
+    meta: Arc<dyn BlockDevice>,
+    data: Arc<dyn BlockDevice>,
+    copies: Copies,
+    opts: ScrubOptions,
+    progress: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<ScrubReport> {
+    if let Some(m) = &copies.mirror {
+        m.without_write_back();
+    }
     let (log, open) = Log::open(meta.clone(), data.clone())?;
-    let host = Unmounted { log: std::sync::Mutex::new(log), meta, data };
+    let host = Unmounted { log: std::sync::Mutex::new(log), meta, data, copies };
     let mut report = scrub(&host, opts, progress)?;
     let opened: Vec<BadMeta> = open
         .damage
@@ -533,6 +619,7 @@ pub fn scrub_unmounted(
             inodes: Vec::new(),
             paths: Vec::new(),
             repaired: false,
+            copies: vec![1],
         })
         .collect();
     report.bad_meta.splice(0..0, opened);

@@ -34,6 +34,17 @@ pub enum Verdict {
     Unknown,
 }
 
+/// What [`MirrorDevice::mend_copy`] did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mend {
+    /// The bad copy was rewritten from the good one.
+    Mended,
+    /// The copy reads good now (a write came between): nothing written.
+    AlreadyGood,
+    /// The other copy fails too: nothing to mend from.
+    BothBad,
+}
+
 /// Checks the block read from an address.
 pub type Checker = Arc<dyn Fn(u64, &[u8]) -> Verdict + Send + Sync>;
 
@@ -280,6 +291,44 @@ impl MirrorDevice {
     /// That copy fails.
     pub fn read_copy(&self, i: usize, first: u64, buf: &mut [u8]) -> io::Result<()> {
         self.copies[i].read_blocks(first, buf)
+    }
+
+    /// The copies still in use: both, or the one left after the other
+    /// failed a write or a flush.
+    #[must_use]
+    pub fn in_use(&self) -> Vec<usize> {
+        match self.alone() {
+            Some(i) => vec![i],
+            None => vec![0, 1],
+        }
+    }
+
+    /// Rewrites block `at` of copy `bad` from the other copy, as a heal
+    /// does but for either copy: writes held off meanwhile (a write since
+    /// the caller's read wins), both copies read again under that lock, and
+    /// the block written only if `good` still rejects it on `bad` and
+    /// accepts it on the other; then `bad` is flushed.
+    ///
+    /// # Errors
+    /// A copy fails to read, or `bad` to write or flush.
+    pub fn mend_copy(&self, bad: usize, at: u64, good: &dyn Fn(&[u8]) -> bool) -> io::Result<Mend> {
+        let Some(from) = [1usize, 0].get(bad).copied() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no meta-data copy {}", bad + 1)));
+        };
+        let _alone = self.order.write().unwrap_or_else(PoisonError::into_inner);
+        let mut mine = vec![0u8; BLOCK_SIZE];
+        if self.copies[bad].read_blocks(at, &mut mine).is_ok() && good(&mine) {
+            return Ok(Mend::AlreadyGood);
+        }
+        let mut other = vec![0u8; BLOCK_SIZE];
+        self.copies[from].read_blocks(at, &mut other)?;
+        if !good(&other) {
+            return Ok(Mend::BothBad);
+        }
+        log::warn!("meta-data block {at} failed its check on copy {}: rewritten from copy {}", bad + 1, from + 1);
+        self.copies[bad].write_blocks(at, &other)?;
+        self.copies[bad].flush()?;
+        Ok(Mend::Mended)
     }
 
     /// Checks each block of `buf` (read from copy 0 at `first`) and mends

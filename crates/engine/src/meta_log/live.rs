@@ -11,10 +11,12 @@
 //! since the log may have moved the object meanwhile.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::Log;
 use super::cache::Object;
 use super::checkpoint::{open_table_block, tables};
+use crate::device::BlockDevice;
 use crate::error::Result;
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::Checkpoint;
@@ -342,5 +344,33 @@ impl Log {
             pos = ps.after();
         }
         Ok((read, bad))
+    }
+}
+
+impl Log {
+    /// [`Log::scrub_log_tail`] reading from `copy` alone, one copy of a
+    /// mirrored meta-data device (whose own reads would mend the first
+    /// copy from the second and hide what each holds). The log reads from
+    /// `copy` only for the walk; its device is put back before this
+    /// returns, also when the walk fails.
+    ///
+    /// # Errors
+    /// As [`Log::scrub_log_tail`].
+    pub fn scrub_log_tail_on(&mut self, copy: Arc<dyn BlockDevice>) -> Result<(u64, Vec<TailDamage>)> {
+        /// Puts the log's own device back when dropped.
+        struct Restore<'a> {
+            log: &'a mut Log,
+            saved: Option<Arc<dyn BlockDevice>>,
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                if let Some(d) = self.saved.take() {
+                    self.log.meta = d;
+                }
+            }
+        }
+        let saved = std::mem::replace(&mut self.meta, copy);
+        let g = Restore { log: self, saved: Some(saved) };
+        g.log.scrub_log_tail()
     }
 }

@@ -268,7 +268,7 @@ impl Volume {
 
     /// Why the mirror runs on one copy: missing or stale at mount, or a
     /// copy dropped since for failing a write.
-    fn degraded_because(&self) -> Option<String> {
+    pub(super) fn degraded_because(&self) -> Option<String> {
         let g = self.attached();
         let a = g.as_ref()?;
         a.degraded.clone().or_else(|| {

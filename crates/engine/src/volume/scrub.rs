@@ -2,13 +2,15 @@
 //! locks. The list of live blocks is made under the file system's lock;
 //! the blocks are read without it, so requests go on meanwhile; a block
 //! that fails is looked at again under the commit lock too, when no
-//! commit group or checkpoint is half written.
+//! commit group or checkpoint is half written. A mirrored volume's copies
+//! are read one by one from the mirror the mount runs on, and a block bad
+//! on one is mended from the other under the mirror's write lock.
 
 use std::sync::Arc;
 
 use super::{Volume, lock};
 use crate::check::scrub::{self, ScrubHost};
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, MirrorDevice};
 use crate::error::Result;
 use crate::meta_log::Log;
 
@@ -27,6 +29,14 @@ impl ScrubHost for Volume {
 
     fn data(&self) -> Arc<dyn BlockDevice> {
         self.data.clone()
+    }
+
+    fn mirror(&self) -> Option<Arc<MirrorDevice>> {
+        self.attached().as_ref().and_then(|a| a.mirror.clone())
+    }
+
+    fn degraded(&self) -> Option<String> {
+        self.degraded_because()
     }
 }
 

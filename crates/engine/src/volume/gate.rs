@@ -69,6 +69,93 @@ struct GateState {
     next_id: u64,
 }
 
+/// Where the time of taking turns goes (`dualfs stats`): what an
+/// operation of a tree not entered waits for, and what each part of a
+/// switch costs. Microseconds, summed; the largest wait apart.
+#[derive(Debug, Default)]
+pub(super) struct TurnCosts {
+    /// Switches of the live tree made through the gate.
+    switches: AtomicU64,
+    /// Operations that waited at the gate (for another tree's turn or a
+    /// switch), and how long they waited, their own switch included.
+    waits: AtomicU64,
+    wait_us: AtomicU64,
+    wait_max_us: AtomicU64,
+    /// Of those, operations that make something durable (fsync).
+    durable_waits: AtomicU64,
+    durable_wait_us: AtomicU64,
+    /// Leaving the outgoing tree compact.
+    compact_us: AtomicU64,
+    /// The outgoing tree's commit, and the data blocks it wrote back.
+    commit_us: AtomicU64,
+    commit_data_blocks: AtomicU64,
+    /// The checkpoint after that commit.
+    checkpoint_us: AtomicU64,
+    /// The switch's own checkpoint (the outgoing tree kept, the incoming
+    /// one named), and loading the incoming tree after it.
+    switch_us: AtomicU64,
+}
+
+/// Microseconds since `t`.
+fn micros_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+impl TurnCosts {
+    /// Counts one part of a switch that began at `t`.
+    pub(super) fn part(&self, which: SwitchPart, t: Instant) {
+        let c = match which {
+            SwitchPart::Compact => &self.compact_us,
+            SwitchPart::Commit => &self.commit_us,
+            SwitchPart::Checkpoint => &self.checkpoint_us,
+            SwitchPart::Switch => &self.switch_us,
+        };
+        c.fetch_add(micros_since(t), Ordering::Relaxed);
+    }
+
+    pub(super) fn commit_data(&self, blocks: u64) {
+        self.commit_data_blocks.fetch_add(blocks, Ordering::Relaxed);
+    }
+
+    fn waited(&self, t: Instant, durable: bool) {
+        let us = micros_since(t);
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.wait_us.fetch_add(us, Ordering::Relaxed);
+        self.wait_max_us.fetch_max(us, Ordering::Relaxed);
+        if durable {
+            self.durable_waits.fetch_add(1, Ordering::Relaxed);
+            self.durable_wait_us.fetch_add(us, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters, named for `Volume::stats`.
+    pub(super) fn named(&self) -> [(&'static str, u64); 11] {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("tree_switches", l(&self.switches)),
+            ("tree_waits", l(&self.waits)),
+            ("tree_wait_us", l(&self.wait_us)),
+            ("tree_wait_max_us", l(&self.wait_max_us)),
+            ("tree_durable_waits", l(&self.durable_waits)),
+            ("tree_durable_wait_us", l(&self.durable_wait_us)),
+            ("tree_switch_compact_us", l(&self.compact_us)),
+            ("tree_switch_commit_us", l(&self.commit_us)),
+            ("tree_switch_commit_data_blocks", l(&self.commit_data_blocks)),
+            ("tree_switch_checkpoint_us", l(&self.checkpoint_us)),
+            ("tree_switch_us", l(&self.switch_us)),
+        ]
+    }
+}
+
+/// The parts of a switch [`TurnCosts`] times.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum SwitchPart {
+    Compact,
+    Commit,
+    Checkpoint,
+    Switch,
+}
+
 /// The gate and what each tree not entered keeps in memory.
 #[derive(Debug, Default)]
 pub(super) struct Gate {
@@ -85,6 +172,8 @@ pub(super) struct Gate {
     /// Operations admitted without the lock and not yet done: a switch
     /// waits for them as for `active`.
     solo_active: AtomicUsize,
+    /// Where the time of taking turns goes.
+    pub(super) costs: TurnCosts,
 }
 
 /// An operation admitted into its tree: the tree stays entered until the
@@ -241,8 +330,19 @@ impl Volume {
     /// No such tree, a read-only snapshot, a read-only volume, a receive
     /// under way, or a device fails (as [`Volume::switch_tree`]).
     pub fn enter_tree(&self, name: &str) -> Result<TreeGuard<'_>> {
+        self.enter_tree_for(name, false)
+    }
+
+    /// [`Volume::enter_tree`] for an operation that makes something
+    /// durable (`durable`: an fsync), which the gate counts apart.
+    ///
+    /// # Errors
+    /// As [`Volume::enter_tree`].
+    pub fn enter_tree_for(&self, name: &str, durable: bool) -> Result<TreeGuard<'_>> {
         let gate = &self.gate;
         let mut g = gate.lock_state();
+        // Set once this operation waits: the time it waited is counted.
+        let mut waited: Option<Instant> = None;
         loop {
             if g.entered.is_none() {
                 // The live tree as the log names it (opened so, or
@@ -258,6 +358,9 @@ impl Volume {
                 if !g.turn_over(name, now) {
                     g.active += 1;
                     gate.refresh_solo(&g);
+                    if let Some(t) = waited {
+                        gate.costs.waited(t, durable);
+                    }
                     return Ok(TreeGuard { vol: self, solo: None });
                 }
             } else if !here {
@@ -266,13 +369,16 @@ impl Volume {
                 if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
                     let wait = g.wait_before_switch(now);
                     if wait.is_zero() {
+                        let t = *waited.get_or_insert(now);
                         g = self.gate_switch(g, name)?;
                         g.active += 1;
+                        gate.costs.waited(t, durable);
                         return Ok(TreeGuard { vol: self, solo: None });
                     }
                     timeout = Some(wait);
                 }
             }
+            waited.get_or_insert(now);
             *g.waiting.entry(name.to_string()).or_default() += 1;
             g = match timeout {
                 Some(d) => gate.turn.wait_timeout(g, d).unwrap_or_else(PoisonError::into_inner).0,
@@ -291,6 +397,15 @@ impl Volume {
     /// # Errors
     /// As [`Volume::enter_tree`].
     pub fn enter_served(&self, served: &TreeServed) -> Result<TreeGuard<'_>> {
+        self.enter_served_for(served, false)
+    }
+
+    /// [`Volume::enter_served`] for an operation that makes something
+    /// durable, as [`Volume::enter_tree_for`].
+    ///
+    /// # Errors
+    /// As [`Volume::enter_tree`].
+    pub fn enter_served_for(&self, served: &TreeServed, durable: bool) -> Result<TreeGuard<'_>> {
         let gate = &self.gate;
         if Arc::ptr_eq(&served.gate, gate) && gate.solo.load(Ordering::SeqCst) == served.id {
             gate.solo_active.fetch_add(1, Ordering::SeqCst);
@@ -301,7 +416,7 @@ impl Volume {
             }
             gate.solo_done(served.id);
         }
-        self.enter_tree(&served.name)
+        self.enter_tree_for(&served.name, durable)
     }
 
     /// Registers `name` as served by one more connection with the gate.
@@ -362,7 +477,10 @@ impl Volume {
         // A cleaning pass (or a resize, a migration) works in steps on the
         // live tree's maps: it ends before they are another tree's.
         let _one_at_a_time = lock(&self.cleaning);
+        let t = Instant::now();
         self.leave_compact()?;
+        gate.costs.part(SwitchPart::Compact, t);
+        gate.costs.switches.fetch_add(1, Ordering::Relaxed);
         self.switch_live(name, false, &mut |outgoing, refs| {
             let mut kept = gate.kept_refs.lock().unwrap_or_else(PoisonError::into_inner);
             let incoming = kept.remove(name).unwrap_or_default();

@@ -36,6 +36,11 @@ pub const SLICE: Duration = Duration::from_millis(100);
 /// a switch.
 pub const GRACE: Duration = Duration::from_millis(10);
 
+/// The shortest turn an fsync of a waiting tree lets the entered tree
+/// have: a tree whose turn an fsync ends at once, again and again, would
+/// make no progress between switches.
+pub const MIN_TURN: Duration = Duration::from_millis(10);
+
 /// At most this many segments are cleaned as a tree is left.
 const LEAVE_VICTIMS: usize = 16;
 
@@ -55,6 +60,9 @@ struct GateState {
     switching: bool,
     /// Operations waiting, by the tree they want.
     waiting: BTreeMap<String, usize>,
+    /// Of those, operations that make something durable (an fsync): by
+    /// the tree they want.
+    hurrying: BTreeMap<String, usize>,
     /// When the entered tree was entered (the machine's clock: only
     /// fairness depends on it, never what is written); none: since the
     /// open, its turn over as soon as another tree waits.
@@ -232,6 +240,12 @@ impl GateState {
         self.waiting.iter().any(|(t, n)| t != name && *n > 0)
     }
 
+    /// Whether an operation of a tree other than `name` waits to make
+    /// something durable.
+    fn others_hurry(&self, name: &str) -> bool {
+        self.hurrying.iter().any(|(t, n)| t != name && *n > 0)
+    }
+
     /// Notes that the entered tree's operations drained at `now`.
     fn drain(&mut self, now: Instant) {
         let opposed = self.entered.as_deref().is_some_and(|e| self.others_wait(e));
@@ -244,16 +258,21 @@ impl GateState {
     /// volume for [`SLICE`], or has been idle for [`GRACE`] since its
     /// operations drained with another tree waiting. A tree idle when
     /// the other came (drained with nothing waiting) is taken over at once.
-    fn wait_before_switch(&self, now: Instant) -> Duration {
+    /// An fsync waiting (`hurry`, the waiter's own or another's) ends the
+    /// turn at the drain once the tree has held the volume [`MIN_TURN`].
+    fn wait_before_switch(&self, now: Instant, hurry: bool) -> Duration {
         let Some(since) = self.since else {
             return Duration::ZERO;
         };
         let held = now.saturating_duration_since(since);
+        let hurry = hurry || self.entered.as_deref().is_some_and(|e| self.others_hurry(e));
         match self.drained {
             _ if held >= SLICE => Duration::ZERO,
+            _ if hurry && held >= MIN_TURN => Duration::ZERO,
             Some((at, true)) => {
                 let idle = now.saturating_duration_since(at);
-                GRACE.saturating_sub(idle).min(SLICE - held)
+                let wait = GRACE.saturating_sub(idle).min(SLICE - held);
+                if hurry { wait.min(MIN_TURN - held) } else { wait }
             }
             None | Some((_, false)) => Duration::ZERO,
         }
@@ -266,9 +285,12 @@ impl GateState {
             return false;
         }
         if self.active == 0 {
-            return self.wait_before_switch(now).is_zero();
+            return self.wait_before_switch(now, false).is_zero();
         }
-        self.since.is_none_or(|t| now.saturating_duration_since(t) >= SLICE)
+        // Busy: nothing new once the slice is over, or the minimum turn
+        // with an fsync waiting; the waiter takes over at the drain.
+        let end = if self.others_hurry(name) { MIN_TURN } else { SLICE };
+        self.since.is_none_or(|t| now.saturating_duration_since(t) >= end)
     }
 
     /// The id of the one tree served, if only one is.
@@ -367,7 +389,7 @@ impl Volume {
                 // Another tree's turn comes: nothing passes unseen now.
                 gate.solo.store(0, Ordering::SeqCst);
                 if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
-                    let wait = g.wait_before_switch(now);
+                    let wait = g.wait_before_switch(now, durable);
                     if wait.is_zero() {
                         let t = *waited.get_or_insert(now);
                         g = self.gate_switch(g, name)?;
@@ -380,11 +402,17 @@ impl Volume {
             }
             waited.get_or_insert(now);
             *g.waiting.entry(name.to_string()).or_default() += 1;
+            if durable {
+                *g.hurrying.entry(name.to_string()).or_default() += 1;
+            }
             g = match timeout {
                 Some(d) => gate.turn.wait_timeout(g, d).unwrap_or_else(PoisonError::into_inner).0,
                 None => gate.turn.wait(g).unwrap_or_else(PoisonError::into_inner),
             };
             if let Some(n) = g.waiting.get_mut(name) {
+                *n -= 1;
+            }
+            if durable && let Some(n) = g.hurrying.get_mut(name) {
                 *n -= 1;
             }
         }
@@ -573,12 +601,12 @@ mod tests {
         // Drained a moment ago, well inside its slice: the turn lasts, and
         // `a`'s next request is admitted while `b` waits.
         let g = busy_a(now, ms(10), Duration::from_micros(50));
-        let wait = g.wait_before_switch(now);
+        let wait = g.wait_before_switch(now, false);
         assert!(wait > Duration::ZERO && wait <= GRACE, "{wait:?}");
         assert!(!g.turn_over("a", now));
         // Idle for the grace: `b` takes over, `a` waits.
         let g = busy_a(now, ms(10), GRACE);
-        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
         assert!(g.turn_over("a", now));
     }
 
@@ -586,7 +614,7 @@ mod tests {
     fn a_turn_ends_with_its_slice_however_busy_the_tree() {
         let now = Instant::now();
         let g = busy_a(now, SLICE, Duration::ZERO);
-        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
         assert!(g.turn_over("a", now));
         // Busy (an operation running) past its slice: nothing new admitted.
         let mut g = busy_a(now, SLICE + Duration::from_millis(1), Duration::ZERO);
@@ -594,7 +622,33 @@ mod tests {
         assert!(g.turn_over("a", now));
         // Inside it, the grace never stretches the wait past the slice.
         let g = busy_a(now, SLICE - Duration::from_micros(100), Duration::ZERO);
-        assert!(g.wait_before_switch(now) <= Duration::from_micros(100));
+        assert!(g.wait_before_switch(now, false) <= Duration::from_micros(100));
+    }
+
+    #[test]
+    fn an_fsync_waiting_ends_a_busy_turn_at_its_minimum() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // `a` busy (an operation running) past its minimum turn, inside
+        // its slice: an ordinary waiter lets it go on, an fsync does not.
+        let mut g = busy_a(now, MIN_TURN + ms(1), Duration::from_micros(50));
+        g.active = 1;
+        assert!(!g.turn_over("a", now));
+        g.hurrying.insert("b".into(), 1);
+        assert!(g.turn_over("a", now), "an fsync waits: nothing new of a");
+        // Drained a moment ago: the fsync takes over without the grace.
+        g.active = 0;
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
+        // Inside the minimum turn, it waits for the rest of it only.
+        let g = busy_a(now, ms(2), Duration::from_micros(50));
+        assert!(!g.turn_over("a", now));
+        let wait = g.wait_before_switch(now, true);
+        assert!(wait > Duration::ZERO && wait <= MIN_TURN - ms(2), "{wait:?}");
+        // An fsync of the entered tree itself hurries nothing.
+        let mut g = busy_a(now, MIN_TURN + ms(1), Duration::ZERO);
+        g.active = 1;
+        g.hurrying.insert("a".into(), 1);
+        assert!(!g.turn_over("a", now));
     }
 
     #[test]
@@ -602,7 +656,7 @@ mod tests {
         let now = Instant::now();
         let mut g = busy_a(now, Duration::from_millis(3), Duration::from_micros(10));
         g.drained = Some((now, false));
-        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
         // Nothing waits: the entered tree's turn never ends.
         g.waiting.clear();
         assert!(!g.turn_over("a", now + SLICE * 10));

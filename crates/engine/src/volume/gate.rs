@@ -10,7 +10,7 @@
 //! nothing new until the other had its turn. A tree served alone, with
 //! nothing waiting, passes without the gate's lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -60,9 +60,12 @@ struct GateState {
     switching: bool,
     /// Operations waiting, by the tree they want.
     waiting: BTreeMap<String, usize>,
-    /// Of those, operations that make something durable (an fsync): by
-    /// the tree they want.
+    /// Of those, operations that hurry (an fsync, or the first of a tree
+    /// left idle): by the tree they want.
     hurrying: BTreeMap<String, usize>,
+    /// Trees whose last turn ended idle (for [`GRACE`] or more when they
+    /// were left): their operations hurry when they come back.
+    left_idle: BTreeSet<String>,
     /// When the entered tree was entered (the machine's clock: only
     /// fairness depends on it, never what is written); none: since the
     /// open, its turn over as soon as another tree waits.
@@ -240,10 +243,21 @@ impl GateState {
         self.waiting.iter().any(|(t, n)| t != name && *n > 0)
     }
 
-    /// Whether an operation of a tree other than `name` waits to make
-    /// something durable.
+    /// Whether an operation of a tree other than `name` waits in a hurry
+    /// (an fsync, or a tree left idle coming back).
     fn others_hurry(&self, name: &str) -> bool {
         self.hurrying.iter().any(|(t, n)| t != name && *n > 0)
+    }
+
+    /// Notes at `now` that the entered tree is left: whether it was idle
+    /// then for [`GRACE`] or more (a busy tree drains between any two
+    /// requests, but never for that long).
+    fn left(&mut self, now: Instant) {
+        let Some(outgoing) = self.entered.clone() else { return };
+        match self.drained {
+            Some((at, _)) if now.saturating_duration_since(at) >= GRACE => self.left_idle.insert(outgoing),
+            _ => self.left_idle.remove(&outgoing),
+        };
     }
 
     /// Notes that the entered tree's operations drained at `now`.
@@ -258,8 +272,9 @@ impl GateState {
     /// volume for [`SLICE`], or has been idle for [`GRACE`] since its
     /// operations drained with another tree waiting. A tree idle when
     /// the other came (drained with nothing waiting) is taken over at once.
-    /// An fsync waiting (`hurry`, the waiter's own or another's) ends the
-    /// turn at the drain once the tree has held the volume [`MIN_TURN`].
+    /// An operation waiting in a hurry (`hurry`, the waiter's own, or
+    /// another's) ends the turn at the drain once the tree has held the
+    /// volume [`MIN_TURN`].
     fn wait_before_switch(&self, now: Instant, hurry: bool) -> Duration {
         let Some(since) = self.since else {
             return Duration::ZERO;
@@ -288,7 +303,7 @@ impl GateState {
             return self.wait_before_switch(now, false).is_zero();
         }
         // Busy: nothing new once the slice is over, or the minimum turn
-        // with an fsync waiting; the waiter takes over at the drain.
+        // with an operation waiting in a hurry; it takes over at the drain.
         let end = if self.others_hurry(name) { MIN_TURN } else { SLICE };
         self.since.is_none_or(|t| now.saturating_duration_since(t) >= end)
     }
@@ -375,6 +390,9 @@ impl Volume {
             // entered, its changes made durable with that tree's maps.
             let here = g.entered.as_deref() == Some(name) || faults::active(Fault::EnterWithoutSwitch);
             let now = Instant::now();
+            // An fsync hurries, and so does a tree whose last turn ended
+            // idle: it is not one of two trees taking turns while busy.
+            let hurry = durable || g.left_idle.contains(name);
             let mut timeout = None;
             if here && !g.switching {
                 if !g.turn_over(name, now) {
@@ -389,7 +407,7 @@ impl Volume {
                 // Another tree's turn comes: nothing passes unseen now.
                 gate.solo.store(0, Ordering::SeqCst);
                 if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
-                    let wait = g.wait_before_switch(now, durable);
+                    let wait = g.wait_before_switch(now, hurry);
                     if wait.is_zero() {
                         let t = *waited.get_or_insert(now);
                         g = self.gate_switch(g, name)?;
@@ -402,7 +420,7 @@ impl Volume {
             }
             waited.get_or_insert(now);
             *g.waiting.entry(name.to_string()).or_default() += 1;
-            if durable {
+            if hurry {
                 *g.hurrying.entry(name.to_string()).or_default() += 1;
             }
             g = match timeout {
@@ -412,7 +430,7 @@ impl Volume {
             if let Some(n) = g.waiting.get_mut(name) {
                 *n -= 1;
             }
-            if durable && let Some(n) = g.hurrying.get_mut(name) {
+            if hurry && let Some(n) = g.hurrying.get_mut(name) {
                 *n -= 1;
             }
         }
@@ -470,6 +488,7 @@ impl Volume {
         let gate = &self.gate;
         g.switching = true;
         gate.solo.store(0, Ordering::SeqCst);
+        g.left(Instant::now());
         drop(g);
         let switched = self.switch_serving(name);
         let mut g = gate.lock_state();
@@ -481,6 +500,7 @@ impl Volume {
             return Err(e);
         }
         g.entered = Some(name.to_string());
+        g.left_idle.remove(name);
         g.since = Some(Instant::now());
         g.drained = None;
         Ok(g)
@@ -649,6 +669,23 @@ mod tests {
         g.active = 1;
         g.hurrying.insert("a".into(), 1);
         assert!(!g.turn_over("a", now));
+    }
+
+    #[test]
+    fn a_tree_is_left_idle_only_after_the_grace() {
+        let now = Instant::now();
+        // Drained a moment ago (a busy tree between two requests): not idle.
+        let mut g = busy_a(now, Duration::from_millis(30), Duration::from_micros(50));
+        g.left(now);
+        assert!(!g.left_idle.contains("a"));
+        // Drained for the grace: its next operation hurries.
+        let mut g = busy_a(now, Duration::from_millis(30), GRACE);
+        g.left(now);
+        assert!(g.left_idle.contains("a"));
+        // Left busy again later: no longer.
+        g.drained = Some((now, true));
+        g.left(now);
+        assert!(!g.left_idle.contains("a"));
     }
 
     #[test]

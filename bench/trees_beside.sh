@@ -104,8 +104,9 @@ EOF
 # Where the time of taking turns went while A fsynced (dualfs stats, a
 # build that counts it): switches and waits at the gate, and per switch
 # the milliseconds of the outgoing tree's commit (with the MiB of data it
-# wrote back), its checkpoint and the switch's own checkpoint.
-turns() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(str(d.get(k, -1)) for k in ("tree_switches", "tree_waits", "tree_wait_us", "tree_wait_max_us", "tree_switch_commit_us", "tree_switch_commit_data_blocks", "tree_switch_checkpoint_us", "tree_switch_us", "tree_switch_compact_us")))'; }
+# wrote back), its checkpoint and the switch's own checkpoint; waits are
+# every tree's operations', fsync_waits those of FSYNC requests.
+turns() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(str(d.get(k, -1)) for k in ("tree_switches", "tree_waits", "tree_wait_us", "tree_wait_max_us", "tree_switch_commit_us", "tree_switch_commit_data_blocks", "tree_switch_checkpoint_us", "tree_switch_us", "tree_switch_compact_us", "tree_fsync_waits", "tree_fsync_wait_us", "tree_switch_total_us", "tree_switch_locks_us")))'; }
 turn_row() { # before after: per switch and per wait, from two readings of turns
   python3 - "$1" "$2" <<'EOF2'
 import sys
@@ -113,12 +114,14 @@ a, b = ([int(x) for x in s.split()] for s in sys.argv[1:3])
 if a[0] < 0:
     sys.exit()
 d = [y - x for x, y in zip(a, b)]
-sw, waits = max(d[0], 1), max(d[1], 1)
-print(f"{d[0]} {d[1]} {d[2] / waits / 1000:.1f} {b[3] / 1000:.1f} {d[4] / sw / 1000:.1f} {d[5] * 4 / 1024 / sw:.2f} {d[6] / sw / 1000:.1f} {d[7] / sw / 1000:.1f} {d[8] / sw / 1000:.1f}")
+sw, waits, fw = max(d[0], 1), max(d[1], 1), max(d[9], 1)
+print(f"{d[0]} {d[1]} {d[2] / waits / 1000:.1f} {b[3] / 1000:.1f} {d[9]} {d[10] / fw / 1000:.1f} "
+      f"{d[11] / sw / 1000:.1f} {d[12] / sw / 1000:.1f} "
+      f"{d[4] / sw / 1000:.1f} {d[5] * 4 / 1024 / sw:.2f} {d[6] / sw / 1000:.1f} {d[7] / sw / 1000:.1f} {d[8] / sw / 1000:.1f}")
 EOF2
 }
 TROWS=$W/turns.txt; : > $TROWS
-say $TROWS "fs run switches waits wait_ms max_wait_ms commit_ms commit_MiB checkpoint_ms switch_ms compact_ms"
+say $TROWS "fs run switches waits wait_ms max_wait_ms fsync_waits fsync_wait_ms total_ms locks_ms commit_ms commit_MiB checkpoint_ms switch_ms compact_ms"
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 say $FROWS "fs run p50_ms p90_ms max_ms"
 for run in $(seq 1 "$FSYNC_RUNS"); do

@@ -7,10 +7,12 @@
 //! (DESIGN.md, "Turns that last"): a waiting tree takes over once the
 //! entered tree has been idle for [`GRACE`] with it waiting, or has held
 //! the volume for [`SLICE`]; past the slice the entered tree admits
-//! nothing new until the other had its turn. A tree served alone, with
-//! nothing waiting, passes without the gate's lock.
+//! nothing new until the other had its turn. An fsync waiting ends the
+//! turn at the next drain after [`MIN_TURN`] (DESIGN.md, "An fsync does
+//! not wait out a turn"). A tree served alone, with nothing waiting,
+//! passes without the gate's lock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -36,8 +38,8 @@ pub const SLICE: Duration = Duration::from_millis(100);
 /// a switch.
 pub const GRACE: Duration = Duration::from_millis(10);
 
-/// The shortest turn an fsync of a waiting tree lets the entered tree
-/// have: a tree whose turn an fsync ends at once, again and again, would
+/// The shortest turn an operation in a hurry (an fsync) lets the entered
+/// tree have: a tree whose turn ended at once, again and again, would
 /// make no progress between switches.
 pub const MIN_TURN: Duration = Duration::from_millis(10);
 
@@ -60,12 +62,8 @@ struct GateState {
     switching: bool,
     /// Operations waiting, by the tree they want.
     waiting: BTreeMap<String, usize>,
-    /// Of those, operations that hurry (an fsync, or the first of a tree
-    /// left idle): by the tree they want.
+    /// Of those, operations in a hurry (an fsync): by the tree they want.
     hurrying: BTreeMap<String, usize>,
-    /// Trees whose last turn ended idle (for [`GRACE`] or more when they
-    /// were left): their operations hurry when they come back.
-    left_idle: BTreeSet<String>,
     /// When the entered tree was entered (the machine's clock: only
     /// fairness depends on it, never what is written); none: since the
     /// open, its turn over as soon as another tree waits.
@@ -92,9 +90,15 @@ pub(super) struct TurnCosts {
     waits: AtomicU64,
     wait_us: AtomicU64,
     wait_max_us: AtomicU64,
-    /// Of those, operations that make something durable (fsync).
-    durable_waits: AtomicU64,
-    durable_wait_us: AtomicU64,
+    /// Of those, operations in a hurry (an fsync).
+    fsync_waits: AtomicU64,
+    fsync_wait_us: AtomicU64,
+    /// Whole switches, from the gate's decision to the incoming tree
+    /// entered.
+    total_us: AtomicU64,
+    /// Waiting for the cleaning and the commit locks (a write-back step
+    /// or a cleaning pass under way).
+    locks_us: AtomicU64,
     /// Leaving the outgoing tree compact.
     compact_us: AtomicU64,
     /// The outgoing tree's commit, and the data blocks it wrote back.
@@ -116,6 +120,8 @@ impl TurnCosts {
     /// Counts one part of a switch that began at `t`.
     pub(super) fn part(&self, which: SwitchPart, t: Instant) {
         let c = match which {
+            SwitchPart::Total => &self.total_us,
+            SwitchPart::Locks => &self.locks_us,
             SwitchPart::Compact => &self.compact_us,
             SwitchPart::Commit => &self.commit_us,
             SwitchPart::Checkpoint => &self.checkpoint_us,
@@ -128,27 +134,29 @@ impl TurnCosts {
         self.commit_data_blocks.fetch_add(blocks, Ordering::Relaxed);
     }
 
-    fn waited(&self, t: Instant, durable: bool) {
+    fn waited(&self, t: Instant, fsync: bool) {
         let us = micros_since(t);
         self.waits.fetch_add(1, Ordering::Relaxed);
         self.wait_us.fetch_add(us, Ordering::Relaxed);
         self.wait_max_us.fetch_max(us, Ordering::Relaxed);
-        if durable {
-            self.durable_waits.fetch_add(1, Ordering::Relaxed);
-            self.durable_wait_us.fetch_add(us, Ordering::Relaxed);
+        if fsync {
+            self.fsync_waits.fetch_add(1, Ordering::Relaxed);
+            self.fsync_wait_us.fetch_add(us, Ordering::Relaxed);
         }
     }
 
     /// The counters, named for `Volume::stats`.
-    pub(super) fn named(&self) -> [(&'static str, u64); 11] {
+    pub(super) fn named(&self) -> [(&'static str, u64); 13] {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tree_switches", l(&self.switches)),
             ("tree_waits", l(&self.waits)),
             ("tree_wait_us", l(&self.wait_us)),
             ("tree_wait_max_us", l(&self.wait_max_us)),
-            ("tree_durable_waits", l(&self.durable_waits)),
-            ("tree_durable_wait_us", l(&self.durable_wait_us)),
+            ("tree_fsync_waits", l(&self.fsync_waits)),
+            ("tree_fsync_wait_us", l(&self.fsync_wait_us)),
+            ("tree_switch_total_us", l(&self.total_us)),
+            ("tree_switch_locks_us", l(&self.locks_us)),
             ("tree_switch_compact_us", l(&self.compact_us)),
             ("tree_switch_commit_us", l(&self.commit_us)),
             ("tree_switch_commit_data_blocks", l(&self.commit_data_blocks)),
@@ -161,6 +169,8 @@ impl TurnCosts {
 /// The parts of a switch [`TurnCosts`] times.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum SwitchPart {
+    Total,
+    Locks,
     Compact,
     Commit,
     Checkpoint,
@@ -244,20 +254,9 @@ impl GateState {
     }
 
     /// Whether an operation of a tree other than `name` waits in a hurry
-    /// (an fsync, or a tree left idle coming back).
+    /// (an fsync).
     fn others_hurry(&self, name: &str) -> bool {
         self.hurrying.iter().any(|(t, n)| t != name && *n > 0)
-    }
-
-    /// Notes at `now` that the entered tree is left: whether it was idle
-    /// then for [`GRACE`] or more (a busy tree drains between any two
-    /// requests, but never for that long).
-    fn left(&mut self, now: Instant) {
-        let Some(outgoing) = self.entered.clone() else { return };
-        match self.drained {
-            Some((at, _)) if now.saturating_duration_since(at) >= GRACE => self.left_idle.insert(outgoing),
-            _ => self.left_idle.remove(&outgoing),
-        };
     }
 
     /// Notes that the entered tree's operations drained at `now`.
@@ -378,7 +377,8 @@ impl Volume {
     pub fn enter_tree_for(&self, name: &str, durable: bool) -> Result<TreeGuard<'_>> {
         let gate = &self.gate;
         let mut g = gate.lock_state();
-        // Set once this operation waits: the time it waited is counted.
+        // Set once this operation waits: the time it waited is counted
+        // (an fsync's apart).
         let mut waited: Option<Instant> = None;
         loop {
             if g.entered.is_none() {
@@ -390,9 +390,6 @@ impl Volume {
             // entered, its changes made durable with that tree's maps.
             let here = g.entered.as_deref() == Some(name) || faults::active(Fault::EnterWithoutSwitch);
             let now = Instant::now();
-            // An fsync hurries, and so does a tree whose last turn ended
-            // idle: it is not one of two trees taking turns while busy.
-            let hurry = durable || g.left_idle.contains(name);
             let mut timeout = None;
             if here && !g.switching {
                 if !g.turn_over(name, now) {
@@ -407,7 +404,7 @@ impl Volume {
                 // Another tree's turn comes: nothing passes unseen now.
                 gate.solo.store(0, Ordering::SeqCst);
                 if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
-                    let wait = g.wait_before_switch(now, hurry);
+                    let wait = g.wait_before_switch(now, durable);
                     if wait.is_zero() {
                         let t = *waited.get_or_insert(now);
                         g = self.gate_switch(g, name)?;
@@ -420,7 +417,7 @@ impl Volume {
             }
             waited.get_or_insert(now);
             *g.waiting.entry(name.to_string()).or_default() += 1;
-            if hurry {
+            if durable {
                 *g.hurrying.entry(name.to_string()).or_default() += 1;
             }
             g = match timeout {
@@ -430,7 +427,7 @@ impl Volume {
             if let Some(n) = g.waiting.get_mut(name) {
                 *n -= 1;
             }
-            if hurry && let Some(n) = g.hurrying.get_mut(name) {
+            if durable && let Some(n) = g.hurrying.get_mut(name) {
                 *n -= 1;
             }
         }
@@ -488,9 +485,10 @@ impl Volume {
         let gate = &self.gate;
         g.switching = true;
         gate.solo.store(0, Ordering::SeqCst);
-        g.left(Instant::now());
+        let t = Instant::now();
         drop(g);
         let switched = self.switch_serving(name);
+        gate.costs.part(SwitchPart::Total, t);
         let mut g = gate.lock_state();
         g.switching = false;
         gate.turn.notify_all();
@@ -500,7 +498,6 @@ impl Volume {
             return Err(e);
         }
         g.entered = Some(name.to_string());
-        g.left_idle.remove(name);
         g.since = Some(Instant::now());
         g.drained = None;
         Ok(g)
@@ -524,7 +521,9 @@ impl Volume {
         let gate = &self.gate;
         // A cleaning pass (or a resize, a migration) works in steps on the
         // live tree's maps: it ends before they are another tree's.
+        let t = Instant::now();
         let _one_at_a_time = lock(&self.cleaning);
+        gate.costs.part(SwitchPart::Locks, t);
         let t = Instant::now();
         self.leave_compact()?;
         gate.costs.part(SwitchPart::Compact, t);
@@ -669,23 +668,6 @@ mod tests {
         g.active = 1;
         g.hurrying.insert("a".into(), 1);
         assert!(!g.turn_over("a", now));
-    }
-
-    #[test]
-    fn a_tree_is_left_idle_only_after_the_grace() {
-        let now = Instant::now();
-        // Drained a moment ago (a busy tree between two requests): not idle.
-        let mut g = busy_a(now, Duration::from_millis(30), Duration::from_micros(50));
-        g.left(now);
-        assert!(!g.left_idle.contains("a"));
-        // Drained for the grace: its next operation hurries.
-        let mut g = busy_a(now, Duration::from_millis(30), GRACE);
-        g.left(now);
-        assert!(g.left_idle.contains("a"));
-        // Left busy again later: no longer.
-        g.drained = Some((now, true));
-        g.left(now);
-        assert!(!g.left_idle.contains("a"));
     }
 
     #[test]

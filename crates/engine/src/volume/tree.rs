@@ -99,8 +99,10 @@ impl Volume {
                 )));
             }
         }
-        let mut c = lock(&self.commit);
         let costs = &self.gate.costs;
+        let t = Instant::now();
+        let mut c = lock(&self.commit);
+        costs.part(SwitchPart::Locks, t);
         let t = Instant::now();
         let before = lock(&self.fs).log.stats().data_blocks_written;
         self.commit_locked(&mut c, WriteBack::All)?;

@@ -446,6 +446,38 @@ fn the_volume_closes_with_the_last_of_its_trees_whichever_is_unmounted_first() {
     v.umount();
 }
 
+/// A tree mounted again the moment it was unmounted: the mount waits for
+/// the serving process to let go of the connection that served it (here
+/// held a second by a file open across a lazy unmount), rather than
+/// find the tree still served and refuse.
+#[test]
+fn a_tree_mounted_again_right_after_its_unmount_waits_for_the_old_connection_to_end() {
+    let Some(mut v) = TestVolume::create("64M") else {
+        return;
+    };
+    v.mount();
+    let m = v.m().to_string();
+    sh(&format!("echo kept > {m}/f"));
+    for args in [vec!["snapshot", "create", &m, "s"], vec!["clone", &m, "s", "c"]] {
+        let out = dualfs(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let cdir = dir(&v, "c");
+    let c = cdir.display().to_string();
+    assert!(mount_again(&v, &cdir, "clone=c").status.success());
+    // A reader holds the old connection open for a second after the mount
+    // point is gone.
+    let mut reader = std::process::Command::new("sh").args(["-c", &format!("exec 3< {c}/f; sleep 1")]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    sh(&format!("umount -l {c}"));
+    let out = mount_again(&v, &cdir, "clone=c");
+    assert!(out.status.success(), "mounted again right after its unmount: {}", stderr(&out));
+    reader.wait().unwrap();
+    assert_eq!(sh(&format!("cat {c}/f")), "kept\n");
+    assert!(dualfs(&["umount", &c]).status.success());
+    v.umount();
+}
+
 #[test]
 fn only_root_mounts_a_mounted_volume_a_second_time() {
     let Some(mut v) = TestVolume::create("64M") else {

@@ -256,12 +256,21 @@ fn mount_cost_with(data_blocks: u64, crash: bool, kept: bool) -> (Cost, Bytes) {
 fn same_bytes(small: Bytes, large: Bytes) {
     assert!(
         large.peak <= small.peak + BYTES_SLACK && large.held <= small.held + BYTES_SLACK,
-        "what a mount allocates grows with the volume: 1 GiB {small:?}, 15 TiB {large:?}"
+        "what a mount allocates grows with the volume: 1 GiB {small:?}, the large one {large:?}"
     );
 }
 
 const GIB_BLOCKS: u64 = 1 << 18;
 const TIB15_BLOCKS: u64 = 15 << 28;
+
+/// The large volume of the cases keeping a snapshot and a clone: making
+/// them loads every bitmap whole (a minute and 3 GB at 15 TiB), so the
+/// default run makes them on 1 TiB, where a held set read whole at mount
+/// still shows as some 100 MB against a megabyte; `DUALFS_LONG=1` makes
+/// them on 15 TiB.
+fn large_kept_blocks() -> u64 {
+    if std::env::var_os("DUALFS_LONG").is_some() { TIB15_BLOCKS } else { 1 << 28 }
+}
 
 #[test]
 fn a_clean_mount_of_15_tib_reads_and_holds_what_one_of_1_gib_does() {
@@ -282,19 +291,19 @@ fn a_mount_after_a_crash_of_15_tib_reads_and_holds_what_one_of_1_gib_does() {
 }
 
 #[test]
-fn a_mount_of_15_tib_keeping_a_snapshot_and_a_clone_reads_and_holds_what_one_of_1_gib_does() {
+fn a_large_mount_keeping_a_snapshot_and_a_clone_reads_and_holds_what_one_of_1_gib_does() {
     let (small, small_bytes) = mount_cost_with(GIB_BLOCKS, false, true);
-    let (large, large_bytes) = mount_cost_with(TIB15_BLOCKS, false, true);
-    println!("1 GiB: {small:?} {small_bytes:?}\n15 TiB: {large:?} {large_bytes:?}");
+    let (large, large_bytes) = mount_cost_with(large_kept_blocks(), false, true);
+    println!("1 GiB: {small:?} {small_bytes:?}\nlarge: {large:?} {large_bytes:?}");
     assert_eq!(large, small, "what a mount of a volume keeping snapshots reads or holds grows with the volume");
     same_bytes(small_bytes, large_bytes);
 }
 
 #[test]
-fn a_mount_after_a_crash_of_15_tib_keeping_a_snapshot_and_a_clone_reads_and_holds_what_one_of_1_gib_does() {
+fn a_large_mount_after_a_crash_keeping_a_snapshot_and_a_clone_reads_and_holds_what_one_of_1_gib_does() {
     let (small, small_bytes) = mount_cost_with(GIB_BLOCKS, true, true);
-    let (large, large_bytes) = mount_cost_with(TIB15_BLOCKS, true, true);
-    println!("1 GiB: {small:?} {small_bytes:?}\n15 TiB: {large:?} {large_bytes:?}");
+    let (large, large_bytes) = mount_cost_with(large_kept_blocks(), true, true);
+    println!("1 GiB: {small:?} {small_bytes:?}\nlarge: {large:?} {large_bytes:?}");
     assert_eq!(large, small, "what a mount after a crash keeping snapshots reads or holds grows with the volume");
     same_bytes(small_bytes, large_bytes);
 }

@@ -577,3 +577,49 @@ fn flags_received_by_an_older_volume_mark_it_first() {
     assert!(found.problems.is_empty(), "{:#?}", found.problems);
     vol.close().unwrap();
 }
+
+/// A clone's snapshot shares its origin's snapshot's blocks where the clone
+/// did not change them, so a stream from the origin's snapshot to it is
+/// what the clone changed: a mirror holding the origin's snapshot takes
+/// the clone's with a stream of one file, and what the live tree changed
+/// after the clone was cut is not in it.
+#[test]
+fn a_clones_snapshot_sent_against_its_origins_snapshot_carries_what_the_clone_changed() {
+    let src = Disk::new();
+    let dst = Disk::new();
+    let vol = src.open();
+    let mut files = Vec::new();
+    for d in 0..20 {
+        let dir = vol.mkdir(InodeNo::ROOT, format!("d{d}").as_bytes(), 0o755, Creds::ROOT).unwrap().ino;
+        for i in 0..100 {
+            files.push(file(&vol, dir, &format!("f{i}"), &pattern(2000, i as u8)));
+        }
+    }
+    vol.snapshot_create("a").unwrap();
+    vol.clone_create("a", "c").unwrap();
+    // The origin goes on: none of it is the clone's.
+    vol.write(files[10], 0, b"the origin's own").unwrap();
+    file(&vol, InodeNo::ROOT, "origin-only", b"not in the clone");
+    // Closed first: what the creates looked up is let go, as a mount's end
+    // lets go of the kernel's lookups.
+    vol.close().unwrap();
+    let vol = src.open();
+    vol.switch_tree("c").unwrap();
+    vol.write(files[1500], 0, b"the clone's change").unwrap();
+    vol.snapshot_create("c1").unwrap();
+    let (full, _) = src.send(None, "a");
+    let (increment, report) = src.send(Some("a"), "c1");
+    assert_eq!(report.counts.inodes, 1, "only the file the clone changed: {report:?}");
+    // A few of the map's blocks (the file's, and what the switch and the
+    // snapshot rewrote), not the 2,000 files'.
+    assert!(report.inodes_compared <= 4, "{report:?}");
+    assert!(report.map_blocks_compared <= 4, "{report:?}");
+    let target = dst.open();
+    receive(&target, &full).unwrap();
+    let got = receive(&target, &increment).unwrap();
+    assert_eq!(got.snapshot, "c1");
+    assert_same(&src.snapshot("c1"), &target);
+    assert!(target.lookup(InodeNo::ROOT, b"origin-only").is_err(), "the origin's change reached the clone's mirror");
+    target.close().unwrap();
+    vol.close().unwrap();
+}

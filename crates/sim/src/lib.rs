@@ -18,6 +18,7 @@ pub mod record;
 pub mod rng;
 pub mod stream_fuzz;
 pub mod stream_structure;
+pub mod three_devices;
 pub mod tree;
 pub mod workload;
 pub mod workloads;

@@ -15,7 +15,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use dualfs_engine::Volume;
@@ -24,7 +23,8 @@ use dualfs_engine::error::DeviceRole;
 use dualfs_engine::faults::{self, Fault};
 use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
 use dualfs_engine::volume::{AtimeMode, Creds, MkfsOptions, MountOptions};
-use dualfs_sim::image::{Block, Fill, Image, OverlayDevice};
+use dualfs_sim::image::{Fill, Image, OverlayDevice};
+use dualfs_sim::three_devices::{Choice, Ev, Events, Files, Rec, build, push};
 use dualfs_sim::workload::fixed_clock;
 
 const META_BLOCKS: u64 = 3072;
@@ -36,53 +36,6 @@ const NEW: usize = 2;
 
 fn options() -> MountOptions {
     MountOptions { atime: AtimeMode::NoAtime, commit_interval: std::time::Duration::ZERO, ..MountOptions::default() }
-}
-
-#[derive(Clone, Debug)]
-enum Ev {
-    Write(usize, u64, Block),
-    Flush(usize),
-    /// An fsync of this file returned: it must be whole from here on.
-    Synced(String, Vec<u8>),
-}
-
-type Events = Arc<Mutex<Vec<Ev>>>;
-
-/// Files by name, with the contents promised.
-type Files = Vec<(String, Vec<u8>)>;
-
-fn push(ev: &Events, e: Ev) {
-    ev.lock().unwrap_or_else(PoisonError::into_inner).push(e);
-}
-
-/// A device recording its writes and flushes, one block per write.
-#[derive(Debug)]
-struct Rec {
-    dev: usize,
-    live: OverlayDevice,
-    ev: Events,
-}
-
-impl BlockDevice for Rec {
-    fn block_count(&self) -> u64 {
-        self.live.block_count()
-    }
-    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.live.read_blocks(first, buf)
-    }
-    fn write_blocks(&self, first: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.live.write_blocks(first, buf)?;
-        for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
-            let mut b = [0u8; BLOCK_SIZE];
-            b.copy_from_slice(chunk);
-            push(&self.ev, Ev::Write(self.dev, first + i as u64, Arc::new(b)));
-        }
-        Ok(())
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        push(&self.ev, Ev::Flush(self.dev));
-        Ok(())
-    }
 }
 
 fn bytes(seed: usize, len: usize) -> Vec<u8> {
@@ -143,61 +96,6 @@ fn record(base: &[Arc<Image>; 2], role: DeviceRole) -> ([Arc<Image>; 3], Vec<Ev>
     v.close().unwrap();
     let events = ev.lock().unwrap_or_else(PoisonError::into_inner).clone();
     (start, events)
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Choice {
-    Flushed,
-    All,
-    Random(u64),
-    /// The last write (a superblock) half written: its first sector only,
-    /// or all but it.
-    Torn(bool),
-}
-
-/// The three images after `cut` events, as `choice` says.
-fn build(start: &[Arc<Image>; 3], events: &[Ev], cut: usize, choice: Choice) -> [Arc<Image>; 3] {
-    let mut durable: [HashMap<u64, Block>; 3] = Default::default();
-    let mut pending: [Vec<(u64, Block)>; 3] = Default::default();
-    for e in &events[..cut] {
-        match e {
-            Ev::Write(dev, b, data) => pending[*dev].push((*b, data.clone())),
-            Ev::Flush(dev) => durable[*dev].extend(pending[*dev].drain(..)),
-            Ev::Synced(..) => {}
-        }
-    }
-    let mut rng = match choice {
-        Choice::Random(s) => s | 1,
-        _ => 1,
-    };
-    for (i, p) in pending.iter().enumerate() {
-        let n = p.len();
-        for (k, (b, data)) in p.iter().enumerate() {
-            let keep = match choice {
-                Choice::Flushed => false,
-                Choice::All => true,
-                Choice::Random(_) => {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng & 1 == 1
-                }
-                Choice::Torn(_) => k + 1 < n,
-            };
-            if keep {
-                durable[i].insert(*b, data.clone());
-            }
-        }
-    }
-    if let (Choice::Torn(first), Some(Ev::Write(dev, b, new))) = (choice, events[..cut].last()) {
-        let old = durable[*dev].get(b).cloned().unwrap_or_else(|| start[*dev].block(*b));
-        let mut torn = *old;
-        let r = if first { 0..512 } else { 512..BLOCK_SIZE };
-        torn[r.clone()].copy_from_slice(&new[r]);
-        durable[*dev].insert(*b, Arc::new(torn));
-    }
-    let img = |i: usize| Arc::new(start[i].with_blocks(durable[i].clone()));
-    [img(0), img(1), img(2)]
 }
 
 /// Whether the pair mounts, and if it does, which promised file it lacks.

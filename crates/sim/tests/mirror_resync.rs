@@ -18,16 +18,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use dualfs_engine::Volume;
 use dualfs_engine::device::BlockDevice;
 use dualfs_engine::faults::{self, Fault};
-use dualfs_engine::types::{BLOCK_SIZE, InodeNo};
+use dualfs_engine::types::InodeNo;
 use dualfs_engine::volume::{AtimeMode, Creds, MirrorChange, MkfsOptions, MountOptions};
-use dualfs_sim::image::{Block, Fill, Image, OverlayDevice};
+use dualfs_sim::image::{Fill, Image, OverlayDevice};
+use dualfs_sim::three_devices::{Choice, Ev, Events, Files, Rec, build, push};
 use dualfs_sim::workload::fixed_clock;
+
+type Dev = Arc<dyn BlockDevice>;
 
 const META_BLOCKS: u64 = 3072;
 const DATA_BLOCKS: u64 = 8192;
@@ -38,55 +40,6 @@ const NEW: usize = 2;
 
 fn options() -> MountOptions {
     MountOptions { atime: AtimeMode::NoAtime, commit_interval: std::time::Duration::ZERO, ..MountOptions::default() }
-}
-
-#[derive(Clone, Debug)]
-enum Ev {
-    Write(usize, u64, Block),
-    Flush(usize),
-    /// An fsync of this file returned: it must be whole from here on.
-    Synced(String, Vec<u8>),
-}
-
-type Events = Arc<Mutex<Vec<Ev>>>;
-type Files = Vec<(String, Vec<u8>)>;
-type Dev = Arc<dyn BlockDevice>;
-
-fn push(ev: &Events, e: Ev) {
-    ev.lock().unwrap_or_else(PoisonError::into_inner).push(e);
-}
-
-/// A device recording its writes and flushes, one block per write.
-#[derive(Debug)]
-struct Rec {
-    dev: usize,
-    live: OverlayDevice,
-    ev: Events,
-}
-
-impl BlockDevice for Rec {
-    fn block_count(&self) -> u64 {
-        self.live.block_count()
-    }
-    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.live.read_blocks(first, buf)
-    }
-    fn write_blocks(&self, first: u64, buf: &[u8]) -> std::io::Result<()> {
-        // Held across the write and its events: a write's blocks and the
-        // events of another device's write do not interleave oddly.
-        let mut ev = self.ev.lock().unwrap_or_else(PoisonError::into_inner);
-        self.live.write_blocks(first, buf)?;
-        for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
-            let mut b = [0u8; BLOCK_SIZE];
-            b.copy_from_slice(chunk);
-            ev.push(Ev::Write(self.dev, first + i as u64, Arc::new(b)));
-        }
-        Ok(())
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        push(&self.ev, Ev::Flush(self.dev));
-        Ok(())
-    }
 }
 
 fn bytes(seed: usize, len: usize) -> Vec<u8> {
@@ -166,49 +119,6 @@ fn record(base: &[Arc<Image>; 2], degraded: bool) -> ([Arc<Image>; 3], Vec<Ev>) 
     v.close().unwrap();
     let events = ev.lock().unwrap_or_else(PoisonError::into_inner).clone();
     (start, events)
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Choice {
-    Flushed,
-    All,
-    Random(u64),
-}
-
-/// The three images after `cut` events, as `choice` says.
-fn build(start: &[Arc<Image>; 3], events: &[Ev], cut: usize, choice: Choice) -> [Arc<Image>; 3] {
-    let mut durable: [HashMap<u64, Block>; 3] = Default::default();
-    let mut pending: [Vec<(u64, Block)>; 3] = Default::default();
-    for e in &events[..cut] {
-        match e {
-            Ev::Write(dev, b, data) => pending[*dev].push((*b, data.clone())),
-            Ev::Flush(dev) => durable[*dev].extend(pending[*dev].drain(..)),
-            Ev::Synced(..) => {}
-        }
-    }
-    let mut rng = match choice {
-        Choice::Random(s) => s | 1,
-        _ => 1,
-    };
-    for (i, p) in pending.iter().enumerate() {
-        for (b, data) in p {
-            let keep = match choice {
-                Choice::Flushed => false,
-                Choice::All => true,
-                Choice::Random(_) => {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng & 1 == 1
-                }
-            };
-            if keep {
-                durable[i].insert(*b, data.clone());
-            }
-        }
-    }
-    let img = |i: usize| Arc::new(start[i].with_blocks(durable[i].clone()));
-    [img(0), img(1), img(2)]
 }
 
 /// Which promised file `v` lacks, if any.

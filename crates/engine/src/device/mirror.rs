@@ -6,6 +6,9 @@
 //! device layer knows no block layout) is read from the second, and when
 //! that one passes it is returned and written back over the bad one.
 //!
+//! The second copy's part of a small write and of every flush runs on a
+//! thread kept for it ([`Workers`]), not one started per request.
+//!
 //! A copy that fails a write or a flush is dropped: the mirror goes on on
 //! the other alone, once the volume's degrade hook (which marks the mirror
 //! degraded on the surviving copy and the data device) has returned, so
@@ -14,7 +17,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, mpsc};
 
 use super::BlockDevice;
 use crate::faults::{self, Fault};
@@ -60,11 +63,78 @@ pub struct MirrorDevice {
     /// Whether a block read good from the second copy is written back over
     /// the first (not by a check that writes nothing).
     write_back: AtomicBool,
+    workers: Workers,
 }
 
 impl std::fmt::Debug for MirrorDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MirrorDevice").field("copies", &self.copies).field("healed", &self.healed).finish()
+    }
+}
+
+/// A request for the second copy, run by a kept thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Writes up to this many bytes are copied and handed to a kept thread;
+/// larger ones (a whole segment) borrow theirs on a thread of their own,
+/// whose start is small beside the write.
+const KEPT_WRITE_MAX: usize = 256 << 10;
+
+/// Threads kept between requests to run the second copy's part: starting
+/// a thread for each write and each flush cost two thread starts per
+/// fsync. One per request in flight at once; each ends when the mirror is
+/// dropped (its sender with it).
+#[derive(Default)]
+struct Workers {
+    idle: Mutex<Vec<mpsc::Sender<Job>>>,
+}
+
+impl Workers {
+    /// Runs `a` here and `b` on a kept thread at the same time (the second
+    /// copy costs its device's time, not a second round trip); both
+    /// outcomes.
+    fn both(
+        &self,
+        a: impl FnOnce() -> io::Result<()>,
+        b: impl FnOnce() -> io::Result<()> + Send + 'static,
+    ) -> [io::Result<()>; 2] {
+        let kept = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let worker = match kept {
+            Some(w) => Some(w),
+            None => {
+                let (tx, rx) = mpsc::channel::<Job>();
+                std::thread::Builder::new()
+                    .name("dualfs-mirror".into())
+                    .spawn(move || {
+                        for job in rx {
+                            job();
+                        }
+                    })
+                    .ok()
+                    .map(|_| tx)
+            }
+        };
+        let (done, outcome) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move || {
+            let _ = done.send(b());
+        });
+        let worker = match worker.map(|w| w.send(job).map(|()| w)) {
+            Some(Ok(w)) => Some(w),
+            // No thread could be started, or a kept one is gone: the second
+            // copy's part runs here, after the first's.
+            Some(Err(mpsc::SendError(job))) => {
+                let first = a();
+                job();
+                return [first, outcome.recv().unwrap_or_else(|_| Err(io::Error::other("no outcome")))];
+            }
+            None => None,
+        };
+        let first = a();
+        let second = outcome.recv().unwrap_or_else(|_| Err(io::Error::other("the second copy's writer panicked")));
+        if let Some(w) = worker {
+            self.idle.lock().unwrap_or_else(PoisonError::into_inner).push(w);
+        }
+        [first, second]
     }
 }
 
@@ -95,6 +165,7 @@ impl MirrorDevice {
             failure: Mutex::new(None),
             on_degrade: OnceLock::new(),
             write_back: AtomicBool::new(true),
+            workers: Workers::default(),
         }
     }
 
@@ -259,6 +330,11 @@ impl BlockDevice for MirrorDevice {
             return self.copies[i].write_blocks(first, buf);
         }
         let [a, b] = &self.copies;
+        if buf.len() <= KEPT_WRITE_MAX {
+            let (second, owned) = (b.clone(), buf.to_vec());
+            let out = self.workers.both(|| a.write_blocks(first, buf), move || second.write_blocks(first, &owned));
+            return self.settle("write", out);
+        }
         self.settle("write", both(|| a.write_blocks(first, buf), || b.write_blocks(first, buf)))
     }
 
@@ -268,6 +344,12 @@ impl BlockDevice for MirrorDevice {
             return self.copies[i].write_blocks_vectored(first, bufs);
         }
         let [a, b] = &self.copies;
+        if bufs.iter().map(|x| x.len()).sum::<usize>() <= KEPT_WRITE_MAX {
+            let (second, owned) = (b.clone(), bufs.concat());
+            let out =
+                self.workers.both(|| a.write_blocks_vectored(first, bufs), move || second.write_blocks(first, &owned));
+            return self.settle("write", out);
+        }
         self.settle("write", both(|| a.write_blocks_vectored(first, bufs), || b.write_blocks_vectored(first, bufs)))
     }
 
@@ -279,7 +361,8 @@ impl BlockDevice for MirrorDevice {
         if faults::active(Fault::MirrorAckBeforeSecond) {
             return a.flush();
         }
-        self.settle("flush", both(|| a.flush(), || b.flush()))
+        let second = b.clone();
+        self.settle("flush", self.workers.both(|| a.flush(), move || second.flush()))
     }
 
     fn refresh_block_count(&self) -> io::Result<u64> {

@@ -30,6 +30,7 @@ pub mod resize;
 pub mod seal;
 pub mod segments;
 pub mod snapshot;
+mod snapshot_load;
 mod snapshot_records;
 pub mod tree;
 pub mod tree_space;

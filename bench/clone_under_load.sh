@@ -10,11 +10,18 @@
 #           clone command (ms)
 #   dropped the same, each clone and its snapshot deleted before the next
 #           (one of each at a time)
-# Interleaved by run. Usage: bench/clone_under_load.sh [RUNS] [TRANSACTIONS]
+#   listed  the same commands' own cost: `dualfs snapshot list` twice every
+#           2 s through the mount point, nothing made (in CONFIGS only)
+# and what the volume wrote during PostMark (dualfs stats): MiB of data,
+# of it MiB written by commits someone asked for (sync, snapshots), MiB
+# of meta-data, checkpoints.
+# Interleaved by run; CONFIGS (default "alone kept dropped") picks them.
+# Usage: bench/clone_under_load.sh [RUNS] [TRANSACTIONS]
 # (root; under /tmp/clonebusy)
 set -euo pipefail
 RUNS=${1:-2}
 TX=${2:-20000}
+CONFIGS=${CONFIGS:-alone kept dropped}
 DUALFS=${DUALFS:-$(dirname "$0")/../target/release/dualfs}
 W=/tmp/clonebusy
 mkdir -p $W/mnt
@@ -36,21 +43,29 @@ postmark_tps() { # runs PostMark on the mount; prints its transactions per secon
     | (cd /tmp && postmark) | sed -n 's/.*transactions (\([0-9.]*\) per second).*/\1/p' | head -1
 }
 say "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-say "fs run tx_per_s clones snapshot_ms_p50 snapshot_ms_max clone_ms_p50 clone_ms_max"
+# What the volume wrote since it was mounted: data MiB, of it by sync, meta MiB, checkpoints.
+written() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); m=lambda b: f"{b * 4 / 1024:.0f}"; print(m(d["data_blocks_written"]), m(d.get("data_blocks_by_sync", 0)), m(d["meta_blocks_written"]), d["checkpoints_written"])'; }
+say "fs run tx_per_s clones snapshot_ms_p50 snapshot_ms_max clone_ms_p50 clone_ms_max data_MiB sync_data_MiB meta_MiB checkpoints"
 for run in $(seq 1 "$RUNS"); do
-  for fs in alone kept dropped; do
+  for fs in $CONFIGS; do
     "$DUALFS" mkfs --force "$M" "$D" >/dev/null
     "$DUALFS" mount "$M" "$D" $W/mnt
     if [ $fs = alone ]; then
-      say "alone $run $(postmark_tps) 0 - - - -"
+      tps=$(postmark_tps)
+      say "alone $run $tps 0 - - - - $(written $W/mnt)"
     else
       postmark_tps > $W/tps & p=$!
       : > $W/times; k=0
       sleep 2
       while kill -0 $p 2>/dev/null; do
         k=$((k + 1))
-        t0=$(now); "$DUALFS" snapshot create $W/mnt s$k >/dev/null; t1=$(now)
-        "$DUALFS" clone $W/mnt s$k c$k >/dev/null; t2=$(now)
+        if [ $fs = listed ]; then
+          t0=$(now); "$DUALFS" snapshot list $W/mnt >/dev/null; t1=$(now)
+          "$DUALFS" snapshot list $W/mnt >/dev/null; t2=$(now)
+        else
+          t0=$(now); "$DUALFS" snapshot create $W/mnt s$k >/dev/null; t1=$(now)
+          "$DUALFS" clone $W/mnt s$k c$k >/dev/null; t2=$(now)
+        fi
         echo "$(ms $t0 $t1) $(ms $t1 $t2)" >> $W/times
         if [ $fs = dropped ]; then
           "$DUALFS" snapshot delete $W/mnt c$k >/dev/null; "$DUALFS" snapshot delete $W/mnt s$k >/dev/null
@@ -63,7 +78,7 @@ r = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
 if not r: print("0 - - - -"); sys.exit()
 a, b = [x[0] for x in r], [x[1] for x in r]
 print(len(r), f"{s.median(a):.1f} {max(a):.1f} {s.median(b):.1f} {max(b):.1f}")' $W/times)
-      say "$fs $run $(cat $W/tps) $stats"
+      say "$fs $run $(cat $W/tps) $stats $(written $W/mnt)"
     fi
     "$DUALFS" umount $W/mnt >/dev/null
     for _ in $(seq 1 100); do pgrep -f "dualfs.*$W/mnt" >/dev/null || break; sleep 0.1; done

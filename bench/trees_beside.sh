@@ -15,7 +15,9 @@
 # (rows named fs@base against fs@new); BUILDS="LABEL=PATH ..." names any
 # set of builds (a PATH may be a script that sets the environment and
 # runs a build).
-# FSYNC_RUNS (default RUNS) sets the fsync runs apart.
+# FSYNC_RUNS (default RUNS) sets the fsync runs apart; RUNS=0 runs the
+# fsyncs alone. A build that counts the turns (dualfs stats tree_*) adds
+# where the time went during each fsync run (phase fsync-turns).
 # Usage: bench/trees_beside.sh TREE.tar [RUNS]   (root; under /tmp/treesbench)
 set -euo pipefail
 TREE=${1:?tree tar}
@@ -99,6 +101,27 @@ lat.sort()
 print(f"{lat[len(lat) // 2]:.2f} {lat[int(len(lat) * 0.9)]:.2f} {lat[-1]:.2f}")
 EOF
 }
+# Where the time of taking turns went while A fsynced (dualfs stats, a
+# build that counts it): switches and waits at the gate, and per switch
+# the milliseconds of the outgoing tree's commit (with the MiB of data it
+# wrote back), its checkpoint and the switch's own checkpoint; waits are
+# every tree's operations', fsync_waits those of FSYNC requests.
+turns() { "$DUALFS" stats --json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(str(d.get(k, -1)) for k in ("tree_switches", "tree_waits", "tree_wait_us", "tree_wait_max_us", "tree_switch_commit_us", "tree_switch_commit_data_blocks", "tree_switch_checkpoint_us", "tree_switch_us", "tree_switch_compact_us", "tree_fsync_waits", "tree_fsync_wait_us", "tree_switch_total_us", "tree_switch_locks_us")))'; }
+turn_row() { # before after: per switch and per wait, from two readings of turns
+  python3 - "$1" "$2" <<'EOF2'
+import sys
+a, b = ([int(x) for x in s.split()] for s in sys.argv[1:3])
+if a[0] < 0:
+    sys.exit()
+d = [y - x for x, y in zip(a, b)]
+sw, waits, fw = max(d[0], 1), max(d[1], 1), max(d[9], 1)
+print(f"{d[0]} {d[1]} {d[2] / waits / 1000:.1f} {b[3] / 1000:.1f} {d[9]} {d[10] / fw / 1000:.1f} "
+      f"{d[11] / sw / 1000:.1f} {d[12] / sw / 1000:.1f} "
+      f"{d[4] / sw / 1000:.1f} {d[5] * 4 / 1024 / sw:.2f} {d[6] / sw / 1000:.1f} {d[7] / sw / 1000:.1f} {d[8] / sw / 1000:.1f}")
+EOF2
+}
+TROWS=$W/turns.txt; : > $TROWS
+say $TROWS "fs run switches waits wait_ms max_wait_ms fsync_waits fsync_wait_ms total_ms locks_ms commit_ms commit_MiB checkpoint_ms switch_ms compact_ms"
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 say $FROWS "fs run p50_ms p90_ms max_ms"
 for run in $(seq 1 "$FSYNC_RUNS"); do
@@ -106,15 +129,22 @@ for run in $(seq 1 "$FSYNC_RUNS"); do
   label=${build%%=*}; DUALFS=${build#*=}
   fresh
   "$DUALFS" mount -o log=$W/log,clone=c "$M" "$D" $W/b
+  t0=$(turns $W/a)
   say $FROWS "$(name b-idle $label) $run $(lat $W/a/f)"
+  t1=$(turns $W/a); r=$(turn_row "$t0" "$t1"); [ -z "$r" ] || say $TROWS "$(name b-idle $label) $run $r"
   rm -f $W/stop
   (while [ ! -e $W/stop ]; do dd if=/dev/zero of=$W/b/big bs=1M count=1024 conv=notrunc status=none; done) & p=$!
   sleep 1
+  t0=$(turns $W/a)
   say $FROWS "$(name b-streams $label) $run $(lat $W/a/g)"
+  t1=$(turns $W/a); r=$(turn_row "$t0" "$t1"); [ -z "$r" ] || say $TROWS "$(name b-streams $label) $run $r"
   touch $W/stop; pkill -P $p -x dd || true; wait $p || true
   gone
  done
 done
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" < $ROWS
+if [ "$RUNS" -gt 0 ]; then python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" < $ROWS; fi
 python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync --command "$CMD" < $FROWS
+if [ "$(wc -l < $TROWS)" -gt 1 ]; then
+  python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync-turns --command "$CMD" < $TROWS
+fi

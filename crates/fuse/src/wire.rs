@@ -159,7 +159,7 @@ impl Handler for DualFs {
         // One tree's requests at a time: this connection's tree is made
         // the live one first if another is.
         let _entered = match &self.tree {
-            Some((name, served)) => match self.vol.enter_served(served) {
+            Some((name, served)) => match self.vol.enter_served_for(served, needs_durability(&req)) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     log::error!("cannot enter tree {name}: {e}");
@@ -316,6 +316,12 @@ impl Handler for DualFs {
     fn destroy(&self) {
         self.shutdown();
     }
+}
+
+/// Whether `req` makes something durable (the gate counts its wait apart;
+/// FLUSH does not: close is not a durability point here).
+fn needs_durability(req: &Request<'_>) -> bool {
+    matches!(req, Request::Fsync { .. } | Request::Fsyncdir { .. })
 }
 
 /// The requests a shut-down volume still answers: forgetting, closing

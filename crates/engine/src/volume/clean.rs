@@ -256,6 +256,8 @@ impl Volume {
         v.extend(self.mirror_stats());
         // Which commits sent data to the disk (a workload's writes, by cause).
         v.extend(self.data_writes.named());
+        // Where the time of trees taking turns goes.
+        v.extend(self.gate.costs.named());
         // What the serving process holds, as counts (its memory, explained).
         v.extend(log.memory_counts());
         let (pages, spare) = fs.pages.held_pages();

@@ -7,8 +7,10 @@
 //! (DESIGN.md, "Turns that last"): a waiting tree takes over once the
 //! entered tree has been idle for [`GRACE`] with it waiting, or has held
 //! the volume for [`SLICE`]; past the slice the entered tree admits
-//! nothing new until the other had its turn. A tree served alone, with
-//! nothing waiting, passes without the gate's lock.
+//! nothing new until the other had its turn. An fsync waiting ends the
+//! turn at the next drain after [`MIN_TURN`] (DESIGN.md, "An fsync does
+//! not wait out a turn"). A tree served alone, with nothing waiting,
+//! passes without the gate's lock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,6 +38,11 @@ pub const SLICE: Duration = Duration::from_millis(100);
 /// a switch.
 pub const GRACE: Duration = Duration::from_millis(10);
 
+/// The shortest turn an operation in a hurry (an fsync) lets the entered
+/// tree have: a tree whose turn ended at once, again and again, would
+/// make no progress between switches.
+pub const MIN_TURN: Duration = Duration::from_millis(10);
+
 /// At most this many segments are cleaned as a tree is left.
 const LEAVE_VICTIMS: usize = 16;
 
@@ -55,6 +62,8 @@ struct GateState {
     switching: bool,
     /// Operations waiting, by the tree they want.
     waiting: BTreeMap<String, usize>,
+    /// Of those, operations in a hurry (an fsync): by the tree they want.
+    hurrying: BTreeMap<String, usize>,
     /// When the entered tree was entered (the machine's clock: only
     /// fairness depends on it, never what is written); none: since the
     /// open, its turn over as soon as another tree waits.
@@ -67,6 +76,105 @@ struct GateState {
     served: BTreeMap<String, (u64, usize)>,
     /// The id the next tree served gets (0 is none).
     next_id: u64,
+}
+
+/// Where the time of taking turns goes (`dualfs stats`): what an
+/// operation of a tree not entered waits for, and what each part of a
+/// switch costs. Microseconds, summed; the largest wait apart.
+#[derive(Debug, Default)]
+pub(super) struct TurnCosts {
+    /// Switches of the live tree made through the gate.
+    switches: AtomicU64,
+    /// Operations that waited at the gate (for another tree's turn or a
+    /// switch), and how long they waited, their own switch included.
+    waits: AtomicU64,
+    wait_us: AtomicU64,
+    wait_max_us: AtomicU64,
+    /// Of those, operations in a hurry (an fsync).
+    fsync_waits: AtomicU64,
+    fsync_wait_us: AtomicU64,
+    /// Whole switches, from the gate's decision to the incoming tree
+    /// entered.
+    total_us: AtomicU64,
+    /// Waiting for the cleaning and the commit locks (a write-back step
+    /// or a cleaning pass under way).
+    locks_us: AtomicU64,
+    /// Leaving the outgoing tree compact.
+    compact_us: AtomicU64,
+    /// The outgoing tree's commit, and the data blocks it wrote back.
+    commit_us: AtomicU64,
+    commit_data_blocks: AtomicU64,
+    /// The checkpoint after that commit.
+    checkpoint_us: AtomicU64,
+    /// The switch's own checkpoint (the outgoing tree kept, the incoming
+    /// one named), and loading the incoming tree after it.
+    switch_us: AtomicU64,
+}
+
+/// Microseconds since `t`.
+fn micros_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+impl TurnCosts {
+    /// Counts one part of a switch that began at `t`.
+    pub(super) fn part(&self, which: SwitchPart, t: Instant) {
+        let c = match which {
+            SwitchPart::Total => &self.total_us,
+            SwitchPart::Locks => &self.locks_us,
+            SwitchPart::Compact => &self.compact_us,
+            SwitchPart::Commit => &self.commit_us,
+            SwitchPart::Checkpoint => &self.checkpoint_us,
+            SwitchPart::Switch => &self.switch_us,
+        };
+        c.fetch_add(micros_since(t), Ordering::Relaxed);
+    }
+
+    pub(super) fn commit_data(&self, blocks: u64) {
+        self.commit_data_blocks.fetch_add(blocks, Ordering::Relaxed);
+    }
+
+    fn waited(&self, t: Instant, fsync: bool) {
+        let us = micros_since(t);
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.wait_us.fetch_add(us, Ordering::Relaxed);
+        self.wait_max_us.fetch_max(us, Ordering::Relaxed);
+        if fsync {
+            self.fsync_waits.fetch_add(1, Ordering::Relaxed);
+            self.fsync_wait_us.fetch_add(us, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters, named for `Volume::stats`.
+    pub(super) fn named(&self) -> [(&'static str, u64); 13] {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("tree_switches", l(&self.switches)),
+            ("tree_waits", l(&self.waits)),
+            ("tree_wait_us", l(&self.wait_us)),
+            ("tree_wait_max_us", l(&self.wait_max_us)),
+            ("tree_fsync_waits", l(&self.fsync_waits)),
+            ("tree_fsync_wait_us", l(&self.fsync_wait_us)),
+            ("tree_switch_total_us", l(&self.total_us)),
+            ("tree_switch_locks_us", l(&self.locks_us)),
+            ("tree_switch_compact_us", l(&self.compact_us)),
+            ("tree_switch_commit_us", l(&self.commit_us)),
+            ("tree_switch_commit_data_blocks", l(&self.commit_data_blocks)),
+            ("tree_switch_checkpoint_us", l(&self.checkpoint_us)),
+            ("tree_switch_us", l(&self.switch_us)),
+        ]
+    }
+}
+
+/// The parts of a switch [`TurnCosts`] times.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum SwitchPart {
+    Total,
+    Locks,
+    Compact,
+    Commit,
+    Checkpoint,
+    Switch,
 }
 
 /// The gate and what each tree not entered keeps in memory.
@@ -85,6 +193,8 @@ pub(super) struct Gate {
     /// Operations admitted without the lock and not yet done: a switch
     /// waits for them as for `active`.
     solo_active: AtomicUsize,
+    /// Where the time of taking turns goes.
+    pub(super) costs: TurnCosts,
 }
 
 /// An operation admitted into its tree: the tree stays entered until the
@@ -143,6 +253,12 @@ impl GateState {
         self.waiting.iter().any(|(t, n)| t != name && *n > 0)
     }
 
+    /// Whether an operation of a tree other than `name` waits in a hurry
+    /// (an fsync).
+    fn others_hurry(&self, name: &str) -> bool {
+        self.hurrying.iter().any(|(t, n)| t != name && *n > 0)
+    }
+
     /// Notes that the entered tree's operations drained at `now`.
     fn drain(&mut self, now: Instant) {
         let opposed = self.entered.as_deref().is_some_and(|e| self.others_wait(e));
@@ -155,16 +271,22 @@ impl GateState {
     /// volume for [`SLICE`], or has been idle for [`GRACE`] since its
     /// operations drained with another tree waiting. A tree idle when
     /// the other came (drained with nothing waiting) is taken over at once.
-    fn wait_before_switch(&self, now: Instant) -> Duration {
+    /// An operation waiting in a hurry (`hurry`, the waiter's own, or
+    /// another's) ends the turn at the drain once the tree has held the
+    /// volume [`MIN_TURN`].
+    fn wait_before_switch(&self, now: Instant, hurry: bool) -> Duration {
         let Some(since) = self.since else {
             return Duration::ZERO;
         };
         let held = now.saturating_duration_since(since);
+        let hurry = hurry || self.entered.as_deref().is_some_and(|e| self.others_hurry(e));
         match self.drained {
             _ if held >= SLICE => Duration::ZERO,
+            _ if hurry && held >= MIN_TURN => Duration::ZERO,
             Some((at, true)) => {
                 let idle = now.saturating_duration_since(at);
-                GRACE.saturating_sub(idle).min(SLICE - held)
+                let wait = GRACE.saturating_sub(idle).min(SLICE - held);
+                if hurry { wait.min(MIN_TURN - held) } else { wait }
             }
             None | Some((_, false)) => Duration::ZERO,
         }
@@ -177,9 +299,12 @@ impl GateState {
             return false;
         }
         if self.active == 0 {
-            return self.wait_before_switch(now).is_zero();
+            return self.wait_before_switch(now, false).is_zero();
         }
-        self.since.is_none_or(|t| now.saturating_duration_since(t) >= SLICE)
+        // Busy: nothing new once the slice is over, or the minimum turn
+        // with an operation waiting in a hurry; it takes over at the drain.
+        let end = if self.others_hurry(name) { MIN_TURN } else { SLICE };
+        self.since.is_none_or(|t| now.saturating_duration_since(t) >= end)
     }
 
     /// The id of the one tree served, if only one is.
@@ -241,8 +366,20 @@ impl Volume {
     /// No such tree, a read-only snapshot, a read-only volume, a receive
     /// under way, or a device fails (as [`Volume::switch_tree`]).
     pub fn enter_tree(&self, name: &str) -> Result<TreeGuard<'_>> {
+        self.enter_tree_for(name, false)
+    }
+
+    /// [`Volume::enter_tree`] for an operation that makes something
+    /// durable (`durable`: an fsync), which the gate counts apart.
+    ///
+    /// # Errors
+    /// As [`Volume::enter_tree`].
+    pub fn enter_tree_for(&self, name: &str, durable: bool) -> Result<TreeGuard<'_>> {
         let gate = &self.gate;
         let mut g = gate.lock_state();
+        // Set once this operation waits: the time it waited is counted
+        // (an fsync's apart).
+        let mut waited: Option<Instant> = None;
         loop {
             if g.entered.is_none() {
                 // The live tree as the log names it (opened so, or
@@ -258,27 +395,39 @@ impl Volume {
                 if !g.turn_over(name, now) {
                     g.active += 1;
                     gate.refresh_solo(&g);
+                    if let Some(t) = waited {
+                        gate.costs.waited(t, durable);
+                    }
                     return Ok(TreeGuard { vol: self, solo: None });
                 }
             } else if !here {
                 // Another tree's turn comes: nothing passes unseen now.
                 gate.solo.store(0, Ordering::SeqCst);
                 if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
-                    let wait = g.wait_before_switch(now);
+                    let wait = g.wait_before_switch(now, durable);
                     if wait.is_zero() {
+                        let t = *waited.get_or_insert(now);
                         g = self.gate_switch(g, name)?;
                         g.active += 1;
+                        gate.costs.waited(t, durable);
                         return Ok(TreeGuard { vol: self, solo: None });
                     }
                     timeout = Some(wait);
                 }
             }
+            waited.get_or_insert(now);
             *g.waiting.entry(name.to_string()).or_default() += 1;
+            if durable {
+                *g.hurrying.entry(name.to_string()).or_default() += 1;
+            }
             g = match timeout {
                 Some(d) => gate.turn.wait_timeout(g, d).unwrap_or_else(PoisonError::into_inner).0,
                 None => gate.turn.wait(g).unwrap_or_else(PoisonError::into_inner),
             };
             if let Some(n) = g.waiting.get_mut(name) {
+                *n -= 1;
+            }
+            if durable && let Some(n) = g.hurrying.get_mut(name) {
                 *n -= 1;
             }
         }
@@ -291,6 +440,15 @@ impl Volume {
     /// # Errors
     /// As [`Volume::enter_tree`].
     pub fn enter_served(&self, served: &TreeServed) -> Result<TreeGuard<'_>> {
+        self.enter_served_for(served, false)
+    }
+
+    /// [`Volume::enter_served`] for an operation that makes something
+    /// durable, as [`Volume::enter_tree_for`].
+    ///
+    /// # Errors
+    /// As [`Volume::enter_tree`].
+    pub fn enter_served_for(&self, served: &TreeServed, durable: bool) -> Result<TreeGuard<'_>> {
         let gate = &self.gate;
         if Arc::ptr_eq(&served.gate, gate) && gate.solo.load(Ordering::SeqCst) == served.id {
             gate.solo_active.fetch_add(1, Ordering::SeqCst);
@@ -301,7 +459,7 @@ impl Volume {
             }
             gate.solo_done(served.id);
         }
-        self.enter_tree(&served.name)
+        self.enter_tree_for(&served.name, durable)
     }
 
     /// Registers `name` as served by one more connection with the gate.
@@ -327,8 +485,10 @@ impl Volume {
         let gate = &self.gate;
         g.switching = true;
         gate.solo.store(0, Ordering::SeqCst);
+        let t = Instant::now();
         drop(g);
         let switched = self.switch_serving(name);
+        gate.costs.part(SwitchPart::Total, t);
         let mut g = gate.lock_state();
         g.switching = false;
         gate.turn.notify_all();
@@ -361,8 +521,13 @@ impl Volume {
         let gate = &self.gate;
         // A cleaning pass (or a resize, a migration) works in steps on the
         // live tree's maps: it ends before they are another tree's.
+        let t = Instant::now();
         let _one_at_a_time = lock(&self.cleaning);
+        gate.costs.part(SwitchPart::Locks, t);
+        let t = Instant::now();
         self.leave_compact()?;
+        gate.costs.part(SwitchPart::Compact, t);
+        gate.costs.switches.fetch_add(1, Ordering::Relaxed);
         self.switch_live(name, false, &mut |outgoing, refs| {
             let mut kept = gate.kept_refs.lock().unwrap_or_else(PoisonError::into_inner);
             let incoming = kept.remove(name).unwrap_or_default();
@@ -455,12 +620,12 @@ mod tests {
         // Drained a moment ago, well inside its slice: the turn lasts, and
         // `a`'s next request is admitted while `b` waits.
         let g = busy_a(now, ms(10), Duration::from_micros(50));
-        let wait = g.wait_before_switch(now);
+        let wait = g.wait_before_switch(now, false);
         assert!(wait > Duration::ZERO && wait <= GRACE, "{wait:?}");
         assert!(!g.turn_over("a", now));
         // Idle for the grace: `b` takes over, `a` waits.
         let g = busy_a(now, ms(10), GRACE);
-        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
         assert!(g.turn_over("a", now));
     }
 
@@ -468,7 +633,7 @@ mod tests {
     fn a_turn_ends_with_its_slice_however_busy_the_tree() {
         let now = Instant::now();
         let g = busy_a(now, SLICE, Duration::ZERO);
-        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
         assert!(g.turn_over("a", now));
         // Busy (an operation running) past its slice: nothing new admitted.
         let mut g = busy_a(now, SLICE + Duration::from_millis(1), Duration::ZERO);
@@ -476,7 +641,33 @@ mod tests {
         assert!(g.turn_over("a", now));
         // Inside it, the grace never stretches the wait past the slice.
         let g = busy_a(now, SLICE - Duration::from_micros(100), Duration::ZERO);
-        assert!(g.wait_before_switch(now) <= Duration::from_micros(100));
+        assert!(g.wait_before_switch(now, false) <= Duration::from_micros(100));
+    }
+
+    #[test]
+    fn an_fsync_waiting_ends_a_busy_turn_at_its_minimum() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // `a` busy (an operation running) past its minimum turn, inside
+        // its slice: an ordinary waiter lets it go on, an fsync does not.
+        let mut g = busy_a(now, MIN_TURN + ms(1), Duration::from_micros(50));
+        g.active = 1;
+        assert!(!g.turn_over("a", now));
+        g.hurrying.insert("b".into(), 1);
+        assert!(g.turn_over("a", now), "an fsync waits: nothing new of a");
+        // Drained a moment ago: the fsync takes over without the grace.
+        g.active = 0;
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
+        // Inside the minimum turn, it waits for the rest of it only.
+        let g = busy_a(now, ms(2), Duration::from_micros(50));
+        assert!(!g.turn_over("a", now));
+        let wait = g.wait_before_switch(now, true);
+        assert!(wait > Duration::ZERO && wait <= MIN_TURN - ms(2), "{wait:?}");
+        // An fsync of the entered tree itself hurries nothing.
+        let mut g = busy_a(now, MIN_TURN + ms(1), Duration::ZERO);
+        g.active = 1;
+        g.hurrying.insert("a".into(), 1);
+        assert!(!g.turn_over("a", now));
     }
 
     #[test]
@@ -484,7 +675,7 @@ mod tests {
         let now = Instant::now();
         let mut g = busy_a(now, Duration::from_millis(3), Duration::from_micros(10));
         g.drained = Some((now, false));
-        assert_eq!(g.wait_before_switch(now), Duration::ZERO);
+        assert_eq!(g.wait_before_switch(now, false), Duration::ZERO);
         // Nothing waits: the entered tree's turn never ends.
         g.waiting.clear();
         assert!(!g.turn_over("a", now + SLICE * 10));

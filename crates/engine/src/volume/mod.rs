@@ -58,7 +58,7 @@ pub use atime::atime_due;
 pub use clean::{CleanReport, CleanRequest};
 pub use clock::{Clock, SystemClock, TimeSource};
 pub use discard::{TrimRange, TrimReport};
-pub use gate::{GRACE, SLICE, TreeGuard, TreeServed};
+pub use gate::{GRACE, MIN_TURN, SLICE, TreeGuard, TreeServed};
 pub use migrate::MigrateReport;
 pub use mkfs::probe_existing;
 pub use receive::{AbortReport, RECEIVED_XATTR, RECEIVING_XATTR, ReceiveReport, Touched, describe_mark};

@@ -2,7 +2,9 @@
 //! one from a snapshot, and make one the live tree before a mount.
 
 use std::sync::PoisonError;
+use std::time::Instant;
 
+use super::gate::SwitchPart;
 use super::{Volume, lock};
 use crate::error::{Error, Result};
 use crate::faults::{self, Fault};
@@ -97,9 +99,19 @@ impl Volume {
                 )));
             }
         }
+        let costs = &self.gate.costs;
+        let t = Instant::now();
         let mut c = lock(&self.commit);
+        costs.part(SwitchPart::Locks, t);
+        let t = Instant::now();
+        let before = lock(&self.fs).log.stats().data_blocks_written;
         self.commit_locked(&mut c, WriteBack::All)?;
+        costs.commit_data(lock(&self.fs).log.stats().data_blocks_written.saturating_sub(before));
+        costs.part(SwitchPart::Commit, t);
+        let t = Instant::now();
         self.checkpoint_locked(&mut c, WriteBack::All)?;
+        costs.part(SwitchPart::Checkpoint, t);
+        let t = Instant::now();
         let now = self.now();
         let _home = lock(&self.home);
         let _reuse = self.reuse.write().unwrap_or_else(PoisonError::into_inner);
@@ -140,7 +152,9 @@ impl Volume {
         }
         drop(fs);
         // The incoming tree's limits and usage.
-        self.start_quotas()
+        let started = self.start_quotas();
+        costs.part(SwitchPart::Switch, t);
+        started
     }
 
     /// Seals, writes and completes a checkpoint of a log with nothing dirty.

@@ -297,20 +297,12 @@ fn read_meta_tree<H: ScrubHost>(
     run: &mut Run<'_>,
     loaded: &mut Loaded,
 ) -> Result<()> {
-    let mut i = 0;
-    while i < t.blocks.len() {
-        let first = t.blocks[i].at.0;
-        let mut j = i + 1;
-        while j < t.blocks.len()
-            && t.blocks[j].at.0 == t.blocks[j - 1].at.0 + 1
-            && t.blocks[j].at.0 - first < RUN_BLOCKS
-        {
-            j += 1;
-        }
-        let count = (t.blocks[j - 1].at.0 - first + 1) as usize;
+    for r in neighbour_runs(&t.blocks) {
+        let first = t.blocks[r.start].at.0;
+        let count = (t.blocks[r.end - 1].at.0 - first + 1) as usize;
         let mut raw = vec![0u8; count * BLOCK_SIZE];
         let whole = meta.read_blocks(first, &mut raw);
-        for b in &t.blocks[i..j] {
+        for b in &t.blocks[r] {
             let off = (b.at.0 - first) as usize * BLOCK_SIZE;
             let one = &mut raw[off..off + BLOCK_SIZE];
             // A run that failed to read is read again a block at a time.
@@ -331,9 +323,25 @@ fn read_meta_tree<H: ScrubHost>(
         if !run.read(count as u64) {
             break;
         }
-        i = j;
     }
     Ok(())
+}
+
+/// The index ranges of `blocks` (in address order) that are runs of
+/// neighbours, each at most [`RUN_BLOCKS`] long: one read each.
+fn neighbour_runs(blocks: &[LiveBlock]) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let first = blocks[i].at.0;
+        let mut j = i + 1;
+        while j < blocks.len() && blocks[j].at.0 == blocks[j - 1].at.0 + 1 && blocks[j].at.0 - first < RUN_BLOCKS {
+            j += 1;
+        }
+        runs.push(i..j);
+        i = j;
+    }
+    runs
 }
 
 fn keep(loaded: &mut Loaded, d: Decoded) {

@@ -17,7 +17,7 @@
 use std::io;
 use std::sync::Arc;
 
-use super::{BadMeta, Loaded, RUN_BLOCKS, Run, ScrubHost, Tree, keep};
+use super::{BadMeta, Loaded, Run, ScrubHost, Tree, keep, neighbour_runs};
 use crate::device::{Mend, MirrorDevice, Verdict};
 use crate::error::Result;
 use crate::format::block::mirror_verdict;
@@ -41,22 +41,14 @@ pub(super) fn read_tree<H: ScrubHost>(
     run: &mut Run<'_>,
     loaded: &mut Loaded,
 ) -> Result<()> {
-    let mut i = 0;
-    while i < t.blocks.len() {
-        let first = t.blocks[i].at.0;
-        let mut j = i + 1;
-        while j < t.blocks.len()
-            && t.blocks[j].at.0 == t.blocks[j - 1].at.0 + 1
-            && t.blocks[j].at.0 - first < RUN_BLOCKS
-        {
-            j += 1;
-        }
-        let count = (t.blocks[j - 1].at.0 - first + 1) as usize;
+    for r in neighbour_runs(&t.blocks) {
+        let first = t.blocks[r.start].at.0;
+        let count = (t.blocks[r.end - 1].at.0 - first + 1) as usize;
         let raws = COPIES.map(|c| {
             let mut raw = vec![0u8; count * BLOCK_SIZE];
             m.read_copy(c, first, &mut raw).map(|()| raw)
         });
-        for b in &t.blocks[i..j] {
+        for b in &t.blocks[r] {
             let off = (b.at.0 - first) as usize * BLOCK_SIZE;
             let [a, z] = COPIES.map(|c| check_copy(m, c, &raws[c], off, b, verifier));
             match (a, z) {
@@ -69,7 +61,6 @@ pub(super) fn read_tree<H: ScrubHost>(
         if !run.read(read) {
             break;
         }
-        i = j;
     }
     Ok(())
 }

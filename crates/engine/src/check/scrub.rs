@@ -404,25 +404,37 @@ fn second_look<H: ScrubHost>(
                 keep(loaded, d);
             }
         }
-        Look::Bad(error, mut owners) => {
-            if let LiveKind::Inodes(inos) = &b.kind {
-                owners.extend(inos.iter().copied());
-            }
-            owners.sort_unstable();
-            owners.dedup();
-            run.report.bad_meta.push(BadMeta {
-                block: b.at.0,
-                structure: b.kind.structure(),
-                tree: t.name.clone(),
-                error,
-                inodes: owners,
-                paths: Vec::new(),
-                repaired: false,
-                copies: vec![1],
-            });
-        }
+        Look::Bad(error, owners) => run.report.bad_meta.push(bad_meta(t, b, error, owners, false, vec![1])),
     }
     Ok(())
+}
+
+/// The report of block `b` of tree `t`, found bad: the inodes it costs are
+/// `owners` (from its partial segment's summary) and, for an inode block,
+/// those the map puts there.
+fn bad_meta(
+    t: &Tree,
+    b: &LiveBlock,
+    error: String,
+    mut owners: Vec<InodeNo>,
+    repaired: bool,
+    copies: Vec<u32>,
+) -> BadMeta {
+    if let LiveKind::Inodes(inos) = &b.kind {
+        owners.extend(inos.iter().copied());
+    }
+    owners.sort_unstable();
+    owners.dedup();
+    BadMeta {
+        block: b.at.0,
+        structure: b.kind.structure(),
+        tree: t.name.clone(),
+        error,
+        inodes: owners,
+        paths: Vec::new(),
+        repaired,
+        copies,
+    }
 }
 
 /// Every file's path in one tree, from its root, breadth first.

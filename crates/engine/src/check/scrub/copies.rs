@@ -17,12 +17,12 @@
 use std::io;
 use std::sync::Arc;
 
-use super::{BadMeta, Loaded, Run, ScrubHost, Tree, keep, neighbour_runs};
+use super::{BadMeta, Loaded, Run, ScrubHost, Tree, bad_meta, keep, neighbour_runs};
 use crate::device::{Mend, MirrorDevice, Verdict};
 use crate::error::Result;
 use crate::format::block::mirror_verdict;
 use crate::format::superblock::{CHECKPOINT_SLOTS, Role, Superblock};
-use crate::meta_log::live::{Decoded, LiveBlock, LiveKind, TailDamage, Verifier};
+use crate::meta_log::live::{Decoded, LiveBlock, TailDamage, Verifier};
 use crate::types::{BLOCK_SIZE, InodeNo};
 
 /// Times one copy's log is walked again after a block it stopped at was
@@ -173,25 +173,11 @@ fn look<H: ScrubHost>(
                 keep(loaded, d);
             }
         }
-        Exam::Found { errors, repaired, decoded, mut owners } => {
+        Exam::Found { errors, repaired, decoded, owners } => {
             if let Some(d) = decoded {
                 keep(loaded, d);
             }
-            if let LiveKind::Inodes(inos) = &b.kind {
-                owners.extend(inos.iter().copied());
-            }
-            owners.sort_unstable();
-            owners.dedup();
-            run.report.bad_meta.push(BadMeta {
-                block: b.at.0,
-                structure: b.kind.structure(),
-                tree: t.name.clone(),
-                error: per_copy(&errors),
-                inodes: owners,
-                paths: Vec::new(),
-                repaired,
-                copies: on(&errors),
-            });
+            run.report.bad_meta.push(bad_meta(t, b, per_copy(&errors), owners, repaired, on(&errors)));
         }
     }
     Ok(())

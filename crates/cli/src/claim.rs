@@ -45,6 +45,10 @@ impl BlockDevice for Claimed {
         self.inner.read_blocks(first, buf)
     }
 
+    fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
+        self.inner.read_checked(first, buf, right)
+    }
+
     fn will_need(&self, first: u64, count: u64) {
         self.inner.will_need(first, count);
     }

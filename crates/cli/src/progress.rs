@@ -66,6 +66,12 @@ impl BlockDevice for Metered {
         Ok(())
     }
 
+    fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> std::io::Result<()> {
+        self.inner.read_checked(first, buf, right)?;
+        self.read.fetch_add((buf.len() / BLOCK_SIZE * BLOCK_SIZE) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn write_blocks(&self, first: u64, buf: &[u8]) -> std::io::Result<()> {
         self.inner.write_blocks(first, buf)?;
         self.written.fetch_add((buf.len() / BLOCK_SIZE * BLOCK_SIZE) as u64, Ordering::Relaxed);

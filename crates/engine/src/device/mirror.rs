@@ -202,7 +202,9 @@ impl MirrorDevice {
         let _alone = self.order.write().unwrap_or_else(PoisonError::into_inner);
         for (i, (blk, was)) in buf.chunks_exact(BLOCK_SIZE).zip(other.chunks_exact(BLOCK_SIZE)).enumerate() {
             let at = first + i as u64;
-            if (theirs && blk == was) || (self.check)(at, blk) == Verdict::Bad {
+            // Raw data is made alike by `read_checked`, whose caller can
+            // tell a torn copy from a right one; here it cannot be told.
+            if (theirs && blk == was) || (self.check)(at, blk) != Verdict::Good {
                 continue;
             }
             self.copies[1].write_blocks(at, blk)?;
@@ -331,6 +333,47 @@ impl MirrorDevice {
         Ok(Mend::Mended)
     }
 
+    /// [`BlockDevice::read_checked`] of both copies: each block from the
+    /// first copy where `right` takes it, else from the second where `right`
+    /// takes that (then written back over the first, as a heal); while
+    /// mending, a block right on the first copy is written over a second
+    /// that holds anything else. Writes are held off meanwhile.
+    fn read_checked_copies(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
+        let _alone = self.order.write().unwrap_or_else(PoisonError::into_inner);
+        let whole = self.copies[0].read_blocks(first, buf).is_ok();
+        let write_back = self.write_back.load(Ordering::Relaxed);
+        let mending = write_back && self.mending.load(Ordering::Relaxed);
+        let mut other = vec![0u8; BLOCK_SIZE];
+        let mut healed = 0;
+        for (i, blk) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+            let at = first + i as u64;
+            let mine = whole || self.copies[0].read_blocks(at, blk).is_ok();
+            let theirs = self.copies[1].read_blocks(at, &mut other).is_ok();
+            if mine && right(i, blk) {
+                if mending && (!theirs || other != *blk) {
+                    self.copies[1].write_blocks(at, blk)?;
+                }
+                continue;
+            }
+            if !theirs || !right(i, &other) {
+                // Wrong on both: the caller's check fails on what the first
+                // copy holds (or on zeros, where it reads nothing).
+                if !mine {
+                    blk.fill(0);
+                }
+                continue;
+            }
+            blk.copy_from_slice(&other);
+            log::warn!("meta-data block {at} is not what its record names on the first copy: read from the mirror");
+            if write_back {
+                self.copies[0].write_blocks(at, &other)?;
+            }
+            healed += 1;
+        }
+        self.healed.fetch_add(healed, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Checks each block of `buf` (read from copy 0 at `first`) and mends
     /// the bad ones from copy 1. Returns how many were mended.
     fn heal(&self, first: u64, buf: &mut [u8]) -> io::Result<u64> {
@@ -341,11 +384,10 @@ impl MirrorDevice {
             if (self.check)(at, blk) == Verdict::Good {
                 continue;
             }
-            // A block of zeros where the other copy holds raw data the
-            // checker cannot judge (an fsync record's data copy) lost a
-            // write the other copy kept: the other is taken.
-            let zeros = blk.iter().all(|&x| x == 0);
-            let takes = |v: Verdict| v == Verdict::Good || (zeros && v == Verdict::Unknown);
+            // Raw data the checker cannot judge (an fsync record's data
+            // copy) is never taken from the other copy here: the record's
+            // checksum decides, through `read_checked`.
+            let takes = |v: Verdict| v == Verdict::Good;
             if self.copies[1].read_blocks(at, &mut other).is_err() || !takes((self.check)(at, &other)) {
                 if (self.check)(at, blk) == Verdict::Bad && other != *blk {
                     self.unhealed.fetch_add(1, Ordering::Relaxed);
@@ -413,6 +455,13 @@ impl BlockDevice for MirrorDevice {
             self.mend(first, buf)?;
         }
         Ok(())
+    }
+
+    fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
+        match self.alone() {
+            Some(i) => self.copies[i].read_blocks(first, buf),
+            None => self.read_checked_copies(first, buf, right),
+        }
     }
 
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {

@@ -96,6 +96,20 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
         let _ = (first, count);
     }
 
+    /// Reads blocks whose check only the caller can make (raw data, which an
+    /// fsync record names by checksum): `right(i, block)` says whether
+    /// block `i` of the request holds what it should. A device keeping
+    /// several copies (a mirror) answers each block from a copy that is
+    /// right, and makes the others hold it where it may write; a device of
+    /// one copy reads, as by default, and the caller's check decides.
+    ///
+    /// # Errors
+    /// As [`BlockDevice::read_blocks`].
+    fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
+        let _ = right;
+        self.read_blocks(first, buf)
+    }
+
     /// Reads the device's size again, after the image file or block device
     /// under it grew (`dualfs resize`), and returns it; [`block_count`]
     /// says it from then on. Devices of a fixed size keep theirs.
@@ -119,6 +133,21 @@ pub fn read(dev: &dyn BlockDevice, role: DeviceRole, first: u64, count: usize) -
     let mut buf = vec![0u8; count * BLOCK_SIZE];
     dev.read_blocks(first, &mut buf).map_err(|source| Error::Io { device: role, op: "read", block: first, source })?;
     Ok(buf)
+}
+
+/// Reads whole blocks into `buf` from the volume's `role` device, each
+/// checked by `right` (see [`BlockDevice::read_checked`]).
+///
+/// # Errors
+/// The device fails.
+pub fn read_checked(
+    dev: &dyn BlockDevice,
+    role: DeviceRole,
+    first: u64,
+    buf: &mut [u8],
+    right: &dyn Fn(usize, &[u8]) -> bool,
+) -> Result<()> {
+    dev.read_checked(first, buf, right).map_err(|source| Error::Io { device: role, op: "read", block: first, source })
 }
 
 /// Reads whole blocks into `buf` from the volume's `role` device (see [`read`]).

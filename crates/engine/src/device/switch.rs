@@ -336,6 +336,10 @@ impl BlockDevice for SwitchDevice {
         self.read_inner().current.will_need(first, count);
     }
 
+    fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
+        self.read_inner().current.read_checked(first, buf, right)
+    }
+
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         let failed = {
             let i = self.read_inner();

@@ -405,6 +405,13 @@ impl BlockDevice for TracingDevice {
         Ok(())
     }
 
+    fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
+        let start = Instant::now();
+        self.inner.read_checked(first, buf, right)?;
+        self.log(start, TraceOp::Read, first, buf);
+        Ok(())
+    }
+
     /// Passed on, not recorded: the device reads (or not) on its own time,
     /// and a read it served from its cache shows as a short one.
     fn will_need(&self, first: u64, count: u64) {

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use super::Log;
 use super::fsync::PendingFsync;
-use crate::error::Result;
+use crate::device;
+use crate::error::{DeviceRole, Result};
 use crate::faults::{self, Fault};
 use crate::format::block::{self, BlockKind};
 use crate::format::checkpoint::LogPosition;
@@ -577,16 +578,24 @@ impl Log {
         // The log goes on after the twin of a twinned original.
         let span = if desc.flags & PS_TWINNED != 0 { 2 * total } else { total };
         let first_body = MetaBlock(start + n as u64);
-        let body = if body_count > 0 { self.read_meta(first_body, body_count)? } else { Vec::new() };
         let mut crcs = Writer::with_capacity(body_count * 4);
         if desc.kind == PsKind::Fsync {
-            // Raw data blocks: each must have the checksum its record names.
-            let wanted = desc.fsync.iter().filter_map(|r| match r {
-                FsyncRecord::Data { crc, .. } => Some(*crc),
-                _ => None,
-            });
+            // Raw data blocks: each must have the checksum its record names,
+            // which only this layer knows: a mirror is asked for the copy
+            // that has it (a crash may have torn one copy's block).
+            let wanted: Vec<u32> = desc
+                .fsync
+                .iter()
+                .filter_map(|r| match r {
+                    FsyncRecord::Data { crc, .. } => Some(*crc),
+                    _ => None,
+                })
+                .collect();
+            let mut body = vec![0u8; body_count * BLOCK_SIZE];
+            let right = |i: usize, blk: &[u8]| wanted.get(i) == Some(&checksum::crc32c(blk));
+            device::read_checked(self.meta.as_ref(), DeviceRole::Meta, first_body.0, &mut body, &right)?;
             let mut copies = Vec::with_capacity(body_count);
-            for (i, want) in wanted.enumerate() {
+            for (i, &want) in wanted.iter().enumerate() {
                 let blk = &body[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
                 let got = checksum::crc32c(blk);
                 if got != want {
@@ -603,6 +612,7 @@ impl Log {
             }
             return Ok(Ok(ReadPs { desc, desc_crc, first_body, blocks: span, copies }));
         }
+        let body = if body_count > 0 { self.read_meta(first_body, body_count)? } else { Vec::new() };
         for i in 0..body_count {
             let at = MetaBlock(first_body.0 + i as u64);
             let blk = &body[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];

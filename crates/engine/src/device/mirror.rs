@@ -5,6 +5,8 @@
 //! fails its check there (the checker comes from the format layer: the
 //! device layer knows no block layout) is read from the second, and when
 //! that one passes it is returned and written back over the bad one.
+//! Raw data, which only the record naming it can judge, is judged by the
+//! caller's check ([`BlockDevice::read_checked`]).
 //!
 //! The second copy's part of a small write and of every flush runs on a
 //! thread kept for it ([`Workers`]), not one started per request.

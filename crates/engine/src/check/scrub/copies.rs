@@ -70,12 +70,7 @@ pub(super) fn listed_heals(log: &Log, trees: &[Tree], mut healed: Vec<Healed>) -
     Ok(out)
 }
 
-/// Runs of the second copy read ahead of the first's.
-const AHEAD: usize = 2;
-
-/// Reads one tree's blocks from both copies in runs of neighbours, the
-/// two copies at once: the second copy's runs on a thread of their own, a
-/// few ahead, so that both devices are busy.
+/// Reads one tree's blocks from both copies in runs of neighbours.
 pub(super) fn read_tree<H: ScrubHost>(
     host: &H,
     m: &MirrorDevice,
@@ -84,57 +79,28 @@ pub(super) fn read_tree<H: ScrubHost>(
     run: &mut Run<'_>,
     loaded: &mut Loaded,
 ) -> Result<()> {
-    let runs = neighbour_runs(&t.blocks);
-    let spans: Vec<(u64, usize)> = runs
-        .iter()
-        .map(|r| {
-            let first = t.blocks[r.start].at.0;
-            (first, (t.blocks[r.end - 1].at.0 - first + 1) as usize)
-        })
-        .collect();
-    let read_run = |c: usize, (first, count): (u64, usize)| {
-        let mut raw = vec![0u8; count * BLOCK_SIZE];
-        m.read_copy(c, first, &mut raw).map(|()| raw)
-    };
-    std::thread::scope(|s| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(AHEAD);
-        let ahead = &spans;
-        let spawned = std::thread::Builder::new().name("dualfs-scrub-copy".into()).spawn_scoped(s, move || {
-            for &span in ahead {
-                // The scrub stopped: nobody takes the rest.
-                if tx.send(read_run(1, span)).is_err() {
-                    return;
-                }
-            }
+    for r in neighbour_runs(&t.blocks) {
+        let first = t.blocks[r.start].at.0;
+        let count = (t.blocks[r.end - 1].at.0 - first + 1) as usize;
+        let raws = COPIES.map(|c| {
+            let mut raw = vec![0u8; count * BLOCK_SIZE];
+            m.read_copy(c, first, &mut raw).map(|()| raw)
         });
-        let mut second = spawned.is_ok().then_some(rx);
-        for (r, &span) in runs.into_iter().zip(&spans) {
-            let (first, count) = span;
-            let raws = [
-                read_run(0, span),
-                match &second {
-                    Some(rx) => rx.recv().unwrap_or_else(|_| Err(io::Error::other("the second copy's reader ended"))),
-                    None => read_run(1, span),
-                },
-            ];
-            for b in &t.blocks[r] {
-                let off = (b.at.0 - first) as usize * BLOCK_SIZE;
-                let [a, z] = COPIES.map(|c| check_copy(m, c, &raws[c], off, b, verifier));
-                match (a, z) {
-                    (Ok(d), Ok(_)) => keep(loaded, d),
-                    _ => look(host, m, verifier, t, b, run, loaded)?,
-                }
-            }
-            let read = 2 * count as u64;
-            run.report.meta_blocks += read;
-            if !run.read(read) {
-                second = None;
-                break;
+        for b in &t.blocks[r] {
+            let off = (b.at.0 - first) as usize * BLOCK_SIZE;
+            let [a, z] = COPIES.map(|c| check_copy(m, c, &raws[c], off, b, verifier));
+            match (a, z) {
+                (Ok(d), Ok(_)) => keep(loaded, d),
+                _ => look(host, m, verifier, t, b, run, loaded)?,
             }
         }
-        drop(second);
-        Ok(())
-    })
+        let read = 2 * count as u64;
+        run.report.meta_blocks += read;
+        if !run.read(read) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// The check of block `b` on copy `c`, from the run read (or, where the

@@ -297,8 +297,11 @@ Options (-o, comma-separated, may be repeated):
   fusermount3 (which allows a user allow_other only with user_allow_other
   in /etc/fuse.conf, and never dev or suid).
 
-META and DATA may be UUID=… or LABEL=… (see dualfs probe). Options stored
-with `dualfs tune -o` come first; those given here override them.
+META and DATA may be UUID=… or LABEL=… (see dualfs probe). Both copies of a
+mirrored meta-data device carry the volume's UUID and label: the tag names
+the copy naming the newest mirror generation (of two in sync, the first in
+device order), and the other is found as the mirror. Options stored with
+`dualfs tune -o` come first; those given here override them.
 
 Without --foreground the command returns once the volume is mounted (or with
 the reason it could not be). SIGINT, SIGTERM, `dualfs umount` or

@@ -135,25 +135,88 @@ fn role_name(r: Role) -> &'static str {
     }
 }
 
-/// The one device among `devices` in `role` that answers to `tag`.
+/// The one device among `devices` in `role` that answers to `tag`. The
+/// two copies of one mirrored meta-data device are one device here: the
+/// copy [`mirror_meta`] chooses is META, and the mount finds the other as
+/// its mirror ([`mirror_copy`]).
 ///
 /// # Errors
-/// None does, or several do.
+/// None does, or several do (of different volumes, or more than the
+/// volume's mirror accounts for).
 pub fn pick(devices: &[(PathBuf, Superblock)], tag: &Tag, role: Role) -> Result<PathBuf> {
-    let found: Vec<&PathBuf> =
-        devices.iter().filter(|(_, sb)| sb.role == role && tag.matches(sb)).map(|(p, _)| p).collect();
+    let found: Vec<&(PathBuf, Superblock)> =
+        devices.iter().filter(|(_, sb)| sb.role == role && tag.matches(sb)).collect();
     match found[..] {
-        [p] => Ok(p.clone()),
+        [(p, _)] => Ok(p.clone()),
         [] => bail!(
             "no DualFS {} device with {tag} among the block devices (`dualfs probe` lists those it finds)",
             role_name(role)
         ),
-        _ => bail!(
-            "several DualFS {} devices answer to {tag}: {} (name one by its path)",
-            role_name(role),
-            found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        ),
+        [(_, first), ..] => {
+            if role == Role::Meta
+                && let Some(p) = mirror_meta(&found, data_of(devices, first))
+            {
+                return Ok(p.clone());
+            }
+            bail!(
+                "several DualFS {} devices answer to {tag}: {} (name one by its path)",
+                role_name(role),
+                found.iter().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            )
+        }
     }
+}
+
+/// Whether two superblocks are of one volume's devices: its three UUIDs.
+fn same_volume(a: &Superblock, b: &Superblock) -> bool {
+    (a.volume_uuid, a.meta_uuid, a.data_uuid) == (b.volume_uuid, b.meta_uuid, b.data_uuid)
+}
+
+/// The superblock of the data device of the volume `sb` belongs to, when
+/// exactly one among `devices` is it.
+fn data_of<'a>(devices: &'a [(PathBuf, Superblock)], sb: &Superblock) -> Option<&'a Superblock> {
+    let mut data = devices.iter().filter(|(_, d)| d.role == Role::Data && same_volume(d, sb)).map(|(_, d)| d);
+    let one = data.next();
+    if data.next().is_some() { None } else { one }
+}
+
+/// Of several meta-data devices answering to one tag, the one a mount
+/// takes as META when they are copies of one volume's mirror, `None` when
+/// they are not. They must be of one volume (their three UUIDs); the
+/// copy naming the newest mirror generation is taken (a copy naming an
+/// older one missed writes, or was replaced or removed: the mount
+/// refuses it as the mirror unless `-o degraded`). Two copies naming it
+/// are the mirror in sync only when the volume is mirrored (its data
+/// device's superblock says so, `data`; without one, the copies'): their
+/// superblocks are alike byte for byte (FORMAT.md 2: the mirror writes
+/// both), so nothing on disk tells copy 1 from copy 2, and either serves
+/// as META with the other as its mirror; the first in device order
+/// (`/dev/loop2` before `/dev/loop10`) is taken, the same each time. More
+/// than two naming it, or two of an unmirrored volume, are duplicates no
+/// mirror accounts for (a block-for-block copy of the device): `None`.
+pub fn mirror_meta<'a>(found: &[&'a (PathBuf, Superblock)], data: Option<&Superblock>) -> Option<&'a PathBuf> {
+    let (_, first) = found.first()?;
+    if found.iter().any(|(_, sb)| sb.role != Role::Meta || !same_volume(sb, first)) {
+        return None;
+    }
+    let newest = found.iter().map(|(_, sb)| sb.mirror_generation).max()?;
+    let mut top: Vec<&'a (PathBuf, Superblock)> =
+        found.iter().copied().filter(|(_, sb)| sb.mirror_generation == newest).collect();
+    top.sort_by_key(|(p, _)| device_order(p));
+    let mirrored = data.map_or_else(|| top.iter().any(|(_, sb)| sb.mirrored()), Superblock::mirrored);
+    match top[..] {
+        [(p, _)] => Some(p),
+        [(p, _), _] if mirrored => Some(p),
+        _ => None,
+    }
+}
+
+/// A device path as people order them: the name without its trailing
+/// number, then the number (`/dev/loop2` before `/dev/loop10`).
+fn device_order(p: &Path) -> (String, u64, String) {
+    let s = p.to_string_lossy();
+    let stem = s.trim_end_matches(|c: char| c.is_ascii_digit());
+    (stem.to_string(), s[stem.len()..].parse().unwrap_or(0), s.to_string())
 }
 
 /// The device in `role` of the volume `sb` belongs to, found among `devices`.
@@ -292,5 +355,86 @@ mod tests {
     #[test]
     fn uuids_compare_without_dashes_or_case() {
         assert_eq!(normal_uuid("2AD5684D-2c8f"), normal_uuid("2ad5684d2C8F"));
+    }
+
+    /// The superblocks of a mirrored volume mkfs made: (a meta-data
+    /// copy's, the data device's).
+    fn mirrored_volume(seed: u64) -> (Superblock, Superblock) {
+        use std::sync::Arc;
+
+        use dualfs_engine::Volume;
+        use dualfs_engine::device::{BlockDevice, MemoryDevice};
+        use dualfs_engine::volume::MkfsOptions;
+
+        let dev = |n| -> Arc<dyn BlockDevice> { Arc::new(MemoryDevice::new(n)) };
+        let (a, b, d) = (dev(4096), dev(4096), dev(8192));
+        let opts = MkfsOptions {
+            segment_blocks: 128,
+            identity_seed: Some(seed),
+            label: "shared".into(),
+            ..MkfsOptions::default()
+        };
+        Volume::format_mirrored([a.clone(), b], d.clone(), &opts).unwrap();
+        let sb = |x: &Arc<dyn BlockDevice>| {
+            let mut raw = vec![0u8; BLOCK_SIZE];
+            x.read_blocks(0, &mut raw).unwrap();
+            Superblock::decode(&raw).unwrap()
+        };
+        (sb(&a), sb(&d))
+    }
+
+    fn chosen(found: &[(PathBuf, Superblock)], data: Option<&Superblock>) -> Option<String> {
+        let refs: Vec<&(PathBuf, Superblock)> = found.iter().collect();
+        mirror_meta(&refs, data).map(|p| p.display().to_string())
+    }
+
+    #[test]
+    fn the_copies_of_one_mirror_are_one_meta_data_device_and_two_volumes_are_not() {
+        let (copy, data) = mirrored_volume(1);
+        let at =
+            |p: &str, generation: u64| (PathBuf::from(p), Superblock { mirror_generation: generation, ..copy.clone() });
+        // In sync, alike: the first in device order, whichever is listed first.
+        let pair = [at("/dev/loop10", 0), at("/dev/loop2", 0)];
+        assert_eq!(chosen(&pair, Some(&data)).as_deref(), Some("/dev/loop2"));
+        assert_eq!(chosen(&[pair[1].clone(), pair[0].clone()], None).as_deref(), Some("/dev/loop2"));
+        // One copy stale (a degraded mount ran on the other): the copy in
+        // sync, whatever the order.
+        let degraded = Superblock { mirror_generation: 3, mirror_state: 1, ..data.clone() };
+        let one_stale = [at("/dev/loop2", 2), at("/dev/loop10", 3)];
+        assert_eq!(chosen(&one_stale, Some(&degraded)).as_deref(), Some("/dev/loop10"));
+        // A third copy (a block-for-block copy of one): no mirror accounts for it.
+        let three = [at("/dev/loop2", 0), at("/dev/loop3", 0), at("/dev/loop4", 0)];
+        assert_eq!(chosen(&three, Some(&data)), None);
+        // An unmirrored volume's meta-data device twice: a duplicate.
+        let single = Superblock { meta_copies: 0, ..copy.clone() };
+        let dup = [(PathBuf::from("/dev/sdb1"), single.clone()), (PathBuf::from("/dev/sdc1"), single.clone())];
+        assert_eq!(chosen(&dup, Some(&Superblock { meta_copies: 0, ..data.clone() })), None);
+        assert_eq!(chosen(&dup, None), None);
+        // Two volumes answering to one label.
+        let (other, _) = mirrored_volume(2);
+        assert_ne!(other.volume_uuid, copy.volume_uuid);
+        let two = [at("/dev/loop2", 0), (PathBuf::from("/dev/loop5"), other)];
+        assert_eq!(chosen(&two, Some(&data)), None);
+    }
+
+    #[test]
+    fn a_tag_names_a_mirrored_volume_once_and_two_volumes_ambiguously() {
+        let (copy, data) = mirrored_volume(1);
+        let devices = vec![
+            (PathBuf::from("/dev/loop1"), copy.clone()),
+            (PathBuf::from("/dev/loop0"), copy.clone()),
+            (PathBuf::from("/dev/loop3"), data.clone()),
+        ];
+        let tag = Tag::Uuid(uuid(&copy.volume_uuid));
+        assert_eq!(pick(&devices, &tag, Role::Meta).unwrap(), PathBuf::from("/dev/loop0"));
+        assert_eq!(pick(&devices, &tag, Role::Data).unwrap(), PathBuf::from("/dev/loop3"));
+        assert_eq!(partner(&devices, &data, Role::Meta).unwrap(), PathBuf::from("/dev/loop0"));
+        assert_eq!(pick(&devices, &Tag::Label("shared".into()), Role::Meta).unwrap(), PathBuf::from("/dev/loop0"));
+        // Another volume with the same label: ambiguous.
+        let (other, _) = mirrored_volume(2);
+        let mut two = devices.clone();
+        two.push((PathBuf::from("/dev/loop4"), other));
+        let e = pick(&two, &Tag::Label("shared".into()), Role::Meta).unwrap_err().to_string();
+        assert!(e.contains("several DualFS meta-data devices"), "{e}");
     }
 }

@@ -26,7 +26,9 @@ SOURCE names both devices: META#DATA, or META:DATA when neither path
 contains a colon, or META alone with -o data=DATA. Either side may be
 UUID=... or LABEL=..., and SOURCE may be one tag or one device alone, whose
 partner is then looked for among the block devices (blkid does not know the
-format; `dualfs probe` does).
+format; `dualfs probe` does). The two copies of a mirrored meta-data device
+are one device to a tag: the copy naming the newest mirror generation is
+META, and the other is found as its mirror.
 
   mount -t fuse.dualfs /dev/sdb1#/dev/sdc1 /mnt
   LABEL=home#LABEL=home-data /home fuse.dualfs noatime 0 0   (fstab)

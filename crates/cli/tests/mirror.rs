@@ -405,3 +405,118 @@ fn a_mirrored_volume_mounts_finding_its_copy_among_the_block_devices_and_refuses
     let sb: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
     assert_eq!(sb["mirror"]["devices"][1]["state"], "stale", "{sb}");
 }
+
+/// Unmounts (detached) what is left on the mount point when a test fails
+/// while a volume it mounted by tag is mounted.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.0) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Mounts `source` as mount(8) runs a helper for an fstab line (`dualfs
+/// SOURCE MOUNTPOINT -o OPTIONS`), the mount's log in the test's folder
+/// (over the transport the machine gives, as a helper mount is).
+fn mount_source(v: &TestVolume, source: &str, options: &str) -> std::process::Output {
+    let log = v.dir.path().join("dualfs.log");
+    let opts = format!("log={}{options}", log.display());
+    dualfs(&[source, v.m(), "-o", &opts])
+}
+
+fn umount_tagged(v: &TestVolume) {
+    let out = dualfs(&["umount", v.m()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_mirrored_volume_is_named_by_its_uuid_or_label_its_two_copies_one_device() {
+    let Some(mut v) = TestVolume::create("256M") else {
+        return;
+    };
+    let c2_file = std::path::PathBuf::from(new_copy(&v, "mirror.img"));
+    let Some(mut loops) = Loops::attach(&[&v.meta, &c2_file, &v.data]) else {
+        return;
+    };
+    let (m, c2, d) = (loops.0[0].clone(), loops.0[1].clone(), loops.0[2].clone());
+    // A label no other test's volume has: two volumes answering to one
+    // label are refused (below), and tests run side by side.
+    let label = format!("mirror-tag-{}", std::process::id());
+    let out = dualfs(&["mkfs", "-f", "-L", &label, "--meta-mirror", &c2, &m, &d]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    (v.meta, v.data) = (m.clone().into(), d.clone().into());
+    let probe: Value = serde_json::from_slice(&dualfs(&["probe", "--json", &m]).stdout).unwrap();
+    let uuid = probe[0]["uuid"].as_str().unwrap().to_string();
+    let _unmount = Unmount(v.mnt.clone());
+
+    // One tag, as fstab names the volume: the two copies carry its UUID,
+    // and are one meta-data device; the other copy is the mirror.
+    let out = mount_source(&v, &format!("uuid={uuid}"), "");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stats(&v)["mirror_copies_in_use"], 2);
+    assert!(v.log().contains("found among the block devices: in use"), "{}", v.log());
+    let mnt = v.m().to_string();
+    sh(&format!("mkdir {mnt}/d && for i in $(seq 1 20); do echo $i > {mnt}/d/f$i; done"));
+    let want = sums(&mnt);
+    umount_tagged(&v);
+    // A tag for each device, and the label.
+    let tag = format!("UUID={uuid}");
+    let opts = format!("log={}", v.dir.path().join("dualfs.log").display());
+    let out = dualfs(&["mount", "-o", &opts, &tag, &format!("LABEL={label}"), &mnt]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stats(&v)["mirror_copies_in_use"], 2);
+    assert_eq!(sums(&mnt), want);
+    umount_tagged(&v);
+    // The tools that look a tag up: fsck, scrub (both copies), inspect.
+    let out = dualfs(&["fsck", &tag]);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let out = dualfs(&["scrub", "--json", &format!("LABEL={label}")]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["report"]["copies"], 2, "{j}");
+    let out = dualfs(&["inspect", "--json", &tag, &tag, "superblock"]);
+    let sb: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    let devs = sb["mirror"]["devices"].as_array().cloned().unwrap_or_default();
+    assert!(devs.len() == 2 && devs.iter().all(|c| c["state"] == "in sync"), "{sb}");
+
+    // The second copy away while the first runs degraded: back, it names
+    // an older generation. The tag takes the copy in sync, and the mount
+    // refuses the stale one as its mirror unless -o degraded.
+    let _ = common::sh_output(&format!("losetup -d {c2}"));
+    loops.0.retain(|x| *x != c2);
+    v.mount_with("degraded");
+    sh(&format!("echo while-degraded > {mnt}/new"));
+    v.umount();
+    let back = Loops::attach(&[&c2_file]).unwrap();
+    let out = mount_source(&v, &tag, "");
+    assert!(!out.status.success(), "the stale copy was taken");
+    let err = stderr(&out);
+    assert!(err.contains("stale") && err.contains(&back.0[0]), "{err}");
+    let out = mount_source(&v, &tag, ",degraded");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sh(&format!("cat {mnt}/new")), "while-degraded\n");
+    let log = v.log();
+    let last = log.lines().rev().find(|l| l.contains("mounted /dev/")).unwrap_or_default();
+    assert!(last.contains(&format!("mounted {m} and {d}")), "{log}");
+    umount_tagged(&v);
+
+    // Another volume with the same label: two volumes, refused by label.
+    let Some(other) = TestVolume::create("64M") else {
+        return;
+    };
+    let Some(two) = Loops::attach(&[&other.meta, &other.data]) else {
+        return;
+    };
+    let out = dualfs(&["mkfs", "-f", "-L", &label, &two.0[0], &two.0[1]]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mount_source(&v, &format!("label={label}"), ",degraded");
+    assert!(!out.status.success(), "two volumes with one label were taken as one");
+    assert!(stderr(&out).contains("several DualFS meta-data devices answer to LABEL="), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&two.0[0]), "{}", stderr(&out));
+    let out = mount_source(&v, &tag, ",degraded");
+    assert!(out.status.success(), "{}", stderr(&out));
+    umount_tagged(&v);
+}

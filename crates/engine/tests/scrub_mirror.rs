@@ -13,6 +13,7 @@ use dualfs_engine::Volume;
 use dualfs_engine::check::scrub::{Copies, ScrubOptions, ScrubReport, scrub_unmounted_copies};
 use dualfs_engine::device::{BlockDevice, MemoryDevice};
 use dualfs_engine::format::block::{self, BlockKind};
+use dualfs_engine::format::ifile::TableId;
 use dualfs_engine::format::superblock::Superblock;
 use dualfs_engine::meta_log::Log;
 use dualfs_engine::meta_log::live::{LiveBlock, LiveKind};
@@ -309,4 +310,37 @@ fn a_degraded_volume_scrubs_the_copy_in_use_and_says_so() {
     assert!(r.degraded.as_deref().is_some_and(|w| w.contains("missing")), "{r:#?}");
     assert!(r.bad_meta.is_empty(), "{r:#?}");
     v.close().unwrap();
+}
+
+#[test]
+fn blocks_the_listing_heals_on_the_first_copy_are_reported_repaired_there() {
+    let (a, b, d) = populated();
+    // Recovered and closed: the maps stay where they are while nothing
+    // changes.
+    open(&[a.clone(), b.clone()], &d).close().unwrap();
+    // Mounted leaving the inode map and the IFile index on disk, as a
+    // mount of a large volume does: the scrub's listing reads them in
+    // through the mirror, whose reads heal what fails on the first copy.
+    let asm = Volume::assemble_meta(&[a.clone(), b.clone()], &d, false, true).unwrap();
+    let lazy = MountOptions { lazy_inode_map_min_blocks: 1, ..options() };
+    let v = Volume::open_assembled(asm, d.clone(), lazy).unwrap();
+    let hit: Vec<u64> = live(&b, &d)
+        .iter()
+        .filter(|x| matches!(x.kind, LiveKind::Table { table: TableId::InodeMap, .. } | LiveKind::Index { .. }))
+        .map(|x| x.at.0)
+        .collect();
+    assert!(hit.len() >= 2, "{hit:?}");
+    zero(&a, &hit);
+    let healed = |v: &Volume| v.stats().into_iter().find(|(k, _)| *k == "mirror_blocks_healed").unwrap().1;
+    let before = healed(&v);
+    let r = v.scrub(ScrubOptions { meta_only: true, ..ScrubOptions::default() }, &mut |_, _| true).unwrap();
+    // Some were met by the listing (the rest by the scrub's own reads):
+    // every one is in the report, repaired on copy 1.
+    assert!(healed(&v) > before, "the listing read none of {hit:?}: {r:#?}");
+    assert_eq!(bad_blocks(&r, 1), hit, "{r:#?}");
+    assert_eq!((r.bad_on_copy(1), r.bad_on_copy(2)), ((hit.len(), hit.len()), (0, 0)), "{r:#?}");
+    assert_eq!((r.corrected(), r.uncorrectable()), (hit.len(), 0), "{r:#?}");
+    assert_eq!(differing(&a, &b), Vec::<u64>::new());
+    v.close().unwrap();
+    assert_healed(&a, &b, &d);
 }

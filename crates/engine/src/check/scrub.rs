@@ -30,7 +30,7 @@ use crate::error::Result;
 use crate::format::codec::Reader;
 use crate::format::inode::Body;
 use crate::meta_log::Log;
-use crate::meta_log::live::{Decoded, LiveBlock, LiveKind, Verifier};
+use crate::meta_log::live::{Decoded, LiveBlock, LiveKind, TailDamage, Verifier};
 use crate::types::{BLOCK_BYTES, BLOCK_SIZE, FileKind, InodeNo, MetaBlock};
 
 /// Blocks read in one request at most.
@@ -218,23 +218,15 @@ pub fn scrub<H: ScrubHost>(
         Some(format!("copy {} was dropped: {why}", i + 1))
     });
     let n_copies: u64 = if mirror.is_some() { 2 } else { 1 };
-    let (verifier, mut trees, tail, data_estimate) = host.with_log(false, |log| -> Result<_> {
-        let live = log.live_blocks(true)?;
-        // A mirror's tail is walked on each copy below.
-        let tail = if mirror.is_some() { (0, Vec::new()) } else { log.scrub_log_tail()? };
-        let mut trees = vec![Tree { name: "live".into(), blocks: live, image: None }];
-        let mut seen: HashSet<MetaBlock> = trees[0].blocks.iter().map(|b| b.at).collect();
-        for s in log.snapshots().to_vec() {
-            let mut image = log.open_image(&s.checkpoint)?;
-            let blocks = image.live_blocks(false)?;
-            // Blocks the live tree or an earlier image shares are read once.
-            let blocks = blocks.into_iter().filter(|b| seen.insert(b.at)).collect();
-            let kind = if s.writable { "clone" } else { "snapshot" };
-            trees.push(Tree { name: format!("{kind} {}", s.name), blocks, image: Some(image) });
-        }
-        let sb = log.superblock();
-        let used = sb.data_blocks.saturating_sub(log.space().free_blocks());
-        Ok((log.verifier(), trees, tail, used))
+    let (Listed { verifier, mut trees, tail, data_estimate }, healed) = host.with_log(false, |log| -> Result<_> {
+        // A lazy mount's inode map and IFile index are read in through
+        // the mirror, which heals what fails on the first copy: those
+        // blocks are the scrub's to report, its own reads find them good.
+        let Some(m) = &mirror else { return Ok((list(log, false)?, Vec::new())) };
+        let (listed, healed) = m.heals_during(|| list(log, true));
+        let listed = listed?;
+        let healed = copies::listed_heals(log, &listed.trees, healed)?;
+        Ok((listed, healed))
     })?;
     let meta_total: u64 = (trees.iter().map(|t| t.blocks.len() as u64).sum::<u64>() + tail.0) * n_copies;
     let data_total = if opts.meta_only { 0 } else { data_estimate };
@@ -247,6 +239,7 @@ pub fn scrub<H: ScrubHost>(
         report: ScrubReport { copies: n_copies as u32, degraded, ..ScrubReport::default() },
     };
     run.report.meta_blocks += tail.0;
+    run.report.bad_meta.extend(healed);
     for (block, structure, error) in tail.1 {
         run.report.bad_meta.push(BadMeta {
             block,
@@ -285,6 +278,38 @@ pub fn scrub<H: ScrubHost>(
     }
     run.report.micros = started.elapsed().as_micros() as u64;
     Ok(run.report)
+}
+
+/// What a scrub reads, listed under the file system's lock.
+struct Listed {
+    verifier: Verifier,
+    /// The live tree, then each snapshot's and clone's image.
+    trees: Vec<Tree>,
+    /// The log after the checkpoint, walked (not for a mirror, whose
+    /// copies are walked each alone).
+    tail: (u64, Vec<TailDamage>),
+    /// Data blocks in use.
+    data_estimate: u64,
+}
+
+/// Lists every tree's live blocks; walks the log after the checkpoint
+/// unless `mirrored`.
+fn list(log: &mut Log, mirrored: bool) -> Result<Listed> {
+    let live = log.live_blocks(true)?;
+    let tail = if mirrored { (0, Vec::new()) } else { log.scrub_log_tail()? };
+    let mut trees = vec![Tree { name: "live".into(), blocks: live, image: None }];
+    let mut seen: HashSet<MetaBlock> = trees[0].blocks.iter().map(|b| b.at).collect();
+    for s in log.snapshots().to_vec() {
+        let mut image = log.open_image(&s.checkpoint)?;
+        let blocks = image.live_blocks(false)?;
+        // Blocks the live tree or an earlier image shares are read once.
+        let blocks = blocks.into_iter().filter(|b| seen.insert(b.at)).collect();
+        let kind = if s.writable { "clone" } else { "snapshot" };
+        trees.push(Tree { name: format!("{kind} {}", s.name), blocks, image: Some(image) });
+    }
+    let sb = log.superblock();
+    let data_estimate = sb.data_blocks.saturating_sub(log.space().free_blocks());
+    Ok(Listed { verifier: log.verifier(), trees, tail, data_estimate })
 }
 
 /// Reads one tree's meta-data blocks in runs of neighbours, checks each,

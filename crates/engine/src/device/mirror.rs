@@ -47,6 +47,16 @@ pub enum Mend {
     BothBad,
 }
 
+/// A block a read found bad on the first copy and rewrote from the second
+/// ([`MirrorDevice::heals_during`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Healed {
+    /// Its address.
+    pub at: u64,
+    /// What was wrong with it on the first copy.
+    pub why: String,
+}
+
 /// Checks the block read from an address.
 pub type Checker = Arc<dyn Fn(u64, &[u8]) -> Verdict + Send + Sync>;
 
@@ -79,6 +89,9 @@ pub struct MirrorDevice {
     /// While a mount recovers: every block read is also made the second
     /// copy's ([`MirrorDevice::set_mending`]).
     mending: AtomicBool,
+    /// The blocks reads rewrote on the first copy, kept while someone asks
+    /// ([`MirrorDevice::heals_during`]).
+    watched: Mutex<Option<Vec<Healed>>>,
     workers: Workers,
 }
 
@@ -182,6 +195,7 @@ impl MirrorDevice {
             on_degrade: OnceLock::new(),
             write_back: AtomicBool::new(true),
             mending: AtomicBool::new(false),
+            watched: Mutex::new(None),
             workers: Workers::default(),
         }
     }
@@ -269,6 +283,33 @@ impl MirrorDevice {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Runs `f` and returns with its outcome the blocks that reads (its
+    /// own, and any other meanwhile) rewrote on the first copy from the
+    /// second while it ran: a scrub that lists the live blocks through the
+    /// mirror reports what the listing's reads healed, which its own
+    /// reads of each copy then find good. (Blocks a read returned from
+    /// the second copy without writing them back are not among them: the
+    /// first copy still holds them bad.)
+    pub fn heals_during<R>(&self, f: impl FnOnce() -> R) -> (R, Vec<Healed>) {
+        let outer = self.watched.lock().unwrap_or_else(PoisonError::into_inner).replace(Vec::new());
+        let out = f();
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = watched.take().unwrap_or_default();
+        // One watch inside another: the outer one sees these too.
+        *watched = outer.map(|mut o| {
+            o.extend(mine.iter().cloned());
+            o
+        });
+        (out, mine)
+    }
+
+    /// Notes block `at` rewritten on the first copy, for a watch.
+    fn rewrote(&self, at: u64, why: impl FnOnce() -> String) {
+        if let Some(w) = self.watched.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            w.push(Healed { at, why: why() });
+        }
     }
 
     /// Blocks read bad from one copy and rewritten from the other.
@@ -410,6 +451,7 @@ impl MirrorDevice {
             }
             log::warn!("meta-data block {at} failed its check on the first copy: read from the mirror and rewritten");
             self.copies[0].write_blocks(at, &other)?;
+            self.rewrote(at, || if zeros { "it reads as zeros" } else { "it fails its check" }.to_string());
             mended += 1;
         }
         self.healed.fetch_add(mended, Ordering::Relaxed);
@@ -441,11 +483,16 @@ impl BlockDevice for MirrorDevice {
             log::warn!("meta-data blocks {first}..: the first copy fails to read ({e}): read from the mirror");
             self.copies[1].read_blocks(first, buf)?;
             let mut n = 0;
+            let write_back = self.write_back.load(Ordering::Relaxed);
             for (i, blk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
                 let at = first + i as u64;
-                if (self.check)(at, blk) == Verdict::Good
-                    && (!self.write_back.load(Ordering::Relaxed) || self.copies[0].write_blocks(at, blk).is_ok())
-                {
+                if (self.check)(at, blk) != Verdict::Good {
+                    continue;
+                }
+                if !write_back {
+                    n += 1;
+                } else if self.copies[0].write_blocks(at, blk).is_ok() {
+                    self.rewrote(at, || format!("the device fails to read it: {e}"));
                     n += 1;
                 }
             }

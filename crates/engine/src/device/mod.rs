@@ -16,7 +16,7 @@ pub mod tracing;
 pub use aligned::AlignedBuf;
 pub use file::FileDevice;
 pub use memory::MemoryDevice;
-pub use mirror::{Checker, DegradeHook, Mend, MirrorDevice, Verdict};
+pub use mirror::{Checker, DegradeHook, Healed, Mend, MirrorDevice, Verdict};
 pub use page::{DataRun, PageBuf, SharedPage};
 pub use switch::SwitchDevice;
 

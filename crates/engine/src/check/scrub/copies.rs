@@ -18,10 +18,11 @@ use std::io;
 use std::sync::Arc;
 
 use super::{BadMeta, Loaded, Run, ScrubHost, Tree, bad_meta, keep, neighbour_runs};
-use crate::device::{Mend, MirrorDevice, Verdict};
+use crate::device::{Healed, Mend, MirrorDevice, Verdict};
 use crate::error::Result;
 use crate::format::block::mirror_verdict;
 use crate::format::superblock::{CHECKPOINT_SLOTS, Role, Superblock};
+use crate::meta_log::Log;
 use crate::meta_log::live::{Decoded, LiveBlock, TailDamage, Verifier};
 use crate::types::{BLOCK_SIZE, InodeNo};
 
@@ -31,6 +32,43 @@ const TAIL_ROUNDS: usize = 64;
 
 /// The copies, by index.
 const COPIES: [usize; 2] = [0, 1];
+
+/// The blocks the mirror's reads rewrote on the first copy while the live
+/// blocks were listed (`healed`, from [`MirrorDevice::heals_during`]): bad
+/// on copy 1, repaired from copy 2, each named as the trees list it and
+/// with the files it serves (a block no tree lists, by its address).
+pub(super) fn listed_heals(log: &Log, trees: &[Tree], mut healed: Vec<Healed>) -> Result<Vec<BadMeta>> {
+    healed.sort_by_key(|h| h.at);
+    healed.dedup_by_key(|h| h.at);
+    let mut out = Vec::new();
+    for h in healed {
+        let error = format!("copy 1: {}; read from copy 2 and rewritten while the live blocks were listed", h.why);
+        let found = trees.iter().find_map(|t| {
+            let i = t.blocks.binary_search_by_key(&h.at, |b| b.at.0).ok()?;
+            Some((t, &t.blocks[i]))
+        });
+        out.push(match found {
+            Some((t, b)) => {
+                let owners = match &t.image {
+                    Some(image) => image.owners_of(b.at)?,
+                    None => log.owners_of(b.at)?,
+                };
+                bad_meta(t, b, error, owners, true, vec![1])
+            }
+            None => BadMeta {
+                block: h.at,
+                structure: "meta-data block".into(),
+                tree: "live".into(),
+                error,
+                inodes: Vec::new(),
+                paths: Vec::new(),
+                repaired: true,
+                copies: vec![1],
+            },
+        });
+    }
+    Ok(out)
+}
 
 /// Reads one tree's blocks from both copies in runs of neighbours.
 pub(super) fn read_tree<H: ScrubHost>(

@@ -2527,7 +2527,7 @@ _dualfs() {
             return 0
             ;;
         dualfs__subcmd__tune)
-            opts="-L -U -o -h -V --label --uuid --mount-options --help --version"
+            opts="-L -U -o -h -V --label --uuid --mount-options --meta-mirror --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2554,6 +2554,10 @@ _dualfs() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-mirror)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

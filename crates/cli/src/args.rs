@@ -170,7 +170,10 @@ Examples:
 const TUNE_HELP: &str = "\
 Changes both devices' superblocks; the volume must not be mounted. Stored
 mount options apply to every mount of the volume, before (and overridden
-by) the mount's own.
+by) the mount's own. A mirrored meta-data device's two copies are changed
+alike: the second is named with --meta-mirror DEV or looked for among the
+block devices, and a tune is refused without it unless the mirror runs
+degraded (a stale copy is left as it is, for a replace to resync).
 
 Examples:
   dualfs tune -L home volume/meta.img volume/data.img

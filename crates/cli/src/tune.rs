@@ -2,20 +2,23 @@
 //! (tune2fs -L/-U/-o, xfs_admin) on both superblocks of an unmounted
 //! volume.
 //!
-//! The meta-data device's superblock is written and flushed first, then
-//! the data device's. A tune interrupted between the two leaves copies that
-//! differ only in what tune changes; mount refuses such a pair, and running
-//! the same tune again reads the meta-data copy and rewrites both.
+//! The meta-data device's superblock is written and flushed first (on a
+//! mirrored volume both copies', the second copy named or found among the
+//! block devices as a mount finds it), then the data device's. A tune
+//! interrupted between them leaves superblocks that differ only in what
+//! tune changes; mount refuses such a pair, and running the same tune
+//! again reads the meta-data copy and rewrites them all.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use dualfs_engine::device::BlockDevice;
-use dualfs_engine::format::superblock::{Role, Superblock};
+use dualfs_engine::error::DeviceRole;
+use dualfs_engine::format::superblock::{MIRROR_DEGRADED, Role, Superblock};
 use dualfs_engine::types::BLOCK_SIZE;
 
 use crate::args::TuneArgs;
-use crate::devices::{Access, named, open_pair};
+use crate::devices::{Access, check_distinct, named, open_one, open_pair};
 use crate::words::uuid;
 
 /// Reads a UUID in its usual text form (dashes optional).
@@ -74,9 +77,27 @@ fn read_one(dev: &dyn BlockDevice, what: &str) -> Result<Superblock> {
     Superblock::decode(&block).map_err(|e| anyhow!("the {what} holds no usable DualFS superblock: {}", e.0))
 }
 
+/// `onto` with what tune changes (and the format fields a tune may find
+/// raised on one superblock) taken from `from`, as a meta-data device's.
+fn tunables_of(from: &Superblock, onto: &Superblock) -> Superblock {
+    Superblock {
+        role: Role::Meta,
+        minor: from.minor,
+        compat: from.compat,
+        incompat: from.incompat,
+        volume_uuid: from.volume_uuid,
+        meta_uuid: from.meta_uuid,
+        data_uuid: from.data_uuid,
+        label: from.label,
+        mount_options: from.mount_options,
+        block_id: from.block_id,
+        ..onto.clone()
+    }
+}
+
 /// Both superblocks, checked to be one volume's: equal but for what tune
 /// changes (so that an interrupted tune can be run again).
-fn read_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
+fn read_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<(Superblock, Superblock)> {
     let m = read_one(meta, "meta-data device")?;
     let d = read_one(data, "data device")?;
     if m.role != Role::Meta {
@@ -85,20 +106,7 @@ fn read_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superbloc
     if d.role != Role::Data {
         bail!("the device given as data device is a DualFS meta-data device");
     }
-    let tunable_as_meta = Superblock {
-        role: Role::Meta,
-        minor: m.minor,
-        compat: m.compat,
-        incompat: m.incompat,
-        volume_uuid: m.volume_uuid,
-        meta_uuid: m.meta_uuid,
-        data_uuid: m.data_uuid,
-        label: m.label,
-        mount_options: m.mount_options,
-        block_id: m.block_id,
-        ..d.clone()
-    };
-    if d.volume_id() != m.volume_id() || tunable_as_meta != m {
+    if d.volume_id() != m.volume_id() || tunables_of(&m, &d) != m {
         bail!("the two devices are not a pair: they belong to different volumes");
     }
     if d != (Superblock { role: Role::Data, ..m.clone() }) {
@@ -106,7 +114,69 @@ fn read_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superbloc
             "dualfs: the data device's superblock lags the meta-data device's (an interrupted tune?): rewriting it"
         );
     }
-    Ok(m)
+    Ok((m, d))
+}
+
+/// The second copy of a mirrored volume's meta-data device, tuned with the
+/// first (`m`; `d` the data device's superblock): `named`, or found among
+/// the block devices by either superblock's UUIDs (the copy's may lag an
+/// interrupted tune). None on an unmirrored volume, and when the copy is
+/// stale or, on a mirror that runs degraded, missing: a replace writes the
+/// new copy's superblock. A mirror in sync whose copy cannot be found is
+/// refused: tuning one copy alone would leave the other no copy of the
+/// volume (a new UUID) or of another label.
+fn mirror_to_tune(
+    named: Option<&std::path::Path>,
+    meta: &std::path::Path,
+    data: &std::path::Path,
+    m: &Superblock,
+    d: &Superblock,
+) -> Result<Option<Arc<dyn BlockDevice>>> {
+    if !d.mirrored() {
+        if let Some(p) = named {
+            bail!("{} names no meta-data mirror: tune it without --meta-mirror {}", data.display(), p.display());
+        }
+        return Ok(None);
+    }
+    let path = match named {
+        Some(p) => p.to_path_buf(),
+        None => match crate::find::mirror_copy(meta, m, "--meta-mirror DEV").or_else(|_| {
+            crate::find::mirror_copy(meta, &Superblock { role: Role::Meta, ..d.clone() }, "--meta-mirror DEV")
+        }) {
+            Ok(p) => {
+                eprintln!(
+                    "dualfs: the meta-data mirror's second copy: {} (found among the block devices)",
+                    p.display()
+                );
+                p
+            }
+            Err(e) if d.mirror_state == MIRROR_DEGRADED => {
+                eprintln!("dualfs: {e:#}; the mirror runs degraded: only the copy in use is tuned");
+                return Ok(None);
+            }
+            Err(e) => bail!("{e:#}: a tune writes both copies of a mirrored meta-data device"),
+        },
+    };
+    check_distinct(meta, &path)?;
+    check_distinct(&path, data)?;
+    let dev = open_one(&path, DeviceRole::Meta, Access::Exclusive)?;
+    let c = read_one(dev.as_ref(), "meta-data mirror")?;
+    let as_copy =
+        Superblock { mirror_state: c.mirror_state, mirror_generation: c.mirror_generation, ..tunables_of(&c, m) };
+    if c.role != Role::Meta || c.volume_id() != m.volume_id() || as_copy != c {
+        bail!("{} is not a copy of this volume's meta-data device", path.display());
+    }
+    if c.mirror_generation < d.mirror_generation {
+        eprintln!(
+            "dualfs: {} is a stale copy (mirror generation {}, the volume's is {}): left as it is until a replace \
+             resyncs it",
+            path.display(),
+            c.mirror_generation,
+            d.mirror_generation
+        );
+        return Ok(None);
+    }
+    Ok(Some(dev))
 }
 
 fn write_one(dev: &Arc<dyn BlockDevice>, sb: &Superblock, what: &str) -> Result<()> {
@@ -121,7 +191,8 @@ fn write_one(dev: &Arc<dyn BlockDevice>, sb: &Superblock, what: &str) -> Result<
 pub fn run(args: &TuneArgs) -> Result<()> {
     let (meta_path, data_path) = named(&args.meta, args.data.as_deref())?;
     let (meta, data) = open_pair(&meta_path, &data_path, Access::Exclusive)?;
-    let old = read_pair(meta.as_ref(), data.as_ref())?;
+    let (old, d) = read_pair(meta.as_ref(), data.as_ref())?;
+    let mirror = mirror_to_tune(args.meta_mirror.as_deref(), &meta_path, &data_path, &old, &d)?;
     let mut sb = old.clone();
     if let Some(label) = &args.label {
         sb.set_label(label).map_err(|e| anyhow!(e))?;
@@ -137,9 +208,16 @@ pub fn run(args: &TuneArgs) -> Result<()> {
         sb.set_mount_options(&list).map_err(|e| anyhow!(e))?;
     }
     let changing = args.label.is_some() || args.uuid.is_some() || args.options.is_some();
-    let data_lags = read_one(data.as_ref(), "data device")? != Superblock { role: Role::Data, ..old.clone() };
-    if changing || data_lags {
+    let data_lags = d != Superblock { role: Role::Data, ..old.clone() };
+    let mirror_lags = match &mirror {
+        Some(c) => read_one(c.as_ref(), "meta-data mirror")? != old,
+        None => false,
+    };
+    if changing || data_lags || mirror_lags {
         write_one(&meta, &sb, "meta-data device")?;
+        if let Some(c) = &mirror {
+            write_one(c, &sb, "meta-data mirror")?;
+        }
         write_one(&data, &Superblock { role: Role::Data, ..sb.clone() }, "data device")?;
     }
     let show = |label: &str, before: String, after: String| {

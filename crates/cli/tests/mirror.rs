@@ -520,3 +520,44 @@ fn a_mirrored_volume_is_named_by_its_uuid_or_label_its_two_copies_one_device() {
     assert!(out.status.success(), "{}", stderr(&out));
     umount_tagged(&v);
 }
+
+#[test]
+fn tune_changes_both_copies_of_a_mirror_and_refuses_without_the_second() {
+    let Some((mut v, mut loops)) = on_loops() else {
+        return;
+    };
+    let (m, c2, d) = (loops.0[0].clone(), loops.0[1].clone(), loops.0[2].clone());
+    let probe = |dev: &str| -> Value {
+        let out = dualfs(&["probe", "--json", dev]);
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)))[0].clone()
+    };
+    // The second copy found among the block devices: both take the new
+    // label and UUID, and still mount as a mirror in sync.
+    let out = dualfs(&["tune", "-L", "twins", "-U", "random", &m, &d]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("second copy: {c2}")), "{}", stderr(&out));
+    let (first, second) = (probe(&m), probe(&c2));
+    assert_eq!(second["label"], "twins", "{second}");
+    assert_eq!(first["uuid"], second["uuid"], "{first} {second}");
+    v.mount();
+    assert_eq!(stats(&v)["mirror_copies_in_use"], 2);
+    assert_eq!(stats(&v)["mirror_degraded"], 0);
+    v.umount();
+
+    // The second copy gone: a mirror in sync is not tuned on one copy.
+    let c2_file = v.dir.path().join("mirror.img");
+    let _ = common::sh_output(&format!("losetup -d {c2}"));
+    loops.0.retain(|x| *x != c2);
+    let out = dualfs(&["tune", "-L", "one", &m, &d]);
+    assert!(!out.status.success(), "tuned one copy of a mirror in sync");
+    assert!(stderr(&out).contains("--meta-mirror DEV"), "{}", stderr(&out));
+    assert_eq!(probe(&m)["label"], "twins", "nothing written");
+    // Named, it is tuned with the first.
+    let back = Loops::attach(&[&c2_file]).unwrap();
+    let out = dualfs(&["tune", "--meta-mirror", &back.0[0], "-L", "named", &m, &d]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(probe(&back.0[0])["label"], "named");
+    v.mount();
+    assert_eq!(stats(&v)["mirror_copies_in_use"], 2);
+    v.umount();
+}

@@ -282,6 +282,10 @@ pub struct TuneArgs {
     /// removes all (at most 64 bytes in all).
     #[arg(short = 'o', long = "mount-options", value_name = "OPTIONS", allow_hyphen_values = true)]
     pub options: Option<String>,
+    /// The second copy of a mirrored meta-data device (default: looked for
+    /// among the block devices). Both copies are tuned alike.
+    #[arg(long, value_name = "DEV")]
+    pub meta_mirror: Option<PathBuf>,
 }
 
 /// Arguments of `dualfs cat`.

@@ -410,6 +410,7 @@ impl MirrorDevice {
             log::warn!("meta-data block {at} is not what its record names on the first copy: read from the mirror");
             if write_back {
                 self.copies[0].write_blocks(at, &other)?;
+                self.rewrote(at, || "it is not what its record names".to_string());
             }
             healed += 1;
         }
@@ -443,6 +444,7 @@ impl MirrorDevice {
             if !takes((self.check)(at, &other)) {
                 continue;
             }
+            let zeros = blk.iter().all(|&x| x == 0);
             blk.copy_from_slice(&other);
             if !self.write_back.load(Ordering::Relaxed) {
                 log::warn!("meta-data block {at} failed its check on the first copy: read from the mirror");

@@ -7,15 +7,13 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use dualfs_engine::Volume;
 use dualfs_engine::volume::MountOptions;
 use dualfs_fuse::control::{self, CleanOrder, policy_name};
 use serde_json::{Value, json};
 
 use crate::args::CleanArgs;
 use crate::control::Mounted;
-use crate::devices::split_source;
-use crate::devices::{Access, open_pair};
+use crate::devices::{Access, open_volume, split_source};
 use crate::progress::segment_bar;
 use crate::words::{count, human_bytes};
 
@@ -28,9 +26,7 @@ fn stat(stats: &[(&'static str, u64)], name: &str) -> u64 {
 
 /// Cleans an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, order: &CleanOrder) -> Result<Value> {
-    let (m, d) = open_pair(meta, data, Access::Exclusive)?;
-    let vol = Volume::open(m, d, MountOptions::default())
-        .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+    let vol = open_volume(meta, data, Access::Exclusive, MountOptions::default())?;
     let before = vol.stats();
     let req = order.request();
     let cleanable = vol.cleanable_segments(&req).map_err(|e| anyhow!("cannot read the segment usage table: {e}"))?;

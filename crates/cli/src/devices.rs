@@ -190,3 +190,40 @@ mod tests {
         assert!(split_source("a:b:c", None).is_err());
     }
 }
+
+/// Opens the volume on `meta` and `data` for a command run on it unmounted,
+/// failing with "cannot open META and DATA: why". A mirrored meta-data
+/// device is opened with its second copy, found among the block devices as
+/// a mount finds it, so that what the command writes reaches both copies
+/// (the engine refuses to write one copy of a mirror in sync); a read-only
+/// open reads `meta` alone.
+///
+/// # Errors
+/// The devices cannot be opened, the mirror's second copy is not found or
+/// does not pair, or the volume does not open.
+pub fn open_volume(
+    meta: &Path,
+    data: &Path,
+    access: Access,
+    options: dualfs_engine::volume::MountOptions,
+) -> Result<dualfs_engine::Volume> {
+    use dualfs_engine::Volume;
+    let cannot =
+        |e: &dyn std::fmt::Display| anyhow::anyhow!("cannot open {} and {}: {e}", meta.display(), data.display());
+    let (m, d) = open_pair(meta, data, access)?;
+    let mirrored = dualfs_engine::device::read(d.as_ref(), DeviceRole::Data, 0, 1)
+        .ok()
+        .and_then(|raw| dualfs_engine::format::superblock::Superblock::decode(&raw).ok())
+        .filter(|sb| sb.mirrored() && sb.mirror_state != dualfs_engine::format::superblock::MIRROR_DEGRADED);
+    let Some(dsb) = mirrored.filter(|_| !options.read_only) else {
+        return Volume::open(m, d, options).map_err(|e| cannot(&e));
+    };
+    let second = crate::find::mirror_copy(meta, &dsb, "-o mirror=DEV on a mount, and run the command on the mount")
+        .map_err(|e| cannot(&format!("{e:#}")))?;
+    check_distinct(meta, &second)?;
+    check_distinct(&second, data)?;
+    let c = open_one(&second, DeviceRole::Meta, access)?;
+    let assembled = Volume::assemble_meta(&[m, c], &d, false, true)
+        .map_err(|e| cannot(&format!("{e} (the second copy found among the block devices: {})", second.display())))?;
+    Volume::open_assembled(assembled, d, options).map_err(|e| cannot(&e))
+}

@@ -9,7 +9,6 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use dualfs_engine::Volume;
 use dualfs_engine::device::{BlockDevice, FileDevice};
 use dualfs_engine::error::DeviceRole;
 use dualfs_engine::types::BLOCK_BYTES;
@@ -20,8 +19,7 @@ use serde_json::{Value, json};
 
 use crate::args::MigrateArgs;
 use crate::control::Mounted;
-use crate::devices::split_source;
-use crate::devices::{Access, open_pair};
+use crate::devices::{Access, open_volume, split_source};
 use crate::progress::unit_bar;
 use crate::words::human_bytes;
 
@@ -75,10 +73,8 @@ fn request(args: &MigrateArgs) -> Result<(DeviceRole, PathBuf)> {
 /// Migrates an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, role: DeviceRole, new: &Path) -> Result<Value> {
     crate::itself::Itself::devices(meta, data).refuse(new, &format!("the new {} device", role_word(role)))?;
-    let (m, d) = open_pair(meta, data, Access::Exclusive)?;
     let target = open_new(new, role).map_err(|e| anyhow!(e))?;
-    let vol = Volume::open(m, d, MountOptions::default())
-        .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+    let vol = open_volume(meta, data, Access::Exclusive, MountOptions::default())?;
     let bar = unit_bar("copying to the new device", 0, "MiB");
     let out = vol
         .migrate(role, target, &mut |done, total| {

@@ -155,6 +155,7 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
     let (meta, data) = open_pair(&args.meta, &args.data, Access::Exclusive)?;
     let meter = Meter::default();
     let activity = Activity::start("creating the volume".into(), meter.written.clone(), "written");
+    let mut copies = vec![meta.clone()];
     let formatted = match &args.meta_mirror {
         None => Volume::format(meter.wrap(meta.clone()), meter.wrap(data.clone()), &options),
         Some(path) => {
@@ -163,6 +164,7 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
             crate::claim::refuse_in_use(path)?;
             let mirror = crate::devices::open_one(path, dualfs_engine::error::DeviceRole::Meta, Access::Exclusive)
                 .with_context(|| format!("cannot open the meta-data mirror {}", path.display()))?;
+            copies.push(mirror.clone());
             Volume::format_mirrored([meter.wrap(meta.clone()), meter.wrap(mirror)], meter.wrap(data.clone()), &options)
         }
     };
@@ -178,7 +180,9 @@ pub fn run(args: &MkfsArgs) -> Result<()> {
         bail!("cannot create a DualFS volume on {} and {}: {e}{hint}", args.meta.display(), args.data.display());
     }
     if args.quota {
-        let vol = Volume::open(meta.clone(), data.clone(), dualfs_engine::volume::MountOptions::default())
+        // Both copies of a mirror, as a mount assembles them.
+        let vol = Volume::assemble_meta(&copies, &data, false, true)
+            .and_then(|a| Volume::open_assembled(a, data.clone(), dualfs_engine::volume::MountOptions::default()))
             .and_then(|v| v.enable_quotas().and_then(|()| v.close()));
         vol.map_err(|e| anyhow::anyhow!("the volume was made, but quotas could not be turned on: {e}"))?;
     }

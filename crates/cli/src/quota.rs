@@ -15,7 +15,7 @@ use rustix::fs::XattrFlags;
 use serde_json::Value;
 
 use crate::args::{QuotaAction, QuotaArgs, QuotaKindArg, QuotaWho};
-use crate::devices::{Access, open_pair, split_source};
+use crate::devices::{Access, open_volume, split_source};
 
 /// Where the volume is: a mount point, or its two devices.
 enum Target {
@@ -37,9 +37,7 @@ fn target(t: &[PathBuf]) -> Result<Target> {
 
 fn offline<R>(meta: &Path, data: &Path, read_only: bool, f: impl FnOnce(&Volume) -> Result<R>) -> Result<R> {
     let access = if read_only { Access::ExclusiveReadOnly } else { Access::Exclusive };
-    let (m, d) = open_pair(meta, data, access)?;
-    let vol = Volume::open(m, d, MountOptions { read_only, ..MountOptions::default() })
-        .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+    let vol = open_volume(meta, data, access, MountOptions { read_only, ..MountOptions::default() })?;
     let r = f(&vol)?;
     vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))?;
     Ok(r)

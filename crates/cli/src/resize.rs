@@ -7,7 +7,6 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use dualfs_engine::Volume;
 use dualfs_engine::types::BLOCK_BYTES;
 use dualfs_engine::volume::{MountOptions, ResizeRequest, WHOLE_DEVICE};
 use dualfs_fuse::control::{self, parse_resize, resize_json, resize_order};
@@ -16,16 +15,13 @@ use serde_json::{Value, json};
 
 use crate::args::ResizeArgs;
 use crate::control::Mounted;
-use crate::devices::split_source;
-use crate::devices::{Access, open_pair};
+use crate::devices::{Access, open_volume, split_source};
 use crate::progress::unit_bar;
 use crate::words::human_bytes;
 
 /// Resizes an unmounted volume; refuses one that is mounted (locked).
 fn offline(meta: &Path, data: &Path, req: ResizeRequest) -> Result<Value> {
-    let (m, d) = open_pair(meta, data, Access::Exclusive)?;
-    let vol = Volume::open(m, d, MountOptions::default())
-        .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+    let vol = open_volume(meta, data, Access::Exclusive, MountOptions::default())?;
     let bar = unit_bar("moving what lies past the new end", 0, units(&req));
     let out = vol
         .resize_with_progress(req, &mut |done, total| {

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use dualfs_engine::Volume;
 use dualfs_engine::volume::{AbortReport, MountOptions, ReceiveReport, Touched};
 use dualfs_fuse::receive::{ABORT, RECEIVE, abort_json, report_json};
 use rustix::fs::XattrFlags;
@@ -93,9 +92,7 @@ fn abort(args: &ReceiveArgs) -> Result<()> {
     let v = match target(&args.target, false)?.0 {
         Target::Mounted(m) => hand_over(m.root(), ABORT)?,
         Target::Devices(meta, data) => {
-            let (m, d) = open_pair(&meta, &data, Access::Exclusive)?;
-            let vol = Volume::open(m, d, MountOptions::default())
-                .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+            let vol = crate::devices::open_volume(&meta, &data, Access::Exclusive, MountOptions::default())?;
             let out: Result<AbortReport, String> =
                 vol.receive_abort(&mut Touched::default()).map_err(|e| e.to_string());
             vol.close().map_err(|e| anyhow!("cannot close the volume cleanly: {e}"))?;
@@ -131,9 +128,7 @@ pub fn receive(args: &ReceiveArgs) -> Result<()> {
             if let Some(f) = &args.file {
                 crate::itself::Itself::devices(&meta, &data).refuse(f, "the stream file")?;
             }
-            let (m, d) = open_pair(&meta, &data, Access::Exclusive)?;
-            let vol = Volume::open(m, d, MountOptions::default())
-                .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+            let vol = crate::devices::open_volume(&meta, &data, Access::Exclusive, MountOptions::default())?;
             let mut input: Box<dyn Read> = match &args.file {
                 Some(p) => Box::new(File::open(p).with_context(|| format!("cannot open {}", p.display()))?),
                 None => Box::new(std::io::stdin().lock()),

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::args::{CloneArgs, SnapshotAction, SnapshotArgs};
 use crate::control::Mounted;
-use crate::devices::{Access, open_pair};
+use crate::devices::Access;
 use crate::words::human_bytes;
 
 /// Where the command is to act.
@@ -54,9 +54,8 @@ pub(crate) fn target(words: &[PathBuf], takes_name: bool) -> Result<(Target, Opt
 
 fn open(meta: &Path, data: &Path, write: bool) -> Result<Volume> {
     let access = if write { Access::Exclusive } else { Access::Shared };
-    let (m, d) = open_pair(meta, data, access)?;
     let options = MountOptions { read_only: !write, ..MountOptions::default() };
-    Volume::open(m, d, options).map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))
+    crate::devices::open_volume(meta, data, access, options)
 }
 
 fn list(t: &Target) -> Result<Value> {

@@ -4,12 +4,11 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
+use dualfs_engine::Error;
 use dualfs_engine::volume::{MountOptions, TrimRange, TrimReport};
-use dualfs_engine::{Error, Volume};
 
 use crate::args::TrimArgs;
-use crate::devices::split_source;
-use crate::devices::{Access, open_pair};
+use crate::devices::{Access, open_volume, split_source};
 use crate::words::human_bytes;
 
 fn range(args: &TrimArgs) -> TrimRange {
@@ -17,9 +16,7 @@ fn range(args: &TrimArgs) -> TrimRange {
 }
 
 fn offline(meta: &Path, data: &Path, r: TrimRange) -> Result<TrimReport> {
-    let (m, d) = open_pair(meta, data, Access::Exclusive)?;
-    let vol = Volume::open(m, d, MountOptions::default())
-        .map_err(|e| anyhow!("cannot open {} and {}: {e}", meta.display(), data.display()))?;
+    let vol = open_volume(meta, data, Access::Exclusive, MountOptions::default())?;
     let report = match vol.trim(r) {
         Ok(report) => report,
         Err(Error::NotSupported) => bail!("{}: the data device cannot discard", data.display()),

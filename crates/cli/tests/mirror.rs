@@ -561,3 +561,24 @@ fn tune_changes_both_copies_of_a_mirror_and_refuses_without_the_second() {
     assert_eq!(stats(&v)["mirror_copies_in_use"], 2);
     v.umount();
 }
+
+#[test]
+fn a_command_run_on_an_unmounted_mirror_writes_both_copies_or_nothing() {
+    let Some((_v, mut loops)) = on_loops() else {
+        return;
+    };
+    let (m, c2, d) = (loops.0[0].clone(), loops.0[1].clone(), loops.0[2].clone());
+    // The second copy found among the block devices: the snapshot is on
+    // both copies (copy 2 read alone lists it).
+    let out = dualfs(&["snapshot", "create", &m, &d, "both"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = |meta: &str| String::from_utf8_lossy(&dualfs(&["snapshot", "list", meta, &d]).stdout).into_owned();
+    assert!(listed(&c2).contains("both"), "copy 2 alone: {}", listed(&c2));
+    // Without it, nothing is written to copy 1 alone.
+    let _ = common::sh_output(&format!("losetup -d {c2}"));
+    loops.0.retain(|x| *x != c2);
+    let out = dualfs(&["snapshot", "create", &m, &d, "one"]);
+    assert!(!out.status.success(), "a snapshot was made on one copy of a mirror in sync");
+    assert!(stderr(&out).contains("not found among the block devices"), "{}", stderr(&out));
+    assert!(!listed(&m).contains("one"), "{}", listed(&m));
+}

@@ -347,6 +347,20 @@ fn an_fsync_is_acknowledged_only_when_both_copies_hold_it() {
 }
 
 #[test]
+fn one_copy_of_a_mirror_in_sync_is_not_opened_to_be_written() {
+    let (a, b, d, want) = populated();
+    let e = Volume::open(a.clone(), snap(&d), options()).unwrap_err().to_string();
+    assert!(e.contains("only one copy was given"), "{e}");
+    // Read only, one copy serves; assembled, both do.
+    let v = Volume::open(a.clone(), snap(&d), MountOptions { read_only: true, ..options() }).unwrap();
+    assert_eq!(Tree::of_volume(&v).unwrap(), want);
+    std::mem::forget(v);
+    let v = open(&[a, b], &d, false).unwrap();
+    assert_eq!(Tree::of_volume(&v).unwrap(), want);
+    v.close().unwrap();
+}
+
+#[test]
 fn a_volume_with_one_meta_data_device_refuses_two_and_mounts_with_one() {
     let (m, d) = (mem(8192), mem(32768));
     Volume::format(m.clone(), d.clone(), &mkfs_opts()).unwrap();

@@ -462,6 +462,10 @@ impl MirrorDevice {
 }
 
 impl BlockDevice for MirrorDevice {
+    fn copies(&self) -> usize {
+        self.in_use().len()
+    }
+
     fn block_count(&self) -> u64 {
         self.copies[0].block_count().min(self.copies[1].block_count())
     }

@@ -96,6 +96,12 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
         let _ = (first, count);
     }
 
+    /// How many copies of each block a write keeps: 2 for a mirror
+    /// ([`MirrorDevice`]); a device that wraps another passes it on.
+    fn copies(&self) -> usize {
+        1
+    }
+
     /// Reads blocks whose check only the caller can make (raw data, which an
     /// fsync record names by checksum): `right(i, block)` says whether
     /// block `i` of the request holds what it should. A device keeping

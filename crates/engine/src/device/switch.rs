@@ -324,6 +324,10 @@ impl SwitchDevice {
 }
 
 impl BlockDevice for SwitchDevice {
+    fn copies(&self) -> usize {
+        self.read_inner().current.copies()
+    }
+
     fn block_count(&self) -> u64 {
         self.read_inner().current.block_count()
     }

@@ -390,6 +390,10 @@ impl TracingDevice {
 }
 
 impl BlockDevice for TracingDevice {
+    fn copies(&self) -> usize {
+        self.inner.copies()
+    }
+
     fn block_count(&self) -> u64 {
         self.inner.block_count()
     }

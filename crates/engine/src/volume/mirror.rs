@@ -110,6 +110,27 @@ pub(super) fn degrade_on_failure(m: &MirrorDevice, data: Arc<dyn BlockDevice>) {
     }));
 }
 
+/// Refuses to write a mirror in sync through one of its copies (`meta`
+/// not a [`MirrorDevice`] of both): the other would miss the writes while
+/// still passing for in sync. A command run on an unmounted volume opens
+/// both copies as a mount does; `-o degraded` first marks the mirror
+/// degraded, after which one copy is what the volume runs on.
+pub(super) fn refuse_one_copy(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<()> {
+    let Ok(d) = read_data_superblock(data) else {
+        // Not a DualFS data device: the open says so.
+        return Ok(());
+    };
+    if d.mirrored() && d.mirror_state != MIRROR_DEGRADED && meta.copies() < 2 {
+        return Err(Error::WrongVolume(
+            "the volume's meta-data device is mirrored and only one copy was given: writing it alone would leave \
+             the other copy behind while it still passes for in sync. Give both copies (as a mount finds them), \
+             or mount with -o degraded to run on this one"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The checker a mirror of this volume reads with.
 pub(super) fn checker(volume_id: u64) -> crate::device::Checker {
     Arc::new(move |at, blk| crate::format::block::mirror_verdict(blk, at, volume_id))

@@ -277,6 +277,9 @@ impl Volume {
         options: MountOptions,
         clock: Clock,
     ) -> Result<Volume> {
+        if !options.read_only {
+            mirror::refuse_one_copy(meta.as_ref(), data.as_ref())?;
+        }
         let switches = [Arc::new(SwitchDevice::new(meta)), Arc::new(SwitchDevice::new(data))];
         let (meta, data): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (switches[0].clone(), switches[1].clone());
         let (log, report) =

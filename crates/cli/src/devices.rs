@@ -174,23 +174,6 @@ pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<DevicePair>
     Ok((m, d))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sources_name_both_devices() {
-        let (m, d) = split_source("/v/meta.img#/v/data.img", None).unwrap();
-        assert_eq!((m.to_str(), d.to_str()), (Some("/v/meta.img"), Some("/v/data.img")));
-        let (m, d) = split_source("/dev/sdb1:/dev/sdc1", None).unwrap();
-        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/sdb1"), Some("/dev/sdc1")));
-        let (m, d) = split_source("/dev/disk/by-path/pci-0:1", Some("/d")).unwrap();
-        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/disk/by-path/pci-0:1"), Some("/d")));
-        assert!(split_source("/dev/sdb1", None).is_err());
-        assert!(split_source("a:b:c", None).is_err());
-    }
-}
-
 /// Opens the volume on `meta` and `data` for a command run on it unmounted,
 /// failing with "cannot open META and DATA: why". A mirrored meta-data
 /// device is opened with its second copy, found among the block devices as
@@ -226,4 +209,21 @@ pub fn open_volume(
     let assembled = Volume::assemble_meta(&[m, c], &d, false, true)
         .map_err(|e| cannot(&format!("{e} (the second copy found among the block devices: {})", second.display())))?;
     Volume::open_assembled(assembled, d, options).map_err(|e| cannot(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_name_both_devices() {
+        let (m, d) = split_source("/v/meta.img#/v/data.img", None).unwrap();
+        assert_eq!((m.to_str(), d.to_str()), (Some("/v/meta.img"), Some("/v/data.img")));
+        let (m, d) = split_source("/dev/sdb1:/dev/sdc1", None).unwrap();
+        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/sdb1"), Some("/dev/sdc1")));
+        let (m, d) = split_source("/dev/disk/by-path/pci-0:1", Some("/d")).unwrap();
+        assert_eq!((m.to_str(), d.to_str()), (Some("/dev/disk/by-path/pci-0:1"), Some("/d")));
+        assert!(split_source("/dev/sdb1", None).is_err());
+        assert!(split_source("a:b:c", None).is_err());
+    }
 }

@@ -45,6 +45,10 @@ impl BlockDevice for Claimed {
         self.inner.read_blocks(first, buf)
     }
 
+    fn copies(&self) -> usize {
+        self.inner.copies()
+    }
+
     fn read_checked(&self, first: u64, buf: &mut [u8], right: &dyn Fn(usize, &[u8]) -> bool) -> io::Result<()> {
         self.inner.read_checked(first, buf, right)
     }

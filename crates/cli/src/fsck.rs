@@ -248,7 +248,7 @@ fn repair_json(p: &Prepared, written: bool) -> serde_json::Value {
 fn repair(args: &FsckArgs, meta: &Path, data: &Path, mode: Mode) -> Result<()> {
     let meter = Meter::default();
     let prepared = open_pair(meta, data, Access::Exclusive).and_then(|(m, d)| {
-        let m = with_mirror(args, m, &d, Access::Exclusive)?;
+        let m = with_mirror(args, meta, m, &d, Access::Exclusive)?;
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
         let p = prepare(meter.wrap(m.clone()), meter.wrap(d.clone()))
             .map_err(|e| anyhow!("cannot repair {} and {}: {e}", meta.display(), data.display()))?;
@@ -367,14 +367,35 @@ fn ask(question: &str) -> bool {
 /// The meta-data device to check: `m`, or with `--meta-mirror` both
 /// copies as a mount assembles them (the copy in sync alone when the other
 /// is missing or stale), a block bad on the first read from the second;
-/// written back only when repairing.
+/// written back only when repairing. A check reads the copy given alone
+/// unless told; a repair of a mirror in sync writes both copies, the
+/// second found among the block devices when not named (repairing one
+/// copy would leave the other behind while it passes for in sync).
 fn with_mirror(
     args: &FsckArgs,
+    meta: &Path,
     m: Arc<dyn BlockDevice>,
     d: &Arc<dyn BlockDevice>,
     access: Access,
 ) -> Result<Arc<dyn BlockDevice>> {
-    let Some(path) = &args.meta_mirror else { return Ok(m) };
+    let found;
+    let path = match &args.meta_mirror {
+        Some(p) => p,
+        None => {
+            let in_sync = dualfs_engine::device::read(d.as_ref(), DeviceRole::Data, 0, 1)
+                .ok()
+                .and_then(|raw| dualfs_engine::format::superblock::Superblock::decode(&raw).ok())
+                .filter(|sb| sb.mirrored() && sb.mirror_state != dualfs_engine::format::superblock::MIRROR_DEGRADED);
+            let (Some(dsb), Access::Exclusive) = (in_sync, access) else { return Ok(m) };
+            found = crate::find::mirror_copy(meta, &dsb, "--meta-mirror DEV")
+                .map_err(|e| anyhow!("{e:#}: a repair of a mirrored meta-data device writes both copies"))?;
+            eprintln!(
+                "dualfs: the meta-data mirror's second copy: {} (found among the block devices)",
+                found.display()
+            );
+            &found
+        }
+    };
     let second = crate::devices::open_one(path, DeviceRole::Meta, access)?;
     let a = Volume::assemble_meta(&[m, second], d, true, false).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     if let Some(why) = &a.degraded {
@@ -390,7 +411,7 @@ fn with_mirror(
 fn check_only(args: &FsckArgs, meta: &Path, data: &Path) -> Result<()> {
     let meter = Meter::default();
     let checked = open_pair(meta, data, Access::ExclusiveReadOnly).and_then(|(m, d)| {
-        let m = with_mirror(args, m, &d, Access::ExclusiveReadOnly)?;
+        let m = with_mirror(args, meta, m, &d, Access::ExclusiveReadOnly)?;
         let _activity = Activity::start(format!("checking {}", meta.display()), meter.read.clone(), "read");
         match check(meter.wrap(m.clone()), meter.wrap(d.clone())) {
             Ok(r) => Ok(Ok(r)),

@@ -60,6 +60,10 @@ impl BlockDevice for Metered {
         self.inner.refresh_block_count()
     }
 
+    fn copies(&self) -> usize {
+        self.inner.copies()
+    }
+
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.inner.read_blocks(first, buf)?;
         self.read.fetch_add((buf.len() / BLOCK_SIZE * BLOCK_SIZE) as u64, Ordering::Relaxed);

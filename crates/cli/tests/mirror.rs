@@ -574,6 +574,10 @@ fn a_command_run_on_an_unmounted_mirror_writes_both_copies_or_nothing() {
     assert!(out.status.success(), "{}", stderr(&out));
     let listed = |meta: &str| String::from_utf8_lossy(&dualfs(&["snapshot", "list", meta, &d]).stdout).into_owned();
     assert!(listed(&c2).contains("both"), "copy 2 alone: {}", listed(&c2));
+    // A repair takes both copies too.
+    let out = dualfs(&["fsck", "-y", &m, &d]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("second copy: {c2}")), "{}", stderr(&out));
     // Without it, nothing is written to copy 1 alone.
     let _ = common::sh_output(&format!("losetup -d {c2}"));
     loops.0.retain(|x| *x != c2);
@@ -581,4 +585,9 @@ fn a_command_run_on_an_unmounted_mirror_writes_both_copies_or_nothing() {
     assert!(!out.status.success(), "a snapshot was made on one copy of a mirror in sync");
     assert!(stderr(&out).contains("not found among the block devices"), "{}", stderr(&out));
     assert!(!listed(&m).contains("one"), "{}", listed(&m));
+    let out = dualfs(&["fsck", "-y", &m, &d]);
+    assert!(!out.status.success(), "a repair of one copy of a mirror in sync");
+    assert!(stderr(&out).contains("--meta-mirror DEV"), "{}", stderr(&out));
+    // A check reads the one copy.
+    assert!(dualfs(&["fsck", &m, &d]).status.success());
 }

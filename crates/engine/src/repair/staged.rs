@@ -89,6 +89,10 @@ impl BlockDevice for StagedDevice {
         self.base.block_count()
     }
 
+    fn copies(&self) -> usize {
+        self.base.copies()
+    }
+
     fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
         crate::device::check_range(self.block_count(), first, buf.len())?;
         let blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);

@@ -636,7 +636,8 @@ pub struct FsckArgs {
     pub force: bool,
     /// The second copy of a mirrored meta-data device: a block that fails
     /// its check on the first copy is read from it (and, when repairing,
-    /// written back).
+    /// written back). A repair of a mirror in sync writes both copies and
+    /// looks for this one among the block devices when it is not given.
     #[arg(long, value_name = "DEV")]
     pub meta_mirror: Option<PathBuf>,
 }

@@ -16,13 +16,13 @@
 //! is acknowledged only after a flush of both copies, so each copy alone
 //! must hold everything acknowledged before the cut.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use dualfs_engine::types::BLOCK_SIZE;
 
-use crate::image::{Block, Image, SECTOR_BYTES, SECTORS_PER_BLOCK};
+use crate::image::{Block, BlockMap, Image, SECTOR_BYTES, SECTORS_PER_BLOCK};
 use crate::record::{Dev, Event, Mark, discarded_garbage, discarded_zeros};
 use crate::rng::Rng;
 
@@ -156,7 +156,7 @@ impl Recording {
     #[must_use]
     pub fn build(&self, spec: &StateSpec) -> CrashImages {
         let cut = spec.cut.min(self.events.len());
-        let mut durable: [HashMap<u64, Block>; 3] = Default::default();
+        let mut durable: [BlockMap; 3] = Default::default();
         let mut pending: [Vec<(u64, Block)>; 3] = Default::default();
         let mut window = Window { durable: 0, issued: 0, synced: 0 };
         // Discarded blocks read as zeros in some states, garbage in others.
@@ -316,7 +316,7 @@ impl Recording {
     }
 }
 
-fn fingerprint(maps: &[HashMap<u64, Block>; 3], torn: Option<(Dev, u64, u8)>) -> u64 {
+fn fingerprint(maps: &[BlockMap; 3], torn: Option<(Dev, u64, u8)>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for (i, m) in maps.iter().enumerate() {
         let mut keys: Vec<&u64> = m.keys().collect();

@@ -518,6 +518,42 @@ impl Joins {
     }
 }
 
+/// Mounts `fs` on `target` as one more FUSE connection of this process,
+/// and serves it on a thread of its own until it is unmounted: `what`
+/// (`snapshot` or `tree`) and `name` say what it serves, in the thread's
+/// name and the log. `keep` is held until the session ends.
+fn start_connection(
+    fs: dualfs_fuse::DualFs,
+    target: &Path,
+    fsname: &str,
+    asked: &MountConfig,
+    (what, name): (&'static str, &str),
+    keep: impl Send + 'static,
+) -> Result<SnapshotMount> {
+    let notifier = fs.notifier_slot();
+    let options = crate::transport::options(fsname, asked);
+    let session = crate::transport::Mounted::start(fs, target, &options, asked)?;
+    let _ = notifier.set(Box::new(session.notifier()));
+    if asked.read_ahead > 0 {
+        crate::bdi::read_ahead(target, asked.read_ahead);
+    }
+    let dev = std::fs::metadata(target).map(|m| m.dev()).unwrap_or(0);
+    let unmount = Box::new(session.unmounter());
+    let (at, served) = (target.to_path_buf(), name.to_string());
+    let thread = std::thread::Builder::new()
+        .name(format!("dualfs-{what}"))
+        .spawn(move || {
+            if let Err(e) = session.run() {
+                log::error!("serving {what} {served} on {}: {e:#}", at.display());
+            }
+            drop(keep);
+            log::info!("unmounted {what} {served} from {}", at.display());
+        })
+        .with_context(|| format!("cannot start the thread serving the {what}"))?;
+    log::info!("serving {what} {name} on {} beside the volume", target.display());
+    Ok(SnapshotMount { at: target.to_path_buf(), dev, unmount, thread })
+}
+
 impl Joins {
     /// Serves snapshot `name` on `target` in this process, as one more FUSE
     /// connection with the options `asked` (its own, as the process of its
@@ -556,30 +592,10 @@ impl Joins {
         let vol = Arc::new(vol);
         let fsname = asked.fsname.clone().unwrap_or_else(|| format!("{}#{}@{name}", meta.display(), data.display()));
         let fs = dualfs_fuse::DualFs::new(vol.clone(), crate::options::adapter_options(asked, false));
-        let notifier = fs.notifier_slot();
-        let options = crate::transport::options(&fsname, asked);
-        let session = crate::transport::Mounted::start(fs, target, &options, asked)?;
-        let _ = notifier.set(Box::new(session.notifier()));
-        if asked.read_ahead > 0 {
-            crate::bdi::read_ahead(target, asked.read_ahead);
-        }
-        let dev = std::fs::metadata(target).map(|m| m.dev()).unwrap_or(0);
-        let unmount = Box::new(session.unmounter());
-        let (at, snap) = (target.to_path_buf(), name.to_string());
-        let thread = std::thread::Builder::new()
-            .name("dualfs-snapshot".into())
-            .spawn(move || {
-                if let Err(e) = session.run() {
-                    log::error!("serving snapshot {snap} on {}: {e:#}", at.display());
-                }
-                // Read-only: nothing to write; the devices are let go.
-                drop(vol);
-                log::info!("unmounted snapshot {snap} from {}", at.display());
-            })
-            .context("cannot start the thread serving the snapshot")?;
-        log::info!("serving snapshot {name} on {} beside the volume", target.display());
-        let mut snaps = self.snapshots.lock().unwrap_or_else(PoisonError::into_inner);
-        snaps.push(SnapshotMount { at: target.to_path_buf(), dev, unmount, thread });
+        // Read-only: nothing to write; the devices are let go with the
+        // volume when the session ends.
+        let served = start_connection(fs, target, &fsname, asked, ("snapshot", name), vol)?;
+        self.snapshots.lock().unwrap_or_else(PoisonError::into_inner).push(served);
         Ok(target.to_path_buf())
     }
 
@@ -633,27 +649,8 @@ impl Joins {
         // Made live once now, so that a refusal (a tree mounted read-only
         // elsewhere, a receive under way) is the mount's answer.
         drop(vol.enter_tree(name).map_err(|e| anyhow!("clone={name}: {e}"))?);
-        let notifier = fs.notifier_slot();
-        let options = crate::transport::options(fsname, asked);
-        let session = crate::transport::Mounted::start(fs, target, &options, asked)?;
-        let _ = notifier.set(Box::new(session.notifier()));
-        if asked.read_ahead > 0 {
-            crate::bdi::read_ahead(target, asked.read_ahead);
-        }
-        let dev = std::fs::metadata(target).map(|m| m.dev()).unwrap_or(0);
-        let unmount = Box::new(session.unmounter());
-        let (at, tree) = (target.to_path_buf(), name.to_string());
-        let thread = std::thread::Builder::new()
-            .name("dualfs-tree".into())
-            .spawn(move || {
-                if let Err(e) = session.run() {
-                    log::error!("serving tree {tree} on {}: {e:#}", at.display());
-                }
-                log::info!("unmounted tree {tree} from {}", at.display());
-            })
-            .context("cannot start the thread serving the tree")?;
-        log::info!("serving tree {name} on {} beside the volume", target.display());
-        trees.push((name.to_string(), SnapshotMount { at: target.to_path_buf(), dev, unmount, thread }));
+        let served = start_connection(fs, target, fsname, asked, ("tree", name), ())?;
+        trees.push((name.to_string(), served));
         Ok(target.to_path_buf())
     }
 

@@ -195,6 +195,15 @@ pub fn open_block(block: &[u8], address: MetaBlock, volume_id: u64) -> DecodeRes
     Ok((header, payload))
 }
 
+/// Whether `block` begins with the meta-data block magic. A block that
+/// does not never opens ([`open_block`]): a scan over blocks mostly never
+/// written (the search past the log's end) passes them over without
+/// building the error that says so.
+#[must_use]
+pub fn has_magic(block: &[u8]) -> bool {
+    block.get(..4) == Some(&BLOCK_MAGIC.to_le_bytes()[..])
+}
+
 /// Decodes a block and checks that it is of the `expected` kind.
 ///
 /// # Errors

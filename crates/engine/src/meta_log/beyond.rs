@@ -185,6 +185,9 @@ impl Log {
             let n = (end - off).min(SCAN_CHUNK_BLOCKS);
             let raw = self.read_meta(MetaBlock(seg_start + u64::from(off)), n as usize)?;
             for (i, b) in raw.chunks_exact(BLOCK_SIZE).enumerate() {
+                if !block::has_magic(b) {
+                    continue;
+                }
                 let at = MetaBlock(seg_start + u64::from(off) + i as u64);
                 if let Ok((h, _)) = block::open_block_of_kind(b, at, self.volume_id, BlockKind::Descriptor)
                     && h.aux == 0

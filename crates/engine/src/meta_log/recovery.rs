@@ -297,9 +297,13 @@ impl Log {
             let start = self.ifile.geometry().start(seg).0 + u64::from(from);
             let raw = self.read_meta(MetaBlock(start), (blocks - from) as usize)?;
             for (i, b) in raw.chunks_exact(BLOCK_SIZE).enumerate() {
+                if !block::has_magic(b) {
+                    continue;
+                }
                 let landed = match block::open_block(b, MetaBlock(start + i as u64), self.volume_id) {
                     Ok((h, _)) => h.seq >= pos.seq,
-                    Err(_) => b[..4] == block::BLOCK_MAGIC.to_le_bytes(),
+                    // A magic, and the block fails a check: torn.
+                    Err(_) => true,
                 };
                 if landed {
                     return Ok(true);

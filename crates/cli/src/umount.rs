@@ -18,9 +18,21 @@ use nix::mount::MntFlags;
 use crate::args::UmountArgs;
 use crate::mountinfo::{data_of_source, find, meta_of_source, parse_mountinfo};
 
+/// How long a busy mount is tried again: something that looked at a new
+/// mount a moment ago (a process forked while a thread held a file there,
+/// a watcher of mounts) lets go within milliseconds, and a script's mount
+/// followed at once by an unmount should not fail for it.
+const BUSY_RETRY: Duration = Duration::from_secs(1);
+
 fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
     let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
-    match nix::mount::umount2(mountpoint, flags) {
+    let start = Instant::now();
+    let mut tried = nix::mount::umount2(mountpoint, flags);
+    while tried == Err(Errno::EBUSY) && start.elapsed() < BUSY_RETRY {
+        std::thread::sleep(Duration::from_millis(20));
+        tried = nix::mount::umount2(mountpoint, flags);
+    }
+    match tried {
         Ok(()) => Ok(()),
         Err(Errno::EBUSY) => bail!(
             "{} is busy: a process has a file open or its working directory there (--lazy detaches it anyway)",

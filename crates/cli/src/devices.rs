@@ -174,6 +174,15 @@ pub fn open_pair(meta: &Path, data: &Path, access: Access) -> Result<DevicePair>
     Ok((m, d))
 }
 
+/// The data device's superblock when it names a mirror in sync: writing
+/// such a volume takes both meta-data copies.
+pub fn mirror_in_sync(data: &dyn BlockDevice) -> Option<dualfs_engine::format::superblock::Superblock> {
+    let raw = dualfs_engine::device::read(data, DeviceRole::Data, 0, 1).ok()?;
+    dualfs_engine::format::superblock::Superblock::decode(&raw)
+        .ok()
+        .filter(|sb| sb.mirrored() && sb.mirror_state != dualfs_engine::format::superblock::MIRROR_DEGRADED)
+}
+
 /// Opens the volume on `meta` and `data` for a command run on it unmounted,
 /// failing with "cannot open META and DATA: why". A mirrored meta-data
 /// device is opened with its second copy, found among the block devices as
@@ -194,11 +203,7 @@ pub fn open_volume(
     let cannot =
         |e: &dyn std::fmt::Display| anyhow::anyhow!("cannot open {} and {}: {e}", meta.display(), data.display());
     let (m, d) = open_pair(meta, data, access)?;
-    let mirrored = dualfs_engine::device::read(d.as_ref(), DeviceRole::Data, 0, 1)
-        .ok()
-        .and_then(|raw| dualfs_engine::format::superblock::Superblock::decode(&raw).ok())
-        .filter(|sb| sb.mirrored() && sb.mirror_state != dualfs_engine::format::superblock::MIRROR_DEGRADED);
-    let Some(dsb) = mirrored.filter(|_| !options.read_only) else {
+    let Some(dsb) = mirror_in_sync(d.as_ref()).filter(|_| !options.read_only) else {
         return Volume::open(m, d, options).map_err(|e| cannot(&e));
     };
     let second = crate::find::mirror_copy(meta, &dsb, "-o mirror=DEV on a mount, and run the command on the mount")

@@ -382,11 +382,9 @@ fn with_mirror(
     let path = match &args.meta_mirror {
         Some(p) => p,
         None => {
-            let in_sync = dualfs_engine::device::read(d.as_ref(), DeviceRole::Data, 0, 1)
-                .ok()
-                .and_then(|raw| dualfs_engine::format::superblock::Superblock::decode(&raw).ok())
-                .filter(|sb| sb.mirrored() && sb.mirror_state != dualfs_engine::format::superblock::MIRROR_DEGRADED);
-            let (Some(dsb), Access::Exclusive) = (in_sync, access) else { return Ok(m) };
+            let (Some(dsb), Access::Exclusive) = (crate::devices::mirror_in_sync(d.as_ref()), access) else {
+                return Ok(m);
+            };
             found = crate::find::mirror_copy(meta, &dsb, "--meta-mirror DEV")
                 .map_err(|e| anyhow!("{e:#}: a repair of a mirrored meta-data device writes both copies"))?;
             eprintln!(

@@ -12,7 +12,7 @@
 //! not wait out a turn"). A tree served alone, with nothing waiting,
 //! passes without the gate's lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -71,6 +71,12 @@ struct GateState {
     /// When the entered tree's operations last drained, and whether
     /// another tree's waited then (none: not since it was entered).
     drained: Option<(Instant, bool)>,
+    /// The entered tree made something durable (an fsync was admitted)
+    /// in this turn.
+    turn_fsynced: bool,
+    /// Trees whose last turn made something durable: their next turn
+    /// comes in a hurry (`GateState::hurries`).
+    fsyncing: BTreeSet<String>,
     /// The writable trees served (`Volume::serve_tree`): by name, their
     /// id and how many connections serve each.
     served: BTreeMap<String, (u64, usize)>,
@@ -307,6 +313,29 @@ impl GateState {
         self.since.is_none_or(|t| now.saturating_duration_since(t) >= end)
     }
 
+    /// Whether an operation of `name`, a tree not entered, waits in a
+    /// hurry: it makes something durable (`durable`: an fsync), or its
+    /// tree's last turn did. A program that fsyncs writes first, and the
+    /// kernel's fsync sends the pages and the times (WRITE, SETATTR)
+    /// before the FSYNC: the first of them is what waits for the other
+    /// tree's turn (DESIGN.md, "An fsync does not wait out a turn").
+    fn hurries(&self, name: &str, durable: bool) -> bool {
+        durable || self.fsyncing.contains(name)
+    }
+
+    /// Notes that the entered tree's turn ends: whether it made something
+    /// durable decides whether its next turn comes in a hurry.
+    fn turn_ends(&mut self) {
+        if let Some(e) = self.entered.clone() {
+            if self.turn_fsynced {
+                self.fsyncing.insert(e);
+            } else {
+                self.fsyncing.remove(&e);
+            }
+        }
+        self.turn_fsynced = false;
+    }
+
     /// The id of the one tree served, if only one is.
     fn served_alone(&self) -> Option<(&str, u64)> {
         let mut it = self.served.iter();
@@ -391,9 +420,11 @@ impl Volume {
             let here = g.entered.as_deref() == Some(name) || faults::active(Fault::EnterWithoutSwitch);
             let now = Instant::now();
             let mut timeout = None;
+            let hurry = g.hurries(name, durable);
             if here && !g.switching {
                 if !g.turn_over(name, now) {
                     g.active += 1;
+                    g.turn_fsynced |= durable;
                     gate.refresh_solo(&g);
                     if let Some(t) = waited {
                         gate.costs.waited(t, durable);
@@ -404,11 +435,12 @@ impl Volume {
                 // Another tree's turn comes: nothing passes unseen now.
                 gate.solo.store(0, Ordering::SeqCst);
                 if g.active == 0 && !g.switching && gate.solo_active.load(Ordering::SeqCst) == 0 {
-                    let wait = g.wait_before_switch(now, durable);
+                    let wait = g.wait_before_switch(now, hurry);
                     if wait.is_zero() {
                         let t = *waited.get_or_insert(now);
                         g = self.gate_switch(g, name)?;
                         g.active += 1;
+                        g.turn_fsynced |= durable;
                         gate.costs.waited(t, durable);
                         return Ok(TreeGuard { vol: self, solo: None });
                     }
@@ -417,7 +449,7 @@ impl Volume {
             }
             waited.get_or_insert(now);
             *g.waiting.entry(name.to_string()).or_default() += 1;
-            if durable {
+            if hurry {
                 *g.hurrying.entry(name.to_string()).or_default() += 1;
             }
             g = match timeout {
@@ -427,7 +459,7 @@ impl Volume {
             if let Some(n) = g.waiting.get_mut(name) {
                 *n -= 1;
             }
-            if durable && let Some(n) = g.hurrying.get_mut(name) {
+            if hurry && let Some(n) = g.hurrying.get_mut(name) {
                 *n -= 1;
             }
         }
@@ -484,6 +516,7 @@ impl Volume {
     fn gate_switch<'g>(&'g self, mut g: MutexGuard<'g, GateState>, name: &str) -> Result<MutexGuard<'g, GateState>> {
         let gate = &self.gate;
         g.switching = true;
+        g.turn_ends();
         gate.solo.store(0, Ordering::SeqCst);
         let t = Instant::now();
         drop(g);
@@ -668,6 +701,31 @@ mod tests {
         g.active = 1;
         g.hurrying.insert("a".into(), 1);
         assert!(!g.turn_over("a", now));
+    }
+
+    #[test]
+    fn a_tree_whose_last_turn_fsynced_comes_back_in_a_hurry() {
+        let now = Instant::now();
+        // `b` entered and busy past its minimum turn; `a` left after a
+        // turn in which it fsynced, its write now waiting.
+        let mut g = busy_a(now, MIN_TURN + Duration::from_millis(1), Duration::ZERO);
+        g.entered = Some("a".into());
+        g.turn_fsynced = true;
+        g.turn_ends();
+        g.entered = Some("b".into());
+        g.waiting = BTreeMap::from([("a".to_string(), 1)]);
+        g.active = 1;
+        assert!(g.hurries("a", false), "the write of a tree that fsyncs hurries");
+        assert!(!g.turn_over("b", now), "an ordinary waiter lets b go on");
+        g.hurrying.insert("a".into(), 1);
+        assert!(g.turn_over("b", now), "a hurrying waiter ends b's turn at its minimum");
+        // `b` never fsynced: its requests wait as any do.
+        assert!(!g.hurries("b", false));
+        assert!(g.hurries("b", true));
+        // A turn of `a` without an fsync: its next one waits as any.
+        g.entered = Some("a".into());
+        g.turn_ends();
+        assert!(!g.hurries("a", false));
     }
 
     #[test]

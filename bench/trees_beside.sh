@@ -10,7 +10,10 @@
 # to each device, checkpoints (two per switch of the live tree).
 # Then the latency of fsync in tree A (4 KiB appended, then fsync; 40 times,
 # 50 ms apart) with tree B idle, and while B streams (dd of 1 GiB, again and
-# again until the fsyncs end: one dd alone mostly ends in the page cache).
+# again until the fsyncs end: one dd alone mostly ends in the page cache),
+# and while B untars TREE (b-untars); what those fsyncs cost B's untar
+# (phase untar-beside-fsync: seconds to the end of `dualfs sync` of B,
+# alone and beside them; the fsyncs outlast the untar).
 # With DUALFS_BASE=PATH, every row runs with that build too, interleaved
 # (rows named fs@base against fs@new); BUILDS="LABEL=PATH ..." names any
 # set of builds (a PATH may be a script that sets the environment and
@@ -88,12 +91,12 @@ for run in $(seq 1 "$RUNS"); do
 done
 
 # fsync in tree A: B idle, then B streaming 1 GiB; interleaved by run.
-lat() { # file: 40 appends of 4 KiB, each fsynced, 50 ms apart; prints p50 p90 max in ms
-  python3 - "$1" <<'EOF'
+lat() { # file [count]: count (40) appends of 4 KiB, each fsynced, 50 ms apart; prints p50 p90 max in ms
+  python3 - "$1" "${2:-40}" <<'EOF'
 import os, sys, time
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 lat = []
-for _ in range(40):
+for _ in range(int(sys.argv[2])):
     os.write(fd, b"x" * 4096)
     t = time.perf_counter(); os.fsync(fd); lat.append((time.perf_counter() - t) * 1000)
     time.sleep(0.05)
@@ -124,6 +127,8 @@ TROWS=$W/turns.txt; : > $TROWS
 say $TROWS "fs run switches waits wait_ms max_wait_ms fsync_waits fsync_wait_ms total_ms locks_ms commit_ms commit_MiB checkpoint_ms switch_ms compact_ms"
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 say $FROWS "fs run p50_ms p90_ms max_ms"
+UROWS=$W/untar_fsync.txt; : > $UROWS
+say $UROWS "fs run alone_s beside_fsyncs_s"
 for run in $(seq 1 "$FSYNC_RUNS"); do
  for build in $BUILDS; do
   label=${build%%=*}; DUALFS=${build#*=}
@@ -139,12 +144,23 @@ for run in $(seq 1 "$FSYNC_RUNS"); do
   say $FROWS "$(name b-streams $label) $run $(lat $W/a/g)"
   t1=$(turns $W/a); r=$(turn_row "$t0" "$t1"); [ -z "$r" ] || say $TROWS "$(name b-streams $label) $run $r"
   touch $W/stop; pkill -P $p -x dd || true; wait $p || true
+  # B untars TREE alone (A idle), then again while A fsyncs.
+  rm -f $W/b/big; "$DUALFS" sync $W/a $W/b >/dev/null
+  mkdir $W/b/u0 $W/b/u1
+  t0=$(now); tar -xf "$TREE" -C $W/b/u0; "$DUALFS" sync $W/b >/dev/null; t1=$(now)
+  (lat $W/a/h 150 > $W/lat.txt) & p=$!
+  sleep 0.2
+  t2=$(now); tar -xf "$TREE" -C $W/b/u1; "$DUALFS" sync $W/b >/dev/null; t3=$(now)
+  wait $p
+  say $FROWS "$(name b-untars $label) $run $(cat $W/lat.txt)"
+  say $UROWS "$(name untar-b $label) $run $(echo "$t1 - $t0" | bc) $(echo "$t3 - $t2" | bc)"
   gone
  done
 done
 say $FROWS "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$RUNS" -gt 0 ]; then python3 "$(dirname "$0")/store.py" add trees-beside --phase untar --command "$CMD" < $ROWS; fi
 python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync --command "$CMD" < $FROWS
+python3 "$(dirname "$0")/store.py" add trees-beside --phase untar-beside-fsync --command "$CMD" < $UROWS
 if [ "$(wc -l < $TROWS)" -gt 1 ]; then
   python3 "$(dirname "$0")/store.py" add trees-beside --phase fsync-turns --command "$CMD" < $TROWS
 fi

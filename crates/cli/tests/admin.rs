@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{DUALFS, TestVolume, dualfs, is_mounted, sh, sh_output, wait_unlocked};
+use common::{DUALFS, Loops, TestVolume, dualfs, is_mounted, sh, sh_output, wait_unlocked};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -183,31 +183,6 @@ fn unknown_and_contradictory_options_are_refused_in_plain_words() {
 }
 
 /// Loop devices over the volume's images, detached when dropped.
-struct Loops(Vec<String>);
-
-impl Loops {
-    fn attach(files: &[&Path]) -> Option<Loops> {
-        let mut l = Loops(Vec::new());
-        for f in files {
-            let out = sh_output(&format!("losetup -f --show {}", f.display()));
-            if !out.status.success() {
-                common::skip(&format!("no loop device ({})", stderr(&out).trim()));
-                return None;
-            }
-            l.0.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        }
-        Some(l)
-    }
-}
-
-impl Drop for Loops {
-    fn drop(&mut self) {
-        for d in &self.0 {
-            let _ = sh_output(&format!("losetup -d {d}"));
-        }
-    }
-}
-
 #[test]
 fn volumes_are_found_by_uuid_and_label_and_mount_with_their_stored_options() {
     let Some(mut v) = TestVolume::create("64M") else {

@@ -10,7 +10,7 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 
-use common::{TestVolume, dualfs, sh};
+use common::{Loops, TestVolume, dualfs, sh};
 use serde_json::Value;
 
 fn stats(v: &TestVolume) -> Value {
@@ -232,31 +232,6 @@ fn fsck_reads_a_block_bad_on_the_first_copy_from_the_mirror() {
 }
 
 /// Loop devices over image files, detached (each by its name) when dropped.
-struct Loops(Vec<String>);
-
-impl Loops {
-    fn attach(files: &[&std::path::Path]) -> Option<Loops> {
-        let mut l = Loops(Vec::new());
-        for f in files {
-            let out = common::sh_output(&format!("losetup -f --show {}", f.display()));
-            if !out.status.success() {
-                common::skip(&format!("no loop device ({})", String::from_utf8_lossy(&out.stderr).trim()));
-                return None;
-            }
-            l.0.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        }
-        Some(l)
-    }
-}
-
-impl Drop for Loops {
-    fn drop(&mut self) {
-        for d in &self.0 {
-            let _ = common::sh_output(&format!("losetup -d {d}"));
-        }
-    }
-}
-
 /// A mirrored volume on three loop devices (copy 1, copy 2, data), the
 /// test volume's paths pointing at them: (the volume, the loops).
 fn on_loops() -> Option<(TestVolume, Loops)> {

@@ -127,6 +127,35 @@ pub fn sh_output(script: &str) -> Output {
         .expect("cannot run sh")
 }
 
+/// Loop devices attached to image files, detached when dropped: the
+/// device paths, in the order of the files.
+pub struct Loops(pub Vec<String>);
+
+impl Loops {
+    /// Attaches a loop device to each file; None (the test skipped) when
+    /// the machine has none to give.
+    pub fn attach(files: &[&Path]) -> Option<Loops> {
+        let mut l = Loops(Vec::new());
+        for f in files {
+            let out = sh_output(&format!("losetup -f --show {}", f.display()));
+            if !out.status.success() {
+                skip(&format!("no loop device ({})", String::from_utf8_lossy(&out.stderr).trim()));
+                return None;
+            }
+            l.0.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        }
+        Some(l)
+    }
+}
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = sh_output(&format!("losetup -d {d}"));
+        }
+    }
+}
+
 /// Runs the dualfs binary.
 pub fn dualfs(args: &[&str]) -> Output {
     Command::new("timeout")

@@ -209,8 +209,9 @@ fn write_pieces<D: BlockDevice + ?Sized>(dev: &D, first: u64, pieces: &[&[u8]]) 
 
 /// Requests [`write_runs_at_once`] keeps in flight at most: a queue deep
 /// enough for an SSD or a loop device to take scattered 4 KiB writes at
-/// several times the rate of one at a time (DESIGN.md, "A clone made
-/// while its origin is busy"), few enough threads to start per call.
+/// several times the rate of one at a time (DESIGN.md, Data space, "A
+/// commit's scattered runs are written several at a time"), few enough
+/// threads to start per call.
 pub const RUNS_IN_FLIGHT: usize = 8;
 
 /// Writes `runs` through `dev` with up to [`RUNS_IN_FLIGHT`] of them in

@@ -216,7 +216,8 @@ pub const RUNS_IN_FLIGHT: usize = 8;
 
 /// Writes `runs` through `dev` with up to [`RUNS_IN_FLIGHT`] of them in
 /// flight, each on a thread of its own taking the next run not yet
-/// issued (fewer than two runs go one after another on the caller's).
+/// issued (fewer than two runs go one after another on the caller's, and
+/// so do all of them if no thread can be started).
 /// After a failure no further run is issued; the first failure is
 /// returned once those in flight are done.
 ///
@@ -249,7 +250,10 @@ pub fn write_runs_at_once<D: BlockDevice + ?Sized>(
     };
     std::thread::scope(|s| {
         for _ in 1..writers {
-            s.spawn(writer);
+            // A thread the system refuses leaves its share to the others.
+            if std::thread::Builder::new().name("dualfs-runs".into()).spawn_scoped(s, writer).is_err() {
+                break;
+            }
         }
         writer();
     });

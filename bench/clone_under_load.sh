@@ -12,6 +12,8 @@
 #           (one of each at a time)
 #   listed  the same commands' own cost: `dualfs snapshot list` twice every
 #           2 s through the mount point, nothing made (in CONFIGS only)
+#   synced  the write-back alone: `dualfs sync` every 2 s, nothing made, no
+#           snapshot ever (in CONFIGS only; its time in the snapshot columns)
 # and what the volume wrote during PostMark (dualfs stats): MiB of data,
 # of it MiB written by commits someone asked for (sync, snapshots), MiB
 # of meta-data, checkpoints.
@@ -62,6 +64,8 @@ for run in $(seq 1 "$RUNS"); do
         if [ $fs = listed ]; then
           t0=$(now); "$DUALFS" snapshot list $W/mnt >/dev/null; t1=$(now)
           "$DUALFS" snapshot list $W/mnt >/dev/null; t2=$(now)
+        elif [ $fs = synced ]; then
+          t0=$(now); "$DUALFS" sync $W/mnt >/dev/null; t1=$(now); t2=$t1
         else
           t0=$(now); "$DUALFS" snapshot create $W/mnt s$k >/dev/null; t1=$(now)
           "$DUALFS" clone $W/mnt s$k c$k >/dev/null; t2=$(now)

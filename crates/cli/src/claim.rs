@@ -65,6 +65,10 @@ impl BlockDevice for Claimed {
         self.inner.write_blocks_vectored(first, bufs)
     }
 
+    fn write_runs(&self, runs: &[(u64, &[&[u8]])]) -> std::result::Result<(), (u64, io::Error)> {
+        self.inner.write_runs(runs)
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

@@ -89,6 +89,13 @@ impl BlockDevice for Metered {
         Ok(())
     }
 
+    fn write_runs(&self, runs: &[(u64, &[&[u8]])]) -> Result<(), (u64, std::io::Error)> {
+        self.inner.write_runs(runs)?;
+        let len: usize = runs.iter().flat_map(|(_, bufs)| bufs.iter()).map(|b| b.len()).sum();
+        self.written.fetch_add((len / BLOCK_SIZE * BLOCK_SIZE) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn flush(&self) -> std::io::Result<()> {
         self.inner.flush()
     }

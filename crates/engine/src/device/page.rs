@@ -89,6 +89,15 @@ impl DataRun {
         }
     }
 
+    /// Its buffers, in order (what one request writes).
+    #[must_use]
+    pub fn pieces(&self) -> Vec<&[u8]> {
+        match self {
+            DataRun::Bytes(b) => vec![b.bytes()],
+            DataRun::Pages(pages) => pages.iter().map(|p| &p.0[..]).collect(),
+        }
+    }
+
     /// Its bytes, copied into one buffer.
     #[must_use]
     pub fn to_vec(&self) -> Vec<u8> {

@@ -388,6 +388,21 @@ impl BlockDevice for SwitchDevice {
         self.write_blocks(first, &bufs.concat())
     }
 
+    fn write_runs(&self, runs: &[(u64, &[&[u8]])]) -> Result<(), (u64, io::Error)> {
+        {
+            let i = self.read_inner();
+            if i.mirror.is_none() {
+                return i.current.write_runs(runs);
+            }
+        }
+        // Mirrored (a migration under way): one at a time, each with
+        // write_blocks' bookkeeping.
+        for (first, pieces) in runs {
+            self.write_blocks_vectored(*first, pieces).map_err(|e| (*first, e))?;
+        }
+        Ok(())
+    }
+
     fn flush(&self) -> io::Result<()> {
         let failed = {
             let i = self.read_inner();

@@ -106,9 +106,12 @@ impl SealedGroup {
         flush_data: bool,
     ) -> Result<()> {
         if !self.data.is_empty() || (flush_data && !self.meta.is_empty()) {
-            for (at, run) in &self.data {
-                run.write(data.as_ref(), DeviceRole::Data, at.0)?;
-            }
+            // Scattered runs (files updated in place, blocks reused) are
+            // written at once where the device takes several requests.
+            let pieces: Vec<Vec<&[u8]>> = self.data.iter().map(|(_, run)| run.pieces()).collect();
+            let runs: Vec<(u64, &[&[u8]])> =
+                self.data.iter().zip(&pieces).map(|((at, _), p)| (at.0, p.as_slice())).collect();
+            device::write_runs(data.as_ref(), DeviceRole::Data, &runs)?;
             if !faults::active(Fault::NoDataFlush) {
                 device::flush(data.as_ref(), DeviceRole::Data)?;
             }

@@ -9,7 +9,8 @@ Every record says what ran and where:
     tool      suite, micro, uring-rt, engine-bench, mount-time, fuse-scale,
               memory-rounds, snapshot-time, snapshot-overwrite, clone-time,
               send-time, resize, migrate, lone-fsync, scrub-time,
-              trees-beside, mirror-ab, disks, discard, request-counts
+              trees-beside, tree-switch, mirror-ab, disks, discard,
+              request-counts
     time      when the record was taken (UTC, ISO 8601)
     commit    the commit of the tree that was measured (`-dirty` when it
               had uncommitted changes); null when not known

@@ -540,6 +540,8 @@ impl Volume {
     /// it: the live tree is what the log names).
     pub(super) fn gate_forget_entered(&self) {
         let mut g = self.gate.lock_state();
+        // The tree left ends its turn here, not in the next one's.
+        g.turn_ends();
         g.entered = None;
         self.gate.refresh_solo(&g);
     }

@@ -13,7 +13,8 @@
 # again until the fsyncs end: one dd alone mostly ends in the page cache),
 # and while B untars TREE (b-untars); what those fsyncs cost B's untar
 # (phase untar-beside-fsync: seconds to the end of `dualfs sync` of B,
-# alone and beside them; the fsyncs outlast the untar).
+# alone and beside them; the fsyncs outlast the untar), and to B writing
+# 2 GiB (rows stream-b, the same way).
 # With DUALFS_BASE=PATH, every row runs with that build too, interleaved
 # (rows named fs@base against fs@new); BUILDS="LABEL=PATH ..." names any
 # set of builds (a PATH may be a script that sets the environment and
@@ -154,6 +155,14 @@ for run in $(seq 1 "$FSYNC_RUNS"); do
   wait $p
   say $FROWS "$(name b-untars $label) $run $(cat $W/lat.txt)"
   say $UROWS "$(name untar-b $label) $run $(echo "$t1 - $t0" | bc) $(echo "$t3 - $t2" | bc)"
+  # B writes 2 GiB alone (A idle), then again while A fsyncs.
+  t0=$(now); dd if=/dev/zero of=$W/b/s0 bs=1M count=2048 status=none; "$DUALFS" sync $W/b >/dev/null; t1=$(now)
+  rm -f $W/b/s0; "$DUALFS" sync $W/b >/dev/null
+  (lat $W/a/k 100 > /dev/null) & p=$!
+  sleep 0.2
+  t2=$(now); dd if=/dev/zero of=$W/b/s1 bs=1M count=2048 status=none; "$DUALFS" sync $W/b >/dev/null; t3=$(now)
+  wait $p
+  say $UROWS "$(name stream-b $label) $run $(echo "$t1 - $t0" | bc) $(echo "$t3 - $t2" | bc)"
   gone
  done
 done
